@@ -1,0 +1,348 @@
+package cninet_test
+
+import (
+	"context"
+	"crypto/sha512"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/fakecni"
+	"github.com/seed1280861d/cninet/internal/fakeipt"
+)
+
+// footprint writes what the bridge, portmap and firewall plugins and
+// host-local leave for one attachment, in the plugins' exact formats.
+type footprint struct {
+	network, id, ip string // ip without prefix length
+	v6              bool
+}
+
+func chain(prefix, network, id string) string {
+	sum := sha512.Sum512([]byte(network + id))
+	return (prefix + hex.EncodeToString(sum[:]))[:28]
+}
+
+func (f footprint) host() string {
+	if f.v6 {
+		return f.ip + "/128"
+	}
+	return f.ip + "/32"
+}
+
+func (f footprint) masqComment() string { return fmt.Sprintf("name: %q id: %q", f.network, f.id) }
+
+func (f footprint) dnatComment() string {
+	c := fmt.Sprintf(`dnat name: "%s" id: "%s"`, f.network, f.id)
+	if len(c) > 255 {
+		c = c[:253] + "..."
+	}
+	return c
+}
+
+func (f footprint) nat() string {
+	masq, dn := chain("CNI-", f.network, f.id), chain("CNI-DN-", f.network, f.id)
+	multicast := "224.0.0.0/4"
+	if f.v6 {
+		multicast = "ff00::/8"
+	}
+	lines := []string{
+		"-N " + masq, "-N " + dn,
+		"-A POSTROUTING -s " + f.host() + " " + fakeipt.Format([]string{"-m", "comment", "--comment", f.masqComment(), "-j", masq}),
+		"-A " + masq + " -d " + f.host() + " " + fakeipt.Format([]string{"-m", "comment", "--comment", f.masqComment(), "-j", "ACCEPT"}),
+		"-A " + masq + " ! -d " + multicast + " " + fakeipt.Format([]string{"-m", "comment", "--comment", f.masqComment(), "-j", "MASQUERADE"}),
+		"-A CNI-HOSTPORT-DNAT -p tcp " + fakeipt.Format([]string{"-m", "comment", "--comment", f.dnatComment(), "-m", "multiport", "--dports", "8080", "-j", dn}),
+		"-A " + dn + " -s " + f.host() + " -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK",
+		"-A " + dn + " -p tcp -m tcp --dport 8080 -j DNAT --to-destination " + f.ip + ":80",
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (f footprint) filter() string {
+	return "-A CNI-FORWARD -d " + f.host() + " -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n" +
+		"-A CNI-FORWARD -s " + f.host() + " -j ACCEPT"
+}
+
+const sharedNat = `-N CNI-HOSTPORT-DNAT
+-N CNI-HOSTPORT-SETMARK
+-N CNI-HOSTPORT-MASQ
+-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
+-A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
+-A POSTROUTING -m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ
+-A CNI-HOSTPORT-SETMARK -m comment --comment "CNI portfwd masquerade mark" -j MARK --set-xmark 0x2000/0x2000`
+
+const sharedFilter = `-N CNI-FORWARD
+-N CNI-ADMIN
+-A FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD
+-A CNI-FORWARD -m comment --comment "CNI firewall plugin admin overrides" -j CNI-ADMIN`
+
+// cleanupFixture is a Configurator over fakes whose conflist keeps
+// reservations in a temporary directory.
+type cleanupFixture struct {
+	fixture
+	network, ipamDir string
+}
+
+// newCleanupFixture builds the fixture; with batching its iptables also
+// lists whole tables and restores in batches, like the host's.
+func newCleanupFixture(t *testing.T, network string, batching ...bool) cleanupFixture {
+	t.Helper()
+	dataDir := t.TempDir()
+	cfg := cninet.DefaultBridgeConfig()
+	cfg.NetworkName, cfg.IPv4Subnet, cfg.IPv6Subnet, cfg.IPAMDataDir = network, "198.18.0.0/24", "fd00:198:18::/64", dataDir
+	conf, err := cninet.BridgeConfList(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fixture{cni: &fakecni.CNI{}, v4: fakeipt.New(), v6: fakeipt.New()}
+	f.v4.Load("nat", sharedNat).Load("filter", sharedFilter)
+	f.v6.Load("nat", sharedNat).Load("filter", sharedFilter)
+	c, err := cninet.New(cninet.Config{ConfList: conf, CNI: f.cni, IPTables: func(v6 bool) (cninet.IPTables, error) {
+		ipt := f.v4
+		if v6 {
+			ipt = f.v6
+		}
+		if len(batching) > 0 && batching[0] {
+			return &fakeipt.Batching{IPTables: ipt}, nil
+		}
+		return ipt, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.c = c
+	ipamDir := filepath.Join(dataDir, network)
+	if err := os.MkdirAll(ipamDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return cleanupFixture{fixture: f, network: network, ipamDir: ipamDir}
+}
+
+func (cf cleanupFixture) leak(t *testing.T, fp footprint) {
+	t.Helper()
+	ipt := cf.v4
+	if fp.v6 {
+		ipt = cf.v6
+	}
+	ipt.Load("nat", fp.nat()).Load("filter", fp.filter())
+	if fp.network == cf.network {
+		cf.reserve(t, fp.ip, fp.id)
+	}
+}
+
+func (cf cleanupFixture) reserve(t *testing.T, ip, id string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(cf.ipamDir, ip), []byte(id+"\r\neth0"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (cf cleanupFixture) teardown(t *testing.T, id string) error {
+	t.Helper()
+	return cf.c.Teardown(context.Background(), &cninet.Allocation{ID: id}, "")
+}
+
+func (cf cleanupFixture) state() string {
+	return cf.v4.Save("nat") + cf.v4.Save("filter") + cf.v6.Save("nat") + cf.v6.Save("filter")
+}
+
+func (cf cleanupFixture) reservations(t *testing.T) []string {
+	entries, err := os.ReadDir(cf.ipamDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// eachListingMode runs a test against iptables listed chain by chain and
+// table by table.
+func eachListingMode(t *testing.T, test func(t *testing.T, whole bool)) {
+	for _, whole := range []bool{false, true} {
+		name := "chain by chain"
+		if whole {
+			name = "whole tables"
+		}
+		t.Run(name, func(t *testing.T) { test(t, whole) })
+	}
+}
+
+func TestTeardownRemovesTheWholeFootprintForBothFamilies(t *testing.T) {
+	eachListingMode(t, testTeardownRemovesTheWholeFootprint)
+}
+
+func testTeardownRemovesTheWholeFootprint(t *testing.T, whole bool) {
+	cf := newCleanupFixture(t, "nomad", whole)
+	before := cf.state()
+	cf.leak(t, footprint{network: "nomad", id: "alloc-1", ip: "198.18.0.2"})
+	cf.leak(t, footprint{network: "nomad", id: "alloc-1", ip: "fd00:198:18::2", v6: true})
+	if err := cf.teardown(t, "alloc-1"); err != nil {
+		t.Fatal(err)
+	}
+	if after := cf.state(); after != before {
+		t.Fatalf("left behind:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if r := cf.reservations(t); len(r) != 1 || r[0] != "lock" {
+		t.Fatalf("reservations left: %v", r)
+	}
+}
+
+func TestTeardownTouchesOnlyWhatTheAttachmentOwns(t *testing.T) {
+	cases := []struct {
+		name    string
+		network string
+		target  string
+		others  []footprint
+	}{
+		{"an id that is a prefix of another id", "nomad", "alloc-1",
+			[]footprint{{network: "nomad", id: "alloc-10", ip: "198.18.0.3"}, {network: "nomad", id: "alloc-1x", ip: "198.18.0.4"}}},
+		{"an id that extends another id", "nomad", "alloc-10",
+			[]footprint{{network: "nomad", id: "alloc-1", ip: "198.18.0.3"}}},
+		{"the same id on another network", "nomad", "alloc-1",
+			[]footprint{{network: "nomad2", id: "alloc-1", ip: "198.18.1.2"}, {network: "nomadx", id: "alloc-1", ip: "198.18.1.3"}}},
+		{"a network name with regex metacharacters", "my.net", "a.b",
+			[]footprint{{network: "myXnet", id: "a.b", ip: "198.18.0.3"}, {network: "my.net", id: "aXb", ip: "198.18.0.4"}}},
+		{"comments cut by portmap at 255 characters", strings.Repeat("n", 100), strings.Repeat("i", 150) + "a",
+			[]footprint{{network: strings.Repeat("n", 100), id: strings.Repeat("i", 150) + "b", ip: "198.18.0.3"},
+				{network: strings.Repeat("n", 100), id: strings.Repeat("i", 150) + "aa", ip: "198.18.0.4"}}},
+	}
+	for _, tc := range cases {
+		eachListingMode(t, func(t *testing.T, whole bool) {
+			t.Run(tc.name, func(t *testing.T) { testOwnership(t, whole, tc.network, tc.target, tc.others) })
+		})
+	}
+}
+
+func testOwnership(t *testing.T, whole bool, network, target string, others []footprint) {
+	cf := newCleanupFixture(t, network, whole)
+	for _, o := range others {
+		cf.leak(t, o)
+	}
+	before := cf.state()
+	cf.leak(t, footprint{network: network, id: target, ip: "198.18.0.2"})
+	if err := cf.teardown(t, target); err != nil {
+		t.Fatal(err)
+	}
+	if after := cf.state(); after != before {
+		t.Fatalf("want exactly the others' rules left\nwant:\n%s\ngot:\n%s", before, after)
+	}
+}
+
+func TestTeardownKeepsFirewallRulesOfAnAddressHandedToANewWorkload(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	old := footprint{network: "nomad", id: "old", ip: "198.18.0.2"}
+	cf.v4.Load("nat", old.nat()) // the old attachment's masquerade rule proves it held .2 ...
+	cf.reserve(t, "198.18.0.2", "new")
+	cf.v4.Load("filter", old.filter()) // ... but the new one holds .2 now, with identical firewall rules
+	if err := cf.teardown(t, "old"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(cf.v4.Rules("filter", "CNI-FORWARD")); n != 3 {
+		t.Fatalf("CNI-FORWARD has %d rules, want the admin jump and the new workload's 2", n)
+	}
+	if cf.v4.HasChain("nat", chain("CNI-", "nomad", "old")) {
+		t.Fatal("the old attachment's masquerade chain is still there")
+	}
+}
+
+func TestTeardownWithoutProofOfTheAddressLeavesFirewallRulesAlone(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	cf.v4.Load("filter", footprint{network: "nomad", id: "x", ip: "198.18.0.9"}.filter())
+	before := cf.state()
+	if err := cf.teardown(t, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if cf.state() != before {
+		t.Fatal("firewall rules were deleted although nothing proved the attachment held the address")
+	}
+}
+
+func TestTeardownIsIdempotentAndQuietWhenNothingIsLeft(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	cf.leak(t, footprint{network: "nomad", id: "a", ip: "198.18.0.2"})
+	for i := 0; i < 2; i++ {
+		if err := cf.teardown(t, "a"); err != nil {
+			t.Fatalf("teardown %d: %v", i+1, err)
+		}
+	}
+	if n := cf.v4.Count("Delete") + cf.v4.Count("ClearAndDeleteChain"); n != 4+2 {
+		t.Fatalf("%d deletions, want 4 rules and 2 chains, all in the first teardown", n)
+	}
+	if err := cf.teardown(t, "never-set-up"); err != nil {
+		t.Fatalf("teardown of what was never set up: %v", err)
+	}
+}
+
+func TestTeardownListsEachChainOnce(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	cf.leak(t, footprint{network: "nomad", id: "a", ip: "198.18.0.2"})
+	cf.leak(t, footprint{network: "nomad", id: "b", ip: "198.18.0.3"})
+	if err := cf.teardown(t, "a"); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, c := range cf.v4.Calls() {
+		if strings.HasPrefix(c, "List ") {
+			seen[c]++
+		}
+	}
+	for call, n := range seen {
+		if n > 1 {
+			t.Errorf("%s ran %d times", call, n)
+		}
+	}
+	if len(seen) == 0 {
+		t.Fatal("nothing was listed")
+	}
+}
+
+func TestTeardownRunsEveryStepAndReportsEachFailure(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	cf.leak(t, footprint{network: "nomad", id: "a", ip: "198.18.0.2"})
+	cf.v4.FailDelete["nat/POSTROUTING"] = errors.New("iptables: Resource temporarily unavailable (exit status 4)")
+	cf.v4.FailList["nat/CNI-HOSTPORT-DNAT"] = errors.New("iptables: lock held (exit status 4)")
+	err := cf.teardown(t, "a")
+	if !errors.Is(err, cninet.ErrCleanupFailed) {
+		t.Fatalf("err = %v, want ErrCleanupFailed", err)
+	}
+	for _, s := range []string{"POSTROUTING", "CNI-HOSTPORT-DNAT"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error does not mention %s: %v", s, err)
+		}
+	}
+	if r := cf.reservations(t); len(r) != 1 {
+		t.Errorf("reservation not removed: %v", r)
+	}
+	if len(cf.v4.Rules("filter", "CNI-FORWARD")) != 1 {
+		t.Error("firewall rules not removed")
+	}
+}
+
+func TestTeardownWithoutIPTablesStillRunsDELAndSaysIPTablesIsMissing(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	cf.reserve(t, "198.18.0.2", "a")
+	c, err := cninet.New(cninet.Config{ConfList: cf.c.ConfList(), CNI: cf.cni, IPTables: func(bool) (cninet.IPTables, error) {
+		return nil, errors.New(`exec: "iptables": executable file not found in $PATH`)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Teardown(context.Background(), &cninet.Allocation{ID: "a"}, "")
+	if !errors.Is(err, cninet.ErrIPTablesMissing) {
+		t.Fatalf("err = %v, want ErrIPTablesMissing", err)
+	}
+	if got := attachVerbs(cf.cni); got != "Remove" {
+		t.Fatalf("calls = %q, want the DEL", got)
+	}
+	if r := cf.reservations(t); len(r) != 1 {
+		t.Fatalf("reservation not removed: %v", r)
+	}
+}

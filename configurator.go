@@ -1,0 +1,464 @@
+package cninet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	cni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Config configures a Configurator. The zero value of each field selects
+// the documented default; ConfList or ConfDir+NetworkName must say which
+// network to use.
+type Config struct {
+	// Logger receives one line per Setup attempt and a warning for every
+	// leaked item Teardown had to remove. nil: a null logger.
+	Logger hclog.Logger
+	// PluginDirs are searched for plugin binaries. nil:
+	// filepath.SplitList($CNI_PATH), else /opt/cni/bin.
+	PluginDirs []string
+	// InterfacePrefix names the workload's interface (prefix + "0"). "": "eth".
+	InterfacePrefix string
+	// ConfDir and NetworkName select the conflist to load (LoadConfList) ...
+	ConfDir, NetworkName string
+	// ... unless ConfList is set: these conflist bytes win over ConfDir.
+	ConfList []byte
+	// IgnorePortMappingHostIP drops Port.HostIP from the port mappings.
+	IgnorePortMappingHostIP bool
+	// Retry says how Setup retries; the zero value is DefaultRetryPolicy.
+	Retry RetryPolicy
+	// IPTables opens iptables (ipv6 false) or ip6tables (ipv6 true) for
+	// cleanup. nil: github.com/coreos/go-iptables.
+	IPTables func(ipv6 bool) (IPTables, error)
+	// CNI drives the plugins. nil: go-cni built from PluginDirs and
+	// InterfacePrefix. Tests inject fakes here.
+	CNI cni.CNI
+	// Watch reloads the conflist when ConfDir changes (ConfDir only).
+	Watch bool
+}
+
+// Configurator attaches workloads' network namespaces to one CNI network
+// and detaches them without leaks. It is safe for concurrent use: calls for
+// the same allocation ID are serialised, calls for different IDs run in
+// parallel.
+type Configurator struct {
+	logger       hclog.Logger
+	cni          cni.CNI
+	pluginDirs   []string
+	ifName       string
+	confDir      string
+	networkName  string
+	ignoreHostIP bool
+	retry        RetryPolicy
+	tables       *tableCache
+	cacheDir     string
+	locks        keyedMutex
+	gate         sync.RWMutex // shared by every call; GC takes it alone while CNI GC runs
+	gc           gcGuard
+
+	mu       sync.RWMutex // guards conf and loaded
+	conf     loadedConf
+	loaded   bool
+	watcher  *watcher
+	closed   bool
+	closeErr error
+}
+
+// loadedConf is one parsed conflist.
+type loadedConf struct {
+	bytes []byte
+	list  *libcni.NetworkConfigList
+	info  networkInfo
+}
+
+const defaultPluginDir = "/opt/cni/bin"
+
+// New validates cfg and returns a Configurator. The conflist is read and
+// validated now (an unknown network is ErrNetworkNotFound, a malformed one
+// ErrInvalidConfig) but handed to go-cni only on first use.
+func New(cfg Config) (*Configurator, error) {
+	if err := cfg.Retry.validate(); err != nil {
+		return nil, err
+	}
+	c := &Configurator{
+		logger:       cfg.Logger,
+		pluginDirs:   cfg.PluginDirs,
+		ifName:       cfg.InterfacePrefix,
+		confDir:      cfg.ConfDir,
+		networkName:  cfg.NetworkName,
+		ignoreHostIP: cfg.IgnorePortMappingHostIP,
+		retry:        cfg.Retry.withDefaults(),
+		tables:       &tableCache{open: cfg.IPTables},
+		cacheDir:     libcniCacheDir,
+	}
+	c.applyDefaults()
+	conf, err := c.readConf(cfg.ConfList)
+	if err != nil {
+		return nil, err
+	}
+	c.conf = conf
+	if c.cni = cfg.CNI; c.cni == nil {
+		if c.cni, err = cni.New(cni.WithPluginDir(c.pluginDirs), cni.WithInterfacePrefix(c.ifName)); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		}
+	}
+	if cfg.Watch {
+		if len(cfg.ConfList) > 0 || c.confDir == "" {
+			return nil, fmt.Errorf("%w: Watch needs ConfDir and no ConfList", ErrInvalidConfig)
+		}
+		if c.watcher, err = startWatcher(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *Configurator) applyDefaults() {
+	if c.logger == nil {
+		c.logger = hclog.NewNullLogger()
+	}
+	if c.pluginDirs == nil {
+		if env := os.Getenv("CNI_PATH"); env != "" {
+			c.pluginDirs = filepath.SplitList(env)
+		} else {
+			c.pluginDirs = []string{defaultPluginDir}
+		}
+	}
+	if c.ifName == "" {
+		c.ifName = cni.DefaultPrefix
+	}
+	c.ifName += "0" // go-cni names the first network's interface prefix+"0"
+	if c.tables.open == nil {
+		c.tables.open = newIPTables
+	}
+}
+
+// readConf parses explicit conflist bytes, else loads c.networkName from
+// c.confDir.
+func (c *Configurator) readConf(explicit []byte) (loadedConf, error) {
+	raw := explicit
+	if len(raw) == 0 {
+		if c.confDir == "" || c.networkName == "" {
+			return loadedConf{}, fmt.Errorf("%w: set ConfList, or ConfDir and NetworkName", ErrInvalidConfig)
+		}
+		var skipped []error
+		var err error
+		raw, skipped, err = findConfList(c.confDir, c.networkName)
+		for _, s := range skipped {
+			c.logger.Warn("skipped unreadable CNI config file", "error", s)
+		}
+		if err != nil {
+			return loadedConf{}, err
+		}
+	}
+	list, err := parseConfList(raw)
+	if err != nil {
+		return loadedConf{}, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	if c.networkName != "" && len(explicit) > 0 && list.Name != c.networkName {
+		return loadedConf{}, fmt.Errorf("%w: ConfList names network %q but NetworkName is %q", ErrInvalidConfig, list.Name, c.networkName)
+	}
+	return loadedConf{bytes: raw, list: list, info: newNetworkInfo(list)}, nil
+}
+
+// current returns the conflist in use and makes sure go-cni has it: go-cni
+// starts empty, and says so with ErrCNINotInitialized.
+func (c *Configurator) current() (loadedConf, error) {
+	c.mu.RLock()
+	conf, loaded, closed := c.conf, c.loaded, c.closed
+	c.mu.RUnlock()
+	if closed {
+		return loadedConf{}, ErrClosed
+	}
+	if loaded {
+		return conf, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loaded {
+		return c.conf, nil
+	}
+	if err := c.cni.Status(); err != nil && !cni.IsCNINotInitialized(err) {
+		return loadedConf{}, err
+	} else if err != nil {
+		if err := c.cni.Load(cni.WithConfListBytes(c.conf.bytes)); err != nil {
+			return loadedConf{}, fmt.Errorf("%w: loading conflist %q: %v", ErrInvalidConfig, c.conf.list.Name, err)
+		}
+	}
+	c.loaded = true
+	return c.conf, nil
+}
+
+// Setup attaches the network namespace at netns to the network and returns
+// the workload's address. A failed ADD is retried per the RetryPolicy with
+// a DEL in between (host-local refuses a second ADD for the same id); after
+// the last failure, or when ctx is done, or when the result has no usable
+// address, the attachment is torn down again before Setup returns, so a
+// failed Setup leaves nothing behind.
+func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (*NetworkStatus, error) {
+	att, err := newAttachment(alloc, c.ignoreHostIP)
+	if err != nil {
+		return nil, err
+	}
+	if netns == "" {
+		return nil, fmt.Errorf("%w: empty path for allocation %s", ErrInvalidNetNS, att.id)
+	}
+	defer c.enter(att.id)()
+	conf, err := c.current()
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.addWithRetry(ctx, att, netns)
+	if err != nil {
+		c.rollback(att, netns, conf)
+		return nil, err
+	}
+	status, err := StatusFromResult(res)
+	if err != nil {
+		c.rollback(att, netns, conf)
+		return nil, fmt.Errorf("setup of allocation %s: %w", att.id, err)
+	}
+	return status, nil
+}
+
+// addWithRetry runs ADD until it succeeds, fails permanently, runs out of
+// attempts, or ctx is done.
+func (c *Configurator) addWithRetry(ctx context.Context, att attachment, netns string) (*cni.Result, error) {
+	opts := att.opts()
+	var first error
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		res, err := c.cni.Setup(ctx, att.id, netns, opts...)
+		if err == nil {
+			c.logger.Debug("network attached", "alloc_id", att.id, "attempt", attempt, "duration", time.Since(start))
+			return res, nil
+		}
+		c.logger.Warn("failed to attach network", "alloc_id", att.id, "attempt", attempt, "error", err, "duration", time.Since(start))
+		if first == nil {
+			first = err
+		}
+		if attempt >= c.retry.Attempts || isPermanent(err) || ctx.Err() != nil {
+			return nil, setupError(att.id, attempt, first, err, ctx.Err())
+		}
+		// Without this DEL the retry cannot succeed: host-local already
+		// reserved an address for this id and refuses a second ADD.
+		if rerr := c.cni.Remove(ctx, att.id, netns, opts...); rerr != nil {
+			c.logger.Debug("DEL between attempts failed", "alloc_id", att.id, "attempt", attempt, "error", rerr)
+		}
+		if werr := c.retry.wait(ctx, attempt); werr != nil {
+			return nil, setupError(att.id, attempt, first, err, werr)
+		}
+	}
+}
+
+func setupError(id string, attempts int, first, last, ctxErr error) error {
+	what := fmt.Sprintf("%d attempt(s)", attempts)
+	if ctxErr != nil {
+		what += " (" + ctxErr.Error() + ")"
+	}
+	if attempts == 1 || first == last {
+		return fmt.Errorf("%w: allocation %s after %s: %w", ErrSetupFailed, id, what, errors.Join(last, ctxErr))
+	}
+	return fmt.Errorf("%w: allocation %s after %s: first error: %v; last error: %w",
+		ErrSetupFailed, id, what, first, errors.Join(last, ctxErr))
+}
+
+// isPermanent reports errors that no retry can fix: a missing plugin, an
+// invalid config, or a CNI error code the spec reserves for those.
+func isPermanent(err error) bool {
+	if cni.IsInvalidConfig(err) || errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrPluginMissing) {
+		return true
+	}
+	var cniErr *types.Error
+	if errors.As(err, &cniErr) {
+		switch cniErr.Code {
+		case types.ErrIncompatibleCNIVersion, types.ErrUnsupportedField, types.ErrInvalidEnvironmentVariables,
+			types.ErrDecodingFailure, types.ErrInvalidNetworkConfig:
+			return true
+		}
+	}
+	return strings.Contains(err.Error(), "failed to find plugin")
+}
+
+// rollback removes a half-built attachment. It runs on its own deadline:
+// the caller's context may be the very reason Setup failed.
+func (c *Configurator) rollback(att attachment, netns string, conf loadedConf) {
+	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+	defer cancel()
+	if err := c.detach(ctx, att, netns, conf); err != nil {
+		c.logger.Error("rollback of failed setup incomplete", "alloc_id", att.id, "error", err)
+	}
+}
+
+const rollbackTimeout = 30 * time.Second
+
+// Teardown detaches the namespace and removes whatever the plugins left
+// for this allocation: DEL with the same port mappings and args as Setup,
+// then, whatever DEL returned, the force cleanup of DESIGN.md (iptables and
+// ip6tables rules and chains, IPAM reservations, the cached result). It is
+// idempotent: tearing down twice, or tearing down what was never set up,
+// returns nil. netns may be empty or already deleted.
+func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) error {
+	att, err := newAttachment(alloc, c.ignoreHostIP)
+	if err != nil {
+		return err
+	}
+	defer c.enter(att.id)()
+	conf, err := c.current()
+	if err != nil && !errors.Is(err, ErrClosed) {
+		return err
+	}
+	return c.detach(ctx, att, netns, conf)
+}
+
+// detach is DEL plus force cleanup. A failed DEL is only logged when the
+// cleanup then removed everything: what matters is that nothing is left.
+func (c *Configurator) detach(ctx context.Context, att attachment, netns string, conf loadedConf) error {
+	start := time.Now()
+	removeErr := c.cni.Remove(ctx, att.id, netns, att.opts()...)
+	cl := c.newCleaner(conf)
+	cleanErr := cl.cleanOne(att.id)
+	if len(cl.removed) > 0 {
+		items := make([]string, len(cl.removed))
+		for i, it := range cl.removed {
+			items[i] = it.Detail
+		}
+		c.logger.Warn("removed state the CNI plugins left behind", "alloc_id", att.id,
+			"network", conf.info.name, "del_error", removeErr, "items", items)
+	}
+	c.logger.Debug("network detached", "alloc_id", att.id, "duration", time.Since(start))
+	if cleanErr != nil {
+		if removeErr != nil {
+			return fmt.Errorf("teardown of allocation %s: DEL: %v; %w", att.id, removeErr, cleanErr)
+		}
+		return fmt.Errorf("teardown of allocation %s: %w", att.id, cleanErr)
+	}
+	if removeErr != nil {
+		c.logger.Warn("CNI DEL failed; force cleanup removed what was left", "alloc_id", att.id, "error", removeErr)
+	}
+	return nil
+}
+
+func (c *Configurator) newCleaner(conf loadedConf) *cleaner {
+	return &cleaner{info: conf.info, ifName: c.ifName, cacheDir: c.cacheDir, tables: c.tables.get}
+}
+
+// enter serialises calls for one allocation and lets a running GC know
+// the allocation is busy.
+func (c *Configurator) enter(id string) (leave func()) {
+	c.gate.RLock()
+	unlock := c.locks.lock(id)
+	c.gc.note(id)
+	return func() {
+		unlock()
+		c.gate.RUnlock()
+	}
+}
+
+// Check runs CNI CHECK on an existing attachment, for a runner that
+// restarted and found a workload running. An unhealthy attachment is an
+// ErrCheckFailed error wrapping the plugin's: rebuild the namespace.
+func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns string) error {
+	att, err := newAttachment(alloc, c.ignoreHostIP)
+	if err != nil {
+		return err
+	}
+	if netns == "" {
+		return fmt.Errorf("%w: empty path for allocation %s", ErrInvalidNetNS, att.id)
+	}
+	defer c.enter(att.id)()
+	conf, err := c.current()
+	if err != nil {
+		return err
+	}
+	if conf.info.disableCheck {
+		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, conf.info.name)
+	}
+	if err := c.cni.Check(ctx, att.id, netns, att.opts()...); err != nil {
+		return fmt.Errorf("%w: allocation %s: %w", ErrCheckFailed, att.id, err)
+	}
+	return nil
+}
+
+// NetworkName returns the name of the CNI network in use.
+func (c *Configurator) NetworkName() string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.conf.info.name
+}
+
+// ConfList returns a copy of the conflist bytes in use.
+func (c *Configurator) ConfList() []byte {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return append([]byte(nil), c.conf.bytes...)
+}
+
+// keyedMutex serialises work per key without a global lock.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedEntry{}
+	}
+	e := k.locks[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.locks[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// tableCache opens iptables and ip6tables once each; a failed open (say,
+// ip6tables missing) is retried on the next use.
+type tableCache struct {
+	open   func(ipv6 bool) (IPTables, error)
+	mu     sync.Mutex
+	tables [2]IPTables
+}
+
+func (t *tableCache) get(ipv6 bool) (IPTables, error) {
+	i := 0
+	if ipv6 {
+		i = 1
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tables[i] != nil {
+		return t.tables[i], nil
+	}
+	ipt, err := t.open(ipv6)
+	if err != nil {
+		return nil, err
+	}
+	t.tables[i] = ipt
+	return ipt, nil
+}

@@ -1,0 +1,96 @@
+package cninet_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+
+	cni "github.com/containerd/go-cni"
+	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet"
+)
+
+// An allocation runner builds one Configurator per network at start-up.
+func ExampleNew() {
+	c, err := cninet.New(cninet.Config{
+		Logger:      hclog.Default().Named("cni"),
+		ConfDir:     "/opt/cni/config",
+		NetworkName: "nomad",
+		PluginDirs:  []string{"/opt/cni/bin"},
+	})
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, cninet.ErrNetworkNotFound) when the conflist is missing
+	}
+	defer c.Close()
+}
+
+// Setup when the workload starts, Teardown (with the same allocation) when
+// it stops.
+func ExampleConfigurator_Setup() {
+	conf, _ := cninet.BridgeConfList(cninet.DefaultBridgeConfig())
+	c, err := cninet.New(cninet.Config{ConfList: conf})
+	if err != nil {
+		log.Fatal(err)
+	}
+	alloc := &cninet.Allocation{
+		ID:    "6b235529-8111-4bbe-520b-d639b1d2a94e",
+		Ports: []cninet.Port{{Label: "http", Value: 28080, To: 8080}},
+		Args:  map[string]string{"NOMAD_ALLOC_ID": "6b235529-8111-4bbe-520b-d639b1d2a94e"},
+	}
+	ctx := context.Background()
+	status, err := c.Setup(ctx, alloc, "/var/run/netns/6b235529")
+	if err != nil {
+		log.Fatal(err) // nothing is left behind: Setup rolled back
+	}
+	fmt.Println("workload address:", status.Address)
+	if err := c.Teardown(ctx, alloc, "/var/run/netns/6b235529"); err != nil {
+		log.Print(err) // errors.Is(err, cninet.ErrCleanupFailed): something could not be removed
+	}
+}
+
+// GC after a restart: everything of this network that no live allocation
+// owns is removed.
+func ExampleConfigurator_GC() {
+	conf, _ := cninet.BridgeConfList(cninet.DefaultBridgeConfig())
+	c, err := cninet.New(cninet.Config{ConfList: conf})
+	if err != nil {
+		log.Fatal(err)
+	}
+	report, err := c.GC(context.Background(), []string{"6b235529-8111-4bbe-520b-d639b1d2a94e"})
+	if err != nil {
+		log.Print(err)
+	}
+	fmt.Println("collected:", report.IDs())
+}
+
+func ExamplePortMappings() {
+	alloc := &cninet.Allocation{ID: "web", Ports: []cninet.Port{{Label: "http", Value: 28080, To: 8080}}}
+	mappings, _ := cninet.PortMappings(alloc, false)
+	for _, m := range mappings {
+		fmt.Printf("%d -> %d/%s\n", m.HostPort, m.ContainerPort, m.Protocol)
+	}
+	// Output:
+	// 28080 -> 8080/tcp
+	// 28080 -> 8080/udp
+}
+
+func ExampleStatusFromResult() {
+	res := &cni.Result{Interfaces: map[string]*cni.Config{
+		"nomad":  {IPConfigs: []*cni.IPConfig{{IP: net.ParseIP("198.18.0.1")}}},
+		"eth0":   {Sandbox: "/var/run/netns/web", IPConfigs: []*cni.IPConfig{{IP: net.ParseIP("fd00:198:18::2")}, {IP: net.ParseIP("198.18.0.2")}}},
+		"veth01": {},
+	}}
+	st, _ := cninet.StatusFromResult(res)
+	fmt.Println(st.InterfaceName, st.Address, st.AddressIPv6)
+	// Output: eth0 198.18.0.2 fd00:198:18::2
+}
+
+func ExampleBridgeConfList() {
+	cfg := cninet.DefaultBridgeConfig()
+	cfg.IPv4Subnet = "198.18.0.0/24"
+	cfg.BridgeName = "this-name-is-too-long"
+	_, err := cninet.BridgeConfList(cfg)
+	fmt.Println(err)
+	// Output: invalid configuration: bridge name "this-name-is-too-long": want at most 15 bytes matching ^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$
+}

@@ -1,0 +1,114 @@
+package cninet_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/fakeipt"
+)
+
+func TestGCRemovesEveryDeadAttachmentAndNothingLive(t *testing.T) {
+	eachListingMode(t, func(t *testing.T, whole bool) {
+		cf := newCleanupFixture(t, "nomad", whole)
+		cf.leak(t, footprint{network: "nomad", id: "live-1", ip: "198.18.0.10"})
+		cf.leak(t, footprint{network: "nomad", id: "live-1", ip: "fd00:198:18::10", v6: true})
+		cf.leak(t, footprint{network: "other", id: "dead-x", ip: "198.18.5.5"}) // another network's: not ours to judge
+		before := cf.state()
+		for i := 1; i <= 3; i++ {
+			cf.leak(t, footprint{network: "nomad", id: fmt.Sprintf("dead-%d", i), ip: fmt.Sprintf("198.18.0.%d", 20+i)})
+			cf.leak(t, footprint{network: "nomad", id: fmt.Sprintf("dead-%d", i), ip: fmt.Sprintf("fd00:198:18::%d", 20+i), v6: true})
+		}
+		report, err := cf.c.GC(context.Background(), []string{"live-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after := cf.state(); after != before {
+			t.Fatalf("want only the live attachment's state left\nwant:\n%s\ngot:\n%s", before, after)
+		}
+		if got := strings.Join(report.IDs(), ","); got != "dead-1,dead-2,dead-3" {
+			t.Errorf("report IDs = %s", got)
+		}
+		// Per dead id and family: 2 jumps + 2 firewall rules, 2 chains; 2 reservations.
+		if r, c, v := report.Count(cninet.GCRule), report.Count(cninet.GCChain), report.Count(cninet.GCReservation); r != 3*2*4 || c != 3*2*2 || v != 3*2 {
+			t.Errorf("report counts rules %d chains %d reservations %d, want 24, 12, 6", r, c, v)
+		}
+		if names := cf.reservations(t); len(names) != 3 { // lock + live-1's two
+			t.Errorf("reservations left: %v", names)
+		}
+	})
+}
+
+func TestGCBatchesDeletionsPerTableAndFamily(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad", true)
+	for i := 0; i < 50; i++ {
+		cf.leak(t, footprint{network: "nomad", id: fmt.Sprintf("dead-%d", i), ip: fmt.Sprintf("198.18.0.%d", 10+i)})
+		cf.leak(t, footprint{network: "nomad", id: fmt.Sprintf("dead-%d", i), ip: fmt.Sprintf("fd00:198:18::%x", 10+i), v6: true})
+	}
+	if _, err := cf.c.GC(context.Background(), []string{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ipt := range []*fakeipt.IPTables{cf.v4, cf.v6} {
+		if n := len(ipt.Calls()); n > 4 {
+			t.Errorf("%d iptables calls for 50 dead attachments, want at most 2 listings and 2 restores: %v", n, ipt.Calls())
+		}
+		if n := len(ipt.Rules("nat", "POSTROUTING")); n != 1 {
+			t.Errorf("POSTROUTING still has %d rules", n)
+		}
+	}
+}
+
+func TestGCFallsBackToSingleDeletesWhenTheBatchIsRefused(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	cf.leak(t, footprint{network: "nomad", id: "dead", ip: "198.18.0.2"})
+	before := cf.v4.Save("nat")
+	batch := &fakeipt.Batching{IPTables: cf.v4, FailRestore: errors.New("iptables-restore: line 3 failed")}
+	c, err := cninet.New(cninet.Config{ConfList: cf.c.ConfList(), CNI: cf.cni, IPTables: func(v6 bool) (cninet.IPTables, error) {
+		if v6 {
+			return cf.v6, nil
+		}
+		return batch, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GC(context.Background(), []string{}); err != nil {
+		t.Fatal(err)
+	}
+	if cf.v4.Count("RestoreNoFlush") == 0 || cf.v4.Count("Delete") == 0 {
+		t.Fatalf("calls %v: want a refused batch, then single deletes", cf.v4.Calls())
+	}
+	if cf.v4.Save("nat") == before || len(cf.v4.Rules("nat", "POSTROUTING")) != 1 {
+		t.Fatalf("dead attachment's rules still there:\n%s", cf.v4.Save("nat"))
+	}
+}
+
+func TestGCRefusesANilLiveSet(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	cf.leak(t, footprint{network: "nomad", id: "a", ip: "198.18.0.2"})
+	before := cf.state()
+	if _, err := cf.c.GC(context.Background(), nil); !errors.Is(err, cninet.ErrInvalidArgument) {
+		t.Fatalf("err = %v, want ErrInvalidArgument", err)
+	}
+	if cf.state() != before {
+		t.Fatal("a refused GC changed iptables")
+	}
+}
+
+func TestGCHonoursDisableGC(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	cf.leak(t, footprint{network: "nomad", id: "a", ip: "198.18.0.2"})
+	before := cf.state()
+	conf := strings.Replace(string(cf.c.ConfList()), `"name": "nomad",`, `"name": "nomad", "disableGC": true,`, 1)
+	c, err := cninet.New(cninet.Config{ConfList: []byte(conf), CNI: cf.cni, IPTables: func(v6 bool) (cninet.IPTables, error) { return cf.v4, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := c.GC(context.Background(), []string{})
+	if err != nil || len(report.Removed) != 0 || cf.state() != before {
+		t.Fatalf("GC with disableGC: report %+v, err %v, state changed %v", report, err, cf.state() != before)
+	}
+}

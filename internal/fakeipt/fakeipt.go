@@ -1,0 +1,297 @@
+// Package fakeipt is an in-memory iptables for tests. It holds rules as
+// `iptables -S` prints them, answers List, Delete and ClearAndDeleteChain
+// the way the real command does (including refusing to delete a chain that
+// is still jumped to), records every call, and can be told to fail.
+package fakeipt
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Error mimics go-iptables' error: IsNotExist says whether the chain or
+// rule was missing.
+type Error struct {
+	Msg      string
+	NotExist bool
+}
+
+func (e *Error) Error() string    { return e.Msg }
+func (e *Error) IsNotExist() bool { return e.NotExist }
+
+var builtin = map[string][]string{
+	"nat":    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
+	"filter": {"INPUT", "FORWARD", "OUTPUT"},
+}
+
+// IPTables is one family's tables. Create it with New.
+type IPTables struct {
+	mu     sync.Mutex
+	tables map[string]map[string][]string // table -> chain -> "-A ..." lines
+	calls  []string
+
+	// FailList and FailDelete make List, or Delete and ClearAndDeleteChain,
+	// of the named "table/chain" fail with the given error.
+	FailList, FailDelete map[string]error
+}
+
+// New returns tables holding only the built-in chains.
+func New() *IPTables {
+	t := &IPTables{tables: map[string]map[string][]string{},
+		FailList: map[string]error{}, FailDelete: map[string]error{}}
+	for table, chains := range builtin {
+		t.tables[table] = map[string][]string{}
+		for _, c := range chains {
+			t.tables[table][c] = nil
+		}
+	}
+	return t
+}
+
+// Load adds the lines of an `iptables -t table -S` listing: -N lines create
+// chains, -A lines append rules, anything else is ignored.
+func (t *IPTables) Load(table, listing string) *IPTables {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tables[table] == nil {
+		t.tables[table] = map[string][]string{}
+	}
+	for _, line := range strings.Split(listing, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "-N":
+			if _, ok := t.tables[table][f[1]]; !ok {
+				t.tables[table][f[1]] = nil
+			}
+		case "-A":
+			t.tables[table][f[1]] = append(t.tables[table][f[1]], strings.TrimSpace(line))
+		}
+	}
+	return t
+}
+
+// Save returns the table as `iptables -t table -S` prints it, chains sorted.
+func (t *IPTables) Save(table string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var b strings.Builder
+	for _, c := range t.chainNames(table) {
+		b.WriteString(header(table, c) + "\n")
+	}
+	for _, c := range t.chainNames(table) {
+		for _, r := range t.tables[table][c] {
+			b.WriteString(r + "\n")
+		}
+	}
+	return b.String()
+}
+
+func (t *IPTables) chainNames(table string) []string {
+	var names []string
+	for c := range t.tables[table] {
+		names = append(names, c)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func header(table, chain string) string {
+	for _, b := range builtin[table] {
+		if b == chain {
+			return "-P " + chain + " ACCEPT"
+		}
+	}
+	return "-N " + chain
+}
+
+// Calls returns every call received, like "List nat POSTROUTING".
+func (t *IPTables) Calls() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.calls...)
+}
+
+// Count returns how many received calls start with prefix.
+func (t *IPTables) Count(prefix string) int {
+	n := 0
+	for _, c := range t.Calls() {
+		if strings.HasPrefix(c, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// Rules returns the rules of a chain, nil if it does not exist.
+func (t *IPTables) Rules(table, chain string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.tables[table][chain]...)
+}
+
+// HasChain reports whether a chain exists.
+func (t *IPTables) HasChain(table, chain string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.tables[table][chain]
+	return ok
+}
+
+func notExist(table, chain string) error {
+	return &Error{Msg: fmt.Sprintf("running [iptables -t %s -S %s]: exit status 1: iptables: No chain/target/match by that name.", table, chain), NotExist: true}
+}
+
+// List implements cninet.IPTables.
+func (t *IPTables) List(table, chain string) ([]string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.calls = append(t.calls, "List "+table+" "+chain)
+	if err := t.FailList[table+"/"+chain]; err != nil {
+		return nil, err
+	}
+	rules, ok := t.tables[table][chain]
+	if !ok {
+		return nil, notExist(table, chain)
+	}
+	return append([]string{header(table, chain)}, rules...), nil
+}
+
+// Delete implements cninet.IPTables: the rule must match a listed one
+// exactly, as iptables -D requires.
+func (t *IPTables) Delete(table, chain string, spec ...string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.calls = append(t.calls, "Delete "+table+" "+chain+" "+strings.Join(spec, " "))
+	if err := t.FailDelete[table+"/"+chain]; err != nil {
+		return err
+	}
+	want := "-A " + chain + " " + Format(spec)
+	rules := t.tables[table][chain]
+	for i, r := range rules {
+		if r == want {
+			t.tables[table][chain] = append(rules[:i:i], rules[i+1:]...)
+			return nil
+		}
+	}
+	return &Error{Msg: fmt.Sprintf("running [iptables -t %s -D %s ...]: exit status 1: iptables: Bad rule (does a matching rule exist in that chain?).", table, chain), NotExist: true}
+}
+
+// ClearAndDeleteChain implements cninet.IPTables. Like iptables it refuses
+// to delete a chain that a rule still jumps to.
+func (t *IPTables) ClearAndDeleteChain(table, chain string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.calls = append(t.calls, "ClearAndDeleteChain "+table+" "+chain)
+	if err := t.FailDelete[table+"/"+chain]; err != nil {
+		return err
+	}
+	if _, ok := t.tables[table][chain]; !ok {
+		return nil
+	}
+	for c, rules := range t.tables[table] {
+		for _, r := range rules {
+			if strings.HasSuffix(r, " -j "+chain) || strings.Contains(r, " -j "+chain+" ") {
+				return &Error{Msg: fmt.Sprintf("iptables: Too many links: chain %s is referenced from %s", chain, c)}
+			}
+		}
+	}
+	delete(t.tables[table], chain)
+	return nil
+}
+
+var plain = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// Format renders a rule specification as iptables -S does: the comment
+// value is quoted (with ", \ and ' escaped) unless it is plain; the other
+// values are printed as they are.
+func Format(spec []string) string {
+	out := make([]string, len(spec))
+	for i, s := range spec {
+		if i > 0 && spec[i-1] == "--comment" && !plain.MatchString(s) {
+			s = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, `'`, `\'`).Replace(s) + `"`
+		}
+		out[i] = s
+	}
+	return strings.Join(out, " ")
+}
+
+// Batching adds the optional TableLister and Restorer extensions to an
+// IPTables, like the host's iptables-save/-restore.
+type Batching struct {
+	*IPTables
+	// FailRestore, when set, makes every RestoreNoFlush fail unapplied.
+	FailRestore error
+}
+
+// ListTable implements cninet.TableLister.
+func (b *Batching) ListTable(table string) ([]string, error) {
+	b.mu.Lock()
+	b.calls = append(b.calls, "ListTable "+table)
+	b.mu.Unlock()
+	return strings.Split(strings.TrimRight(b.Save(table), "\n"), "\n"), nil
+}
+
+// RestoreNoFlush implements cninet.Restorer: -D, -F and -X lines, applied
+// all or nothing.
+func (b *Batching) RestoreNoFlush(table string, lines []string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls = append(b.calls, fmt.Sprintf("RestoreNoFlush %s %d", table, len(lines)))
+	if b.FailRestore != nil {
+		return b.FailRestore
+	}
+	work := map[string][]string{}
+	for c, rules := range b.tables[table] {
+		work[c] = append([]string(nil), rules...)
+	}
+	for _, line := range lines {
+		if err := applyRestoreLine(work, line); err != nil {
+			return fmt.Errorf("iptables-restore: line %q: %w", line, err)
+		}
+	}
+	b.tables[table] = work
+	return nil
+}
+
+func applyRestoreLine(work map[string][]string, line string) error {
+	f := strings.Fields(line)
+	if len(f) < 2 {
+		return fmt.Errorf("short line")
+	}
+	chain := f[1]
+	rules, ok := work[chain]
+	if !ok {
+		return &Error{Msg: "No chain/target/match by that name.", NotExist: true}
+	}
+	switch f[0] {
+	case "-D":
+		want := "-A" + strings.TrimPrefix(line, "-D")
+		for i, r := range rules {
+			if r == want {
+				work[chain] = append(rules[:i:i], rules[i+1:]...)
+				return nil
+			}
+		}
+		return &Error{Msg: "Bad rule (does a matching rule exist in that chain?).", NotExist: true}
+	case "-F":
+		work[chain] = nil
+	case "-X":
+		for _, rs := range work {
+			for _, r := range rs {
+				if strings.HasSuffix(r, " -j "+chain) || strings.Contains(r, " -j "+chain+" ") {
+					return fmt.Errorf("chain %s is still referenced", chain)
+				}
+			}
+		}
+		delete(work, chain)
+	default:
+		return fmt.Errorf("unsupported command %s", f[0])
+	}
+	return nil
+}

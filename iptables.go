@@ -1,0 +1,79 @@
+package cninet
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+
+	"github.com/coreos/go-iptables/iptables"
+)
+
+// TableLister is an optional extension of IPTables: list a whole table in
+// one command (`iptables -t table -S`). Cleanup and GC use it when the
+// IPTables implements it, starting one process per table instead of one
+// per chain.
+type TableLister interface {
+	ListTable(table string) ([]string, error)
+}
+
+// Restorer is an optional extension of IPTables: apply many changes to one
+// table in one `iptables-restore --noflush` transaction. GC uses it to
+// delete a sweep's rules and chains in one process per table and family,
+// falling back to one Delete per rule when the batch is refused.
+type Restorer interface {
+	RestoreNoFlush(table string, lines []string) error
+}
+
+// hostIPTables is the default IPTables: go-iptables plus the two
+// extensions, run against the same binaries.
+type hostIPTables struct {
+	*iptables.IPTables
+	list, restore string // binaries
+}
+
+// newIPTables is the default Config.IPTables.
+func newIPTables(ipv6 bool) (IPTables, error) {
+	proto, list, restore := iptables.ProtocolIPv4, "iptables", "iptables-restore"
+	if ipv6 {
+		proto, list, restore = iptables.ProtocolIPv6, "ip6tables", "ip6tables-restore"
+	}
+	ipt, err := iptables.NewWithProtocol(proto)
+	if err != nil {
+		return nil, err
+	}
+	h := &hostIPTables{IPTables: ipt}
+	if h.list, err = exec.LookPath(list); err != nil {
+		return nil, err
+	}
+	h.restore, _ = exec.LookPath(restore) // optional: without it GC deletes rule by rule
+	return h, nil
+}
+
+// ListTable implements TableLister.
+func (h *hostIPTables) ListTable(table string) ([]string, error) {
+	var out, stderr bytes.Buffer
+	cmd := exec.Command(h.list, "-w", "-t", table, "-S")
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s -t %s -S: %w: %s", h.list, table, err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.Split(strings.TrimRight(out.String(), "\n"), "\n"), nil
+}
+
+// RestoreNoFlush implements Restorer.
+func (h *hostIPTables) RestoreNoFlush(table string, lines []string) error {
+	if h.restore == "" {
+		return errors.New("iptables-restore not found")
+	}
+	var in bytes.Buffer
+	fmt.Fprintf(&in, "*%s\n%s\nCOMMIT\n", table, strings.Join(lines, "\n"))
+	var stderr bytes.Buffer
+	cmd := exec.Command(h.restore, "-w", "--noflush")
+	cmd.Stdin, cmd.Stderr = &in, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s --noflush (%s): %w: %s", h.restore, table, err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}

@@ -1,0 +1,136 @@
+package cninet
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+
+	cni "github.com/containerd/go-cni"
+)
+
+// Allocation is the workload whose network namespace is attached. It is
+// only read: cninet never modifies an Allocation or its slices and maps.
+type Allocation struct {
+	// ID is the CNI container ID. It must match ^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$.
+	// Teardown, Check and GC find the attachment by this ID alone.
+	ID string
+	// Ports are the group's ports. When non-empty they are the only ports
+	// mapped.
+	Ports []Port
+	// Networks carries the legacy per-network ports; used only when Ports is
+	// empty.
+	Networks []Network
+	// Args are extra CNI args (CNI_ARGS), such as the orchestrator's identity
+	// args. Keys and values must not contain ';' or '='.
+	Args map[string]string
+}
+
+// Port maps a host port to a port in the workload's namespace.
+type Port struct {
+	// Label names the port for humans; it is not sent to the plugins.
+	Label string
+	// Value is the host port, 1–65535.
+	Value int
+	// To is the port inside the namespace; To < 1 means To = Value.
+	To int
+	// HostIP restricts the mapping to one host address; "" means all.
+	// Ignored for legacy Networks ports and with Config.IgnorePortMappingHostIP.
+	HostIP string
+}
+
+// Network is the legacy per-network port list of an allocation.
+type Network struct {
+	ReservedPorts, DynamicPorts []Port
+}
+
+var containerIDRule = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
+
+// validateAllocation rejects what no plugin should ever see, before anything
+// on the host changes.
+func validateAllocation(alloc *Allocation) error {
+	if alloc == nil {
+		return fmt.Errorf("%w: allocation is nil", ErrInvalidAllocation)
+	}
+	if !containerIDRule.MatchString(alloc.ID) {
+		return fmt.Errorf("%w: id %q is not a CNI container id (want ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$)", ErrInvalidAllocation, alloc.ID)
+	}
+	return nil
+}
+
+// PortMappings turns the allocation's ports into the portMappings capability
+// of the portmap plugin: every port once for tcp and once for udp, group
+// Ports when present, else the legacy Networks' reserved then dynamic ports.
+// With ignoreHostIP the group ports' HostIP is dropped.
+//
+// A port outside 1–65535, an unparsable HostIP, or two mappings of the same
+// host port, protocol and host IP is an ErrInvalidAllocation error. An
+// allocation without ports yields an empty, non-nil slice.
+func PortMappings(alloc *Allocation, ignoreHostIP bool) ([]cni.PortMapping, error) {
+	if alloc == nil {
+		return nil, fmt.Errorf("%w: allocation is nil", ErrInvalidAllocation)
+	}
+	ports, withHostIP := alloc.Ports, !ignoreHostIP
+	if len(ports) == 0 {
+		ports, withHostIP = legacyPorts(alloc.Networks), false
+	}
+	mappings := make([]cni.PortMapping, 0, 2*len(ports))
+	seen := make(map[cni.PortMapping]string, 2*len(ports))
+	for _, p := range ports {
+		hostIP := ""
+		if withHostIP {
+			hostIP = p.HostIP
+		}
+		if err := validatePort(p, hostIP); err != nil {
+			return nil, err
+		}
+		to := p.To
+		if to < 1 {
+			to = p.Value
+		}
+		for _, proto := range []string{"tcp", "udp"} {
+			m := cni.PortMapping{HostPort: int32(p.Value), ContainerPort: int32(to), Protocol: proto, HostIP: hostIP}
+			key := m
+			key.ContainerPort = 0
+			if prev, dup := seen[key]; dup {
+				return nil, fmt.Errorf("%w: port %q maps host port %d/%s%s already mapped by port %q",
+					ErrInvalidAllocation, p.Label, p.Value, proto, onHostIP(hostIP), prev)
+			}
+			seen[key] = p.Label
+			mappings = append(mappings, m)
+		}
+	}
+	return mappings, nil
+}
+
+// legacyPorts copies into a new slice, so the caller's slices are never
+// appended to.
+func legacyPorts(networks []Network) []Port {
+	var ports []Port
+	for _, n := range networks {
+		ports = append(ports, n.ReservedPorts...)
+		ports = append(ports, n.DynamicPorts...)
+	}
+	return ports
+}
+
+func validatePort(p Port, hostIP string) error {
+	if p.Value < 1 || p.Value > 65535 {
+		return fmt.Errorf("%w: port %q has host port %d, want 1-65535", ErrInvalidAllocation, p.Label, p.Value)
+	}
+	if p.To > 65535 {
+		return fmt.Errorf("%w: port %q maps to port %d, want 1-65535 (or < 1 for the host port)", ErrInvalidAllocation, p.Label, p.To)
+	}
+	if hostIP != "" {
+		if _, err := netip.ParseAddr(hostIP); err != nil {
+			return fmt.Errorf("%w: port %q has host IP %q, want an IPv4 or IPv6 address", ErrInvalidAllocation, p.Label, hostIP)
+		}
+	}
+	return nil
+}
+
+func onHostIP(ip string) string {
+	if ip == "" {
+		return ""
+	}
+	return " on " + ip
+}
