@@ -48,6 +48,7 @@ type cleaner struct {
 	batch    bool // apply iptables deletions through Restorer when offered
 
 	files    hostFiles
+	prior    hostFiles // files as they were before DEL, as proof of addresses
 	families [2]*familyTables
 
 	mu      sync.Mutex
@@ -173,6 +174,7 @@ func (t *familyTables) clean(ids map[string]bool) {
 			}
 		}
 	}
+	t.c.prior.addresses(ids, t.v6, proven, map[netip.Addr]bool{})
 	t.c.files.addresses(ids, t.v6, proven, others)
 	t.planFirewall(proven, others, &plan)
 	t.apply(plan)

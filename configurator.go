@@ -12,6 +12,7 @@ import (
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hashicorp/go-hclog"
 )
@@ -65,6 +66,8 @@ type Configurator struct {
 	gate         sync.RWMutex // shared by every call; GC takes it alone while CNI GC runs
 	gc           gcGuard
 
+	findPlugins bool // cninet runs the plugins itself, from pluginDirs
+
 	mu       sync.RWMutex // guards conf and loaded
 	conf     loadedConf
 	loaded   bool
@@ -107,6 +110,7 @@ func New(cfg Config) (*Configurator, error) {
 	}
 	c.conf = conf
 	if c.cni = cfg.CNI; c.cni == nil {
+		c.findPlugins = true
 		if c.cni, err = cni.New(cni.WithPluginDir(c.pluginDirs), cni.WithInterfacePrefix(c.ifName)); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 		}
@@ -217,7 +221,10 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.addWithRetry(ctx, att, netns)
+	if err := c.checkPlugins(conf); err != nil {
+		return nil, err
+	}
+	res, err := c.addWithRetry(ctx, att, netns, conf)
 	if err != nil {
 		c.rollback(att, netns, conf)
 		return nil, err
@@ -230,9 +237,33 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 	return status, nil
 }
 
+// checkPlugins fails Setup before anything runs when a plugin binary is
+// missing: a chain that fails halfway through leaves a veth until the
+// namespace goes, and a DEL cannot run a plugin that is not there either.
+func (c *Configurator) checkPlugins(conf loadedConf) error {
+	if !c.findPlugins {
+		return nil // an injected cni.CNI finds its plugins itself
+	}
+	return c.checkPluginsIn(conf)
+}
+
+// checkPluginsIn reports the plugins of conf missing from the plugin dirs.
+func (c *Configurator) checkPluginsIn(conf loadedConf) error {
+	var missing []string
+	for _, t := range conf.info.pluginTypes {
+		if _, err := invoke.FindInPath(t, c.pluginDirs); err != nil {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s not found in %s", ErrPluginMissing, strings.Join(missing, ", "), strings.Join(c.pluginDirs, ":"))
+	}
+	return nil
+}
+
 // addWithRetry runs ADD until it succeeds, fails permanently, runs out of
 // attempts, or ctx is done.
-func (c *Configurator) addWithRetry(ctx context.Context, att attachment, netns string) (*cni.Result, error) {
+func (c *Configurator) addWithRetry(ctx context.Context, att attachment, netns string, conf loadedConf) (*cni.Result, error) {
 	opts := att.opts()
 	var first error
 	for attempt := 1; ; attempt++ {
@@ -250,9 +281,11 @@ func (c *Configurator) addWithRetry(ctx context.Context, att attachment, netns s
 			return nil, setupError(att.id, attempt, first, err, ctx.Err())
 		}
 		// Without this DEL the retry cannot succeed: host-local already
-		// reserved an address for this id and refuses a second ADD.
-		if rerr := c.cni.Remove(ctx, att.id, netns, opts...); rerr != nil {
-			c.logger.Debug("DEL between attempts failed", "alloc_id", att.id, "attempt", attempt, "error", rerr)
+		// reserved an address for this id and refuses a second ADD. The
+		// force cleanup matters too: a failed ADD is not cached, so the
+		// firewall plugin's DEL cannot know which address to clean.
+		if derr := c.detach(ctx, att, netns, conf); derr != nil {
+			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", att.id, "attempt", attempt, "error", derr)
 		}
 		if werr := c.retry.wait(ctx, attempt); werr != nil {
 			return nil, setupError(att.id, attempt, first, err, werr)
@@ -324,8 +357,12 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 // cleanup then removed everything: what matters is that nothing is left.
 func (c *Configurator) detach(ctx context.Context, att attachment, netns string, conf loadedConf) error {
 	start := time.Now()
-	removeErr := c.cni.Remove(ctx, att.id, netns, att.opts()...)
 	cl := c.newCleaner(conf)
+	// Read the proof of the attachment's addresses before DEL erases it: a
+	// DEL without a cached result cannot tell the firewall plugin which
+	// address to clean, but host-local's reservation can tell us.
+	cl.prior = cl.scanFiles([]string{att.id})
+	removeErr := c.cni.Remove(ctx, att.id, netns, att.opts()...)
 	cleanErr := cl.cleanOne(att.id)
 	if len(cl.removed) > 0 {
 		items := make([]string, len(cl.removed))

@@ -9,7 +9,6 @@ import (
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/fsnotify/fsnotify"
 )
 
@@ -23,14 +22,8 @@ func (c *Configurator) Status(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
-	var missing []string
-	for _, t := range conf.info.pluginTypes {
-		if _, err := invoke.FindInPath(t, c.pluginDirs); err != nil {
-			missing = append(missing, t)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: %w: %v not found in %v", ErrNotReady, ErrPluginMissing, missing, c.pluginDirs)
+	if err := c.checkPluginsIn(conf); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
 	if _, err := c.libcni().ValidateNetworkList(ctx, conf.list); err != nil {
 		return fmt.Errorf("%w: network %q: %v", ErrNotReady, conf.info.name, err)

@@ -1,0 +1,157 @@
+// Package integration drives cninet against the real CNI reference plugins,
+// inside a network and mount namespace of its own (see internal/netsandbox),
+// and audits that nothing is left behind.
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/netsandbox"
+)
+
+func TestMain(m *testing.M) { netsandbox.Main(m) }
+
+// network is one test's CNI network: its own name, bridge and subnets,
+// so tests cannot see each other's state.
+type network struct {
+	cfg  cninet.BridgeConfig
+	conf []byte
+	gw4  netip.Addr
+	gw6  netip.Addr
+}
+
+var networkSeq atomic.Int32
+
+func newNetwork(t *testing.T, dualStack bool) network {
+	t.Helper()
+	n := networkSeq.Add(1)
+	cfg := cninet.DefaultBridgeConfig()
+	cfg.NetworkName = fmt.Sprintf("it%d", n)
+	cfg.BridgeName = fmt.Sprintf("itbr%d", n)
+	cfg.AdminChainName = "CNINET-TEST-ADMIN"
+	cfg.IPv4Subnet = fmt.Sprintf("198.18.%d.0/24", n)
+	cfg.IPAMDataDir = "/run/cni"
+	nw := network{cfg: cfg, gw4: netip.MustParseAddr(fmt.Sprintf("198.18.%d.1", n))}
+	if dualStack {
+		cfg.IPv6Subnet = fmt.Sprintf("fd00:198:18:0:%x::/80", n)
+		nw.cfg = cfg
+		nw.gw6 = netip.MustParseAddr(fmt.Sprintf("fd00:198:18:0:%x::1", n))
+	}
+	conf, err := cninet.BridgeConfList(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nw.conf = conf
+	return nw
+}
+
+func (n network) allowance() netsandbox.Allowance {
+	return netsandbox.Allowance{Chains: []string{n.cfg.AdminChainName}, Links: []string{n.cfg.BridgeName}}
+}
+
+func newConfigurator(t *testing.T, set netsandbox.PluginSet, conf []byte, extraDirs ...string) *cninet.Configurator {
+	t.Helper()
+	c, err := cninet.New(cninet.Config{
+		Logger:     hclog.New(&hclog.LoggerOptions{Name: "cninet", Level: hclog.Warn, Output: testWriter{t}}),
+		ConfList:   conf,
+		PluginDirs: append([]string{set.Dir}, extraDirs...),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// eachPluginSet runs test once per installed plugin set.
+func eachPluginSet(t *testing.T, test func(t *testing.T, set netsandbox.PluginSet)) {
+	netsandbox.Require(t)
+	for _, set := range netsandbox.PluginSets(t) {
+		t.Run(set.Name, func(t *testing.T) { test(t, set) })
+	}
+}
+
+// baseline snapshots the host before a scenario; assertNoLeaks compares.
+func baseline(t *testing.T) netsandbox.Snapshot {
+	t.Helper()
+	s, err := netsandbox.TakeSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func assertNoLeaks(t *testing.T, base netsandbox.Snapshot, allow netsandbox.Allowance) {
+	t.Helper()
+	now, err := netsandbox.TakeSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaks := netsandbox.Leaks(base, now, allow); len(leaks) > 0 {
+		t.Fatalf("%d item(s) leaked:\n  %s", len(leaks), strings.Join(leaks, "\n  "))
+	}
+}
+
+// serveHTTP answers "hello from <name>" on port inside the workload's
+// namespace until the test ends.
+func serveHTTP(t *testing.T, w *netsandbox.Workload, port int, name string) {
+	t.Helper()
+	var ln net.Listener
+	err := w.NS.Do(func(ns.NetNS) error {
+		var err error
+		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port)) // the socket stays in this namespace
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(rw, "hello from %s", name)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+// fetch GETs http://addr:port/ from the sandbox's host side, retrying
+// briefly while the path settles (IPv6 duplicate address detection).
+func fetch(addr netip.Addr, port int) (string, error) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	url := "http://" + netip.AddrPortFrom(addr, uint16(port)).String() + "/"
+	var lastErr error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := client.Get(url)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return string(body), err
+	}
+	return "", lastErr
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
