@@ -55,7 +55,8 @@ type Configurator struct {
 	logger       hclog.Logger
 	cni          cni.CNI
 	pluginDirs   []string
-	ifName       string
+	ifPrefix     string
+	ifName       string // the interface go-cni creates: ifPrefix + "0"
 	confDir      string
 	networkName  string
 	ignoreHostIP bool
@@ -65,6 +66,7 @@ type Configurator struct {
 	locks        keyedMutex
 	gate         sync.RWMutex // shared by every call; GC takes it alone while CNI GC runs
 	gc           gcGuard
+	versions     pluginVersions
 
 	findPlugins bool // cninet runs the plugins itself, from pluginDirs
 
@@ -95,7 +97,7 @@ func New(cfg Config) (*Configurator, error) {
 	c := &Configurator{
 		logger:       cfg.Logger,
 		pluginDirs:   cfg.PluginDirs,
-		ifName:       cfg.InterfacePrefix,
+		ifPrefix:     cfg.InterfacePrefix,
 		confDir:      cfg.ConfDir,
 		networkName:  cfg.NetworkName,
 		ignoreHostIP: cfg.IgnorePortMappingHostIP,
@@ -111,7 +113,7 @@ func New(cfg Config) (*Configurator, error) {
 	c.conf = conf
 	if c.cni = cfg.CNI; c.cni == nil {
 		c.findPlugins = true
-		if c.cni, err = cni.New(cni.WithPluginDir(c.pluginDirs), cni.WithInterfacePrefix(c.ifName)); err != nil {
+		if c.cni, err = cni.New(cni.WithPluginDir(c.pluginDirs), cni.WithInterfacePrefix(c.ifPrefix)); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 		}
 	}
@@ -137,10 +139,10 @@ func (c *Configurator) applyDefaults() {
 			c.pluginDirs = []string{defaultPluginDir}
 		}
 	}
-	if c.ifName == "" {
-		c.ifName = cni.DefaultPrefix
+	if c.ifPrefix == "" {
+		c.ifPrefix = cni.DefaultPrefix
 	}
-	c.ifName += "0" // go-cni names the first network's interface prefix+"0"
+	c.ifName = c.ifPrefix + "0" // go-cni's name for the first network's interface
 	if c.tables.open == nil {
 		c.tables.open = newIPTables
 	}
@@ -399,31 +401,6 @@ func (c *Configurator) enter(id string) (leave func()) {
 		unlock()
 		c.gate.RUnlock()
 	}
-}
-
-// Check runs CNI CHECK on an existing attachment, for a runner that
-// restarted and found a workload running. An unhealthy attachment is an
-// ErrCheckFailed error wrapping the plugin's: rebuild the namespace.
-func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns string) error {
-	att, err := newAttachment(alloc, c.ignoreHostIP)
-	if err != nil {
-		return err
-	}
-	if netns == "" {
-		return fmt.Errorf("%w: empty path for allocation %s", ErrInvalidNetNS, att.id)
-	}
-	defer c.enter(att.id)()
-	conf, err := c.current()
-	if err != nil {
-		return err
-	}
-	if conf.info.disableCheck {
-		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, conf.info.name)
-	}
-	if err := c.cni.Check(ctx, att.id, netns, att.opts()...); err != nil {
-		return fmt.Errorf("%w: allocation %s: %w", ErrCheckFailed, att.id, err)
-	}
-	return nil
 }
 
 // NetworkName returns the name of the CNI network in use.

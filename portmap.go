@@ -36,6 +36,8 @@ type Port struct {
 	// HostIP restricts the mapping to one host address; "" means all.
 	// Ignored for legacy Networks ports and with Config.IgnorePortMappingHostIP.
 	HostIP string
+	// Protocol is "tcp" or "udp" to map only that protocol; "" maps both.
+	Protocol string
 }
 
 // Network is the legacy per-network port list of an allocation.
@@ -58,7 +60,8 @@ func validateAllocation(alloc *Allocation) error {
 }
 
 // PortMappings turns the allocation's ports into the portMappings capability
-// of the portmap plugin: every port once for tcp and once for udp, group
+// of the portmap plugin: every port once for tcp and once for udp (unless
+// it names one protocol), group
 // Ports when present, else the legacy Networks' reserved then dynamic ports.
 // With ignoreHostIP the group ports' HostIP is dropped.
 //
@@ -87,7 +90,7 @@ func PortMappings(alloc *Allocation, ignoreHostIP bool) ([]cni.PortMapping, erro
 		if to < 1 {
 			to = p.Value
 		}
-		for _, proto := range []string{"tcp", "udp"} {
+		for _, proto := range protocols(p.Protocol) {
 			m := cni.PortMapping{HostPort: int32(p.Value), ContainerPort: int32(to), Protocol: proto, HostIP: hostIP}
 			key := m
 			key.ContainerPort = 0
@@ -120,12 +123,22 @@ func validatePort(p Port, hostIP string) error {
 	if p.To > 65535 {
 		return fmt.Errorf("%w: port %q maps to port %d, want 1-65535 (or < 1 for the host port)", ErrInvalidAllocation, p.Label, p.To)
 	}
+	if p.Protocol != "" && p.Protocol != "tcp" && p.Protocol != "udp" {
+		return fmt.Errorf("%w: port %q has protocol %q, want tcp, udp or empty for both", ErrInvalidAllocation, p.Label, p.Protocol)
+	}
 	if hostIP != "" {
 		if _, err := netip.ParseAddr(hostIP); err != nil {
 			return fmt.Errorf("%w: port %q has host IP %q, want an IPv4 or IPv6 address", ErrInvalidAllocation, p.Label, hostIP)
 		}
 	}
 	return nil
+}
+
+func protocols(p string) []string {
+	if p == "" {
+		return []string{"tcp", "udp"}
+	}
+	return []string{p}
 }
 
 func onHostIP(ip string) string {

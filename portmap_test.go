@@ -56,6 +56,11 @@ func TestPortMappings(t *testing.T) {
 			want: []cni.PortMapping{pm(2000, 20, "tcp", ""), pm(2000, 20, "udp", ""), pm(3000, 3000, "tcp", ""), pm(3000, 3000, "udp", ""), pm(4000, 4000, "tcp", ""), pm(4000, 4000, "udp", "")},
 		},
 		{
+			name:  "a port that names a protocol is mapped for that protocol only",
+			alloc: cninet.Allocation{ID: "a", Ports: []cninet.Port{{Value: 53, Protocol: "udp"}, {Value: 53, Protocol: "tcp", To: 5353}}},
+			want:  []cni.PortMapping{pm(53, 53, "udp", ""), pm(53, 5353, "tcp", "")},
+		},
+		{
 			name:  "the same host port on two host IPs is two mappings",
 			alloc: cninet.Allocation{ID: "a", Ports: []cninet.Port{{Value: 80, HostIP: "198.18.0.1"}, {Value: 80, HostIP: "198.18.0.2"}}},
 			want:  []cni.PortMapping{pm(80, 80, "tcp", "198.18.0.1"), pm(80, 80, "udp", "198.18.0.1"), pm(80, 80, "tcp", "198.18.0.2"), pm(80, 80, "udp", "198.18.0.2")},

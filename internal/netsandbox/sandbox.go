@@ -59,6 +59,24 @@ func run(tests func() int) int {
 	return code
 }
 
+// Run runs fn in a fresh network and mount namespace, for programs (the
+// cninet demo) rather than tests: as root it re-executes the binary there
+// with the same arguments and returns its exit code; inside, it prepares
+// the namespaces and runs fn. It fails when the namespaces cannot be had.
+func Run(fn func() int) (int, error) {
+	if os.Getenv(marker) == "1" {
+		if err := enter(); err != nil {
+			return 1, err
+		}
+		unavailable = ""
+		return fn(), nil
+	}
+	if os.Geteuid() != 0 {
+		return 1, fmt.Errorf("creating network namespaces needs root")
+	}
+	return reexec()
+}
+
 // reexec runs this binary again in new network and mount namespaces.
 func reexec() (int, error) {
 	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)

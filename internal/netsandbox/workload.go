@@ -22,13 +22,21 @@ type Workload struct {
 // ends, unless the test deleted it first (Delete).
 func NewWorkload(t testing.TB) *Workload {
 	t.Helper()
-	n, err := testutils.NewNS()
+	w, err := CreateWorkload()
 	if err != nil {
 		t.Fatalf("creating a workload namespace: %v", err)
 	}
-	w := &Workload{NS: n, Path: n.Path()}
 	t.Cleanup(func() { w.Delete() })
 	return w
+}
+
+// CreateWorkload creates a workload namespace; the caller deletes it.
+func CreateWorkload() (*Workload, error) {
+	n, err := testutils.NewNS()
+	if err != nil {
+		return nil, err
+	}
+	return &Workload{NS: n, Path: n.Path()}, nil
 }
 
 // Delete removes the namespace, as a runtime does when a workload dies;
