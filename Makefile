@@ -19,7 +19,7 @@ lint:
 	$(GO) vet ./...
 
 unit:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 45m ./...
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRule$$' -fuzztime $(FUZZTIME) .
@@ -30,3 +30,8 @@ test: deps lint unit fuzz
 
 demo: deps
 	$(GO) run ./cmd/cninet demo
+
+# SOAK_N Setup/Teardown cycles at concurrency SOAK_C per plugin set, then a
+# leak audit (make test runs a short one: 200 cycles).
+soak: deps
+	SOAK_N=$(SOAK_N) SOAK_C=$(SOAK_C) $(GO) test -count=1 -timeout 120m -run '^TestSoak$$' -v ./integration/

@@ -365,6 +365,7 @@ func (c *Configurator) detach(ctx context.Context, att attachment, netns string,
 	// address to clean, but host-local's reservation can tell us.
 	cl.prior = cl.scanFiles([]string{att.id})
 	removeErr := c.cni.Remove(ctx, att.id, netns, att.opts()...)
+	delDone := time.Now()
 	cleanErr := cl.cleanOne(att.id)
 	if len(cl.removed) > 0 {
 		items := make([]string, len(cl.removed))
@@ -374,7 +375,7 @@ func (c *Configurator) detach(ctx context.Context, att attachment, netns string,
 		c.logger.Warn("removed state the CNI plugins left behind", "alloc_id", att.id,
 			"network", conf.info.name, "del_error", removeErr, "items", items)
 	}
-	c.logger.Debug("network detached", "alloc_id", att.id, "duration", time.Since(start))
+	c.logger.Debug("network detached", "alloc_id", att.id, "del", delDone.Sub(start), "cleanup", time.Since(delDone))
 	if cleanErr != nil {
 		if removeErr != nil {
 			return fmt.Errorf("teardown of allocation %s: DEL: %v; %w", att.id, removeErr, cleanErr)

@@ -89,7 +89,12 @@ func TestGoCNIAloneLeaksWhenTheNamespaceIsDeletedFirst(t *testing.T) {
 }
 
 func TestConcurrentSetupsFromAColdStartAllSucceed(t *testing.T) {
-	const n = 16
+	for _, n := range []int{16, 32} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) { testColdStart(t, n) })
+	}
+}
+
+func testColdStart(t *testing.T, n int) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		nw := newNetwork(t, false) // a fresh bridge name: no bridge exists yet
 		c := newConfigurator(t, set, nw.conf)
