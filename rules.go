@@ -46,38 +46,57 @@ func parseRule(line string) (r rule, ok bool) {
 
 // splitRuleLine splits like iptables-save quotes: a value containing
 // anything but [A-Za-z0-9_-] is wrapped in double quotes, with `"`, `\` and
-// `'` escaped by a backslash.
+// `'` escaped by a backslash. Fields without escapes are not copied.
 func splitRuleLine(line string) ([]string, error) {
-	var fields []string
-	var cur strings.Builder
-	inField, quoted, escaped := false, false, false
-	for _, ch := range line {
-		switch {
-		case escaped:
-			cur.WriteRune(ch)
-			escaped = false
-		case quoted && ch == '\\':
-			escaped = true
-		case ch == '"':
-			quoted, inField = !quoted, true
-		case !quoted && (ch == ' ' || ch == '\t'):
-			if inField {
-				fields = append(fields, cur.String())
-				cur.Reset()
-				inField = false
+	if !strings.ContainsRune(line, '"') {
+		return strings.Fields(line), nil // most rules: no comment, nothing quoted
+	}
+	fields := make([]string, 0, 16)
+	for i := 0; i < len(line); {
+		switch line[i] {
+		case ' ', '\t':
+			i++
+		case '"':
+			field, next, err := quotedField(line, i+1)
+			if err != nil {
+				return nil, err
 			}
+			fields = append(fields, field)
+			i = next
 		default:
-			cur.WriteRune(ch)
-			inField = true
+			j := i
+			for j < len(line) && line[j] != ' ' && line[j] != '\t' {
+				j++
+			}
+			fields = append(fields, line[i:j])
+			i = j
 		}
 	}
-	if quoted || escaped {
-		return nil, errors.New("unterminated quote")
-	}
-	if inField {
-		fields = append(fields, cur.String())
-	}
 	return fields, nil
+}
+
+// quotedField reads a quoted value starting after its opening quote and
+// returns it unescaped with the index after the closing quote.
+func quotedField(line string, start int) (field string, next int, err error) {
+	var unescaped []byte // nil until the first backslash
+	for j := start; j < len(line); j++ {
+		switch c := line[j]; {
+		case c == '"':
+			if unescaped != nil {
+				return string(unescaped), j + 1, nil
+			}
+			return line[start:j], j + 1, nil
+		case c == '\\' && j+1 < len(line):
+			if unescaped == nil {
+				unescaped = append(make([]byte, 0, len(line)-start), line[start:j]...)
+			}
+			j++
+			unescaped = append(unescaped, line[j])
+		case unescaped != nil:
+			unescaped = append(unescaped, c)
+		}
+	}
+	return "", 0, errors.New("unterminated quote")
 }
 
 // tableListing is a parsed `iptables -S` listing of one chain or table.

@@ -247,11 +247,15 @@ func (b *Batching) RestoreNoFlush(table string, lines []string) error {
 		return b.FailRestore
 	}
 	work := map[string][]string{}
+	refs := map[string]int{} // chain -> rules jumping to it
 	for c, rules := range b.tables[table] {
 		work[c] = append([]string(nil), rules...)
+		for _, r := range rules {
+			refs[jumpTarget(r)]++
+		}
 	}
 	for _, line := range lines {
-		if err := applyRestoreLine(work, line); err != nil {
+		if err := applyRestoreLine(work, refs, line); err != nil {
 			return fmt.Errorf("iptables-restore: line %q: %w", line, err)
 		}
 	}
@@ -259,7 +263,17 @@ func (b *Batching) RestoreNoFlush(table string, lines []string) error {
 	return nil
 }
 
-func applyRestoreLine(work map[string][]string, line string) error {
+func jumpTarget(rule string) string {
+	f := strings.Fields(rule)
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "-j" {
+			return f[i+1]
+		}
+	}
+	return ""
+}
+
+func applyRestoreLine(work map[string][]string, refs map[string]int, line string) error {
 	f := strings.Fields(line)
 	if len(f) < 2 {
 		return fmt.Errorf("short line")
@@ -275,19 +289,19 @@ func applyRestoreLine(work map[string][]string, line string) error {
 		for i, r := range rules {
 			if r == want {
 				work[chain] = append(rules[:i:i], rules[i+1:]...)
+				refs[jumpTarget(r)]--
 				return nil
 			}
 		}
 		return &Error{Msg: "Bad rule (does a matching rule exist in that chain?).", NotExist: true}
 	case "-F":
+		for _, r := range rules {
+			refs[jumpTarget(r)]--
+		}
 		work[chain] = nil
 	case "-X":
-		for _, rs := range work {
-			for _, r := range rs {
-				if strings.HasSuffix(r, " -j "+chain) || strings.Contains(r, " -j "+chain+" ") {
-					return fmt.Errorf("chain %s is still referenced", chain)
-				}
-			}
+		if refs[chain] > 0 {
+			return fmt.Errorf("chain %s is still referenced", chain)
 		}
 		delete(work, chain)
 	default:
