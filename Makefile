@@ -4,7 +4,7 @@ FUZZTIME  ?= 10s
 SOAK_N    ?= 1000
 SOAK_C    ?= 8
 
-.PHONY: all deps test unit integration fuzz lint demo soak bench
+.PHONY: all deps test unit fuzz lint demo soak bench
 
 all: test
 
@@ -35,3 +35,12 @@ demo: deps
 # leak audit (make test runs a short one: 200 cycles).
 soak: deps
 	SOAK_N=$(SOAK_N) SOAK_C=$(SOAK_C) $(GO) test -count=1 -timeout 120m -run '^TestSoak$$' -v ./integration/
+
+# Side-by-side benchmarks with the real plugins (as root); writes
+# BENCHMARKS.md and bench/results.svg. BENCH_ARGS adds flags, e.g. -gc-n 200.
+bench: deps
+	@mkdir -p .cache/bench-plugins
+	$(GO) build -o .cache/bench-plugins/failonce ./testdata/plugins/failonce
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 . | tee .cache/gobench.txt
+	cd bench && $(GO) run . -plugins /usr/lib/cni -failonce ../.cache/bench-plugins \
+		-gobench ../.cache/gobench.txt -out ../BENCHMARKS.md -svg results.svg $(BENCH_ARGS)

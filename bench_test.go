@@ -44,7 +44,7 @@ func BenchmarkSetupTeardown(b *testing.B) {
 // BenchmarkGCSweep10kRules measures a GC sweep over a listing of 10,000
 // rules (1,000 leaked attachments, IPv4), all of them dead.
 func BenchmarkGCSweep10kRules(b *testing.B) {
-	cf := newCleanupFixture(&testing.T{}, "nomad", true)
+	cf := newCleanupFixture(&testing.T{}, "nomad", tableByTable)
 	listing := leakedListing(1000)
 	conf := cf.c.ConfList()
 	b.ReportAllocs()

@@ -121,37 +121,56 @@ type familyTables struct {
 	v6       bool
 	c        *cleaner
 	listings map[string]*tableListing // "table" (whole) or "table/chain"
+	saved    bool                     // listings hold every table (Saver)
 }
 
 // list returns the parsed rules of a chain; ok is false when the chain
-// does not exist or could not be listed (the latter is recorded). With a
-// TableLister each table is listed once and chains are served from that.
+// does not exist or could not be listed (the latter is recorded).
 func (t *familyTables) list(table, chain string) (rules []rule, ok bool) {
+	rules, ok = t.listing(table, chain).chains[chain]
+	return rules, ok
+}
+
+// listing returns a listing holding chain, taken once and the cheapest way
+// the IPTables offers: every table at once (Saver), the whole table
+// (TableLister), or just the chain.
+func (t *familyTables) listing(table, chain string) *tableListing {
 	if t.listings == nil {
 		t.listings = map[string]*tableListing{}
 	}
-	key := table + "/" + chain
-	lister, whole := t.ipt.(TableLister)
-	if whole {
-		key = table
+	if saver, ok := t.ipt.(Saver); ok {
+		t.saveAll(saver)
+		return t.listings[table]
 	}
-	l, done := t.listings[key]
-	if !done {
-		var lines []string
-		var err error
-		if whole {
-			lines, err = lister.ListTable(table)
-		} else {
-			lines, err = t.ipt.List(table, chain)
-		}
-		if err != nil && !isNotExist(err) {
-			t.c.fail(fmt.Errorf("%s: listing %s: %w", familyName(t.v6), key, err))
-		}
-		l = parseListing(lines) // empty on error: nothing is deleted blind
-		t.listings[key] = l
+	key, list := table+"/"+chain, func() ([]string, error) { return t.ipt.List(table, chain) }
+	if lister, ok := t.ipt.(TableLister); ok {
+		key, list = table, func() ([]string, error) { return lister.ListTable(table) }
 	}
-	rules, ok = l.chains[chain]
-	return rules, ok
+	if l, done := t.listings[key]; done {
+		return l
+	}
+	lines, err := list()
+	if err != nil && !isNotExist(err) {
+		t.c.fail(fmt.Errorf("%s: listing %s: %w", familyName(t.v6), key, err))
+	}
+	l := parseListing(lines) // empty on error: nothing is deleted blind
+	t.listings[key] = l
+	return l
+}
+
+// saveAll lists every table at once, the first time it is called.
+func (t *familyTables) saveAll(saver Saver) {
+	if t.saved {
+		return
+	}
+	t.saved = true
+	tables, err := saver.SaveAll()
+	if err != nil {
+		t.c.fail(fmt.Errorf("%s: listing all tables: %w", familyName(t.v6), err))
+	}
+	for _, table := range []string{"nat", "filter"} {
+		t.listings[table] = parseListing(tables[table]) // empty on error: nothing is deleted blind
+	}
 }
 
 // deletion is one planned iptables change.

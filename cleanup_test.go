@@ -90,7 +90,19 @@ type cleanupFixture struct {
 
 // newCleanupFixture builds the fixture; with batching its iptables also
 // lists whole tables and restores in batches, like the host's.
-func newCleanupFixture(t *testing.T, network string, batching ...bool) cleanupFixture {
+func newCleanupFixture(t *testing.T, network string, mode ...listingMode) cleanupFixture {
+	t.Helper()
+	m := chainByChain
+	if len(mode) > 0 {
+		m = mode[0]
+	}
+	shared := func(ipt *fakeipt.IPTables) { ipt.Load("nat", sharedNat).Load("filter", sharedFilter) }
+	return newFixtureWithTables(t, network, m, shared, shared)
+}
+
+// newFixtureWithTables builds the fixture with iptables and ip6tables
+// filled by load4 and load6.
+func newFixtureWithTables(t *testing.T, network string, mode listingMode, load4, load6 func(*fakeipt.IPTables)) cleanupFixture {
 	t.Helper()
 	dataDir := t.TempDir()
 	cfg := cninet.DefaultBridgeConfig()
@@ -100,17 +112,14 @@ func newCleanupFixture(t *testing.T, network string, batching ...bool) cleanupFi
 		t.Fatal(err)
 	}
 	f := fixture{cni: &fakecni.CNI{}, v4: fakeipt.New(), v6: fakeipt.New()}
-	f.v4.Load("nat", sharedNat).Load("filter", sharedFilter)
-	f.v6.Load("nat", sharedNat).Load("filter", sharedFilter)
+	load4(f.v4)
+	load6(f.v6)
 	c, err := cninet.New(cninet.Config{ConfList: conf, CNI: f.cni, IPTables: func(v6 bool) (cninet.IPTables, error) {
 		ipt := f.v4
 		if v6 {
 			ipt = f.v6
 		}
-		if len(batching) > 0 && batching[0] {
-			return &fakeipt.Batching{IPTables: ipt}, nil
-		}
-		return ipt, nil
+		return mode.wrap(ipt), nil
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -163,15 +172,35 @@ func (cf cleanupFixture) reservations(t *testing.T) []string {
 	return names
 }
 
-// eachListingMode runs a test against iptables listed chain by chain and
-// table by table.
-func eachListingMode(t *testing.T, test func(t *testing.T, whole bool)) {
-	for _, whole := range []bool{false, true} {
-		name := "chain by chain"
-		if whole {
-			name = "whole tables"
-		}
-		t.Run(name, func(t *testing.T) { test(t, whole) })
+// listingMode is how the fake iptables can be listed: chain by chain (the
+// IPTables interface alone), table by table with batched restores, or all
+// tables at once (iptables-save), as the host's default IPTables does.
+type listingMode int
+
+const (
+	chainByChain listingMode = iota
+	tableByTable
+	allTables
+)
+
+func (m listingMode) String() string {
+	return [...]string{"chain by chain", "table by table", "all tables at once"}[m]
+}
+
+func (m listingMode) wrap(ipt *fakeipt.IPTables) cninet.IPTables {
+	switch m {
+	case tableByTable:
+		return &fakeipt.Batching{IPTables: ipt}
+	case allTables:
+		return fakeipt.Saving{Batching: &fakeipt.Batching{IPTables: ipt}}
+	}
+	return ipt
+}
+
+// eachListingMode runs a test in every listing mode.
+func eachListingMode(t *testing.T, test func(t *testing.T, mode listingMode)) {
+	for _, m := range []listingMode{chainByChain, tableByTable, allTables} {
+		t.Run(m.String(), func(t *testing.T) { test(t, m) })
 	}
 }
 
@@ -179,7 +208,7 @@ func TestTeardownRemovesTheWholeFootprintForBothFamilies(t *testing.T) {
 	eachListingMode(t, testTeardownRemovesTheWholeFootprint)
 }
 
-func testTeardownRemovesTheWholeFootprint(t *testing.T, whole bool) {
+func testTeardownRemovesTheWholeFootprint(t *testing.T, whole listingMode) {
 	cf := newCleanupFixture(t, "nomad", whole)
 	before := cf.state()
 	cf.leak(t, footprint{network: "nomad", id: "alloc-1", ip: "198.18.0.2"})
@@ -215,13 +244,13 @@ func TestTeardownTouchesOnlyWhatTheAttachmentOwns(t *testing.T) {
 				{network: strings.Repeat("n", 100), id: strings.Repeat("i", 150) + "aa", ip: "198.18.0.4"}}},
 	}
 	for _, tc := range cases {
-		eachListingMode(t, func(t *testing.T, whole bool) {
+		eachListingMode(t, func(t *testing.T, whole listingMode) {
 			t.Run(tc.name, func(t *testing.T) { testOwnership(t, whole, tc.network, tc.target, tc.others) })
 		})
 	}
 }
 
-func testOwnership(t *testing.T, whole bool, network, target string, others []footprint) {
+func testOwnership(t *testing.T, whole listingMode, network, target string, others []footprint) {
 	cf := newCleanupFixture(t, network, whole)
 	for _, o := range others {
 		cf.leak(t, o)
@@ -345,4 +374,69 @@ func TestTeardownWithoutIPTablesStillRunsDELAndSaysIPTablesIsMissing(t *testing.
 	if r := cf.reservations(t); len(r) != 1 {
 		t.Fatalf("reservation not removed: %v", r)
 	}
+}
+
+// TestTeardownOnRealPluginRules replays what the plugins really wrote for
+// two attachments (testdata/iptables) and tears one down as if its DEL
+// never ran: exactly its rules, chains and files must go.
+func TestTeardownOnRealPluginRules(t *testing.T) {
+	dump4, err := os.ReadFile("testdata/iptables/bridge-dual.iptables-save")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dump6, err := os.ReadFile("testdata/iptables/bridge-dual.ip6tables-save")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eachListingMode(t, func(t *testing.T, mode listingMode) {
+		cf := newFixtureWithTables(t, "nomad", mode,
+			func(ipt *fakeipt.IPTables) { ipt.LoadSave(string(dump4)) },
+			func(ipt *fakeipt.IPTables) { ipt.LoadSave(string(dump6)) })
+		for _, r := range [][2]string{{"198.18.0.2", "alloc-1"}, {"fd00:198:18::2", "alloc-1"}, {"198.18.0.3", "alloc-10"}, {"fd00:198:18::3", "alloc-10"}} {
+			cf.reserve(t, r[0], r[1])
+		}
+		if err := cf.teardown(t, "alloc-1"); err != nil {
+			t.Fatal(err)
+		}
+		gone := []string{`id: \"alloc-1\"`, chain("CNI-", "nomad", "alloc-1"), chain("CNI-DN-", "nomad", "alloc-1"), "198.18.0.2/", "fd00:198:18::2/", "198.18.0.2:", "[fd00:198:18::2]:"}
+		for _, pair := range []struct {
+			family string
+			before []byte
+			ipt    *fakeipt.IPTables
+		}{{"iptables", dump4, cf.v4}, {"ip6tables", dump6, cf.v6}} {
+			after := pair.ipt.Save("nat") + pair.ipt.Save("filter")
+			for _, g := range gone {
+				if strings.Contains(after, g) {
+					t.Errorf("%s: %q is still there:\n%s", pair.family, g, after)
+				}
+			}
+			if want, got := keptLines(string(pair.before), gone), len(strings.Split(strings.TrimSpace(after), "\n")); got != want {
+				t.Errorf("%s: %d lines left, want %d (everything not alloc-1's)\n%s", pair.family, got, want, after)
+			}
+		}
+		if r := cf.reservations(t); strings.Join(r, ",") != "198.18.0.3,fd00:198:18::3,lock" {
+			t.Errorf("reservations left: %v", r)
+		}
+	})
+}
+
+// keptLines counts the -N/-P and -A lines of a dump, in Save's form, that
+// mention none of gone.
+func keptLines(dump string, gone []string) int {
+	n := 0
+	for _, line := range strings.Split(dump, "\n") {
+		if !strings.HasPrefix(line, "-A ") && !strings.HasPrefix(line, ":") {
+			continue
+		}
+		keep := true
+		for _, g := range gone {
+			if strings.Contains(line, g) {
+				keep = false
+			}
+		}
+		if keep {
+			n++
+		}
+	}
+	return n
 }

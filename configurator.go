@@ -389,7 +389,7 @@ func (c *Configurator) detach(ctx context.Context, att attachment, netns string,
 }
 
 func (c *Configurator) newCleaner(conf loadedConf) *cleaner {
-	return &cleaner{info: conf.info, ifName: c.ifName, cacheDir: c.cacheDir, tables: c.tables.get}
+	return &cleaner{info: conf.info, ifName: c.ifName, cacheDir: c.cacheDir, tables: c.tables.get, batch: true}
 }
 
 // enter serialises calls for one allocation and lets a running GC know

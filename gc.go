@@ -139,7 +139,6 @@ func (c *Configurator) gcCached(ctx context.Context, conf loadedConf, live map[s
 // sweep removes the footprint of every dead attachment it can attribute.
 func (c *Configurator) sweep(conf loadedConf, live map[string]bool, report *GCReport) error {
 	cl := c.newCleaner(conf)
-	cl.batch = true
 	cl.files = cl.scanFiles(nil)
 	found := map[string]bool{}
 	for _, id := range cl.files.ids() {

@@ -12,7 +12,7 @@ import (
 )
 
 func TestGCRemovesEveryDeadAttachmentAndNothingLive(t *testing.T) {
-	eachListingMode(t, func(t *testing.T, whole bool) {
+	eachListingMode(t, func(t *testing.T, whole listingMode) {
 		cf := newCleanupFixture(t, "nomad", whole)
 		cf.leak(t, footprint{network: "nomad", id: "live-1", ip: "198.18.0.10"})
 		cf.leak(t, footprint{network: "nomad", id: "live-1", ip: "fd00:198:18::10", v6: true})
@@ -43,7 +43,7 @@ func TestGCRemovesEveryDeadAttachmentAndNothingLive(t *testing.T) {
 }
 
 func TestGCBatchesDeletionsPerTableAndFamily(t *testing.T) {
-	cf := newCleanupFixture(t, "nomad", true)
+	cf := newCleanupFixture(t, "nomad", tableByTable)
 	for i := 0; i < 50; i++ {
 		cf.leak(t, footprint{network: "nomad", id: fmt.Sprintf("dead-%d", i), ip: fmt.Sprintf("198.18.0.%d", 10+i)})
 		cf.leak(t, footprint{network: "nomad", id: fmt.Sprintf("dead-%d", i), ip: fmt.Sprintf("fd00:198:18::%x", 10+i), v6: true})

@@ -76,6 +76,23 @@ func (t *IPTables) Load(table, listing string) *IPTables {
 	return t
 }
 
+// LoadSave adds an iptables-save dump: "*table" selects the table,
+// ":CHAIN" lines create chains, -A lines append rules.
+func (t *IPTables) LoadSave(dump string) *IPTables {
+	table := ""
+	for _, line := range strings.Split(dump, "\n") {
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table = strings.TrimPrefix(line, "*")
+		case strings.HasPrefix(line, ":") && table != "":
+			t.Load(table, "-N "+strings.Fields(line[1:])[0])
+		case strings.HasPrefix(line, "-A ") && table != "":
+			t.Load(table, line)
+		}
+	}
+	return t
+}
+
 // Save returns the table as `iptables -t table -S` prints it, chains sorted.
 func (t *IPTables) Save(table string) string {
 	t.mu.Lock()
@@ -227,6 +244,25 @@ type Batching struct {
 	*IPTables
 	// FailRestore, when set, makes every RestoreNoFlush fail unapplied.
 	FailRestore error
+}
+
+// Saving adds the Saver extension (iptables-save) to a Batching.
+type Saving struct{ *Batching }
+
+// SaveAll implements cninet.Saver.
+func (s Saving) SaveAll() (map[string][]string, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, "SaveAll")
+	tables := make([]string, 0, len(s.tables))
+	for table := range s.tables {
+		tables = append(tables, table)
+	}
+	s.mu.Unlock()
+	out := map[string][]string{}
+	for _, table := range tables {
+		out[table] = strings.Split(strings.TrimRight(s.Save(table), "\n"), "\n")
+	}
+	return out, nil
 }
 
 // ListTable implements cninet.TableLister.

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	gocni "github.com/containerd/go-cni"
+	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/netsandbox"
+)
+
+var netSeq atomic.Int32
+
+// benchConf returns a fresh IPv4 bridge network in the benchmarking
+// range, optionally with extra plugins appended.
+func benchConf(extra ...map[string]any) (cninet.BridgeConfig, []byte, error) {
+	n := netSeq.Add(1)
+	cfg := cninet.DefaultBridgeConfig()
+	cfg.NetworkName, cfg.BridgeName = fmt.Sprintf("bench%d", n), fmt.Sprintf("benchbr%d", n)
+	cfg.IPv4Subnet = fmt.Sprintf("198.18.%d.0/24", n)
+	cfg.IPAMDataDir = "/run/cni"
+	conf, err := cninet.BridgeConfList(cfg)
+	if err != nil || len(extra) == 0 {
+		return cfg, conf, err
+	}
+	var list map[string]any
+	if err := json.Unmarshal(conf, &list); err != nil {
+		return cfg, nil, err
+	}
+	for _, p := range extra {
+		list["plugins"] = append(list["plugins"].([]any), p)
+	}
+	conf, err = json.Marshal(list)
+	return cfg, conf, err
+}
+
+func newConfigurator(conf []byte, dirs ...string) (*cninet.Configurator, error) {
+	return cninet.New(cninet.Config{ConfList: conf, PluginDirs: dirs, Logger: hclog.NewNullLogger()})
+}
+
+func ctxMinute() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 2*time.Minute)
+}
+
+var benchAlloc = func(id string, port int) *cninet.Allocation {
+	return &cninet.Allocation{ID: id, Ports: []cninet.Port{{Label: "http", Value: port, To: 8080}},
+		Args: map[string]string{"NOMAD_ALLOC_ID": id}}
+}
+
+// overhead: Setup+Teardown through cninet vs. go-cni called directly with
+// the same conflist and options, interleaved so drift hits both alike.
+func overhead(r *report) error {
+	_, conf, err := benchConf()
+	if err != nil {
+		return err
+	}
+	c, err := newConfigurator(conf, r.opts.pluginDir)
+	if err != nil {
+		return err
+	}
+	raw, err := gocni.New(gocni.WithPluginDir([]string{r.opts.pluginDir}), gocni.WithConfListBytes(conf))
+	if err != nil {
+		return err
+	}
+	var lib, direct sample
+	for i := 0; i < r.opts.overheadN; i++ {
+		order := []bool{i%2 == 0, i%2 != 0}
+		for _, useLib := range order {
+			d, err := oneCycle(c, raw, useLib, fmt.Sprintf("ovh-%d-%v", i, useLib), 28000+i%1000)
+			if err != nil {
+				return err
+			}
+			if useLib {
+				lib = append(lib, d)
+			} else {
+				direct = append(direct, d)
+			}
+		}
+	}
+	r.overhead = pair{a: lib, b: direct}
+	return nil
+}
+
+func oneCycle(c *cninet.Configurator, raw gocni.CNI, useLib bool, id string, port int) (time.Duration, error) {
+	w, err := netsandbox.CreateWorkload()
+	if err != nil {
+		return 0, err
+	}
+	defer w.Delete()
+	ctx, cancel := ctxMinute()
+	defer cancel()
+	alloc := benchAlloc(id, port)
+	start := time.Now()
+	if useLib {
+		if _, err := c.Setup(ctx, alloc, w.Path); err != nil {
+			return 0, err
+		}
+		if err := c.Teardown(ctx, alloc, w.Path); err != nil {
+			return 0, err
+		}
+		return time.Since(start), nil
+	}
+	mappings, _ := cninet.PortMappings(alloc, false)
+	opts := []gocni.NamespaceOpts{gocni.WithCapabilityPortMap(mappings), gocni.WithArgs("IgnoreUnknown", "1"),
+		gocni.WithArgs("NOMAD_ALLOC_ID", id)}
+	if _, err := raw.Setup(ctx, id, w.Path, opts...); err != nil {
+		return 0, err
+	}
+	if err := raw.Remove(ctx, id, w.Path, opts...); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// recovery: a plugin fails the first ADD of every workload; time until
+// Setup returns ready with DefaultRetryPolicy vs. the fixed loop common in
+// orchestrators (sleep 1 s + up to 1 s, no DEL between attempts).
+func recovery(r *report) error {
+	state, err := os.MkdirTemp("", "failonce-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(state)
+	_, conf, err := benchConf(map[string]any{"type": "failonce", "stateDir": state})
+	if err != nil {
+		return err
+	}
+	dirs := []string{r.opts.pluginDir, r.opts.failonceDir}
+	c, err := newConfigurator(conf, dirs...)
+	if err != nil {
+		return err
+	}
+	raw, err := gocni.New(gocni.WithPluginDir(dirs), gocni.WithConfListBytes(conf))
+	if err != nil {
+		return err
+	}
+	for i := 0; i < r.opts.recoveryN; i++ {
+		for _, useLib := range []bool{i%2 == 0, i%2 != 0} {
+			id := fmt.Sprintf("rec-%d-%v", i, useLib)
+			d, ok, err := recoverOne(c, raw, useLib, id, 28500+2*i)
+			if err != nil {
+				return err
+			}
+			if useLib {
+				r.recovery.lib = append(r.recovery.lib, d)
+				r.recovery.libFailed += b2i(!ok)
+			} else {
+				r.recovery.fixed = append(r.recovery.fixed, d)
+				r.recovery.fixedFailed += b2i(!ok)
+			}
+		}
+	}
+	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func recoverOne(c *cninet.Configurator, raw gocni.CNI, useLib bool, id string, port int) (time.Duration, bool, error) {
+	w, err := netsandbox.CreateWorkload()
+	if err != nil {
+		return 0, false, err
+	}
+	defer w.Delete()
+	ctx, cancel := ctxMinute()
+	defer cancel()
+	alloc := benchAlloc(id, port)
+	defer c.Teardown(ctx, alloc, w.Path) // leave nothing for the next round, whoever set it up
+	start := time.Now()
+	if useLib {
+		_, err := c.Setup(ctx, alloc, w.Path)
+		return time.Since(start), err == nil, nil
+	}
+	mappings, _ := cninet.PortMappings(alloc, false)
+	opts := []gocni.NamespaceOpts{gocni.WithCapabilityPortMap(mappings), gocni.WithArgs("IgnoreUnknown", "1")}
+	for attempt := 1; attempt <= 3; attempt++ {
+		if _, err := raw.Setup(ctx, id, w.Path, opts...); err == nil {
+			return time.Since(start), true, nil
+		}
+		if attempt < 3 {
+			time.Sleep(time.Second + time.Duration(rand.Int64N(int64(time.Second))))
+		}
+	}
+	return time.Since(start), false, nil
+}
+
+// concurrency: k workloads set up and torn down at once, with cninet's
+// per-allocation locking vs. one global lock around every call.
+func concurrency(r *report) error {
+	_, conf, err := benchConf()
+	if err != nil {
+		return err
+	}
+	c, err := newConfigurator(conf, r.opts.pluginDir)
+	if err != nil {
+		return err
+	}
+	var global sync.Mutex
+	for _, k := range []int{1, 4, 16, 32} {
+		var perAlloc, locked sample
+		for round := 0; round < r.opts.concRounds; round++ {
+			for _, useGlobal := range []bool{round%2 == 0, round%2 != 0} {
+				var lock *sync.Mutex
+				if useGlobal {
+					lock = &global
+				}
+				d, err := burst(c, k, lock, fmt.Sprintf("conc-%d-%d-%v", k, round, useGlobal))
+				if err != nil {
+					return err
+				}
+				if useGlobal {
+					locked = append(locked, d)
+				} else {
+					perAlloc = append(perAlloc, d)
+				}
+			}
+		}
+		r.conc = append(r.conc, concLevel{k: k, perAlloc: perAlloc, global: locked})
+	}
+	return nil
+}
+
+// burst sets up and tears down k workloads concurrently; with lock, every
+// Setup and Teardown holds it, as a runner with one global lock would.
+func burst(c *cninet.Configurator, k int, lock *sync.Mutex, prefix string) (time.Duration, error) {
+	workloads := make([]*netsandbox.Workload, k)
+	for i := range workloads {
+		w, err := netsandbox.CreateWorkload()
+		if err != nil {
+			return 0, err
+		}
+		defer w.Delete()
+		workloads[i] = w
+	}
+	ctx, cancel := ctxMinute()
+	defer cancel()
+	errs := make(chan error, k)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, w := range workloads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			alloc := benchAlloc(fmt.Sprintf("%s-%d", prefix, i), 29000+i)
+			call := func(f func() error) error {
+				if lock != nil {
+					lock.Lock()
+					defer lock.Unlock()
+				}
+				return f()
+			}
+			if err := call(func() error { _, err := c.Setup(ctx, alloc, w.Path); return err }); err != nil {
+				errs <- err
+				return
+			}
+			if err := call(func() error { return c.Teardown(ctx, alloc, w.Path) }); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
