@@ -77,11 +77,15 @@ func (c *cleaner) err() error {
 
 func (c *cleaner) owner(id string) owner { return owner{network: c.info.name, id: id} }
 
-// cleanOne removes everything of one attachment: Teardown's force cleanup.
+// cleanOne removes everything of one attachment: Teardown's force
+// cleanup, after DEL. c.prior must hold the files as scanned before DEL;
+// only those of this id are read again, since nothing else can have
+// changed for it while its lock is held.
 func (c *cleaner) cleanOne(id string) error {
-	c.files = c.scanFiles([]string{id})
-	c.forEachFamily(func(t *familyTables) { t.clean(map[string]bool{id: true}) })
-	c.removeFiles(map[string]bool{id: true})
+	ids := map[string]bool{id: true}
+	c.files = c.prior.refresh(ids)
+	c.forEachFamily(func(t *familyTables) { t.clean(ids) })
+	c.removeFiles(ids)
 	return c.err()
 }
 
@@ -195,7 +199,7 @@ func (t *familyTables) clean(ids map[string]bool) {
 	}
 	t.c.prior.addresses(ids, t.v6, proven, map[netip.Addr]bool{})
 	t.c.files.addresses(ids, t.v6, proven, others)
-	t.planFirewall(proven, others, &plan)
+	t.planFirewall(ids, proven, others, &plan)
 	t.apply(plan)
 }
 
@@ -257,10 +261,10 @@ func (t *familyTables) planDNAT(ids map[string]bool, plan *[]deletion) {
 // planFirewall plans the deletion of the firewall plugin's comment-less
 // CNI-FORWARD rules for proven addresses, unless another attachment holds
 // the address now: its rules look exactly the same.
-func (t *familyTables) planFirewall(proven map[netip.Addr]string, others map[netip.Addr]bool, plan *[]deletion) {
+func (t *familyTables) planFirewall(ids map[string]bool, proven map[netip.Addr]string, others map[netip.Addr]bool, plan *[]deletion) {
 	owned := map[netip.Addr]string{}
 	for a, id := range proven {
-		if !others[a] {
+		if !others[a] && !t.c.heldByOther(a, ids) {
 			owned[a] = id
 		}
 	}

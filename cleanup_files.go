@@ -133,6 +133,38 @@ func (c *cleaner) readCachedResult(path string) (cachedResult, bool) {
 	return r, true
 }
 
+// refresh re-reads what the scan found for ids: their reservations and
+// cached results that still exist, and who holds their addresses now.
+func (f hostFiles) refresh(ids map[string]bool) hostFiles {
+	var out hostFiles
+	for _, r := range f.reservations {
+		if ids[r.id] {
+			if id, err := firstLine(r.path); err == nil {
+				out.reservations = append(out.reservations, reservation{dir: r.dir, path: r.path, id: id, addr: r.addr})
+			}
+		}
+	}
+	for _, c := range f.cached {
+		if _, err := os.Stat(c.path); err == nil && ids[c.id] {
+			out.cached = append(out.cached, c)
+		}
+	}
+	return out
+}
+
+// heldByOther reports whether a host-local reservation of the network
+// gives addr to an attachment outside ids right now. It reads the one file
+// that would say so, in every IPAM directory.
+func (c *cleaner) heldByOther(addr netip.Addr, ids map[string]bool) bool {
+	for _, dir := range c.info.ipamDirs {
+		holder, err := firstLine(filepath.Join(dir, addr.String()))
+		if err == nil && !ids[holder] {
+			return true
+		}
+	}
+	return false
+}
+
 // ids returns every attachment id the files name.
 func (f hostFiles) ids() []string {
 	var ids []string

@@ -112,3 +112,34 @@ func TestGCHonoursDisableGC(t *testing.T) {
 		t.Fatalf("GC with disableGC: report %+v, err %v, state changed %v", report, err, cf.state() != before)
 	}
 }
+
+func TestGCWithAnAddressHandedFromOneDeadAttachmentToAnother(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		live           []string
+		wantFirewall   int // CNI-FORWARD rules left, besides the admin jump
+		wantNewHasChan bool
+	}{
+		{"both dead: every rule of the address goes", []string{}, 0, false},
+		{"the new holder live: its rules stay, and the old rules that look the same", []string{"new"}, 4, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cf := newCleanupFixture(t, "nomad")
+			old := footprint{network: "nomad", id: "old", ip: "198.18.0.2"}
+			cf.v4.Load("nat", old.nat()).Load("filter", old.filter())            // its reservation went back to host-local ...
+			cf.leak(t, footprint{network: "nomad", id: "new", ip: "198.18.0.2"}) // ... which gave .2 to "new"
+			if _, err := cf.c.GC(context.Background(), tc.live); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(cf.v4.Rules("filter", "CNI-FORWARD")) - 1; n != tc.wantFirewall {
+				t.Errorf("%d firewall rules left, want %d", n, tc.wantFirewall)
+			}
+			if cf.v4.HasChain("nat", chain("CNI-", "nomad", "old")) {
+				t.Error("the old attachment's masquerade chain survived")
+			}
+			if got := cf.v4.HasChain("nat", chain("CNI-", "nomad", "new")); got != tc.wantNewHasChan {
+				t.Errorf("new's masquerade chain present = %v, want %v", got, tc.wantNewHasChan)
+			}
+		})
+	}
+}

@@ -199,7 +199,7 @@ func countingShim() (dir, counter string, err error) {
 		return "", "", err
 	}
 	counter = filepath.Join(dir, "count")
-	for _, name := range []string{"iptables", "ip6tables", "iptables-restore", "ip6tables-restore"} {
+	for _, name := range []string{"iptables", "ip6tables", "iptables-save", "ip6tables-save", "iptables-restore", "ip6tables-restore"} {
 		real, err := exec.LookPath(name)
 		if err != nil {
 			return "", "", err

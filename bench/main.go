@@ -59,6 +59,7 @@ func run(o options) error {
 		{"overhead", overhead},
 		{"recovery", recovery},
 		{"concurrency", concurrency},
+		{"cold start", coldStart},
 		{"gc", gcScenario},
 	}
 	for _, s := range steps {
