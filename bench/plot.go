@@ -16,8 +16,8 @@ func (r *report) plot() string {
 		groups = append(groups, barGroup{fmt.Sprintf("k=%d", l.k), l.perAlloc.median(), l.global.median()})
 	}
 	chart(&b, 20, "Concurrency: wall time for k Setup+Teardown", groups, "per-allocation lock", "global lock")
-	chart(&b, 470, "Recovery: time until ready (median)", []barGroup{{"first ADD fails", r.recovery.lib.median(), r.recovery.fixed.median()}},
-		"cninet DefaultRetryPolicy", "fixed 1 s + jitter, no DEL")
+	chart(&b, 470, "Recovery: time until ready, or until it gave up (median)", []barGroup{{"first ADD fails", r.recovery.lib.median(), r.recovery.fixed.median()}},
+		"cninet DefaultRetryPolicy", "fixed 1 s + jitter, no DEL (never ready)")
 	b.WriteString("</svg>\n")
 	return b.String()
 }

@@ -235,14 +235,10 @@ func concurrency(r *report) error {
 // burst sets up and tears down k workloads concurrently; with lock, every
 // Setup and Teardown holds it, as a runner with one global lock would.
 func burst(c *cninet.Configurator, k int, lock *sync.Mutex, prefix string) (time.Duration, error) {
-	workloads := make([]*netsandbox.Workload, k)
-	for i := range workloads {
-		w, err := netsandbox.CreateWorkload()
-		if err != nil {
-			return 0, err
-		}
-		defer w.Delete()
-		workloads[i] = w
+	workloads, err := createWorkloads(k)
+	defer deleteWorkloads(workloads)
+	if err != nil {
+		return 0, err
 	}
 	ctx, cancel := ctxMinute()
 	defer cancel()
@@ -322,14 +318,10 @@ func (a attemptCounter) Write(p []byte) (int, error) {
 }
 
 func coldBurst(c *cninet.Configurator, k int, gated bool, prefix string) (time.Duration, error) {
-	workloads := make([]*netsandbox.Workload, k)
-	for i := range workloads {
-		w, err := netsandbox.CreateWorkload()
-		if err != nil {
-			return 0, err
-		}
-		defer w.Delete()
-		workloads[i] = w
+	workloads, err := createWorkloads(k)
+	defer deleteWorkloads(workloads)
+	if err != nil {
+		return 0, err
 	}
 	ctx, cancel := ctxMinute()
 	defer cancel()
@@ -368,4 +360,22 @@ func coldBurst(c *cninet.Configurator, k int, gated bool, prefix string) (time.D
 		}
 	}
 	return d, nil
+}
+
+func createWorkloads(k int) ([]*netsandbox.Workload, error) {
+	var workloads []*netsandbox.Workload
+	for i := 0; i < k; i++ {
+		w, err := netsandbox.CreateWorkload()
+		if err != nil {
+			return workloads, err
+		}
+		workloads = append(workloads, w)
+	}
+	return workloads, nil
+}
+
+func deleteWorkloads(workloads []*netsandbox.Workload) {
+	for _, w := range workloads {
+		w.Delete()
+	}
 }

@@ -67,7 +67,7 @@ func (d *demo) row(step, detail string, took time.Duration) {
 	if took > 0 {
 		t = fmt.Sprintf("%7.1f ms", float64(took.Microseconds())/1000)
 	}
-	fmt.Fprintf(d.out, "  %-14s %-64s %s\n", step, detail, t)
+	fmt.Fprintln(d.out, strings.TrimRight(fmt.Sprintf("  %-14s %-64s %s", step, detail, t), " "))
 }
 
 func runDemo(pluginDirs []string, verbose bool, stdout, stderr io.Writer) error {
@@ -155,7 +155,7 @@ func (d *demo) serveAndFetch(ctx context.Context, c *cninet.Configurator) error 
 	if err != nil {
 		return err
 	}
-	d.row("port mapping", fmt.Sprintf("%s:%d -> %s:%d/tcp answered %q", demoGateway, demoHostPort, st.Address, demoPort, body), time.Since(start))
+	d.row("port mapping", fmt.Sprintf("%s:%d -> %s:%d said %q", demoGateway, demoHostPort, st.Address, demoPort, body), time.Since(start))
 	start = time.Now()
 	if err := c.Teardown(ctx, alloc, w.Path); err != nil {
 		return err

@@ -213,14 +213,17 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
-func cmdSetup(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("setup", "--id ID --netns PATH [-p host:container[/proto]]... [flags]", stderr)
+// attachCommand parses the flags of a command on one attachment and runs
+// fn with a Configurator, the allocation and the namespace path.
+func attachCommand(name, synopsis string, needNetns bool, args []string, stderr io.Writer,
+	fn func(ctx context.Context, c *cninet.Configurator, alloc *cninet.Allocation, netns string) error) error {
+	fs := newFlags(name, synopsis, stderr)
 	var a attachFlags
 	a.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	alloc, err := a.allocation(true)
+	alloc, err := a.allocation(needNetns)
 	if err != nil {
 		return err
 	}
@@ -231,11 +234,18 @@ func cmdSetup(args []string, stdout, stderr io.Writer) error {
 	defer c.Close()
 	ctx, cancel := signalContext()
 	defer cancel()
-	st, err := c.Setup(ctx, alloc, a.netns)
-	if err != nil {
-		return err
-	}
-	return printJSON(stdout, statusJSON(st))
+	return fn(ctx, c, alloc, a.netns)
+}
+
+func cmdSetup(args []string, stdout, stderr io.Writer) error {
+	return attachCommand("setup", "--id ID --netns PATH [-p host:container[/proto]]... [flags]", true, args, stderr,
+		func(ctx context.Context, c *cninet.Configurator, alloc *cninet.Allocation, netns string) error {
+			st, err := c.Setup(ctx, alloc, netns)
+			if err != nil {
+				return err
+			}
+			return printJSON(stdout, statusJSON(st))
+		})
 }
 
 func statusJSON(st *cninet.NetworkStatus) map[string]any {
@@ -256,55 +266,27 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func cmdTeardown(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("teardown", "--id ID [--netns PATH] [-p host:container[/proto]]... [flags]", stderr)
-	var a attachFlags
-	a.register(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	alloc, err := a.allocation(false)
-	if err != nil {
-		return err
-	}
-	c, err := a.configurator(stderr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := signalContext()
-	defer cancel()
-	return c.Teardown(ctx, alloc, a.netns)
+	return attachCommand("teardown", "--id ID [--netns PATH] [-p host:container[/proto]]... [flags]", false, args, stderr,
+		func(ctx context.Context, c *cninet.Configurator, alloc *cninet.Allocation, netns string) error {
+			return c.Teardown(ctx, alloc, netns)
+		})
 }
 
 func cmdCheck(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("check", "--id ID --netns PATH [-p host:container[/proto]]... [flags]", stderr)
-	var a attachFlags
-	a.register(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	alloc, err := a.allocation(true)
-	if err != nil {
-		return err
-	}
-	c, err := a.configurator(stderr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := signalContext()
-	defer cancel()
-	err = c.Check(ctx, alloc, a.netns)
-	if errors.Is(err, cninet.ErrCheckUnsupported) {
-		fmt.Fprintf(stderr, "cninet check: warning: %v\n", err)
-		fmt.Fprintln(stdout, "not checked")
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, "ok")
-	return nil
+	return attachCommand("check", "--id ID --netns PATH [-p host:container[/proto]]... [flags]", true, args, stderr,
+		func(ctx context.Context, c *cninet.Configurator, alloc *cninet.Allocation, netns string) error {
+			err := c.Check(ctx, alloc, netns)
+			if errors.Is(err, cninet.ErrCheckUnsupported) {
+				fmt.Fprintf(stderr, "cninet check: warning: %v\n", err)
+				fmt.Fprintln(stdout, "not checked")
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, "ok")
+			return nil
+		})
 }
 
 func cmdGC(args []string, stdout, stderr io.Writer) error {

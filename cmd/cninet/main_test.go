@@ -85,7 +85,7 @@ func TestDemoRunsTheWholeStoryWithoutLeaks(t *testing.T) {
 	if err := runDemo([]string{"/usr/lib/cni"}, false, &out, &errOut); err != nil {
 		t.Fatalf("%v\n%s\n%s", err, out.String(), errOut.String())
 	}
-	for _, want := range []string{`answered "hello from web-1"`, "leaks: 0"} {
+	for _, want := range []string{`said "hello from web-1"`, "leaks: 0"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
