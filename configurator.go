@@ -183,7 +183,7 @@ func (c *Configurator) current() (loadedConf, error) {
 	conf, loaded, closed := c.conf, c.loaded, c.closed
 	c.mu.RUnlock()
 	if closed {
-		return loadedConf{}, ErrClosed
+		return conf, ErrClosed // Teardown still cleans up with it
 	}
 	if loaded {
 		return conf, nil

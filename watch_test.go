@@ -112,3 +112,17 @@ func TestStatusNamesMissingPlugins(t *testing.T) {
 		}
 	}
 }
+
+func TestTeardownAfterCloseStillCleansUp(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	cf.leak(t, footprint{network: "nomad", id: "a", ip: "198.18.0.2"})
+	if err := cf.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cf.teardown(t, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if cf.v4.HasChain("nat", chain("CNI-", "nomad", "a")) || len(cf.reservations(t)) != 1 {
+		t.Fatal("Teardown after Close left the attachment's state")
+	}
+}
