@@ -2,4 +2,32 @@
 // an orchestrator's allocation runner needs it: load or generate a conflist,
 // attach the namespace with port mappings, report the address, and detach it
 // again without leaving iptables rules, chains or IP reservations behind.
+//
+// Build one Configurator per network with New, from conflist bytes
+// (BridgeConfList generates the default bridge network) or from a directory
+// and a network name (LoadConfList). Then, per workload:
+//
+//   - Setup attaches the namespace and returns its address. Failed ADDs are
+//     retried per Config.Retry, with a DEL and a force cleanup in between; a
+//     Setup that fails leaves nothing behind.
+//   - Teardown detaches it: CNI DEL with the same port mappings and args,
+//     then a force cleanup of everything the plugins are known to leave (the
+//     bridge's masquerade rule and chain, portmap's DNAT rule and chain, the
+//     firewall plugin's rules, host-local's reservations, libcni's cache),
+//     for IPv4 and IPv6. It is idempotent.
+//   - Check verifies an attachment after a runner restart.
+//
+// GC removes every attachment of the network whose allocation is not live,
+// Status reports whether the network can attach workloads, and Reload (or
+// Config.Watch) picks up a changed conflist.
+//
+// Cleanup deletes only what provably belongs to the attachment: rules whose
+// comment names exactly its network and id, chains under the names the
+// plugins derive from them, and comment-less firewall rules only for an
+// address the attachment's own rules or files prove it held and nobody else
+// holds now.
+//
+// Calls for one allocation ID are serialised; calls for different IDs run
+// in parallel. Errors wrap the exported Err… sentinels; test them with
+// errors.Is.
 package cninet

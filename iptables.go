@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 
 	"github.com/coreos/go-iptables/iptables"
 )
@@ -124,4 +125,30 @@ func (h *hostIPTables) RestoreNoFlush(table string, lines []string) error {
 		return fmt.Errorf("%s --noflush (%s): %w: %s", h.restore, table, err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
+}
+
+// tableCache opens iptables and ip6tables once each; a failed open (say,
+// ip6tables missing) is retried on the next use.
+type tableCache struct {
+	open   func(ipv6 bool) (IPTables, error)
+	mu     sync.Mutex
+	tables [2]IPTables
+}
+
+func (t *tableCache) get(ipv6 bool) (IPTables, error) {
+	i := 0
+	if ipv6 {
+		i = 1
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tables[i] != nil {
+		return t.tables[i], nil
+	}
+	ipt, err := t.open(ipv6)
+	if err != nil {
+		return nil, err
+	}
+	t.tables[i] = ipt
+	return ipt, nil
 }

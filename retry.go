@@ -2,9 +2,14 @@ package cninet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
+
+	cni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/pkg/types"
 )
 
 // RetryPolicy says how often and how patiently Setup retries a failed ADD.
@@ -92,4 +97,65 @@ func (p RetryPolicy) wait(ctx context.Context, n int) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// addWithRetry runs ADD until it succeeds, fails permanently, runs out of
+// attempts, or ctx is done.
+func (c *Configurator) addWithRetry(ctx context.Context, att attachment, netns string, conf loadedConf) (*cni.Result, error) {
+	opts := att.opts()
+	var first error
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		res, err := c.cni.Setup(ctx, att.id, netns, opts...)
+		if err == nil {
+			c.logger.Debug("network attached", "alloc_id", att.id, "attempt", attempt, "duration", time.Since(start))
+			return res, nil
+		}
+		c.logger.Warn("failed to attach network", "alloc_id", att.id, "attempt", attempt, "error", err, "duration", time.Since(start))
+		if first == nil {
+			first = err
+		}
+		if attempt >= c.retry.Attempts || isPermanent(err) || ctx.Err() != nil {
+			return nil, setupError(att.id, attempt, first, err, ctx.Err())
+		}
+		// Without this DEL the retry cannot succeed: host-local already
+		// reserved an address for this id and refuses a second ADD. The
+		// force cleanup matters too: a failed ADD is not cached, so the
+		// firewall plugin's DEL cannot know which address to clean.
+		if derr := c.detach(ctx, att, netns, conf); derr != nil {
+			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", att.id, "attempt", attempt, "error", derr)
+		}
+		if werr := c.retry.wait(ctx, attempt); werr != nil {
+			return nil, setupError(att.id, attempt, first, err, werr)
+		}
+	}
+}
+
+func setupError(id string, attempts int, first, last, ctxErr error) error {
+	what := fmt.Sprintf("%d attempt(s)", attempts)
+	if ctxErr != nil {
+		what += " (" + ctxErr.Error() + ")"
+	}
+	if attempts == 1 || first == last {
+		return fmt.Errorf("%w: allocation %s after %s: %w", ErrSetupFailed, id, what, errors.Join(last, ctxErr))
+	}
+	return fmt.Errorf("%w: allocation %s after %s: first error: %v; last error: %w",
+		ErrSetupFailed, id, what, first, errors.Join(last, ctxErr))
+}
+
+// isPermanent reports errors that no retry can fix: a missing plugin, an
+// invalid config, or a CNI error code the spec reserves for those.
+func isPermanent(err error) bool {
+	if cni.IsInvalidConfig(err) || errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrPluginMissing) {
+		return true
+	}
+	var cniErr *types.Error
+	if errors.As(err, &cniErr) {
+		switch cniErr.Code {
+		case types.ErrIncompatibleCNIVersion, types.ErrUnsupportedField, types.ErrInvalidEnvironmentVariables,
+			types.ErrDecodingFailure, types.ErrInvalidNetworkConfig:
+			return true
+		}
+	}
+	return strings.Contains(err.Error(), "failed to find plugin")
 }
