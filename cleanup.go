@@ -229,12 +229,20 @@ func (t *familyTables) planMasquerade(ids map[string]bool, plan *[]deletion) (pr
 // masqOwner returns the id a POSTROUTING rule's comment names, when it is
 // exactly the bridge plugin's comment for this network.
 func (c *cleaner) masqOwner(r *rule) (string, bool) {
-	prefix := fmt.Sprintf("name: %q id: ", c.info.name)
-	if r.chain != "POSTROUTING" || !strings.HasPrefix(r.comment, prefix) {
+	if r.chain != "POSTROUTING" {
 		return "", false
 	}
-	id, err := unquote(strings.TrimPrefix(r.comment, prefix))
-	if err != nil || c.owner(id).masqComment() != r.comment {
+	return c.commentOwner(r.comment)
+}
+
+// commentOwner returns the id a bridge plugin comment of this network names.
+func (c *cleaner) commentOwner(comment string) (string, bool) {
+	prefix := fmt.Sprintf("name: %q id: ", c.info.name)
+	if !strings.HasPrefix(comment, prefix) {
+		return "", false
+	}
+	id, err := unquote(strings.TrimPrefix(comment, prefix))
+	if err != nil || c.owner(id).masqComment() != comment {
 		return "", false
 	}
 	return id, true

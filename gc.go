@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/containernetworking/cni/libcni"
@@ -172,7 +173,9 @@ func (c *Configurator) sweep(conf loadedConf, live map[string]bool, report *GCRe
 	return cl.err()
 }
 
-// discover returns the ids the nat rules of this network name.
+// discover returns the ids the nat rules of this network name: in the
+// jumps, and, where the whole table is listed, inside masquerade chains
+// whose jump is already gone.
 func (t *familyTables) discover() (ids []string) {
 	for _, chain := range []string{"POSTROUTING", hostportDNATChain} {
 		rules, _ := t.list("nat", chain)
@@ -182,6 +185,14 @@ func (t *familyTables) discover() (ids []string) {
 			} else if id, ok := t.c.dnatOwner(rules[i]); ok {
 				ids = append(ids, id)
 			}
+		}
+	}
+	for chain, rules := range t.listing("nat", "POSTROUTING").chains {
+		if !strings.HasPrefix(chain, "CNI-") || len(rules) == 0 {
+			continue
+		}
+		if id, ok := t.c.commentOwner(rules[0].comment); ok && t.c.owner(id).masqChain() == chain {
+			ids = append(ids, id)
 		}
 	}
 	return ids

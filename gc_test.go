@@ -143,3 +143,23 @@ func TestGCWithAnAddressHandedFromOneDeadAttachmentToAnother(t *testing.T) {
 		})
 	}
 }
+
+func TestGCFindsAMasqueradeChainWhoseJumpIsGone(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad", allTables)
+	before := cf.state()
+	fp := footprint{network: "nomad", id: "orphan", ip: "198.18.0.2"}
+	var kept []string
+	for _, line := range strings.Split(fp.nat(), "\n") {
+		if !strings.HasPrefix(line, "-A POSTROUTING") && !strings.Contains(line, "CNI-DN-") && !strings.Contains(line, "HOSTPORT") {
+			kept = append(kept, line) // only the masquerade chain and its rules survive
+		}
+	}
+	cf.v4.Load("nat", strings.Join(kept, "\n"))
+	report, err := cf.c.GC(context.Background(), []string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.state() != before || report.Count(cninet.GCChain) != 1 {
+		t.Fatalf("orphan chain not collected (report %+v):\n%s", report, cf.state())
+	}
+}
