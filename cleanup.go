@@ -208,22 +208,42 @@ func (t *familyTables) clean(ids map[string]bool) {
 // attachment held them, and the addresses other attachments' jumps name.
 func (t *familyTables) planMasquerade(ids map[string]bool, plan *[]deletion) (proven map[netip.Addr]string, others map[netip.Addr]bool) {
 	proven, others = map[netip.Addr]string{}, map[netip.Addr]bool{}
+	byComment := t.c.commentIndex(ids, owner.masqComment)
 	rules, _ := t.list("nat", "POSTROUTING")
 	for i := range rules {
 		r := &rules[i]
 		addr, hasAddr := hostAddr(r.source)
-		id, ours := t.c.masqOwner(r)
-		switch {
-		case ours && ids[id]:
+		if id, ok := ownerOf(*r, byComment[r.comment], t.c, owner.ownsMasqJump); ok {
 			*plan = append(*plan, deletion{table: "nat", id: id, rule: r})
 			if hasAddr {
 				proven[addr] = id
 			}
-		case hasAddr && isCNIComment(r.comment):
+		} else if hasAddr && isCNIComment(r.comment) {
 			others[addr] = true
 		}
 	}
 	return proven, others
+}
+
+// commentIndex maps each stored comment of ids to the ids that could have
+// written it: cut comments can stand for several.
+func (c *cleaner) commentIndex(ids map[string]bool, comment func(owner) string) map[string][]string {
+	index := make(map[string][]string, len(ids))
+	for id := range ids {
+		stored := storedComment(comment(c.owner(id)))
+		index[stored] = append(index[stored], id)
+	}
+	return index
+}
+
+// ownerOf returns the candidate id that owns r.
+func ownerOf(r rule, candidates []string, c *cleaner, owns func(owner, rule) bool) (string, bool) {
+	for _, id := range candidates {
+		if owns(c.owner(id), r) {
+			return id, true
+		}
+	}
+	return "", false
 }
 
 // masqOwner returns the id a POSTROUTING rule's comment names, when it is
@@ -250,18 +270,11 @@ func (c *cleaner) commentOwner(comment string) (string, bool) {
 
 // planDNAT plans the deletion of portmap's CNI-HOSTPORT-DNAT jumps of ids.
 func (t *familyTables) planDNAT(ids map[string]bool, plan *[]deletion) {
-	byComment := map[string][]string{} // a cut comment can stand for several ids
-	for id := range ids {
-		c := t.c.owner(id).dnatComment()
-		byComment[c] = append(byComment[c], id)
-	}
+	byComment := t.c.commentIndex(ids, owner.dnatComment)
 	rules, _ := t.list("nat", hostportDNATChain)
 	for i := range rules {
-		for _, id := range byComment[rules[i].comment] {
-			if t.c.owner(id).ownsDNATJump(rules[i]) {
-				*plan = append(*plan, deletion{table: "nat", id: id, rule: &rules[i]})
-				break
-			}
+		if id, ok := ownerOf(rules[i], byComment[rules[i].comment], t.c, owner.ownsDNATJump); ok {
+			*plan = append(*plan, deletion{table: "nat", id: id, rule: &rules[i]})
 		}
 	}
 }

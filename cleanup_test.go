@@ -35,14 +35,22 @@ func (f footprint) host() string {
 	return f.ip + "/32"
 }
 
-func (f footprint) masqComment() string { return fmt.Sprintf("name: %q id: %q", f.network, f.id) }
+// The comments as iptables stores them: the first 255 bytes.
+func (f footprint) masqComment() string { return cut255(fmt.Sprintf("name: %q id: %q", f.network, f.id)) }
 
 func (f footprint) dnatComment() string {
 	c := fmt.Sprintf(`dnat name: "%s" id: "%s"`, f.network, f.id)
 	if len(c) > 255 {
-		c = c[:253] + "..."
+		c = c[:253] + "..." // portmap's own cut
 	}
-	return c
+	return cut255(c)
+}
+
+func cut255(s string) string {
+	if len(s) > 255 {
+		return s[:255]
+	}
+	return s
 }
 
 func (f footprint) nat() string {
@@ -439,4 +447,48 @@ func keptLines(dump string, gone []string) int {
 		}
 	}
 	return n
+}
+
+// TestTeardownOnRealCutComments replays the plugins' rules for network and
+// ids so long that iptables cut their comments (testdata/iptables): in
+// "toolong" both attachments' comments are identical, and only the jump
+// targets, derived from the whole id, tell them apart.
+func TestTeardownOnRealCutComments(t *testing.T) {
+	for _, tc := range []struct {
+		capture, network string
+		id1, id10        string
+	}{
+		{"longname", strings.Repeat("n", 120), strings.Repeat("a", 119) + "1", strings.Repeat("a", 119) + "10"},
+		{"toolong", strings.Repeat("n", 124), strings.Repeat("a", 120) + "1", strings.Repeat("a", 120) + "10"},
+		{"dotname", "my.net", "alloc-1", "alloc-10"},
+	} {
+		t.Run(tc.capture, func(t *testing.T) {
+			nat, err1 := os.ReadFile("testdata/iptables/" + tc.capture + "-nat-ipv4.txt")
+			filter, err2 := os.ReadFile("testdata/iptables/" + tc.capture + "-filter-ipv4.txt")
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			eachListingMode(t, func(t *testing.T, mode listingMode) {
+				cf := newFixtureWithTables(t, tc.network, mode,
+					func(ipt *fakeipt.IPTables) { ipt.Load("nat", string(nat)).Load("filter", string(filter)) },
+					func(*fakeipt.IPTables) {})
+				cf.reserve(t, "198.18.0.2", tc.id1)
+				cf.reserve(t, "198.18.0.3", tc.id10)
+				if err := cf.teardown(t, tc.id1); err != nil {
+					t.Fatal(err)
+				}
+				after := cf.v4.Save("nat") + cf.v4.Save("filter")
+				for _, gone := range []string{chain("CNI-", tc.network, tc.id1), chain("CNI-DN-", tc.network, tc.id1), "198.18.0.2/32", "198.18.0.2:"} {
+					if strings.Contains(after, gone) {
+						t.Errorf("%s still there:\n%s", gone, after)
+					}
+				}
+				for _, kept := range []string{chain("CNI-", tc.network, tc.id10), chain("CNI-DN-", tc.network, tc.id10), "-s 198.18.0.3/32 -j ACCEPT"} {
+					if !strings.Contains(after, kept) {
+						t.Errorf("%s (the other attachment's) is gone:\n%s", kept, after)
+					}
+				}
+			})
+		})
+	}
 }

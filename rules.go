@@ -169,23 +169,39 @@ func (o owner) dnatComment() string {
 	return c
 }
 
+// maxStoredComment is what iptables keeps of a comment; it cuts longer
+// ones silently (so portmap's 256-byte "..." comments end in "..").
+const maxStoredComment = 255
+
+// storedComment is a comment as iptables lists it.
+func storedComment(c string) string {
+	if len(c) > maxStoredComment {
+		return c[:maxStoredComment]
+	}
+	return c
+}
+
+// ownsCommented reports whether r carries comment (as iptables stores it)
+// and, when the stored comment was cut and so names the id only partly (a
+// cut "id: \"ab" may stand for "ab" or "abc"), jumps to chain, which is
+// derived from the whole id.
+func ownsCommented(r rule, comment, chain string) bool {
+	stored := storedComment(comment)
+	if r.comment != stored {
+		return false
+	}
+	return len(comment) <= maxStoredComment || r.target == chain
+}
+
 // ownsMasqJump reports whether r is this attachment's POSTROUTING jump.
 func (o owner) ownsMasqJump(r rule) bool {
-	return r.chain == "POSTROUTING" && r.comment == o.masqComment()
+	return r.chain == "POSTROUTING" && ownsCommented(r, o.masqComment(), o.masqChain())
 }
 
 // ownsDNATJump reports whether r is this attachment's CNI-HOSTPORT-DNAT
-// jump. A cut comment names the id only partly (a cut "id: \"ab" also
-// starts "id: \"abc"), so it proves ownership only together with the jump
-// target, which is derived from the whole id.
+// jump.
 func (o owner) ownsDNATJump(r rule) bool {
-	if r.chain != hostportDNATChain || r.comment != o.dnatComment() {
-		return false
-	}
-	if strings.HasSuffix(r.comment, "...") && len(r.comment) == maxPortmapComment+1 {
-		return r.target == o.dnatChain()
-	}
-	return true
+	return r.chain == hostportDNATChain && ownsCommented(r, o.dnatComment(), o.dnatChain())
 }
 
 const (

@@ -32,8 +32,8 @@ func FuzzParseRule(f *testing.F) {
 			}
 		}
 		a, b := owner{netA, idA}, owner{netB, idB}
-		masq := mustParse(t, "POSTROUTING", "-s", "198.18.0.2/32", "-m", "comment", "--comment", a.masqComment(), "-j", a.masqChain())
-		dnat := mustParse(t, hostportDNATChain, "-p", "tcp", "-m", "comment", "--comment", a.dnatComment(), "-m", "multiport", "--dports", "80", "-j", a.dnatChain())
+		masq := mustParse(t, "POSTROUTING", "-s", "198.18.0.2/32", "-m", "comment", "--comment", storedComment(a.masqComment()), "-j", a.masqChain())
+		dnat := mustParse(t, hostportDNATChain, "-p", "tcp", "-m", "comment", "--comment", storedComment(a.dnatComment()), "-m", "multiport", "--dports", "80", "-j", a.dnatChain())
 		if !a.ownsMasqJump(masq) || !a.ownsDNATJump(dnat) {
 			t.Fatalf("%+v does not own its own rules", a)
 		}
