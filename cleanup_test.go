@@ -36,7 +36,9 @@ func (f footprint) host() string {
 }
 
 // The comments as iptables stores them: the first 255 bytes.
-func (f footprint) masqComment() string { return cut255(fmt.Sprintf("name: %q id: %q", f.network, f.id)) }
+func (f footprint) masqComment() string {
+	return cut255(fmt.Sprintf("name: %q id: %q", f.network, f.id))
+}
 
 func (f footprint) dnatComment() string {
 	c := fmt.Sprintf(`dnat name: "%s" id: "%s"`, f.network, f.id)
