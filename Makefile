@@ -18,14 +18,22 @@ lint:
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
+# Unit tests, every package but integration/, with the host-safety check:
+# they run in a private mount and network namespace where /var/lib/cni,
+# /run/cni and /run/netns are tmpfs holding planted cache entries,
+# reservations and a netns, next to planted iptables and nftables rules;
+# any change to those fails the run (scripts/unit-sandboxed.sh). Then the
+# integration suite, which makes namespaces of its own.
 unit:
-	$(GO) test -race -count=1 -timeout 45m ./...
+	GO="$(GO)" bash scripts/unit-sandboxed.sh -timeout 45m
+	$(GO) test -race -count=1 -timeout 45m ./integration/
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseRule$$' -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRule$$' -fuzztime $(FUZZTIME) ./internal/footprint
 
-# Unit tests, then the integration suite (in its own network and mount
-# namespace, against every plugin set), then a short fuzz run.
+# Unit tests (sandboxed and checked, see unit), then the integration suite
+# (in its own network and mount namespace, against every plugin set), then
+# a short fuzz run.
 test: deps lint unit fuzz
 
 demo: deps

@@ -124,7 +124,7 @@ func newFixtureWithTables(t *testing.T, network string, mode listingMode, load4,
 	f := fixture{cni: &fakecni.CNI{}, v4: fakeipt.New(), v6: fakeipt.New()}
 	load4(f.v4)
 	load6(f.v6)
-	c, err := cninet.New(cninet.Config{ConfList: conf, CNI: f.cni, IPTables: func(v6 bool) (cninet.IPTables, error) {
+	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: f.cni, IPTables: func(v6 bool) (cninet.IPTables, error) {
 		ipt := f.v4
 		if v6 {
 			ipt = f.v6
@@ -368,7 +368,7 @@ func TestTeardownRunsEveryStepAndReportsEachFailure(t *testing.T) {
 func TestTeardownWithoutIPTablesStillRunsDELAndSaysIPTablesIsMissing(t *testing.T) {
 	cf := newCleanupFixture(t, "nomad")
 	cf.reserve(t, "198.18.0.2", "a")
-	c, err := cninet.New(cninet.Config{ConfList: cf.c.ConfList(), CNI: cf.cni, IPTables: func(bool) (cninet.IPTables, error) {
+	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfList: cf.c.ConfList(), CNI: cf.cni, IPTables: func(bool) (cninet.IPTables, error) {
 		return nil, errors.New(`exec: "iptables": executable file not found in $PATH`)
 	}})
 	if err != nil {

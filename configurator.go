@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 // Config configures a Configurator. The zero value of each field selects
@@ -39,12 +41,54 @@ type Config struct {
 	// IPTables opens iptables (ipv6 false) or ip6tables (ipv6 true) for
 	// cleanup. nil: github.com/coreos/go-iptables.
 	IPTables func(ipv6 bool) (IPTables, error)
+	// NFTables opens nftables for cleanup: the plugins' nftables backends
+	// are cleaned whatever the conflist names. nil: the host's nft (listed
+	// with `nft -j`, changed through sigs.k8s.io/knftables); a host without
+	// nft has no nftables rules, which is no error.
+	NFTables func() (NFTables, error)
 	// CNI drives the plugins. nil: go-cni built from PluginDirs and
 	// InterfacePrefix. Tests inject fakes here.
 	CNI cni.CNI
 	// Watch reloads the conflist when ConfDir changes (ConfDir only).
 	Watch bool
+	// CacheDir is libcni's cache directory, where results are cached per
+	// attachment; GC, Teardown's cleanup and Status read it. "":
+	// /var/lib/cni. go-cni always caches in /var/lib/cni, so another value
+	// needs Config.CNI (a fake, or a CNI that caches there too).
+	CacheDir string
 }
+
+// IPTables is the subset of *iptables.IPTables (github.com/coreos/go-iptables)
+// that cleanup uses; *iptables.IPTables satisfies it unchanged. Tests
+// replace it with a fake through Config.IPTables. An implementation may
+// also offer TableLister, Saver and Restorer: GC's sweep uses them to list
+// and change whole tables in one process.
+type IPTables = footprint.IPTables
+
+// TableLister is an optional extension of IPTables: list a whole table in
+// one command (`iptables -t table -S`).
+type TableLister = footprint.TableLister
+
+// Saver is an optional extension of IPTables: list every table in one
+// command (iptables-save), each table's lines in `iptables -S` form.
+type Saver = footprint.Saver
+
+// Restorer is an optional extension of IPTables: apply many changes to one
+// table in one `iptables-restore --noflush` transaction, falling back to
+// one Delete per rule when the batch is refused.
+type Restorer = footprint.Restorer
+
+// NFTables is how cleanup reads and changes the tables the plugins'
+// nftables backends write (inet cni_plugins_masquerade, ip and ip6
+// cni_hostport). Tests replace it through Config.NFTables.
+type NFTables = footprint.NFTables
+
+// NFTable names one nftables table.
+type NFTable = footprint.NFTable
+
+// NFTRule is one nftables rule as cleanup sees it: where it is, its
+// comment, and the addresses it matches on or translates to.
+type NFTRule = footprint.NFTRule
 
 // Configurator attaches workloads' network namespaces to one CNI network
 // and detaches them without leaks. It is safe for concurrent use: calls for
@@ -60,8 +104,10 @@ type Configurator struct {
 	networkName  string
 	ignoreHostIP bool
 	retry        RetryPolicy
-	tables       *tableCache
+	tables       *footprint.Tables
+	nftables     *footprint.NFTablesHandle
 	cacheDir     string
+	lib          *libcni.CNIConfig // VERSION, GC and validation, on the same dirs and cache as the verbs
 	locks        keyedMutex
 	gate         sync.RWMutex // shared by every call; GC takes it alone while CNI GC runs
 	gc           gcGuard
@@ -69,12 +115,19 @@ type Configurator struct {
 
 	findPlugins bool // cninet runs the plugins itself, from pluginDirs
 
-	mu       sync.RWMutex // guards conf and loaded
-	conf     loadedConf
-	loaded   bool
-	watcher  *watcher
-	closed   bool
-	closeErr error
+	pluginsMu sync.Mutex
+	pluginsOK struct { // the last conflist whose plugins were all found
+		list  *libcni.NetworkConfigList
+		stamp []time.Time
+	}
+
+	mu        sync.RWMutex // guards conf and loaded
+	conf      loadedConf
+	loaded    bool
+	watcher   *watcher
+	closed    bool
+	closeErr  error
+	closeOnce sync.Once
 }
 
 // loadedConf is one parsed conflist.
@@ -84,7 +137,11 @@ type loadedConf struct {
 	info  networkInfo
 }
 
-const defaultPluginDir = "/opt/cni/bin"
+const (
+	defaultPluginDir = "/opt/cni/bin"
+	// defaultCacheDir is where libcni, and so go-cni, caches results.
+	defaultCacheDir = "/var/lib/cni"
+)
 
 // New validates cfg and returns a Configurator. The conflist is read and
 // validated now (an unknown network is ErrNetworkNotFound, a malformed one
@@ -101,10 +158,18 @@ func New(cfg Config) (*Configurator, error) {
 		networkName:  cfg.NetworkName,
 		ignoreHostIP: cfg.IgnorePortMappingHostIP,
 		retry:        cfg.Retry.withDefaults(),
-		tables:       &tableCache{open: cfg.IPTables},
-		cacheDir:     libcniCacheDir,
+		tables:       &footprint.Tables{Open: cfg.IPTables},
+		nftables:     &footprint.NFTablesHandle{Open: cfg.NFTables},
+		cacheDir:     cfg.CacheDir,
+	}
+	if c.cacheDir == "" {
+		c.cacheDir = defaultCacheDir
+	} else if cfg.CNI == nil && filepath.Clean(c.cacheDir) != defaultCacheDir {
+		return nil, fmt.Errorf("%w: CacheDir %q with the default go-cni, which always caches in %s (set Config.CNI too, or leave CacheDir empty)",
+			ErrInvalidConfig, cfg.CacheDir, defaultCacheDir)
 	}
 	c.applyDefaults()
+	c.lib = libcni.NewCNIConfigWithCacheDir(c.pluginDirs, c.cacheDir, nil)
 	conf, err := c.readConf(cfg.ConfList)
 	if err != nil {
 		return nil, err
@@ -113,7 +178,7 @@ func New(cfg Config) (*Configurator, error) {
 	if c.cni = cfg.CNI; c.cni == nil {
 		c.findPlugins = true
 		if c.cni, err = cni.New(cni.WithPluginDir(c.pluginDirs), cni.WithInterfacePrefix(c.ifPrefix)); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
 	if cfg.Watch {
@@ -142,9 +207,6 @@ func (c *Configurator) applyDefaults() {
 		c.ifPrefix = cni.DefaultPrefix
 	}
 	c.ifName = c.ifPrefix + "0" // go-cni's name for the first network's interface
-	if c.tables.open == nil {
-		c.tables.open = newIPTables
-	}
 }
 
 // readConf parses explicit conflist bytes, else loads c.networkName from
@@ -167,7 +229,7 @@ func (c *Configurator) readConf(explicit []byte) (loadedConf, error) {
 	}
 	list, err := parseConfList(raw)
 	if err != nil {
-		return loadedConf{}, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		return loadedConf{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.networkName != "" && len(explicit) > 0 && list.Name != c.networkName {
 		return loadedConf{}, fmt.Errorf("%w: ConfList names network %q but NetworkName is %q", ErrInvalidConfig, list.Name, c.networkName)
@@ -182,7 +244,7 @@ func (c *Configurator) current() (loadedConf, error) {
 	conf, loaded, closed := c.conf, c.loaded, c.closed
 	c.mu.RUnlock()
 	if closed {
-		return conf, ErrClosed // Teardown still cleans up with it
+		return conf, fmt.Errorf("%w: network %q", ErrClosed, conf.info.name) // Teardown still cleans up with conf
 	}
 	if loaded {
 		return conf, nil
@@ -193,10 +255,10 @@ func (c *Configurator) current() (loadedConf, error) {
 		return c.conf, nil
 	}
 	if err := c.cni.Status(); err != nil && !cni.IsCNINotInitialized(err) {
-		return loadedConf{}, err
+		return loadedConf{}, fmt.Errorf("%w: CNI STATUS: %w", ErrNotReady, err)
 	} else if err != nil {
 		if err := c.cni.Load(cni.WithConfListBytes(c.conf.bytes)); err != nil {
-			return loadedConf{}, fmt.Errorf("%w: loading conflist %q: %v", ErrInvalidConfig, c.conf.list.Name, err)
+			return loadedConf{}, fmt.Errorf("%w: loading conflist %q: %w", ErrInvalidConfig, c.conf.list.Name, err)
 		}
 	}
 	c.loaded = true
@@ -215,7 +277,7 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 		return nil, err
 	}
 	if netns == "" {
-		return nil, fmt.Errorf("%w: empty path for allocation %s", ErrInvalidNetNS, att.id)
+		return nil, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
 	}
 	defer c.enter(att.id)()
 	conf, err := c.current()
@@ -241,11 +303,34 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 // checkPlugins fails Setup before anything runs when a plugin binary is
 // missing: a chain that fails halfway through leaves a veth until the
 // namespace goes, and a DEL cannot run a plugin that is not there either.
+// The answer is kept until the conflist or a plugin directory changes.
 func (c *Configurator) checkPlugins(conf loadedConf) error {
 	if !c.findPlugins {
 		return nil // an injected cni.CNI finds its plugins itself
 	}
-	return c.checkPluginsIn(conf)
+	stamp := c.pluginDirsStamp()
+	c.pluginsMu.Lock()
+	defer c.pluginsMu.Unlock()
+	if c.pluginsOK.list == conf.list && slices.Equal(c.pluginsOK.stamp, stamp) {
+		return nil
+	}
+	if err := c.checkPluginsIn(conf); err != nil {
+		return err
+	}
+	c.pluginsOK.list, c.pluginsOK.stamp = conf.list, stamp
+	return nil
+}
+
+// pluginDirsStamp is the modification times of the plugin directories: a
+// binary added, removed or renamed changes its directory's.
+func (c *Configurator) pluginDirsStamp() []time.Time {
+	stamp := make([]time.Time, len(c.pluginDirs))
+	for i, dir := range c.pluginDirs {
+		if fi, err := os.Stat(dir); err == nil {
+			stamp[i] = fi.ModTime()
+		}
+	}
+	return stamp
 }
 
 // checkPluginsIn reports the plugins of conf missing from the plugin dirs.
@@ -276,8 +361,11 @@ const rollbackTimeout = 30 * time.Second
 
 // Teardown detaches the namespace and removes whatever the plugins left
 // for this allocation: DEL with the same port mappings and args as Setup,
-// then, whatever DEL returned, the force cleanup of DESIGN.md (iptables and
-// ip6tables rules and chains, IPAM reservations, the cached result). It is
+// then, whatever DEL returned, a force cleanup of everything the plugins
+// are known to leave (iptables and ip6tables rules and chains, IPAM
+// reservations, the cached result), by the ownership rule of
+// internal/footprint. Its cost follows what one attachment can own, not
+// the size of the host's ruleset. It is
 // idempotent: tearing down twice, or tearing down what was never set up,
 // returns nil. netns may be empty or already deleted.
 func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) error {
@@ -297,17 +385,14 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 // cleanup then removed everything: what matters is that nothing is left.
 func (c *Configurator) detach(ctx context.Context, att attachment, netns string, conf loadedConf) error {
 	start := time.Now()
-	cl := c.newCleaner(conf)
-	// Read the proof of the attachment's addresses before DEL erases it: a
-	// DEL without a cached result cannot tell the firewall plugin which
-	// address to clean, but host-local's reservation can tell us.
-	cl.prior = cl.scanFiles([]string{att.id})
+	cl := footprint.NewCleaner(ctx, c.footprintNetwork(conf), c.host())
+	cl.Remember([]string{att.id}) // DEL erases the proof of the attachment's addresses
 	removeErr := c.cni.Remove(ctx, att.id, netns, att.opts()...)
 	delDone := time.Now()
-	cleanErr := cl.cleanOne(att.id)
-	if len(cl.removed) > 0 {
-		items := make([]string, len(cl.removed))
-		for i, it := range cl.removed {
+	removed, cleanErr := cl.Clean([]string{att.id})
+	if len(removed) > 0 {
+		items := make([]string, len(removed))
+		for i, it := range removed {
 			items[i] = it.Detail
 		}
 		c.logger.Warn("removed state the CNI plugins left behind", "alloc_id", att.id,
@@ -315,8 +400,9 @@ func (c *Configurator) detach(ctx context.Context, att attachment, netns string,
 	}
 	c.logger.Debug("network detached", "alloc_id", att.id, "del", delDone.Sub(start), "cleanup", time.Since(delDone))
 	if cleanErr != nil {
+		cleanErr = fmt.Errorf("%w in network %q: %w", ErrCleanupFailed, conf.info.name, cleanErr)
 		if removeErr != nil {
-			return fmt.Errorf("teardown of allocation %s: DEL: %v; %w", att.id, removeErr, cleanErr)
+			return fmt.Errorf("teardown of allocation %s: DEL: %w; %w", att.id, removeErr, cleanErr)
 		}
 		return fmt.Errorf("teardown of allocation %s: %w", att.id, cleanErr)
 	}
@@ -326,8 +412,13 @@ func (c *Configurator) detach(ctx context.Context, att attachment, netns string,
 	return nil
 }
 
-func (c *Configurator) newCleaner(conf loadedConf) *cleaner {
-	return &cleaner{info: conf.info, ifName: c.ifName, cacheDir: c.cacheDir, tables: c.tables.get, batch: true}
+// footprintNetwork is what the cleaner must know about conf's network.
+func (c *Configurator) footprintNetwork(conf loadedConf) footprint.Network {
+	return footprint.Network{Name: conf.info.name, IfName: c.ifName, IPAMDirs: conf.info.ipamDirs, CacheDir: c.cacheDir}
+}
+
+func (c *Configurator) host() footprint.Host {
+	return footprint.Host{IPTables: c.tables.Get, NFTables: c.nftables.Get}
 }
 
 // enter serialises calls for one allocation and lets a running GC know

@@ -13,10 +13,15 @@ import (
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/fakecni"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
+	"github.com/seed1280861d/cninet/internal/fakenft"
 )
 
 // unitConfList is the default bridge conflist under a network name no host
 // uses, with reservations in a temporary directory.
+// noNFTables is an empty in-memory nftables: unit tests never read the
+// host's.
+func noNFTables() (cninet.NFTables, error) { return &fakenft.NFTables{}, nil }
+
 func unitConfList(t *testing.T) []byte {
 	t.Helper()
 	cfg := cninet.DefaultBridgeConfig()
@@ -40,6 +45,7 @@ func newFixture(t *testing.T, fake *fakecni.CNI, retry cninet.RetryPolicy) fixtu
 	t.Helper()
 	f := fixture{cni: fake, v4: fakeipt.New(), v6: fakeipt.New()}
 	c, err := cninet.New(cninet.Config{
+		CacheDir: t.TempDir(), NFTables: noNFTables,
 		ConfList: unitConfList(t),
 		CNI:      fake,
 		Retry:    retry,
@@ -284,7 +290,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 	for name, cfg := range cases {
 		t.Run(name, func(t *testing.T) {
-			cfg.CNI = &fakecni.CNI{}
+			cfg.CNI, cfg.CacheDir, cfg.NFTables = &fakecni.CNI{}, t.TempDir(), noNFTables
 			if _, err := cninet.New(cfg); !errors.Is(err, cninet.ErrInvalidConfig) {
 				t.Fatalf("err = %v, want ErrInvalidConfig", err)
 			}

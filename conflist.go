@@ -40,9 +40,12 @@ func findConfList(dir, name string) (conflist []byte, skipped []error, err error
 	if name == "" {
 		return nil, nil, fmt.Errorf("%w: empty network name", ErrInvalidConfig)
 	}
+	if _, err := os.Stat(dir); err != nil { // libcni takes a missing directory for an empty one
+		return nil, nil, fmt.Errorf("%w: conflist directory: %w", ErrInvalidConfig, err)
+	}
 	files, err := libcni.ConfFiles(dir, confExtensions)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: reading conflist directory %s: %v", ErrInvalidConfig, dir, err)
+		return nil, nil, fmt.Errorf("%w: reading conflist directory %s: %w", ErrInvalidConfig, dir, err)
 	}
 	sort.Strings(files)
 	var found []string
@@ -50,9 +53,9 @@ func findConfList(dir, name string) (conflist []byte, skipped []error, err error
 		list, err := readConfFile(file)
 		if err != nil {
 			if fileMayBe(file, name) {
-				return nil, skipped, fmt.Errorf("%w: network %q: %s: %v", ErrInvalidConfig, name, file, err)
+				return nil, skipped, fmt.Errorf("%w: network %q: %s: %w", ErrInvalidConfig, name, file, err)
 			}
-			skipped = append(skipped, fmt.Errorf("%s: %v", file, err))
+			skipped = append(skipped, fmt.Errorf("%s: %w", file, err))
 			continue
 		}
 		if list.Name == name {
@@ -70,7 +73,7 @@ func notFoundError(dir, name string, found []string, skipped []error) error {
 	}
 	err := fmt.Errorf("%w: no network %q in %s (found: %s)", ErrNetworkNotFound, name, dir, listed)
 	if len(skipped) > 0 {
-		err = fmt.Errorf("%w; %d unreadable file(s) skipped: %v", err, len(skipped), errors.Join(skipped...))
+		err = fmt.Errorf("%w; %d unreadable file(s) skipped: %w", err, len(skipped), errors.Join(skipped...))
 	}
 	return err
 }
@@ -139,7 +142,7 @@ func validateConfList(list *libcni.NetworkConfigList) error {
 	}
 	if list.CNIVersion != "" {
 		if _, err := version.GreaterThanOrEqualTo(list.CNIVersion, "0.1.0"); err != nil {
-			return fmt.Errorf("cniVersion %q: %v", list.CNIVersion, err)
+			return fmt.Errorf("cniVersion %q: %w", list.CNIVersion, err)
 		}
 	}
 	if len(list.Plugins) == 0 {
@@ -175,6 +178,11 @@ type BridgeConfig struct {
 	ConsulCNI bool
 	// IPAMDataDir is where host-local records reservations.
 	IPAMDataDir string
+	// Backend is what the bridge masquerades and portmap maps ports with:
+	// BackendIPTables ("" too) or BackendNFTables, which needs the
+	// reference plugins v1.6.1 or later (Debian's 1.1.1 have only
+	// iptables). The firewall plugin always uses iptables.
+	Backend string
 }
 
 // DefaultBridgeConfig returns the default bridge network: network and
@@ -219,6 +227,8 @@ func (b BridgeConfig) validate() error {
 		return fmt.Errorf("%w: admin chain name %q: want 1-28 of A-Z a-z 0-9 _ . -", ErrInvalidConfig, b.AdminChainName)
 	case !filepath.IsAbs(b.IPAMDataDir):
 		return fmt.Errorf("%w: IPAM data dir %q is not an absolute path", ErrInvalidConfig, b.IPAMDataDir)
+	case b.Backend != "" && b.Backend != BackendIPTables && b.Backend != BackendNFTables:
+		return fmt.Errorf("%w: backend %q: want %q or %q", ErrInvalidConfig, b.Backend, BackendIPTables, BackendNFTables)
 	}
 	if err := validateSubnet("IPv4", b.IPv4Subnet, false); err != nil {
 		return err
@@ -251,13 +261,14 @@ type (
 		Type string `json:"type"`
 	}
 	bridgePlugin struct {
-		Type         string     `json:"type"`
-		Bridge       string     `json:"bridge"`
-		IPMasq       bool       `json:"ipMasq"`
-		IsGateway    bool       `json:"isGateway"`
-		ForceAddress bool       `json:"forceAddress"`
-		HairpinMode  bool       `json:"hairpinMode"`
-		IPAM         bridgeIPAM `json:"ipam"`
+		Type          string     `json:"type"`
+		Bridge        string     `json:"bridge"`
+		IPMasq        bool       `json:"ipMasq"`
+		IPMasqBackend string     `json:"ipMasqBackend,omitempty"`
+		IsGateway     bool       `json:"isGateway"`
+		ForceAddress  bool       `json:"forceAddress"`
+		HairpinMode   bool       `json:"hairpinMode"`
+		IPAM          bridgeIPAM `json:"ipam"`
 	}
 	bridgeIPAM struct {
 		Type    string                `json:"type"`
@@ -274,6 +285,7 @@ type (
 		Type         string          `json:"type"`
 		Capabilities map[string]bool `json:"capabilities"`
 		SNAT         bool            `json:"snat"`
+		Backend      string          `json:"backend,omitempty"`
 	}
 	consulPlugin struct {
 		Type     string `json:"type"`
@@ -284,7 +296,10 @@ type (
 // BridgeConfList generates the default bridge conflist (cniVersion 1.0.0):
 // loopback; bridge with ipMasq and host-local IPAM; firewall (iptables
 // backend, cfg.AdminChainName); portmap (portMappings capability, snat);
-// and consul-cni when cfg.ConsulCNI. An invalid cfg is an ErrInvalidConfig
+// and consul-cni when cfg.ConsulCNI. With cfg.Backend BackendNFTables the
+// bridge's ipMasqBackend and portmap's backend say "nftables"; with the
+// default, neither field is written, which every plugin release reads as
+// iptables. An invalid cfg is an ErrInvalidConfig
 // error naming the field.
 func BridgeConfList(cfg BridgeConfig) ([]byte, error) {
 	cfg = cfg.withDefaults()
@@ -301,19 +316,23 @@ func BridgeConfList(cfg BridgeConfig) ([]byte, error) {
 		ipam.Ranges = append(ipam.Ranges, []map[string]string{{"subnet": cfg.IPv6Subnet}})
 		ipam.Routes = append(ipam.Routes, map[string]string{"dst": "::/0"})
 	}
+	nft := ""
+	if cfg.Backend == BackendNFTables {
+		nft = BackendNFTables
+	}
 	plugins := []any{
 		typeOnly{Type: "loopback"},
-		bridgePlugin{Type: "bridge", Bridge: cfg.BridgeName, IPMasq: true, IsGateway: true,
+		bridgePlugin{Type: "bridge", Bridge: cfg.BridgeName, IPMasq: true, IPMasqBackend: nft, IsGateway: true,
 			ForceAddress: true, HairpinMode: cfg.HairpinMode, IPAM: ipam},
-		firewallPlugin{Type: "firewall", Backend: "iptables", AdminChainName: cfg.AdminChainName},
-		portmapPlugin{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}, SNAT: true},
+		firewallPlugin{Type: "firewall", Backend: BackendIPTables, AdminChainName: cfg.AdminChainName},
+		portmapPlugin{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}, SNAT: true, Backend: nft},
 	}
 	if cfg.ConsulCNI {
 		plugins = append(plugins, consulPlugin{Type: "consul-cni", LogLevel: "debug"})
 	}
 	out, err := json.MarshalIndent(bridgeConfList{CNIVersion: "1.0.0", Name: cfg.NetworkName, Plugins: plugins}, "", "  ")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return append(out, '\n'), nil
 }
@@ -321,19 +340,29 @@ func BridgeConfList(cfg BridgeConfig) ([]byte, error) {
 // WriteConfList validates conflist and writes it atomically to
 // dir/<name>.conflist with mode 0644, creating dir if needed: the bytes go
 // to a temporary file in dir, are synced, and replace the target by rename,
-// so a reader (or a crash) never sees a half-written file.
+// so a reader (or a crash) never sees a half-written file. An invalid
+// conflist is an ErrInvalidConfig error and writes nothing; a file system
+// failure is an ErrIO error wrapping the cause, and leaves no temporary
+// file behind.
 func WriteConfList(dir string, conflist []byte) (path string, err error) {
 	list, err := parseConfList(conflist)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrInvalidConfig, err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	path = filepath.Join(dir, list.Name+".conflist")
-	tmp, err := os.CreateTemp(dir, "."+list.Name+".conflist.tmp-*")
+	if err := writeAtomically(dir, path, conflist); err != nil {
+		return "", fmt.Errorf("%w: writing conflist %s: %w", ErrIO, path, err)
+	}
+	return path, nil
+}
+
+func writeAtomically(dir, path string, data []byte) (err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -341,23 +370,23 @@ func WriteConfList(dir string, conflist []byte) (path string, err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-	if _, err = tmp.Write(conflist); err != nil {
-		return "", err
+	if _, err = tmp.Write(data); err != nil {
+		return err
 	}
 	if err = tmp.Chmod(0o644); err != nil {
-		return "", err
+		return err
 	}
 	if err = tmp.Sync(); err != nil {
-		return "", err
+		return err
 	}
 	if err = tmp.Close(); err != nil {
-		return "", err
+		return err
 	}
 	if err = os.Rename(tmp.Name(), path); err != nil {
-		return "", err
+		return err
 	}
 	syncDir(dir)
-	return path, nil
+	return nil
 }
 
 // syncDir makes the rename durable; failure only weakens crash safety, so
@@ -369,10 +398,10 @@ func syncDir(dir string) {
 	}
 }
 
-// networkInfo is what cleanup needs to know about a loaded conflist.
+// networkInfo is what the verbs and the cleaner need to know about a
+// loaded conflist.
 type networkInfo struct {
 	name         string
-	cniVersion   string
 	ipamDirs     []string // host-local data dirs, already joined with the network name
 	disableCheck bool
 	disableGC    bool
@@ -382,8 +411,7 @@ type networkInfo struct {
 const defaultHostLocalDataDir = "/var/lib/cni/networks"
 
 func newNetworkInfo(list *libcni.NetworkConfigList) networkInfo {
-	info := networkInfo{name: list.Name, cniVersion: list.CNIVersion,
-		disableCheck: list.DisableCheck, disableGC: list.DisableGC}
+	info := networkInfo{name: list.Name, disableCheck: list.DisableCheck, disableGC: list.DisableGC}
 	seen := map[string]bool{}
 	for _, p := range list.Plugins {
 		info.pluginTypes = append(info.pluginTypes, p.Network.Type)

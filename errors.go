@@ -1,21 +1,27 @@
 package cninet
 
-import "errors"
+import (
+	"errors"
 
-// Sentinel errors. Every error returned by this package wraps at most one of
-// them, so callers can branch with errors.Is (or the Is… helpers) without
-// parsing messages.
+	"github.com/seed1280861d/cninet/internal/footprint"
+)
+
+// Every error an exported function or method of this package returns wraps
+// at least one of the sentinels below, and keeps its cause (a plugin's
+// error, an fs error, a context error) reachable through errors.Is and
+// errors.As: branch on the sentinel, inspect the cause, never parse the
+// message.
 var (
 	// ErrInvalidAllocation: the allocation is nil, its ID is not a valid CNI
-	// container ID, a port is out of range or duplicated, or an arg is malformed.
+	// container ID, a port is out of range or duplicated, or an arg is
+	// malformed. Nothing on the host was changed.
 	ErrInvalidAllocation = errors.New("invalid allocation")
 	// ErrInvalidArgument: an argument other than the allocation is unusable
-	// (for example a nil live set for GC).
+	// (an empty network namespace path, a nil live set for GC). Nothing on
+	// the host was changed.
 	ErrInvalidArgument = errors.New("invalid argument")
-	// ErrInvalidNetNS: the network namespace path is empty or unusable.
-	ErrInvalidNetNS = errors.New("invalid network namespace path")
 	// ErrInvalidConfig: a Config, RetryPolicy, BridgeConfig or conflist is
-	// malformed. Retrying cannot help.
+	// malformed, or ConfDir cannot be read. Retrying cannot help.
 	ErrInvalidConfig = errors.New("invalid configuration")
 	// ErrNetworkNotFound: no conflist in the config directory has the
 	// requested network name.
@@ -36,26 +42,21 @@ var (
 	ErrCheckUnsupported = errors.New("network check not possible")
 	// ErrCleanupFailed: Teardown or GC could not remove everything it found.
 	ErrCleanupFailed = errors.New("cleanup incomplete")
-	// ErrIPTablesMissing: the iptables (or ip6tables) command is not available,
-	// so iptables state could not be inspected.
-	ErrIPTablesMissing = errors.New("iptables not available")
+	// ErrIPTablesMissing: the iptables (or ip6tables) command is not
+	// available, so iptables state could not be inspected. It comes wrapped
+	// in ErrCleanupFailed.
+	ErrIPTablesMissing = footprint.ErrIPTablesMissing
 	// ErrNotReady: Status found the configurator unable to attach workloads.
 	ErrNotReady = errors.New("cni not ready")
 	// ErrClosed: the Configurator was closed.
 	ErrClosed = errors.New("configurator closed")
+	// ErrIO: reading or writing host state that is not a conflist's content
+	// failed (writing a conflist file, closing the ConfDir watcher).
+	ErrIO = errors.New("host i/o failed")
 )
 
-// IsInvalidAllocation reports whether err was caused by a bad allocation.
-func IsInvalidAllocation(err error) bool { return errors.Is(err, ErrInvalidAllocation) }
-
-// IsInvalidConfig reports whether err was caused by a bad configuration.
-func IsInvalidConfig(err error) bool { return errors.Is(err, ErrInvalidConfig) }
-
-// IsNetworkNotFound reports whether err means the named network does not exist.
-func IsNetworkNotFound(err error) bool { return errors.Is(err, ErrNetworkNotFound) }
-
-// IsNoAddress reports whether err means the CNI result had no usable address.
-func IsNoAddress(err error) bool { return errors.Is(err, ErrNoAddress) }
-
-// IsCheckFailed reports whether err means the attachment failed CNI CHECK.
-func IsCheckFailed(err error) bool { return errors.Is(err, ErrCheckFailed) }
+// ErrInvalidNetNS is ErrInvalidArgument: a caller handles an unusable
+// namespace path like any other unusable argument.
+//
+// Deprecated: use ErrInvalidArgument.
+var ErrInvalidNetNS = ErrInvalidArgument

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
-	"strings"
 	"sync"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 // GCKind says what kind of host state a GCItem was.
@@ -21,25 +22,25 @@ const (
 	// with CNI DEL by GC.
 	GCCachedAttachment GCKind = "cached attachment"
 	// GCRule: an iptables or ip6tables rule.
-	GCRule GCKind = "iptables rule"
+	GCRule = GCKind(footprint.KindRule)
 	// GCChain: an iptables or ip6tables chain.
-	GCChain GCKind = "iptables chain"
+	GCChain = GCKind(footprint.KindChain)
 	// GCReservation: a host-local IP reservation file.
-	GCReservation GCKind = "ip reservation"
+	GCReservation = GCKind(footprint.KindReservation)
 	// GCCachedResult: a libcni cached result file.
-	GCCachedResult GCKind = "cached result"
+	GCCachedResult = GCKind(footprint.KindCachedResult)
 )
 
 // GCItem is one piece of host state that was removed.
 type GCItem struct {
-	Kind   GCKind
-	ID     string // the allocation ID that owned it
-	Detail string // the rule, chain or file
+	Kind   GCKind `json:"kind"`
+	ID     string `json:"id"`     // the allocation ID that owned it
+	Detail string `json:"detail"` // the rule, chain or file
 }
 
 // GCReport lists what GC removed.
 type GCReport struct {
-	Removed []GCItem
+	Removed []GCItem `json:"removed"`
 }
 
 // Count returns how many removed items are of kind.
@@ -59,11 +60,19 @@ func (r *GCReport) IDs() []string {
 	for _, it := range r.Removed {
 		seen[it.ID] = true
 	}
-	return sortedKeys(seen)
+	ids := make([]string, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
 }
 
-// libcniCacheDir is where libcni (and so go-cni) caches results.
-const libcniCacheDir = "/var/lib/cni"
+func (r *GCReport) add(items []footprint.Item) {
+	for _, it := range items {
+		r.Removed = append(r.Removed, GCItem{Kind: GCKind(it.Kind), ID: it.ID, Detail: it.Detail})
+	}
+}
 
 // GC brings the host back to what the live allocations need: every
 // attachment of this network whose allocation ID is not in liveAllocIDs is
@@ -98,7 +107,7 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (*GCReport
 	c.gc.begin(&c.locks)
 	defer c.gc.end()
 	cniErr := c.gcCached(ctx, conf, live, report)
-	sweepErr := c.sweep(conf, live, report)
+	sweepErr := c.sweep(ctx, conf, live, report)
 	if n := len(report.Removed); n > 0 {
 		c.logger.Info("GC removed stale attachments", "network", conf.info.name, "items", n, "alloc_ids", report.IDs())
 	}
@@ -111,7 +120,7 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (*GCReport
 func (c *Configurator) gcCached(ctx context.Context, conf loadedConf, live map[string]bool, report *GCReport) error {
 	c.gate.Lock()
 	defer c.gate.Unlock()
-	lib := c.libcni()
+	lib := c.lib
 	valid := []types.GCAttachment{}
 	for id := range live {
 		valid = append(valid, types.GCAttachment{ContainerID: id, IfName: c.ifName})
@@ -138,74 +147,24 @@ func (c *Configurator) gcCached(ctx context.Context, conf loadedConf, live map[s
 }
 
 // sweep removes the footprint of every dead attachment it can attribute.
-func (c *Configurator) sweep(conf loadedConf, live map[string]bool, report *GCReport) error {
-	cl := c.newCleaner(conf)
-	cl.files = cl.scanFiles(nil)
-	found := map[string]bool{}
-	for _, id := range cl.files.ids() {
-		found[id] = true
-	}
-	var mu sync.Mutex
-	cl.forEachFamily(func(t *familyTables) {
-		ids := t.discover()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, id := range ids {
-			found[id] = true
-		}
-	})
-	dead := map[string]bool{}
-	for id := range found {
+func (c *Configurator) sweep(ctx context.Context, conf loadedConf, live map[string]bool, report *GCReport) error {
+	cl := footprint.NewCleaner(ctx, c.footprintNetwork(conf), c.host())
+	var dead []string
+	for _, id := range cl.Discover() {
 		if !live[id] {
-			dead[id] = true
+			dead = append(dead, id)
 		}
 	}
-	unlock := c.lockAll(sortedKeys(dead))
+	unlock := c.lockAll(dead)
 	defer unlock()
-	for id := range c.gc.protectedIDs() {
-		delete(dead, id) // started after the scan: it is not ours to judge
+	protected := c.gc.protectedIDs() // started after the scan: not ours to judge
+	dead = slices.DeleteFunc(dead, func(id string) bool { return protected[id] })
+	removed, err := cl.Clean(dead) // with nothing dead, it still reports what the scan could not read
+	report.add(removed)
+	if err != nil {
+		return fmt.Errorf("%w in network %q: %w", ErrCleanupFailed, conf.info.name, err)
 	}
-	if len(dead) > 0 {
-		cl.forEachFamily(func(t *familyTables) { t.clean(dead) })
-		cl.removeFiles(dead)
-	}
-	report.Removed = append(report.Removed, cl.removed...)
-	return cl.err()
-}
-
-// discover returns the ids the nat rules of this network name: in the
-// jumps, and, where the whole table is listed, inside masquerade chains
-// whose jump is already gone.
-func (t *familyTables) discover() (ids []string) {
-	for _, chain := range []string{"POSTROUTING", hostportDNATChain} {
-		rules, _ := t.list("nat", chain)
-		for i := range rules {
-			if id, ok := t.c.masqOwner(&rules[i]); ok {
-				ids = append(ids, id)
-			} else if id, ok := t.c.dnatOwner(rules[i]); ok {
-				ids = append(ids, id)
-			}
-		}
-	}
-	for chain, rules := range t.listing("nat", "POSTROUTING").chains {
-		if !strings.HasPrefix(chain, "CNI-") || len(rules) == 0 {
-			continue
-		}
-		if id, ok := t.c.commentOwner(rules[0].comment); ok && t.c.owner(id).masqChain() == chain {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
-// dnatOwner returns the id of an uncut portmap comment of this network.
-func (c *cleaner) dnatOwner(r rule) (string, bool) {
-	prefix := fmt.Sprintf(`dnat name: "%s" id: "`, c.info.name)
-	if r.chain != hostportDNATChain || len(r.comment) < len(prefix)+1 || r.comment[:len(prefix)] != prefix || r.comment[len(r.comment)-1] != '"' {
-		return "", false
-	}
-	id := r.comment[len(prefix) : len(r.comment)-1]
-	return id, containerIDRule.MatchString(id) && c.owner(id).dnatComment() == r.comment
+	return nil
 }
 
 // lockAll takes the per-allocation locks of ids in order (GC is the only

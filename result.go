@@ -26,7 +26,9 @@ type NetworkStatus struct {
 
 // DNSConfig is the DNS configuration a plugin asked the workload to use.
 type DNSConfig struct {
-	Servers, Searches, Options []string
+	Servers  []string `json:"servers"`
+	Searches []string `json:"searches,omitempty"`
+	Options  []string `json:"options,omitempty"`
 }
 
 // StatusFromResult picks the workload's address from a CNI result,

@@ -1,44 +1,14 @@
 package cninet
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	cni "github.com/containerd/go-cni"
-	"github.com/containernetworking/cni/libcni"
 	"github.com/fsnotify/fsnotify"
 )
-
-// Status reports whether this Configurator can attach workloads now: the
-// conflist is loaded, every plugin it names is in the plugin dirs and
-// supports its cniVersion, and the CNI 1.1 STATUS verb (for conflists of
-// that version) passes. The error (ErrNotReady, plus ErrPluginMissing when
-// a plugin is absent) names what is wrong. Suitable for a node fingerprint.
-func (c *Configurator) Status(ctx context.Context) error {
-	conf, err := c.current()
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNotReady, err)
-	}
-	if err := c.checkPluginsIn(conf); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotReady, err)
-	}
-	if _, err := c.libcni().ValidateNetworkList(ctx, conf.list); err != nil {
-		return fmt.Errorf("%w: network %q: %v", ErrNotReady, conf.info.name, err)
-	}
-	if err := c.cni.Status(); err != nil {
-		return fmt.Errorf("%w: CNI STATUS: %w", ErrNotReady, err)
-	}
-	return nil
-}
-
-// libcni returns a libcni client over the same plugin dirs and cache as
-// go-cni, for the verbs go-cni does not offer (VERSION, GC).
-func (c *Configurator) libcni() *libcni.CNIConfig {
-	return libcni.NewCNIConfigWithCacheDir(c.pluginDirs, c.cacheDir, nil)
-}
 
 // Reload re-reads the conflist from ConfDir and hands it to go-cni. When
 // the new file is missing or broken, the last good conflist stays in use
@@ -59,26 +29,27 @@ func (c *Configurator) Reload() error {
 	}
 	if err := c.cni.Load(cni.WithConfListBytes(conf.bytes)); err != nil {
 		c.loaded = false // go-cni reset itself; load the last good one on next use
-		return fmt.Errorf("%w: loading conflist %q: %v", ErrInvalidConfig, conf.info.name, err)
+		return fmt.Errorf("%w: loading conflist %q: %w", ErrInvalidConfig, conf.info.name, err)
 	}
 	c.conf, c.loaded = conf, true
 	return nil
 }
 
 // Close stops watching ConfDir. Calls after Close fail with ErrClosed,
-// except Teardown, which still cleans up. Close is idempotent.
+// except Teardown, which still cleans up. Close is idempotent and safe to
+// call concurrently: every call returns the first one's result.
 func (c *Configurator) Close() error {
-	c.mu.Lock()
-	if c.closed {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		w := c.watcher
 		c.mu.Unlock()
-		return c.closeErr
-	}
-	c.closed = true
-	w := c.watcher
-	c.mu.Unlock()
-	if w != nil {
-		c.closeErr = w.stop()
-	}
+		if w != nil {
+			if err := w.stop(); err != nil {
+				c.closeErr = fmt.Errorf("%w: closing the ConfDir watcher: %w", ErrIO, err)
+			}
+		}
+	})
 	return c.closeErr
 }
 
@@ -95,11 +66,11 @@ type watcher struct {
 func startWatcher(c *Configurator) (*watcher, error) {
 	fs, err := fsnotify.NewWatcher()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: watching %s: %w", ErrIO, c.confDir, err)
 	}
 	if err := fs.Add(c.confDir); err != nil {
 		fs.Close()
-		return nil, fmt.Errorf("%w: watching %s: %v", ErrInvalidConfig, c.confDir, err)
+		return nil, fmt.Errorf("%w: watching %s: %w", ErrInvalidConfig, c.confDir, err)
 	}
 	w := &watcher{fs: fs, done: make(chan struct{})}
 	w.wg.Add(1)

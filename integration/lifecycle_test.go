@@ -16,7 +16,7 @@ func TestSetupServesThroughTheMappedPortAndTeardownLeavesNothing(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
-				nw := newNetwork(t, dual)
+				nw := newNetwork(t, set, dual)
 				c := newConfigurator(t, set, nw.conf)
 				base := baseline(t)
 				w := netsandbox.NewWorkload(t)

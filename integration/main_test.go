@@ -41,10 +41,11 @@ type network struct {
 
 var networkSeq atomic.Int32
 
-func newNetwork(t *testing.T, dualStack bool) network {
+func newNetwork(t *testing.T, set netsandbox.PluginSet, dualStack bool) network {
 	t.Helper()
 	n := networkSeq.Add(1)
 	cfg := cninet.DefaultBridgeConfig()
+	cfg.Backend = set.Backend
 	cfg.NetworkName = fmt.Sprintf("it%d", n)
 	cfg.BridgeName = fmt.Sprintf("itbr%d", n)
 	cfg.AdminChainName = "CNINET-TEST-ADMIN"
@@ -162,3 +163,5 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -15,7 +15,7 @@ import (
 
 func TestCheckPassesOnAHealthyAttachmentAndFailsOnABrokenOne(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
-		nw := newNetwork(t, false)
+		nw := newNetwork(t, set, false)
 		c := newConfigurator(t, set, nw.conf)
 		w := netsandbox.NewWorkload(t)
 		alloc := &cninet.Allocation{ID: "chk-1", Ports: []cninet.Port{{Value: 28084, To: 80}}}
@@ -44,7 +44,7 @@ func TestCheckPassesOnAHealthyAttachmentAndFailsOnABrokenOne(t *testing.T) {
 
 func TestConflistLoadedFromADirectory(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
-		nw := newNetwork(t, false)
+		nw := newNetwork(t, set, false)
 		dir := t.TempDir()
 		if _, err := cninet.WriteConfList(dir, nw.conf); err != nil {
 			t.Fatal(err)
@@ -82,7 +82,7 @@ func TestConflistLoadedFromADirectory(t *testing.T) {
 
 func TestGCRemovesTheDeadAndLeavesTheLiveReachable(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
-		nw := newNetwork(t, true)
+		nw := newNetwork(t, set, true)
 		c := newConfigurator(t, set, nw.conf)
 		base := baseline(t)
 		live := netsandbox.NewWorkload(t)

@@ -28,7 +28,7 @@ func envInt(name string, def int) int {
 func TestSoak(t *testing.T) {
 	n, conc := envInt("SOAK_N", 200), envInt("SOAK_C", 8)
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
-		nw := newNetwork(t, true)
+		nw := newNetwork(t, set, true)
 		c := newConfigurator(t, set, nw.conf)
 		base := baseline(t)
 		var failures, crashed atomic.Int64

@@ -1,38 +1,99 @@
 #!/usr/bin/env bash
 # Installs what cninet's tests and demo need, when it is missing:
-#   - iptables, iproute2 and Debian's CNI plugins (v1.1.1, /usr/lib/cni);
+#   - Debian's iptables, iproute2, nftables (the unit tests' host-safety
+#     check plants nftables rules) and containernetworking-plugins (v1.1.1,
+#     in /usr/lib/cni), with apt-get;
 #   - the upstream CNI plugins, built with `go install` into
 #     .cache/cni/$UPSTREAM_VERSION of this repository.
-# Idempotent and quiet when everything is present. Needs root for apt-get.
+# Idempotent; prints nothing when everything is present, else one summary
+# line. apt-get needs root; the upstream build does not.
 set -euo pipefail
 
 UPSTREAM_VERSION=${UPSTREAM_VERSION:-v1.9.1}
+GO=${GO:-go}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 upstream_dir="$repo/.cache/cni/$UPSTREAM_VERSION"
+start=$SECONDS
 installed=()
+scratch=()
+trap 'rm -rf "${scratch[@]}"' EXIT
 
-missing_pkgs=()
-command -v iptables >/dev/null 2>&1 || missing_pkgs+=(iptables)
-command -v ip >/dev/null 2>&1 || missing_pkgs+=(iproute2)
-[ -x /usr/lib/cni/bridge ] || missing_pkgs+=(containernetworking-plugins)
-if [ ${#missing_pkgs[@]} -gt 0 ]; then
+log() { echo "install-deps: $*" >&2; }
+
+is_installed() {
+	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+# Ask dpkg rather than PATH: iptables lives in /usr/sbin, which a non-login
+# environment (CI) may not have on PATH, and a present binary says nothing
+# about the package that the plugins' iptables calls expect.
+missing=()
+for pkg in iptables iproute2 nftables containernetworking-plugins; do
+	is_installed "$pkg" || missing+=("$pkg")
+done
+reinstall=()
+# Installed but gutted (someone deleted /usr/lib/cni): dpkg still says "ok".
+if is_installed containernetworking-plugins && [ ! -x /usr/lib/cni/bridge ]; then
+	reinstall+=(containernetworking-plugins)
+fi
+
+if [ ${#missing[@]} -gt 0 ] || [ ${#reinstall[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then
-		echo "install-deps: need root to install ${missing_pkgs[*]}" >&2
+		log "need root to install ${missing[*]} ${reinstall[*]}"
 		exit 1
 	fi
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq >/dev/null
-	apt-get install -y -qq --no-install-recommends "${missing_pkgs[@]}" >/dev/null
-	installed+=("${missing_pkgs[@]}")
+	aptlog=$(mktemp)
+	scratch+=("$aptlog")
+	# An unreachable extra source makes update complain; what matters is
+	# whether the install below then finds the packages, so go on and let
+	# that step fail loudly if it does not.
+	apt-get update -q >"$aptlog" 2>&1 || log "apt-get update failed; trying the install anyway"
+	if [ ${#missing[@]} -gt 0 ]; then
+		if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >"$aptlog" 2>&1; then
+			cat "$aptlog" >&2
+			log "apt-get install ${missing[*]} failed"
+			exit 1
+		fi
+		installed+=("${missing[@]}")
+	fi
+	if [ ${#reinstall[@]} -gt 0 ]; then
+		if ! apt-get install -y -q --reinstall "${reinstall[@]}" >"$aptlog" 2>&1; then
+			cat "$aptlog" >&2
+			log "apt-get install --reinstall ${reinstall[*]} failed"
+			exit 1
+		fi
+		installed+=("${reinstall[@]} (reinstalled)")
+	fi
 fi
 
 if [ ! -x "$upstream_dir/bridge" ]; then
-	mkdir -p "$upstream_dir"
-	GOBIN="$upstream_dir" GOFLAGS=-mod=mod go install \
-		"github.com/containernetworking/plugins/plugins/...@$UPSTREAM_VERSION"
+	if ! command -v "$GO" >/dev/null 2>&1; then
+		log "$GO not found on PATH; it builds the upstream CNI plugins"
+		exit 1
+	fi
+	mkdir -p "$(dirname "$upstream_dir")"
+	# Build into a scratch directory and rename it into place, so that an
+	# interrupted or failed build never leaves a directory that has `bridge`
+	# (the completeness check above) but lacks other plugins.
+	tmp=$(mktemp -d "$upstream_dir.tmp.XXXXXX")
+	scratch+=("$tmp")
+	chmod 755 "$tmp"
+	golog=$(mktemp)
+	scratch+=("$golog")
+	# pkg@version builds the plugins' own module, whatever go.mod is here.
+	if ! GOBIN="$tmp" "$GO" install \
+		"github.com/containernetworking/plugins/plugins/...@$UPSTREAM_VERSION" >"$golog" 2>&1; then
+		cat "$golog" >&2
+		log "building the upstream CNI plugins $UPSTREAM_VERSION failed"
+		exit 1
+	fi
+	rm -rf "$upstream_dir"
+	mv "$tmp" "$upstream_dir"
 	installed+=("upstream CNI plugins $UPSTREAM_VERSION")
 fi
 
 if [ ${#installed[@]} -gt 0 ]; then
-	echo "install-deps: installed ${installed[*]}"
+	joined=$(printf '%s, ' "${installed[@]}")
+	echo "install-deps: installed ${joined%, } in $((SECONDS - start))s"
 fi

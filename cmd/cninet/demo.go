@@ -30,12 +30,16 @@ const (
 func cmdDemo(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("demo", "[flags]", stderr)
 	cniPath := fs.String("cni-path", defaultDemoCNIPath(), "plugin directories, separated by ':'")
+	backend := fs.String("backend", cninet.BackendIPTables, "masquerade and port-map with iptables or nftables (nftables needs plugins v1.6.1 or later in --cni-path)")
 	verbose := fs.Bool("v", false, "log what cninet does")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if *backend != cninet.BackendIPTables && *backend != cninet.BackendNFTables {
+		return fmt.Errorf("%w: --backend %q: want iptables or nftables", errUsage, *backend)
+	}
 	code, err := netsandbox.Run(func() int {
-		if err := runDemo(filepath.SplitList(*cniPath), *verbose, stdout, stderr); err != nil {
+		if err := runDemo(filepath.SplitList(*cniPath), *backend, *verbose, stdout, stderr); err != nil {
 			fmt.Fprintf(stderr, "cninet demo: %v\n", err)
 			return 1
 		}
@@ -70,10 +74,11 @@ func (d *demo) row(step, detail string, took time.Duration) {
 	fmt.Fprintln(d.out, strings.TrimRight(fmt.Sprintf("  %-14s %-64s %s", step, detail, t), " "))
 }
 
-func runDemo(pluginDirs []string, verbose bool, stdout, stderr io.Writer) error {
+func runDemo(pluginDirs []string, backend string, verbose bool, stdout, stderr io.Writer) error {
 	d := &demo{out: stdout}
 	cfg := cninet.DefaultBridgeConfig()
 	cfg.IPv4Subnet = demoSubnet
+	cfg.Backend = backend
 	conf, err := cninet.BridgeConfList(cfg)
 	if err != nil {
 		return err
@@ -100,7 +105,7 @@ func runDemo(pluginDirs []string, verbose bool, stdout, stderr io.Writer) error 
 	}
 	defer c.Close()
 	fmt.Fprintln(stdout, "cninet demo: the default bridge conflist, in a throwaway network namespace")
-	d.row("conflist", fmt.Sprintf("%s (loopback, bridge, firewall, portmap), %s", filepath.Base(path), demoSubnet), 0)
+	d.row("conflist", fmt.Sprintf("%s (loopback, bridge, firewall, portmap), %s, %s", filepath.Base(path), demoSubnet, backend), 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := c.Status(ctx); err != nil {
@@ -122,7 +127,7 @@ func runDemo(pluginDirs []string, verbose bool, stdout, stderr io.Writer) error 
 		return err
 	}
 	leaks := netsandbox.Leaks(base, now, netsandbox.Allowance{Chains: []string{cfg.AdminChainName}, Links: []string{cfg.BridgeName}})
-	d.row("audit", fmt.Sprintf("rules, chains, reservations, cache files, veths left: %d", len(leaks)), 0)
+	d.row("audit", fmt.Sprintf("iptables and nftables rules, chains, reservations, cache files, veths left: %d", len(leaks)), 0)
 	if len(leaks) > 0 {
 		return fmt.Errorf("leaked:\n  %s", strings.Join(leaks, "\n  "))
 	}

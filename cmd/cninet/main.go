@@ -140,8 +140,8 @@ func (n *networkFlags) configurator(stderr io.Writer) (*cninet.Configurator, err
 
 // bridgeFlags shape the default bridge conflist.
 type bridgeFlags struct {
-	name, bridge, subnet, subnet6, dataDir, adminChain string
-	hairpin, consul                                    bool
+	name, bridge, subnet, subnet6, dataDir, adminChain, backend string
+	hairpin, consul                                             bool
 }
 
 func (b *bridgeFlags) register(fs *flag.FlagSet) {
@@ -153,11 +153,13 @@ func (b *bridgeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.adminChain, "admin-chain", d.AdminChainName, "firewall plugin admin chain")
 	fs.BoolVar(&b.hairpin, "hairpin", false, "enable hairpin mode on the bridge")
 	fs.BoolVar(&b.consul, "consul-cni", false, "append the consul-cni plugin")
+	fs.StringVar(&b.backend, "backend", cninet.BackendIPTables, "what the bridge masquerades and portmap maps ports with: iptables or nftables (plugins v1.6.1 or later)")
 }
 
 func (b *bridgeFlags) config() cninet.BridgeConfig {
 	return cninet.BridgeConfig{NetworkName: b.name, BridgeName: b.bridge, AdminChainName: b.adminChain,
-		IPv4Subnet: b.subnet, IPv6Subnet: b.subnet6, HairpinMode: b.hairpin, ConsulCNI: b.consul, IPAMDataDir: b.dataDir}
+		IPv4Subnet: b.subnet, IPv6Subnet: b.subnet6, HairpinMode: b.hairpin, ConsulCNI: b.consul, IPAMDataDir: b.dataDir,
+		Backend: b.backend}
 }
 
 func cmdConflist(args []string, stdout, stderr io.Writer) error {

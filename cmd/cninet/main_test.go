@@ -82,7 +82,7 @@ func TestConflistPrintsTheDefaultAndWritesAtomically(t *testing.T) {
 func TestDemoRunsTheWholeStoryWithoutLeaks(t *testing.T) {
 	netsandbox.Require(t)
 	var out, errOut bytes.Buffer
-	if err := runDemo([]string{"/usr/lib/cni"}, false, &out, &errOut); err != nil {
+	if err := runDemo([]string{"/usr/lib/cni"}, cninet.BackendIPTables, false, &out, &errOut); err != nil {
 		t.Fatalf("%v\n%s\n%s", err, out.String(), errOut.String())
 	}
 	for _, want := range []string{`said "hello from web-1"`, "leaks: 0"} {
@@ -112,7 +112,29 @@ func TestSetupCheckTeardownAndGCThroughTheCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "cli-1") {
 		t.Fatalf("gc exit %d, printed %s: %s", code, out, stderr)
 	}
+	assertSnakeCaseReport(t, out)
 	if code, _, stderr := runCLI(append([]string{"teardown", "--id", "cli-1"}, common...)...); code != 0 {
 		t.Fatalf("teardown after gc exit %d: %s", code, stderr)
+	}
+}
+
+// assertSnakeCaseReport checks that a GC report printed by the CLI uses
+// the documented keys, {"removed": [{"kind", "id", "detail"}]}, and no
+// other spelling (encoding/json would read "Removed" too, so the keys are
+// compared as they are printed).
+func assertSnakeCaseReport(t *testing.T, out string) {
+	t.Helper()
+	var report map[string][]map[string]string
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("gc printed %q: %v", out, err)
+	}
+	items, ok := report["removed"]
+	if len(report) != 1 || !ok || len(items) == 0 {
+		t.Fatalf("gc report keys: %q, want one key \"removed\" with items", out)
+	}
+	for _, it := range items {
+		if _, k := it["kind"]; !k || len(it) != 3 || it["id"] == "" || it["detail"] == "" {
+			t.Fatalf("gc report item %v, want exactly kind, id and detail", it)
+		}
 	}
 }

@@ -2,6 +2,8 @@ package netsandbox
 
 import (
 	"fmt"
+
+	"github.com/seed1280861d/cninet/internal/footprint"
 	"io/fs"
 	"os/exec"
 	"path/filepath"
@@ -19,10 +21,14 @@ type Snapshot struct {
 // stateDirs are where plugins and libcni keep per-attachment files.
 var stateDirs = []string{"/run/cni", "/var/lib/cni"}
 
-// TakeSnapshot reads iptables and ip6tables (nat and filter), the files
-// under the CNI state directories, and the network links.
+// TakeSnapshot reads iptables and ip6tables (nat and filter), the
+// per-attachment rules of the plugins' nftables tables, the files under
+// the CNI state directories, and the network links.
 func TakeSnapshot() (Snapshot, error) {
 	s := Snapshot{Rules: map[string]bool{}, Files: map[string]bool{}, Links: map[string]bool{}}
+	if err := snapshotNFT(s.Rules); err != nil {
+		return s, err
+	}
 	for _, family := range []string{"iptables", "ip6tables"} {
 		for _, table := range []string{"nat", "filter"} {
 			out, err := exec.Command(family+"-save", "-t", table).Output()
@@ -136,4 +142,30 @@ func isSharedRule(entry string, shared map[string]bool) bool {
 		return true // the firewall plugin's jump to the admin chain
 	}
 	return false
+}
+
+// nftTables are the tables the plugins' nftables backends write.
+var nftTables = map[string]bool{"cni_plugins_masquerade": true, "cni_hostport": true}
+
+// snapshotNFT adds the rules of the plugins' nftables tables that carry a
+// comment: those are per attachment (the uncommented ones jump between
+// the shared chains). A host without nft has none.
+func snapshotNFT(rules map[string]bool) error {
+	if _, err := exec.LookPath("nft"); err != nil {
+		return nil
+	}
+	out, err := exec.Command("nft", "-j", "list", "ruleset").Output()
+	if err != nil {
+		return fmt.Errorf("nft -j list ruleset: %w", err)
+	}
+	parsed, err := footprint.ParseNFTListing(out)
+	if err != nil {
+		return err
+	}
+	for _, r := range parsed {
+		if nftTables[r.Table] && r.Comment != "" {
+			rules["nft "+r.String()] = true
+		}
+	}
+	return nil
 }

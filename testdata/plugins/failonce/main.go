@@ -1,12 +1,16 @@
-// Command failonce is a CNI plugin for tests, chained after real plugins:
-// the first ADD of each container id fails with "try again later" (CNI
-// error 11), later ones pass the previous result through. It remembers ids
-// in the directory named by "stateDir" in its config. DEL and CHECK pass.
+// Command failonce is a CNI plugin for tests, chained after the real
+// plugins, that makes an attachment fail the way a busy host does: the
+// first ADD of each container id fails with CNI error 11 ("try again
+// later"); every later ADD passes the previous result through unchanged.
+// It remembers the ids it failed in the directory its config names as
+// "stateDir". DEL and CHECK succeed.
 package main
 
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -24,10 +28,10 @@ type config struct {
 func parse(stdin []byte) (*config, error) {
 	conf := &config{}
 	if err := json.Unmarshal(stdin, conf); err != nil {
-		return nil, err
+		return nil, types.NewError(types.ErrDecodingFailure, "failonce: parsing config", err.Error())
 	}
 	if conf.StateDir == "" {
-		return nil, errors.New(`failonce: "stateDir" is required`)
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, `failonce: "stateDir" is required`, "")
 	}
 	if err := version.ParsePrevResult(&conf.NetConf); err != nil {
 		return nil, err
@@ -43,14 +47,19 @@ func add(args *skel.CmdArgs) error {
 	if err := os.MkdirAll(conf.StateDir, 0o755); err != nil {
 		return err
 	}
-	mark := filepath.Join(conf.StateDir, args.ContainerID)
-	if _, err := os.Stat(mark); errors.Is(err, os.ErrNotExist) {
-		if err := os.WriteFile(mark, nil, 0o644); err != nil {
-			return err
-		}
-		return types.NewError(types.ErrTryAgainLater, "failonce: simulated transient failure", args.ContainerID)
+	// O_EXCL makes "first" exact even if a runtime retries concurrently.
+	// skel has already checked that the container id is safe as a name.
+	f, err := os.OpenFile(filepath.Join(conf.StateDir, args.ContainerID), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	switch {
+	case err == nil:
+		f.Close()
+		return types.NewError(types.ErrTryAgainLater, "failonce: simulated transient failure",
+			fmt.Sprintf("first ADD of container %s", args.ContainerID))
+	case !errors.Is(err, fs.ErrExist):
+		return err
 	}
 	if conf.PrevResult == nil {
+		// Chained first, or alone: nothing to pass on, but ADD must print a result.
 		return types.PrintResult(&current.Result{CNIVersion: conf.CNIVersion}, conf.CNIVersion)
 	}
 	return types.PrintResult(conf.PrevResult, conf.CNIVersion)

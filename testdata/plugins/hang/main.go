@@ -1,5 +1,7 @@
-// Command hang is a CNI plugin for tests whose ADD never returns: libcni
-// must kill it when the caller's context expires. DEL and CHECK pass.
+// Command hang is a CNI plugin for tests whose ADD never returns, chained
+// after the real plugins: libcni must kill it when the caller's context
+// expires, and the caller must then undo what the plugins before it did.
+// DEL and CHECK succeed.
 package main
 
 import (
@@ -11,7 +13,9 @@ import (
 
 func add(*skel.CmdArgs) error {
 	for {
-		time.Sleep(time.Hour) // not select{}: the runtime would call that a deadlock and exit
+		// Not select{}: with no other goroutine the runtime would call that
+		// a deadlock and exit, which is not hanging.
+		time.Sleep(time.Hour)
 	}
 }
 

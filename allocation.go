@@ -1,0 +1,224 @@
+package cninet
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	cni "github.com/containerd/go-cni"
+	"github.com/seed1280861d/cninet/internal/footprint"
+)
+
+// Allocation is the workload whose network namespace is attached. It is
+// only read: cninet never modifies an Allocation or its slices and maps.
+type Allocation struct {
+	// ID is the CNI container ID. It must match ^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$.
+	// Teardown, Check and GC find the attachment by this ID alone.
+	ID string
+	// Ports are the group's ports. When non-empty they are the only ports
+	// mapped.
+	Ports []Port
+	// Networks carries the legacy per-network ports; used only when Ports is
+	// empty.
+	Networks []Network
+	// Args are extra CNI args (CNI_ARGS), such as the orchestrator's identity
+	// args. Keys and values must not contain ';' or '='.
+	Args map[string]string
+}
+
+// Port maps a host port to a port in the workload's namespace.
+type Port struct {
+	// Label names the port for humans; it is not sent to the plugins.
+	Label string
+	// Value is the host port, 1–65535.
+	Value int
+	// To is the port inside the namespace; To < 1 means To = Value.
+	To int
+	// HostIP restricts the mapping to one host address; "" means all.
+	// Ignored for legacy Networks ports and with Config.IgnorePortMappingHostIP.
+	HostIP string
+	// Protocol is "tcp" or "udp" to map only that protocol; "" maps both.
+	Protocol string
+}
+
+// Network is the legacy per-network port list of an allocation.
+type Network struct {
+	ReservedPorts, DynamicPorts []Port
+}
+
+// validateAllocation rejects what no plugin should ever see, before anything
+// on the host changes.
+func validateAllocation(alloc *Allocation) error {
+	if alloc == nil {
+		return fmt.Errorf("%w: allocation is nil", ErrInvalidAllocation)
+	}
+	if !footprint.IsContainerID(alloc.ID) {
+		return fmt.Errorf("%w: id %q is not a CNI container id (want ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$)", ErrInvalidAllocation, alloc.ID)
+	}
+	return nil
+}
+
+// PortMappings turns the allocation's ports into the portMappings capability
+// of the portmap plugin: every port once for tcp and once for udp (unless
+// it names one protocol), group
+// Ports when present, else the legacy Networks' reserved then dynamic ports.
+// With ignoreHostIP the group ports' HostIP is dropped.
+//
+// A port outside 1–65535, an unparsable HostIP, or two mappings of the same
+// host port, protocol and host IP is an ErrInvalidAllocation error. An
+// allocation without ports yields an empty, non-nil slice.
+func PortMappings(alloc *Allocation, ignoreHostIP bool) ([]cni.PortMapping, error) {
+	if alloc == nil {
+		return nil, fmt.Errorf("%w: allocation is nil", ErrInvalidAllocation)
+	}
+	ports, withHostIP := alloc.Ports, !ignoreHostIP
+	if len(ports) == 0 {
+		ports, withHostIP = legacyPorts(alloc.Networks), false
+	}
+	mappings := make([]cni.PortMapping, 0, 2*len(ports))
+	seen := make(map[cni.PortMapping]string, 2*len(ports))
+	for _, p := range ports {
+		hostIP := ""
+		if withHostIP {
+			hostIP = p.HostIP
+		}
+		if err := validatePort(p, hostIP); err != nil {
+			return nil, err
+		}
+		to := p.To
+		if to < 1 {
+			to = p.Value
+		}
+		for _, proto := range protocols(p.Protocol) {
+			m := cni.PortMapping{HostPort: int32(p.Value), ContainerPort: int32(to), Protocol: proto, HostIP: hostIP}
+			key := m
+			key.ContainerPort = 0
+			if prev, dup := seen[key]; dup {
+				return nil, fmt.Errorf("%w: port %q maps host port %d/%s%s already mapped by port %q",
+					ErrInvalidAllocation, p.Label, p.Value, proto, onHostIP(hostIP), prev)
+			}
+			seen[key] = p.Label
+			mappings = append(mappings, m)
+		}
+	}
+	return mappings, nil
+}
+
+// legacyPorts copies into a new slice, so the caller's slices are never
+// appended to.
+func legacyPorts(networks []Network) []Port {
+	var ports []Port
+	for _, n := range networks {
+		ports = append(ports, n.ReservedPorts...)
+		ports = append(ports, n.DynamicPorts...)
+	}
+	return ports
+}
+
+func validatePort(p Port, hostIP string) error {
+	if p.Value < 1 || p.Value > 65535 {
+		return fmt.Errorf("%w: port %q has host port %d, want 1-65535", ErrInvalidAllocation, p.Label, p.Value)
+	}
+	if p.To > 65535 {
+		return fmt.Errorf("%w: port %q maps to port %d, want 1-65535 (or < 1 for the host port)", ErrInvalidAllocation, p.Label, p.To)
+	}
+	if p.Protocol != "" && p.Protocol != "tcp" && p.Protocol != "udp" {
+		return fmt.Errorf("%w: port %q has protocol %q, want tcp, udp or empty for both", ErrInvalidAllocation, p.Label, p.Protocol)
+	}
+	if hostIP != "" {
+		if _, err := netip.ParseAddr(hostIP); err != nil {
+			return fmt.Errorf("%w: port %q has host IP %q, want an IPv4 or IPv6 address", ErrInvalidAllocation, p.Label, hostIP)
+		}
+	}
+	return nil
+}
+
+func protocols(p string) []string {
+	if p == "" {
+		return []string{"tcp", "udp"}
+	}
+	return []string{p}
+}
+
+func onHostIP(ip string) string {
+	if ip == "" {
+		return ""
+	}
+	return " on " + ip
+}
+
+// ignoreUnknownArg tells plugins to accept args they do not know, so that
+// identity args meant for one plugin (or for none) do not fail the others.
+const ignoreUnknownArg = "IgnoreUnknown"
+
+// cniArgs returns the CNI args for an allocation: IgnoreUnknown=1 first, then
+// alloc.Args sorted by key, so that Setup, Check and Teardown of the same
+// allocation always send the same args.
+func cniArgs(alloc *Allocation) ([][2]string, error) {
+	keys := make([]string, 0, len(alloc.Args))
+	for k, v := range alloc.Args {
+		if err := validateArg(k, v); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	args := make([][2]string, 0, 1+len(keys))
+	args = append(args, [2]string{ignoreUnknownArg, "1"})
+	for _, k := range keys {
+		args = append(args, [2]string{k, alloc.Args[k]})
+	}
+	return args, nil
+}
+
+// validateArg enforces what CNI_ARGS can carry: it is a ';'-separated list
+// of key=value pairs, so either character inside a key or value would
+// silently become a different arg.
+func validateArg(k, v string) error {
+	switch {
+	case k == "":
+		return fmt.Errorf("%w: CNI arg with an empty key (value %q)", ErrInvalidAllocation, v)
+	case strings.EqualFold(k, ignoreUnknownArg):
+		return fmt.Errorf("%w: CNI arg %q is reserved: cninet always sends IgnoreUnknown=1", ErrInvalidAllocation, k)
+	case strings.ContainsAny(k, ";="):
+		return fmt.Errorf("%w: CNI arg key %q contains ';' or '=', which CNI_ARGS cannot carry", ErrInvalidAllocation, k)
+	case strings.ContainsAny(v, ";="):
+		return fmt.Errorf("%w: CNI arg %q has value %q containing ';' or '=', which CNI_ARGS cannot carry", ErrInvalidAllocation, k, v)
+	}
+	return nil
+}
+
+// attachment is everything the plugins are told about one allocation. It is
+// computed once per call and identical for Setup, Check and Teardown, because
+// portmap's DEL removes nothing unless it sees the same portMappings.
+type attachment struct {
+	id       string
+	mappings []cni.PortMapping
+	args     [][2]string
+}
+
+func newAttachment(alloc *Allocation, ignoreHostIP bool) (attachment, error) {
+	if err := validateAllocation(alloc); err != nil {
+		return attachment{}, err
+	}
+	mappings, err := PortMappings(alloc, ignoreHostIP)
+	if err != nil {
+		return attachment{}, err
+	}
+	args, err := cniArgs(alloc)
+	if err != nil {
+		return attachment{}, err
+	}
+	return attachment{id: alloc.ID, mappings: mappings, args: args}, nil
+}
+
+// opts returns the go-cni namespace options for this attachment.
+func (a attachment) opts() []cni.NamespaceOpts {
+	opts := make([]cni.NamespaceOpts, 0, 1+len(a.args))
+	opts = append(opts, cni.WithCapabilityPortMap(a.mappings))
+	for _, kv := range a.args {
+		opts = append(opts, cni.WithArgs(kv[0], kv[1]))
+	}
+	return opts
+}

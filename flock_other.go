@@ -1,6 +1,0 @@
-//go:build !unix
-
-package cninet
-
-// lockDir is a no-op where host-local does not run.
-func lockDir(string) (func(), error) { return func() {}, nil }

@@ -1,0 +1,121 @@
+// Package fakenft is an in-memory nftables for tests: it holds rules as
+// the cleaner sees them (loaded from real `nft -j` captures or built by
+// hand), answers ListRules and DeleteRules the way the host's nft does —
+// a transaction that names a rule already gone fails whole — records every
+// call, and can be told to fail.
+package fakenft
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/seed1280861d/cninet/internal/footprint"
+)
+
+// NFTables is a fake footprint.NFTables. The zero value holds no table.
+type NFTables struct {
+	mu     sync.Mutex
+	tables map[footprint.NFTable]bool
+	rules  []footprint.NFTRule
+	calls  []string
+
+	// FailList and FailDelete, when set, are returned by every ListRules
+	// or DeleteRules call.
+	FailList, FailDelete error
+}
+
+// Load adds the tables and rules of `nft -j list ruleset|table` output.
+func (f *NFTables) Load(listing []byte) error {
+	rules, err := footprint.ParseNFTListing(listing)
+	if err != nil {
+		return err
+	}
+	f.Add(rules...)
+	return nil
+}
+
+// Add adds rules, creating their tables.
+func (f *NFTables) Add(rules ...footprint.NFTRule) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.tables == nil {
+		f.tables = map[footprint.NFTable]bool{}
+	}
+	for _, r := range rules {
+		f.tables[footprint.NFTable{Family: r.Family, Name: r.Table}] = true
+		f.rules = append(f.rules, r)
+	}
+}
+
+// Rules returns the rules held, in the order they were added.
+func (f *NFTables) Rules() []footprint.NFTRule {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]footprint.NFTRule(nil), f.rules...)
+}
+
+// Calls returns every call received, like "ListRules" or
+// "DeleteRules ip cni_hostport 2".
+func (f *NFTables) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+// ListRules implements footprint.NFTables.
+func (f *NFTables) ListRules(_ context.Context, tables []footprint.NFTable) ([]footprint.NFTRule, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "ListRules")
+	if f.FailList != nil {
+		return nil, f.FailList
+	}
+	want := map[footprint.NFTable]bool{}
+	for _, t := range tables {
+		want[t] = true
+	}
+	var out []footprint.NFTRule
+	for _, r := range f.rules {
+		if want[footprint.NFTable{Family: r.Family, Name: r.Table}] {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// DeleteRules implements footprint.NFTables: all of rules, found by
+// table, chain and handle, or none.
+func (f *NFTables) DeleteRules(_ context.Context, table footprint.NFTable, rules []footprint.NFTRule) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf("DeleteRules %s %d", table, len(rules)))
+	if f.FailDelete != nil {
+		return f.FailDelete
+	}
+	drop := map[int]bool{}
+	for _, r := range rules {
+		i := f.index(table, r.Chain, r.Handle)
+		if i < 0 {
+			return fmt.Errorf("Error: Could not process rule: No such file or directory: delete rule %s %s handle %d", table, r.Chain, r.Handle)
+		}
+		drop[i] = true
+	}
+	kept := f.rules[:0:0]
+	for i, r := range f.rules {
+		if !drop[i] {
+			kept = append(kept, r)
+		}
+	}
+	f.rules = kept
+	return nil
+}
+
+func (f *NFTables) index(table footprint.NFTable, chain string, handle int) int {
+	for i, r := range f.rules {
+		if r.Family == table.Family && r.Table == table.Name && r.Chain == chain && r.Handle == handle {
+			return i
+		}
+	}
+	return -1
+}

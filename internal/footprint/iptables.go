@@ -1,0 +1,169 @@
+package footprint
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+
+	"github.com/coreos/go-iptables/iptables"
+)
+
+// IPTables is the subset of *iptables.IPTables (github.com/coreos/go-iptables)
+// that cleanup uses; *iptables.IPTables satisfies it unchanged. An
+// implementation may also offer TableLister, Saver and Restorer to save
+// processes on whole-host sweeps.
+type IPTables interface {
+	// List returns the rules of one chain as `iptables -t table -S chain`
+	// prints them, the chain's own -N or -P line first. A chain that does
+	// not exist is an error.
+	List(table, chain string) ([]string, error)
+	// Delete deletes one rule by its specification.
+	Delete(table, chain string, rulespec ...string) error
+	// ClearAndDeleteChain flushes and deletes a chain; a chain that does not
+	// exist is not an error.
+	ClearAndDeleteChain(table, chain string) error
+}
+
+// TableLister is an optional extension of IPTables: list a whole table in
+// one command (`iptables -t table -S`).
+type TableLister interface {
+	ListTable(table string) ([]string, error)
+}
+
+// Saver is an optional extension of IPTables: list every table in one
+// command (iptables-save), each table's lines in `iptables -S` form.
+type Saver interface {
+	SaveAll() (map[string][]string, error)
+}
+
+// Restorer is an optional extension of IPTables: apply many changes to one
+// table in one `iptables-restore --noflush` transaction.
+type Restorer interface {
+	RestoreNoFlush(table string, lines []string) error
+}
+
+// isNotExist reports whether err says a chain or rule does not exist, for
+// go-iptables errors and for fakes that mimic iptables' messages.
+//
+// iptables 1.8.9 with the nf_tables backend (Debian 12's) answers `-S` of
+// a chain that does not exist with "chain `X' in table `T' is
+// incompatible, use 'nft' tool" instead. The chains cleanup lists were
+// written by iptables itself (the plugins', and the built-in ones), so for
+// them that answer means absent; and reading it so can only make cleanup
+// delete less, never more.
+func isNotExist(err error) bool {
+	var ne interface{ IsNotExist() bool }
+	if errors.As(err, &ne) && ne.IsNotExist() {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "No chain/target/match by that name") ||
+		strings.Contains(msg, "does not exist") || strings.Contains(msg, "Bad rule") ||
+		(strings.Contains(msg, "in table `") && strings.Contains(msg, "is incompatible, use 'nft' tool"))
+}
+
+// hostIPTables is the default IPTables: go-iptables plus the extensions,
+// run against the same binaries.
+type hostIPTables struct {
+	*iptables.IPTables
+	list, save, restore string // binaries
+}
+
+// NewHostIPTables opens the host's iptables (ipv6 false) or ip6tables.
+func NewHostIPTables(ipv6 bool) (IPTables, error) {
+	proto, list, save, restore := iptables.ProtocolIPv4, "iptables", "iptables-save", "iptables-restore"
+	if ipv6 {
+		proto, list, save, restore = iptables.ProtocolIPv6, "ip6tables", "ip6tables-save", "ip6tables-restore"
+	}
+	ipt, err := iptables.NewWithProtocol(proto)
+	if err != nil {
+		return nil, err
+	}
+	h := &hostIPTables{IPTables: ipt}
+	if h.list, err = exec.LookPath(list); err != nil {
+		return nil, err
+	}
+	h.save, _ = exec.LookPath(save)       // optional: without it tables are listed one by one
+	h.restore, _ = exec.LookPath(restore) // optional: without it deletions go rule by rule
+	return h, nil
+}
+
+// SaveAll implements Saver.
+func (h *hostIPTables) SaveAll() (map[string][]string, error) {
+	if h.save == "" {
+		return nil, errors.New("iptables-save not found")
+	}
+	out, err := run(h.save, nil)
+	if err != nil {
+		return nil, err
+	}
+	return saveToListings(out), nil
+}
+
+// ListTable implements TableLister.
+func (h *hostIPTables) ListTable(table string) ([]string, error) {
+	out, err := run(h.list, nil, "-w", "-t", table, "-S")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(strings.TrimRight(out, "\n"), "\n"), nil
+}
+
+// RestoreNoFlush implements Restorer.
+func (h *hostIPTables) RestoreNoFlush(table string, lines []string) error {
+	if h.restore == "" {
+		return errors.New("iptables-restore not found")
+	}
+	in := fmt.Sprintf("*%s\n%s\nCOMMIT\n", table, strings.Join(lines, "\n"))
+	_, err := run(h.restore, strings.NewReader(in), "-w", "--noflush")
+	return err
+}
+
+// run runs a command and returns its output; a failure carries stderr.
+func run(bin string, stdin *strings.Reader, args ...string) (string, error) {
+	var out, stderr bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out.String(), nil
+}
+
+// Tables opens iptables and ip6tables once each, for every cleaner of one
+// Configurator; a failed open (say, ip6tables missing) is retried on the
+// next use. The zero value opens the host's with NewHostIPTables.
+type Tables struct {
+	Open   func(ipv6 bool) (IPTables, error)
+	mu     sync.Mutex
+	tables [2]IPTables
+}
+
+// Get returns the family's IPTables.
+func (t *Tables) Get(ipv6 bool) (IPTables, error) {
+	i := 0
+	if ipv6 {
+		i = 1
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tables[i] != nil {
+		return t.tables[i], nil
+	}
+	open := t.Open
+	if open == nil {
+		open = NewHostIPTables
+	}
+	ipt, err := open(ipv6)
+	if err != nil {
+		return nil, err
+	}
+	t.tables[i] = ipt
+	return ipt, nil
+}

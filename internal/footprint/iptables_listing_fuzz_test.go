@@ -1,0 +1,55 @@
+package footprint
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/seed1280861d/cninet/internal/fakeipt"
+)
+
+// FuzzParseRule checks the rule parser on arbitrary lines (it must not
+// panic, and must read back what iptables would print) and the ownership
+// rule on rules of one attachment judged for another: a rule is never
+// claimed for an owner its comment does not name.
+func FuzzParseRule(f *testing.F) {
+	f.Add(`-A POSTROUTING -s 198.18.0.2/32 -m comment --comment "name: \"nomad\" id: \"alloc-1\"" -j CNI-0123`, "nomad", "alloc-1", "nomad", "alloc-10")
+	f.Add(`-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \"nomad\" id: \"a\"" -m multiport --dports 80 -j CNI-DN-1`, "my.net", "a.b", "myXnet", "a.b")
+	f.Add(`-A CNI-FORWARD -d 198.18.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`, strings.Repeat("n", 100), strings.Repeat("i", 150)+"a", strings.Repeat("n", 100), strings.Repeat("i", 150)+"b")
+	f.Add(`-A X "unterminated`, "a", "b", "a", "b\\")
+	f.Fuzz(func(t *testing.T, line, netA, idA, netB, idB string) {
+		if r, ok := parseRule(line); ok && r.chain == "" {
+			t.Fatalf("parsed %q into a rule without a chain", line)
+		}
+		for _, s := range []string{netA, netB, idA, idB} {
+			if !IsContainerID(s) { // the CNI rule for network names is the same
+				return
+			}
+		}
+		a, b := Attachment{netA, idA}, Attachment{netB, idB}
+		masq := mustParse(t, "POSTROUTING", "-s", "198.18.0.2/32", "-m", "comment", "--comment", storedComment(a.MasqComment()), "-j", a.MasqChain())
+		dnat := mustParse(t, hostportDNATChain, "-p", "tcp", "-m", "comment", "--comment", storedComment(a.DNATComment()), "-m", "multiport", "--dports", "80", "-j", a.DNATChain())
+		if !a.ownsMasqJump(masq) || !a.ownsDNATJump(dnat) {
+			t.Fatalf("%+v does not own its own rules", a)
+		}
+		if a != b && (b.ownsMasqJump(masq) || b.ownsDNATJump(dnat)) {
+			t.Fatalf("%+v claims a rule of %+v", b, a)
+		}
+		if id, ok := masqCommentID(netB, masq.comment); ok && (id != idA || netA != netB) {
+			t.Fatalf("network %q attributes %+v's rule to id %q", netB, a, id)
+		}
+		if id, ok := dnatCommentID(netB, dnat.comment); ok && (id != idA || netA != netB) {
+			t.Fatalf("network %q attributes %+v's DNAT rule to id %q", netB, a, id)
+		}
+	})
+}
+
+// mustParse formats a rule as iptables -S prints it and parses it back.
+func mustParse(t *testing.T, chain string, spec ...string) rule {
+	line := "-A " + chain + " " + fakeipt.Format(spec)
+	r, ok := parseRule(line)
+	if !ok || !reflect.DeepEqual(r.spec, spec) {
+		t.Fatalf("%q parsed back as %q", line, r.spec)
+	}
+	return r
+}

@@ -1,0 +1,133 @@
+package footprint
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// NFTRule is one rule of an nftables listing, reduced to what ownership
+// needs: where it is, its comment, and the addresses its expressions
+// match on or translate to.
+type NFTRule struct {
+	Family, Table, Chain string
+	Handle               int
+	Comment              string
+	// Saddr and Daddr are the addresses an `ip[6] saddr ==` or `ip[6]
+	// daddr ==` match names (invalid when there is none, or it is a
+	// prefix or a negation); DNAT is the address a `dnat to` translates to.
+	Saddr, Daddr, DNAT netip.Addr
+}
+
+// String renders the rule for logs and reports.
+func (r NFTRule) String() string {
+	s := fmt.Sprintf("%s %s %s handle %d", r.Family, r.Table, r.Chain, r.Handle)
+	for _, a := range []struct {
+		name string
+		addr netip.Addr
+	}{{"saddr", r.Saddr}, {"daddr", r.Daddr}, {"dnat to", r.DNAT}} {
+		if a.addr.IsValid() {
+			s += " " + a.name + " " + a.addr.String()
+		}
+	}
+	if r.Comment != "" {
+		s += fmt.Sprintf(" comment %q", r.Comment)
+	}
+	return s
+}
+
+// The shape of `nft -j list ...` output that rules are read from.
+type (
+	nftDocument struct {
+		Objects []map[string]json.RawMessage `json:"nftables"`
+	}
+	nftJSONRule struct {
+		Family  string            `json:"family"`
+		Table   string            `json:"table"`
+		Chain   string            `json:"chain"`
+		Handle  int               `json:"handle"`
+		Comment string            `json:"comment"`
+		Expr    []json.RawMessage `json:"expr"`
+	}
+	nftMatch struct {
+		Op   string `json:"op"`
+		Left struct {
+			Payload *struct {
+				Protocol string `json:"protocol"`
+				Field    string `json:"field"`
+			} `json:"payload"`
+		} `json:"left"`
+		Right json.RawMessage `json:"right"`
+	}
+	nftNAT struct {
+		Addr json.RawMessage `json:"addr"`
+	}
+)
+
+// ParseNFTListing reads the rules of `nft -j list table|chain|ruleset`
+// output. Objects other than rules (tables, chains, metainfo) are skipped;
+// an expression it does not know leaves the rule's addresses as they are.
+func ParseNFTListing(out []byte) ([]NFTRule, error) {
+	var doc nftDocument
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return nil, fmt.Errorf("reading nft JSON: %w", err)
+	}
+	var rules []NFTRule
+	for _, obj := range doc.Objects {
+		raw, ok := obj["rule"]
+		if !ok {
+			continue
+		}
+		var jr nftJSONRule
+		if err := json.Unmarshal(raw, &jr); err != nil {
+			return nil, fmt.Errorf("reading nft rule: %w", err)
+		}
+		r := NFTRule{Family: jr.Family, Table: jr.Table, Chain: jr.Chain, Handle: jr.Handle, Comment: jr.Comment}
+		for _, e := range jr.Expr {
+			r.readExpr(e)
+		}
+		rules = append(rules, r)
+	}
+	return rules, nil
+}
+
+func (r *NFTRule) readExpr(raw json.RawMessage) {
+	var expr struct {
+		Match *nftMatch `json:"match"`
+		DNAT  *nftNAT   `json:"dnat"`
+	}
+	if json.Unmarshal(raw, &expr) != nil {
+		return
+	}
+	switch {
+	case expr.DNAT != nil:
+		r.DNAT, _ = jsonAddr(expr.DNAT.Addr)
+	case expr.Match != nil && expr.Match.Op == "==" && expr.Match.Left.Payload != nil:
+		p := expr.Match.Left.Payload
+		if p.Protocol != "ip" && p.Protocol != "ip6" {
+			return
+		}
+		addr, ok := jsonAddr(expr.Match.Right)
+		if !ok {
+			return
+		}
+		switch p.Field {
+		case "saddr":
+			r.Saddr = addr
+		case "daddr":
+			r.Daddr = addr
+		}
+	}
+}
+
+// jsonAddr reads a single address: a plain string (nft lists a /32 or
+// /128 prefix as one too), not a prefix object or a set.
+func jsonAddr(raw json.RawMessage) (netip.Addr, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(strings.Trim(s, "[]"))
+	return a.Unmap(), err == nil
+}

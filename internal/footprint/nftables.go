@@ -1,0 +1,179 @@
+package footprint
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+
+	"sigs.k8s.io/knftables"
+)
+
+// NFTable names one nftables table.
+type NFTable struct {
+	Family, Name string
+}
+
+func (t NFTable) String() string { return t.Family + " " + t.Name }
+
+// NFTables is how the cleaner reads and changes the tables the plugins'
+// nftables backends write. Tests replace it with a fake.
+type NFTables interface {
+	// ListRules returns the rules of those of tables that exist; a table
+	// that does not exist is no error.
+	ListRules(ctx context.Context, tables []NFTable) ([]NFTRule, error)
+	// DeleteRules deletes rules of one table by chain and handle, in one
+	// transaction: all of them, or none and an error.
+	DeleteRules(ctx context.Context, table NFTable, rules []NFTRule) error
+}
+
+// ErrNFTablesMissing says the host has no nft command. A host without
+// nftables has no nftables rules either, so the cleaner does not count it
+// as a failure.
+var ErrNFTablesMissing = errors.New("nft not available")
+
+// hostNFTables is the default NFTables: `nft -j` for listings (knftables'
+// ListRules keeps only chain, handle and comment, and ownership of
+// portmap's rules needs their addresses), knftables for transactions.
+type hostNFTables struct {
+	bin string
+	mu  sync.Mutex
+	ifs map[NFTable]knftables.Interface
+}
+
+// NewHostNFTables opens the host's nftables; ErrNFTablesMissing when nft
+// is not installed.
+func NewHostNFTables() (NFTables, error) {
+	bin, err := exec.LookPath("nft")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNFTablesMissing, err)
+	}
+	return &hostNFTables{bin: bin, ifs: map[NFTable]knftables.Interface{}}, nil
+}
+
+// ListRules implements NFTables: one `nft -j list tables`, then one
+// listing per table that exists (none on a host whose plugins never used
+// their nftables backends).
+func (h *hostNFTables) ListRules(ctx context.Context, tables []NFTable) ([]NFTRule, error) {
+	out, err := h.run(ctx, "-j", "list", "tables")
+	if err != nil {
+		return nil, err
+	}
+	existing, err := parseNFTTables(out)
+	if err != nil {
+		return nil, err
+	}
+	var rules []NFTRule
+	for _, t := range tables {
+		if !existing[t] {
+			continue
+		}
+		out, err := h.run(ctx, "-j", "list", "table", t.Family, t.Name)
+		if err != nil {
+			if strings.Contains(err.Error(), "No such file or directory") {
+				continue // deleted since: nothing to list
+			}
+			return nil, err
+		}
+		rs, err := ParseNFTListing(out)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", t, err)
+		}
+		rules = append(rules, rs...)
+	}
+	return rules, nil
+}
+
+// DeleteRules implements NFTables.
+func (h *hostNFTables) DeleteRules(ctx context.Context, table NFTable, rules []NFTRule) error {
+	nft, err := h.open(table)
+	if err != nil {
+		return err
+	}
+	tx := nft.NewTransaction()
+	for _, r := range rules {
+		handle := r.Handle
+		tx.Delete(&knftables.Rule{Chain: r.Chain, Handle: &handle})
+	}
+	return nft.Run(ctx, tx)
+}
+
+// open returns a knftables handle on table; each costs two nft runs to
+// make, so it is made once.
+func (h *hostNFTables) open(table NFTable) (knftables.Interface, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if nft, ok := h.ifs[table]; ok {
+		return nft, nil
+	}
+	nft, err := knftables.New(knftables.Family(table.Family), table.Name)
+	if err != nil {
+		return nil, fmt.Errorf("opening nftables table %s: %w", table, err)
+	}
+	h.ifs[table] = nft
+	return nft, nil
+}
+
+func (h *hostNFTables) run(ctx context.Context, args ...string) ([]byte, error) {
+	var out, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, h.bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out.Bytes(), nil
+}
+
+// parseNFTTables reads `nft -j list tables`.
+func parseNFTTables(out []byte) (map[NFTable]bool, error) {
+	var doc struct {
+		Objects []struct {
+			Table *struct {
+				Family string `json:"family"`
+				Name   string `json:"name"`
+			} `json:"table"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return nil, fmt.Errorf("reading nft JSON: %w", err)
+	}
+	tables := map[NFTable]bool{}
+	for _, o := range doc.Objects {
+		if o.Table != nil {
+			tables[NFTable{o.Table.Family, o.Table.Name}] = true
+		}
+	}
+	return tables, nil
+}
+
+// NFTablesHandle opens nftables once for every cleaner of one
+// Configurator. A host without nft is asked again next time (nft may have
+// been installed since); the zero value opens the host's.
+type NFTablesHandle struct {
+	Open func() (NFTables, error)
+	mu   sync.Mutex
+	nft  NFTables
+}
+
+// Get returns the NFTables.
+func (h *NFTablesHandle) Get() (NFTables, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.nft != nil {
+		return h.nft, nil
+	}
+	open := h.Open
+	if open == nil {
+		open = NewHostNFTables
+	}
+	nft, err := open()
+	if err != nil {
+		return nil, err
+	}
+	h.nft = nft
+	return nft, nil
+}
