@@ -12,9 +12,11 @@
 //     Setup that fails leaves nothing behind.
 //   - Teardown detaches it: CNI DEL with the same port mappings and args,
 //     then a force cleanup of everything the plugins are known to leave (the
-//     bridge's masquerade rule and chain, portmap's DNAT rule and chain, the
+//     bridge's masquerade rules, portmap's DNAT rules and chains, the
 //     firewall plugin's rules, host-local's reservations, libcni's cache),
-//     for IPv4 and IPv6. It is idempotent.
+//     for IPv4 and IPv6, with the plugins' iptables and nftables backends.
+//     Its cost follows what one attachment can own, not the host's
+//     ruleset. It is idempotent.
 //   - Check verifies an attachment after a runner restart.
 //
 // GC removes every attachment of the network whose allocation is not live,
@@ -23,11 +25,12 @@
 //
 // Cleanup deletes only what provably belongs to the attachment: rules whose
 // comment names exactly its network and id, chains under the names the
-// plugins derive from them, and comment-less firewall rules only for an
-// address the attachment's own rules or files prove it held and nobody else
-// holds now.
+// plugins derive from them, and rules that name no network (the firewall
+// plugin's, portmap's nftables rules) only for an address the attachment's
+// own rules or files prove it held and nobody else holds now. The rule in
+// full is in the documentation of internal/footprint.
 //
 // Calls for one allocation ID are serialised; calls for different IDs run
-// in parallel. Errors wrap the exported Err… sentinels; test them with
-// errors.Is.
+// in parallel. Every error wraps one of the exported Err… sentinels and
+// keeps its cause: test them with errors.Is.
 package cninet
