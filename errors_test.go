@@ -134,7 +134,7 @@ func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 		}, cninet.ErrPluginMissing, nil},
 		{"Status when CNI STATUS fails", func(t *testing.T) error {
 			return newC(t, func(c *cninet.Config) {
-				c.CNI, c.PluginDirs = &fakecni.CNI{StatusErr: errPlugin}, []string{versionOnlyPlugins(t, "loopback", "bridge", "firewall", "portmap")}
+				c.CNI, c.PluginDirs = &fakecni.CNI{StatusErr: errPlugin}, []string{specPlugins(t, `"0.4.0","1.0.0"`, "loopback", "bridge", "firewall", "portmap")}
 			}).Status(ctx)
 		}, cninet.ErrNotReady, errPlugin},
 		{"Reload without a ConfDir", func(t *testing.T) error {
@@ -192,18 +192,4 @@ func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 			}
 		})
 	}
-}
-
-// versionOnlyPlugins writes plugins that answer only VERSION, enough for
-// libcni to validate a conflist naming them, into a new directory.
-func versionOnlyPlugins(t *testing.T, names ...string) string {
-	t.Helper()
-	dir := t.TempDir()
-	script := "#!/bin/sh\necho '{\"cniVersion\":\"1.0.0\",\"supportedVersions\":[\"0.4.0\",\"1.0.0\"]}'\n"
-	for _, n := range names {
-		if err := os.WriteFile(filepath.Join(dir, n), []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
 }
