@@ -131,7 +131,7 @@ func (c *Cleaner) Clean(ids []string) ([]Item, error) {
 		f.apply(f.plan(set, ev))
 	})
 	if nft.nft != nil {
-		nft.apply(c, nft.plan(c, set, evs))
+		nft.apply(c, set, nft.plan(c, set, evs))
 	}
 	c.removeFiles(set)
 	return c.Removed(), c.err()

@@ -108,7 +108,8 @@ func (s *nftScan) plan(c *Cleaner, ids idSet, evs [2]*evidence) map[NFTable][]NF
 
 // apply deletes each table's rules in one transaction; when a concurrent
 // change makes one fail (a handle already gone), rule by rule.
-func (s *nftScan) apply(c *Cleaner, plan map[NFTable][]NFTRule) {
+func (s *nftScan) apply(c *Cleaner, ids idSet, plan map[NFTable][]NFTRule) {
+	index := c.masqIndex(ids)
 	tables := make([]NFTable, 0, len(plan))
 	for t := range plan {
 		tables = append(tables, t)
@@ -118,7 +119,7 @@ func (s *nftScan) apply(c *Cleaner, plan map[NFTable][]NFTRule) {
 		rules := plan[t]
 		if err := s.nft.DeleteRules(c.ctx, t, rules); err == nil {
 			for _, r := range rules {
-				c.noteRemoved(KindNFTRule, s.owner(c, r), "nftables rule "+r.String())
+				c.noteRemoved(KindNFTRule, nftOwner(index, r), "nftables rule "+r.String())
 			}
 			continue
 		}
@@ -127,18 +128,17 @@ func (s *nftScan) apply(c *Cleaner, plan map[NFTable][]NFTRule) {
 				c.fail(fmt.Errorf("nftables: deleting %s: %w", r, err))
 				continue
 			}
-			c.noteRemoved(KindNFTRule, s.owner(c, r), "nftables rule "+r.String())
+			c.noteRemoved(KindNFTRule, nftOwner(index, r), "nftables rule "+r.String())
 		}
 	}
 }
 
-// owner is the id a planned rule was deleted for.
-func (s *nftScan) owner(c *Cleaner, r NFTRule) string {
-	if isNFTMasq(r) {
-		if id, ok := nftMasqCommentID(c.net.Name, c.net.IfName, r.Comment); ok {
-			return id
-		}
-		return r.Comment[:2*nftMasqHashLength+1] // cut: the hashes still name it
+// nftOwner is the id a planned rule was deleted for: the one whose
+// masquerade comment it carries (a cut comment no longer spells the id
+// out), else the bare id of a hostport rule.
+func nftOwner(masqIndex map[string]string, r NFTRule) string {
+	if id, ok := masqIndex[r.Comment]; ok && isNFTMasq(r) {
+		return id
 	}
 	return r.Comment
 }
