@@ -398,6 +398,7 @@ func (c *Configurator) detach(ctx context.Context, att attachment, netns string,
 		c.logger.Warn("removed state the CNI plugins left behind", "alloc_id", att.id,
 			"network", conf.info.name, "del_error", removeErr, "items", items)
 	}
+	c.logRestored(cl.Restored(), att.id)
 	c.logger.Debug("network detached", "alloc_id", att.id, "del", delDone.Sub(start), "cleanup", time.Since(delDone))
 	if cleanErr != nil {
 		cleanErr = fmt.Errorf("%w in network %q: %w", ErrCleanupFailed, conf.info.name, cleanErr)
@@ -412,9 +413,24 @@ func (c *Configurator) detach(ctx context.Context, att attachment, netns string,
 	return nil
 }
 
+// logRestored reports the port mappings of other attachments that a DEL
+// (or libcni's GC) removed and cleanup added back.
+func (c *Configurator) logRestored(items []footprint.Item, why string) {
+	if len(items) == 0 {
+		return
+	}
+	details := make([]string, len(items))
+	for i, it := range items {
+		details[i] = it.Detail
+	}
+	c.logger.Warn("added back other attachments' port mappings that a DEL of the same container id removed",
+		"after", why, "items", details)
+}
+
 // footprintNetwork is what the cleaner must know about conf's network.
 func (c *Configurator) footprintNetwork(conf loadedConf) footprint.Network {
-	return footprint.Network{Name: conf.info.name, IfName: c.ifName, IPAMDirs: conf.info.ipamDirs, CacheDir: c.cacheDir}
+	return footprint.Network{Name: conf.info.name, IfName: c.ifName, IPAMDirs: conf.info.ipamDirs, CacheDir: c.cacheDir,
+		HostportNFT: conf.info.hostportNFT}
 }
 
 func (c *Configurator) host() footprint.Host {

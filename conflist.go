@@ -402,6 +402,7 @@ func syncDir(dir string) {
 // loaded conflist.
 type networkInfo struct {
 	name         string
+	hostportNFT  bool     // portmap maps ports with nftables
 	ipamDirs     []string // host-local data dirs, already joined with the network name
 	disableCheck bool
 	disableGC    bool
@@ -412,6 +413,9 @@ const defaultHostLocalDataDir = "/var/lib/cni/networks"
 
 func newNetworkInfo(list *libcni.NetworkConfigList) networkInfo {
 	info := networkInfo{name: list.Name, disableCheck: list.DisableCheck, disableGC: list.DisableGC}
+	for _, req := range nftablesRequests(list) {
+		info.hostportNFT = info.hostportNFT || (req.plugin == "portmap" && req.field == "backend")
+	}
 	seen := map[string]bool{}
 	for _, p := range list.Plugins {
 		info.pluginTypes = append(info.pluginTypes, p.Network.Type)

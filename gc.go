@@ -106,8 +106,16 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (*GCReport
 	}
 	c.gc.begin(&c.locks)
 	defer c.gc.end()
+	cl := footprint.NewCleaner(ctx, c.footprintNetwork(conf), c.host())
+	cl.GuardHostports(nil) // libcni's GC DELs by container id, which portmap's nftables DEL reads as "of any network"
 	cniErr := c.gcCached(ctx, conf, live, report)
-	sweepErr := c.sweep(ctx, conf, live, report)
+	var delIDs []string
+	for _, it := range report.Removed {
+		delIDs = append(delIDs, it.ID) // so far only what libcni's GC DEL'd
+	}
+	cl.KeepGuarded(delIDs)
+	sweepErr := c.sweep(cl, conf, live, report)
+	c.logRestored(cl.Restored(), "GC")
 	if n := len(report.Removed); n > 0 {
 		c.logger.Info("GC removed stale attachments", "network", conf.info.name, "items", n, "alloc_ids", report.IDs())
 	}
@@ -147,8 +155,7 @@ func (c *Configurator) gcCached(ctx context.Context, conf loadedConf, live map[s
 }
 
 // sweep removes the footprint of every dead attachment it can attribute.
-func (c *Configurator) sweep(ctx context.Context, conf loadedConf, live map[string]bool, report *GCReport) error {
-	cl := footprint.NewCleaner(ctx, c.footprintNetwork(conf), c.host())
+func (c *Configurator) sweep(cl *footprint.Cleaner, conf loadedConf, live map[string]bool, report *GCReport) error {
 	var dead []string
 	for _, id := range cl.Discover() {
 		if !live[id] {

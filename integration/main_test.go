@@ -120,8 +120,10 @@ func assertNoLeaks(t *testing.T, base netsandbox.Snapshot, allow netsandbox.Allo
 }
 
 // serveHTTP answers "hello from <name>" on port inside the workload's
-// namespace until the test ends.
-func serveHTTP(t *testing.T, w *netsandbox.Workload, port int, name string) {
+// namespace until the test ends or stop is called. The listening socket
+// keeps the namespace (and so its veth) alive: stop it before deleting a
+// namespace whose veth must go with it.
+func serveHTTP(t *testing.T, w *netsandbox.Workload, port int, name string) (stop func()) {
 	t.Helper()
 	var ln net.Listener
 	err := w.NS.Do(func(ns.NetNS) error {
@@ -137,6 +139,7 @@ func serveHTTP(t *testing.T, w *netsandbox.Workload, port int, name string) {
 	})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
+	return func() { srv.Close() }
 }
 
 // fetch GETs http://addr:port/ from the sandbox's host side, retrying

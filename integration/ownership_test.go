@@ -62,23 +62,30 @@ func TestPrefixAndCutIDsOwnExactlyTheirRules(t *testing.T) {
 		base := baseline(t)
 		ids := []string{"ab", "abc", long, long[:len(long)-1] + "2"}
 		workloads := map[string]*netsandbox.Workload{}
+		stops := map[string]func(){}
 		for i, id := range ids {
 			w := netsandbox.NewWorkload(t)
 			workloads[id] = w
 			if _, err := c.Setup(ctxFor(t, time.Minute), &cninet.Allocation{ID: id, Ports: []cninet.Port{{Value: 28110 + i, To: 8080}}}, w.Path); err != nil {
 				t.Fatalf("setup %.12s…: %v", id, err)
 			}
-			serveHTTP(t, w, 8080, fmt.Sprint(i))
+			stops[id] = serveHTTP(t, w, 8080, fmt.Sprint(i))
+		}
+		for i, id := range ids {
+			if body, err := fetch(nw.gw4, 28110+i); err != nil || body != fmt.Sprintf("hello from %d", i) {
+				t.Fatalf("%.12s… before any teardown: %q, %v", id, body, err)
+			}
 		}
 		for _, gone := range []int{0, 2} { // "ab", then the first long id, namespaces deleted first
 			id := ids[gone]
+			stops[id]()
 			workloads[id].Delete()
 			if err := c.Teardown(ctxFor(t, time.Minute), &cninet.Allocation{ID: id, Ports: []cninet.Port{{Value: 28110 + gone, To: 8080}}}, workloads[id].Path); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for _, kept := range []int{1, 3} {
-			if body, err := fetch(nw.gw4, 28110+kept); err != nil || body != fmt.Sprint(kept) {
+			if body, err := fetch(nw.gw4, 28110+kept); err != nil || body != fmt.Sprintf("hello from %d", kept) {
 				t.Fatalf("%.12s… after the others' teardown: %q, %v", ids[kept], body, err)
 			}
 		}

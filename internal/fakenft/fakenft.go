@@ -20,9 +20,9 @@ type NFTables struct {
 	rules  []footprint.NFTRule
 	calls  []string
 
-	// FailList and FailDelete, when set, are returned by every ListRules
-	// or DeleteRules call.
-	FailList, FailDelete error
+	// FailList, FailDelete and FailAdd, when set, are returned by every
+	// ListRules, DeleteRules or AddRules call.
+	FailList, FailDelete, FailAdd error
 }
 
 // Load adds the tables and rules of `nft -j list ruleset|table` output.
@@ -108,6 +108,27 @@ func (f *NFTables) DeleteRules(_ context.Context, table footprint.NFTable, rules
 		}
 	}
 	f.rules = kept
+	return nil
+}
+
+// AddRules implements footprint.NFTables: each rule gets the next handle
+// of its table.
+func (f *NFTables) AddRules(_ context.Context, rules []footprint.NFTRule) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf("AddRules %d", len(rules)))
+	if f.FailAdd != nil {
+		return f.FailAdd
+	}
+	for _, r := range rules {
+		r.Handle = 1
+		for _, have := range f.rules {
+			if have.Family == r.Family && have.Table == r.Table && have.Handle >= r.Handle {
+				r.Handle = have.Handle + 1
+			}
+		}
+		f.rules = append(f.rules, r)
+	}
 	return nil
 }
 

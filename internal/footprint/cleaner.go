@@ -20,6 +20,10 @@ type Network struct {
 	IPAMDirs []string
 	// CacheDir is libcni's cache directory.
 	CacheDir string
+	// HostportNFT says the network's portmap uses its nftables backend,
+	// whose DEL also removes other networks' rules of the same id (see
+	// GuardHostports).
+	HostportNFT bool
 }
 
 // Host is how the cleaner reaches the host; tests replace each seam.
@@ -69,6 +73,8 @@ type Cleaner struct {
 	prior    hostFiles // what they said before DEL (Remember)
 	families [2]*family
 	nft      *nftScan
+	guarded  []NFTRule // hostport rules as they were before DEL
+	restored []Item
 
 	mu      sync.Mutex
 	removed []Item
@@ -86,6 +92,7 @@ func NewCleaner(ctx context.Context, n Network, h Host) *Cleaner {
 // clean, but host-local's reservation still can tell the cleaner.
 func (c *Cleaner) Remember(ids []string) {
 	c.prior = c.scanFilesOf(newIDSet(ids))
+	c.GuardHostports(ids)
 }
 
 // Discover scans the whole host for the network's attachments and returns
@@ -132,6 +139,7 @@ func (c *Cleaner) Clean(ids []string) ([]Item, error) {
 	})
 	if nft.nft != nil {
 		nft.apply(c, set, nft.plan(c, set, evs))
+		c.restoreHostports(set, evs)
 	}
 	c.removeFiles(set)
 	return c.Removed(), c.err()

@@ -1,6 +1,7 @@
 package footprint
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -18,6 +19,9 @@ type NFTRule struct {
 	// daddr ==` match names (invalid when there is none, or it is a
 	// prefix or a negation); DNAT is the address a `dnat to` translates to.
 	Saddr, Daddr, DNAT netip.Addr
+	// Expr is the rule's expressions as nft listed them, so that the rule
+	// can be added back exactly as it was.
+	Expr json.RawMessage
 }
 
 // String renders the rule for logs and reports.
@@ -43,12 +47,12 @@ type (
 		Objects []map[string]json.RawMessage `json:"nftables"`
 	}
 	nftJSONRule struct {
-		Family  string            `json:"family"`
-		Table   string            `json:"table"`
-		Chain   string            `json:"chain"`
-		Handle  int               `json:"handle"`
-		Comment string            `json:"comment"`
-		Expr    []json.RawMessage `json:"expr"`
+		Family  string          `json:"family"`
+		Table   string          `json:"table"`
+		Chain   string          `json:"chain"`
+		Handle  int             `json:"handle"`
+		Comment string          `json:"comment"`
+		Expr    json.RawMessage `json:"expr"`
 	}
 	nftMatch struct {
 		Op   string `json:"op"`
@@ -83,8 +87,12 @@ func ParseNFTListing(out []byte) ([]NFTRule, error) {
 		if err := json.Unmarshal(raw, &jr); err != nil {
 			return nil, fmt.Errorf("reading nft rule: %w", err)
 		}
-		r := NFTRule{Family: jr.Family, Table: jr.Table, Chain: jr.Chain, Handle: jr.Handle, Comment: jr.Comment}
-		for _, e := range jr.Expr {
+		r := NFTRule{Family: jr.Family, Table: jr.Table, Chain: jr.Chain, Handle: jr.Handle, Comment: jr.Comment, Expr: jr.Expr}
+		var exprs []json.RawMessage
+		if err := json.Unmarshal(jr.Expr, &exprs); err != nil && len(jr.Expr) > 0 {
+			return nil, fmt.Errorf("reading nft rule expressions: %w", err)
+		}
+		for _, e := range exprs {
 			r.readExpr(e)
 		}
 		rules = append(rules, r)
@@ -130,4 +138,28 @@ func jsonAddr(raw json.RawMessage) (netip.Addr, bool) {
 	}
 	a, err := netip.ParseAddr(strings.Trim(s, "[]"))
 	return a.Unmap(), err == nil
+}
+
+// sameRule reports whether a and b are the same rule apart from its
+// handle (a rule added back gets a new one).
+func sameRule(a, b NFTRule) bool {
+	return a.Family == b.Family && a.Table == b.Table && a.Chain == b.Chain && a.Comment == b.Comment &&
+		bytes.Equal(a.Expr, b.Expr)
+}
+
+// addRulesJSON is the `nft -j -f -` input that adds rules back: each as
+// listed, without its handle.
+func addRulesJSON(rules []NFTRule) ([]byte, error) {
+	type addRule struct {
+		Family  string          `json:"family"`
+		Table   string          `json:"table"`
+		Chain   string          `json:"chain"`
+		Comment string          `json:"comment,omitempty"`
+		Expr    json.RawMessage `json:"expr"`
+	}
+	cmds := make([]map[string]map[string]addRule, 0, len(rules))
+	for _, r := range rules {
+		cmds = append(cmds, map[string]map[string]addRule{"add": {"rule": {r.Family, r.Table, r.Chain, r.Comment, r.Expr}}})
+	}
+	return json.Marshal(map[string]any{"nftables": cmds})
 }

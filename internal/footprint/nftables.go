@@ -29,6 +29,9 @@ type NFTables interface {
 	// DeleteRules deletes rules of one table by chain and handle, in one
 	// transaction: all of them, or none and an error.
 	DeleteRules(ctx context.Context, table NFTable, rules []NFTRule) error
+	// AddRules adds rules back as they were listed (Expr, Comment), in one
+	// transaction.
+	AddRules(ctx context.Context, rules []NFTRule) error
 }
 
 // ErrNFTablesMissing says the host has no nft command. A host without
@@ -100,6 +103,22 @@ func (h *hostNFTables) DeleteRules(ctx context.Context, table NFTable, rules []N
 		tx.Delete(&knftables.Rule{Chain: r.Chain, Handle: &handle})
 	}
 	return nft.Run(ctx, tx)
+}
+
+// AddRules implements NFTables with `nft -j -f -`: knftables writes rules
+// from text, and these are given as nft listed them, in JSON.
+func (h *hostNFTables) AddRules(ctx context.Context, rules []NFTRule) error {
+	in, err := addRulesJSON(rules)
+	if err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, h.bin, "-j", "-f", "-")
+	cmd.Stdin, cmd.Stderr = bytes.NewReader(in), &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("nft -j -f -: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
 }
 
 // open returns a knftables handle on table; each costs two nft runs to

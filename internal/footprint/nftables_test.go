@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -663,12 +664,12 @@ func (tc nftCase) run(t *testing.T) {
 			want = append(want, r)
 		}
 	}
-	if got := s.nft.Rules(); !slices.Equal(got, want) {
+	if got := s.nft.Rules(); !slices.EqualFunc(got, want, sameNFTRule) {
 		t.Errorf("nftables rules left:%s\nwant:%s", describeRules(got), describeRules(want))
 	}
 	if tc.after != "" {
 		after := loadNFT(t, tc.after)
-		if got, want := cniRules(s.nft.Rules()), cniRules(after.Rules()); !slices.Equal(got, want) {
+		if got, want := cniRules(s.nft.Rules()), cniRules(after.Rules()); !slices.EqualFunc(got, want, sameNFTRule) {
 			t.Errorf("plugins' tables differ from %s (what their own DEL leaves):%s\nwant:%s", tc.after, describeRules(got), describeRules(want))
 		}
 	}
@@ -812,7 +813,7 @@ func TestCleanWhenNFTablesCannotBeListedDeletesNoNFTRuleAndSaysSo(t *testing.T) 
 	if got, want := s.nft.Calls(), []string{"ListRules"}; !slices.Equal(got, want) {
 		t.Errorf("nftables calls = %q, want %q: nothing is deleted blind", got, want)
 	}
-	if got := s.nft.Rules(); !slices.Equal(got, before) {
+	if got := s.nft.Rules(); !slices.EqualFunc(got, before, sameNFTRule) {
 		t.Errorf("nftables rules changed:%s", describeRules(got))
 	}
 	if n := countKind(items, footprint.KindNFTRule); n != 0 {
@@ -836,7 +837,7 @@ func TestCleanWhenNFTablesRefusesEveryDeletionReportsEachRule(t *testing.T) {
 			t.Errorf("Clean error does not name the rule with %s:\n%v", handle, err)
 		}
 	}
-	if got := s.nft.Rules(); !slices.Equal(got, before) {
+	if got := s.nft.Rules(); !slices.EqualFunc(got, before, sameNFTRule) {
 		t.Errorf("nftables rules changed:%s", describeRules(got))
 	}
 	if n := countKind(items, footprint.KindNFTRule); n != 0 {
@@ -925,7 +926,7 @@ func TestCleanFallsBackToOneRuleAtATimeWhenATransactionFails(t *testing.T) {
 			if !slices.Equal(nft.deletes, wantDeletes) {
 				t.Errorf("DeleteRules calls = %q, want %q", nft.deletes, wantDeletes)
 			}
-			if got, want := cniRules(s.nft.Rules()), cniRules(loadNFT(t, "single-after-del").Rules()); !slices.Equal(got, want) {
+			if got, want := cniRules(s.nft.Rules()), cniRules(loadNFT(t, "single-after-del").Rules()); !slices.EqualFunc(got, want, sameNFTRule) {
 				t.Errorf("plugins' tables left:%s\nwant:%s", describeRules(got), describeRules(want))
 			}
 			if n := countKind(items, footprint.KindNFTRule); n != len(web1Rules) {
@@ -934,3 +935,6 @@ func TestCleanFallsBackToOneRuleAtATimeWhenATransactionFails(t *testing.T) {
 		})
 	}
 }
+
+// sameNFTRule compares rules field by field, expressions included.
+func sameNFTRule(a, b footprint.NFTRule) bool { return reflect.DeepEqual(a, b) }

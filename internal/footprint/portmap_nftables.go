@@ -1,6 +1,10 @@
 package footprint
 
-import "net/netip"
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+)
 
 // portmap with "backend": "nftables" writes, per attachment, in tables
 // ip cni_hostport and ip6 cni_hostport (one per address family the
@@ -34,4 +38,87 @@ func nftHostportAddr(r NFTRule) (netip.Addr, bool) {
 		return r.Daddr, true
 	}
 	return netip.Addr{}, false
+}
+
+// portmap's nftables DEL deletes every rule whose comment is the container
+// id, in every chain it scans, whatever network wrote it: the DEL of id X
+// on one network takes the port mappings of X's attachment on another
+// network with it (and so does libcni's GC, which DELs stale cached
+// attachments). The cleaner guards against that: before the DEL it
+// remembers the hostport rules carrying the ids, after it adds back those
+// the DEL removed whose address another attachment provably holds now.
+
+// GuardHostports remembers the hostport rules whose comment is one of ids
+// (nil: every hostport rule), before a DEL that may remove them. Only
+// networks whose portmap uses nftables need it (Network.HostportNFT).
+func (c *Cleaner) GuardHostports(ids []string) {
+	if !c.net.HostportNFT || c.host.NFTables == nil {
+		return
+	}
+	nft, err := c.host.NFTables()
+	if err != nil {
+		return // no nftables: nothing to guard
+	}
+	rules, err := nft.ListRules(c.ctx, nftHostportTables[:])
+	if err != nil {
+		c.fail(fmt.Errorf("nftables: listing %v before DEL: %w", nftHostportTables, err))
+		return
+	}
+	set := newIDSet(ids)
+	for _, r := range rules {
+		if _, ok := nftHostportAddr(r); ok && (ids == nil || set[r.Comment]) {
+			c.guarded = append(c.guarded, r)
+		}
+	}
+}
+
+// restoreHostports adds back the guarded rules that are gone although
+// their address is held by an attachment other than ids.
+func (c *Cleaner) restoreHostports(ids idSet, evs [2]*evidence) {
+	if len(c.guarded) == 0 || c.nft.nft == nil {
+		return
+	}
+	var back []NFTRule
+	for _, r := range c.guarded {
+		addr, _ := nftHostportAddr(r)
+		if !slices.ContainsFunc(c.nft.rules, func(now NFTRule) bool { return sameRule(now, r) }) &&
+			c.heldByAnother(ids, evs[b2i(addr.Is6())], addr) {
+			back = append(back, r)
+		}
+	}
+	if len(back) == 0 {
+		return
+	}
+	if err := c.nft.nft.AddRules(c.ctx, back); err != nil {
+		c.fail(fmt.Errorf("nftables: adding back %d rule(s) of other attachments that DEL removed: %w", len(back), err))
+		return
+	}
+	for _, r := range back {
+		c.restored = append(c.restored, Item{Kind: KindNFTRule, ID: r.Comment, Detail: "nftables rule " + r.String()})
+	}
+}
+
+// heldByAnother reports whether an attachment other than ids provably
+// holds addr now, and none of ids does.
+func (c *Cleaner) heldByAnother(ids idSet, ev *evidence, addr netip.Addr) bool {
+	if f := c.families[b2i(addr.Is6())]; f != nil {
+		f.completeEvidence(ids, ev)
+	}
+	if ev.proven[addr] != "" {
+		return false
+	}
+	return ev.others[addr] || heldByOther(c.net.IPAMDirs, addr, ids)
+}
+
+// Restored returns the other attachments' rules a Clean added back after
+// the DEL had removed them.
+func (c *Cleaner) Restored() []Item { return append([]Item(nil), c.restored...) }
+
+// KeepGuarded narrows what GuardHostports remembered to the rules of ids:
+// a GC guards every hostport rule before libcni's GC runs, then keeps only
+// those of the attachments that GC actually DEL'd, so that it never adds
+// back what a concurrent Teardown of another id removed on purpose.
+func (c *Cleaner) KeepGuarded(ids []string) {
+	set := newIDSet(ids)
+	c.guarded = slices.DeleteFunc(c.guarded, func(r NFTRule) bool { return !set[r.Comment] })
 }

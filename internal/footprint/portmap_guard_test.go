@@ -1,0 +1,76 @@
+package footprint_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/seed1280861d/cninet/internal/fakenft"
+	"github.com/seed1280861d/cninet/internal/footprint"
+)
+
+// delByID does what portmap's nftables DEL does: it deletes every hostport
+// rule whose comment is id, of whatever network.
+func delByID(t *testing.T, nft *fakenft.NFTables, id string) {
+	t.Helper()
+	for _, r := range nft.Rules() {
+		if r.Table == "cni_hostport" && r.Comment == id {
+			if err := nft.DeleteRules(context.Background(), footprint.NFTable{Family: r.Family, Name: r.Table}, []footprint.NFTRule{r}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func hostportRules(rules []footprint.NFTRule, addrPrefix string) []string {
+	var out []string
+	for _, r := range rules {
+		if s := r.String(); r.Table == "cni_hostport" && r.Comment != "" && strings.Contains(s, addrPrefix) {
+			out = append(out, strings.SplitN(s, " handle ", 2)[1][strings.Index(strings.SplitN(s, " handle ", 2)[1], " "):])
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestTheOtherNetworksPortMappingsOfTheSameIDSurviveItsDEL(t *testing.T) {
+	cases := []struct {
+		name        string
+		hostportNFT bool     // the conflist's portmap uses nftables
+		drop        []string // rules taken out of the capture first
+		restored    bool
+	}{
+		{"the rules the DEL took from network 2 are added back", true, nil, true},
+		{"nothing is guarded for a portmap on iptables", false, nil, false},
+		{"a rule whose address nobody else provably holds stays gone", true, []string{
+			"inet masq_checks 11", "inet masq_checks 12"}, false}, // nftnet2's masquerade rules: its proof
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScenario(t, "two-networks-same-id", nftnet1, "eth0", join(same1Net1Files), tc.drop...)
+			s.net.HostportNFT = tc.hostportNFT
+			net2Before := hostportRules(s.nft.Rules(), "198.18.2.")
+			net2Before = append(net2Before, hostportRules(s.nft.Rules(), "fd00:198:18:0:2:")...)
+			if len(net2Before) == 0 {
+				t.Fatal("the capture has no hostport rules of network 2")
+			}
+			cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+			cl.Remember([]string{"same-1"})
+			delByID(t, s.nft, "same-1")
+			if _, err := cl.Clean([]string{"same-1"}); err != nil {
+				t.Fatal(err)
+			}
+			net2After := append(hostportRules(s.nft.Rules(), "198.18.2."), hostportRules(s.nft.Rules(), "fd00:198:18:0:2:")...)
+			if tc.restored != slices.Equal(net2After, net2Before) {
+				t.Fatalf("network 2's hostport rules after network 1's DEL: %q, before: %q, want restored %v", net2After, net2Before, tc.restored)
+			}
+			if tc.restored != (len(cl.Restored()) == len(net2Before)) {
+				t.Errorf("Restored() = %v", cl.Restored())
+			}
+			if left := append(hostportRules(s.nft.Rules(), "198.18.1."), hostportRules(s.nft.Rules(), "fd00:198:18:0:1:")...); len(left) > 0 {
+				t.Errorf("network 1's own hostport rules came back: %q", left)
+			}
+		})
+	}
+}
