@@ -14,8 +14,8 @@ import (
 )
 
 // Config configures a Configurator. The zero value of each field selects
-// the documented default; ConfList or ConfDir+NetworkName must say which
-// network to use.
+// the documented default; ConfList, ConfLists or ConfDir must give at
+// least one network.
 type Config struct {
 	// Logger receives one line per Setup attempt and a warning for every
 	// leaked item Teardown had to remove. nil: a null logger.
@@ -122,7 +122,7 @@ type Configurator struct {
 	gc           gcGuard
 	versions     pluginVersions
 
-	findPlugins bool // cninet runs the plugins itself, from pluginDirs
+	findPlugins bool // the default go-cni: it runs the plugins from pluginDirs, which cninet can look for first
 
 	pluginsMu sync.Mutex
 	pluginsOK struct { // the last conflist whose plugins were all found
