@@ -22,6 +22,12 @@ type Allocation struct {
 	// Networks carries the legacy per-network ports; used only when Ports is
 	// empty.
 	Networks []Network
+	// NetworkNames are the CNI networks the workload joins, in order: the
+	// first gets interface <prefix>0, the next <prefix>1, and so on. Each
+	// must be a network the Configurator knows, at most once. Empty: the
+	// Configurator's default network. Teardown and Check must be given the
+	// same names as Setup.
+	NetworkNames []string
 	// Args are extra CNI args (CNI_ARGS), such as the orchestrator's identity
 	// args. Keys and values must not contain ';' or '='.
 	Args map[string]string
@@ -55,6 +61,16 @@ func validateAllocation(alloc *Allocation) error {
 	}
 	if !footprint.IsContainerID(alloc.ID) {
 		return fmt.Errorf("%w: id %q is not a CNI container id (want ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$)", ErrInvalidAllocation, alloc.ID)
+	}
+	seen := make(map[string]bool, len(alloc.NetworkNames))
+	for _, name := range alloc.NetworkNames {
+		if !networkNameRule.MatchString(name) {
+			return fmt.Errorf("%w: allocation %s: network name %q does not match %s", ErrInvalidAllocation, alloc.ID, name, networkNameRule)
+		}
+		if seen[name] {
+			return fmt.Errorf("%w: allocation %s joins network %q twice", ErrInvalidAllocation, alloc.ID, name)
+		}
+		seen[name] = true
 	}
 	return nil
 }

@@ -1,26 +1,21 @@
 package cninet
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 // Config configures a Configurator. The zero value of each field selects
-// the documented default; ConfList or ConfDir+NetworkName must say which
-// network to use.
+// the documented default; ConfList, ConfLists or ConfDir must give at
+// least one network.
 type Config struct {
 	// Logger receives one line per Setup attempt and a warning for every
 	// leaked item Teardown had to remove. nil: a null logger.
@@ -30,10 +25,19 @@ type Config struct {
 	PluginDirs []string
 	// InterfacePrefix names the workload's interface (prefix + "0"). "": "eth".
 	InterfacePrefix string
-	// ConfDir and NetworkName select the conflist to load (LoadConfList) ...
+	// ConfDir holds the networks' conflists: every network in it is known
+	// (the first file of a name wins, as with LoadConfList), and
+	// NetworkName is the default network, the one an Allocation that names
+	// no network joins. Without NetworkName the default is the first
+	// network in ConfDir, in file order.
 	ConfDir, NetworkName string
-	// ... unless ConfList is set: these conflist bytes win over ConfDir.
+	// ConfList, when set, is the default network's conflist and wins over
+	// ConfDir, which is then not read.
 	ConfList []byte
+	// ConfLists are more networks' conflists, known besides ConfList's or
+	// ConfDir's; they win over a ConfDir network of the same name. Without
+	// ConfList, ConfDir and NetworkName, the first is the default network.
+	ConfLists [][]byte
 	// IgnorePortMappingHostIP drops Port.HostIP from the port mappings.
 	IgnorePortMappingHostIP bool
 	// Retry says how Setup retries; the zero value is DefaultRetryPolicy.
@@ -90,9 +94,11 @@ type NFTable = footprint.NFTable
 // comment, and the addresses it matches on or translates to.
 type NFTRule = footprint.NFTRule
 
-// Configurator attaches workloads' network namespaces to one CNI network
-// and detaches them without leaks. It is safe for concurrent use: calls for
-// the same allocation ID are serialised, calls for different IDs run in
+// Configurator attaches workloads' network namespaces to CNI networks and
+// detaches them without leaks. It knows every network of its Config (see
+// ConfDir and ConfLists); each Allocation names the networks it joins, or
+// joins the default network. It is safe for concurrent use: calls for the
+// same allocation ID are serialised, calls for different IDs run in
 // parallel.
 type Configurator struct {
 	logger       hclog.Logger
@@ -108,21 +114,27 @@ type Configurator struct {
 	nftables     *footprint.NFTablesHandle
 	cacheDir     string
 	lib          *libcni.CNIConfig // VERSION, GC and validation, on the same dirs and cache as the verbs
+	driver       netDriver         // attaches what go-cni cannot: any network but the default as eth0
+	explicit     []byte            // Config.ConfList
+	extra        [][]byte          // Config.ConfLists
 	locks        keyedMutex
 	gate         sync.RWMutex // shared by every call; GC takes it alone while CNI GC runs
 	gc           gcGuard
 	versions     pluginVersions
 
-	findPlugins bool // cninet runs the plugins itself, from pluginDirs
+	findPlugins bool // the default go-cni: it runs the plugins from pluginDirs, which cninet can look for first
 
 	pluginsMu sync.Mutex
 	pluginsOK struct { // the last conflist whose plugins were all found
 		list  *libcni.NetworkConfigList
 		stamp []time.Time
 	}
+	pluginsOKByName map[string]pluginsFound // the same, per network
 
-	mu        sync.RWMutex // guards conf and loaded
-	conf      loadedConf
+	mu        sync.RWMutex          // guards conf, nets, retired and loaded
+	conf      loadedConf            // the default network's
+	nets      registry              // every known network, the default included
+	retired   map[string]loadedConf // networks a Reload dropped: Teardown still needs them
 	loaded    bool
 	watcher   *watcher
 	closed    bool
@@ -143,9 +155,10 @@ const (
 	defaultCacheDir = "/var/lib/cni"
 )
 
-// New validates cfg and returns a Configurator. The conflist is read and
-// validated now (an unknown network is ErrNetworkNotFound, a malformed one
-// ErrInvalidConfig) but handed to go-cni only on first use.
+// New validates cfg and returns a Configurator. The conflists are read and
+// validated now (an unknown default network is ErrNetworkNotFound, a
+// malformed conflist ErrInvalidConfig) but handed to go-cni only on first
+// use.
 func New(cfg Config) (*Configurator, error) {
 	if err := cfg.Retry.validate(); err != nil {
 		return nil, err
@@ -161,6 +174,8 @@ func New(cfg Config) (*Configurator, error) {
 		tables:       &footprint.Tables{Open: cfg.IPTables},
 		nftables:     &footprint.NFTablesHandle{Open: cfg.NFTables},
 		cacheDir:     cfg.CacheDir,
+		explicit:     cfg.ConfList,
+		extra:        cfg.ConfLists,
 	}
 	if c.cacheDir == "" {
 		c.cacheDir = defaultCacheDir
@@ -170,11 +185,12 @@ func New(cfg Config) (*Configurator, error) {
 	}
 	c.applyDefaults()
 	c.lib = libcni.NewCNIConfigWithCacheDir(c.pluginDirs, c.cacheDir, nil)
-	conf, err := c.readConf(cfg.ConfList)
+	c.driver = libDriver{c.lib}
+	conf, nets, err := c.readNets()
 	if err != nil {
 		return nil, err
 	}
-	c.conf = conf
+	c.conf, c.nets = conf, nets
 	if c.cni = cfg.CNI; c.cni == nil {
 		c.findPlugins = true
 		if c.cni, err = cni.New(cni.WithPluginDir(c.pluginDirs), cni.WithInterfacePrefix(c.ifPrefix)); err != nil {
@@ -209,29 +225,13 @@ func (c *Configurator) applyDefaults() {
 	c.ifName = c.ifPrefix + "0" // go-cni's name for the first network's interface
 }
 
-// readConf parses explicit conflist bytes, else loads c.networkName from
-// c.confDir.
-func (c *Configurator) readConf(explicit []byte) (loadedConf, error) {
-	raw := explicit
-	if len(raw) == 0 {
-		if c.confDir == "" || c.networkName == "" {
-			return loadedConf{}, fmt.Errorf("%w: set ConfList, or ConfDir and NetworkName", ErrInvalidConfig)
-		}
-		var skipped []error
-		var err error
-		raw, skipped, err = findConfList(c.confDir, c.networkName)
-		for _, s := range skipped {
-			c.logger.Warn("skipped unreadable CNI config file", "error", s)
-		}
-		if err != nil {
-			return loadedConf{}, err
-		}
-	}
+// readConf parses the explicit conflist bytes of the default network.
+func (c *Configurator) readConf(raw []byte) (loadedConf, error) {
 	list, err := parseConfList(raw)
 	if err != nil {
 		return loadedConf{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if c.networkName != "" && len(explicit) > 0 && list.Name != c.networkName {
+	if c.networkName != "" && list.Name != c.networkName {
 		return loadedConf{}, fmt.Errorf("%w: ConfList names network %q but NetworkName is %q", ErrInvalidConfig, list.Name, c.networkName)
 	}
 	return loadedConf{bytes: raw, list: list, info: newNetworkInfo(list)}, nil
@@ -265,171 +265,10 @@ func (c *Configurator) current() (loadedConf, error) {
 	return c.conf, nil
 }
 
-// Setup attaches the network namespace at netns to the network and returns
-// the workload's address. A failed ADD is retried per the RetryPolicy with
-// a DEL in between (host-local refuses a second ADD for the same id); after
-// the last failure, or when ctx is done, or when the result has no usable
-// address, the attachment is torn down again before Setup returns, so a
-// failed Setup leaves nothing behind.
-func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (*NetworkStatus, error) {
-	att, err := newAttachment(alloc, c.ignoreHostIP)
-	if err != nil {
-		return nil, err
-	}
-	if netns == "" {
-		return nil, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
-	}
-	defer c.enter(att.id)()
-	conf, err := c.current()
-	if err != nil {
-		return nil, err
-	}
-	if err := c.checkPlugins(conf); err != nil {
-		return nil, err
-	}
-	res, err := c.addWithRetry(ctx, att, netns, conf)
-	if err != nil {
-		c.rollback(att, netns, conf)
-		return nil, err
-	}
-	status, err := StatusFromResult(res)
-	if err != nil {
-		c.rollback(att, netns, conf)
-		return nil, fmt.Errorf("setup of allocation %s: %w", att.id, err)
-	}
-	return status, nil
-}
-
-// checkPlugins fails Setup before anything runs when a plugin binary is
-// missing: a chain that fails halfway through leaves a veth until the
-// namespace goes, and a DEL cannot run a plugin that is not there either.
-// The answer is kept until the conflist or a plugin directory changes.
-func (c *Configurator) checkPlugins(conf loadedConf) error {
-	if !c.findPlugins {
-		return nil // an injected cni.CNI finds its plugins itself
-	}
-	stamp := c.pluginDirsStamp()
-	c.pluginsMu.Lock()
-	defer c.pluginsMu.Unlock()
-	if c.pluginsOK.list == conf.list && slices.Equal(c.pluginsOK.stamp, stamp) {
-		return nil
-	}
-	if err := c.checkPluginsIn(conf); err != nil {
-		return err
-	}
-	c.pluginsOK.list, c.pluginsOK.stamp = conf.list, stamp
-	return nil
-}
-
-// pluginDirsStamp is the modification times of the plugin directories: a
-// binary added, removed or renamed changes its directory's.
-func (c *Configurator) pluginDirsStamp() []time.Time {
-	stamp := make([]time.Time, len(c.pluginDirs))
-	for i, dir := range c.pluginDirs {
-		if fi, err := os.Stat(dir); err == nil {
-			stamp[i] = fi.ModTime()
-		}
-	}
-	return stamp
-}
-
-// checkPluginsIn reports the plugins of conf missing from the plugin dirs.
-func (c *Configurator) checkPluginsIn(conf loadedConf) error {
-	var missing []string
-	for _, t := range conf.info.pluginTypes {
-		if _, err := invoke.FindInPath(t, c.pluginDirs); err != nil {
-			missing = append(missing, t)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: %s not found in %s", ErrPluginMissing, strings.Join(missing, ", "), strings.Join(c.pluginDirs, ":"))
-	}
-	return nil
-}
-
-// rollback removes a half-built attachment. It runs on its own deadline:
-// the caller's context may be the very reason Setup failed.
-func (c *Configurator) rollback(att attachment, netns string, conf loadedConf) {
-	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
-	defer cancel()
-	if err := c.detach(ctx, att, netns, conf); err != nil {
-		c.logger.Error("rollback of failed setup incomplete", "alloc_id", att.id, "error", err)
-	}
-}
-
-const rollbackTimeout = 30 * time.Second
-
-// Teardown detaches the namespace and removes whatever the plugins left
-// for this allocation: DEL with the same port mappings and args as Setup,
-// then, whatever DEL returned, a force cleanup of everything the plugins
-// are known to leave (iptables and ip6tables rules and chains, IPAM
-// reservations, the cached result), by the ownership rule of
-// internal/footprint. Its cost follows what one attachment can own, not
-// the size of the host's ruleset. It is
-// idempotent: tearing down twice, or tearing down what was never set up,
-// returns nil. netns may be empty or already deleted.
-func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) error {
-	att, err := newAttachment(alloc, c.ignoreHostIP)
-	if err != nil {
-		return err
-	}
-	defer c.enter(att.id)()
-	conf, err := c.current()
-	if err != nil && !errors.Is(err, ErrClosed) {
-		return err
-	}
-	return c.detach(ctx, att, netns, conf)
-}
-
-// detach is DEL plus force cleanup. A failed DEL is only logged when the
-// cleanup then removed everything: what matters is that nothing is left.
-func (c *Configurator) detach(ctx context.Context, att attachment, netns string, conf loadedConf) error {
-	start := time.Now()
-	cl := footprint.NewCleaner(ctx, c.footprintNetwork(conf), c.host())
-	cl.Remember([]string{att.id}) // DEL erases the proof of the attachment's addresses
-	removeErr := c.cni.Remove(ctx, att.id, netns, att.opts()...)
-	delDone := time.Now()
-	removed, cleanErr := cl.Clean([]string{att.id})
-	if len(removed) > 0 {
-		items := make([]string, len(removed))
-		for i, it := range removed {
-			items[i] = it.Detail
-		}
-		c.logger.Warn("removed state the CNI plugins left behind", "alloc_id", att.id,
-			"network", conf.info.name, "del_error", removeErr, "items", items)
-	}
-	c.logRestored(cl.Restored(), att.id)
-	c.logger.Debug("network detached", "alloc_id", att.id, "del", delDone.Sub(start), "cleanup", time.Since(delDone))
-	if cleanErr != nil {
-		cleanErr = fmt.Errorf("%w in network %q: %w", ErrCleanupFailed, conf.info.name, cleanErr)
-		if removeErr != nil {
-			return fmt.Errorf("teardown of allocation %s: DEL: %w; %w", att.id, removeErr, cleanErr)
-		}
-		return fmt.Errorf("teardown of allocation %s: %w", att.id, cleanErr)
-	}
-	if removeErr != nil {
-		c.logger.Warn("CNI DEL failed; force cleanup removed what was left", "alloc_id", att.id, "error", removeErr)
-	}
-	return nil
-}
-
-// logRestored reports the port mappings of other attachments that a DEL
-// (or libcni's GC) removed and cleanup added back.
-func (c *Configurator) logRestored(items []footprint.Item, why string) {
-	if len(items) == 0 {
-		return
-	}
-	details := make([]string, len(items))
-	for i, it := range items {
-		details[i] = it.Detail
-	}
-	c.logger.Warn("added back other attachments' port mappings that a DEL of the same container id removed",
-		"after", why, "items", details)
-}
-
-// footprintNetwork is what the cleaner must know about conf's network.
-func (c *Configurator) footprintNetwork(conf loadedConf) footprint.Network {
-	return footprint.Network{Name: conf.info.name, IfName: c.ifName, IPAMDirs: conf.info.ipamDirs, CacheDir: c.cacheDir,
+// footprintNetwork is what the cleaner must know about conf's network:
+// its attachments have interface ifName, or any of ifNames.
+func (c *Configurator) footprintNetwork(conf loadedConf, ifName string, ifNames []string) footprint.Network {
+	return footprint.Network{Name: conf.info.name, IfName: ifName, IfNames: ifNames, IPAMDirs: conf.info.ipamDirs, CacheDir: c.cacheDir,
 		HostportNFT: conf.info.hostportNFT}
 }
 
@@ -449,14 +288,15 @@ func (c *Configurator) enter(id string) (leave func()) {
 	}
 }
 
-// NetworkName returns the name of the CNI network in use.
+// NetworkName returns the name of the default network: the one an
+// Allocation that names no network joins.
 func (c *Configurator) NetworkName() string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.conf.info.name
 }
 
-// ConfList returns a copy of the conflist bytes in use.
+// ConfList returns a copy of the default network's conflist bytes.
 func (c *Configurator) ConfList() []byte {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

@@ -407,6 +407,7 @@ type networkInfo struct {
 	disableCheck bool
 	disableGC    bool
 	pluginTypes  []string
+	portMappings bool // a plugin declares the portMappings capability
 }
 
 const defaultHostLocalDataDir = "/var/lib/cni/networks"
@@ -419,6 +420,7 @@ func newNetworkInfo(list *libcni.NetworkConfigList) networkInfo {
 	seen := map[string]bool{}
 	for _, p := range list.Plugins {
 		info.pluginTypes = append(info.pluginTypes, p.Network.Type)
+		info.portMappings = info.portMappings || p.Network.Capabilities["portMappings"]
 		var conf struct {
 			IPAM struct {
 				Type    string `json:"type"`

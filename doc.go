@@ -3,13 +3,17 @@
 // attach the namespace with port mappings, report the address, and detach it
 // again without leaving iptables rules, chains or IP reservations behind.
 //
-// Build one Configurator per network with New, from conflist bytes
-// (BridgeConfList generates the default bridge network) or from a directory
-// and a network name (LoadConfList). Then, per workload:
+// Build one Configurator with New, from conflist bytes (BridgeConfList
+// generates the default bridge network; Config.ConfLists adds more) or
+// from a directory (every network in it is known; Config.NetworkName is
+// the default). Then, per workload:
 //
-//   - Setup attaches the namespace and returns its address. Failed ADDs are
-//     retried per Config.Retry, with a DEL and a force cleanup in between; a
-//     Setup that fails leaves nothing behind.
+//   - Setup attaches the namespace and returns its address. An Allocation
+//     joins the networks its NetworkNames lists, in order, as eth0, eth1,
+//     …, or the default network; NetworkStatus.Networks has each
+//     network's addresses. Failed ADDs are retried per Config.Retry, with
+//     a DEL and a force cleanup in between; a Setup that fails leaves
+//     nothing behind, in any network.
 //   - Teardown detaches it: CNI DEL with the same port mappings and args,
 //     then a force cleanup of everything the plugins are known to leave (the
 //     bridge's masquerade rules, portmap's DNAT rules and chains, the
@@ -19,9 +23,14 @@
 //     ruleset. It is idempotent.
 //   - Check verifies an attachment after a runner restart.
 //
-// GC removes every attachment of the network whose allocation is not live,
-// Status reports whether the network can attach workloads, and Reload (or
-// Config.Watch) picks up a changed conflist.
+// Teardown and Check act on every network the allocation joined. GC
+// removes every attachment, in every known network, whose allocation is
+// not live; Status reports whether each network can attach workloads; and
+// Reload (or Config.Watch) picks up changed conflists.
+//
+// The default network, as a workload's first interface, is attached
+// through go-cni (or Config.CNI); every other network and position
+// through libcni directly, on the same plugin and cache directories.
 //
 // Cleanup deletes only what provably belongs to the attachment: rules whose
 // comment names exactly its network and id, chains under the names the

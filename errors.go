@@ -24,7 +24,8 @@ var (
 	// malformed, or ConfDir cannot be read. Retrying cannot help.
 	ErrInvalidConfig = errors.New("invalid configuration")
 	// ErrNetworkNotFound: no conflist in the config directory has the
-	// requested network name.
+	// requested network name, or an allocation names a network the
+	// Configurator does not know (the error lists the known ones).
 	ErrNetworkNotFound = errors.New("network not found")
 	// ErrPluginMissing: a plugin named by the conflist is not in any plugin
 	// directory. Retrying cannot help.

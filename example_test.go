@@ -11,7 +11,8 @@ import (
 	"github.com/seed1280861d/cninet"
 )
 
-// An allocation runner builds one Configurator per network at start-up.
+// An allocation runner builds one Configurator at start-up; it knows every
+// network in ConfDir, NetworkName being the default.
 func ExampleNew() {
 	c, err := cninet.New(cninet.Config{
 		Logger:      hclog.Default().Named("cni"),
@@ -49,8 +50,39 @@ func ExampleConfigurator_Setup() {
 	}
 }
 
-// GC after a restart: everything of this network that no live allocation
-// owns is removed.
+// A workload in two networks: every network in ConfDir is known, and the
+// allocation names the ones it joins, in order — "public" on eth0,
+// "internal" on eth1. Setup is all or nothing; Teardown detaches both.
+func ExampleConfigurator_Setup_twoNetworks() {
+	c, err := cninet.New(cninet.Config{
+		ConfDir:     "/opt/cni/config", // holds public.conflist and internal.conflist
+		NetworkName: "public",          // the default, for allocations that name no network
+		PluginDirs:  []string{"/opt/cni/bin"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	alloc := &cninet.Allocation{
+		ID:           "6b235529-8111-4bbe-520b-d639b1d2a94e",
+		Ports:        []cninet.Port{{Label: "http", Value: 28080, To: 8080}}, // to the networks with portmap
+		NetworkNames: []string{"public", "internal"},
+	}
+	ctx := context.Background()
+	status, err := c.Setup(ctx, alloc, "/var/run/netns/6b235529")
+	if err != nil {
+		log.Fatal(err) // names the network that failed; the other one was detached again
+	}
+	for _, n := range status.Networks {
+		fmt.Println(n.Network, n.InterfaceName, n.Address)
+	}
+	if err := c.Teardown(ctx, alloc, "/var/run/netns/6b235529"); err != nil {
+		log.Print(err) // one error per network that could not be cleaned, joined
+	}
+}
+
+// GC after a restart: everything of the Configurator's networks that no
+// live allocation owns is removed.
 func ExampleConfigurator_GC() {
 	conf, _ := cninet.BridgeConfList(cninet.DefaultBridgeConfig())
 	c, err := cninet.New(cninet.Config{ConfList: conf})

@@ -74,87 +74,111 @@ func (r *GCReport) add(items []footprint.Item) {
 	}
 }
 
-// GC brings the host back to what the live allocations need: every
-// attachment of this network whose allocation ID is not in liveAllocIDs is
-// removed. First libcni's GC detaches cached stale attachments with CNI DEL
-// (and sends the CNI 1.1 GC verb where the conflist's version allows); then
-// a sweep removes what no cache remembers any more — the usual case after a
-// crash or reboot — by the ownership rule: rules and chains whose comment or
-// derived name proves a dead owner, firewall rules of addresses only a dead
-// owner held, reservations and cached results of dead owners.
+// GC brings the host back to what the live allocations need: in every
+// network the Configurator knows, every attachment whose allocation ID is
+// not in liveAllocIDs is removed (an attachment is live when its
+// allocation is, whatever its interface). First libcni's GC detaches
+// cached stale attachments with CNI DEL (and sends the CNI 1.1 GC verb
+// where the conflist's version allows); then a sweep removes what no cache
+// remembers any more — the usual case after a crash or reboot — by the
+// ownership rule: rules and chains whose comment or derived name proves a
+// dead owner, firewall rules of addresses only a dead owner held,
+// reservations and cached results of dead owners.
 //
 // liveAllocIDs must not be nil (an empty slice means nothing is live).
 // Allocations this Configurator is setting up, checking or tearing down
 // when GC starts, or starts to while it runs, are never collected. A
-// conflist with disableGC set makes GC a no-op.
+// network whose conflist sets disableGC is skipped. One network's failure
+// does not stop the others; the error joins each.
 func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (*GCReport, error) {
 	if liveAllocIDs == nil {
 		return nil, fmt.Errorf("%w: nil live set (pass an empty slice when nothing is live)", ErrInvalidArgument)
 	}
-	conf, err := c.current()
-	if err != nil {
+	if _, err := c.current(); err != nil {
 		return nil, err
 	}
+	known := c.knownNetworks()
+	var nets []loadedConf
+	for _, conf := range known {
+		if conf.info.disableGC {
+			c.logger.Debug("GC skipped: the conflist sets disableGC", "network", conf.info.name)
+			continue
+		}
+		nets = append(nets, conf)
+	}
 	report := &GCReport{}
-	if conf.info.disableGC {
-		c.logger.Debug("GC skipped: the conflist sets disableGC", "network", conf.info.name)
+	if len(nets) == 0 {
 		return report, nil
 	}
 	live := map[string]bool{}
 	for _, id := range liveAllocIDs {
 		live[id] = true
 	}
+	ifNames := c.ifNames(len(known)) // a workload in n networks has <prefix>0 … <prefix>(n-1)
 	c.gc.begin(&c.locks)
 	defer c.gc.end()
-	cl := footprint.NewCleaner(ctx, c.footprintNetwork(conf), c.host())
-	cl.GuardHostports(nil) // libcni's GC DELs by container id, which portmap's nftables DEL reads as "of any network"
-	cniErr := c.gcCached(ctx, conf, live, report)
+	cls := make([]*footprint.Cleaner, len(nets))
+	for i, conf := range nets {
+		cls[i] = footprint.NewCleaner(ctx, c.footprintNetwork(conf, ifNames[0], ifNames), c.host())
+		cls[i].GuardHostports(nil) // libcni's GC DELs by container id, which portmap's nftables DEL reads as "of any network"
+	}
+	errs := []error{c.gcCached(ctx, nets, ifNames, live, report)}
 	var delIDs []string
 	for _, it := range report.Removed {
 		delIDs = append(delIDs, it.ID) // so far only what libcni's GC DEL'd
 	}
-	cl.KeepGuarded(delIDs)
-	sweepErr := c.sweep(cl, conf, live, report)
-	c.logRestored(cl.Restored(), "GC")
-	if n := len(report.Removed); n > 0 {
-		c.logger.Info("GC removed stale attachments", "network", conf.info.name, "items", n, "alloc_ids", report.IDs())
+	for i, conf := range nets {
+		cls[i].KeepGuarded(delIDs)
+		errs = append(errs, c.sweep(cls[i], conf, live, report))
+		c.logRestored(cls[i].Restored(), "GC of network "+conf.info.name)
 	}
-	return report, errors.Join(cniErr, sweepErr)
+	if n := len(report.Removed); n > 0 {
+		c.logger.Info("GC removed stale attachments", "networks", len(nets), "items", n, "alloc_ids", report.IDs())
+	}
+	return report, errors.Join(errs...)
 }
 
-// gcCached runs libcni's GC with the live (and protected) attachments as
-// the valid ones. No Setup may run meanwhile: the GC verb would take its
-// half-made attachment for a stale one.
-func (c *Configurator) gcCached(ctx context.Context, conf loadedConf, live map[string]bool, report *GCReport) error {
+// gcCached runs libcni's GC of each network with the live (and protected)
+// attachments as the valid ones, under every interface name they may have:
+// a live workload's eth1 must not look stale. No Setup may run meanwhile:
+// the GC verb would take its half-made attachment for a stale one.
+func (c *Configurator) gcCached(ctx context.Context, nets []loadedConf, ifNames []string, live map[string]bool, report *GCReport) error {
 	c.gate.Lock()
 	defer c.gate.Unlock()
 	lib := c.lib
 	valid := []types.GCAttachment{}
-	for id := range live {
-		valid = append(valid, types.GCAttachment{ContainerID: id, IfName: c.ifName})
-	}
-	for id := range c.gc.protectedIDs() {
-		valid = append(valid, types.GCAttachment{ContainerID: id, IfName: c.ifName})
+	for _, ids := range []map[string]bool{live, c.gc.protectedIDs()} {
+		for id := range ids {
+			for _, ifName := range ifNames {
+				valid = append(valid, types.GCAttachment{ContainerID: id, IfName: ifName})
+			}
+		}
 	}
 	before, _ := lib.GetCachedAttachments("")
-	err := lib.GCNetworkList(ctx, conf.list, &libcni.GCArgs{ValidAttachments: valid})
+	names := map[string]bool{}
+	var errs []error
+	for _, conf := range nets {
+		names[conf.info.name] = true
+		if err := lib.GCNetworkList(ctx, conf.list, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
+			errs = append(errs, fmt.Errorf("%w: CNI GC of network %q: %w", ErrCleanupFailed, conf.info.name, err))
+		}
+	}
 	after, _ := lib.GetCachedAttachments("")
 	still := map[string]bool{}
 	for _, a := range after {
-		still[a.ContainerID+"/"+a.IfName] = true
+		still[a.Network+"/"+a.ContainerID+"/"+a.IfName] = true
 	}
 	for _, a := range before {
-		if a.Network == conf.info.name && !still[a.ContainerID+"/"+a.IfName] && !live[a.ContainerID] {
+		if names[a.Network] && !still[a.Network+"/"+a.ContainerID+"/"+a.IfName] && !live[a.ContainerID] {
 			report.Removed = append(report.Removed, GCItem{Kind: GCCachedAttachment, ID: a.ContainerID, Detail: a.IfName})
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("%w: CNI GC of network %q: %w", ErrCleanupFailed, conf.info.name, err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// sweep removes the footprint of every dead attachment it can attribute.
+// sweep removes the footprint of every dead attachment of cl's network it
+// can attribute, under any of the interface names the network's
+// attachments may have.
 func (c *Configurator) sweep(cl *footprint.Cleaner, conf loadedConf, live map[string]bool, report *GCReport) error {
 	var dead []string
 	for _, id := range cl.Discover() {

@@ -2,41 +2,67 @@ package cninet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 )
 
-// Status reports whether this Configurator can attach workloads now: the
-// conflist is loaded, every plugin it names is in the plugin dirs and
-// supports its cniVersion, a plugin asked for an nftables backend has one
-// (ErrInvalidConfig naming the plugin otherwise), and the CNI 1.1 STATUS
-// verb (for conflists of that version) passes. The error (ErrNotReady, plus ErrPluginMissing when
-// a plugin is absent) names what is wrong. Suitable for a node fingerprint.
+// Status reports whether this Configurator can attach workloads now, in
+// every network it knows: the conflists are loaded, every plugin they name
+// is in the plugin dirs and supports the conflist's cniVersion, a plugin
+// asked for an nftables backend has one (ErrInvalidConfig naming the
+// plugin otherwise), and the CNI 1.1 STATUS verb (for conflists of that
+// version) passes. The error (ErrNotReady, plus ErrPluginMissing when a
+// plugin is absent) names each network that is not ready and what is
+// wrong with it. Suitable for a node fingerprint.
 func (c *Configurator) Status(ctx context.Context) error {
-	conf, err := c.current()
+	def, err := c.current()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
-	if err := c.checkPluginsIn(conf); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotReady, err)
+	var errs []error
+	for _, conf := range c.knownNetworks() {
+		if err := c.networkReady(ctx, conf, conf.info.name == def.info.name); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if err := c.checkBackends(ctx, conf.list); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotReady, err)
-	}
-	if _, err := c.lib.ValidateNetworkList(ctx, conf.list); err != nil {
-		return fmt.Errorf("%w: network %q: %w", ErrNotReady, conf.info.name, err)
-	}
-	if err := c.cni.Status(); err != nil {
-		return fmt.Errorf("%w: CNI STATUS: %w", ErrNotReady, err)
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrNotReady, joinErrors(errs))
 	}
 	return nil
 }
 
-// Check runs CNI CHECK on an existing attachment, for a runner that
-// restarted and found a workload running. An unhealthy attachment is an
-// ErrCheckFailed error wrapping the plugin's: rebuild the namespace.
+// networkReady is Status for one network. The default network's STATUS
+// goes through Config.CNI, like its other verbs.
+func (c *Configurator) networkReady(ctx context.Context, conf loadedConf, isDefault bool) error {
+	if err := c.checkPluginsIn(conf); err != nil {
+		return err
+	}
+	if err := c.checkBackends(ctx, conf.list); err != nil {
+		return err
+	}
+	if _, err := c.lib.ValidateNetworkList(ctx, conf.list); err != nil {
+		return fmt.Errorf("network %q: %w", conf.info.name, err)
+	}
+	if isDefault {
+		if err := c.cni.Status(); err != nil {
+			return fmt.Errorf("network %q: CNI STATUS: %w", conf.info.name, err)
+		}
+	} else if err := c.lib.GetStatusNetworkList(ctx, conf.list); err != nil {
+		return fmt.Errorf("network %q: CNI STATUS: %w", conf.info.name, err)
+	}
+	return nil
+}
+
+// Check runs CNI CHECK on every network of an existing attachment (the
+// same Allocation as Setup's), for a runner that restarted and found a
+// workload running. An unhealthy attachment is an ErrCheckFailed error
+// wrapping the plugin's and naming each failing network: rebuild the
+// namespace. When no network failed but one could not be checked
+// (disableCheck, a plugin whose CHECK is known to be wrong), the error is
+// ErrCheckUnsupported.
 func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns string) error {
 	att, err := newAttachment(alloc, c.ignoreHostIP)
 	if err != nil {
@@ -46,18 +72,36 @@ func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns strin
 		return fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
 	}
 	defer c.enter(att.id)()
-	conf, err := c.current()
+	nets, err := c.networksOf(alloc, false)
 	if err != nil {
 		return err
 	}
-	if conf.info.disableCheck {
-		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, conf.info.name)
-	}
-	if err := c.cni.Check(ctx, att.id, netns, att.opts()...); err != nil {
-		if why := c.knownFalseFailure(ctx, err); why != "" {
-			return fmt.Errorf("%w: allocation %s: %s: %w", ErrCheckUnsupported, att.id, why, err)
+	var failed, unsupported []error
+	for _, n := range nets {
+		switch err := c.checkNetwork(ctx, att, n, netns); {
+		case errors.Is(err, ErrCheckFailed):
+			failed = append(failed, err)
+		case err != nil:
+			unsupported = append(unsupported, err)
 		}
-		return fmt.Errorf("%w: allocation %s: %w", ErrCheckFailed, att.id, err)
+	}
+	if len(failed) > 0 {
+		return joinErrors(failed)
+	}
+	return joinErrors(unsupported)
+}
+
+// checkNetwork runs CHECK on one network of the attachment.
+func (c *Configurator) checkNetwork(ctx context.Context, att attachment, n netAttachment, netns string) error {
+	if n.conf.info.disableCheck {
+		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, n.name())
+	}
+	driver := c.driverFor(n)
+	if err := driver.check(ctx, att, n, netns); err != nil {
+		if why := c.knownFalseFailure(ctx, driver, err); why != "" {
+			return fmt.Errorf("%w: allocation %s in network %q: %s: %w", ErrCheckUnsupported, att.id, n.name(), why, err)
+		}
+		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrCheckFailed, att.id, n.name(), err)
 	}
 	return nil
 }
@@ -67,9 +111,9 @@ func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns strin
 // spec 1.1 (Debian's v1.1.1 among them) check the DNAT chain of both IP
 // families for every address, so CHECK of any attachment fails on a host
 // with iptables and ip6tables; later releases check the address's family.
-func (c *Configurator) knownFalseFailure(ctx context.Context, err error) string {
+func (c *Configurator) knownFalseFailure(ctx context.Context, driver netDriver, err error) string {
 	msg := err.Error()
-	if !c.findPlugins || !strings.Contains(msg, "could not check ipv") || !strings.Contains(msg, "dnat") {
+	if !driver.runsPlugins() || !strings.Contains(msg, "could not check ipv") || !strings.Contains(msg, "dnat") {
 		return ""
 	}
 	if c.versions.supports(ctx, c, "portmap", "1.1.0") {

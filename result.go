@@ -9,7 +9,10 @@ import (
 	cni "github.com/containerd/go-cni"
 )
 
-// NetworkStatus is what Setup learned about the attachment.
+// NetworkStatus is what Setup learned about the attachment. Its
+// InterfaceName, Address, AddressIPv6 and DNS are the first network's (the
+// default network's, for an allocation that names none); Networks has
+// every network's.
 type NetworkStatus struct {
 	// InterfaceName is the interface the address was taken from.
 	InterfaceName string
@@ -22,6 +25,37 @@ type NetworkStatus struct {
 	// DNS is the first DNS configuration in the result that names a
 	// nameserver; nil when none does.
 	DNS *DNSConfig
+	// Networks are the workload's attachments, one per network it joined,
+	// in the allocation's order. Setup fills it; StatusFromResult, which
+	// does not know the network, leaves it nil.
+	Networks []NetworkAttachment
+}
+
+// NetworkAttachment is what Setup learned about one network of the
+// workload, chosen from that network's result as StatusFromResult chooses.
+type NetworkAttachment struct {
+	// Network is the CNI network's name.
+	Network string
+	// InterfaceName is the workload's interface in this network
+	// (<prefix>0, <prefix>1, … in the allocation's order).
+	InterfaceName string
+	// Address is the interface's first IPv4 address, else its first IPv6.
+	Address netip.Addr
+	// AddressIPv6 is the interface's first IPv6 address, if any.
+	AddressIPv6 netip.Addr
+	// DNS is the network's DNS configuration; nil when it names no
+	// nameserver.
+	DNS *DNSConfig
+}
+
+// add records one network's status; the first also fills the top-level
+// fields, which callers of a single network read.
+func (s *NetworkStatus) add(network string, st *NetworkStatus) {
+	if len(s.Networks) == 0 {
+		s.InterfaceName, s.Address, s.AddressIPv6, s.DNS = st.InterfaceName, st.Address, st.AddressIPv6, st.DNS
+	}
+	s.Networks = append(s.Networks, NetworkAttachment{Network: network, InterfaceName: st.InterfaceName,
+		Address: st.Address, AddressIPv6: st.AddressIPv6, DNS: st.DNS})
 }
 
 // DNSConfig is the DNS configuration a plugin asked the workload to use.

@@ -99,48 +99,48 @@ func (p RetryPolicy) wait(ctx context.Context, n int) error {
 	}
 }
 
-// addWithRetry runs ADD until it succeeds, fails permanently, runs out of
-// attempts, or ctx is done.
-func (c *Configurator) addWithRetry(ctx context.Context, att attachment, netns string, conf loadedConf) (*cni.Result, error) {
-	opts := att.opts()
+// addWithRetry runs network n's ADD until it succeeds, fails permanently,
+// runs out of attempts, or ctx is done.
+func (c *Configurator) addWithRetry(ctx context.Context, att attachment, n netAttachment, netns string) (*cni.Result, error) {
+	driver := c.driverFor(n)
 	var first error
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		res, err := c.cni.Setup(ctx, att.id, netns, opts...)
+		res, err := driver.add(ctx, att, n, netns)
 		if err == nil {
-			c.logger.Debug("network attached", "alloc_id", att.id, "attempt", attempt, "duration", time.Since(start))
+			c.logger.Debug("network attached", "alloc_id", att.id, "network", n.name(), "attempt", attempt, "duration", time.Since(start))
 			return res, nil
 		}
-		c.logger.Warn("failed to attach network", "alloc_id", att.id, "attempt", attempt, "error", err, "duration", time.Since(start))
+		c.logger.Warn("failed to attach network", "alloc_id", att.id, "network", n.name(), "attempt", attempt, "error", err, "duration", time.Since(start))
 		if first == nil {
 			first = err
 		}
 		if attempt >= c.retry.Attempts || isPermanent(err) || ctx.Err() != nil {
-			return nil, setupError(att.id, attempt, first, err, ctx.Err())
+			return nil, setupError(att.id, n.name(), attempt, first, err, ctx.Err())
 		}
 		// Without this DEL the retry cannot succeed: host-local already
 		// reserved an address for this id and refuses a second ADD. The
 		// force cleanup matters too: a failed ADD is not cached, so the
 		// firewall plugin's DEL cannot know which address to clean.
-		if derr := c.detach(ctx, att, netns, conf); derr != nil {
-			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", att.id, "attempt", attempt, "error", derr)
+		if derr := c.detach(ctx, att, netns, n); derr != nil {
+			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", att.id, "network", n.name(), "attempt", attempt, "error", derr)
 		}
 		if werr := c.retry.wait(ctx, attempt); werr != nil {
-			return nil, setupError(att.id, attempt, first, err, werr)
+			return nil, setupError(att.id, n.name(), attempt, first, err, werr)
 		}
 	}
 }
 
-func setupError(id string, attempts int, first, last, ctxErr error) error {
+func setupError(id, network string, attempts int, first, last, ctxErr error) error {
 	what := fmt.Sprintf("%d attempt(s)", attempts)
 	if ctxErr != nil {
 		what += " (" + ctxErr.Error() + ")"
 	}
 	if attempts == 1 || first == last {
-		return fmt.Errorf("%w: allocation %s after %s: %w", ErrSetupFailed, id, what, errors.Join(last, ctxErr))
+		return fmt.Errorf("%w: allocation %s in network %q after %s: %w", ErrSetupFailed, id, network, what, errors.Join(last, ctxErr))
 	}
-	return fmt.Errorf("%w: allocation %s after %s: first error: %v; last error: %w",
-		ErrSetupFailed, id, what, first, errors.Join(last, ctxErr))
+	return fmt.Errorf("%w: allocation %s in network %q after %s: first error: %v; last error: %w",
+		ErrSetupFailed, id, network, what, first, errors.Join(last, ctxErr))
 }
 
 // isPermanent reports errors that no retry can fix: a missing plugin, an

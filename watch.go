@@ -10,15 +10,19 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// Reload re-reads the conflist from ConfDir and hands it to go-cni. When
-// the new file is missing or broken, the last good conflist stays in use
-// and the error says why. A Configurator built from ConfList bytes has
-// nothing to reload: that is an ErrInvalidConfig error.
+// Reload re-reads every network from ConfDir (ConfList and ConfLists
+// bytes stay as given, and still win) and hands the default network's
+// conflist to go-cni. When the default network's file is missing or
+// broken, or a conflist given as bytes is, everything stays as it was and
+// the error says why; other broken files are skipped. A network that is
+// gone from ConfDir can no longer be joined, but Teardown still detaches
+// workloads that joined it. A Configurator without ConfDir has nothing to
+// reload: that is an ErrInvalidConfig error.
 func (c *Configurator) Reload() error {
 	if c.confDir == "" {
 		return fmt.Errorf("%w: no ConfDir to reload from", ErrInvalidConfig)
 	}
-	conf, err := c.readConf(nil)
+	conf, nets, err := c.readNets()
 	if err != nil {
 		return err
 	}
@@ -31,7 +35,8 @@ func (c *Configurator) Reload() error {
 		c.loaded = false // go-cni reset itself; load the last good one on next use
 		return fmt.Errorf("%w: loading conflist %q: %w", ErrInvalidConfig, conf.info.name, err)
 	}
-	c.conf, c.loaded = conf, true
+	c.retire(nets)
+	c.conf, c.nets, c.loaded = conf, nets, true
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -26,11 +27,11 @@ const usage = `usage: cninet <command> [flags]
 
 Commands:
   conflist   print (or write) the default bridge conflist
-  setup      attach a network namespace and print its status as JSON
+  setup      attach a network namespace to each --network and print its status as JSON
   teardown   detach a network namespace and remove what the plugins left
-  check      run CNI CHECK on an attachment
-  gc         remove every attachment whose id is not live
-  status     report whether the network can attach workloads
+  check      run CNI CHECK on every network of an attachment
+  gc         remove every attachment whose id is not live, in every network
+  status     report whether every network can attach workloads
   demo       run the whole story in throwaway namespaces and report
 
 Run 'cninet <command> --help' for a command's flags.
@@ -99,15 +100,21 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// networkFlags select the network and plugins, shared by most commands.
+// defaultNetwork names the embedded conflist's network, and the network
+// the attach commands use when no --network is given.
+const defaultNetwork = "nomad"
+
+// networkFlags select the networks and plugins, shared by most commands.
 type networkFlags struct {
-	confDir, network, cniPath, logLevel string
-	bridge                              bridgeFlags
+	confDir, cniPath, logLevel string
+	networks                   networkList
+	bridge                     bridgeFlags
 }
 
 func (n *networkFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&n.confDir, "conf-dir", "", "load the conflist from this directory (default: the embedded default bridge conflist)")
-	fs.StringVar(&n.network, "network", "nomad", "network name to load from --conf-dir")
+	fs.StringVar(&n.confDir, "conf-dir", "", "load the conflists from this directory (default: the embedded default bridge conflist)")
+	fs.Var(&n.networks, "network", "network to join, in order (repeatable with --conf-dir: eth0, eth1, …; default "+defaultNetwork+
+		"); gc and status cover every network in --conf-dir")
 	fs.StringVar(&n.cniPath, "cni-path", defaultCNIPath(), "plugin directories, separated by ':'")
 	fs.StringVar(&n.logLevel, "log-level", "warn", "trace, debug, info, warn or error")
 	n.bridge.register(fs)
@@ -120,15 +127,32 @@ func defaultCNIPath() string {
 	return "/opt/cni/bin:/usr/lib/cni"
 }
 
+// joined returns the networks an attach command joins, in order.
+func (n *networkFlags) joined() []string {
+	if len(n.networks) == 0 {
+		return []string{defaultNetwork}
+	}
+	return n.networks
+}
+
+// configurator builds a Configurator. With --conf-dir it knows every
+// network there, the first --network (if any) being the default; without,
+// it knows the one embedded network.
 func (n *networkFlags) configurator(stderr io.Writer) (*cninet.Configurator, error) {
 	cfg := cninet.Config{
 		Logger:     hclog.New(&hclog.LoggerOptions{Name: "cninet", Level: hclog.LevelFromString(n.logLevel), Output: stderr}),
 		PluginDirs: filepath.SplitList(n.cniPath),
 	}
 	if n.confDir != "" {
-		cfg.ConfDir, cfg.NetworkName = n.confDir, n.network
+		cfg.ConfDir = n.confDir
+		if len(n.networks) > 0 {
+			cfg.NetworkName = n.networks[0]
+		}
 	} else {
-		n.bridge.name = n.network
+		if len(n.networks) > 1 {
+			return nil, fmt.Errorf("%w: several --network need --conf-dir (the embedded conflist is one network)", errUsage)
+		}
+		n.bridge.name = n.joined()[0]
 		conf, err := cninet.BridgeConfList(n.bridge.config())
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", errUsage, err)
@@ -208,7 +232,11 @@ func (a *attachFlags) allocation(needNetns bool) (*cninet.Allocation, error) {
 	if needNetns && a.netns == "" {
 		return nil, fmt.Errorf("%w: --netns is required", errUsage)
 	}
-	return &cninet.Allocation{ID: a.id, Ports: a.ports}, nil
+	alloc := &cninet.Allocation{ID: a.id, Ports: a.ports}
+	if len(a.networks) > 1 {
+		alloc.NetworkNames = a.networks
+	}
+	return alloc, nil
 }
 
 func signalContext() (context.Context, context.CancelFunc) {
@@ -250,13 +278,29 @@ func cmdSetup(args []string, stdout, stderr io.Writer) error {
 		})
 }
 
+// statusJSON is the first network's interface, addresses and DNS, and,
+// for a workload in several networks, "networks": each network's, with
+// its "network" name.
 func statusJSON(st *cninet.NetworkStatus) map[string]any {
-	out := map[string]any{"interface": st.InterfaceName, "address": st.Address.String()}
-	if st.AddressIPv6.IsValid() {
-		out["address_ipv6"] = st.AddressIPv6.String()
+	out := attachmentJSON(cninet.NetworkAttachment{InterfaceName: st.InterfaceName, Address: st.Address, AddressIPv6: st.AddressIPv6, DNS: st.DNS})
+	if len(st.Networks) > 1 {
+		nets := make([]map[string]any, len(st.Networks))
+		for i, n := range st.Networks {
+			nets[i] = attachmentJSON(n)
+			nets[i]["network"] = n.Network
+		}
+		out["networks"] = nets
 	}
-	if st.DNS != nil {
-		out["dns"] = st.DNS
+	return out
+}
+
+func attachmentJSON(n cninet.NetworkAttachment) map[string]any {
+	out := map[string]any{"interface": n.InterfaceName, "address": n.Address.String()}
+	if n.AddressIPv6.IsValid() {
+		out["address_ipv6"] = n.AddressIPv6.String()
+	}
+	if n.DNS != nil {
+		out["dns"] = n.DNS
 	}
 	return out
 }
@@ -296,7 +340,7 @@ func cmdGC(args []string, stdout, stderr io.Writer) error {
 	var n networkFlags
 	n.register(fs)
 	live := fs.String("live", "", "comma-separated ids of the live allocations (required; \"\" with --none-live)")
-	noneLive := fs.Bool("none-live", false, "nothing is live: collect every attachment of the network")
+	noneLive := fs.Bool("none-live", false, "nothing is live: collect every attachment of the networks")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -340,6 +384,14 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	if err := c.Status(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "ready: network %q\n", c.NetworkName())
+	names := c.Networks()
+	for i, name := range names {
+		names[i] = strconv.Quote(name)
+	}
+	if len(names) == 1 {
+		fmt.Fprintf(stdout, "ready: network %s\n", names[0])
+	} else {
+		fmt.Fprintf(stdout, "ready: networks %s\n", strings.Join(names, ", "))
+	}
 	return nil
 }

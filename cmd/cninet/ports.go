@@ -36,3 +36,16 @@ func (p *portFlags) Set(v string) error {
 	*p = append(*p, cninet.Port{Label: v, Value: hp, To: cp, Protocol: proto})
 	return nil
 }
+
+// networkList collects repeated --network flags, in order.
+type networkList []string
+
+func (n *networkList) String() string { return strings.Join(*n, ",") }
+
+func (n *networkList) Set(v string) error {
+	if v == "" {
+		return fmt.Errorf("empty network name")
+	}
+	*n = append(*n, v)
+	return nil
+}

@@ -60,12 +60,20 @@ func isNFTMasq(r NFTRule) bool {
 }
 
 // nftMasqCommentID returns the id an uncut masquerade comment of network
-// and ifName names.
-func nftMasqCommentID(network, ifName, comment string) (string, bool) {
+// names, under one of the interface names ifNames.
+func nftMasqCommentID(network string, ifNames []string, comment string) (string, bool) {
 	i := strings.LastIndex(comment, ", id: ")
 	if i < 0 {
 		return "", false
 	}
 	id := comment[i+len(", id: "):]
-	return id, IsContainerID(id) && (Attachment{network, id}).NFTMasqComment(ifName) == comment
+	if !IsContainerID(id) {
+		return "", false
+	}
+	for _, ifName := range ifNames {
+		if (Attachment{network, id}).NFTMasqComment(ifName) == comment {
+			return id, true
+		}
+	}
+	return "", false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -13,8 +14,15 @@ type Network struct {
 	// Name is the conflist's network name.
 	Name string
 	// IfName is the interface the network's attachments have; libcni names
-	// its cache files after it.
+	// its cache files after it, and the bridge plugin's nftables
+	// masquerade comments name it.
 	IfName string
+	// IfNames are further interface names the network's attachments may
+	// have: a workload that joins several networks has one interface per
+	// network (eth0, eth1, …), so one network's attachments can have
+	// different names. Cache files and masquerade comments under any of
+	// them are recognised as well as under IfName.
+	IfNames []string
 	// IPAMDirs are host-local's reservation directories of the network,
 	// already joined with Name.
 	IPAMDirs []string
@@ -24,6 +32,17 @@ type Network struct {
 	// whose DEL also removes other networks' rules of the same id (see
 	// GuardHostports).
 	HostportNFT bool
+}
+
+// ifNames returns IfName and IfNames, each once.
+func (n Network) ifNames() []string {
+	names := make([]string, 0, 1+len(n.IfNames))
+	for _, name := range append([]string{n.IfName}, n.IfNames...) {
+		if name != "" && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // Host is how the cleaner reaches the host; tests replace each seam.

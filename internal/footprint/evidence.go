@@ -30,15 +30,19 @@ func (c *Cleaner) scanFilesOf(ids idSet) hostFiles {
 	uncached := false
 	for _, id := range sortedIDs(ids) {
 		n := len(f.cached)
-		c.addCached(&f, cachePath(c.net.CacheDir, c.net.Name, id, c.net.IfName))
+		for _, ifName := range c.net.ifNames() {
+			c.addCached(&f, cachePath(c.net.CacheDir, c.net.Name, id, ifName))
+		}
 		if len(f.cached) == n {
 			uncached = true
 			continue
 		}
-		for _, addr := range f.cached[n].addrs {
-			for _, dir := range c.net.IPAMDirs {
-				if r, err := readReservation(dir, addr); err == nil && r.id == id {
-					f.reservations = append(f.reservations, r)
+		for _, cached := range f.cached[n:] {
+			for _, addr := range cached.addrs {
+				for _, dir := range c.net.IPAMDirs {
+					if r, err := readReservation(dir, addr); err == nil && r.id == id {
+						f.reservations = append(f.reservations, r)
+					}
 				}
 			}
 		}

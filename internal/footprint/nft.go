@@ -46,11 +46,15 @@ func (c *Cleaner) scanNFT() *nftScan {
 	return c.nft
 }
 
-// masqIndex maps each of ids' masquerade comments to its id.
+// masqIndex maps each of ids' masquerade comments, under every interface
+// name the network's attachments may have, to its id.
 func (c *Cleaner) masqIndex(ids idSet) map[string]string {
-	index := make(map[string]string, len(ids))
+	ifNames := c.net.ifNames()
+	index := make(map[string]string, len(ids)*len(ifNames))
 	for id := range ids {
-		index[(Attachment{c.net.Name, id}).NFTMasqComment(c.net.IfName)] = id
+		for _, ifName := range ifNames {
+			index[(Attachment{c.net.Name, id}).NFTMasqComment(ifName)] = id
+		}
 	}
 	return index
 }
@@ -149,7 +153,7 @@ func (s *nftScan) discover(c *Cleaner) []string {
 	var ids []string
 	for _, r := range s.rules {
 		if isNFTMasq(r) {
-			if id, ok := nftMasqCommentID(c.net.Name, c.net.IfName, r.Comment); ok {
+			if id, ok := nftMasqCommentID(c.net.Name, c.net.ifNames(), r.Comment); ok {
 				ids = append(ids, id)
 			}
 		}

@@ -1,0 +1,236 @@
+package cninet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/seed1280861d/cninet/internal/footprint"
+)
+
+// Setup attaches the network namespace at netns to the networks the
+// allocation names (Allocation.NetworkNames, in order, as <prefix>0,
+// <prefix>1, …), or to the default network, and returns the workload's
+// addresses. A failed ADD is retried per the RetryPolicy with a DEL in
+// between (host-local refuses a second ADD for the same id). Setup is all
+// or nothing: after a network's last failure, or when ctx is done, or when
+// a result has no usable address, that network and every one attached
+// before it are torn down again (DEL and force cleanup, in reverse order)
+// before Setup returns, and the error names the network that failed. An
+// unknown network is an ErrNetworkNotFound error before any plugin runs.
+func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (*NetworkStatus, error) {
+	att, err := newAttachment(alloc, c.ignoreHostIP)
+	if err != nil {
+		return nil, err
+	}
+	if netns == "" {
+		return nil, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
+	}
+	defer c.enter(att.id)()
+	nets, err := c.networksOf(alloc, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nets {
+		if err := c.preflight(n); err != nil {
+			return nil, err
+		}
+	}
+	status := &NetworkStatus{}
+	for i, n := range nets {
+		st, err := c.attach(ctx, att, n, netns)
+		if err != nil {
+			c.rollback(att, netns, nets[:i+1])
+			return nil, err
+		}
+		status.add(n.name(), st)
+	}
+	return status, nil
+}
+
+// attach adds one network, with retries, and reads its status.
+func (c *Configurator) attach(ctx context.Context, att attachment, n netAttachment, netns string) (*NetworkStatus, error) {
+	res, err := c.addWithRetry(ctx, att, n, netns)
+	if err != nil {
+		return nil, err
+	}
+	st, err := StatusFromResult(res)
+	if err != nil {
+		return nil, fmt.Errorf("setup of allocation %s in network %q: %w", att.id, n.name(), err)
+	}
+	return st, nil
+}
+
+// preflight fails Setup before anything runs when a plugin of n that
+// cninet would run is missing.
+func (c *Configurator) preflight(n netAttachment) error {
+	if !c.driverFor(n).runsPlugins() {
+		return nil // an injected cni.CNI finds its plugins itself
+	}
+	return c.checkPlugins(n.conf)
+}
+
+// pluginsFound is a conflist whose plugins were all found, and when.
+type pluginsFound struct {
+	list  *libcni.NetworkConfigList
+	stamp []time.Time
+}
+
+// checkPlugins fails when a plugin binary of conf is missing: a chain that
+// fails halfway through leaves a veth until the namespace goes, and a DEL
+// cannot run a plugin that is not there either. The answer is kept until
+// the conflist or a plugin directory changes.
+func (c *Configurator) checkPlugins(conf loadedConf) error {
+	stamp := c.pluginDirsStamp()
+	c.pluginsMu.Lock()
+	defer c.pluginsMu.Unlock()
+	if ok := c.pluginsOKByName[conf.info.name]; ok.list == conf.list && slices.Equal(ok.stamp, stamp) {
+		return nil
+	}
+	if err := c.checkPluginsIn(conf); err != nil {
+		return err
+	}
+	if c.pluginsOKByName == nil {
+		c.pluginsOKByName = map[string]pluginsFound{}
+	}
+	c.pluginsOKByName[conf.info.name] = pluginsFound{conf.list, stamp}
+	c.pluginsOK.list, c.pluginsOK.stamp = conf.list, stamp
+	return nil
+}
+
+// pluginDirsStamp is the modification times of the plugin directories: a
+// binary added, removed or renamed changes its directory's.
+func (c *Configurator) pluginDirsStamp() []time.Time {
+	stamp := make([]time.Time, len(c.pluginDirs))
+	for i, dir := range c.pluginDirs {
+		if fi, err := os.Stat(dir); err == nil {
+			stamp[i] = fi.ModTime()
+		}
+	}
+	return stamp
+}
+
+// checkPluginsIn reports the plugins of conf missing from the plugin dirs.
+func (c *Configurator) checkPluginsIn(conf loadedConf) error {
+	var missing []string
+	for _, t := range conf.info.pluginTypes {
+		if _, err := invoke.FindInPath(t, c.pluginDirs); err != nil {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s not found in %s (network %q)", ErrPluginMissing,
+			strings.Join(missing, ", "), strings.Join(c.pluginDirs, ":"), conf.info.name)
+	}
+	return nil
+}
+
+// rollback removes what a failed Setup attached, the last network first.
+// It runs on its own deadline: the caller's context may be the very reason
+// Setup failed.
+func (c *Configurator) rollback(att attachment, netns string, nets []netAttachment) {
+	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+	defer cancel()
+	if err := c.detachAll(ctx, att, netns, nets); err != nil {
+		c.logger.Error("rollback of failed setup incomplete", "alloc_id", att.id, "error", err)
+	}
+}
+
+const rollbackTimeout = 30 * time.Second
+
+// Teardown detaches the namespace from every network the allocation joined
+// (the same Allocation as Setup's), the last one first, and removes
+// whatever the plugins left: per network, DEL with the same port mappings
+// and args as Setup, then, whatever DEL returned, a force cleanup of
+// everything the plugins are known to leave (iptables and ip6tables rules
+// and chains, nftables rules, IPAM reservations, the cached result), by
+// the ownership rule of internal/footprint. Its cost follows what one
+// attachment can own, not the size of the host's ruleset. One network's
+// failure does not stop the others; the error joins each network's. It is
+// idempotent: tearing down twice, or tearing down what was never set up,
+// returns nil. netns may be empty or already deleted.
+func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) error {
+	att, err := newAttachment(alloc, c.ignoreHostIP)
+	if err != nil {
+		return err
+	}
+	defer c.enter(att.id)()
+	nets, err := c.networksOf(alloc, true)
+	if err != nil {
+		return err
+	}
+	return c.detachAll(ctx, att, netns, nets)
+}
+
+// detachAll detaches nets in reverse order; one network's failure does not
+// stop the others.
+func (c *Configurator) detachAll(ctx context.Context, att attachment, netns string, nets []netAttachment) error {
+	var errs []error
+	for i := len(nets) - 1; i >= 0; i-- {
+		if err := c.detach(ctx, att, netns, nets[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return joinErrors(errs)
+}
+
+// joinErrors is errors.Join that returns a lone error as it is.
+func joinErrors(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}
+
+// detach is one network's DEL plus force cleanup. A failed DEL is only
+// logged when the cleanup then removed everything: what matters is that
+// nothing is left.
+func (c *Configurator) detach(ctx context.Context, att attachment, netns string, n netAttachment) error {
+	start := time.Now()
+	cl := footprint.NewCleaner(ctx, c.footprintNetwork(n.conf, n.ifName, nil), c.host())
+	cl.Remember([]string{att.id}) // DEL erases the proof of the attachment's addresses
+	removeErr := c.driverFor(n).del(ctx, att, n, netns)
+	delDone := time.Now()
+	removed, cleanErr := cl.Clean([]string{att.id})
+	if len(removed) > 0 {
+		items := make([]string, len(removed))
+		for i, it := range removed {
+			items[i] = it.Detail
+		}
+		c.logger.Warn("removed state the CNI plugins left behind", "alloc_id", att.id,
+			"network", n.name(), "del_error", removeErr, "items", items)
+	}
+	c.logRestored(cl.Restored(), "DEL of "+att.id+" on network "+n.name())
+	c.logger.Debug("network detached", "alloc_id", att.id, "network", n.name(), "del", delDone.Sub(start), "cleanup", time.Since(delDone))
+	if cleanErr != nil {
+		cleanErr = fmt.Errorf("%w in network %q: %w", ErrCleanupFailed, n.name(), cleanErr)
+		if removeErr != nil {
+			return fmt.Errorf("teardown of allocation %s: DEL: %w; %w", att.id, removeErr, cleanErr)
+		}
+		return fmt.Errorf("teardown of allocation %s: %w", att.id, cleanErr)
+	}
+	if removeErr != nil {
+		c.logger.Warn("CNI DEL failed; force cleanup removed what was left", "alloc_id", att.id, "network", n.name(), "error", removeErr)
+	}
+	return nil
+}
+
+// logRestored reports the port mappings of other attachments that a DEL
+// (or libcni's GC) removed and cleanup added back.
+func (c *Configurator) logRestored(items []footprint.Item, after string) {
+	if len(items) == 0 {
+		return
+	}
+	details := make([]string, len(items))
+	for i, it := range items {
+		details[i] = it.Detail
+	}
+	c.logger.Warn("added back other attachments' port mappings that a DEL of the same container id removed",
+		"after", after, "items", details)
+}

@@ -1,0 +1,116 @@
+package cninet
+
+import (
+	"context"
+	"fmt"
+
+	cni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+)
+
+// netDriver runs one network's plugins for one attachment. Setup, Check
+// and Teardown send the same port mappings and args through it.
+type netDriver interface {
+	add(ctx context.Context, att attachment, n netAttachment, netns string) (*cni.Result, error)
+	del(ctx context.Context, att attachment, n netAttachment, netns string) error
+	check(ctx context.Context, att attachment, n netAttachment, netns string) error
+	// runsPlugins reports whether cninet runs the plugin binaries from
+	// PluginDirs itself, so it can look for them first and ask them
+	// their versions.
+	runsPlugins() bool
+}
+
+// driverFor returns the driver that attaches n.
+func (c *Configurator) driverFor(n netAttachment) netDriver {
+	if n.viaCNI {
+		return cniDriver{c}
+	}
+	return c.driver
+}
+
+// cniDriver attaches the default network as the first interface through
+// Config.CNI (go-cni by default): the single-network path, as it always was.
+type cniDriver struct{ c *Configurator }
+
+func (d cniDriver) add(ctx context.Context, att attachment, _ netAttachment, netns string) (*cni.Result, error) {
+	return d.c.cni.Setup(ctx, att.id, netns, att.opts()...)
+}
+
+func (d cniDriver) del(ctx context.Context, att attachment, _ netAttachment, netns string) error {
+	return d.c.cni.Remove(ctx, att.id, netns, att.opts()...)
+}
+
+func (d cniDriver) check(ctx context.Context, att attachment, _ netAttachment, netns string) error {
+	return d.c.cni.Check(ctx, att.id, netns, att.opts()...)
+}
+
+func (d cniDriver) runsPlugins() bool { return d.c.findPlugins }
+
+// libDriver attaches any network under any interface name through libcni
+// directly. go-cni cannot: it names a network's interface after the
+// network's place in its own list, so it could never put a workload's
+// second network, alone, on eth1.
+type libDriver struct{ lib *libcni.CNIConfig }
+
+// runtimeConf is what libcni is told about n's attachment: the same
+// container id and args as every network, the port mappings only where
+// the conflist declares the portMappings capability.
+func (d libDriver) runtimeConf(att attachment, n netAttachment, netns string) *libcni.RuntimeConf {
+	rt := &libcni.RuntimeConf{ContainerID: att.id, NetNS: netns, IfName: n.ifName, Args: att.args}
+	if n.conf.info.portMappings {
+		rt.CapabilityArgs = map[string]interface{}{"portMappings": att.mappings}
+	}
+	return rt
+}
+
+func (d libDriver) add(ctx context.Context, att attachment, n netAttachment, netns string) (*cni.Result, error) {
+	res, err := d.lib.AddNetworkList(ctx, n.conf.list, d.runtimeConf(att, n, netns))
+	if err != nil {
+		return nil, err
+	}
+	r, err := types100.NewResultFromResult(res)
+	if err != nil {
+		return nil, fmt.Errorf("%w: network %q: converting the result: %w", ErrNoAddress, n.name(), err)
+	}
+	return resultFromCNI(r, n.ifName)
+}
+
+func (d libDriver) del(ctx context.Context, att attachment, n netAttachment, netns string) error {
+	return d.lib.DelNetworkList(ctx, n.conf.list, d.runtimeConf(att, n, netns))
+}
+
+func (d libDriver) check(ctx context.Context, att attachment, n netAttachment, netns string) error {
+	return d.lib.CheckNetworkList(ctx, n.conf.list, d.runtimeConf(att, n, netns))
+}
+
+func (d libDriver) runsPlugins() bool { return true }
+
+// resultFromCNI turns one network's CNI result into the shape
+// StatusFromResult reads, as go-cni does: addresses that name no interface
+// belong to the interface the network was asked to create.
+func resultFromCNI(r *types100.Result, ifName string) (*cni.Result, error) {
+	out := &cni.Result{Interfaces: map[string]*cni.Config{ifName: {}}, DNS: []types.DNS{r.DNS}, Routes: r.Routes}
+	for _, intf := range r.Interfaces {
+		if intf != nil {
+			out.Interfaces[intf.Name] = &cni.Config{Mac: intf.Mac, Sandbox: intf.Sandbox, SocketPath: intf.SocketPath, PciID: intf.PciID}
+		}
+	}
+	for _, ip := range r.IPs {
+		if ip == nil {
+			continue
+		}
+		name := ifName
+		if ip.Interface != nil {
+			i := *ip.Interface
+			if i < 0 || i >= len(r.Interfaces) || r.Interfaces[i] == nil {
+				return nil, fmt.Errorf("%w: an address names interface %d of %d", ErrNoAddress, i, len(r.Interfaces))
+			}
+			name = r.Interfaces[i].Name
+		}
+		cfg := out.Interfaces[name]
+		cfg.IPConfigs = append(cfg.IPConfigs, &cni.IPConfig{IP: ip.Address.IP, Gateway: ip.Gateway})
+	}
+	return out, nil
+}

@@ -1,0 +1,240 @@
+package integration
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/netsandbox"
+)
+
+// twoNetworks are two test networks, each with its own bridge and subnet.
+// The second one sets no default route: the workload already has one
+// through the first, and the Debian plugins fail an ADD whose route
+// exists (upstream's add it as an ECMP path).
+func twoNetworks(t *testing.T, set netsandbox.PluginSet) (first, second network) {
+	t.Helper()
+	first, second = newNetwork(t, set, false), newNetwork(t, set, false)
+	var list map[string]any
+	if err := json.Unmarshal(second.conf, &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list["plugins"].([]any) {
+		if ipam, ok := p.(map[string]any)["ipam"].(map[string]any); ok {
+			delete(ipam, "routes")
+		}
+	}
+	conf, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.conf = conf
+	return first, second
+}
+
+func allowBoth(a, b network) netsandbox.Allowance {
+	allow := a.allowance()
+	allow.Chains = append(allow.Chains, b.allowance().Chains...)
+	allow.Links = append(allow.Links, b.allowance().Links...)
+	return allow
+}
+
+// newMultiConfigurator knows both networks; the first is the default.
+func newMultiConfigurator(t *testing.T, set netsandbox.PluginSet, first []byte, more [][]byte, retry cninet.RetryPolicy, extraDirs ...string) *cninet.Configurator {
+	t.Helper()
+	c, err := cninet.New(cninet.Config{
+		Logger:     hclog.New(&hclog.LoggerOptions{Name: "cninet", Level: hclog.Warn, Output: testWriter{t}}),
+		ConfList:   first,
+		ConfLists:  more,
+		PluginDirs: append([]string{set.Dir}, extraDirs...),
+		Retry:      retry,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// assertServed fetches the workload through each network: the gateway's
+// mapped port, and the workload's own address on that network.
+func assertServed(t *testing.T, st *cninet.NetworkStatus, nets []network, hostPort, port int, want string) {
+	t.Helper()
+	if len(st.Networks) != len(nets) {
+		t.Fatalf("status has %d networks, want %d: %+v", len(st.Networks), len(nets), st.Networks)
+	}
+	for i, nw := range nets {
+		att := st.Networks[i]
+		if att.Network != nw.cfg.NetworkName || att.InterfaceName != fmt.Sprintf("eth%d", i) {
+			t.Fatalf("network %d: %+v, want %s on eth%d", i, att, nw.cfg.NetworkName, i)
+		}
+		if body, err := fetch(nw.gw4, hostPort); err != nil || body != want {
+			t.Fatalf("through %s's gateway %s:%d: %q, %v", att.Network, nw.gw4, hostPort, body, err)
+		}
+		if body, err := fetch(att.Address, port); err != nil || body != want {
+			t.Fatalf("at its %s address %s:%d: %q, %v", att.Network, att.Address, port, body, err)
+		}
+	}
+}
+
+func TestAWorkloadInTwoNetworksIsServedThroughBothAndTeardownLeavesNothing(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		n1, n2 := twoNetworks(t, set)
+		c := newMultiConfigurator(t, set, n1.conf, [][]byte{n2.conf}, cninet.RetryPolicy{})
+		base := baseline(t)
+		w := netsandbox.NewWorkload(t)
+		alloc := &cninet.Allocation{ID: "multi-1", Ports: []cninet.Port{{Value: 28180, To: 8080}},
+			NetworkNames: []string{n1.cfg.NetworkName, n2.cfg.NetworkName}}
+		st, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.InterfaceName != "eth0" || st.Address != st.Networks[0].Address {
+			t.Fatalf("top-level status %+v is not the first network's", st)
+		}
+		serveHTTP(t, w, 8080, "multi-1")
+		assertServed(t, st, []network{n1, n2}, 28180, 8080, "hello from multi-1")
+		if err := c.Check(ctxFor(t, time.Minute), alloc, w.Path); err != nil && !(errors.Is(err, cninet.ErrCheckUnsupported) && strings.HasPrefix(set.Name, "debian")) {
+			t.Fatalf("Check of a healthy two-network attachment: %v", err)
+		}
+		if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+			t.Fatal(err)
+		}
+		w.Delete()
+		assertNoLeaks(t, base, allowBoth(n1, n2))
+	})
+}
+
+func TestAPluginFailingOnTheSecondNetworkRollsBackTheFirst(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		n1, n2 := twoNetworks(t, set)
+		failing := withPlugin(t, n2.conf, map[string]any{"type": "failonce", "stateDir": t.TempDir()})
+		c := newMultiConfigurator(t, set, n1.conf, [][]byte{failing}, cninet.RetryPolicy{Attempts: 1}, netsandbox.BuildPlugin(t, "failonce"))
+		base := baseline(t)
+		w := netsandbox.NewWorkload(t)
+		alloc := &cninet.Allocation{ID: "rollback-1", Ports: []cninet.Port{{Value: 28181, To: 8080}},
+			NetworkNames: []string{n1.cfg.NetworkName, n2.cfg.NetworkName}}
+		_, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path)
+		if !errors.Is(err, cninet.ErrSetupFailed) || !strings.Contains(err.Error(), fmt.Sprintf("network %q", n2.cfg.NetworkName)) {
+			t.Fatalf("err = %v, want ErrSetupFailed naming %s", err, n2.cfg.NetworkName)
+		}
+		assertNoLeaks(t, base, allowBoth(n1, n2)) // the workload's namespace still exists: nothing may be left even so
+	})
+}
+
+func TestTwoNetworksLeaveNothingWhenTheNamespaceIsDeletedFirst(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		n1, n2 := twoNetworks(t, set)
+		c := newMultiConfigurator(t, set, n1.conf, [][]byte{n2.conf}, cninet.RetryPolicy{})
+		base := baseline(t)
+		w := netsandbox.NewWorkload(t)
+		alloc := &cninet.Allocation{ID: "gone-multi", Ports: []cninet.Port{{Value: 28182, To: 80}},
+			NetworkNames: []string{n2.cfg.NetworkName, n1.cfg.NetworkName}} // the default network second, on eth1
+		if _, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Delete(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ {
+			if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+				t.Fatalf("teardown %d: %v", i+1, err)
+			}
+		}
+		assertNoLeaks(t, base, allowBoth(n1, n2))
+	})
+}
+
+func TestWorkloadsWithDifferentNetworkSetsShareAConfiguratorConcurrently(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		n1, n2 := twoNetworks(t, set)
+		c := newMultiConfigurator(t, set, n1.conf, [][]byte{n2.conf}, cninet.RetryPolicy{})
+		base := baseline(t)
+		sets := [][]network{{n1, n2}, {n2}, {n1}, {n2, n1}}
+		var wg sync.WaitGroup
+		for i, nets := range sets {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := setupServeTeardown(t, c, i, nets); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		assertNoLeaks(t, base, allowBoth(n1, n2))
+	})
+}
+
+// setupServeTeardown runs workload i in nets, fetches it through each, and
+// tears it down. It reports instead of failing: it runs in a goroutine.
+func setupServeTeardown(t *testing.T, c *cninet.Configurator, i int, nets []network) (err error) {
+	w := netsandbox.NewWorkload(t)
+	defer w.Delete()
+	alloc := &cninet.Allocation{ID: fmt.Sprintf("conc-%d", i), Ports: []cninet.Port{{Value: 28190 + i, To: 8080}}}
+	for _, nw := range nets {
+		alloc.NetworkNames = append(alloc.NetworkNames, nw.cfg.NetworkName)
+	}
+	st, err := c.Setup(ctxFor(t, 2*time.Minute), alloc, w.Path)
+	if err != nil {
+		return fmt.Errorf("setup %s: %w", alloc.ID, err)
+	}
+	defer func() {
+		if terr := c.Teardown(ctxFor(t, 2*time.Minute), alloc, w.Path); terr != nil && err == nil {
+			err = fmt.Errorf("teardown %s: %w", alloc.ID, terr)
+		}
+	}()
+	serveHTTP(t, w, 8080, alloc.ID)
+	for j, att := range st.Networks {
+		if att.Network != nets[j].cfg.NetworkName || att.InterfaceName != fmt.Sprintf("eth%d", j) {
+			return fmt.Errorf("%s: network %d is %+v", alloc.ID, j, att)
+		}
+		if body, ferr := fetch(att.Address, 8080); ferr != nil || body != "hello from "+alloc.ID {
+			return fmt.Errorf("%s at %s: %q, %v", alloc.ID, att.Address, body, ferr)
+		}
+	}
+	return nil
+}
+
+func TestGCOfADeadWorkloadInTwoNetworksKeepsTheLiveOne(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		n1, n2 := twoNetworks(t, set)
+		c := newMultiConfigurator(t, set, n1.conf, [][]byte{n2.conf}, cninet.RetryPolicy{})
+		base := baseline(t)
+		live := netsandbox.NewWorkload(t)
+		liveAlloc := &cninet.Allocation{ID: "live-multi", Ports: []cninet.Port{{Value: 28183, To: 8080}},
+			NetworkNames: []string{n1.cfg.NetworkName, n2.cfg.NetworkName}}
+		st, err := c.Setup(ctxFor(t, time.Minute), liveAlloc, live.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serveHTTP(t, live, 8080, "live-multi")
+		dead := netsandbox.NewWorkload(t)
+		// n2 on eth0 here, on eth1 for the live one: GC must tell them apart by id.
+		deadAlloc := &cninet.Allocation{ID: "dead-multi", Ports: []cninet.Port{{Value: 28184, To: 80}},
+			NetworkNames: []string{n2.cfg.NetworkName, n1.cfg.NetworkName}}
+		if _, err := c.Setup(ctxFor(t, time.Minute), deadAlloc, dead.Path); err != nil {
+			t.Fatal(err)
+		}
+		dead.Delete() // the runner never tears it down; libcni's cache still remembers it
+		report, err := c.GC(ctxFor(t, time.Minute), []string{"live-multi"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(report.IDs(), ","); got != "dead-multi" {
+			t.Fatalf("GC collected %q", got)
+		}
+		assertServed(t, st, []network{n1, n2}, 28183, 8080, "hello from live-multi")
+		if err := c.Teardown(ctxFor(t, time.Minute), liveAlloc, live.Path); err != nil {
+			t.Fatal(err)
+		}
+		live.Delete()
+		assertNoLeaks(t, base, allowBoth(n1, n2))
+	})
+}

@@ -1,0 +1,259 @@
+package cninet
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/containernetworking/cni/libcni"
+)
+
+// registry is every network a Configurator knows, by name.
+type registry struct {
+	byName  map[string]loadedConf
+	skipped []error // ConfDir files that could not be read: a network asked for may be in one
+}
+
+func newRegistry() registry { return registry{byName: map[string]loadedConf{}} }
+
+// names returns the known network names, sorted.
+func (r registry) names() []string {
+	names := make([]string, 0, len(r.byName))
+	for n := range r.byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// netAttachment is one network of an allocation, at its place in the
+// allocation's list.
+type netAttachment struct {
+	conf   loadedConf
+	ifName string // ifPrefix + the network's index in the allocation's list
+	// viaCNI: the default network as the first interface, which go-cni (or
+	// Config.CNI) attaches — the single-network path, unchanged.
+	viaCNI bool
+}
+
+func (n netAttachment) name() string { return n.conf.info.name }
+
+// confDirNetwork is one parseable network in ConfDir and the file it came from.
+type confDirNetwork struct {
+	file string
+	list *libcni.NetworkConfigList
+}
+
+// readNets reads every network this Configurator knows: ConfList (the
+// default network) or, without it, every network in ConfDir; then
+// ConfLists, whose bytes win over a ConfDir network of the same name.
+// The default network is ConfList's, else NetworkName, else the first
+// network in ConfDir (in file order), else the first of ConfLists.
+func (c *Configurator) readNets() (loadedConf, registry, error) {
+	reg := newRegistry()
+	var def loadedConf
+	var dirNets []confDirNetwork
+	switch {
+	case len(c.explicit) > 0:
+		conf, err := c.readConf(c.explicit)
+		if err != nil {
+			return loadedConf{}, reg, err
+		}
+		def, reg.byName[conf.info.name] = conf, conf
+	case c.confDir != "":
+		var err error
+		if dirNets, reg, err = c.readConfDir(); err != nil {
+			return loadedConf{}, reg, err
+		}
+	case len(c.extra) == 0:
+		return loadedConf{}, reg, fmt.Errorf("%w: set ConfList, ConfLists, or ConfDir (and NetworkName)", ErrInvalidConfig)
+	}
+	extra, err := c.readExtra(reg)
+	if err != nil {
+		return loadedConf{}, reg, err
+	}
+	if def.list != nil {
+		return def, reg, nil
+	}
+	def, err = c.pickDefault(reg, dirNets, extra)
+	return def, reg, err
+}
+
+// readConfDir parses every conflist in ConfDir. The first file of a name
+// wins, as with LoadConfList; unreadable files are skipped and logged,
+// unless one may be the default network's own (then the error names it).
+func (c *Configurator) readConfDir() ([]confDirNetwork, registry, error) {
+	reg := newRegistry()
+	if _, err := os.Stat(c.confDir); err != nil { // libcni takes a missing directory for an empty one
+		return nil, reg, fmt.Errorf("%w: conflist directory: %w", ErrInvalidConfig, err)
+	}
+	files, err := libcni.ConfFiles(c.confDir, confExtensions)
+	if err != nil {
+		return nil, reg, fmt.Errorf("%w: reading conflist directory %s: %w", ErrInvalidConfig, c.confDir, err)
+	}
+	sort.Strings(files)
+	var nets []confDirNetwork
+	for _, file := range files {
+		list, err := readConfFile(file)
+		if err != nil {
+			if c.networkName != "" && fileMayBe(file, c.networkName) && reg.byName[c.networkName].list == nil {
+				return nil, reg, fmt.Errorf("%w: network %q: %s: %w", ErrInvalidConfig, c.networkName, file, err)
+			}
+			c.logger.Warn("skipped unreadable CNI config file", "file", file, "error", err)
+			reg.skipped = append(reg.skipped, fmt.Errorf("%s: %w", file, err))
+			continue
+		}
+		if _, dup := reg.byName[list.Name]; dup {
+			continue
+		}
+		reg.byName[list.Name] = loadedConf{bytes: list.Bytes, list: list, info: newNetworkInfo(list)}
+		nets = append(nets, confDirNetwork{file: file, list: list})
+	}
+	return nets, reg, nil
+}
+
+// readExtra adds ConfLists to reg and returns their names in order.
+func (c *Configurator) readExtra(reg registry) ([]string, error) {
+	fromBytes := map[string]bool{}
+	if len(c.explicit) > 0 {
+		for name := range reg.byName {
+			fromBytes[name] = true
+		}
+	}
+	names := make([]string, 0, len(c.extra))
+	for i, raw := range c.extra {
+		list, err := parseConfList(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%w: ConfLists[%d]: %w", ErrInvalidConfig, i, err)
+		}
+		if fromBytes[list.Name] {
+			return nil, fmt.Errorf("%w: ConfLists[%d]: network %q is given twice", ErrInvalidConfig, i, list.Name)
+		}
+		fromBytes[list.Name] = true
+		reg.byName[list.Name] = loadedConf{bytes: raw, list: list, info: newNetworkInfo(list)}
+		names = append(names, list.Name)
+	}
+	return names, nil
+}
+
+// pickDefault chooses the default network when ConfList does not say.
+func (c *Configurator) pickDefault(reg registry, dirNets []confDirNetwork, extra []string) (loadedConf, error) {
+	name := c.networkName
+	switch {
+	case name != "":
+	case len(dirNets) > 0:
+		name = dirNets[0].list.Name
+	case len(extra) > 0:
+		name = extra[0]
+	default:
+		err := fmt.Errorf("%w: no network in %s", ErrNetworkNotFound, c.confDir)
+		if len(reg.skipped) > 0 {
+			err = fmt.Errorf("%w; %d unreadable file(s) skipped: %w", err, len(reg.skipped), errors.Join(reg.skipped...))
+		}
+		return loadedConf{}, err
+	}
+	if conf, ok := reg.byName[name]; ok {
+		return conf, nil
+	}
+	return loadedConf{}, notFoundError(c.confDir, name, reg.names(), reg.skipped)
+}
+
+// networksOf resolves the networks alloc joins, in order: its
+// NetworkNames, or the default network. An unknown name fails before any
+// plugin runs. Teardown (forTeardown) may still name a network that a
+// Reload dropped, and works after Close.
+func (c *Configurator) networksOf(alloc *Allocation, forTeardown bool) ([]netAttachment, error) {
+	c.mu.RLock()
+	def, reg, retired, closed := c.conf, c.nets, c.retired, c.closed
+	c.mu.RUnlock()
+	if closed && !forTeardown {
+		return nil, fmt.Errorf("%w: network %q", ErrClosed, def.info.name)
+	}
+	names := alloc.NetworkNames
+	if len(names) == 0 {
+		names = []string{def.info.name}
+	}
+	nets := make([]netAttachment, 0, len(names))
+	var unknown []string
+	for i, name := range names {
+		if i == 0 && name == def.info.name {
+			conf, err := c.current()
+			if err != nil && !(forTeardown && errors.Is(err, ErrClosed)) {
+				return nil, err
+			}
+			nets = append(nets, netAttachment{conf: conf, ifName: c.ifName, viaCNI: true})
+			continue
+		}
+		conf, ok := reg.byName[name]
+		if !ok && forTeardown {
+			conf, ok = retired[name]
+		}
+		if !ok {
+			unknown = append(unknown, strconv.Quote(name))
+		}
+		nets = append(nets, netAttachment{conf: conf, ifName: c.ifPrefix + strconv.Itoa(i)})
+	}
+	if len(unknown) > 0 {
+		err := fmt.Errorf("%w: allocation %s: no network %s (known: %s)",
+			ErrNetworkNotFound, alloc.ID, strings.Join(unknown, ", "), strings.Join(reg.names(), ", "))
+		if len(reg.skipped) > 0 {
+			err = fmt.Errorf("%w; %d unreadable file(s) skipped: %w", err, len(reg.skipped), errors.Join(reg.skipped...))
+		}
+		return nil, err
+	}
+	return nets, nil
+}
+
+// knownNetworks returns every known network, the default first, then the
+// others by name.
+func (c *Configurator) knownNetworks() []loadedConf {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := []loadedConf{c.conf}
+	for _, name := range c.nets.names() {
+		if name != c.conf.info.name {
+			out = append(out, c.nets.byName[name])
+		}
+	}
+	return out
+}
+
+// ifNames are the interface names an attachment of any network may have:
+// a workload joining n networks has <prefix>0 … <prefix>(n-1).
+func (c *Configurator) ifNames(n int) []string {
+	names := make([]string, max(n, 1))
+	for i := range names {
+		names[i] = c.ifPrefix + strconv.Itoa(i)
+	}
+	return names
+}
+
+// Networks returns the names of every network this Configurator knows:
+// the default network first, then the others sorted.
+func (c *Configurator) Networks() []string {
+	confs := c.knownNetworks()
+	names := make([]string, len(confs))
+	for i, conf := range confs {
+		names[i] = conf.info.name
+	}
+	return names
+}
+
+// retire keeps the networks a reload dropped, so that Teardown can still
+// detach workloads that joined them.
+func (c *Configurator) retire(next registry) {
+	if c.retired == nil {
+		c.retired = map[string]loadedConf{}
+	}
+	for name, conf := range c.nets.byName {
+		if _, still := next.byName[name]; !still {
+			c.retired[name] = conf
+		}
+	}
+	for name := range next.byName {
+		delete(c.retired, name)
+	}
+}
