@@ -26,7 +26,7 @@ lint:
 # integration suite, which makes namespaces of its own.
 unit:
 	GO="$(GO)" bash scripts/unit-sandboxed.sh -timeout 45m
-	$(GO) test -race -count=1 -timeout 45m ./integration/
+	$(GO) test -race -count=1 -timeout 70m ./integration/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRule$$' -fuzztime $(FUZZTIME) ./internal/footprint

@@ -9,6 +9,8 @@ import (
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/version"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
@@ -184,7 +186,10 @@ func New(cfg Config) (*Configurator, error) {
 			ErrInvalidConfig, cfg.CacheDir, defaultCacheDir)
 	}
 	c.applyDefaults()
-	c.lib = libcni.NewCNIConfigWithCacheDir(c.pluginDirs, c.cacheDir, nil)
+	// An explicit exec: given none, libcni sets one lazily on first use,
+	// unsynchronised, which races when workloads attach concurrently.
+	c.lib = libcni.NewCNIConfigWithCacheDir(c.pluginDirs, c.cacheDir,
+		&invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}})
 	c.driver = libDriver{c.lib}
 	conf, nets, err := c.readNets()
 	if err != nil {
