@@ -44,11 +44,14 @@ demo: deps
 soak: deps
 	SOAK_N=$(SOAK_N) SOAK_C=$(SOAK_C) $(GO) test -count=1 -timeout 120m -run '^TestSoak$$' -v ./integration/
 
-# Side-by-side benchmarks with the real plugins (as root); writes
-# BENCHMARKS.md and bench/results.svg. BENCH_ARGS adds flags, e.g. -gc-n 200.
+# Side-by-side benchmarks with the real plugins (as root): Debian's and the
+# upstream v1.9.1 plugins (iptables and nftables backends), every scenario;
+# writes BENCHMARKS.md, bench/results.svg and bench/results.json (raw
+# results). BENCH_ARGS adds flags, e.g. -only overhead-scale,gc-nft to rerun
+# some scenarios and keep the others' results, or -gc-n 200.
 bench: deps
 	@mkdir -p .cache/bench-plugins
 	$(GO) build -o .cache/bench-plugins/failonce ./testdata/plugins/failonce
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 . | tee .cache/gobench.txt
-	cd bench && $(GO) run . -plugins /usr/lib/cni -failonce ../.cache/bench-plugins \
-		-gobench ../.cache/gobench.txt -out ../BENCHMARKS.md -svg results.svg $(BENCH_ARGS)
+	cd bench && $(GO) run . -plugins /usr/lib/cni -upstream ../.cache/cni/v1.9.1 -failonce ../.cache/bench-plugins \
+		-gobench ../.cache/gobench.txt -out ../BENCHMARKS.md -svg results.svg -state results.json $(BENCH_ARGS)

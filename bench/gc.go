@@ -1,213 +1,199 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha512"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
+	"net/netip"
 	"time"
 
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/fakecni"
 )
 
-const gcNetwork = "gcbench"
+// The leaked attachments of the GC scenarios: dead runners' attachments
+// of their own networks, in the benchmarking ranges.
+var (
+	gcRange = fakeRange{network: "gcbench", idPrefix: "dead",
+		subnet4: netip.MustParsePrefix("198.18.64.0/18"), subnet6: netip.MustParsePrefix("fd00:198:18::/80"), port0: 30000}
+	gcNFTRange = fakeRange{network: "gcnft", idPrefix: "gone",
+		subnet4: netip.MustParsePrefix("198.18.128.0/18"), subnet6: netip.MustParsePrefix("fd00:198:18:0:aa00::/80"), port0: 30000}
+)
 
-func chainName(prefix, id string) string {
-	sum := sha512.Sum512([]byte(gcNetwork + id))
-	return (prefix + hex.EncodeToString(sum[:]))[:28]
-}
-
-// leak writes, through iptables-restore, what n dead attachments of
-// gcNetwork leave when their namespaces were deleted and their runner
-// crashed: bridge, portmap and firewall rules in both families, and the
-// host-local reservations.
-func leak(n int) error {
-	var nat4, nat6, filter4, filter6 bytes.Buffer
-	for _, b := range []*bytes.Buffer{&nat4, &nat6} {
-		b.WriteString("*nat\n:CNI-HOSTPORT-DNAT - [0:0]\n")
-	}
-	for _, b := range []*bytes.Buffer{&filter4, &filter6} {
-		b.WriteString("*filter\n:CNI-FORWARD - [0:0]\n")
-	}
-	dir := filepath.Join("/run/cni", gcNetwork)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for i := 0; i < n; i++ {
-		id := fmt.Sprintf("dead-%05d", i)
-		ip4 := fmt.Sprintf("198.18.%d.%d", 100+i/250, 2+i%250)
-		ip6 := fmt.Sprintf("fd00:198:18::%x", 2+i)
-		writeNat(&nat4, id, ip4+"/32", "224.0.0.0/4", ip4, 30000+i%20000)
-		writeNat(&nat6, id, ip6+"/128", "ff00::/8", "["+ip6+"]", 30000+i%20000)
-		writeFilter(&filter4, ip4+"/32")
-		writeFilter(&filter6, ip6+"/128")
-		for _, ip := range []string{ip4, ip6} {
-			if err := os.WriteFile(filepath.Join(dir, ip), []byte(id+"\r\neth0"), 0o600); err != nil {
-				return err
-			}
-		}
-	}
-	for _, job := range []struct {
-		cmd string
-		in  *bytes.Buffer
-	}{{"iptables-restore", &nat4}, {"ip6tables-restore", &nat6}, {"iptables-restore", &filter4}, {"ip6tables-restore", &filter6}} {
-		job.in.WriteString("COMMIT\n")
-		cmd := exec.Command(job.cmd, "--noflush")
-		cmd.Stdin = job.in
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %v: %s", job.cmd, err, out)
-		}
-	}
-	return nil
-}
-
-func writeNat(b *bytes.Buffer, id, host, multicast, dest string, port int) {
-	masq, dn := chainName("CNI-", id), chainName("CNI-DN-", id)
-	comment := fmt.Sprintf(`"name: \"%s\" id: \"%s\""`, gcNetwork, id)
-	dnat := fmt.Sprintf(`"dnat name: \"%s\" id: \"%s\""`, gcNetwork, id)
-	fmt.Fprintf(b, ":%s - [0:0]\n:%s - [0:0]\n", masq, dn)
-	fmt.Fprintf(b, "-A POSTROUTING -s %s -m comment --comment %s -j %s\n", host, comment, masq)
-	fmt.Fprintf(b, "-A %s -d %s -m comment --comment %s -j ACCEPT\n", masq, host, comment)
-	fmt.Fprintf(b, "-A %s ! -d %s -m comment --comment %s -j MASQUERADE\n", masq, multicast, comment)
-	fmt.Fprintf(b, "-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment %s -m multiport --dports %d -j %s\n", dnat, port, dn)
-	fmt.Fprintf(b, "-A %s -p tcp -m tcp --dport %d -j DNAT --to-destination %s:8080\n", dn, port, dest)
-}
-
-func writeFilter(b *bytes.Buffer, host string) {
-	fmt.Fprintf(b, "-A CNI-FORWARD -d %s -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n", host)
-	fmt.Fprintf(b, "-A CNI-FORWARD -s %s -j ACCEPT\n", host)
-}
-
-// remaining counts the rules and chains of gcNetwork still in place.
-func remaining() (int, error) {
-	n := 0
-	for _, cmd := range []string{"iptables-save", "ip6tables-save"} {
-		out, err := exec.Command(cmd).Output()
-		if err != nil {
-			return 0, err
-		}
-		for _, line := range strings.Split(string(out), "\n") {
-			if strings.Contains(line, gcNetwork) || strings.HasPrefix(line, "-A CNI-FORWARD -s") || strings.HasPrefix(line, "-A CNI-FORWARD -d") {
-				n++
-			}
-		}
-	}
-	entries, _ := os.ReadDir(filepath.Join("/run/cni", gcNetwork))
-	for _, e := range entries {
-		if e.Name() != "lock" {
-			n++
-		}
-	}
-	return n, nil
-}
-
-// gcScenario: n leaked attachments swept by one GC vs. one force cleanup
-// (Teardown) per dead id, timed, then counted in iptables processes.
-func gcScenario(r *report) error {
-	n := r.opts.gcN
-	for _, counted := range []bool{false, true} {
-		for _, sweep := range []bool{true, false} {
-			if err := leak(n); err != nil {
-				return err
-			}
-			d, procs, err := collect(n, sweep, counted)
-			if err != nil {
-				return err
-			}
-			left, err := remaining()
-			if err != nil {
-				return err
-			}
-			if left != 0 {
-				return fmt.Errorf("sweep=%v left %d items of %d attachments", sweep, left, n)
-			}
-			switch {
-			case sweep && !counted:
-				r.gc.sweep = d
-			case !sweep && !counted:
-				r.gc.perID = d
-			case sweep:
-				r.gc.sweepProcs = procs
-			default:
-				r.gc.perIDProcs = procs
-			}
-		}
-	}
-	r.gc.n = n
-	return nil
-}
-
-func collect(n int, sweep, counted bool) (time.Duration, int, error) {
-	var counter string
-	if counted {
-		shim, file, err := countingShim()
-		if err != nil {
-			return 0, 0, err
-		}
-		defer os.RemoveAll(shim)
-		oldPath := os.Getenv("PATH")
-		os.Setenv("PATH", shim+":"+oldPath)
-		defer os.Setenv("PATH", oldPath)
-		counter = file
-	}
+// gcConfigurator is a Configurator of r's network with a no-op CNI: only
+// cninet's own cleanup runs, the plugins are not involved.
+func gcConfigurator(r fakeRange, backend string) (*cninet.Configurator, error) {
 	cfg := cninet.DefaultBridgeConfig()
-	cfg.NetworkName, cfg.IPAMDataDir, cfg.IPv4Subnet = gcNetwork, "/run/cni", "198.18.96.0/19"
+	cfg.NetworkName, cfg.IPAMDataDir, cfg.IPv4Subnet, cfg.Backend = r.network, "/run/cni", r.subnet4.String(), backend
 	conf, err := cninet.BridgeConfList(cfg)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	c, err := cninet.New(cninet.Config{ConfList: conf, CNI: &fakecni.CNI{}})
+	return cninet.New(cninet.Config{ConfList: conf, CNI: &fakecni.CNI{}})
+}
+
+// collect removes leaked attachments of r: by one GC (sweep), which must
+// find n, or by one force cleanup (Teardown with the no-op CNI) per id for
+// the first n ids. With count, the
+// iptables and nft processes are counted (the Configurator is made after
+// the shim is in PATH); with mem, the Go heap is sampled.
+func collect(r fakeRange, backend string, n int, sweep, count, mem bool) (time.Duration, procCount, memUse, error) {
+	d, procs, use, _, err := collectCPU(r, backend, n, sweep, count, mem)
+	return d, procs, use, err
+}
+
+// collectCPU is collect, also reporting the CPU time it took.
+func collectCPU(r fakeRange, backend string, n int, sweep, count, mem bool) (time.Duration, procCount, memUse, cpuUse, error) {
+	var sh *shim
+	if count {
+		var err error
+		if sh, err = installShim(); err != nil {
+			return 0, procCount{}, memUse{}, cpuUse{}, err
+		}
+		defer sh.remove()
+	}
+	c, err := gcConfigurator(r, backend)
 	if err != nil {
-		return 0, 0, err
+		return 0, procCount{}, memUse{}, cpuUse{}, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
+	var m *memSampler
+	if mem {
+		m = startMem()
+	}
+	cpu := markCPU()
 	start := time.Now()
 	if sweep {
-		if _, err := c.GC(ctx, []string{}); err != nil {
-			return 0, 0, err
+		rep, err := c.GC(ctx, []string{})
+		if err != nil {
+			return 0, procCount{}, memUse{}, cpuUse{}, err
+		}
+		if got := len(rep.IDs()); got != n {
+			return 0, procCount{}, memUse{}, cpuUse{}, fmt.Errorf("GC collected %d attachments, want %d", got, n)
 		}
 	} else {
 		for i := 0; i < n; i++ {
-			if err := c.Teardown(ctx, &cninet.Allocation{ID: fmt.Sprintf("dead-%05d", i)}, ""); err != nil {
-				return 0, 0, err
+			if err := c.Teardown(ctx, &cninet.Allocation{ID: r.at(i).ID}, ""); err != nil {
+				return 0, procCount{}, memUse{}, cpuUse{}, err
 			}
 		}
 	}
 	d := time.Since(start)
-	if counter == "" {
-		return d, 0, nil
+	used := cpu.since()
+	var use memUse
+	if m != nil {
+		use = m.end()
 	}
-	fi, err := os.Stat(counter)
-	if err != nil {
-		return d, 0, nil // nothing ran
+	var procs procCount
+	if sh != nil {
+		procs = sh.count()
 	}
-	return d, int(fi.Size()) - 2, nil // minus the two --version probes of go-iptables' New
+	return d, procs, use, used, nil
 }
 
-// countingShim puts iptables wrappers first in PATH that count each
-// process they start (one byte each) and exec the real binary.
-func countingShim() (dir, counter string, err error) {
-	dir, err = os.MkdirTemp("", "ipt-shim-")
+// checkGone fails unless nothing of attachments 0..n-1 of r is left.
+func checkGone(r fakeRange, n int, what string) error {
+	ipt, nft, files, err := leftOf(r, 0, n)
 	if err != nil {
-		return "", "", err
+		return err
 	}
-	counter = filepath.Join(dir, "count")
-	for _, name := range []string{"iptables", "ip6tables", "iptables-save", "ip6tables-save", "iptables-restore", "ip6tables-restore"} {
-		real, err := exec.LookPath(name)
-		if err != nil {
-			return "", "", err
-		}
-		script := fmt.Sprintf("#!/bin/sh\nprintf x >> %s\nexec %s \"$@\"\n", counter, real)
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
-			return "", "", err
-		}
+	if ipt+nft+files != 0 {
+		return fmt.Errorf("%s left %d iptables rules and chains, %d nftables rules, %d reservations of %d attachments", what, ipt, nft, files, n)
 	}
-	return dir, counter, nil
+	return nil
+}
+
+// gcScenario: n leaked attachments (iptables, both families) swept by one
+// GC vs. one force cleanup (Teardown) per dead id, timed, then counted in
+// iptables processes.
+func gcScenario(r *report) error {
+	res, err := gcCompare(gcRange, cninet.BackendIPTables, r.opts.gcN, r.opts.gcCountSample)
+	if err != nil {
+		return err
+	}
+	r.res.GC = res
+	return nil
+}
+
+// gcNFTScenario: the same with the nftables backends' footprint.
+func gcNFTScenario(r *report) error {
+	res, err := gcCompare(gcNFTRange, cninet.BackendNFTables, r.opts.gcNFTN, r.opts.gcCountSample)
+	if err != nil {
+		return err
+	}
+	r.res.GCNFT = res
+	return nil
+}
+
+func gcCompare(rg fakeRange, backend string, n, sample int) (*gcResult, error) {
+	res := &gcResult{N: n, PerIDSample: min(sample, n)}
+	ipt, nft := backend == cninet.BackendIPTables, backend == cninet.BackendNFTables
+	run := func(what string, steps ...func() error) error {
+		if err := writeFootprints(rg, 0, n, ipt, nft); err != nil {
+			return err
+		}
+		for _, step := range steps {
+			if err := step(); err != nil {
+				return err
+			}
+		}
+		return checkGone(rg, n, what)
+	}
+	var err error
+	if err := run("GC sweep", func() error {
+		res.Sweep, _, res.SweepMem, res.SweepCPU, err = collectCPU(rg, backend, n, true, false, true)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if err := run("force cleanup per id", func() error {
+		res.PerID, _, _, err = collect(rg, backend, n, false, false, false)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if err := run("GC sweep (counted)", func() error {
+		_, res.SweepProcs, _, err = collect(rg, backend, n, true, true, false)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	// Every id takes the same path through the cleanup, so the processes
+	// of per-id cleanup are counted over the first ids only; a sweep
+	// removes the rest.
+	if err := run("force cleanup per id (counted)", func() error {
+		_, res.PerIDProcs, _, err = collect(rg, backend, res.PerIDSample, false, true, false)
+		return err
+	}, func() error {
+		if n == res.PerIDSample {
+			return nil
+		}
+		_, _, _, err = collect(rg, backend, n-res.PerIDSample, true, false, false)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// gcBigScenario: gc-big-n leaked attachments (iptables, both families),
+// one GC sweep, timed, counted and its memory sampled in the same run
+// (the shim adds a shell per process, a few ms in all).
+func gcBigScenario(r *report) error {
+	n := r.opts.gcBigN
+	start := time.Now()
+	if err := writeFootprints(gcRange, 0, n, true, false); err != nil {
+		return err
+	}
+	leak := time.Since(start)
+	d, procs, mem, cpu, err := collectCPU(gcRange, cninet.BackendIPTables, n, true, true, true)
+	if err != nil {
+		return err
+	}
+	if err := checkGone(gcRange, n, "GC"); err != nil {
+		return err
+	}
+	r.res.GCBig = &gcBigResult{N: n, Leak: leak, Sweep: d, Procs: procs, Mem: mem, CPU: cpu}
+	return nil
 }

@@ -1,6 +1,10 @@
 // Command bench measures cninet side by side with the alternatives, with
 // the real CNI plugins, inside throwaway network namespaces, and writes
 // BENCHMARKS.md and an SVG plot. Run it with `make bench` (as root).
+//
+// -only runs a subset of the scenarios; the results of the others are
+// taken from the state file (-state) of an earlier run, so the report
+// stays whole.
 package main
 
 import (
@@ -8,34 +12,98 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
 
 type options struct {
-	pluginDir   string
-	failonceDir string
-	overheadN   int
-	recoveryN   int
-	concRounds  int
-	gcN         int
-	out, svg    string
-	goBench     string // output of go test -bench, read from a file
+	pluginDir     string
+	upstreamDir   string
+	failonceDir   string
+	overheadN     int
+	recoveryN     int
+	concRounds    int
+	gcN           int
+	gcBigN        int
+	gcNFTN        int
+	gcCountSample int
+	scaleN        int
+	scaleSizes    []int
+	only          []string
+	out, svg      string
+	state         string
+	goBench       string // output of go test -bench, read from a file
+}
+
+// scenario is one named, separately runnable measurement.
+type scenario struct {
+	name, what string
+	fn         func(*report) error
+}
+
+var scenarios = []scenario{
+	{"overhead", "Setup+Teardown, cninet vs. go-cni, Debian plugins (iptables)", overheadDebian},
+	{"overhead-nft", "Setup+Teardown, cninet vs. go-cni, upstream plugins, nftables backends", overheadNFT},
+	{"overhead-scale", "the same with 0/250/1,000 other attachments on the host, three plugin sets", overheadScale},
+	{"recovery", "a plugin fails the first ADD: retry policy vs. fixed loop", recovery},
+	{"concurrency", "k concurrent Setup+Teardown: per-allocation vs. global lock", concurrency},
+	{"cold-start", "32 Setups on a host without the bridge: retry vs. gate", coldStart},
+	{"gc", "1,000 leaked attachments (iptables): GC sweep vs. per-id cleanup", gcScenario},
+	{"gc-10k", "10,000 leaked attachments (iptables): GC sweep time, processes, memory", gcBigScenario},
+	{"gc-nft", "1,000 leaked attachments (nftables backends): GC sweep vs. per-id cleanup", gcNFTScenario},
+}
+
+func scenarioNames() []string {
+	var names []string
+	for _, s := range scenarios {
+		names = append(names, s.name)
+	}
+	return names
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.pluginDir, "plugins", "/usr/lib/cni", "CNI plugin directory")
+	var only, sizes string
+	flag.StringVar(&o.pluginDir, "plugins", "/usr/lib/cni", "Debian's CNI plugin directory (iptables backend only)")
+	flag.StringVar(&o.upstreamDir, "upstream", "../.cache/cni/v1.9.1", "upstream CNI plugins v1.9.1 (iptables and nftables backends)")
 	flag.StringVar(&o.failonceDir, "failonce", "", "directory holding the failonce test plugin")
-	flag.IntVar(&o.overheadN, "overhead-n", 40, "Setup+Teardown cycles per contender")
+	flag.IntVar(&o.overheadN, "overhead-n", 40, "Setup+Teardown cycles per contender (overhead, overhead-nft)")
 	flag.IntVar(&o.recoveryN, "recovery-n", 8, "workloads per contender in the recovery scenario")
 	flag.IntVar(&o.concRounds, "conc-rounds", 3, "rounds per concurrency level")
-	flag.IntVar(&o.gcN, "gc-n", 1000, "leaked attachments in the GC scenario")
+	flag.IntVar(&o.gcN, "gc-n", 1000, "leaked attachments in the gc scenario")
+	flag.IntVar(&o.gcBigN, "gc-big-n", 10000, "leaked attachments in the gc-10k scenario")
+	flag.IntVar(&o.gcNFTN, "gc-nft-n", 1000, "leaked attachments in the gc-nft scenario")
+	flag.IntVar(&o.gcCountSample, "gc-count-sample", 100, "ids whose per-id cleanup is counted in processes (gc, gc-nft)")
+	flag.IntVar(&o.scaleN, "scale-n", 12, "Setup+Teardown cycles per contender, per size and plugin set (overhead-scale)")
+	flag.StringVar(&sizes, "scale-sizes", "0,250,1000", "numbers of other attachments on the host (overhead-scale)")
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")
 	flag.StringVar(&o.svg, "svg", "bench/results.svg", "plot to write")
+	flag.StringVar(&o.state, "state", "results.json", "raw results, read back by -only runs for the scenarios they skip")
 	flag.StringVar(&o.goBench, "gobench", "", "file with `go test -bench -benchmem` output to include")
 	flag.Parse()
+	for _, s := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 0 {
+			fmt.Fprintf(os.Stderr, "bench: -scale-sizes: %q is not a size\n", s)
+			os.Exit(2)
+		}
+		o.scaleSizes = append(o.scaleSizes, n)
+	}
+	if only != "" {
+		for _, s := range strings.Split(only, ",") {
+			s = strings.TrimSpace(s)
+			if !slices.Contains(scenarioNames(), s) {
+				fmt.Fprintf(os.Stderr, "bench: -only: unknown scenario %q (have %s)\n", s, strings.Join(scenarioNames(), ","))
+				os.Exit(2)
+			}
+			o.only = append(o.only, s)
+		}
+	}
 	code, err := netsandbox.Run(func() int {
 		if err := run(o); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -52,21 +120,31 @@ func main() {
 
 func run(o options) error {
 	r := &report{started: time.Now(), opts: o}
-	steps := []struct {
-		name string
-		fn   func(*report) error
-	}{
-		{"overhead", overhead},
-		{"recovery", recovery},
-		{"concurrency", concurrency},
-		{"cold start", coldStart},
-		{"gc", gcScenario},
+	if len(o.only) > 0 {
+		if err := r.res.load(o.state); err != nil {
+			return err
+		}
 	}
-	for _, s := range steps {
-		fmt.Fprintf(os.Stderr, "bench: %s...\n", s.name)
+	r.res.Machine = machine()
+	for _, s := range scenarios {
+		if len(o.only) > 0 && !slices.Contains(o.only, s.name) {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s (%s)... [%s]\n", s.name, s.what, time.Since(r.started).Round(time.Second))
+		start := time.Now()
 		if err := s.fn(r); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
+		r.res.mark(s.name, start)
+		r.ran = append(r.ran, s.name)
+		// Save after every scenario: a later failure keeps what was measured.
+		if err := r.res.save(o.state); err != nil {
+			return err
+		}
+	}
+	r.res.Elapsed = time.Since(r.started)
+	if err := r.res.save(o.state); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(o.svg), 0o755); err != nil {
 		return err

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,13 +22,17 @@ import (
 var netSeq atomic.Int32
 
 // benchConf returns a fresh IPv4 bridge network in the benchmarking
-// range, optionally with extra plugins appended.
-func benchConf(extra ...map[string]any) (cninet.BridgeConfig, []byte, error) {
+// range, with the given backend ("" or iptables, nftables), optionally
+// with extra plugins appended.
+func benchConf(backend string, extra ...map[string]any) (cninet.BridgeConfig, []byte, error) {
 	n := netSeq.Add(1)
 	cfg := cninet.DefaultBridgeConfig()
 	cfg.NetworkName, cfg.BridgeName = fmt.Sprintf("bench%d", n), fmt.Sprintf("benchbr%d", n)
 	cfg.IPv4Subnet = fmt.Sprintf("198.18.%d.0/24", n)
 	cfg.IPAMDataDir = "/run/cni"
+	if backend == cninet.BackendNFTables {
+		cfg.Backend = backend
+	}
 	conf, err := cninet.BridgeConfList(cfg)
 	if err != nil || len(extra) == 0 {
 		return cfg, conf, err
@@ -46,6 +52,43 @@ func newConfigurator(conf []byte, dirs ...string) (*cninet.Configurator, error) 
 	return cninet.New(cninet.Config{ConfList: conf, PluginDirs: dirs, Logger: hclog.NewNullLogger()})
 }
 
+// cleanupLog reads cninet's debug log: how long each Teardown's force
+// cleanup after DEL took, and whether it found anything left.
+type cleanupLog struct {
+	mu        sync.Mutex
+	durations sample
+	leftovers int
+}
+
+var cleanupField = regexp.MustCompile(`network detached:.* cleanup=(\S+)`)
+
+func (l *cleanupLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if m := cleanupField.FindSubmatch(p); m != nil {
+		if d, err := time.ParseDuration(string(m[1])); err == nil {
+			l.durations = append(l.durations, d)
+		}
+	}
+	if bytes.Contains(p, []byte("removed state the CNI plugins left behind")) {
+		l.leftovers++
+	}
+	return len(p), nil
+}
+
+func (l *cleanupLog) take() (sample, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d, n := l.durations, l.leftovers
+	l.durations, l.leftovers = nil, 0
+	return d, n
+}
+
+func loggedConfigurator(conf []byte, log *cleanupLog, dirs ...string) (*cninet.Configurator, error) {
+	return cninet.New(cninet.Config{ConfList: conf, PluginDirs: dirs,
+		Logger: hclog.New(&hclog.LoggerOptions{Output: log, Level: hclog.Debug})})
+}
+
 func ctxMinute() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 2*time.Minute)
 }
@@ -55,38 +98,116 @@ var benchAlloc = func(id string, port int) *cninet.Allocation {
 		Args: map[string]string{"NOMAD_ALLOC_ID": id}}
 }
 
-// overhead: Setup+Teardown through cninet vs. go-cni called directly with
-// the same conflist and options, interleaved so drift hits both alike.
-func overhead(r *report) error {
-	_, conf, err := benchConf()
+// overheadDebian and overheadNFT: Setup+Teardown through cninet vs. go-cni
+// called directly with the same conflist and options, interleaved so
+// drift hits both alike.
+func overheadDebian(r *report) error { return overheadScenario(r, r.opts.debianSet()) }
+
+func overheadNFT(r *report) error { return overheadScenario(r, r.opts.upstreamSets()[1]) }
+
+func overheadScenario(r *report, set pluginSet) error {
+	_, conf, err := benchConf(set.Backend)
 	if err != nil {
 		return err
 	}
-	c, err := newConfigurator(conf, r.opts.pluginDir)
+	b, err := newBench(set, conf)
 	if err != nil {
 		return err
 	}
-	raw, err := gocni.New(gocni.WithPluginDir([]string{r.opts.pluginDir}), gocni.WithConfListBytes(conf))
+	res, err := b.measure(r.opts.overheadN, "ovh")
 	if err != nil {
 		return err
 	}
-	var lib, direct sample
-	for i := 0; i < r.opts.overheadN; i++ {
-		order := []bool{i%2 == 0, i%2 != 0}
-		for _, useLib := range order {
-			d, err := oneCycle(c, raw, useLib, fmt.Sprintf("ovh-%d-%v", i, useLib), 28000+i%1000)
+	r.res.Overhead = slices.DeleteFunc(r.res.Overhead, func(o overheadResult) bool { return o.Set == set })
+	r.res.Overhead = append(r.res.Overhead, res)
+	return nil
+}
+
+// bench is one network measured through cninet and through go-cni.
+type bench struct {
+	set  pluginSet
+	conf []byte
+	log  *cleanupLog
+	c    *cninet.Configurator
+	raw  gocni.CNI
+	port int
+}
+
+func newBench(set pluginSet, conf []byte) (*bench, error) {
+	b := &bench{set: set, conf: conf, log: &cleanupLog{}, port: 28000}
+	var err error
+	if b.c, err = loggedConfigurator(conf, b.log, set.Dir); err != nil {
+		return nil, err
+	}
+	if b.raw, err = gocni.New(gocni.WithPluginDir([]string{set.Dir}), gocni.WithConfListBytes(conf)); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *bench) nextPort() int {
+	b.port++
+	return 28000 + b.port%1000
+}
+
+// measure runs one unmeasured warm-up cycle per contender, then n
+// measured ones each, ABAB with alternating first, then counts the
+// processes of one more cycle each.
+func (b *bench) measure(n int, prefix string) (overheadResult, error) {
+	res := overheadResult{Set: b.set}
+	for _, useLib := range []bool{true, false} {
+		if _, err := oneCycle(b.c, b.raw, useLib, fmt.Sprintf("%s-warm-%v", prefix, useLib), b.nextPort()); err != nil {
+			return res, err
+		}
+	}
+	b.log.take()
+	for i := 0; i < n; i++ {
+		for _, useLib := range []bool{i%2 == 0, i%2 != 0} {
+			d, err := oneCycle(b.c, b.raw, useLib, fmt.Sprintf("%s-%d-%v", prefix, i, useLib), b.nextPort())
 			if err != nil {
-				return err
+				return res, err
 			}
 			if useLib {
-				lib = append(lib, d)
+				res.Lib = append(res.Lib, d)
 			} else {
-				direct = append(direct, d)
+				res.Direct = append(res.Direct, d)
 			}
 		}
 	}
-	r.overhead = pair{a: lib, b: direct}
-	return nil
+	res.Cleanup, res.Leftovers = b.log.take()
+	var err error
+	res.Procs, res.DirectProcs, err = b.countProcs(prefix)
+	return res, err
+}
+
+// countProcs counts the iptables and nft processes of one Setup+Teardown
+// through cninet (a fresh Configurator, opened while the shim is in PATH;
+// its first cycle opens the handles and is not counted) and of one go-cni
+// Setup+Remove. The plugins find the shim through PATH too.
+func (b *bench) countProcs(prefix string) (lib, direct procCount, err error) {
+	sh, err := installShim()
+	if err != nil {
+		return lib, direct, err
+	}
+	defer sh.remove()
+	c, err := newConfigurator(b.conf, b.set.Dir)
+	if err != nil {
+		return lib, direct, err
+	}
+	defer c.Close()
+	for i, what := range []string{"open", "lib", "direct"} {
+		sh.reset()
+		if _, err := oneCycle(c, b.raw, what != "direct", fmt.Sprintf("%s-count-%d", prefix, i), b.nextPort()); err != nil {
+			return lib, direct, err
+		}
+		switch what {
+		case "lib":
+			lib = sh.count()
+		case "direct":
+			direct = sh.count()
+		}
+	}
+	return lib, direct, nil
 }
 
 func oneCycle(c *cninet.Configurator, raw gocni.CNI, useLib bool, id string, port int) (time.Duration, error) {
@@ -129,7 +250,7 @@ func recovery(r *report) error {
 		return err
 	}
 	defer os.RemoveAll(state)
-	_, conf, err := benchConf(map[string]any{"type": "failonce", "stateDir": state})
+	_, conf, err := benchConf("", map[string]any{"type": "failonce", "stateDir": state})
 	if err != nil {
 		return err
 	}
@@ -142,6 +263,8 @@ func recovery(r *report) error {
 	if err != nil {
 		return err
 	}
+	rec := &recoveryResult{}
+	r.res.Recovery = rec
 	for i := 0; i < r.opts.recoveryN; i++ {
 		for _, useLib := range []bool{i%2 == 0, i%2 != 0} {
 			id := fmt.Sprintf("rec-%d-%v", i, useLib)
@@ -150,11 +273,11 @@ func recovery(r *report) error {
 				return err
 			}
 			if useLib {
-				r.recovery.lib = append(r.recovery.lib, d)
-				r.recovery.libFailed += b2i(!ok)
+				rec.Lib = append(rec.Lib, d)
+				rec.LibFailed += b2i(!ok)
 			} else {
-				r.recovery.fixed = append(r.recovery.fixed, d)
-				r.recovery.fixedFailed += b2i(!ok)
+				rec.Fixed = append(rec.Fixed, d)
+				rec.FixedFailed += b2i(!ok)
 			}
 		}
 	}
@@ -199,7 +322,7 @@ func recoverOne(c *cninet.Configurator, raw gocni.CNI, useLib bool, id string, p
 // concurrency: k workloads set up and torn down at once, with cninet's
 // per-allocation locking vs. one global lock around every call.
 func concurrency(r *report) error {
-	_, conf, err := benchConf()
+	_, conf, err := benchConf("")
 	if err != nil {
 		return err
 	}
@@ -208,6 +331,8 @@ func concurrency(r *report) error {
 		return err
 	}
 	var global sync.Mutex
+	conc := &concResult{Rounds: r.opts.concRounds}
+	r.res.Conc = conc
 	for _, k := range []int{1, 4, 16, 32} {
 		var perAlloc, locked sample
 		for round := 0; round < r.opts.concRounds; round++ {
@@ -227,7 +352,7 @@ func concurrency(r *report) error {
 				}
 			}
 		}
-		r.conc = append(r.conc, concLevel{k: k, perAlloc: perAlloc, global: locked})
+		conc.Levels = append(conc.Levels, concLevel{K: k, PerAlloc: perAlloc, Global: locked})
 	}
 	return nil
 }
@@ -279,10 +404,12 @@ func burst(c *cninet.Configurator, k int, lock *sync.Mutex, prefix string) (time
 // one-time gate that lets the first attachment create the bridge alone.
 func coldStart(r *report) error {
 	const k = 32
+	cold := &coldResult{}
+	r.res.Cold = cold
 	for round := 0; round < r.opts.concRounds; round++ {
 		for _, gated := range []bool{round%2 == 0, round%2 != 0} {
 			var failed atomic.Int64
-			_, conf, err := benchConf() // a new bridge name: cold
+			_, conf, err := benchConf("") // a new bridge name: cold
 			if err != nil {
 				return err
 			}
@@ -296,11 +423,11 @@ func coldStart(r *report) error {
 				return err
 			}
 			if gated {
-				r.cold.gated = append(r.cold.gated, d)
-				r.cold.gatedRetries += int(failed.Load())
+				cold.Gated = append(cold.Gated, d)
+				cold.GatedRetries += int(failed.Load())
 			} else {
-				r.cold.retry = append(r.cold.retry, d)
-				r.cold.retryRetries += int(failed.Load())
+				cold.Retry = append(cold.Retry, d)
+				cold.RetryRetries += int(failed.Load())
 			}
 		}
 	}

@@ -44,3 +44,20 @@ func ratio(a, b time.Duration) float64 {
 	}
 	return float64(a) / float64(b)
 }
+
+// pairedRatio is the median of a[i]/b[i]: cycles i of the two contenders
+// ran next to each other.
+func pairedRatio(a, b sample) float64 {
+	var qs []float64
+	for i := range min(len(a), len(b)) {
+		qs = append(qs, ratio(a[i], b[i]))
+	}
+	if len(qs) == 0 {
+		return 0
+	}
+	sort.Float64s(qs)
+	if len(qs)%2 == 1 {
+		return qs[len(qs)/2]
+	}
+	return (qs[len(qs)/2-1] + qs[len(qs)/2]) / 2
+}

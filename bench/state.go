@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// results is everything measured, kept in the state file so that a run of
+// some scenarios (-only) reports the others from an earlier run.
+type results struct {
+	Machine  string
+	Elapsed  time.Duration        // of the last run
+	Measured map[string]time.Time // scenario name: when it was last measured
+	Took     map[string]time.Duration
+
+	Overhead []overheadResult // scenario 1 per plugin set
+	Scale    []scaleResult    // overhead-scale: per plugin set and size
+	Recovery *recoveryResult
+	Conc     *concResult
+	Cold     *coldResult
+	GC       *gcResult    // iptables, gc-n, sweep vs. per id
+	GCBig    *gcBigResult // iptables, gc-big-n, sweep only
+	GCNFT    *gcResult    // nftables, gc-nft-n, sweep vs. per id
+}
+
+func (r *results) mark(name string, start time.Time) {
+	if r.Measured == nil {
+		r.Measured, r.Took = map[string]time.Time{}, map[string]time.Duration{}
+	}
+	r.Measured[name], r.Took[name] = start, time.Since(start)
+}
+
+func (r *results) load(path string) error {
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, r); err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	return nil
+}
+
+func (r *results) save(path string) error {
+	raw, err := json.MarshalIndent(r, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(raw, '\n'), 0o644)
+}
+
+// pluginSet is one installed set of the reference plugins and the backend
+// the bridge masquerades and portmap maps ports with.
+type pluginSet struct {
+	Name, Dir, Backend string
+}
+
+func (o options) debianSet() pluginSet {
+	return pluginSet{"Debian 1.1.1 (iptables)", o.pluginDir, "iptables"}
+}
+
+func (o options) upstreamSets() []pluginSet {
+	return []pluginSet{
+		{"upstream v1.9.1 (iptables)", o.upstreamDir, "iptables"},
+		{"upstream v1.9.1 (nftables)", o.upstreamDir, "nftables"},
+	}
+}
+
+// overheadResult is scenario 1 on one plugin set.
+type overheadResult struct {
+	Set         pluginSet
+	Lib, Direct sample
+	Cleanup     sample    // cninet's force cleanup after DEL, from its debug log
+	Leftovers   int       // Teardowns whose cleanup found something the plugins left
+	Procs       procCount // one cninet Setup+Teardown, plugins' and cninet's own processes
+	DirectProcs procCount // one go-cni Setup+Remove
+	RulesIPT    int       // iptables + ip6tables rules on the host while measuring
+	RulesNFT    int       // nftables rules on the host while measuring (iptables-nft's included)
+}
+
+// scaleResult is one plugin set at one number of other attachments.
+type scaleResult struct {
+	overheadResult
+	Others int
+}
+
+type recoveryResult struct {
+	Lib, Fixed             sample
+	LibFailed, FixedFailed int
+}
+
+type concLevel struct {
+	K                int
+	PerAlloc, Global sample
+}
+
+type concResult struct {
+	Rounds int
+	Levels []concLevel
+}
+
+type coldResult struct {
+	Retry, Gated               sample
+	RetryRetries, GatedRetries int
+}
+
+// gcResult is a GC sweep against one force cleanup per id.
+type gcResult struct {
+	N                      int
+	Sweep, PerID           time.Duration
+	SweepProcs, PerIDProcs procCount
+	PerIDSample            int // PerIDProcs counts the cleanup of this many ids
+	SweepMem               memUse
+	SweepCPU               cpuUse
+}
+
+type gcBigResult struct {
+	N     int
+	Leak  time.Duration // writing the leaked state
+	Sweep time.Duration
+	Procs procCount
+	Mem   memUse
+	CPU   cpuUse
+}
