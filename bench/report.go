@@ -329,7 +329,7 @@ func (r *report) gcSection(w writer) {
 	w("### 5b. iptables, %s leaked attachments: GC sweep only\n\n", gcBigN(r.res.GCBig))
 	w("%s", r.when("gc-10k"))
 	if g := r.res.GCBig; g != nil {
-		w("Same footprint as 5a, %d rules and chains and %d reservation files (writing them took %s). One GC sweep, timed with the counting shim in PATH (it adds one `sh` per process counted) and the memory sampler running; per-id cleanup is not run at this size (at 5a's per-id cost it would take hours).\n\n", g.N*iptRuleCount, g.N*2, g.Leak.Round(time.Second))
+		w("Same footprint as 5a, %d rules and chains and %d reservation files (writing them took %s). One GC sweep, timed with the counting shim in PATH (it adds one `bash` per process counted) and the memory sampler running; per-id cleanup is not run at this size (at 5a's per-id cost it would take hours).\n\n", g.N*iptRuleCount, g.N*2, g.Leak.Round(time.Second))
 		w("| n | time | CPU | processes (count × mean wall time) | memory |\n|---|---|---|---|---|\n")
 		if s := r.res.GC; s != nil {
 			w("| %d | %s | %s | %s | %s |\n", s.N, ms(s.Sweep), cpuOrDash(s.SweepCPU), s.SweepProcs.OwnTimes(), memString(s.SweepMem))
