@@ -183,18 +183,21 @@ func (cf cleanupFixture) reservations(t *testing.T) []string {
 }
 
 // listingMode is how the fake iptables can be listed: chain by chain (the
-// IPTables interface alone), table by table with batched restores, or all
-// tables at once (iptables-save), as the host's default IPTables does.
+// IPTables interface alone), table by table with batched restores, all
+// tables at once (iptables-save), as the host's default IPTables does on
+// the legacy backend, or with chains and rules also probed without a
+// listing, as it does on the nf_tables backend.
 type listingMode int
 
 const (
 	chainByChain listingMode = iota
 	tableByTable
 	allTables
+	probed
 )
 
 func (m listingMode) String() string {
-	return [...]string{"chain by chain", "table by table", "all tables at once"}[m]
+	return [...]string{"chain by chain", "table by table", "all tables at once", "probed over netlink"}[m]
 }
 
 func (m listingMode) wrap(ipt *fakeipt.IPTables) cninet.IPTables {
@@ -203,13 +206,15 @@ func (m listingMode) wrap(ipt *fakeipt.IPTables) cninet.IPTables {
 		return &fakeipt.Batching{IPTables: ipt}
 	case allTables:
 		return fakeipt.Saving{Batching: &fakeipt.Batching{IPTables: ipt}}
+	case probed:
+		return fakeipt.Probing{Saving: fakeipt.Saving{Batching: &fakeipt.Batching{IPTables: ipt}}}
 	}
 	return ipt
 }
 
 // eachListingMode runs a test in every listing mode.
 func eachListingMode(t *testing.T, test func(t *testing.T, mode listingMode)) {
-	for _, m := range []listingMode{chainByChain, tableByTable, allTables} {
+	for _, m := range []listingMode{chainByChain, tableByTable, allTables, probed} {
 		t.Run(m.String(), func(t *testing.T) { test(t, m) })
 	}
 }
@@ -341,6 +346,70 @@ func TestTeardownListsEachChainOnce(t *testing.T) {
 	if len(seen) == 0 {
 		t.Fatal("nothing was listed")
 	}
+}
+
+func TestTeardownWithNothingLeftListsNoChainWhereChainsCanBeProbed(t *testing.T) {
+	cases := []struct {
+		name      string
+		leak      bool  // the DEL left the whole footprint behind
+		failProbe error // the probes fail
+		listed    bool  // so chains must be listed after all
+	}{
+		{name: "nothing left: only the three derived chains and CNI-FORWARD are probed, nothing listed"},
+		{name: "everything left: it is found and removed", leak: true, listed: true},
+		{name: "probes that fail fall back to listing", failProbe: errors.New("netlink: permission denied"), listed: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cf := newCleanupFixture(t, "nomad", probed)
+			before := cf.state()
+			if tc.leak {
+				cf.leak(t, footprint{network: "nomad", id: "a", ip: "198.18.0.2"})
+			} else {
+				cf.reserve(t, "198.18.0.2", "a") // the address is proven: CNI-FORWARD must be looked at
+			}
+			cf.c = reopenProbing(t, cf, tc.failProbe)
+			if err := cf.teardown(t, "a"); err != nil {
+				t.Fatal(err)
+			}
+			if after := cf.state(); after != before {
+				t.Fatalf("left behind:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+			var listings, probes []string
+			for _, call := range cf.v4.Calls() {
+				switch strings.SplitN(call, " ", 2)[0] {
+				case "List", "ListTable", "SaveAll":
+					listings = append(listings, call)
+				case "ChainExists", "MayMention":
+					probes = append(probes, call)
+				}
+			}
+			if tc.listed != (len(listings) > 0) {
+				t.Errorf("listings %q, want some: %v", listings, tc.listed)
+			}
+			if want := 4; tc.failProbe == nil && !tc.leak && len(probes) != want {
+				t.Errorf("probes %q, want %d", probes, want)
+			}
+		})
+	}
+}
+
+// reopenProbing returns a Configurator on cf's fakes whose probes fail
+// with failProbe.
+func reopenProbing(t *testing.T, cf cleanupFixture, failProbe error) *cninet.Configurator {
+	t.Helper()
+	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfList: cf.c.ConfList(), CNI: cf.cni,
+		IPTables: func(v6 bool) (cninet.IPTables, error) {
+			ipt := cf.v4
+			if v6 {
+				ipt = cf.v6
+			}
+			return fakeipt.Probing{Saving: fakeipt.Saving{Batching: &fakeipt.Batching{IPTables: ipt}}, FailProbe: failProbe}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func TestTeardownRunsEveryStepAndReportsEachFailure(t *testing.T) {

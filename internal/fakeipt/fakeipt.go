@@ -6,7 +6,9 @@ package fakeipt
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -344,4 +346,46 @@ func applyRestoreLine(work map[string][]string, refs map[string]int, line string
 		return fmt.Errorf("unsupported command %s", f[0])
 	}
 	return nil
+}
+
+// Probing adds the ChainChecker and AddrScanner extensions to a Saving,
+// like the host's iptables on the nf_tables backend, whose chains and
+// rules are read over netlink.
+type Probing struct {
+	Saving
+	// FailProbe, when set, is returned by every ChainExists and
+	// MayMention.
+	FailProbe error
+}
+
+// ChainExists implements footprint.ChainChecker.
+func (p Probing) ChainExists(table, chain string) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, "ChainExists "+table+" "+chain)
+	if p.FailProbe != nil {
+		return false, p.FailProbe
+	}
+	_, ok := p.tables[table][chain]
+	return ok, nil
+}
+
+// MayMention implements footprint.AddrScanner: whether any rule of chain
+// names one of addrs, as an address or a prefix.
+func (p Probing) MayMention(table, chain string, addrs []netip.Addr) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, "MayMention "+table+" "+chain)
+	if p.FailProbe != nil {
+		return false, p.FailProbe
+	}
+	for _, r := range p.tables[table][chain] {
+		for _, field := range strings.Fields(r) {
+			a, err := netip.ParseAddr(strings.SplitN(field, "/", 2)[0])
+			if err == nil && slices.Contains(addrs, a) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }

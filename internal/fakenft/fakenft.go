@@ -8,6 +8,8 @@ package fakenft
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/seed1280861d/cninet/internal/footprint"
@@ -139,4 +141,40 @@ func (f *NFTables) index(table footprint.NFTable, chain string, handle int) int 
 		}
 	}
 	return -1
+}
+
+// Matching adds the footprint.NFTRuleMatcher extension to an NFTables,
+// like the host's, which reads nf_tables over netlink. A rule's sketch
+// carries the addresses it names.
+type Matching struct {
+	*NFTables
+	// FailMatch, when set, is returned by every AnyRule call.
+	FailMatch error
+}
+
+// AnyRule implements footprint.NFTRuleMatcher.
+func (m Matching) AnyRule(_ context.Context, tables []footprint.NFTable, match func(footprint.NFTRuleSketch) bool) (bool, error) {
+	m.mu.Lock()
+	m.calls = append(m.calls, "AnyRule")
+	rules := append([]footprint.NFTRule(nil), m.rules...)
+	m.mu.Unlock()
+	if m.FailMatch != nil {
+		return false, m.FailMatch
+	}
+	for _, r := range rules {
+		t := footprint.NFTable{Family: r.Family, Name: r.Table}
+		if !slices.Contains(tables, t) {
+			continue
+		}
+		var raw []byte
+		for _, a := range []netip.Addr{r.Saddr, r.Daddr, r.DNAT} {
+			if a.IsValid() {
+				raw = append(raw, a.AsSlice()...)
+			}
+		}
+		if match(footprint.NFTRuleSketch{Table: t, Chain: r.Chain, Comment: r.Comment, Raw: raw}) {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -121,7 +121,7 @@ func (c *Cleaner) Discover() []string {
 	c.whole = true
 	c.files = c.scanAllFiles()
 	found := newIDSet(c.files.ids())
-	for _, id := range c.scanNFT().discover(c) {
+	for _, id := range c.scanNFT(nil).discover(c) {
 		found[id] = true
 	}
 	var mu sync.Mutex
@@ -146,7 +146,7 @@ func (c *Cleaner) Clean(ids []string) ([]Item, error) {
 	if !c.whole {
 		c.files = c.prior.refresh(set)
 	}
-	nft := c.scanNFT()
+	nft := c.scanNFT(set)
 	evs := [2]*evidence{c.evidence(set, false), c.evidence(set, true)}
 	for i, ev := range evs {
 		nft.prove(c, set, ev, i == 1)

@@ -97,6 +97,22 @@ func (f hostFiles) refresh(ids idSet) hostFiles {
 	return out
 }
 
+// addrsOf returns the addresses the files name for ids.
+func (f hostFiles) addrsOf(ids idSet) []netip.Addr {
+	var addrs []netip.Addr
+	for _, r := range f.reservations {
+		if ids[r.id] {
+			addrs = append(addrs, r.addr)
+		}
+	}
+	for _, r := range f.cached {
+		if ids[r.id] {
+			addrs = append(addrs, r.addrs...)
+		}
+	}
+	return addrs
+}
+
 // ids returns every attachment id the files name.
 func (f hostFiles) ids() []string {
 	var ids []string

@@ -16,6 +16,10 @@ type family struct {
 	listings map[string]*tableListing // "table" (whole) or "table/chain"
 	saved    bool                     // listings hold every table (Saver)
 	masq     *masqScan                // POSTROUTING as read for this run's ids
+	exists   map[string]bool          // "table/chain": answers of a ChainChecker
+	// nftProved says deferred nftables evidence was added to this
+	// family's evidence.
+	nftProved bool
 }
 
 // rules returns the parsed rules of a chain; ok is false when the chain
@@ -75,11 +79,49 @@ func (f *family) saveAll(saver Saver) {
 // and the chain holding the jumps need not be listed at all.
 func (f *family) anyChain(ids idSet, name func(Attachment) string) bool {
 	for id := range ids {
-		if _, ok := f.rules("nat", name(Attachment{f.c.net.Name, id})); ok {
+		if f.hasChain("nat", name(Attachment{f.c.net.Name, id})) {
 			return true
 		}
 	}
 	return false
+}
+
+// hasChain reports whether chain exists: for a Teardown by asking a
+// ChainChecker where the IPTables is one, else by listing the chain.
+func (f *family) hasChain(table, chain string) bool {
+	checker, ok := f.ipt.(ChainChecker)
+	if f.c.whole || !ok {
+		_, ok := f.rules(table, chain)
+		return ok
+	}
+	key := table + "/" + chain
+	if exists, done := f.exists[key]; done {
+		return exists
+	}
+	exists, err := checker.ChainExists(table, chain)
+	if err != nil {
+		_, exists = f.rules(table, chain)
+	}
+	if f.exists == nil {
+		f.exists = map[string]bool{}
+	}
+	f.exists[key] = exists
+	return exists
+}
+
+// mayMention reports whether a rule of chain may be about one of addrs:
+// for a Teardown an AddrScanner can rule that out without a listing.
+func (f *family) mayMention(table, chain string, addrs map[netip.Addr]string) bool {
+	scanner, ok := f.ipt.(AddrScanner)
+	if f.c.whole || !ok {
+		return true
+	}
+	list := make([]netip.Addr, 0, len(addrs))
+	for a := range addrs {
+		list = append(list, a)
+	}
+	may, err := scanner.MayMention(table, chain, list)
+	return may || err != nil
 }
 
 // deletion is one planned iptables change.
@@ -189,7 +231,7 @@ func (f *family) planChains(ids idSet, plan []deletion) []deletion {
 	for _, id := range sortedIDs(ids) {
 		a := Attachment{f.c.net.Name, id}
 		for _, ch := range []string{a.MasqChain(), a.DNATChain(), a.SNATChain()} {
-			if _, ok := f.rules("nat", ch); ok {
+			if f.hasChain("nat", ch) {
 				plan = append(plan, deletion{table: "nat", id: id, chain: ch})
 			}
 		}
@@ -200,8 +242,8 @@ func (f *family) planChains(ids idSet, plan []deletion) []deletion {
 // planFirewall plans the deletion of the firewall plugin's comment-less
 // CNI-FORWARD rules for owned addresses.
 func (f *family) planFirewall(ids idSet, ev *evidence, plan []deletion) []deletion {
-	if len(ev.owned(f.c.net.IPAMDirs, ids)) == 0 {
-		return plan // nothing proven: CNI-FORWARD need not even be listed
+	if owned := ev.owned(f.c.net.IPAMDirs, ids); len(owned) == 0 || !f.mayMention("filter", firewallChain, owned) {
+		return plan // nothing proven, or no rule about it: CNI-FORWARD need not even be listed
 	}
 	rules, _ := f.rules("filter", firewallChain)
 	var found []deletion
@@ -223,9 +265,10 @@ func (f *family) planFirewall(ids idSet, ev *evidence, plan []deletion) []deleti
 }
 
 // completeEvidence makes sure ev has heard from every other attachment's
-// masquerade jump before a comment-less or bare-id rule is judged on it:
-// a Teardown reads POSTROUTING only when it has a reason to, and a rule
-// about to be deleted is one. It returns the owned addresses.
+// masquerade jump and nftables rule before a comment-less or bare-id rule
+// is judged on it: a Teardown reads POSTROUTING and the nftables tables
+// only when it has a reason to, and a rule about to be deleted is one. It
+// returns the owned addresses.
 func (f *family) completeEvidence(ids idSet, ev *evidence) map[netip.Addr]string {
 	if f.masq == nil {
 		for a := range f.scanMasquerade(ids).others {
@@ -233,6 +276,10 @@ func (f *family) completeEvidence(ids idSet, ev *evidence) map[netip.Addr]string
 		}
 		ev.owns = nil
 	}
+	if !f.nftProved && f.c.proveDeferred(ids, ev, f.v6) {
+		ev.owns = nil
+	}
+	f.nftProved = true
 	return ev.owned(f.c.net.IPAMDirs, ids)
 }
 

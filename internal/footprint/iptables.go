@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"sync"
@@ -43,6 +44,22 @@ type Saver interface {
 // table in one `iptables-restore --noflush` transaction.
 type Restorer interface {
 	RestoreNoFlush(table string, lines []string) error
+}
+
+// ChainChecker is an optional extension of IPTables: whether a chain
+// exists, at a cost that does not grow with the table. A Teardown asks it
+// instead of listing the chains an attachment can own; an error makes it
+// list them after all.
+type ChainChecker interface {
+	ChainExists(table, chain string) (bool, error)
+}
+
+// AddrScanner is an optional extension of IPTables: whether any rule of a
+// chain may be about one of addrs, read without listing the chain. false
+// must prove that no rule of the chain matches or rewrites any of them;
+// true only sends the caller to the real listing. An error does too.
+type AddrScanner interface {
+	MayMention(table, chain string, addrs []netip.Addr) (bool, error)
 }
 
 // isNotExist reports whether err says a chain or rule does not exist, for
@@ -88,7 +105,46 @@ func NewHostIPTables(ipv6 bool) (IPTables, error) {
 	}
 	h.save, _ = exec.LookPath(save)       // optional: without it tables are listed one by one
 	h.restore, _ = exec.LookPath(restore) // optional: without it deletions go rule by rule
+	if version, err := run(h.list, nil, "--version"); err == nil && strings.Contains(version, "(nf_tables)") {
+		family := "ip"
+		if ipv6 {
+			family = "ip6"
+		}
+		return &nfIPTables{hostIPTables: h, family: family}, nil
+	}
 	return h, nil
+}
+
+// nfIPTables is the host's iptables on the nf_tables backend (iptables-nft):
+// its tables are nf_tables tables, which netlink reads directly, so chains
+// are looked up and rules scanned without starting a process. The plugins
+// run the same iptables binary, so their rules are where this looks.
+type nfIPTables struct {
+	*hostIPTables
+	family string // "ip" or "ip6"
+}
+
+// ChainExists implements ChainChecker.
+func (h *nfIPTables) ChainExists(table, chain string) (bool, error) {
+	return nfChainExists(h.family, table, chain)
+}
+
+// MayMention implements AddrScanner: an address a rule matches on or
+// rewrites to is in that rule's expressions, byte for byte.
+func (h *nfIPTables) MayMention(table, chain string, addrs []netip.Addr) (bool, error) {
+	raw := addrBytes(addrs)
+	found, err := nfAnyRule(h.family, table, chain, func(r nlRule) bool { return r.mentions(raw) })
+	return found || err != nil, err
+}
+
+// addrBytes returns each address as it appears in a rule: 4 or 16 bytes in
+// network order.
+func addrBytes(addrs []netip.Addr) [][]byte {
+	raw := make([][]byte, len(addrs))
+	for i, a := range addrs {
+		raw[i] = a.Unmap().AsSlice()
+	}
+	return raw
 }
 
 // SaveAll implements Saver.

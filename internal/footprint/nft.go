@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // KindNFTRule is an nftables rule removed by a Cleaner.
@@ -15,35 +16,91 @@ const KindNFTRule Kind = "nftables rule"
 // once: both backends are always looked at, whatever the conflist names,
 // so an operator who switched backends is not stranded with the old rules.
 type nftScan struct {
-	nft   NFTables // nil: no nftables on this host
+	nft   NFTables // nil: no nftables on this host, or its listing failed
 	rules []NFTRule
+
+	// deferred says a Teardown's in-process look found nothing of its ids, so the
+	// tables were not listed; they are only if evidence is ever needed.
+	deferred bool
+	once     sync.Once
 }
 
-// scanNFT lists the masquerade and hostport tables, once per run.
-func (c *Cleaner) scanNFT() *nftScan {
+var nftTables = []NFTable{nftMasqTable, nftHostportTables[0], nftHostportTables[1]}
+
+// scanNFT lists the masquerade and hostport tables, once per run. A
+// Teardown first looks for its own rules in-process (NFTRuleMatcher) and lists nothing when no
+// rule carries a comment of ids and no rule was guarded.
+func (c *Cleaner) scanNFT(ids idSet) *nftScan {
 	if c.nft != nil {
 		return c.nft
 	}
-	c.nft = &nftScan{}
-	if c.host.NFTables == nil {
+	c.nft = &nftScan{nft: c.openNFT()}
+	if c.nft.nft == nil {
 		return c.nft
+	}
+	if !c.whole && len(c.guarded) == 0 && !c.mayOwnNFTRules(c.nft.nft, ids) {
+		c.nft.deferred = true
+		return c.nft
+	}
+	c.nft.list(c)
+	return c.nft
+}
+
+// openNFT returns the host's nftables, nil when it has none.
+func (c *Cleaner) openNFT() NFTables {
+	if c.host.NFTables == nil {
+		return nil
 	}
 	nft, err := c.host.NFTables()
 	if errors.Is(err, ErrNFTablesMissing) {
-		return c.nft // no nft, no nftables rules
+		return nil // no nft, no nftables rules
 	}
 	if err != nil {
 		c.fail(fmt.Errorf("nftables: %w", err))
-		return c.nft
+		return nil
 	}
-	tables := []NFTable{nftMasqTable, nftHostportTables[0], nftHostportTables[1]}
-	rules, err := nft.ListRules(c.ctx, tables)
+	return nft
+}
+
+// list reads every rule of the tables.
+func (s *nftScan) list(c *Cleaner) {
+	rules, err := s.nft.ListRules(c.ctx, nftTables)
 	if err != nil {
-		c.fail(fmt.Errorf("nftables: listing %v: %w", tables, err))
-		return c.nft // nothing listed: nothing is deleted blind
+		c.fail(fmt.Errorf("nftables: listing %v: %w", nftTables, err))
+		s.nft = nil // nothing listed: nothing is deleted blind
+		return
 	}
-	c.nft.nft, c.nft.rules = nft, rules
-	return c.nft
+	s.rules = rules
+}
+
+// mayOwnNFTRules reports whether a rule of the tables carries one of ids'
+// comments: a masquerade comment of the network, or a bare id in a
+// hostport chain. Without an NFTRuleMatcher it must assume so.
+func (c *Cleaner) mayOwnNFTRules(nft NFTables, ids idSet) bool {
+	matcher, ok := nft.(NFTRuleMatcher)
+	if !ok {
+		return true
+	}
+	masq := c.masqIndex(ids)
+	found, err := matcher.AnyRule(c.ctx, nftTables, func(r NFTRuleSketch) bool {
+		_, isMasq := masq[r.Comment]
+		return (isMasq && r.Table == nftMasqTable && r.Chain == nftMasqChain) ||
+			(ids[r.Comment] && isHostportChain(r.Table, r.Chain))
+	})
+	return found || err != nil
+}
+
+// proveDeferred adds what the rules say to ev of one family, listing the
+// tables now if the scan deferred it; it reports whether it added
+// anything. A Teardown calls it before it judges a rule on ev.
+func (c *Cleaner) proveDeferred(ids idSet, ev *evidence, v6 bool) bool {
+	s := c.nft
+	if s == nil || !s.deferred {
+		return false
+	}
+	s.once.Do(func() { s.list(c) })
+	s.prove(c, ids, ev, v6)
+	return len(s.rules) > 0
 }
 
 // masqIndex maps each of ids' masquerade comments, under every interface

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"sync"
@@ -32,6 +33,32 @@ type NFTables interface {
 	// AddRules adds rules back as they were listed (Expr, Comment), in one
 	// transaction.
 	AddRules(ctx context.Context, rules []NFTRule) error
+}
+
+// NFTRuleSketch is a rule as nf_tables itself reports it, without nft:
+// where it is, its comment, and its expressions undecoded.
+type NFTRuleSketch struct {
+	Table   NFTable
+	Chain   string
+	Comment string
+	// Raw is the rule's expressions as nf_tables encodes them; every
+	// address the rule matches on or rewrites to is in it, byte for byte.
+	// It is valid only during the call that is given the sketch.
+	Raw []byte
+}
+
+// Mentions reports whether any of addrs is in the rule's expressions.
+// false proves the rule is about none of them; true may be a coincidence.
+func (s NFTRuleSketch) Mentions(addrs []netip.Addr) bool {
+	return nlRule{rawExpression: s.Raw}.mentions(addrBytes(addrs))
+}
+
+// NFTRuleMatcher is an optional extension of NFTables: whether match holds
+// for a rule of those of tables that exist, read in-process and stopping
+// at the first. A Teardown asks it whether anything there can be its own
+// before it lists the tables with nft; an error makes it list them.
+type NFTRuleMatcher interface {
+	AnyRule(ctx context.Context, tables []NFTable, match func(NFTRuleSketch) bool) (bool, error)
 }
 
 // ErrNFTablesMissing says the host has no nft command. A host without
@@ -89,6 +116,23 @@ func (h *hostNFTables) ListRules(ctx context.Context, tables []NFTable) ([]NFTRu
 		rules = append(rules, rs...)
 	}
 	return rules, nil
+}
+
+// AnyRule implements NFTRuleMatcher over netlink: no process, no JSON,
+// at most one dump per table.
+func (h *hostNFTables) AnyRule(ctx context.Context, tables []NFTable, match func(NFTRuleSketch) bool) (bool, error) {
+	for _, t := range tables {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		found, err := nfAnyRule(t.Family, t.Name, "", func(r nlRule) bool {
+			return match(NFTRuleSketch{Table: t, Chain: r.chain, Comment: r.comment, Raw: r.rawExpression})
+		})
+		if found || err != nil {
+			return found, err
+		}
+	}
+	return false, nil
 }
 
 // DeleteRules implements NFTables.

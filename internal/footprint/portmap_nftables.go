@@ -40,6 +40,11 @@ func nftHostportAddr(r NFTRule) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// isHostportChain reports whether chain of table is one of portmap's.
+func isHostportChain(table NFTable, chain string) bool {
+	return (table == nftHostportTables[0] || table == nftHostportTables[1]) && nftHostportChains[chain]
+}
+
 // portmap's nftables DEL deletes every rule whose comment is the container
 // id, in every chain it scans, whatever network wrote it: the DEL of id X
 // on one network takes the port mappings of X's attachment on another
@@ -59,6 +64,9 @@ func (c *Cleaner) GuardHostports(ids []string) {
 	if err != nil {
 		return // no nftables: nothing to guard
 	}
+	if ids != nil && !c.othersMayShareIDs(nft, newIDSet(ids)) {
+		return
+	}
 	rules, err := nft.ListRules(c.ctx, nftHostportTables[:])
 	if err != nil {
 		c.fail(fmt.Errorf("nftables: listing %v before DEL: %w", nftHostportTables, err))
@@ -70,6 +78,24 @@ func (c *Cleaner) GuardHostports(ids []string) {
 			c.guarded = append(c.guarded, r)
 		}
 	}
+}
+
+// othersMayShareIDs reports whether a hostport rule carrying one of ids
+// may belong to another attachment: only those need guarding. A rule
+// that carries one of the addresses ids' files named before DEL is
+// theirs (a foreign rule's workload address is another's, and an address
+// is held by one attachment at a time). Without an NFTRuleMatcher it must
+// assume so.
+func (c *Cleaner) othersMayShareIDs(nft NFTables, ids idSet) bool {
+	matcher, ok := nft.(NFTRuleMatcher)
+	if !ok {
+		return true
+	}
+	own := addrBytes(c.prior.addrsOf(ids))
+	found, err := matcher.AnyRule(c.ctx, nftHostportTables[:], func(r NFTRuleSketch) bool {
+		return ids[r.Comment] && isHostportChain(r.Table, r.Chain) && !(nlRule{rawExpression: r.Raw}).mentions(own)
+	})
+	return found || err != nil
 }
 
 // restoreHostports adds back the guarded rules that are gone although

@@ -1,0 +1,221 @@
+package footprint
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// A Teardown must tell whether a few chains exist, and whether any rule of
+// a shared chain could be its own, at a cost that does not grow with the
+// host's ruleset. Every command-line tool pays for the whole ruleset (even
+// `iptables -S <chain>` on the nf_tables backend reads the table's chain
+// list), and starting a process alone costs milliseconds. nf_tables
+// answers both questions over netlink directly: a chain by name is a
+// hash lookup in the kernel, the rules of one table come without any
+// decoding into text. This file holds the messages, read-only; the socket
+// is in nfnetlink_linux.go.
+
+// nf_tables netlink constants (linux/netfilter/nf_tables.h, nfnetlink.h).
+const (
+	nfnlSubsysNFTables = 10
+	nfnetlinkV0        = 0
+
+	nftMsgNewTable = 0
+	nftMsgGetTable = 1
+	nftMsgNewChain = 3
+	nftMsgGetChain = 4
+	nftMsgNewRule  = 6
+	nftMsgGetRule  = 7
+
+	nftaTableName       = 1
+	nftaChainTable      = 1
+	nftaChainName       = 3
+	nftaRuleTable       = 1
+	nftaRuleChain       = 2
+	nftaRuleHandle      = 3
+	nftaRuleExpressions = 4
+	nftaRuleUserdata    = 7
+
+	nftUdataRuleComment = 0 // libnftnl's NFTNL_UDATA_RULE_COMMENT
+
+	nlmsgHeaderLen = 16
+	nfgenmsgLen    = 4
+	nlaHeaderLen   = 4
+	nlaTypeMask    = 0x3fff // without NLA_F_NESTED and NLA_F_NET_BYTEORDER
+
+	nlmsgError   = 2
+	nlmsgDone    = 3
+	nlmFRequest  = 0x1
+	nlmFAck      = 0x4
+	nlmFDumpIntr = 0x10
+	nlmFDump     = 0x300
+)
+
+// nfproto maps nft's family names to netfilter's protocol numbers;
+// iptables-nft keeps iptables' tables in "ip" and ip6tables' in "ip6".
+var nfproto = map[string]uint8{"inet": 1, "ip": 2, "ip6": 10}
+
+// errDumpInterrupted says the ruleset changed during a dump; the dump is
+// incomplete and must be taken again.
+var errDumpInterrupted = errors.New("nf_tables changed during the dump")
+
+// nlRule is one rule as nf_tables reports it: where it is, its handle,
+// its comment, and its expressions undecoded.
+type nlRule struct {
+	family        string
+	table, chain  string
+	handle        uint64
+	comment       string
+	rawExpression []byte
+}
+
+// mentions reports whether any of addrs appears, byte for byte, in the
+// rule's expressions. A rule that matches or rewrites an address carries
+// it in some expression's data, so false proves the rule is not about
+// any of them; true may be a coincidence and is settled by a real listing.
+func (r nlRule) mentions(addrs [][]byte) bool {
+	for _, a := range addrs {
+		if len(a) > 0 && bytes.Contains(r.rawExpression, a) {
+			return true
+		}
+	}
+	return false
+}
+
+// in reports whether the rule is of table (and of chain, unless chain is
+// ""): a kernel that does not filter dumps sends every rule of the family.
+func (r nlRule) in(table, chain string) bool {
+	return r.table == table && (chain == "" || r.chain == chain)
+}
+
+// nlAttr is one netlink attribute.
+type nlAttr struct {
+	typ  uint16
+	data []byte
+}
+
+// nlMessage is one netlink message of a reply.
+type nlMessage struct {
+	typ, flags uint16
+	seq        uint32
+	payload    []byte
+}
+
+// nftRequest encodes one nf_tables request of msg for family.
+func nftRequest(msg uint16, flags uint16, seq uint32, family uint8, attrs ...nlAttr) []byte {
+	b := make([]byte, nlmsgHeaderLen, 64)
+	b = append(b, family, nfnetlinkV0, 0, 0) // nfgenmsg; res_id 0
+	for _, a := range attrs {
+		n := nlaHeaderLen + len(a.data)
+		b = binary.NativeEndian.AppendUint16(b, uint16(n))
+		b = binary.NativeEndian.AppendUint16(b, a.typ)
+		b = append(b, a.data...)
+		b = append(b, make([]byte, align4(n)-n)...)
+	}
+	binary.NativeEndian.PutUint32(b[0:], uint32(len(b)))
+	binary.NativeEndian.PutUint16(b[4:], nfnlSubsysNFTables<<8|msg)
+	binary.NativeEndian.PutUint16(b[6:], flags|nlmFRequest)
+	binary.NativeEndian.PutUint32(b[8:], seq)
+	return b
+}
+
+// strz is a netlink string attribute's data.
+func strz(s string) []byte { return append([]byte(s), 0) }
+
+func align4(n int) int { return (n + 3) &^ 3 }
+
+// parseNLMessages splits one datagram into its messages.
+func parseNLMessages(b []byte) ([]nlMessage, error) {
+	var msgs []nlMessage
+	for len(b) >= nlmsgHeaderLen {
+		n := int(binary.NativeEndian.Uint32(b[0:]))
+		if n < nlmsgHeaderLen || n > len(b) {
+			return nil, fmt.Errorf("netlink: message length %d does not fit the %d bytes left", n, len(b))
+		}
+		msgs = append(msgs, nlMessage{
+			typ:     binary.NativeEndian.Uint16(b[4:]),
+			flags:   binary.NativeEndian.Uint16(b[6:]),
+			seq:     binary.NativeEndian.Uint32(b[8:]),
+			payload: b[nlmsgHeaderLen:n],
+		})
+		b = b[min(align4(n), len(b)):]
+	}
+	return msgs, nil
+}
+
+// errnoOf returns the error an NLMSG_ERROR carries; nil is an ack.
+func errnoOf(m nlMessage) error {
+	if len(m.payload) < 4 {
+		return errors.New("netlink: short error message")
+	}
+	if code := int32(binary.NativeEndian.Uint32(m.payload)); code != 0 {
+		return syscall.Errno(-code)
+	}
+	return nil
+}
+
+// eachAttr calls fn with each attribute of b.
+func eachAttr(b []byte, fn func(typ uint16, data []byte)) error {
+	for len(b) >= nlaHeaderLen {
+		n := int(binary.NativeEndian.Uint16(b[0:]))
+		if n < nlaHeaderLen || n > len(b) {
+			return fmt.Errorf("netlink: attribute length %d does not fit the %d bytes left", n, len(b))
+		}
+		fn(binary.NativeEndian.Uint16(b[2:])&nlaTypeMask, b[nlaHeaderLen:n])
+		b = b[min(align4(n), len(b)):]
+	}
+	return nil
+}
+
+// parseNLRule reads a NEWRULE message of family. The rule's expressions
+// are m's bytes, not a copy.
+func parseNLRule(family string, m nlMessage) (nlRule, error) {
+	if m.typ != nfnlSubsysNFTables<<8|nftMsgNewRule || len(m.payload) < nfgenmsgLen {
+		return nlRule{}, fmt.Errorf("netlink: message type %#x is not a rule", m.typ)
+	}
+	r := nlRule{family: family}
+	err := eachAttr(m.payload[nfgenmsgLen:], func(typ uint16, data []byte) {
+		switch typ {
+		case nftaRuleTable:
+			r.table = cString(data)
+		case nftaRuleChain:
+			r.chain = cString(data)
+		case nftaRuleHandle:
+			if len(data) == 8 {
+				r.handle = binary.BigEndian.Uint64(data)
+			}
+		case nftaRuleExpressions:
+			r.rawExpression = data
+		case nftaRuleUserdata:
+			r.comment = udataComment(data)
+		}
+	})
+	return r, err
+}
+
+// udataComment returns the comment in a rule's user data: type-length-
+// value records of one byte each, as nft and libnftnl write them.
+func udataComment(b []byte) string {
+	for len(b) >= 2 {
+		typ, n := b[0], int(b[1])
+		if 2+n > len(b) {
+			return ""
+		}
+		if typ == nftUdataRuleComment {
+			return cString(b[2 : 2+n])
+		}
+		b = b[2+n:]
+	}
+	return ""
+}
+
+// cString returns b up to its first NUL.
+func cString(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
