@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os/exec"
 	"slices"
@@ -11,6 +12,25 @@ import (
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
+
+const manyRules = 2000
+
+// firstDiff returns the first few entries of a that b lacks, and of b
+// that a lacks.
+func firstDiff(a, b []string) []string {
+	var diff []string
+	for _, x := range a {
+		if !slices.Contains(b, x) && len(diff) < 5 {
+			diff = append(diff, "+"+x)
+		}
+	}
+	for _, x := range b {
+		if !slices.Contains(a, x) && len(diff) < 10 {
+			diff = append(diff, "-"+x)
+		}
+	}
+	return diff
+}
 
 func mustRun(t *testing.T, name string, args ...string) {
 	t.Helper()
@@ -40,7 +60,7 @@ func TestIPTablesProbesAgreeWithIPTables(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checker, isChecker := ipt.(footprint.ChainChecker)
+			checker, isChecker := ipt.(footprint.ChainProber)
 			scanner, isScanner := ipt.(footprint.AddrScanner)
 			if nf := strings.Contains(string(version), "(nf_tables)"); nf != isChecker || nf != isScanner {
 				t.Fatalf("%s is %q; probes offered: chains %v, rules %v", fam.bin, version, isChecker, isScanner)
@@ -62,8 +82,8 @@ func TestIPTablesProbesAgreeWithIPTables(t *testing.T) {
 				table, chain string
 				want         bool
 			}{{"nat", chain, true}, {"nat", "CNI-DN-probe0123456789abcd", false}, {"filter", fw, true}, {"filter", chain, false}, {"raw", chain, false}} {
-				if got, err := checker.ChainExists(c.table, c.chain); err != nil || got != c.want {
-					t.Errorf("ChainExists(%s, %s) = %v, %v; want %v", c.table, c.chain, got, err, c.want)
+				if got, err := checker.ProbeChain(c.table, c.chain); err != nil || got != c.want {
+					t.Errorf("ProbeChain(%s, %s) = %v, %v; want %v", c.table, c.chain, got, err, c.want)
 				}
 			}
 			for _, c := range []struct {
@@ -95,6 +115,16 @@ func TestNFTablesMatcherSeesWhatNFTLists(t *testing.T) {
 	} {
 		mustRun(t, "nft", cmd)
 	}
+	// Enough rules that the dump takes many datagrams.
+	var many strings.Builder
+	for i := range manyRules {
+		fmt.Fprintf(&many, "add rule ip cni_hostport hostports tcp dport %d dnat to 198.18.252.%d:80 comment \"many-%d\"\n", 20000+i, 1+i%250, i)
+	}
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(many.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft -f: %v: %s", err, out)
+	}
 	t.Cleanup(func() {
 		exec.Command("nft", "delete table ip cni_hostport").Run()
 		exec.Command("nft", "delete table inet cni_plugins_masquerade").Run()
@@ -124,6 +154,10 @@ func TestNFTablesMatcherSeesWhatNFTLists(t *testing.T) {
 	if found, err := matcher.AnyRule(context.Background(), tables, func(r footprint.NFTRuleSketch) bool { return r.Comment == "probe-2" }); !found || err != nil {
 		t.Fatalf("AnyRule(comment probe-2) = %v, %v", found, err)
 	}
+	last := fmt.Sprintf("many-%d", manyRules-1)
+	if found, err := matcher.AnyRule(context.Background(), tables, func(r footprint.NFTRuleSketch) bool { return r.Comment == last }); !found || err != nil {
+		t.Fatalf("AnyRule(comment %s, the last rule of the dump) = %v, %v", last, found, err)
+	}
 	var want, got []string
 	for _, r := range listed {
 		want = append(want, r.Family+" "+r.Table+" "+r.Chain+" "+r.Comment)
@@ -133,10 +167,13 @@ func TestNFTablesMatcherSeesWhatNFTLists(t *testing.T) {
 	}
 	slices.Sort(want)
 	slices.Sort(got)
-	if len(want) != 4 || !slices.Equal(got, want) {
-		t.Fatalf("sketched %q\nlisted   %q", got, want)
+	if len(want) != 4+manyRules || !slices.Equal(got, want) {
+		t.Fatalf("%d rules seen over netlink, %d listed by nft (want %d); first differences: %q", len(got), len(want), 4+manyRules, firstDiff(got, want))
 	}
 	for _, r := range sketched {
+		if strings.HasPrefix(r.Comment, "many-") {
+			continue
+		}
 		addr := map[string]string{"probe-1": "198.18.251.2", "probe-2": "198.18.251.3"}[r.Comment]
 		if r.Table.Family == "inet" {
 			addr = "fd00:198:18::9"

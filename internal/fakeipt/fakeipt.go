@@ -348,21 +348,21 @@ func applyRestoreLine(work map[string][]string, refs map[string]int, line string
 	return nil
 }
 
-// Probing adds the ChainChecker and AddrScanner extensions to a Saving,
+// Probing adds the ChainProber and AddrScanner extensions to a Saving,
 // like the host's iptables on the nf_tables backend, whose chains and
 // rules are read over netlink.
 type Probing struct {
 	Saving
-	// FailProbe, when set, is returned by every ChainExists and
+	// FailProbe, when set, is returned by every ProbeChain and
 	// MayMention.
 	FailProbe error
 }
 
-// ChainExists implements footprint.ChainChecker.
-func (p Probing) ChainExists(table, chain string) (bool, error) {
+// ProbeChain implements footprint.ChainProber.
+func (p Probing) ProbeChain(table, chain string) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.calls = append(p.calls, "ChainExists "+table+" "+chain)
+	p.calls = append(p.calls, "ProbeChain "+table+" "+chain)
 	if p.FailProbe != nil {
 		return false, p.FailProbe
 	}

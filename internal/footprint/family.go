@@ -16,7 +16,7 @@ type family struct {
 	listings map[string]*tableListing // "table" (whole) or "table/chain"
 	saved    bool                     // listings hold every table (Saver)
 	masq     *masqScan                // POSTROUTING as read for this run's ids
-	exists   map[string]bool          // "table/chain": answers of a ChainChecker
+	exists   map[string]bool          // "table/chain": answers of a ChainProber
 	// nftProved says deferred nftables evidence was added to this
 	// family's evidence.
 	nftProved bool
@@ -87,9 +87,10 @@ func (f *family) anyChain(ids idSet, name func(Attachment) string) bool {
 }
 
 // hasChain reports whether chain exists: for a Teardown by asking a
-// ChainChecker where the IPTables is one, else by listing the chain.
+// ChainProber first where the IPTables is one, so that only a chain that
+// is there costs a listing; else by listing the chain.
 func (f *family) hasChain(table, chain string) bool {
-	checker, ok := f.ipt.(ChainChecker)
+	checker, ok := f.ipt.(ChainProber)
 	if f.c.whole || !ok {
 		_, ok := f.rules(table, chain)
 		return ok
@@ -98,8 +99,10 @@ func (f *family) hasChain(table, chain string) bool {
 	if exists, done := f.exists[key]; done {
 		return exists
 	}
-	exists, err := checker.ChainExists(table, chain)
-	if err != nil {
+	exists, err := checker.ProbeChain(table, chain)
+	if err != nil || exists {
+		// A chain there is confirmed by iptables itself: one it cannot
+		// read (written by another tool) is absent to it, and left alone.
 		_, exists = f.rules(table, chain)
 	}
 	if f.exists == nil {

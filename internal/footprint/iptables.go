@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -46,12 +47,12 @@ type Restorer interface {
 	RestoreNoFlush(table string, lines []string) error
 }
 
-// ChainChecker is an optional extension of IPTables: whether a chain
+// ChainProber is an optional extension of IPTables: whether a chain
 // exists, at a cost that does not grow with the table. A Teardown asks it
 // instead of listing the chains an attachment can own; an error makes it
 // list them after all.
-type ChainChecker interface {
-	ChainExists(table, chain string) (bool, error)
+type ChainProber interface {
+	ProbeChain(table, chain string) (bool, error)
 }
 
 // AddrScanner is an optional extension of IPTables: whether any rule of a
@@ -105,14 +106,31 @@ func NewHostIPTables(ipv6 bool) (IPTables, error) {
 	}
 	h.save, _ = exec.LookPath(save)       // optional: without it tables are listed one by one
 	h.restore, _ = exec.LookPath(restore) // optional: without it deletions go rule by rule
-	if version, err := run(h.list, nil, "--version"); err == nil && strings.Contains(version, "(nf_tables)") {
-		family := "ip"
-		if ipv6 {
-			family = "ip6"
-		}
-		return &nfIPTables{hostIPTables: h, family: family}, nil
+	if nf, err := onNFTables(h, ipv6); err == nil {
+		return nf, nil
 	}
 	return h, nil
+}
+
+// onNFTables returns h's iptables with netlink probes when the binary
+// is iptables-nft, else an error.
+func onNFTables(h *hostIPTables, ipv6 bool) (*nfIPTables, error) {
+	resolved, err := filepath.EvalSymlinks(h.list)
+	if err != nil {
+		return nil, err
+	}
+	version, err := run(h.list, nil, "--version") // by its name: a multi-call binary needs it
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(version, "(nf_tables)") {
+		return nil, fmt.Errorf("%s is %s", h.list, strings.TrimSpace(version))
+	}
+	family := "ip"
+	if ipv6 {
+		family = "ip6"
+	}
+	return &nfIPTables{hostIPTables: h, family: family, resolved: resolved}, nil
 }
 
 // nfIPTables is the host's iptables on the nf_tables backend (iptables-nft):
@@ -121,17 +139,37 @@ func NewHostIPTables(ipv6 bool) (IPTables, error) {
 // run the same iptables binary, so their rules are where this looks.
 type nfIPTables struct {
 	*hostIPTables
-	family string // "ip" or "ip6"
+	family   string // "ip" or "ip6"
+	resolved string // the binary found on the nf_tables backend
 }
 
-// ChainExists implements ChainChecker.
-func (h *nfIPTables) ChainExists(table, chain string) (bool, error) {
-	return nfChainExists(h.family, table, chain)
+// errBackendSwitched says iptables no longer resolves to the binary that
+// was found on the nf_tables backend (an operator switched alternatives),
+// so its tables may not be nf_tables' any more.
+var errBackendSwitched = errors.New("iptables was switched to another binary since it was opened")
+
+// sameBinary checks that iptables still resolves to the nf_tables binary.
+func (h *nfIPTables) sameBinary() error {
+	if resolved, err := filepath.EvalSymlinks(h.list); err != nil || resolved != h.resolved {
+		return fmt.Errorf("%s: %w", h.list, errBackendSwitched)
+	}
+	return nil
+}
+
+// ProbeChain implements ChainProber.
+func (h *nfIPTables) ProbeChain(table, chain string) (bool, error) {
+	if err := h.sameBinary(); err != nil {
+		return false, err
+	}
+	return nfProbeChain(h.family, table, chain)
 }
 
 // MayMention implements AddrScanner: an address a rule matches on or
 // rewrites to is in that rule's expressions, byte for byte.
 func (h *nfIPTables) MayMention(table, chain string, addrs []netip.Addr) (bool, error) {
+	if err := h.sameBinary(); err != nil {
+		return true, err
+	}
 	raw := addrBytes(addrs)
 	found, err := nfAnyRule(h.family, table, chain, func(r nlRule) bool { return r.mentions(raw) })
 	return found || err != nil, err

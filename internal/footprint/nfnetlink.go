@@ -157,6 +157,17 @@ func errnoOf(m nlMessage) error {
 	return nil
 }
 
+// doneErr returns the error an NLMSG_DONE carries: a dump that failed
+// part way ends with the kernel's error code instead of 0.
+func doneErr(m nlMessage) error {
+	if len(m.payload) >= 4 {
+		if code := int32(binary.NativeEndian.Uint32(m.payload)); code < 0 {
+			return syscall.Errno(-code)
+		}
+	}
+	return nil
+}
+
 // eachAttr calls fn with each attribute of b.
 func eachAttr(b []byte, fn func(typ uint16, data []byte)) error {
 	for len(b) >= nlaHeaderLen {

@@ -63,9 +63,9 @@ func (c *nfConn) exchange(req []byte, seq uint32, visit func(nlMessage) bool) er
 	}
 	interrupted := false
 	for {
-		n, _, err := unix.Recvfrom(c.fd, c.buf, 0)
+		n, err := c.receive()
 		if err != nil {
-			return fmt.Errorf("netlink: receiving: %w", err)
+			return err
 		}
 		msgs, err := parseNLMessages(c.buf[:n])
 		if err != nil {
@@ -78,6 +78,9 @@ func (c *nfConn) exchange(req []byte, seq uint32, visit func(nlMessage) bool) er
 			interrupted = interrupted || m.flags&nlmFDumpIntr != 0
 			switch m.typ {
 			case nlmsgDone:
+				if err := doneErr(m); err != nil {
+					return err // the dump failed in the kernel: what came is not all
+				}
 				return dumpErr(interrupted)
 			case nlmsgError:
 				if err := errnoOf(m); err != nil {
@@ -92,6 +95,24 @@ func (c *nfConn) exchange(req []byte, seq uint32, visit func(nlMessage) bool) er
 	}
 }
 
+// receive reads one datagram into c.buf. A signal (the runtime's, or a
+// child's exit) interrupts a read with a timeout; a datagram larger than
+// the buffer would arrive cut and is refused.
+func (c *nfConn) receive() (int, error) {
+	for {
+		n, _, flags, _, err := unix.Recvmsg(c.fd, c.buf, nil, 0)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return 0, fmt.Errorf("netlink: receiving: %w", err)
+		case flags&unix.MSG_TRUNC != 0:
+			return 0, fmt.Errorf("netlink: a reply did not fit %d bytes", len(c.buf))
+		}
+		return n, nil
+	}
+}
+
 func dumpErr(interrupted bool) error {
 	if interrupted {
 		return errDumpInterrupted
@@ -99,16 +120,20 @@ func dumpErr(interrupted bool) error {
 	return nil
 }
 
-// nfChainExists asks nf_tables whether chain exists in table of family
+// nfProbeChain asks nf_tables whether chain exists in table of family
 // ("ip", "ip6", "inet"): one lookup by name, whatever the table holds.
-func nfChainExists(family, table, chain string) (bool, error) {
+func nfProbeChain(family, table, chain string) (bool, error) {
 	c, err := openNF()
 	if err != nil {
 		return false, err
 	}
 	defer c.close()
+	proto, ok := nfproto[family]
+	if !ok {
+		return false, fmt.Errorf("netlink: unknown nftables family %q", family)
+	}
 	seq := nlSeq.Add(1)
-	req := nftRequest(nftMsgGetChain, nlmFAck, seq, nfproto[family],
+	req := nftRequest(nftMsgGetChain, nlmFAck, seq, proto,
 		nlAttr{nftaChainTable, strz(table)}, nlAttr{nftaChainName, strz(chain)})
 	err = c.exchange(req, seq, func(nlMessage) bool { return true })
 	switch {
@@ -127,6 +152,10 @@ func nfChainExists(family, table, chain string) (bool, error) {
 // dump that a change interrupted is taken again, since a rule it skipped
 // might have matched.
 func nfAnyRule(family, table, chain string, match func(nlRule) bool) (bool, error) {
+	proto, ok := nfproto[family]
+	if !ok {
+		return false, fmt.Errorf("netlink: unknown nftables family %q", family)
+	}
 	c, err := openNF()
 	if err != nil {
 		return false, err
@@ -139,7 +168,7 @@ func nfAnyRule(family, table, chain string, match func(nlRule) bool) (bool, erro
 	for attempt := 1; ; attempt++ {
 		var parseErr error
 		seq := nlSeq.Add(1)
-		err := c.exchange(nftRequest(nftMsgGetRule, nlmFDump, seq, nfproto[family], attrs...), seq, func(m nlMessage) bool {
+		err := c.exchange(nftRequest(nftMsgGetRule, nlmFDump, seq, proto, attrs...), seq, func(m nlMessage) bool {
 			r, err := parseNLRule(family, m)
 			if err != nil {
 				parseErr = err

@@ -6,6 +6,8 @@ import "errors"
 
 var errNoNFNetlink = errors.New("nf_tables netlink exists on Linux only")
 
-func nfChainExists(family, table, chain string) (bool, error) { return false, errNoNFNetlink }
+func nfProbeChain(family, table, chain string) (bool, error) { return false, errNoNFNetlink }
 
-func nfRules(family, table, chain string) ([]nlRule, error) { return nil, errNoNFNetlink }
+func nfAnyRule(family, table, chain string, match func(nlRule) bool) (bool, error) {
+	return false, errNoNFNetlink
+}

@@ -125,3 +125,15 @@ func TestAnAddressIsMentionedOnlyByteForByte(t *testing.T) {
 		t.Error("198.18.0.6 found")
 	}
 }
+
+func TestADumpThatFailedInTheKernelIsNoCompleteDump(t *testing.T) {
+	failed := nlMessage{typ: nlmsgDone, payload: binary.NativeEndian.AppendUint32(nil, uint32(0xffffffff-uint32(syscall.ENOBUFS)+1))}
+	if err := doneErr(failed); !errors.Is(err, syscall.ENOBUFS) {
+		t.Errorf("doneErr(-ENOBUFS) = %v", err)
+	}
+	for _, ok := range []nlMessage{{typ: nlmsgDone, payload: make([]byte, 4)}, {typ: nlmsgDone}} {
+		if err := doneErr(ok); err != nil {
+			t.Errorf("doneErr(%v) = %v, want nil", ok.payload, err)
+		}
+	}
+}

@@ -643,7 +643,7 @@ func TestCleanNFTables(t *testing.T) {
 
 // run runs the case; probed gives the cleaner the in-process views the
 // host's nftables and nf_tables-backed iptables offer (NFTRuleMatcher,
-// ChainChecker, AddrScanner), which must change what it reads, never what
+// ChainProber, AddrScanner), which must change what it reads, never what
 // it removes.
 func (tc nftCase) run(t *testing.T, probed bool) {
 	s := newScenario(t, tc.capture, tc.network, tc.ifName, tc.files, tc.drop...)

@@ -82,18 +82,26 @@ func (c *Cleaner) GuardHostports(ids []string) {
 
 // othersMayShareIDs reports whether a hostport rule carrying one of ids
 // may belong to another attachment: only those need guarding. A rule
-// that carries one of the addresses ids' files named before DEL is
-// theirs (a foreign rule's workload address is another's, and an address
-// is held by one attachment at a time). Without an NFTRuleMatcher it must
-// assume so.
+// that carries, in its own family, one of the addresses ids' files named
+// before DEL is taken for theirs: another attachment's rule DNATs to and
+// masquerades its own workload address, and an address is held by one
+// attachment at a time. (It would take that rule naming ids' address as
+// its host IP to be mistaken, and then only the guard is skipped: what a
+// DEL removes, Clean never removes for it.) Without an NFTRuleMatcher it
+// must assume so.
 func (c *Cleaner) othersMayShareIDs(nft NFTables, ids idSet) bool {
 	matcher, ok := nft.(NFTRuleMatcher)
 	if !ok {
 		return true
 	}
-	own := addrBytes(c.prior.addrsOf(ids))
+	var own [2][]netip.Addr // by family, so that 4 bytes never match inside an IPv6 address
+	for _, a := range c.prior.addrsOf(ids) {
+		own[b2i(a.Is6())] = append(own[b2i(a.Is6())], a)
+	}
+	ownBytes := [2][][]byte{addrBytes(own[0]), addrBytes(own[1])}
 	found, err := matcher.AnyRule(c.ctx, nftHostportTables[:], func(r NFTRuleSketch) bool {
-		return ids[r.Comment] && isHostportChain(r.Table, r.Chain) && !(nlRule{rawExpression: r.Raw}).mentions(own)
+		return ids[r.Comment] && isHostportChain(r.Table, r.Chain) &&
+			!(nlRule{rawExpression: r.Raw}).mentions(ownBytes[b2i(r.Table == nftHostportTables[1])])
 	})
 	return found || err != nil
 }

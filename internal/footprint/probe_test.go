@@ -141,3 +141,72 @@ func TestFailingProbesFallBackToListing(t *testing.T) {
 		t.Errorf("listed %q; want nftables and CNI-FORWARD listed", got)
 	}
 }
+
+// A stale cached result of ghost names live-1's addresses, and only
+// live-1's nftables rules say someone else holds them: the firewall rules
+// of those addresses are live-1's, whether the tables were listed up
+// front or only when the rules came to be judged.
+func TestDeferredNFTablesEvidenceStillProtectsAnotherAttachmentsFirewallRules(t *testing.T) {
+	for _, probed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "listed", true: "probed"}[probed], func(t *testing.T) {
+			files := join(net1Dir3, crash1Reserved, []hostFile{crash1Cached,
+				cached(nftnet1, "eth0", "ghost", "198.18.1.2", "fd00:198:18:0:1::2")})
+			s := newScenario(t, "leaked-no-del", nftnet1, "eth0", files)
+			before := [2]string{s.ipt[0].Save("filter"), s.ipt[1].Save("filter")}
+			host := s.host(s.nft)
+			if probed {
+				host = s.probedHost()
+			}
+			cl := footprint.NewCleaner(context.Background(), s.net, host)
+			cl.Remember([]string{"ghost"})
+			if _, err := cl.Clean([]string{"ghost"}); err != nil {
+				t.Fatal(err)
+			}
+			for i := range s.ipt {
+				if got := s.ipt[i].Save("filter"); got != before[i] {
+					t.Errorf("%s filter changed:\n%s\nwas:\n%s", familyLabel(i), got, before[i])
+				}
+			}
+			if probed && !slices.Contains(s.nft.Calls(), "ListRules") {
+				t.Error("the rules were judged without listing the nftables tables")
+			}
+		})
+	}
+}
+
+func TestAFailingMatcherMeansListing(t *testing.T) {
+	probeErr := errors.New("netlink: operation not permitted")
+	t.Run("after DEL, without any firewall evidence", func(t *testing.T) {
+		s := newScenario(t, "leaked-ns-deleted", nftnet1, "eth0", nil)
+		cl := footprint.NewCleaner(context.Background(), s.net, footprint.Host{
+			IPTables: func(v6 bool) (footprint.IPTables, error) {
+				return fakeipt.Probing{Saving: fakeipt.Saving{Batching: &fakeipt.Batching{IPTables: s.ipt[b2i(v6)]}}, FailProbe: probeErr}, nil
+			},
+			NFTables: func() (footprint.NFTables, error) { return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil },
+		})
+		cl.Remember([]string{"gone-1"})
+		items, err := cl.Clean([]string{"gone-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if countKind(items, footprint.KindNFTRule) == 0 || !slices.Contains(s.nft.Calls(), "ListRules") {
+			t.Errorf("removed %v after calls %q; want the tables listed and gone-1's rules removed", items, s.nft.Calls())
+		}
+	})
+	t.Run("before DEL, the hostport rules are guarded", func(t *testing.T) {
+		s := newScenario(t, "two-networks-same-id", nftnet1, "eth0", join(same1Net1Files))
+		s.net.HostportNFT = true
+		cl := footprint.NewCleaner(context.Background(), s.net, footprint.Host{
+			IPTables: func(v6 bool) (footprint.IPTables, error) { return s.ipt[b2i(v6)], nil },
+			NFTables: func() (footprint.NFTables, error) { return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil },
+		})
+		cl.Remember([]string{"same-1"})
+		delByID(t, s.nft, "same-1")
+		if _, err := cl.Clean([]string{"same-1"}); err != nil {
+			t.Fatal(err)
+		}
+		if len(cl.Restored()) == 0 {
+			t.Error("network 2's hostport rules were not guarded and added back")
+		}
+	})
+}
