@@ -208,7 +208,7 @@ func (r *report) scaleSection(w writer) {
 	w("\nTarget: ratio of medians ≤ %.2f× at every size. \"cninet's cleanup after DEL\" is the force cleanup's own time as cninet logs it (`network detached … cleanup=`), the part of a Teardown go-cni does not do; \"rules on host\" counts `-A` lines of both `*-save` and every nftables rule (iptables-nft's own tables included).\n\n", overheadTarget)
 
 	w("### Where the time goes\n\n")
-	w("Processes of one Setup+Teardown, counted by a shim first in PATH (the plugins find it too; it also times each process, from start to exit, as its caller waits for it), with a fresh Configurator whose handles were opened in an uncounted cycle before. Within one Teardown's cleanup the nftables listings come first, then the iptables and ip6tables listings run in parallel, one family's one after the other:\n\n")
+	w("Processes of one Setup+Teardown, counted by a shim first in PATH (the plugins find it too; it also times each process, from start to exit, as its caller waits for it), with a fresh Configurator whose handles were opened in an uncounted cycle before. A Teardown's cleanup asks nf_tables over netlink first (no process) and starts `iptables`/`nft` only for what those probes cannot rule out, so on this nf_tables host a clean Teardown starts none:\n\n")
 	w("| plugin set | others | go-cni Setup+Remove (plugins only) | cninet Setup+Teardown (plugins + cninet) | cninet's own, all in the cleanup after DEL: count × mean wall time |\n|---|---|---|---|---|\n")
 	for _, s := range r.res.Scale {
 		w("| %s | %d | %d | %d | %d: %s |\n", s.Set.Name, s.Others, s.DirectProcs.Total, s.Procs.Total, s.Procs.Own, s.Procs.OwnTimes())

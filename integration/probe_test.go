@@ -68,7 +68,8 @@ func TestIPTablesProbesAgreeWithIPTables(t *testing.T) {
 			if !isChecker {
 				t.Fatalf("%s is on the legacy backend here (%q): nothing to probe over netlink", fam.bin, version)
 			}
-			const chain, fw = "CNI-probe0123456789abcdef", "CNI-FORWARD"
+			// Names of this test's own: other tests' CNI-FORWARD may be there.
+			const chain, fw = "CNI-probe0123456789abcdef", "CNINET-PROBE-FORWARD"
 			mustRun(t, fam.bin, "-w", "-t", "nat", "-N", chain)
 			mustRun(t, fam.bin, "-w", "-N", fw)
 			t.Cleanup(func() {
@@ -102,23 +103,25 @@ func TestIPTablesProbesAgreeWithIPTables(t *testing.T) {
 // their comments and addresses.
 func TestNFTablesMatcherSeesWhatNFTLists(t *testing.T) {
 	netsandbox.Require(t)
+	// Tables of this test's own, laid out as the plugins' are: other tests'
+	// rules may be in the plugins' tables.
 	for _, cmd := range []string{
-		"add table ip cni_hostport",
-		"add chain ip cni_hostport hostports",
-		"add chain ip cni_hostport masquerading",
-		`add rule ip cni_hostport hostports tcp dport 8080 dnat to 198.18.251.2:80 comment "probe-1"`,
-		`add rule ip cni_hostport masquerading ip saddr 127.0.0.1 ip daddr 198.18.251.2 masquerade comment "probe-1"`,
-		`add rule ip cni_hostport masquerading ip saddr 198.18.251.3 ip daddr 198.18.251.3 masquerade comment "probe-2"`,
-		"add table inet cni_plugins_masquerade",
-		"add chain inet cni_plugins_masquerade masq_checks",
-		`add rule inet cni_plugins_masquerade masq_checks ip6 saddr fd00:198:18::9 ip6 daddr != fd00:198:18::/64 masquerade comment "0123456789abcdef-fedcba9876543210, net: n, if: eth0, id: probe-1"`,
+		"add table ip cninet_probe",
+		"add chain ip cninet_probe hostports",
+		"add chain ip cninet_probe masquerading",
+		`add rule ip cninet_probe hostports tcp dport 8080 dnat to 198.18.251.2:80 comment "probe-1"`,
+		`add rule ip cninet_probe masquerading ip saddr 127.0.0.1 ip daddr 198.18.251.2 masquerade comment "probe-1"`,
+		`add rule ip cninet_probe masquerading ip saddr 198.18.251.3 ip daddr 198.18.251.3 masquerade comment "probe-2"`,
+		"add table inet cninet_probe",
+		"add chain inet cninet_probe masq_checks",
+		`add rule inet cninet_probe masq_checks ip6 saddr fd00:198:18::9 ip6 daddr != fd00:198:18::/64 masquerade comment "0123456789abcdef-fedcba9876543210, net: n, if: eth0, id: probe-1"`,
 	} {
 		mustRun(t, "nft", cmd)
 	}
 	// Enough rules that the dump takes many datagrams.
 	var many strings.Builder
 	for i := range manyRules {
-		fmt.Fprintf(&many, "add rule ip cni_hostport hostports tcp dport %d dnat to 198.18.252.%d:80 comment \"many-%d\"\n", 20000+i, 1+i%250, i)
+		fmt.Fprintf(&many, "add rule ip cninet_probe hostports tcp dport %d dnat to 198.18.252.%d:80 comment \"many-%d\"\n", 20000+i, 1+i%250, i)
 	}
 	cmd := exec.Command("nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(many.String())
@@ -126,8 +129,8 @@ func TestNFTablesMatcherSeesWhatNFTLists(t *testing.T) {
 		t.Fatalf("nft -f: %v: %s", err, out)
 	}
 	t.Cleanup(func() {
-		exec.Command("nft", "delete table ip cni_hostport").Run()
-		exec.Command("nft", "delete table inet cni_plugins_masquerade").Run()
+		exec.Command("nft", "delete table ip cninet_probe").Run()
+		exec.Command("nft", "delete table inet cninet_probe").Run()
 	})
 	nft, err := footprint.NewHostNFTables()
 	if err != nil {
@@ -137,7 +140,7 @@ func TestNFTablesMatcherSeesWhatNFTLists(t *testing.T) {
 	if !ok {
 		t.Fatal("the host's NFTables offers no NFTRuleMatcher")
 	}
-	tables := []footprint.NFTable{{Family: "inet", Name: "cni_plugins_masquerade"}, {Family: "ip", Name: "cni_hostport"}, {Family: "ip6", Name: "cni_hostport"}}
+	tables := []footprint.NFTable{{Family: "inet", Name: "cninet_probe"}, {Family: "ip", Name: "cninet_probe"}, {Family: "ip6", Name: "cninet_probe"}}
 	listed, err := nft.ListRules(context.Background(), tables)
 	if err != nil {
 		t.Fatal(err)

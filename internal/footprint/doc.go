@@ -15,6 +15,14 @@
 // hold now), plan (the deletions each footprint asks for), apply (batched
 // where the host allows).
 //
+// A Teardown scans only what one attachment can own. Where the kernel
+// keeps the tables in nf_tables, it first asks over netlink
+// (nfnetlink*.go): whether the chains derived from the id exist, whether a
+// shared chain has a rule mentioning a proven address or carrying one of
+// the attachment's comments. Those probes only rule things out: whatever
+// they cannot rule out is listed with iptables or nft and judged by the
+// ownership rule below, exactly as without them.
+//
 // # The ownership rule
 //
 // Nothing is deleted unless it provably belongs to the attachment being
