@@ -19,8 +19,9 @@ type nftScan struct {
 	nft   NFTables // nil: no nftables on this host, or its listing failed
 	rules []NFTRule
 
-	// deferred says a Teardown's in-process look found nothing of its ids, so the
-	// tables were not listed; they are only if evidence is ever needed.
+	// deferred says a Teardown's in-process look found nothing of its
+	// ids, so the tables were not listed; they are only if evidence is
+	// ever needed.
 	deferred bool
 	once     sync.Once
 }
@@ -28,8 +29,9 @@ type nftScan struct {
 var nftTables = []NFTable{nftMasqTable, nftHostportTables[0], nftHostportTables[1]}
 
 // scanNFT lists the masquerade and hostport tables, once per run. A
-// Teardown first looks for its own rules in-process (NFTRuleMatcher) and lists nothing when no
-// rule carries a comment of ids and no rule was guarded.
+// Teardown first looks for its own rules in-process (NFTRuleMatcher) and
+// lists nothing when no rule carries a comment of ids and no rule was
+// guarded.
 func (c *Cleaner) scanNFT(ids idSet) *nftScan {
 	if c.nft != nil {
 		return c.nft

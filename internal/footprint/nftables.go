@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 
@@ -55,7 +56,7 @@ func (s NFTRuleSketch) Mentions(addrs []netip.Addr) bool {
 
 // NFTRuleMatcher is an optional extension of NFTables: whether match holds
 // for a rule of those of tables that exist, read in-process and stopping
-// at the first. A Teardown asks it whether anything there can be its own
+// at the first. match is called for one rule at a time. A Teardown asks it whether anything there can be its own
 // before it lists the tables with nft; an error makes it list them.
 type NFTRuleMatcher interface {
 	AnyRule(ctx context.Context, tables []NFTable, match func(NFTRuleSketch) bool) (bool, error)
@@ -119,20 +120,29 @@ func (h *hostNFTables) ListRules(ctx context.Context, tables []NFTable) ([]NFTRu
 }
 
 // AnyRule implements NFTRuleMatcher over netlink: no process, no JSON,
-// at most one dump per table.
+// one dump per table, the tables at once (the kernel's dump of a big
+// table is the whole cost).
 func (h *hostNFTables) AnyRule(ctx context.Context, tables []NFTable, match func(NFTRuleSketch) bool) (bool, error) {
-	for _, t := range tables {
-		if err := ctx.Err(); err != nil {
-			return false, err
-		}
-		found, err := nfAnyRule(t.Family, t.Name, "", func(r nlRule) bool {
-			return match(NFTRuleSketch{Table: t, Chain: r.chain, Comment: r.comment, Raw: r.rawExpression})
-		})
-		if found || err != nil {
-			return found, err
-		}
+	if err := ctx.Err(); err != nil {
+		return false, err
 	}
-	return false, nil
+	found := make([]bool, len(tables))
+	errs := make([]error, len(tables))
+	var wg sync.WaitGroup
+	var one sync.Mutex // match sees one rule at a time
+	for i, t := range tables {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			found[i], errs[i] = nfAnyRule(t.Family, t.Name, "", func(r nlRule) bool {
+				one.Lock()
+				defer one.Unlock()
+				return match(NFTRuleSketch{Table: t, Chain: r.chain, Comment: r.comment, Raw: r.rawExpression})
+			})
+		}()
+	}
+	wg.Wait()
+	return slices.Contains(found, true), errors.Join(errs...)
 }
 
 // DeleteRules implements NFTables.
