@@ -207,7 +207,7 @@ func (m listingMode) wrap(ipt *fakeipt.IPTables) cninet.IPTables {
 	case allTables:
 		return fakeipt.Saving{Batching: &fakeipt.Batching{IPTables: ipt}}
 	case probed:
-		return fakeipt.Probing{Saving: fakeipt.Saving{Batching: &fakeipt.Batching{IPTables: ipt}}}
+		return fakeipt.NewProbing(ipt)
 	}
 	return ipt
 }
@@ -406,7 +406,7 @@ func reopenProbing(t *testing.T, cf cleanupFixture, failProbe error) *cninet.Con
 			if v6 {
 				ipt = cf.v6
 			}
-			return fakeipt.Probing{Saving: fakeipt.Saving{Batching: &fakeipt.Batching{IPTables: ipt}}, FailProbe: failProbe}, nil
+			return fakeipt.NewProbing(ipt).FailingWith(failProbe), nil
 		}})
 	if err != nil {
 		t.Fatal(err)

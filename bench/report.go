@@ -43,16 +43,25 @@ func machine() string {
 		strings.TrimSpace(string(kernel)), runtime.Version(), strings.TrimSpace(string(ipt)), strings.TrimSpace(string(nft)))
 }
 
-// when says when a scenario was measured, if not by this run.
-func (r *report) when(name string) string {
-	if slices.Contains(r.ran, name) {
+// when says when scenarios were measured, for those not measured by this
+// run: one line for all of them.
+func (r *report) when(names ...string) string {
+	var earlier []string
+	for _, name := range names {
+		t, ok := r.res.Measured[name]
+		if slices.Contains(r.ran, name) || !ok {
+			continue
+		}
+		at := fmt.Sprintf("%s, which took %s for it", t.UTC().Format("2006-01-02 15:04 UTC"), r.res.Took[name].Round(time.Second))
+		if len(names) > 1 {
+			at = name + ": " + at
+		}
+		earlier = append(earlier, at)
+	}
+	if len(earlier) == 0 {
 		return ""
 	}
-	t, ok := r.res.Measured[name]
-	if !ok {
-		return ""
-	}
-	return fmt.Sprintf("*(Measured by an earlier run, %s, which took %s for it.)*\n\n", t.UTC().Format("2006-01-02 15:04 UTC"), r.res.Took[name].Round(time.Second))
+	return fmt.Sprintf("*(Measured by an earlier run, %s.)*\n\n", strings.Join(earlier, "; "))
 }
 
 func (r *report) markdown() string {
@@ -165,9 +174,7 @@ func (r *report) overheadSection(w writer) {
 	w("## 1. Overhead: Setup+Teardown, cninet vs. go-cni directly\n\n")
 	w("Same conflist (default bridge: loopback, bridge, firewall, portmap; IPv4), same port mapping and CNI args. One unmeasured warm-up cycle each, then the measured cycles.\n")
 	w("cninet also validates, locks per allocation, and after every DEL verifies (and if needed removes) the whole footprint in iptables, ip6tables, nftables, host-local and the libcni cache.\n\n")
-	for _, name := range []string{"overhead", "overhead-nft"} {
-		w("%s", r.when(name))
-	}
+	w("%s", r.when("overhead", "overhead-nft"))
 	if len(r.res.Overhead) == 0 {
 		w("(not measured)\n\n")
 		return

@@ -358,6 +358,18 @@ type Probing struct {
 	FailProbe error
 }
 
+// NewProbing wraps ipt with every extension the host's iptables has on the
+// nf_tables backend: restore, save and the probes.
+func NewProbing(ipt *IPTables) Probing {
+	return Probing{Saving: Saving{Batching: &Batching{IPTables: ipt}}}
+}
+
+// FailingWith returns p with every probe failing with err (none if nil).
+func (p Probing) FailingWith(err error) Probing {
+	p.FailProbe = err
+	return p
+}
+
 // ProbeChain implements footprint.ChainProber.
 func (p Probing) ProbeChain(table, chain string) (bool, error) {
 	p.mu.Lock()

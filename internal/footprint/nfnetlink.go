@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -15,8 +16,8 @@ import (
 // list), and starting a process alone costs milliseconds. nf_tables
 // answers both questions over netlink directly: a chain by name is a
 // hash lookup in the kernel, the rules of one table come without any
-// decoding into text. This file holds the messages, read-only; the socket
-// is in nfnetlink_linux.go.
+// decoding into text. This file holds the messages (read-only) and the
+// two questions; the kernel's socket is in nfnetlink_linux.go.
 
 // nf_tables netlink constants (linux/netfilter/nf_tables.h, nfnetlink.h).
 const (
@@ -54,6 +55,13 @@ const (
 	nlmFDump     = 0x300
 )
 
+// dumpAttempts bounds the retries of a dump that a concurrent change
+// interrupted.
+const dumpAttempts = 5
+
+// nlSeq numbers requests; replies are matched to them by it.
+var nlSeq atomic.Uint32
+
 // nfproto maps nft's family names to netfilter's protocol numbers;
 // iptables-nft keeps iptables' tables in "ip" and ip6tables' in "ip6".
 var nfproto = map[string]uint8{"inet": 1, "ip": 2, "ip6": 10}
@@ -61,6 +69,131 @@ var nfproto = map[string]uint8{"inet": 1, "ip": 2, "ip6": 10}
 // errDumpInterrupted says the ruleset changed during a dump; the dump is
 // incomplete and must be taken again.
 var errDumpInterrupted = errors.New("nf_tables changed during the dump")
+
+// errNotARule says a rule dump's reply held something else.
+var errNotARule = errors.New("not a rule")
+
+// errStopped ends an exchange whose reader has what it needs.
+var errStopped = errors.New("stopped by the reader")
+
+// nlSocket is what a question to nf_tables needs of a netlink socket. The
+// kernel's is in nfnetlink_linux.go; tests replay datagrams.
+type nlSocket interface {
+	send(req []byte) error
+	// receive returns the next datagram, valid until the next receive.
+	receive() ([]byte, error)
+}
+
+// exchange sends req (numbered seq) and calls visit with each message of
+// the reply, up to NLMSG_DONE (a dump) or the ack. A message's bytes are
+// valid only during the call; visit returns false to stop reading.
+func exchange(s nlSocket, req []byte, seq uint32, visit func(nlMessage) bool) error {
+	if err := s.send(req); err != nil {
+		return err
+	}
+	interrupted := false
+	for {
+		datagram, err := s.receive()
+		if err != nil {
+			return err
+		}
+		msgs, err := parseNLMessages(datagram)
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			if m.seq != seq {
+				continue // a late answer to an earlier question
+			}
+			interrupted = interrupted || m.flags&nlmFDumpIntr != 0
+			switch m.typ {
+			case nlmsgDone:
+				if err := doneErr(m); err != nil {
+					return err // the dump failed in the kernel: what came is not all
+				}
+				return dumpErr(interrupted)
+			case nlmsgError:
+				if err := errnoOf(m); err != nil {
+					return err
+				}
+				return dumpErr(interrupted)
+			}
+			if !visit(m) {
+				return errStopped
+			}
+		}
+	}
+}
+
+func dumpErr(interrupted bool) error {
+	if interrupted {
+		return errDumpInterrupted
+	}
+	return nil
+}
+
+// probeChain asks nf_tables over s whether chain exists in table of
+// family ("ip", "ip6", "inet"): one lookup by name, whatever the table
+// holds.
+func probeChain(s nlSocket, family, table, chain string) (bool, error) {
+	proto, ok := nfproto[family]
+	if !ok {
+		return false, fmt.Errorf("netlink: unknown nftables family %q", family)
+	}
+	seq := nlSeq.Add(1)
+	req := nftRequest(nftMsgGetChain, nlmFAck, seq, proto,
+		nlAttr{nftaChainTable, strz(table)}, nlAttr{nftaChainName, strz(chain)})
+	err := exchange(s, req, seq, func(nlMessage) bool { return true })
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, syscall.ENOENT):
+		return false, nil // no such chain, or no such table
+	}
+	return false, fmt.Errorf("netlink: looking up chain %s in %s %s: %w", chain, family, table, err)
+}
+
+// anyRule reports whether match holds for a rule of table of family (of
+// chain only, unless chain is ""), reading the rules over s as the kernel
+// dumps them and stopping at the first match. A rule's bytes are valid
+// only during match. A table or chain that does not exist has no rules; a
+// dump that a change interrupted is taken again, since a rule it skipped
+// might have matched.
+func anyRule(s nlSocket, family, table, chain string, match func(nlRule) bool) (bool, error) {
+	proto, ok := nfproto[family]
+	if !ok {
+		return false, fmt.Errorf("netlink: unknown nftables family %q", family)
+	}
+	attrs := []nlAttr{{nftaRuleTable, strz(table)}}
+	if chain != "" {
+		attrs = append(attrs, nlAttr{nftaRuleChain, strz(chain)})
+	}
+	for attempt := 1; ; attempt++ {
+		var parseErr error
+		seq := nlSeq.Add(1)
+		err := exchange(s, nftRequest(nftMsgGetRule, nlmFDump, seq, proto, attrs...), seq, func(m nlMessage) bool {
+			r, err := parseNLRule(family, m)
+			if err != nil {
+				parseErr = err
+				return false
+			}
+			return !r.in(table, chain) || !match(r)
+		})
+		switch {
+		case parseErr != nil:
+			return false, parseErr
+		case errors.Is(err, errStopped):
+			return true, nil
+		case errors.Is(err, syscall.ENOENT):
+			return false, nil
+		case errors.Is(err, errDumpInterrupted) && attempt < dumpAttempts:
+			continue // the dump ran to its end: the socket is ready for the next
+		case err != nil:
+			return false, fmt.Errorf("netlink: reading the rules of %s %s: %w", family, table, err)
+		}
+		return false, nil
+	}
+}
 
 // nlRule is one rule as nf_tables reports it: where it is, its handle,
 // its comment, and its expressions undecoded.
@@ -185,7 +318,7 @@ func eachAttr(b []byte, fn func(typ uint16, data []byte)) error {
 // are m's bytes, not a copy.
 func parseNLRule(family string, m nlMessage) (nlRule, error) {
 	if m.typ != nfnlSubsysNFTables<<8|nftMsgNewRule || len(m.payload) < nfgenmsgLen {
-		return nlRule{}, fmt.Errorf("netlink: message type %#x is not a rule", m.typ)
+		return nlRule{}, fmt.Errorf("netlink: message type %#x: %w", m.typ, errNotARule)
 	}
 	r := nlRule{family: family}
 	err := eachAttr(m.payload[nfgenmsgLen:], func(typ uint16, data []byte) {

@@ -279,7 +279,7 @@ func (s *scenario) host(nft footprint.NFTables) footprint.Host {
 func (s *scenario) probedHost() footprint.Host {
 	return footprint.Host{
 		IPTables: func(v6 bool) (footprint.IPTables, error) {
-			return fakeipt.Probing{Saving: fakeipt.Saving{Batching: &fakeipt.Batching{IPTables: s.ipt[b2i(v6)]}}}, nil
+			return fakeipt.NewProbing(s.ipt[b2i(v6)]), nil
 		},
 		NFTables: func() (footprint.NFTables, error) { return fakenft.Matching{NFTables: s.nft}, nil },
 	}

@@ -79,7 +79,7 @@ func TestTeardownReadsOnlyWhatItsAttachmentCanOwnWhereTheHostCanBeProbed(t *test
 			s.net.HostportNFT = tc.hostportNFT
 			cl := footprint.NewCleaner(context.Background(), s.net, footprint.Host{
 				IPTables: func(v6 bool) (footprint.IPTables, error) {
-					return fakeipt.Probing{Saving: fakeipt.Saving{Batching: &fakeipt.Batching{IPTables: s.ipt[b2i(v6)]}}}, nil
+					return fakeipt.NewProbing(s.ipt[b2i(v6)]), nil
 				},
 				NFTables: func() (footprint.NFTables, error) { return fakenft.Matching{NFTables: s.nft}, nil },
 			})
@@ -123,7 +123,7 @@ func TestFailingProbesFallBackToListing(t *testing.T) {
 	probeErr := errors.New("netlink: operation not permitted")
 	cl := footprint.NewCleaner(context.Background(), s.net, footprint.Host{
 		IPTables: func(v6 bool) (footprint.IPTables, error) {
-			return fakeipt.Probing{Saving: fakeipt.Saving{Batching: &fakeipt.Batching{IPTables: s.ipt[b2i(v6)]}}, FailProbe: probeErr}, nil
+			return fakeipt.NewProbing(s.ipt[b2i(v6)]).FailingWith(probeErr), nil
 		},
 		NFTables: func() (footprint.NFTables, error) {
 			return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil
@@ -180,7 +180,7 @@ func TestAFailingMatcherMeansListing(t *testing.T) {
 		s := newScenario(t, "leaked-ns-deleted", nftnet1, "eth0", nil)
 		cl := footprint.NewCleaner(context.Background(), s.net, footprint.Host{
 			IPTables: func(v6 bool) (footprint.IPTables, error) {
-				return fakeipt.Probing{Saving: fakeipt.Saving{Batching: &fakeipt.Batching{IPTables: s.ipt[b2i(v6)]}}, FailProbe: probeErr}, nil
+				return fakeipt.NewProbing(s.ipt[b2i(v6)]).FailingWith(probeErr), nil
 			},
 			NFTables: func() (footprint.NFTables, error) { return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil },
 		})

@@ -1,0 +1,235 @@
+package footprint
+
+import (
+	"encoding/binary"
+	"errors"
+	"syscall"
+	"testing"
+)
+
+// replaySocket answers each request with the datagrams its script returns
+// for it, as the kernel would, and records the requests.
+type replaySocket struct {
+	// script returns the datagrams answering the n-th request (from 0).
+	script  func(req nlMessage, n int) [][]byte
+	sent    []nlMessage
+	unread  [][]byte
+	readErr error
+}
+
+func (s *replaySocket) send(req []byte) error {
+	msgs, err := parseNLMessages(req)
+	if err != nil || len(msgs) != 1 {
+		return errors.New("replay: the request is not one netlink message")
+	}
+	s.unread = append(s.unread, s.script(msgs[0], len(s.sent))...)
+	s.sent = append(s.sent, msgs[0])
+	return nil
+}
+
+func (s *replaySocket) receive() ([]byte, error) {
+	if s.readErr != nil {
+		return nil, s.readErr
+	}
+	if len(s.unread) == 0 {
+		return nil, errors.New("replay: read past the end of the reply")
+	}
+	d := s.unread[0]
+	s.unread = s.unread[1:]
+	return d, nil
+}
+
+func negErrno(e syscall.Errno) []byte {
+	return binary.NativeEndian.AppendUint32(nil, uint32(-int32(e)))
+}
+
+func ruleDatagram(seq uint32, flags uint16, table, chain, comment string) []byte {
+	udata := append([]byte{nftUdataRuleComment, byte(len(comment) + 1)}, strz(comment)...)
+	payload := append([]byte{2, 0, 0, 0}, attr(nftaRuleTable, strz(table))...)
+	payload = append(payload, attr(nftaRuleChain, strz(chain))...)
+	payload = append(payload, attr(nftaRuleUserdata, udata)...)
+	return nlMsg(nfnlSubsysNFTables<<8|nftMsgNewRule, 2|flags, seq, payload)
+}
+
+func doneDatagram(seq uint32, flags uint16, errno syscall.Errno) []byte {
+	return nlMsg(nlmsgDone, 2|flags, seq, negErrno(errno))
+}
+
+func errorDatagram(seq uint32, errno syscall.Errno) []byte {
+	return nlMsg(nlmsgError, 0, seq, append(negErrno(errno), make([]byte, nlmsgHeaderLen)...))
+}
+
+func joined(datagrams ...[]byte) []byte {
+	var b []byte
+	for _, d := range datagrams {
+		b = append(b, d...)
+	}
+	return b
+}
+
+func TestAnyRuleReadsTheKernelsDumpAsItComes(t *testing.T) {
+	const table, chain = "cni_hostport", "hostports"
+	always := func(f func(seq uint32) [][]byte) func(nlMessage, int) [][]byte {
+		return func(req nlMessage, _ int) [][]byte { return f(req.seq) }
+	}
+	for _, tc := range []struct {
+		name     string
+		script   func(req nlMessage, n int) [][]byte
+		readErr  error
+		want     bool
+		wantErr  error
+		requests int
+		unread   int
+	}{
+		{
+			name: "a match in a later datagram ends the reading there",
+			script: always(func(seq uint32) [][]byte {
+				return [][]byte{
+					joined(ruleDatagram(seq, 0, table, chain, "a"), ruleDatagram(seq, 0, table, chain, "b")),
+					ruleDatagram(seq, 0, table, chain, "web-1"),
+					doneDatagram(seq, 0, 0),
+				}
+			}),
+			want: true, requests: 1, unread: 1,
+		},
+		{
+			name: "no match reads up to NLMSG_DONE",
+			script: always(func(seq uint32) [][]byte {
+				return [][]byte{ruleDatagram(seq, 0, table, chain, "a"), joined(ruleDatagram(seq, 0, table, chain, "b"), doneDatagram(seq, 0, 0))}
+			}),
+			want: false, requests: 1,
+		},
+		{
+			name: "rules of other tables and chains are not the question",
+			script: always(func(seq uint32) [][]byte {
+				return [][]byte{joined(
+					ruleDatagram(seq, 0, "nat", chain, "web-1"),
+					ruleDatagram(seq, 0, table, "other", "web-1"),
+					doneDatagram(seq, 0, 0))}
+			}),
+			want: false, requests: 1,
+		},
+		{
+			name: "late answers to an earlier question are passed over",
+			script: always(func(seq uint32) [][]byte {
+				return [][]byte{
+					joined(ruleDatagram(seq-1, 0, table, chain, "web-1"), doneDatagram(seq-1, 0, 0)),
+					doneDatagram(seq, 0, 0),
+				}
+			}),
+			want: false, requests: 1,
+		},
+		{
+			name: "a dump a change interrupted is taken again",
+			script: func(req nlMessage, n int) [][]byte {
+				if n == 0 {
+					return [][]byte{joined(ruleDatagram(req.seq, nlmFDumpIntr, table, chain, "a"), doneDatagram(req.seq, nlmFDumpIntr, 0))}
+				}
+				return [][]byte{joined(ruleDatagram(req.seq, 0, table, chain, "web-1"), doneDatagram(req.seq, 0, 0))}
+			},
+			want: true, requests: 2,
+		},
+		{
+			name: "a dump interrupted at every attempt is an error",
+			script: always(func(seq uint32) [][]byte {
+				return [][]byte{joined(ruleDatagram(seq, 0, table, chain, "a"), doneDatagram(seq, nlmFDumpIntr, 0))}
+			}),
+			wantErr: errDumpInterrupted, requests: dumpAttempts,
+		},
+		{
+			name:   "a table that does not exist has no rules",
+			script: always(func(seq uint32) [][]byte { return [][]byte{errorDatagram(seq, syscall.ENOENT)} }),
+			want:   false, requests: 1,
+		},
+		{
+			name: "a dump that failed in the kernel is an error, not an answer",
+			script: always(func(seq uint32) [][]byte {
+				return [][]byte{joined(ruleDatagram(seq, 0, table, chain, "a"), doneDatagram(seq, 0, syscall.ENOBUFS))}
+			}),
+			wantErr: syscall.ENOBUFS, requests: 1,
+		},
+		{
+			name:    "a refusal is an error",
+			script:  always(func(seq uint32) [][]byte { return [][]byte{errorDatagram(seq, syscall.EPERM)} }),
+			wantErr: syscall.EPERM, requests: 1,
+		},
+		{
+			name: "a message that is not a rule is an error",
+			script: always(func(seq uint32) [][]byte {
+				return [][]byte{nlMsg(nfnlSubsysNFTables<<8|nftMsgNewChain, 2, seq, []byte{2, 0, 0, 0})}
+			}),
+			wantErr: errNotARule, requests: 1, unread: 0,
+		},
+		{
+			name:    "a failed read is an error",
+			script:  always(func(uint32) [][]byte { return nil }),
+			readErr: syscall.EAGAIN, wantErr: syscall.EAGAIN, requests: 1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &replaySocket{script: tc.script, readErr: tc.readErr}
+			got, err := anyRule(s, "ip", table, chain, func(r nlRule) bool { return r.comment == "web-1" })
+			switch {
+			case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
+				t.Fatalf("anyRule = %v, %v; want an error that is %v", got, err, tc.wantErr)
+			case tc.wantErr == nil && (err != nil || got != tc.want):
+				t.Fatalf("anyRule = %v, %v; want %v", got, err, tc.want)
+			}
+			if len(s.sent) != tc.requests || len(s.unread) != tc.unread {
+				t.Errorf("%d requests sent, %d datagrams unread; want %d, %d", len(s.sent), len(s.unread), tc.requests, tc.unread)
+			}
+			for _, req := range s.sent {
+				if req.typ != nfnlSubsysNFTables<<8|nftMsgGetRule || req.flags != nlmFRequest|nlmFDump || req.payload[0] != nfproto["ip"] {
+					t.Errorf("request = type %#x flags %#x family %d; want a GETRULE dump of ip", req.typ, req.flags, req.payload[0])
+				}
+			}
+		})
+	}
+}
+
+func TestProbeChainAsksForOneChainByName(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		reply   func(seq uint32) [][]byte
+		want    bool
+		wantErr error
+	}{
+		{"an ack is a chain that exists", func(seq uint32) [][]byte {
+			return [][]byte{nlMsg(nfnlSubsysNFTables<<8|nftMsgNewChain, 0, seq, []byte{2, 0, 0, 0}), errorDatagram(seq, 0)}
+		}, true, nil},
+		{"ENOENT is a chain (or table) that does not exist", func(seq uint32) [][]byte { return [][]byte{errorDatagram(seq, syscall.ENOENT)} }, false, nil},
+		{"a late answer to an earlier question is passed over", func(seq uint32) [][]byte {
+			return [][]byte{errorDatagram(seq-1, syscall.ENOENT), errorDatagram(seq, 0)}
+		}, true, nil},
+		{"any other refusal is an error", func(seq uint32) [][]byte { return [][]byte{errorDatagram(seq, syscall.EPERM)} }, false, syscall.EPERM},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &replaySocket{script: func(req nlMessage, _ int) [][]byte { return tc.reply(req.seq) }}
+			got, err := probeChain(s, "ip6", "nat", "CNI-abc")
+			if (tc.wantErr == nil && err != nil) || !errors.Is(err, tc.wantErr) || got != tc.want {
+				t.Fatalf("probeChain = %v, %v; want %v, %v", got, err, tc.want, tc.wantErr)
+			}
+			req := s.sent[0]
+			var names []string
+			if err := eachAttr(req.payload[nfgenmsgLen:], func(_ uint16, data []byte) { names = append(names, cString(data)) }); err != nil {
+				t.Fatal(err)
+			}
+			if req.typ != nfnlSubsysNFTables<<8|nftMsgGetChain || req.payload[0] != nfproto["ip6"] || len(names) != 2 || names[0] != "nat" || names[1] != "CNI-abc" {
+				t.Errorf("request = type %#x family %d attributes %q; want GETCHAIN ip6 nat CNI-abc", req.typ, req.payload[0], names)
+			}
+		})
+	}
+}
+
+func TestAnUnknownFamilyIsRefusedBeforeAnythingIsSent(t *testing.T) {
+	s := &replaySocket{script: func(nlMessage, int) [][]byte { return nil }}
+	if _, err := probeChain(s, "arp", "filter", "x"); err == nil {
+		t.Error("probeChain accepted family arp")
+	}
+	if _, err := anyRule(s, "bridge", "filter", "", func(nlRule) bool { return true }); err == nil {
+		t.Error("anyRule accepted family bridge")
+	}
+	if len(s.sent) != 0 {
+		t.Errorf("%d requests sent for unknown families", len(s.sent))
+	}
+}
