@@ -8,13 +8,17 @@ import (
 )
 
 // replaySocket answers each request with the datagrams its script returns
-// for it, as the kernel would, and records the requests.
+// for it, as the kernel would, and records the requests. Like the
+// kernel's socket it reads every datagram into one buffer, and spoils
+// what the last receive returned, so a reader keeping a message too long
+// sees garbage.
 type replaySocket struct {
 	// script returns the datagrams answering the n-th request (from 0).
 	script  func(req nlMessage, n int) [][]byte
 	sent    []nlMessage
 	unread  [][]byte
 	readErr error
+	buf     []byte
 }
 
 func (s *replaySocket) send(req []byte) error {
@@ -34,9 +38,22 @@ func (s *replaySocket) receive() ([]byte, error) {
 	if len(s.unread) == 0 {
 		return nil, errors.New("replay: read past the end of the reply")
 	}
-	d := s.unread[0]
+	for i := range s.buf {
+		s.buf[i] = 0xff
+	}
+	s.buf = append(s.buf[:0], s.unread[0]...)
 	s.unread = s.unread[1:]
-	return d, nil
+	return s.buf, nil
+}
+
+// attrsOf returns a request's attributes as strings, by type.
+func attrsOf(t *testing.T, req nlMessage) map[uint16]string {
+	t.Helper()
+	attrs := map[uint16]string{}
+	if err := eachAttr(req.payload[nfgenmsgLen:], func(typ uint16, data []byte) { attrs[typ] = cString(data) }); err != nil {
+		t.Fatal(err)
+	}
+	return attrs
 }
 
 func negErrno(e syscall.Errno) []byte {
@@ -170,7 +187,7 @@ func TestAnyRuleReadsTheKernelsDumpAsItComes(t *testing.T) {
 			s := &replaySocket{script: tc.script, readErr: tc.readErr}
 			got, err := anyRule(s, "ip", table, chain, func(r nlRule) bool { return r.comment == "web-1" })
 			switch {
-			case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
+			case tc.wantErr != nil && (!errors.Is(err, tc.wantErr) || got):
 				t.Fatalf("anyRule = %v, %v; want an error that is %v", got, err, tc.wantErr)
 			case tc.wantErr == nil && (err != nil || got != tc.want):
 				t.Fatalf("anyRule = %v, %v; want %v", got, err, tc.want)
@@ -181,6 +198,9 @@ func TestAnyRuleReadsTheKernelsDumpAsItComes(t *testing.T) {
 			for _, req := range s.sent {
 				if req.typ != nfnlSubsysNFTables<<8|nftMsgGetRule || req.flags != nlmFRequest|nlmFDump || req.payload[0] != nfproto["ip"] {
 					t.Errorf("request = type %#x flags %#x family %d; want a GETRULE dump of ip", req.typ, req.flags, req.payload[0])
+				}
+				if a := attrsOf(t, req); len(a) != 2 || a[nftaRuleTable] != table || a[nftaRuleChain] != chain {
+					t.Errorf("request attributes = %q; want table %s, chain %s", a, table, chain)
 				}
 			}
 		})
@@ -210,14 +230,25 @@ func TestProbeChainAsksForOneChainByName(t *testing.T) {
 				t.Fatalf("probeChain = %v, %v; want %v, %v", got, err, tc.want, tc.wantErr)
 			}
 			req := s.sent[0]
-			var names []string
-			if err := eachAttr(req.payload[nfgenmsgLen:], func(_ uint16, data []byte) { names = append(names, cString(data)) }); err != nil {
-				t.Fatal(err)
-			}
-			if req.typ != nfnlSubsysNFTables<<8|nftMsgGetChain || req.payload[0] != nfproto["ip6"] || len(names) != 2 || names[0] != "nat" || names[1] != "CNI-abc" {
-				t.Errorf("request = type %#x family %d attributes %q; want GETCHAIN ip6 nat CNI-abc", req.typ, req.payload[0], names)
+			a := attrsOf(t, req)
+			if req.typ != nfnlSubsysNFTables<<8|nftMsgGetChain || req.flags != nlmFRequest|nlmFAck || req.payload[0] != nfproto["ip6"] ||
+				len(a) != 2 || a[nftaChainTable] != "nat" || a[nftaChainName] != "CNI-abc" {
+				t.Errorf("request = type %#x flags %#x family %d attributes %q; want GETCHAIN (acked) ip6 nat CNI-abc", req.typ, req.flags, req.payload[0], a)
 			}
 		})
+	}
+}
+
+func TestAnyRuleWithoutAChainAsksForTheWholeTable(t *testing.T) {
+	s := &replaySocket{script: func(req nlMessage, _ int) [][]byte {
+		return [][]byte{joined(ruleDatagram(req.seq, 0, "cni_hostport", "masquerading", "web-1"), doneDatagram(req.seq, 0, 0))}
+	}}
+	got, err := anyRule(s, "inet", "cni_hostport", "", func(r nlRule) bool { return r.comment == "web-1" })
+	if err != nil || !got {
+		t.Fatalf("anyRule = %v, %v; want true (a rule of any chain of the table counts)", got, err)
+	}
+	if a := attrsOf(t, s.sent[0]); len(a) != 1 || a[nftaRuleTable] != "cni_hostport" || s.sent[0].payload[0] != nfproto["inet"] {
+		t.Errorf("request family %d, attributes %q; want inet, the table alone", s.sent[0].payload[0], a)
 	}
 }
 

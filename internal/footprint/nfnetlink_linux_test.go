@@ -26,14 +26,22 @@ func TestReceiveRetriesASignalAndRefusesACutDatagram(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &nfConn{buf: make([]byte, 64)}
-			c.recvmsg = func([]byte) (int, int, error) {
+			c.recvmsg = func(buf []byte) (int, int, error) {
 				r := tc.reads[0]
 				tc.reads = tc.reads[1:]
+				for i := range min(r.n, len(buf)) {
+					buf[i] = byte(i + 1)
+				}
 				return r.n, r.flags, r.err
 			}
 			got, err := c.receive()
 			if !errors.Is(err, tc.wantErr) || len(got) != tc.wantLen {
 				t.Errorf("receive = %d bytes, %v; want %d, %v", len(got), err, tc.wantLen, tc.wantErr)
+			}
+			for i, b := range got {
+				if b != byte(i+1) {
+					t.Fatalf("byte %d = %d, want %d: not what was read", i, b, i+1)
+				}
 			}
 			if len(tc.reads) != 0 {
 				t.Errorf("%d reads left unread", len(tc.reads))
