@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"regexp"
@@ -84,7 +85,46 @@ func (l *cleanupLog) take() (sample, int) {
 	return d, n
 }
 
-func loggedConfigurator(conf []byte, log *cleanupLog, dirs ...string) (*cninet.Configurator, error) {
+// recoveryLog reads cninet's debug log in the recovery scenario: per
+// workload, how long the failed first ADD, the DEL and force cleanup
+// after it, and the second ADD took.
+type recoveryLog struct {
+	mu                           sync.Mutex
+	failedAdd, del, cleanup, add sample
+	retrying                     map[string]bool // the first ADD failed, the detach after it not yet read
+}
+
+var (
+	failedAddLine = regexp.MustCompile(`failed to attach network: alloc_id=(\S+) .*attempt=1 .*duration="?([^"\s]+)`)
+	detachedLine  = regexp.MustCompile(`network detached: alloc_id=(\S+) .*del="?([^"\s]+)"? cleanup="?([^"\s]+)`)
+	attachedLine  = regexp.MustCompile(`network attached: alloc_id=(\S+) .*attempt=2 .*duration="?([^"\s]+)`)
+)
+
+func (l *recoveryLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	durations := func(m [][]byte) []time.Duration {
+		var ds []time.Duration
+		for _, b := range m[2:] {
+			d, _ := time.ParseDuration(string(b))
+			ds = append(ds, d)
+		}
+		return ds
+	}
+	if m := failedAddLine.FindSubmatch(p); m != nil {
+		l.failedAdd = append(l.failedAdd, durations(m)[0])
+		l.retrying[string(m[1])] = true
+	} else if m := detachedLine.FindSubmatch(p); m != nil && l.retrying[string(m[1])] {
+		ds := durations(m)
+		l.del, l.cleanup = append(l.del, ds[0]), append(l.cleanup, ds[1])
+		delete(l.retrying, string(m[1]))
+	} else if m := attachedLine.FindSubmatch(p); m != nil {
+		l.add = append(l.add, durations(m)[0])
+	}
+	return len(p), nil
+}
+
+func loggedConfigurator(conf []byte, log io.Writer, dirs ...string) (*cninet.Configurator, error) {
 	return cninet.New(cninet.Config{ConfList: conf, PluginDirs: dirs,
 		Logger: hclog.New(&hclog.LoggerOptions{Output: log, Level: hclog.Debug})})
 }
@@ -255,7 +295,8 @@ func recovery(r *report) error {
 		return err
 	}
 	dirs := []string{r.opts.pluginDir, r.opts.failonceDir}
-	c, err := newConfigurator(conf, dirs...)
+	log := &recoveryLog{retrying: map[string]bool{}}
+	c, err := loggedConfigurator(conf, log, dirs...)
 	if err != nil {
 		return err
 	}
@@ -281,6 +322,7 @@ func recovery(r *report) error {
 			}
 		}
 	}
+	rec.FailedAdd, rec.Del, rec.Cleanup, rec.Add = log.failedAdd, log.del, log.cleanup, log.add
 	return nil
 }
 

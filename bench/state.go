@@ -93,6 +93,9 @@ type scaleResult struct {
 type recoveryResult struct {
 	Lib, Fixed             sample
 	LibFailed, FixedFailed int
+	// Where cninet's time goes, per workload: the failed first ADD, the
+	// DEL and force cleanup after it, the second ADD (from its log).
+	FailedAdd, Del, Cleanup, Add sample
 }
 
 type concLevel struct {
