@@ -31,11 +31,7 @@ func overheadScale(r *report) error {
 	sets := append([]pluginSet{r.opts.debianSet()}, r.opts.upstreamSets()...)
 	var results []scaleResult
 	for _, set := range sets {
-		_, conf, err := benchConf(set.Backend)
-		if err != nil {
-			return err
-		}
-		b, err := newBench(set, conf)
+		b, err := newBench(set)
 		if err != nil {
 			return err
 		}

@@ -146,11 +146,7 @@ func overheadDebian(r *report) error { return overheadScenario(r, r.opts.debianS
 func overheadNFT(r *report) error { return overheadScenario(r, r.opts.upstreamSets()[1]) }
 
 func overheadScenario(r *report, set pluginSet) error {
-	_, conf, err := benchConf(set.Backend)
-	if err != nil {
-		return err
-	}
-	b, err := newBench(set, conf)
+	b, err := newBench(set)
 	if err != nil {
 		return err
 	}
@@ -173,9 +169,13 @@ type bench struct {
 	port int
 }
 
-func newBench(set pluginSet, conf []byte) (*bench, error) {
+// newBench makes a bench on a fresh network of set's backend.
+func newBench(set pluginSet) (*bench, error) {
+	_, conf, err := benchConf(set.Backend)
+	if err != nil {
+		return nil, err
+	}
 	b := &bench{set: set, conf: conf, log: &cleanupLog{}, port: 28000}
-	var err error
 	if b.c, err = loggedConfigurator(conf, b.log, set.Dir); err != nil {
 		return nil, err
 	}
