@@ -32,7 +32,7 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 	if netns == "" {
 		return nil, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
 	}
-	defer c.enter(att.id)()
+	defer c.adm.enter(att.id)()
 	nets, err := c.networksOf(alloc, false)
 	if err != nil {
 		return nil, err
@@ -137,6 +137,7 @@ func (c *Configurator) checkPluginsIn(conf loadedConf) error {
 func (c *Configurator) rollback(att attachment, netns string, nets []netAttachment) {
 	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
 	defer cancel()
+	defer c.adm.depart(departing(att.id, nets))()
 	if err := c.detachAll(ctx, att, netns, nets); err != nil {
 		c.logger.Error("rollback of failed setup incomplete", "alloc_id", att.id, "error", err)
 	}
@@ -160,12 +161,22 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 	if err != nil {
 		return err
 	}
-	defer c.enter(att.id)()
+	defer c.adm.enter(att.id)()
 	nets, err := c.networksOf(alloc, true)
 	if err != nil {
 		return err
 	}
+	defer c.adm.depart(departing(att.id, nets))()
 	return c.detachAll(ctx, att, netns, nets)
+}
+
+// departing is the attachments of id in nets.
+func departing(id string, nets []netAttachment) []footprint.Attachment {
+	atts := make([]footprint.Attachment, len(nets))
+	for i, n := range nets {
+		atts[i] = footprint.Attachment{Network: n.name(), ID: id}
+	}
+	return atts
 }
 
 // detachAll detaches nets in reverse order; one network's failure does not
@@ -188,37 +199,57 @@ func joinErrors(errs []error) error {
 	return errors.Join(errs...)
 }
 
-// detach is one network's DEL plus force cleanup. A failed DEL is only
-// logged when the cleanup then removed everything: what matters is that
-// nothing is left.
+// detach is one network's DEL plus force cleanup. Before the DEL, the
+// cleaner records what the plugins' DEL would wrongly take from other
+// attachments (the firewall plugin deletes by the address of a cached
+// result that may be stale; portmap's nftables DEL by the bare id on
+// every network), and adds it back afterwards. When that cannot be read,
+// the DEL is withheld (it could harm a neighbour unseen) and only the
+// force cleanup runs: the error says so, and a later Teardown finishes.
+// A failed DEL is only logged when the cleanup then removed everything:
+// what matters is that nothing is left.
 func (c *Configurator) detach(ctx context.Context, att attachment, netns string, n netAttachment) error {
 	start := time.Now()
 	cl := footprint.NewCleaner(ctx, c.footprintNetwork(n.conf, n.ifName, nil), c.host())
-	cl.Remember([]string{att.id}) // DEL erases the proof of the attachment's addresses
-	removeErr := c.driverFor(n).del(ctx, att, n, netns)
+	cl.Live = func(a footprint.Attachment) bool { return !c.adm.isDeparting(a) }
+	var removeErr error
+	guardErr := cl.Remember([]string{att.id}) // DEL erases the proof of the attachment's addresses
+	if guardErr == nil {
+		removeErr = c.driverFor(n).del(ctx, att, n, netns)
+	} else {
+		guardErr = fmt.Errorf("%w in network %q: DEL withheld, since what it would take from other attachments could not be read: %w",
+			ErrCleanupFailed, n.name(), guardErr)
+	}
 	delDone := time.Now()
 	removed, cleanErr := cl.Clean([]string{att.id})
-	if len(removed) > 0 {
-		items := make([]string, len(removed))
-		for i, it := range removed {
-			items[i] = it.Detail
-		}
-		c.logger.Warn("removed state the CNI plugins left behind", "alloc_id", att.id,
-			"network", n.name(), "del_error", removeErr, "items", items)
-	}
+	c.logRemoved(att.id, n.name(), removed, removeErr)
 	c.logRestored(cl.Restored(), "DEL of "+att.id+" on network "+n.name())
 	c.logger.Debug("network detached", "alloc_id", att.id, "network", n.name(), "del", delDone.Sub(start), "cleanup", time.Since(delDone))
 	if cleanErr != nil {
 		cleanErr = fmt.Errorf("%w in network %q: %w", ErrCleanupFailed, n.name(), cleanErr)
+	}
+	if err := errors.Join(guardErr, cleanErr); err != nil {
 		if removeErr != nil {
-			return fmt.Errorf("teardown of allocation %s: DEL: %w; %w", att.id, removeErr, cleanErr)
+			return fmt.Errorf("teardown of allocation %s: DEL: %w; %w", att.id, removeErr, err)
 		}
-		return fmt.Errorf("teardown of allocation %s: %w", att.id, cleanErr)
+		return fmt.Errorf("teardown of allocation %s: %w", att.id, err)
 	}
 	if removeErr != nil {
 		c.logger.Warn("CNI DEL failed; force cleanup removed what was left", "alloc_id", att.id, "network", n.name(), "error", removeErr)
 	}
 	return nil
+}
+
+// logRemoved reports what the plugins left behind and cleanup removed.
+func (c *Configurator) logRemoved(id, network string, removed []footprint.Item, delErr error) {
+	if len(removed) == 0 {
+		return
+	}
+	items := make([]string, len(removed))
+	for i, it := range removed {
+		items[i] = it.Detail
+	}
+	c.logger.Warn("removed state the CNI plugins left behind", "alloc_id", id, "network", network, "del_error", delErr, "items", items)
 }
 
 // logRestored reports the port mappings of other attachments that a DEL

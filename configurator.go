@@ -57,6 +57,10 @@ type Config struct {
 	CNI cni.CNI
 	// Watch reloads the conflist when ConfDir changes (ConfDir only).
 	Watch bool
+	// Links reaches the network devices of the host's namespace, where
+	// the bandwidth plugin leaves an ifb device per attachment. nil: the
+	// host's, over rtnetlink. Tests replace it.
+	Links func() (Links, error)
 	// CacheDir is libcni's cache directory, where results are cached per
 	// attachment; GC, Teardown's cleanup and Status read it. "":
 	// /var/lib/cni. go-cni always caches in /var/lib/cni, so another value
@@ -89,6 +93,10 @@ type Restorer = footprint.Restorer
 // cni_hostport). Tests replace it through Config.NFTables.
 type NFTables = footprint.NFTables
 
+// Links is how cleanup reaches the network devices of the host's
+// namespace. Tests replace it through Config.Links.
+type Links = footprint.Links
+
 // NFTable names one nftables table.
 type NFTable = footprint.NFTable
 
@@ -119,9 +127,8 @@ type Configurator struct {
 	driver       netDriver         // attaches what go-cni cannot: any network but the default as eth0
 	explicit     []byte            // Config.ConfList
 	extra        [][]byte          // Config.ConfLists
-	locks        keyedMutex
-	gate         sync.RWMutex // shared by every call; GC takes it alone while CNI GC runs
-	gc           gcGuard
+	adm          admission // per-allocation locks, the GC guard, departing attachments
+	links        func() (footprint.Links, error)
 	versions     pluginVersions
 
 	findPlugins bool // the default go-cni: it runs the plugins from pluginDirs, which cninet can look for first
@@ -175,6 +182,7 @@ func New(cfg Config) (*Configurator, error) {
 		retry:        cfg.Retry.withDefaults(),
 		tables:       &footprint.Tables{Open: cfg.IPTables},
 		nftables:     &footprint.NFTablesHandle{Open: cfg.NFTables},
+		links:        cfg.Links,
 		cacheDir:     cfg.CacheDir,
 		explicit:     cfg.ConfList,
 		extra:        cfg.ConfLists,
@@ -214,6 +222,9 @@ func New(cfg Config) (*Configurator, error) {
 }
 
 func (c *Configurator) applyDefaults() {
+	if c.links == nil {
+		c.links = footprint.NewHostLinks
+	}
 	if c.logger == nil {
 		c.logger = hclog.NewNullLogger()
 	}
@@ -273,24 +284,27 @@ func (c *Configurator) current() (loadedConf, error) {
 // footprintNetwork is what the cleaner must know about conf's network:
 // its attachments have interface ifName, or any of ifNames.
 func (c *Configurator) footprintNetwork(conf loadedConf, ifName string, ifNames []string) footprint.Network {
-	return footprint.Network{Name: conf.info.name, IfName: ifName, IfNames: ifNames, IPAMDirs: conf.info.ipamDirs, CacheDir: c.cacheDir,
-		HostportNFT: conf.info.hostportNFT}
+	n := conf.info.footprint
+	n.IfName, n.IfNames, n.CacheDir = ifName, ifNames, c.cacheDir
+	return n
 }
 
+// host is how the cleaner reaches the host, with every network whose
+// state may be there: another network's reservations and cached results
+// say that an address is held.
 func (c *Configurator) host() footprint.Host {
-	return footprint.Host{IPTables: c.tables.Get, NFTables: c.nftables.Get}
-}
-
-// enter serialises calls for one allocation and lets a running GC know
-// the allocation is busy.
-func (c *Configurator) enter(id string) (leave func()) {
-	c.gate.RLock()
-	unlock := c.locks.lock(id)
-	c.gc.note(id)
-	return func() {
-		unlock()
-		c.gate.RUnlock()
+	known := c.knownNetworks()
+	c.mu.RLock()
+	for _, conf := range c.retired {
+		known = append(known, conf)
 	}
+	c.mu.RUnlock()
+	ifNames := c.ifNames(len(known))
+	nets := make([]footprint.Network, len(known))
+	for i, conf := range known {
+		nets[i] = c.footprintNetwork(conf, ifNames[0], ifNames)
+	}
+	return footprint.Host{IPTables: c.tables.Get, NFTables: c.nftables.Get, Links: c.links, Networks: nets}
 }
 
 // NetworkName returns the name of the default network: the one an
@@ -306,38 +320,4 @@ func (c *Configurator) ConfList() []byte {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return append([]byte(nil), c.conf.bytes...)
-}
-
-// keyedMutex serialises work per key without a global lock.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (k *keyedMutex) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyedEntry{}
-	}
-	e := k.locks[key]
-	if e == nil {
-		e = &keyedEntry{}
-		k.locks[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 // confExtensions are the file kinds LoadConfList reads, as libcni does.
@@ -402,43 +403,21 @@ func syncDir(dir string) {
 // loaded conflist.
 type networkInfo struct {
 	name         string
-	hostportNFT  bool     // portmap maps ports with nftables
-	ipamDirs     []string // host-local data dirs, already joined with the network name
+	footprint    footprint.Network // where its attachments' state is (no interface names yet)
 	disableCheck bool
 	disableGC    bool
 	pluginTypes  []string
 	portMappings bool // a plugin declares the portMappings capability
 }
 
-const defaultHostLocalDataDir = "/var/lib/cni/networks"
-
 func newNetworkInfo(list *libcni.NetworkConfigList) networkInfo {
 	info := networkInfo{name: list.Name, disableCheck: list.DisableCheck, disableGC: list.DisableGC}
-	for _, req := range nftablesRequests(list) {
-		info.hostportNFT = info.hostportNFT || (req.plugin == "portmap" && req.field == "backend")
-	}
-	seen := map[string]bool{}
-	for _, p := range list.Plugins {
+	plugins := make([]footprint.Plugin, len(list.Plugins))
+	for i, p := range list.Plugins {
 		info.pluginTypes = append(info.pluginTypes, p.Network.Type)
 		info.portMappings = info.portMappings || p.Network.Capabilities["portMappings"]
-		var conf struct {
-			IPAM struct {
-				Type    string `json:"type"`
-				DataDir string `json:"dataDir"`
-			} `json:"ipam"`
-		}
-		if json.Unmarshal(p.Bytes, &conf) != nil || conf.IPAM.Type != "host-local" {
-			continue
-		}
-		dir := conf.IPAM.DataDir
-		if dir == "" {
-			dir = defaultHostLocalDataDir
-		}
-		dir = filepath.Join(dir, list.Name)
-		if !seen[dir] {
-			seen[dir] = true
-			info.ipamDirs = append(info.ipamDirs, dir)
-		}
+		plugins[i] = footprint.Plugin{Type: p.Network.Type, Bytes: p.Bytes}
 	}
+	info.footprint = footprint.NetworkOf(list.Name, plugins)
 	return info
 }

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"sync"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -29,13 +30,22 @@ const (
 	GCReservation = GCKind(footprint.KindReservation)
 	// GCCachedResult: a libcni cached result file.
 	GCCachedResult = GCKind(footprint.KindCachedResult)
+	// GCNFTRule: an nftables rule of the plugins' nftables backends.
+	GCNFTRule = GCKind(footprint.KindNFTRule)
+	// GCLink: a network device in the host's namespace (the bandwidth
+	// plugin's ifb device).
+	GCLink = GCKind(footprint.KindLink)
+	// GCTuningFile: the tuning plugin's saved interface settings.
+	GCTuningFile = GCKind(footprint.KindTuningFile)
 )
 
 // GCItem is one piece of host state that was removed.
 type GCItem struct {
-	Kind   GCKind `json:"kind"`
-	ID     string `json:"id"`     // the allocation ID that owned it
-	Detail string `json:"detail"` // the rule, chain or file
+	Kind    GCKind `json:"kind"`
+	ID      string `json:"id"`                // the allocation ID that owned it
+	Network string `json:"network,omitempty"` // its network, when the state names one
+	Backend string `json:"backend,omitempty"` // iptables, ip6tables, nftables, files or links
+	Detail  string `json:"detail"`            // the rule, chain, file or device
 }
 
 // GCReport lists what GC removed.
@@ -70,7 +80,7 @@ func (r *GCReport) IDs() []string {
 
 func (r *GCReport) add(items []footprint.Item) {
 	for _, it := range items {
-		r.Removed = append(r.Removed, GCItem{Kind: GCKind(it.Kind), ID: it.ID, Detail: it.Detail})
+		r.Removed = append(r.Removed, GCItem{Kind: GCKind(it.Kind), ID: it.ID, Network: it.Network, Backend: it.Backend, Detail: it.Detail})
 	}
 }
 
@@ -82,14 +92,20 @@ func (r *GCReport) add(items []footprint.Item) {
 // where the conflist's version allows); then a sweep removes what no cache
 // remembers any more — the usual case after a crash or reboot — by the
 // ownership rule: rules and chains whose comment or derived name proves a
-// dead owner, firewall rules of addresses only a dead owner held,
-// reservations and cached results of dead owners.
+// dead owner, firewall and hostport rules of addresses only a dead owner
+// held, reservations, cached results (empty or cut ones too), tuning
+// files and bandwidth devices of dead owners. What a DEL of a dead
+// attachment took from a live one (the firewall plugin deletes by the
+// address in a stale cache, which a new workload may hold now) is added
+// back.
 //
 // liveAllocIDs must not be nil (an empty slice means nothing is live).
 // Allocations this Configurator is setting up, checking or tearing down
-// when GC starts, or starts to while it runs, are never collected. A
-// network whose conflist sets disableGC is skipped. One network's failure
-// does not stop the others; the error joins each.
+// when GC starts, or starts to while it runs, are never collected, and
+// nothing of theirs is added back. A network whose conflist sets
+// disableGC is skipped. A sweep that runs longer than a few seconds logs
+// its progress at Info. One network's failure does not stop the others;
+// the error joins each.
 func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (*GCReport, error) {
 	if liveAllocIDs == nil {
 		return nil, fmt.Errorf("%w: nil live set (pass an empty slice when nothing is live)", ErrInvalidArgument)
@@ -97,15 +113,7 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (*GCReport
 	if _, err := c.current(); err != nil {
 		return nil, err
 	}
-	known := c.knownNetworks()
-	var nets []loadedConf
-	for _, conf := range known {
-		if conf.info.disableGC {
-			c.logger.Debug("GC skipped: the conflist sets disableGC", "network", conf.info.name)
-			continue
-		}
-		nets = append(nets, conf)
-	}
+	nets, skipped := c.gcNetworks()
 	report := &GCReport{}
 	if len(nets) == 0 {
 		return report, nil
@@ -114,157 +122,139 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (*GCReport
 	for _, id := range liveAllocIDs {
 		live[id] = true
 	}
-	ifNames := c.ifNames(len(known)) // a workload in n networks has <prefix>0 … <prefix>(n-1)
-	c.gc.begin(&c.locks)
-	defer c.gc.end()
-	cls := make([]*footprint.Cleaner, len(nets))
-	for i, conf := range nets {
-		cls[i] = footprint.NewCleaner(ctx, c.footprintNetwork(conf, ifNames[0], ifNames), c.host())
-		cls[i].GuardHostports(nil) // libcni's GC DELs by container id, which portmap's nftables DEL reads as "of any network"
+	c.adm.gc.begin(&c.adm.locks)
+	defer c.adm.gc.end()
+	progress := newGCProgress(c.logger)
+	sweep := footprint.NewSweep(ctx, c.host())
+	sweep.Live = func(a footprint.Attachment) bool {
+		return live[a.ID] && !c.adm.isDeparting(a)
 	}
-	errs := []error{c.gcCached(ctx, nets, ifNames, live, report)}
-	var delIDs []string
-	for _, it := range report.Removed {
-		delIDs = append(delIDs, it.ID) // so far only what libcni's GC DEL'd
-	}
-	for i, conf := range nets {
-		cls[i].KeepGuarded(delIDs)
-		errs = append(errs, c.sweep(cls[i], conf, live, report))
-		c.logRestored(cls[i].Restored(), "GC of network "+conf.info.name)
-	}
+	errs := []error{c.gcCached(ctx, sweep, nets, live, report)}
+	progress.step("libcni GC done", len(report.Removed))
+	errs = append(errs, c.gcSweep(sweep, nets, skipped, live, report, progress))
 	if n := len(report.Removed); n > 0 {
 		c.logger.Info("GC removed stale attachments", "networks", len(nets), "items", n, "alloc_ids", report.IDs())
 	}
 	return report, errors.Join(errs...)
 }
 
+// gcNetworks returns the networks GC covers, and the names of those whose
+// conflist sets disableGC.
+func (c *Configurator) gcNetworks() (nets []loadedConf, skipped map[string]bool) {
+	skipped = map[string]bool{}
+	for _, conf := range c.knownNetworks() {
+		if conf.info.disableGC {
+			c.logger.Debug("GC skipped: the conflist sets disableGC", "network", conf.info.name)
+			skipped[conf.info.name] = true
+			continue
+		}
+		nets = append(nets, conf)
+	}
+	return nets, skipped
+}
+
 // gcCached runs libcni's GC of each network with the live (and protected)
 // attachments as the valid ones, under every interface name they may have:
-// a live workload's eth1 must not look stale. No Setup may run meanwhile:
-// the GC verb would take its half-made attachment for a stale one.
-func (c *Configurator) gcCached(ctx context.Context, nets []loadedConf, ifNames []string, live map[string]bool, report *GCReport) error {
-	c.gate.Lock()
-	defer c.gate.Unlock()
-	lib := c.lib
+// a live workload's eth1 must not look stale. Before, the sweep records
+// what those DELs would wrongly take from live attachments. No Setup may
+// run meanwhile: the GC verb would take its half-made attachment for a
+// stale one.
+func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, nets []loadedConf, live map[string]bool, report *GCReport) error {
+	c.adm.gate.Lock()
+	defer c.adm.gate.Unlock()
+	ifNames := c.ifNames(len(c.knownNetworks()))
+	protected := c.adm.gc.protectedIDs()
 	valid := []types.GCAttachment{}
-	for _, ids := range []map[string]bool{live, c.gc.protectedIDs()} {
+	for _, ids := range []map[string]bool{live, protected} {
 		for id := range ids {
 			for _, ifName := range ifNames {
 				valid = append(valid, types.GCAttachment{ContainerID: id, IfName: ifName})
 			}
 		}
 	}
-	before, _ := lib.GetCachedAttachments("")
+	before, err := c.lib.GetCachedAttachments("")
+	if err != nil {
+		return fmt.Errorf("%w: reading libcni's cache: %w (libcni's GC not run)", ErrCleanupFailed, err)
+	}
 	names := map[string]bool{}
-	var errs []error
+	var stale []footprint.Attachment
 	for _, conf := range nets {
 		names[conf.info.name] = true
-		if err := lib.GCNetworkList(ctx, conf.list, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
+	}
+	for _, a := range before {
+		if names[a.Network] && !live[a.ContainerID] && !protected[a.ContainerID] {
+			stale = append(stale, footprint.Attachment{Network: a.Network, ID: a.ContainerID})
+		}
+	}
+	if err := sweep.RememberAll(stale); err != nil {
+		return fmt.Errorf("%w: cannot tell what libcni's GC would take from live attachments, so it was not run: %w", ErrCleanupFailed, err)
+	}
+	var errs []error
+	for _, conf := range nets {
+		if err := c.lib.GCNetworkList(ctx, conf.list, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
 			errs = append(errs, fmt.Errorf("%w: CNI GC of network %q: %w", ErrCleanupFailed, conf.info.name, err))
 		}
 	}
-	after, _ := lib.GetCachedAttachments("")
+	after, err := c.lib.GetCachedAttachments("")
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("%w: reading libcni's cache after its GC: %w", ErrCleanupFailed, err))...)
+	}
 	still := map[string]bool{}
 	for _, a := range after {
 		still[a.Network+"/"+a.ContainerID+"/"+a.IfName] = true
 	}
 	for _, a := range before {
 		if names[a.Network] && !still[a.Network+"/"+a.ContainerID+"/"+a.IfName] && !live[a.ContainerID] {
-			report.Removed = append(report.Removed, GCItem{Kind: GCCachedAttachment, ID: a.ContainerID, Detail: a.IfName})
+			report.Removed = append(report.Removed, GCItem{Kind: GCCachedAttachment, ID: a.ContainerID, Network: a.Network, Detail: a.IfName})
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// sweep removes the footprint of every dead attachment of cl's network it
-// can attribute, under any of the interface names the network's
-// attachments may have.
-func (c *Configurator) sweep(cl *footprint.Cleaner, conf loadedConf, live map[string]bool, report *GCReport) error {
-	var dead []string
-	for _, id := range cl.Discover() {
-		if !live[id] {
-			dead = append(dead, id)
+// gcSweep removes the footprint of every dead attachment of the GC'd
+// networks it can attribute.
+func (c *Configurator) gcSweep(sweep *footprint.Cleaner, nets []loadedConf, skipped, live map[string]bool, report *GCReport, progress *gcProgress) error {
+	found, scanErr := sweep.DiscoverAll()
+	progress.step("host scanned", len(found))
+	var dead []footprint.Attachment
+	var ids []string
+	for _, a := range found {
+		if !live[a.ID] && !skipped[a.Network] {
+			dead = append(dead, a)
+			ids = append(ids, a.ID)
 		}
 	}
-	unlock := c.lockAll(dead)
+	unlock := c.adm.lockAll(ids)
 	defer unlock()
-	protected := c.gc.protectedIDs() // started after the scan: not ours to judge
-	dead = slices.DeleteFunc(dead, func(id string) bool { return protected[id] })
-	removed, err := cl.Clean(dead) // with nothing dead, it still reports what the scan could not read
+	protected := c.adm.gc.protectedIDs() // started after the scan: not ours to judge
+	dead = slices.DeleteFunc(dead, func(a footprint.Attachment) bool { return protected[a.ID] })
+	done := c.adm.depart(dead)
+	defer done()
+	removed, err := sweep.CleanAll(dead) // with nothing dead, it still reports what the scan could not read
 	report.add(removed)
-	if err != nil {
-		return fmt.Errorf("%w in network %q: %w", ErrCleanupFailed, conf.info.name, err)
+	progress.step("sweep done", len(removed))
+	c.logRestored(sweep.Restored(), "GC")
+	if err = errors.Join(scanErr, err); err != nil {
+		return fmt.Errorf("%w: GC sweep of %d network(s): %w", ErrCleanupFailed, len(nets), err)
 	}
 	return nil
 }
 
-// lockAll takes the per-allocation locks of ids in order (GC is the only
-// caller that holds several, so ordering rules out deadlock).
-func (c *Configurator) lockAll(ids []string) (unlock func()) {
-	unlocks := make([]func(), 0, len(ids))
-	for _, id := range ids {
-		unlocks = append(unlocks, c.locks.lock(id))
-	}
-	return func() {
-		for _, u := range unlocks {
-			u()
-		}
-	}
+// gcProgress logs how far a GC is once it has run longer than
+// gcProgressAfter, so that an operator watching a big sweep sees it move.
+type gcProgress struct {
+	logger hclog.Logger
+	start  time.Time
 }
 
-// gcGuard remembers which allocations were busy when GC began or became
-// busy while it ran.
-type gcGuard struct {
-	mu        sync.Mutex
-	active    int
-	protected map[string]bool
+const gcProgressAfter = 3 * time.Second
+
+func newGCProgress(logger hclog.Logger) *gcProgress {
+	return &gcProgress{logger: logger, start: time.Now()}
 }
 
-func (g *gcGuard) begin(locks *keyedMutex) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.active == 0 {
-		g.protected = map[string]bool{}
+func (p *gcProgress) step(what string, n int) {
+	if elapsed := time.Since(p.start); elapsed >= gcProgressAfter {
+		p.logger.Info("GC progress: "+what, "items", n, "elapsed", elapsed.Round(time.Millisecond))
 	}
-	g.active++
-	for _, id := range locks.keys() {
-		g.protected[id] = true
-	}
-}
-
-func (g *gcGuard) end() {
-	g.mu.Lock()
-	g.active--
-	g.mu.Unlock()
-}
-
-// note records that id is being worked on, if a GC is running.
-func (g *gcGuard) note(id string) {
-	g.mu.Lock()
-	if g.active > 0 {
-		g.protected[id] = true
-	}
-	g.mu.Unlock()
-}
-
-func (g *gcGuard) protectedIDs() map[string]bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	out := make(map[string]bool, len(g.protected))
-	for id := range g.protected {
-		out[id] = true
-	}
-	return out
-}
-
-// keys returns the keys held or waited for.
-func (k *keyedMutex) keys() []string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	keys := make([]string, 0, len(k.locks))
-	for key := range k.locks {
-		keys = append(keys, key)
-	}
-	sort.Strings(keys)
-	return keys
 }

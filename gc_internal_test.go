@@ -61,7 +61,7 @@ func TestGCNeverCollectsAnAllocationBeingSetUp(t *testing.T) {
 }
 
 func gcActive(c *Configurator) bool {
-	c.gc.mu.Lock()
-	defer c.gc.mu.Unlock()
-	return c.gc.active > 0
+	c.adm.gc.mu.Lock()
+	defer c.adm.gc.mu.Unlock()
+	return c.adm.gc.active > 0
 }

@@ -71,7 +71,7 @@ func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns strin
 	if netns == "" {
 		return fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
 	}
-	defer c.enter(att.id)()
+	defer c.adm.enter(att.id)()
 	nets, err := c.networksOf(alloc, false)
 	if err != nil {
 		return err

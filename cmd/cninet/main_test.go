@@ -6,6 +6,7 @@ import (
 	"github.com/sasha-s/go-deadlock"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -133,8 +134,13 @@ func assertSnakeCaseReport(t *testing.T, out string) {
 		t.Fatalf("gc report keys: %q, want one key \"removed\" with items", out)
 	}
 	for _, it := range items {
-		if _, k := it["kind"]; !k || len(it) != 3 || it["id"] == "" || it["detail"] == "" {
-			t.Fatalf("gc report item %v, want exactly kind, id and detail", it)
+		for key := range it {
+			if !slices.Contains([]string{"kind", "id", "network", "backend", "detail"}, key) {
+				t.Fatalf("gc report item %v has key %q, want only kind, id, network, backend and detail", it, key)
+			}
+		}
+		if it["kind"] == "" || it["id"] == "" || it["detail"] == "" {
+			t.Fatalf("gc report item %v, want kind, id and detail", it)
 		}
 	}
 }

@@ -224,6 +224,19 @@ func (t *IPTables) ClearAndDeleteChain(table, chain string) error {
 	return nil
 }
 
+// Append appends a rule to a chain, as go-iptables' Append does.
+func (t *IPTables) Append(table, chain string, spec ...string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.calls = append(t.calls, "Append "+table+" "+chain+" "+strings.Join(spec, " "))
+	rules, ok := t.tables[table][chain]
+	if !ok {
+		return &Error{Msg: "iptables: No chain/target/match by that name.", NotExist: true}
+	}
+	t.tables[table][chain] = append(rules, "-A "+chain+" "+Format(spec))
+	return nil
+}
+
 var plain = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 // Format renders a rule specification as iptables -S does: the comment
@@ -275,8 +288,8 @@ func (b *Batching) ListTable(table string) ([]string, error) {
 	return strings.Split(strings.TrimRight(b.Save(table), "\n"), "\n"), nil
 }
 
-// RestoreNoFlush implements cninet.Restorer: -D, -F and -X lines, applied
-// all or nothing.
+// RestoreNoFlush implements cninet.Restorer: -A, -D, -F and -X lines,
+// applied all or nothing.
 func (b *Batching) RestoreNoFlush(table string, lines []string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -332,6 +345,9 @@ func applyRestoreLine(work map[string][]string, refs map[string]int, line string
 			}
 		}
 		return &Error{Msg: "Bad rule (does a matching rule exist in that chain?).", NotExist: true}
+	case "-A":
+		work[chain] = append(rules, line)
+		refs[jumpTarget(line)]++
 	case "-F":
 		for _, r := range rules {
 			refs[jumpTarget(r)]--
@@ -392,6 +408,29 @@ func (p Probing) MayMention(table, chain string, addrs []netip.Addr) (bool, erro
 		return false, p.FailProbe
 	}
 	for _, r := range p.tables[table][chain] {
+		for _, field := range strings.Fields(r) {
+			a, err := netip.ParseAddr(strings.SplitN(field, "/", 2)[0])
+			if err == nil && slices.Contains(addrs, a) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// MayMentionOther implements footprint.OtherAddrScanner: whether a rule of
+// chain names one of addrs and jumps to none of except.
+func (p Probing) MayMentionOther(table, chain string, addrs []netip.Addr, except []string) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, "MayMentionOther "+table+" "+chain)
+	if p.FailProbe != nil {
+		return false, p.FailProbe
+	}
+	for _, r := range p.tables[table][chain] {
+		if slices.Contains(except, jumpTarget(r)) {
+			continue
+		}
 		for _, field := range strings.Fields(r) {
 			a, err := netip.ParseAddr(strings.SplitN(field, "/", 2)[0])
 			if err == nil && slices.Contains(addrs, a) {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha512"
 	"encoding/hex"
 	"regexp"
+	"sort"
 )
 
 // Attachment identifies one attachment: the CNI network and the container
@@ -39,4 +40,42 @@ func newIDSet(ids []string) idSet {
 		s[id] = true
 	}
 	return s
+}
+
+// attSet is a set of attachments: the ones a run removes.
+type attSet map[Attachment]bool
+
+// ids returns the container ids of the set's attachments.
+func (s attSet) ids() idSet {
+	ids := make(idSet, len(s))
+	for a := range s {
+		ids[a.ID] = true
+	}
+	return ids
+}
+
+// of returns the set's attachments in network, by id.
+func (s attSet) of(network string) idSet {
+	ids := idSet{}
+	for a := range s {
+		if a.Network == network {
+			ids[a.ID] = true
+		}
+	}
+	return ids
+}
+
+// sorted returns the attachments ordered by network, then id.
+func (s attSet) sorted() []Attachment {
+	out := make([]Attachment, 0, len(s))
+	for a := range s {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Network != out[j].Network {
+			return out[i].Network < out[j].Network
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
 }

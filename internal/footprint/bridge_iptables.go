@@ -2,6 +2,7 @@ package footprint
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 )
@@ -13,7 +14,10 @@ import (
 //	-N CNI-<h[:24]>   (ACCEPT for the subnet, MASQUERADE for the rest, same comment)
 //
 // where h = hex(sha512(N+ID)). Its DEL skips all of it when the namespace
-// is already gone.
+// is already gone. The jump's source address proves the attachment held
+// it; another attachment's jump naming an address proves that one holds it.
+
+type bridgeIPT struct{}
 
 const postrouting = "POSTROUTING"
 
@@ -30,18 +34,117 @@ func (a Attachment) ownsMasqJump(r rule) bool {
 	return r.chain == postrouting && ownsCommented(r, a.MasqComment(), a.MasqChain())
 }
 
-// masqCommentID returns the id a bridge plugin comment of network names,
+func (bridgeIPT) prove(v *view, set attSet) []claim {
+	var out []claim
+	for _, f := range v.families() {
+		for _, j := range masqJumps(v, f, set) {
+			if addr, ok := hostAddr(j.rule.source); ok {
+				out = append(out, claim{addr, j.att})
+			}
+		}
+	}
+	return out
+}
+
+// holders reads POSTROUTING where a rule that is not the set's own may
+// name one of addrs.
+func (bridgeIPT) holders(v *view, set attSet, addrs []netip.Addr) []claim {
+	var out []claim
+	for _, f := range v.families() {
+		mine := familyAddrs(addrs, f.v6)
+		if !f.mayMention("nat", postrouting, mine, chainsOf(set, Attachment.MasqChain)) {
+			continue
+		}
+		own := commentIndex(set, Attachment.MasqComment)
+		rules, _ := f.rules("nat", postrouting)
+		for _, r := range rules {
+			addr, ok := hostAddr(r.source)
+			if !ok || !isMasqComment(r.comment) || !containsAddr(mine, addr) || ownerIn(r, own[r.comment], Attachment.ownsMasqJump) != nil {
+				continue
+			}
+			holder, _ := parseMasqComment(r.comment) // a cut comment names nobody for sure: held all the same
+			out = append(out, claim{addr, holder})
+		}
+	}
+	return out
+}
+
+func (bridgeIPT) plan(v *view, set attSet, _ *evidence, p *plan) {
+	for _, f := range v.families() {
+		for _, j := range masqJumps(v, f, set) {
+			p.deleteRule(f.v6, j.att, "nat", j.rule)
+		}
+		for _, a := range set.sorted() {
+			if f.hasChain("nat", a.MasqChain()) {
+				p.deleteChain(f.v6, a, "nat", a.MasqChain())
+			}
+		}
+	}
+}
+
+// discover finds the jumps of known networks, and masquerade chains whose
+// jump is already gone (by the comment their rules carry).
+func (bridgeIPT) discover(v *view, found attSet) {
+	for _, f := range v.families() {
+		rules, _ := f.rules("nat", postrouting)
+		for _, r := range rules {
+			if a, ok := parseMasqComment(r.comment); ok && v.known(a) {
+				found[a] = true
+			}
+		}
+		for chain, rules := range f.listing("nat", postrouting).chains {
+			if !strings.HasPrefix(chain, "CNI-") || len(rules) == 0 {
+				continue
+			}
+			if a, ok := parseMasqComment(rules[0].comment); ok && v.known(a) && a.MasqChain() == chain {
+				found[a] = true
+			}
+		}
+	}
+}
+
+// ownedRule is a rule and the attachment of the set it belongs to.
+type ownedRule struct {
+	att  Attachment
+	rule *rule
+}
+
+// masqJumps returns the set's POSTROUTING jumps in family f. A Teardown
+// lists POSTROUTING only when one of the set's masquerade chains exists:
+// a jump needs its target.
+func masqJumps(v *view, f *iptView, set attSet) []ownedRule {
+	if !v.whole && !f.anyChain("nat", chainsOf(set, Attachment.MasqChain)) {
+		return nil
+	}
+	own := commentIndex(set, Attachment.MasqComment)
+	rules, _ := f.rules("nat", postrouting)
+	var out []ownedRule
+	for i := range rules {
+		if a := ownerIn(rules[i], own[rules[i].comment], Attachment.ownsMasqJump); a != nil {
+			out = append(out, ownedRule{*a, &rules[i]})
+		}
+	}
+	return out
+}
+
+// parseMasqComment returns the attachment a bridge plugin comment names,
 // when the comment is exactly the plugin's (uncut) comment for it.
-func masqCommentID(network, comment string) (string, bool) {
-	prefix := fmt.Sprintf("name: %q id: ", network)
-	if !strings.HasPrefix(comment, prefix) {
-		return "", false
+func parseMasqComment(comment string) (Attachment, bool) {
+	rest, ok := strings.CutPrefix(comment, "name: ")
+	if !ok {
+		return Attachment{}, false
 	}
-	id, err := strconv.Unquote(strings.TrimPrefix(comment, prefix))
-	if err != nil || !IsContainerID(id) || (Attachment{network, id}).MasqComment() != comment {
-		return "", false
+	network, err := strconv.QuotedPrefix(rest)
+	if err != nil {
+		return Attachment{}, false
 	}
-	return id, true
+	id, err := strconv.Unquote(strings.TrimPrefix(rest[len(network):], " id: "))
+	network, _ = strconv.Unquote(network)
+	a := Attachment{network, id}
+	if err != nil || !IsContainerID(id) || a.MasqComment() != comment {
+		return Attachment{}, false
+	}
+	return a, true
 }
 
 // isMasqComment reports whether a comment has the shape the bridge plugin

@@ -4,6 +4,8 @@ import (
 	"crypto/sha512"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -17,7 +19,10 @@ import (
 // N, IF and ID, and the comment is cut to 128 bytes (nft's limit). The
 // table, its postrouting base chain and masq_checks are shared and never
 // deleted. Like the iptables backend, its DEL skips all of it when the
-// namespace is already gone.
+// namespace is already gone. A rule's saddr proves its attachment held
+// the address, and that another attachment's rule holds it.
+
+type bridgeNFT struct{}
 
 var nftMasqTable = NFTable{Family: "inet", Name: "cni_plugins_masquerade"}
 
@@ -35,7 +40,9 @@ func nftHash(s string) string {
 }
 
 // NFTMasqComment is the bridge plugin's nftables masquerade comment for
-// the attachment's interface ifName, cut as the plugin cuts it.
+// the attachment's interface ifName, cut as the plugin cuts it. The
+// hashes name network, interface and the whole id, so even a cut comment
+// belongs to exactly one attachment.
 func (a Attachment) NFTMasqComment(ifName string) string {
 	drop := func(s string) string { return strings.ReplaceAll(s, `"`, "") }
 	c := fmt.Sprintf("%s-%s, net: %s, if: %s, id: %s",
@@ -46,34 +53,103 @@ func (a Attachment) NFTMasqComment(ifName string) string {
 	return c
 }
 
-// ownsNFTMasq reports whether r is one of the attachment's masquerade
-// rules. The comment's hashes name network, interface and the whole id,
-// so even a cut comment belongs to exactly one attachment.
-func (a Attachment) ownsNFTMasq(r NFTRule, ifName string) bool {
-	return r.Family == nftMasqTable.Family && r.Table == nftMasqTable.Name && r.Chain == nftMasqChain &&
-		r.Comment == a.NFTMasqComment(ifName)
-}
-
 // isNFTMasq reports whether r is any attachment's masquerade rule.
 func isNFTMasq(r NFTRule) bool {
 	return r.Family == nftMasqTable.Family && r.Table == nftMasqTable.Name && r.Chain == nftMasqChain && r.Comment != ""
 }
 
-// nftMasqCommentID returns the id an uncut masquerade comment of network
-// names, under one of the interface names ifNames.
-func nftMasqCommentID(network string, ifNames []string, comment string) (string, bool) {
-	i := strings.LastIndex(comment, ", id: ")
-	if i < 0 {
-		return "", false
-	}
-	id := comment[i+len(", id: "):]
-	if !IsContainerID(id) {
-		return "", false
-	}
-	for _, ifName := range ifNames {
-		if (Attachment{network, id}).NFTMasqComment(ifName) == comment {
-			return id, true
+func (bridgeNFT) prove(v *view, set attSet) []claim {
+	var out []claim
+	for _, o := range ownMasqRules(v, set) {
+		if o.rule.Saddr.IsValid() {
+			out = append(out, claim{o.rule.Saddr, o.att})
 		}
 	}
-	return "", false
+	return out
+}
+
+func (bridgeNFT) holders(v *view, set attSet, addrs []netip.Addr) []claim {
+	index := masqIndex(v, set)
+	mentions := mentionsAny(addrs)
+	if !v.whole && !v.nft.any(func(r NFTRuleSketch) bool {
+		_, own := index[r.Comment]
+		return r.Table == nftMasqTable && !own && mentions(r)
+	}, func(r NFTRule) bool { return isNFTMasq(r) }) {
+		return nil
+	}
+	var out []claim
+	for _, r := range v.nft.list() {
+		if _, own := index[r.Comment]; !own && isNFTMasq(r) && containsAddr(addrs, r.Saddr) {
+			holder, _, _ := parseNFTMasqComment(r.Comment) // a cut comment names nobody for sure: held all the same
+			out = append(out, claim{r.Saddr, holder})
+		}
+	}
+	return out
+}
+
+func (bridgeNFT) plan(v *view, set attSet, _ *evidence, p *plan) {
+	for _, o := range ownMasqRules(v, set) {
+		p.nft = append(p.nft, nftChange{att: o.att, rule: o.rule})
+	}
+}
+
+func (bridgeNFT) discover(v *view, found attSet) {
+	for _, r := range v.nft.list() {
+		if a, ifName, ok := parseNFTMasqComment(r.Comment); ok && isNFTMasq(r) && v.known(a) &&
+			slices.Contains(v.nets[a.Network].ifNames(), ifName) {
+			found[a] = true
+		}
+	}
+}
+
+// ownedNFTRule is an nftables rule and the attachment of the set it
+// belongs to.
+type ownedNFTRule struct {
+	att  Attachment
+	rule NFTRule
+}
+
+// ownMasqRules returns the set's masquerade rules. A Teardown lists the
+// tables only when a rule in the kernel carries one of its comments.
+func ownMasqRules(v *view, set attSet) []ownedNFTRule {
+	index := masqIndex(v, set)
+	if !v.whole && !v.nft.any(func(r NFTRuleSketch) bool {
+		_, own := index[r.Comment]
+		return own && r.Table == nftMasqTable && r.Chain == nftMasqChain
+	}, func(r NFTRule) bool { _, own := index[r.Comment]; return own }) {
+		return nil
+	}
+	var out []ownedNFTRule
+	for _, r := range v.nft.list() {
+		if a, own := index[r.Comment]; own && isNFTMasq(r) {
+			out = append(out, ownedNFTRule{a, r})
+		}
+	}
+	return out
+}
+
+// masqIndex maps each of the set's masquerade comments, under every
+// interface name its network's attachments may have, to its attachment.
+func masqIndex(v *view, set attSet) map[string]Attachment {
+	index := make(map[string]Attachment, len(set))
+	for _, a := range set.sorted() {
+		for _, ifName := range v.nets[a.Network].ifNames() {
+			index[a.NFTMasqComment(ifName)] = a
+		}
+	}
+	return index
+}
+
+// parseNFTMasqComment returns the attachment and interface an uncut
+// masquerade comment names: its fields, checked by formatting the comment again (which also
+// checks the hashes).
+func parseNFTMasqComment(comment string) (Attachment, string, bool) {
+	_, rest, ok := strings.Cut(comment, ", net: ")
+	network, rest, ok2 := strings.Cut(rest, ", if: ")
+	ifName, id, ok3 := strings.Cut(rest, ", id: ")
+	a := Attachment{network, id}
+	if !ok || !ok2 || !ok3 || !IsContainerID(id) || a.NFTMasqComment(ifName) != comment {
+		return Attachment{}, "", false
+	}
+	return a, ifName, true
 }

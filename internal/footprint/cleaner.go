@@ -3,25 +3,22 @@ package footprint
 import (
 	"context"
 	"errors"
-	"fmt"
+	"net/netip"
 	"slices"
-	"sort"
-	"sync"
 )
 
-// Network is what the cleaner must know about one CNI network.
+// Network is what the cleaner must know about one CNI network: where its
+// attachments' state is and which plugins write it (see FromConfList).
 type Network struct {
 	// Name is the conflist's network name.
 	Name string
 	// IfName is the interface the network's attachments have; libcni names
 	// its cache files after it, and the bridge plugin's nftables
-	// masquerade comments name it.
+	// masquerade comments and the tuning plugin's files name it.
 	IfName string
 	// IfNames are further interface names the network's attachments may
 	// have: a workload that joins several networks has one interface per
-	// network (eth0, eth1, …), so one network's attachments can have
-	// different names. Cache files and masquerade comments under any of
-	// them are recognised as well as under IfName.
+	// network (eth0, eth1, …).
 	IfNames []string
 	// IPAMDirs are host-local's reservation directories of the network,
 	// already joined with Name.
@@ -29,9 +26,13 @@ type Network struct {
 	// CacheDir is libcni's cache directory.
 	CacheDir string
 	// HostportNFT says the network's portmap uses its nftables backend,
-	// whose DEL also removes other networks' rules of the same id (see
-	// GuardHostports).
+	// whose DEL also removes other networks' rules of the same id.
 	HostportNFT bool
+	// Bandwidth says the network's conflist runs the bandwidth plugin.
+	Bandwidth bool
+	// TuningDirs are the tuning plugin's data directories in the
+	// network's conflist.
+	TuningDirs []string
 }
 
 // ifNames returns IfName and IfNames, each once.
@@ -52,195 +53,199 @@ type Host struct {
 	// NFTables opens nftables; ErrNFTablesMissing (or a nil func) means
 	// the host has none, which is no failure.
 	NFTables func() (NFTables, error)
-}
-
-// Kind says what kind of host state an Item was.
-type Kind string
-
-// The kinds of state a Cleaner removes.
-const (
-	KindRule         Kind = "iptables rule"
-	KindChain        Kind = "iptables chain"
-	KindReservation  Kind = "ip reservation"
-	KindCachedResult Kind = "cached result"
-)
-
-// Item is one piece of host state that was removed.
-type Item struct {
-	Kind   Kind
-	ID     string // the container id that owned it
-	Detail string // the rule, chain or file
+	// Links opens the host namespace's network devices; nil: none are
+	// looked at.
+	Links func() (Links, error)
+	// Networks is every network whose state may be on the host. Evidence
+	// that another attachment holds an address is read from all of them:
+	// reservations and cached results of one network say nothing about
+	// another's.
+	Networks []Network
 }
 
 // ErrIPTablesMissing says iptables (or ip6tables) could not be opened, so
 // its state was not inspected.
 var ErrIPTablesMissing = errors.New("iptables not available")
 
-// Cleaner removes the footprint of attachments of one network. Build one
-// per call: it reads every listing and file once and keeps what it read.
+// Cleaner removes the footprint of attachments, by the ownership rule.
+// Build one per call.
 //
-// For a Teardown: Remember the ids before DEL, then Clean them; only what
-// those ids can own is looked at. For a GC: Discover, then Clean the ids
-// found dead; whole tables are listed once and shared by all ids.
+// For a Teardown (NewCleaner): Remember the ids before DEL, then Clean
+// them; only what those attachments can own is read. For a GC
+// (NewSweep): Remember the attachments libcni's GC may DEL, run it, then
+// DiscoverAll and CleanAll the dead ones; whole tables are listed once
+// and shared by all.
 type Cleaner struct {
-	ctx   context.Context
-	net   Network
-	host  Host
-	whole bool // listings cover whole tables (Discover) instead of what ids can own
+	ctx  context.Context
+	host Host
+	nets map[string]Network
+	net  string // NewCleaner's network
 
-	files    hostFiles // what the files say now
-	prior    hostFiles // what they said before DEL (Remember)
-	families [2]*family
-	nft      *nftScan
-	guarded  []NFTRule // hostport rules as they were before DEL
-	restored []Item
+	prior   hostFiles
+	guarded []guarded
+	swept   *view // DiscoverAll's whole view, reused by CleanAll
+	rep     report
 
-	mu      sync.Mutex
-	removed []Item
-	errs    []error
+	// Live says whether the holder of something a DEL took still lives
+	// (nil: all do); what a DEL took from an attachment that is being or
+	// has been torn down is never added back.
+	Live func(Attachment) bool
 }
 
-// NewCleaner returns a cleaner of network n on host h; ctx bounds the
-// commands it runs.
+// NewCleaner returns a cleaner of network n's attachments on host h; ctx
+// bounds everything it runs.
 func NewCleaner(ctx context.Context, n Network, h Host) *Cleaner {
-	return &Cleaner{ctx: ctx, net: n, host: h}
+	c := NewSweep(ctx, h)
+	c.nets[n.Name], c.net = n, n.Name
+	return c
 }
 
-// Remember reads what the files say about ids before DEL erases it: a DEL
-// without a cached result cannot tell the firewall plugin which address to
-// clean, but host-local's reservation still can tell the cleaner.
-func (c *Cleaner) Remember(ids []string) {
-	c.prior = c.scanFilesOf(newIDSet(ids))
-	c.GuardHostports(ids)
+// NewSweep returns a cleaner of attachments of every network in
+// h.Networks.
+func NewSweep(ctx context.Context, h Host) *Cleaner {
+	nets := make(map[string]Network, len(h.Networks))
+	for _, n := range h.Networks {
+		nets[n.Name] = n
+	}
+	return &Cleaner{ctx: ctx, host: h, nets: nets}
+}
+
+// Remember reads what ids' files say before DEL erases it (a DEL without
+// a cached result cannot tell the firewall plugin which address to clean,
+// but host-local's reservation still tells the cleaner), and records what
+// the DEL would wrongly take from other attachments. An error says that
+// could not be read, so the DEL may harm a neighbour unseen. A missing
+// iptables is none: the plugins cannot change what is not there.
+func (c *Cleaner) Remember(ids []string) error { return c.RememberAll(c.attachments(ids)) }
+
+// RememberAll is Remember for attachments of any known network.
+func (c *Cleaner) RememberAll(atts []Attachment) error {
+	errs := &errList{}
+	set := c.set(atts)
+	v := newView(c.ctx, c.host, c.nets, false, errs)
+	v.prior = scanFilesOf(v, set)
+	c.prior = v.prior
+	var addrs []netip.Addr
+	for _, fp := range footprints {
+		if g, ok := fp.(guarding); ok {
+			addrs = append(addrs, g.guardAddrs(v, set)...)
+		}
+	}
+	if len(addrs) == 0 && !v.nft.broken {
+		return errs.errExcept(ErrIPTablesMissing)
+	}
+	ev := newEvidence() // a guard needs only who else holds the addresses
+	askHolders(v, set, ev, addrs)
+	for _, fp := range footprints {
+		if g, ok := fp.(guarding); ok {
+			c.guarded = append(c.guarded, g.guard(v, set, ev)...)
+		}
+	}
+	return errs.errExcept(ErrIPTablesMissing)
 }
 
 // Discover scans the whole host for the network's attachments and returns
-// the ids it found, sorted: in reservation and cache files, rule comments,
-// and masquerade chains whose jump is gone. Clean then reuses the scan.
-func (c *Cleaner) Discover() []string {
-	c.whole = true
-	c.files = c.scanAllFiles()
-	found := newIDSet(c.files.ids())
-	for _, id := range c.scanNFT(nil).discover(c) {
-		found[id] = true
-	}
-	var mu sync.Mutex
-	c.forEachFamily(func(f *family) {
-		ids := f.discover()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, id := range ids {
-			found[id] = true
+// their ids, sorted. Clean then reuses the scan.
+func (c *Cleaner) Discover() ([]string, error) {
+	var ids []string
+	atts, err := c.DiscoverAll()
+	for _, a := range atts {
+		if a.Network == c.net {
+			ids = append(ids, a.ID)
 		}
-	})
-	return sortedIDs(found)
+	}
+	return ids, err
+}
+
+// DiscoverAll scans the whole host for the attachments of every known
+// network: reservation and cache files, rule comments, masquerade chains
+// whose jump is gone, tuning files. CleanAll then reuses the scan.
+func (c *Cleaner) DiscoverAll() ([]Attachment, error) {
+	errs := &errList{}
+	v := newView(c.ctx, c.host, c.nets, true, errs)
+	v.prior = c.prior
+	v.files = scanAllFiles(v)
+	found := attSet{}
+	for _, fp := range footprints {
+		fp.discover(v, found)
+	}
+	c.swept = v
+	return found.sorted(), errs.err()
 }
 
 // Clean removes everything of ids that the ownership rule attributes to
-// them, in iptables and ip6tables, nftables, host-local and libcni's
-// cache, and returns what it removed. All evidence is gathered before
-// anything is deleted; every step runs even when another fails, and the
-// error joins each failure.
-func (c *Cleaner) Clean(ids []string) ([]Item, error) {
-	set := newIDSet(ids)
-	if !c.whole {
-		c.files = c.prior.refresh(set)
+// them, adds back what their DEL took from others, and returns what it
+// removed. All evidence is gathered before anything changes; every step
+// runs even when another fails, and the error joins each failure.
+func (c *Cleaner) Clean(ids []string) ([]Item, error) { return c.CleanAll(c.attachments(ids)) }
+
+// CleanAll is Clean for attachments of any known network.
+func (c *Cleaner) CleanAll(atts []Attachment) ([]Item, error) {
+	set := c.set(atts)
+	v := c.swept
+	if v == nil {
+		v = newView(c.ctx, c.host, c.nets, false, &errList{})
+		v.prior, v.files = c.prior, c.prior.still(set)
 	}
-	nft := c.scanNFT(set)
-	evs := [2]*evidence{c.evidence(set, false), c.evidence(set, true)}
-	for i, ev := range evs {
-		nft.prove(c, set, ev, i == 1)
+	gs := c.liveGuarded(set)
+	extra := make([]netip.Addr, len(gs))
+	for i, g := range gs {
+		extra[i] = g.addr
 	}
-	c.forEachFamily(func(f *family) {
-		ev := evs[b2i(f.v6)]
-		f.proveMasquerade(set, ev)
-		f.apply(f.plan(set, ev))
-	})
-	if nft.nft != nil {
-		nft.apply(c, set, nft.plan(c, set, evs))
-		c.restoreHostports(set, evs)
+	ev := gather(v, set, extra)
+	var p plan
+	for _, fp := range footprints {
+		fp.plan(v, set, ev, &p)
+		if g, ok := fp.(guarding); ok {
+			g.restore(v, set, ev, gs, &p)
+		}
 	}
-	c.removeFiles(set)
-	return c.Removed(), c.err()
+	apply(v, &p, &c.rep)
+	return c.Removed(), v.errs.err()
 }
 
 // Removed returns what was removed so far.
 func (c *Cleaner) Removed() []Item {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]Item(nil), c.removed...)
+	c.rep.mu.Lock()
+	defer c.rep.mu.Unlock()
+	return slices.Clone(c.rep.removed)
 }
 
-func (c *Cleaner) noteRemoved(kind Kind, id, detail string) {
-	c.mu.Lock()
-	c.removed = append(c.removed, Item{Kind: kind, ID: id, Detail: detail})
-	c.mu.Unlock()
+// Restored returns the other attachments' rules that were added back
+// after a DEL had removed them.
+func (c *Cleaner) Restored() []Item {
+	c.rep.mu.Lock()
+	defer c.rep.mu.Unlock()
+	return slices.Clone(c.rep.restored)
 }
 
-func (c *Cleaner) fail(err error) {
-	c.mu.Lock()
-	c.errs = append(c.errs, err)
-	c.mu.Unlock()
-}
-
-func (c *Cleaner) err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return errors.Join(c.errs...)
-}
-
-// forEachFamily runs fn for iptables and ip6tables in parallel: the two
-// share nothing, and each listing costs a process.
-func (c *Cleaner) forEachFamily(fn func(*family)) {
-	var wg sync.WaitGroup
-	for i, v6 := range []bool{false, true} {
-		if c.families[i] == nil {
-			ipt, err := c.host.IPTables(v6)
-			if err != nil {
-				c.fail(fmt.Errorf("%s: %w: %w", familyName(v6), ErrIPTablesMissing, err))
-				continue
-			}
-			c.families[i] = &family{ipt: ipt, v6: v6, c: c}
-		}
-		wg.Add(1)
-		go func(f *family) {
-			defer wg.Done()
-			fn(f)
-		}(c.families[i])
-	}
-	wg.Wait()
-}
-
-// removeFiles removes the reservations and cached results of ids.
-func (c *Cleaner) removeFiles(ids idSet) {
-	byDir := map[string][]reservation{}
-	for _, r := range c.files.reservations {
-		if ids[r.id] {
-			byDir[r.dir] = append(byDir[r.dir], r)
+// liveGuarded returns the guarded items whose holder is outside set and
+// still lives.
+func (c *Cleaner) liveGuarded(set attSet) []guarded {
+	var out []guarded
+	for _, g := range c.guarded {
+		if !set[g.holder] && (c.Live == nil || c.Live(g.holder)) {
+			out = append(out, g)
 		}
 	}
-	for dir, rs := range byDir {
-		c.removeReservations(dir, rs)
+	return out
+}
+
+func (c *Cleaner) attachments(ids []string) []Attachment {
+	atts := make([]Attachment, len(ids))
+	for i, id := range ids {
+		atts[i] = Attachment{c.net, id}
 	}
-	for _, r := range c.files.cached {
-		if ids[r.id] {
-			c.removeCachedResult(r)
+	return atts
+}
+
+func (c *Cleaner) set(atts []Attachment) attSet {
+	set := make(attSet, len(atts))
+	for _, a := range atts {
+		if _, ok := c.nets[a.Network]; !ok {
+			c.nets[a.Network] = Network{Name: a.Network}
 		}
+		set[a] = true
 	}
-}
-
-func familyName(v6 bool) string {
-	if v6 {
-		return "ip6tables"
-	}
-	return "iptables"
-}
-
-func sortedIDs(s idSet) []string {
-	ids := make([]string, 0, len(s))
-	for id := range s {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
+	return set
 }

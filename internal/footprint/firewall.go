@@ -1,6 +1,9 @@
 package footprint
 
-import "net/netip"
+import (
+	"net/netip"
+	"slices"
+)
 
 // The firewall plugin (iptables backend) writes, per workload address, in
 // table filter and without any comment:
@@ -8,10 +11,119 @@ import "net/netip"
 //	-A CNI-FORWARD -d <ip>/<full> -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
 //	-A CNI-FORWARD -s <ip>/<full> -j ACCEPT
 //
-// Nothing in them names the network or the attachment, so they are
-// deleted only for an address the evidence proves (see the package doc).
+// Nothing in them names the network or the attachment: they are deleted
+// only for an address the set provably held and nobody else holds now.
+// Its DEL deletes by the addresses of the cached result, which may be
+// stale (a reboot with IPAM on tmpfs hands them to new workloads, whose
+// rules look exactly the same), so it is guarded: the rules of an address
+// another attachment holds are recorded before the DEL and added back
+// after it.
+
+type firewallIPT struct{}
 
 const firewallChain = "CNI-FORWARD"
+
+func (firewallIPT) prove(*view, attSet) []claim                 { return nil }
+func (firewallIPT) holders(*view, attSet, []netip.Addr) []claim { return nil }
+func (firewallIPT) discover(*view, attSet)                      {}
+
+// contest returns the owned addresses CNI-FORWARD has rules for: an
+// AddrScanner rules most Teardowns out without listing the chain.
+func (firewallIPT) contest(v *view, set attSet, own map[netip.Addr]Attachment) []netip.Addr {
+	var out []netip.Addr
+	for _, f := range v.families() {
+		addrs := familyAddrs(sortedAddrs(own), f.v6)
+		if !f.mayMention("filter", firewallChain, addrs, nil) {
+			continue
+		}
+		for _, r := range firewallRules(f) {
+			if containsAddr(addrs, r.addr) {
+				out = append(out, r.addr)
+			}
+		}
+	}
+	return out
+}
+
+func (firewallIPT) plan(v *view, set attSet, ev *evidence, p *plan) {
+	for _, f := range v.families() {
+		if !ev.askedAny(f.v6) {
+			continue // nothing of this family was contested: nothing to judge, nothing listed
+		}
+		for _, r := range firewallRules(f) {
+			if a, ok := ev.owner(r.addr); ok && ev.asked[r.addr] {
+				p.deleteRule(f.v6, a, "filter", r.rule)
+			}
+		}
+	}
+}
+
+// guardAddrs returns the addresses the DEL will hand the firewall plugin
+// (the set's cached results) that CNI-FORWARD may have rules for.
+func (firewallIPT) guardAddrs(v *view, set attSet) []netip.Addr {
+	var out []netip.Addr
+	for _, f := range v.families() {
+		addrs := familyAddrs(v.prior.cachedAddrsOf(set), f.v6)
+		if f.mayMention("filter", firewallChain, addrs, nil) {
+			out = append(out, addrs...)
+		}
+	}
+	return out
+}
+
+// guard records the CNI-FORWARD rules of guarded addresses that an
+// attachment outside the set holds.
+func (firewallIPT) guard(v *view, set attSet, ev *evidence) []guarded {
+	var out []guarded
+	for _, f := range v.families() {
+		addrs := familyAddrs(v.prior.cachedAddrsOf(set), f.v6)
+		if !slices.ContainsFunc(addrs, func(a netip.Addr) bool { _, held := ev.held[a]; return held }) {
+			continue
+		}
+		for _, r := range firewallRules(f) {
+			if holder, held := ev.held[r.addr]; held && containsAddr(addrs, r.addr) {
+				out = append(out, guarded{holder: holder, addr: r.addr, v6: f.v6, rule: r.rule})
+			}
+		}
+	}
+	return out
+}
+
+// restore adds back the guarded rules that are gone while their address
+// is still held outside the set.
+func (firewallIPT) restore(v *view, set attSet, ev *evidence, gs []guarded, p *plan) {
+	for _, g := range gs {
+		f := v.ipt[b2i(g.v6)]
+		if g.rule == nil || f == nil {
+			continue
+		}
+		if _, held := ev.held[g.addr]; !held || set[g.holder] {
+			continue
+		}
+		if !slices.ContainsFunc(firewallRules(f), func(r firewallRule) bool { return r.rule.line == g.rule.line }) {
+			p.ipt[b2i(g.v6)] = append(p.ipt[b2i(g.v6)], iptChange{att: g.holder, table: "filter", rule: g.rule, add: true})
+		}
+	}
+}
+
+// firewallRule is one of the firewall plugin's rules and its address.
+type firewallRule struct {
+	rule *rule
+	addr netip.Addr
+}
+
+// firewallRules returns the rules of CNI-FORWARD written exactly as the
+// firewall plugin writes them for one workload address.
+func firewallRules(f *iptView) []firewallRule {
+	rules, _ := f.rules("filter", firewallChain)
+	var out []firewallRule
+	for i := range rules {
+		if a, ok := firewallRuleAddr(rules[i]); ok {
+			out = append(out, firewallRule{&rules[i], a})
+		}
+	}
+	return out
+}
 
 // firewallRuleAddr returns the address of a rule exactly as the firewall
 // plugin writes it for one workload address, and nothing else.
@@ -30,4 +142,12 @@ func firewallRuleAddr(r rule) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return hostAddr(prefix)
+}
+
+func sortedAddrs[V any](m map[netip.Addr]V) []netip.Addr {
+	out := make([]netip.Addr, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	return uniqueAddrs(out)
 }

@@ -14,16 +14,91 @@ import (
 // named by the address and holding "ID\r\nIFNAME" (older releases: just
 // the id), next to "lock" and "last_reserved_ip.N". Its DEL removes them;
 // a crash, or a DEL that never ran, leaves them, and the address stays
-// taken until they go.
+// taken until they go. A reservation names exactly one attachment (its
+// network is the directory's), so it proves and it holds.
+
+type hostLocal struct{}
 
 // reservation is one host-local reservation file.
 type reservation struct {
-	dir, path, id string
-	addr          netip.Addr
+	net, dir, path, id string
+	addr               netip.Addr
+}
+
+func (r reservation) att() Attachment { return Attachment{r.net, r.id} }
+
+func (hostLocal) prove(v *view, set attSet) []claim {
+	var out []claim
+	for _, f := range []hostFiles{v.prior, v.files} {
+		for _, r := range f.reservations {
+			if set[r.att()] {
+				out = append(out, claim{r.addr, r.att()})
+			}
+		}
+	}
+	return out
+}
+
+// holders reads, for each address, the one file in each known network's
+// IPAM directories that would give it to somebody.
+func (hostLocal) holders(v *view, set attSet, addrs []netip.Addr) []claim {
+	var out []claim
+	for _, n := range sortedNets(v.nets) {
+		for _, dir := range n.IPAMDirs {
+			for _, addr := range addrs {
+				id, err := reservationHolder(filepath.Join(dir, addr.String()))
+				if err == nil && !set[Attachment{n.Name, id}] {
+					out = append(out, claim{addr, Attachment{n.Name, id}})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (hostLocal) plan(v *view, set attSet, _ *evidence, p *plan) {
+	for _, r := range v.files.reservations {
+		if set[r.att()] {
+			p.files = append(p.files, fileChange{kind: KindReservation, att: r.att(), path: r.path, lockDir: r.dir})
+		}
+	}
+}
+
+func (hostLocal) discover(v *view, found attSet) {
+	for _, r := range v.files.reservations {
+		found[r.att()] = true
+	}
+}
+
+// reservedBySet reports whether addr is reserved, in its own network's
+// IPAM directory, for an attachment of the set: host-local then has given
+// it to nobody else in that network.
+func reservedBySet(v *view, set attSet, addr netip.Addr) bool {
+	for _, f := range []hostFiles{v.prior, v.files} {
+		for _, r := range f.reservations {
+			if r.addr == addr && set[r.att()] {
+				if id, err := reservationHolder(r.path); err == nil && id == r.id {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// readAllReservations lists the reservation files of n.
+func readAllReservations(v *view, n Network) []reservation {
+	var all []reservation
+	for _, dir := range n.IPAMDirs {
+		rs, err := readReservations(n.Name, dir)
+		v.errs.add(err)
+		all = append(all, rs...)
+	}
+	return all
 }
 
 // readReservations lists the reservation files in dir.
-func readReservations(dir string) ([]reservation, error) {
+func readReservations(network, dir string) ([]reservation, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -38,9 +113,9 @@ func readReservations(dir string) ([]reservation, error) {
 		if err != nil || e.IsDir() {
 			continue // lock, last_reserved_ip.N and anything else not a reservation
 		}
-		r, err := readReservation(dir, addr)
+		r, err := readReservation(network, dir, addr)
 		if err != nil {
-			if !errors.Is(err, os.ErrNotExist) {
+			if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, errNoHolder) {
 				errs = append(errs, err)
 			}
 			continue
@@ -50,14 +125,21 @@ func readReservations(dir string) ([]reservation, error) {
 	return rs, errors.Join(errs...)
 }
 
+// errNoHolder says a reservation file names no valid container id (say,
+// it was cut short by a crash): it is nobody's provably, and left alone.
+var errNoHolder = errors.New("reservation names no valid container id")
+
 // readReservation reads the reservation of addr in dir.
-func readReservation(dir string, addr netip.Addr) (reservation, error) {
+func readReservation(network, dir string, addr netip.Addr) (reservation, error) {
 	path := filepath.Join(dir, addr.String())
 	id, err := reservationHolder(path)
 	if err != nil {
 		return reservation{}, err
 	}
-	return reservation{dir: dir, path: path, id: id, addr: addr.Unmap()}, nil
+	if !IsContainerID(id) {
+		return reservation{}, fmt.Errorf("%s: %w", path, errNoHolder)
+	}
+	return reservation{net: network, dir: dir, path: path, id: id, addr: addr.Unmap()}, nil
 }
 
 // reservationHolder returns the container id a reservation file names.
@@ -72,37 +154,7 @@ func reservationHolder(path string) (string, error) {
 	return strings.TrimRight(s.Text(), "\r"), s.Err()
 }
 
-// heldByOther reports whether a reservation in one of dirs gives addr to
-// an attachment outside ids right now. It reads the one file that would
-// say so in each directory.
-func heldByOther(dirs []string, addr netip.Addr, ids idSet) bool {
-	for _, dir := range dirs {
-		holder, err := reservationHolder(filepath.Join(dir, addr.String()))
-		if err == nil && !ids[holder] {
-			return true
-		}
-	}
-	return false
-}
-
-// removeReservations removes rs, all in dir, under host-local's own lock,
-// each re-read first: between the scan and now host-local may have handed
-// the address to somebody else.
-func (c *Cleaner) removeReservations(dir string, rs []reservation) {
-	unlock, err := lockDir(dir)
-	if err != nil {
-		c.fail(fmt.Errorf("locking IPAM directory %s: %w", dir, err))
-		return
-	}
-	defer unlock()
-	for _, r := range rs {
-		if id, err := reservationHolder(r.path); err != nil || id != r.id {
-			continue // released or re-reserved meanwhile: not ours any more
-		}
-		if err := os.Remove(r.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			c.fail(fmt.Errorf("removing reservation: %w", err))
-			continue
-		}
-		c.noteRemoved(KindReservation, r.id, r.path)
-	}
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

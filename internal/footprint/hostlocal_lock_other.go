@@ -2,5 +2,7 @@
 
 package footprint
 
+import "context"
+
 // lockDir is a no-op where host-local does not run.
-func lockDir(string) (func(), error) { return func() {}, nil }
+func lockDir(context.Context, string) (func(), error) { return func() {}, nil }

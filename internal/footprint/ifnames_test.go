@@ -48,7 +48,7 @@ func TestGCScanOfANetworkFindsAttachmentsUnderEveryCandidateInterfaceName(t *tes
 				masq("n", "live", "eth1", "198.18.0.4", 3), masq("other", "dead-2", "eth1", "198.18.1.2", 4))
 			cl := footprint.NewCleaner(context.Background(),
 				footprint.Network{Name: "n", IfName: "eth0", IfNames: tc.ifNames, CacheDir: t.TempDir()}, hostWith(nft))
-			if got := cl.Discover(); !reflect.DeepEqual(got, tc.found) {
+			if got, err := cl.Discover(); err != nil || !reflect.DeepEqual(got, tc.found) {
 				t.Fatalf("Discover = %v, want %v", got, tc.found)
 			}
 			var dead []string

@@ -35,11 +35,12 @@ func FuzzParseRule(f *testing.F) {
 		if a != b && (b.ownsMasqJump(masq) || b.ownsDNATJump(dnat)) {
 			t.Fatalf("%+v claims a rule of %+v", b, a)
 		}
-		if id, ok := masqCommentID(netB, masq.comment); ok && (id != idA || netA != netB) {
-			t.Fatalf("network %q attributes %+v's rule to id %q", netB, a, id)
+		if got, ok := parseMasqComment(masq.comment); ok && got != a {
+			t.Fatalf("%+v's rule is attributed to %+v", a, got)
 		}
-		if id, ok := dnatCommentID(netB, dnat.comment); ok && (id != idA || netA != netB) {
-			t.Fatalf("network %q attributes %+v's DNAT rule to id %q", netB, a, id)
+		known := &view{nets: map[string]Network{netB: {Name: netB}}}
+		if got, ok := parseDNATComment(known, dnat.comment); ok && got != a {
+			t.Fatalf("network %q attributes %+v's DNAT rule to %+v", netB, a, got)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package footprint
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,12 +13,93 @@ import (
 
 // libcni caches each attachment's result in <cacheDir>/results/N-ID-IF as
 // JSON naming the network, container id, interface and addresses. A DEL
-// removes it; the cache is also how libcni's GC finds attachments.
+// removes it; libcni's GC finds attachments by it, and the firewall
+// plugin's DEL deletes by the addresses it names. A reboot during ADD can
+// leave it empty or cut (containernetworking/cni#1055): such a file is
+// attributed by its name, and only when that name can be read one way
+// among the known networks.
 
-// cachedResult is one libcni cache file of the network.
+type libcniCache struct{}
+
+// cachedResult is one libcni cache file.
 type cachedResult struct {
-	path, id string
-	addrs    []netip.Addr
+	net, id, ifName, path string
+	addrs                 []netip.Addr
+	corrupt               bool // unreadable: attributed by its name alone
+}
+
+func (c cachedResult) att() Attachment { return Attachment{c.net, c.id} }
+
+func (libcniCache) prove(v *view, set attSet) []claim {
+	var out []claim
+	for _, f := range []hostFiles{v.prior, v.files} {
+		for _, c := range f.cached {
+			if set[c.att()] {
+				for _, a := range c.addrs {
+					out = append(out, claim{a, c.att()})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// holders reads every known network's cached results: another
+// attachment's result names an address it holds (static IPAM, or a
+// reservation directory on tmpfs that a reboot wiped). A Teardown skips
+// the read for an address host-local reserved for the set: no other
+// attachment of that network can have been given it.
+func (libcniCache) holders(v *view, set attSet, addrs []netip.Addr) []claim {
+	var ask []netip.Addr
+	for _, a := range addrs {
+		if v.whole || !reservedBySet(v, set, a) {
+			ask = append(ask, a)
+		}
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	var out []claim
+	for _, c := range v.allCached() {
+		if set[c.att()] {
+			continue
+		}
+		for _, a := range c.addrs {
+			for _, want := range ask {
+				if a == want {
+					out = append(out, claim{a, c.att()})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (libcniCache) plan(v *view, set attSet, _ *evidence, p *plan) {
+	for _, c := range v.files.cached {
+		if set[c.att()] {
+			p.files = append(p.files, fileChange{kind: KindCachedResult, att: c.att(), path: c.path})
+		}
+	}
+}
+
+func (libcniCache) discover(v *view, found attSet) {
+	for _, c := range v.files.cached {
+		found[c.att()] = true
+	}
+}
+
+// allCached returns every known network's cached results, read once.
+func (v *view) allCached() []cachedResult {
+	if v.whole {
+		return v.files.cached
+	}
+	v.cachedOnce.Do(func() {
+		for _, n := range sortedNets(v.nets) {
+			v.cachedAll = append(v.cachedAll, readAllCached(v, n)...)
+		}
+	})
+	return v.cachedAll
 }
 
 // cachePath is where libcni caches the result of one attachment.
@@ -25,52 +107,95 @@ func cachePath(cacheDir, network, id, ifName string) string {
 	return filepath.Join(cacheDir, "results", fmt.Sprintf("%s-%s-%s", network, id, ifName))
 }
 
-// cachePaths lists every cache file that may be network's.
-func cachePaths(cacheDir, network string) []string {
-	paths, _ := filepath.Glob(filepath.Join(cacheDir, "results", globEscape(network)+"-*"))
-	return paths
+// readAllCached reads every cache file that may be n's.
+func readAllCached(v *view, n Network) []cachedResult {
+	paths, err := filepath.Glob(filepath.Join(n.CacheDir, "results", globEscape(n.Name)+"-*"))
+	v.errs.add(err)
+	var out []cachedResult
+	for _, path := range paths {
+		c, err := readCachedResult(path)
+		switch {
+		case err == nil && c.net == n.Name:
+			out = append(out, c)
+		case err != nil && !errors.Is(err, os.ErrNotExist):
+			if a, ifName, ok := v.cacheName(filepath.Base(path)); ok && a.Network == n.Name {
+				out = append(out, cachedResult{net: a.Network, id: a.ID, ifName: ifName, path: path, corrupt: true})
+			}
+		}
+	}
+	return out
 }
 
-func globEscape(s string) string {
-	return strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `\`, `\\`).Replace(s)
+// readCachedAt reads the cache file of one attachment and interface.
+func readCachedAt(v *view, n Network, id, ifName string) (cachedResult, bool) {
+	path := cachePath(n.CacheDir, n.Name, id, ifName)
+	c, err := readCachedResult(path)
+	switch {
+	case err == nil:
+		return c, c.att() == Attachment{n.Name, id}
+	case errors.Is(err, os.ErrNotExist):
+		return cachedResult{}, false
+	}
+	if a, _, ok := v.cacheName(filepath.Base(path)); ok && a == (Attachment{n.Name, id}) {
+		return cachedResult{net: n.Name, id: id, ifName: ifName, path: path, corrupt: true}, true
+	}
+	return cachedResult{}, false
 }
 
-// readCachedResult parses a libcni cache file; ok is false when it is
-// absent or not provably network's.
-func readCachedResult(path, network string) (r cachedResult, ok bool, err error) {
+// errCorruptCache says a cache file is empty or not a libcni result.
+var errCorruptCache = errors.New("not a readable libcni cache file")
+
+// readCachedResult parses a libcni cache file.
+func readCachedResult(path string) (cachedResult, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			err = nil
-		}
-		return cachedResult{}, false, err
+		return cachedResult{}, err
 	}
 	var cached struct {
 		ContainerID string `json:"containerId"`
 		NetworkName string `json:"networkName"`
+		IfName      string `json:"ifName"`
 		Result      struct {
 			IPs []struct {
 				Address string `json:"address"`
 			} `json:"ips"`
 		} `json:"result"`
 	}
-	if json.Unmarshal(raw, &cached) != nil || cached.NetworkName != network || !IsContainerID(cached.ContainerID) {
-		return cachedResult{}, false, nil // not provably this network's: leave it
+	if len(bytes.TrimSpace(raw)) == 0 || json.Unmarshal(raw, &cached) != nil || !IsContainerID(cached.ContainerID) || cached.NetworkName == "" {
+		return cachedResult{}, fmt.Errorf("%s: %w", path, errCorruptCache)
 	}
-	r = cachedResult{path: path, id: cached.ContainerID}
+	c := cachedResult{net: cached.NetworkName, id: cached.ContainerID, ifName: cached.IfName, path: path}
 	for _, ip := range cached.Result.IPs {
 		if p, err := netip.ParsePrefix(ip.Address); err == nil {
-			r.addrs = append(r.addrs, p.Addr().Unmap())
+			c.addrs = append(c.addrs, p.Addr().Unmap())
 		}
 	}
-	return r, true, nil
+	return c, nil
 }
 
-// removeCachedResult removes a cache file of an attachment being cleaned.
-func (c *Cleaner) removeCachedResult(r cachedResult) {
-	if err := os.Remove(r.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		c.fail(fmt.Errorf("removing cached result: %w", err))
-		return
+// cacheName reads an unreadable cache file's name N-ID-IF: the attachment
+// and interface, when exactly one known network and one of its interface
+// names read it so (network names may contain '-').
+func (v *view) cacheName(base string) (Attachment, string, bool) {
+	var found []Attachment
+	var foundIf string
+	for _, n := range sortedNets(v.nets) {
+		rest, ok := strings.CutPrefix(base, n.Name+"-")
+		if !ok {
+			continue
+		}
+		for _, ifName := range n.ifNames() {
+			if id, ok := strings.CutSuffix(rest, "-"+ifName); ok && IsContainerID(id) {
+				found, foundIf = append(found, Attachment{n.Name, id}), ifName
+			}
+		}
 	}
-	c.noteRemoved(KindCachedResult, r.id, r.path)
+	if len(found) != 1 {
+		return Attachment{}, "", false
+	}
+	return found[0], foundIf, true
+}
+
+func globEscape(s string) string {
+	return strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `\`, `\\`).Replace(s)
 }

@@ -673,7 +673,7 @@ func (tc nftCase) run(t *testing.T, probed bool) {
 	}
 	cl := footprint.NewCleaner(context.Background(), s.net, host)
 	if tc.gc {
-		if got := cl.Discover(); !slices.Equal(got, tc.discover) {
+		if got, err := cl.Discover(); err != nil || !slices.Equal(got, tc.discover) {
 			t.Errorf("Discover() = %q, want %q", got, tc.discover)
 		}
 	} else {
@@ -714,6 +714,11 @@ func (tc nftCase) run(t *testing.T, probed bool) {
 		wantCalls = append(wantCalls, fmt.Sprintf("DeleteRules %s %d", table, deletes[table]))
 	}
 	got := s.nft.Calls()
+	if !probed && len(got) > 1 && got[0] == "ListRules" && got[1] == "ListRules" {
+		// Without probes, the guard before DEL lists once to learn who
+		// else holds the addresses the firewall plugin's DEL will use.
+		got = got[1:]
+	}
 	if probed {
 		// A Teardown looks in-process first and lists only when something may be
 		// its own; a GC always lists.
@@ -848,7 +853,8 @@ func TestCleanWhenNFTablesCannotBeListedDeletesNoNFTRuleAndSaysSo(t *testing.T) 
 	if err == nil || !strings.Contains(err.Error(), "nftables") || !strings.Contains(err.Error(), "Operation not permitted") {
 		t.Fatalf("Clean error = %v, want one about listing nftables", err)
 	}
-	if got, want := s.nft.Calls(), []string{"ListRules"}; !slices.Equal(got, want) {
+	// The guard before DEL lists too (it cannot probe); both fail.
+	if got, want := s.nft.Calls(), []string{"ListRules", "ListRules"}; !slices.Equal(got, want) {
 		t.Errorf("nftables calls = %q, want %q: nothing is deleted blind", got, want)
 	}
 	if got := s.nft.Rules(); !slices.EqualFunc(got, before, sameNFTRule) {
@@ -892,6 +898,7 @@ func TestCleanDeletesEachTablesRulesInOneTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
+		"ListRules", // the guard before DEL, which cannot probe
 		"ListRules",
 		"DeleteRules inet cni_plugins_masquerade 2",
 		"DeleteRules ip cni_hostport 3",
@@ -925,11 +932,13 @@ func (f *flakyNFT) DeleteRules(ctx context.Context, table footprint.NFTable, rul
 
 func TestCleanFallsBackToOneRuleAtATimeWhenATransactionFails(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		first func(ctx context.Context, nft *fakenft.NFTables, table footprint.NFTable, rules []footprint.NFTRule) error
+		name     string
+		vanished int
+		first    func(ctx context.Context, nft *fakenft.NFTables, table footprint.NFTable, rules []footprint.NFTRule) error
 	}{
 		{
-			name: "a handle of the batch vanished meanwhile",
+			name:     "a handle of the batch vanished meanwhile",
+			vanished: 1, // removed by somebody else: not reported
 			first: func(ctx context.Context, nft *fakenft.NFTables, table footprint.NFTable, rules []footprint.NFTRule) error {
 				// somebody else (the plugin's own DEL) deletes one rule first
 				if err := nft.DeleteRules(ctx, table, rules[:1]); err != nil {
@@ -967,8 +976,8 @@ func TestCleanFallsBackToOneRuleAtATimeWhenATransactionFails(t *testing.T) {
 			if got, want := cniRules(s.nft.Rules()), cniRules(loadNFT(t, "single-after-del").Rules()); !slices.EqualFunc(got, want, sameNFTRule) {
 				t.Errorf("plugins' tables left:%s\nwant:%s", describeRules(got), describeRules(want))
 			}
-			if n := countKind(items, footprint.KindNFTRule); n != len(web1Rules) {
-				t.Errorf("reported %d nftables rules removed, want %d", n, len(web1Rules))
+			if n := countKind(items, footprint.KindNFTRule); n != len(web1Rules)-tc.vanished {
+				t.Errorf("reported %d nftables rules removed, want %d", n, len(web1Rules)-tc.vanished)
 			}
 		})
 	}

@@ -1,6 +1,10 @@
 package footprint
 
-import "fmt"
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
 
 // portmap with the iptables backend writes, per attachment and family, in
 // table nat:
@@ -10,7 +14,10 @@ import "fmt"
 //
 // Releases before 0.7 used a CNI-SN-<h[:21]> chain as well. The shared
 // chains (CNI-HOSTPORT-DNAT, -SETMARK, -MASQ) belong to every attachment
-// and are never deleted.
+// and are never deleted. Everything here is found by name, so it proves
+// no address and holds none.
+
+type portmapIPT struct{}
 
 const hostportDNATChain = "CNI-HOSTPORT-DNAT"
 
@@ -40,12 +47,55 @@ func (a Attachment) ownsDNATJump(r rule) bool {
 	return r.chain == hostportDNATChain && ownsCommented(r, a.DNATComment(), a.DNATChain())
 }
 
-// dnatCommentID returns the id of an uncut portmap comment of network.
-func dnatCommentID(network, comment string) (string, bool) {
-	prefix := fmt.Sprintf(`dnat name: "%s" id: "`, network)
-	if len(comment) < len(prefix)+1 || comment[:len(prefix)] != prefix || comment[len(comment)-1] != '"' {
-		return "", false
+func (portmapIPT) prove(*view, attSet) []claim                 { return nil }
+func (portmapIPT) holders(*view, attSet, []netip.Addr) []claim { return nil }
+
+func (portmapIPT) plan(v *view, set attSet, _ *evidence, p *plan) {
+	for _, f := range v.families() {
+		if v.whole || f.anyChain("nat", chainsOf(set, Attachment.DNATChain)) {
+			own := commentIndex(set, Attachment.DNATComment)
+			rules, _ := f.rules("nat", hostportDNATChain)
+			for i := range rules {
+				if a := ownerIn(rules[i], own[rules[i].comment], Attachment.ownsDNATJump); a != nil {
+					p.deleteRule(f.v6, *a, "nat", &rules[i])
+				}
+			}
+		}
+		for _, a := range set.sorted() {
+			for _, ch := range []string{a.DNATChain(), a.SNATChain()} {
+				if f.hasChain("nat", ch) {
+					p.deleteChain(f.v6, a, "nat", ch)
+				}
+			}
+		}
 	}
-	id := comment[len(prefix) : len(comment)-1]
-	return id, IsContainerID(id) && (Attachment{network, id}).DNATComment() == comment
+}
+
+func (portmapIPT) discover(v *view, found attSet) {
+	for _, f := range v.families() {
+		rules, _ := f.rules("nat", hostportDNATChain)
+		for _, r := range rules {
+			if a, ok := parseDNATComment(v, r.comment); ok {
+				found[a] = true
+			}
+		}
+	}
+}
+
+// parseDNATComment returns the attachment of a known network an uncut
+// portmap comment names.
+func parseDNATComment(v *view, comment string) (Attachment, bool) {
+	rest, ok := strings.CutPrefix(comment, `dnat name: "`)
+	if !ok || !strings.HasSuffix(rest, `"`) {
+		return Attachment{}, false
+	}
+	for _, name := range sortedKeys(v.nets) {
+		if id, ok := strings.CutPrefix(rest, name+`" id: "`); ok {
+			a := Attachment{name, strings.TrimSuffix(id, `"`)}
+			if IsContainerID(a.ID) && a.DNATComment() == comment {
+				return a, true
+			}
+		}
+	}
+	return Attachment{}, false
 }

@@ -1,7 +1,6 @@
 package footprint
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 )
@@ -15,11 +14,19 @@ import (
 //	chain masquerading: ip saddr <ip> ip daddr <ip> masquerade        comment "ID"
 //	                    ip saddr 127.0.0.1 ip daddr <ip> masquerade  comment "ID"
 //
-// Chain hostip_hostports is kept (empty) for upgrades and scanned too. The
-// comment is the bare container id, of whatever network: a rule is the
-// attachment's only when its workload address is one this attachment
+// Chain hostip_hostports is kept (empty) for upgrades and scanned too.
+// The comment is the bare container id, of whatever network: a rule is an
+// attachment's only when its workload address is one the attachment
 // provably held and nobody else holds now. The tables and chains are
 // shared and never deleted.
+//
+// Its DEL deletes every rule whose comment is the container id, in every
+// chain, whatever network wrote it: the DEL of id X on one network takes
+// the port mappings of X's attachment on another network with it. So it
+// is guarded: the rules of X whose address another attachment of X holds
+// are recorded before the DEL and added back after it.
+
+type portmapNFT struct{}
 
 var nftHostportTables = [2]NFTable{{Family: "ip", Name: "cni_hostport"}, {Family: "ip6", Name: "cni_hostport"}}
 
@@ -45,114 +52,143 @@ func isHostportChain(table NFTable, chain string) bool {
 	return (table == nftHostportTables[0] || table == nftHostportTables[1]) && nftHostportChains[chain]
 }
 
-// portmap's nftables DEL deletes every rule whose comment is the container
-// id, in every chain it scans, whatever network wrote it: the DEL of id X
-// on one network takes the port mappings of X's attachment on another
-// network with it (and so does libcni's GC, which DELs stale cached
-// attachments). The cleaner guards against that: before the DEL it
-// remembers the hostport rules carrying the ids, after it adds back those
-// the DEL removed whose address another attachment provably holds now.
+func (portmapNFT) prove(*view, attSet) []claim { return nil }
+func (portmapNFT) discover(*view, attSet)      {} // a bare id names no network: it proves nothing
 
-// GuardHostports remembers the hostport rules whose comment is one of ids
-// (nil: every hostport rule), before a DEL that may remove them. Only
-// networks whose portmap uses nftables need it (Network.HostportNFT).
-func (c *Cleaner) GuardHostports(ids []string) {
-	if !c.net.HostportNFT || c.host.NFTables == nil {
-		return
+// holders: a hostport rule of an id outside the set holds its address.
+func (portmapNFT) holders(v *view, set attSet, addrs []netip.Addr) []claim {
+	ids := set.ids()
+	mentions := mentionsAny(addrs)
+	if !v.whole && !v.nft.any(func(r NFTRuleSketch) bool {
+		return !ids[r.Comment] && isHostportChain(r.Table, r.Chain) && mentions(r)
+	}, func(r NFTRule) bool { _, ok := nftHostportAddr(r); return ok }) {
+		return nil
 	}
-	nft, err := c.host.NFTables()
-	if err != nil {
-		return // no nftables: nothing to guard
+	var out []claim
+	for _, r := range v.nft.list() {
+		if addr, ok := nftHostportAddr(r); ok && !ids[r.Comment] && containsAddr(addrs, addr) {
+			out = append(out, claim{addr, Attachment{ID: r.Comment}})
+		}
 	}
-	if ids != nil && !c.othersMayShareIDs(nft, newIDSet(ids)) {
-		return
+	return out
+}
+
+// contest returns the owned addresses that rules carrying the set's ids
+// map ports to.
+func (portmapNFT) contest(v *view, set attSet, own map[netip.Addr]Attachment) []netip.Addr {
+	var out []netip.Addr
+	for _, r := range idRules(v, set) {
+		if addr, _ := nftHostportAddr(r); own[addr].ID == r.Comment {
+			out = append(out, addr)
+		}
 	}
-	rules, err := nft.ListRules(c.ctx, nftHostportTables[:])
-	if err != nil {
-		c.fail(fmt.Errorf("nftables: listing %v before DEL: %w", nftHostportTables, err))
-		return
-	}
-	set := newIDSet(ids)
-	for _, r := range rules {
-		if _, ok := nftHostportAddr(r); ok && (ids == nil || set[r.Comment]) {
-			c.guarded = append(c.guarded, r)
+	return out
+}
+
+func (portmapNFT) plan(v *view, set attSet, ev *evidence, p *plan) {
+	for _, r := range idRules(v, set) {
+		addr, _ := nftHostportAddr(r)
+		if a, ok := ev.owner(addr); ok && ev.asked[addr] && a.ID == r.Comment {
+			p.nft = append(p.nft, nftChange{att: a, rule: r})
 		}
 	}
 }
 
-// othersMayShareIDs reports whether a hostport rule carrying one of ids
-// may belong to another attachment: only those need guarding. A rule
-// that carries, in its own family, one of the addresses ids' files named
-// before DEL is taken for theirs: another attachment's rule DNATs to and
-// masquerades its own workload address, and an address is held by one
-// attachment at a time. (It would take that rule naming ids' address as
-// its host IP to be mistaken, and then only the guard is skipped: what a
-// DEL removes, Clean never removes for it.) Without an NFTRuleMatcher it
-// must assume so.
-func (c *Cleaner) othersMayShareIDs(nft NFTables, ids idSet) bool {
-	matcher, ok := nft.(NFTRuleMatcher)
-	if !ok {
-		return true
+// guardAddrs returns the addresses of rules carrying the set's ids that
+// are none of the set's own addresses: another attachment of the same id
+// (on another network) may hold them. Only networks whose portmap uses
+// nftables need it; the in-kernel look tells most Teardowns there are
+// none without listing.
+func (portmapNFT) guardAddrs(v *view, set attSet) []netip.Addr {
+	var out []netip.Addr
+	for _, r := range foreignIDRules(v, set) {
+		addr, _ := nftHostportAddr(r)
+		out = append(out, addr)
 	}
-	var own [2][]netip.Addr // by family, so that 4 bytes never match inside an IPv6 address
-	for _, a := range c.prior.addrsOf(ids) {
-		own[b2i(a.Is6())] = append(own[b2i(a.Is6())], a)
+	return out
+}
+
+// guard records the rules of the set's ids whose address an attachment of
+// the same id outside the set holds.
+func (portmapNFT) guard(v *view, set attSet, ev *evidence) []guarded {
+	var out []guarded
+	for _, r := range foreignIDRules(v, set) {
+		addr, _ := nftHostportAddr(r)
+		if holder, held := ev.held[addr]; held && holder.ID == r.Comment {
+			out = append(out, guarded{holder: holder, addr: addr, v6: addr.Is6(), nft: &r})
+		}
 	}
-	ownBytes := [2][][]byte{addrBytes(own[0]), addrBytes(own[1])}
-	found, err := matcher.AnyRule(c.ctx, nftHostportTables[:], func(r NFTRuleSketch) bool {
+	return out
+}
+
+// restore adds back the guarded rules that are gone while their address
+// is still held by their id outside the set.
+func (portmapNFT) restore(v *view, set attSet, ev *evidence, gs []guarded, p *plan) {
+	var now []NFTRule
+	listed := false
+	for _, g := range gs {
+		if g.nft == nil || set[g.holder] {
+			continue
+		}
+		if holder, held := ev.held[g.addr]; !held || holder.ID != g.nft.Comment {
+			continue
+		}
+		if !listed {
+			now, listed = v.nft.list(), true
+		}
+		if !v.nft.listed || slices.ContainsFunc(now, func(r NFTRule) bool { return sameRule(r, *g.nft) }) {
+			continue
+		}
+		p.nft = append(p.nft, nftChange{att: g.holder, rule: *g.nft, add: true})
+	}
+}
+
+// idRules returns the hostport rules carrying one of the set's ids.
+func idRules(v *view, set attSet) []NFTRule {
+	ids := set.ids()
+	if !v.whole && !v.nft.any(func(r NFTRuleSketch) bool {
+		return ids[r.Comment] && isHostportChain(r.Table, r.Chain)
+	}, func(r NFTRule) bool { return ids[r.Comment] }) {
+		return nil
+	}
+	var out []NFTRule
+	for _, r := range v.nft.list() {
+		if _, ok := nftHostportAddr(r); ok && ids[r.Comment] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// foreignIDRules returns the hostport rules carrying one of the set's ids
+// (of a network whose portmap uses nftables) but none of the addresses
+// the set's files named before the DEL.
+func foreignIDRules(v *view, set attSet) []NFTRule {
+	ids := idSet{}
+	for a := range set {
+		if v.nets[a.Network].HostportNFT {
+			ids[a.ID] = true
+		}
+	}
+	if len(ids) == 0 || !v.nft.available() {
+		return nil
+	}
+	own := v.prior.addrsOf(set)
+	var ownBytes [2][][]byte // by family, so that 4 bytes never match inside an IPv6 address
+	for i, v6 := range []bool{false, true} {
+		ownBytes[i] = addrBytes(familyAddrs(own, v6))
+	}
+	if !v.nft.any(func(r NFTRuleSketch) bool {
 		return ids[r.Comment] && isHostportChain(r.Table, r.Chain) &&
 			!(nlRule{rawExpression: r.Raw}).mentions(ownBytes[b2i(r.Table == nftHostportTables[1])])
-	})
-	return found || err != nil
-}
-
-// restoreHostports adds back the guarded rules that are gone although
-// their address is held by an attachment other than ids.
-func (c *Cleaner) restoreHostports(ids idSet, evs [2]*evidence) {
-	if len(c.guarded) == 0 || c.nft.nft == nil {
-		return
+	}, func(r NFTRule) bool { return ids[r.Comment] }) {
+		return nil
 	}
-	var back []NFTRule
-	for _, r := range c.guarded {
-		addr, _ := nftHostportAddr(r)
-		if !slices.ContainsFunc(c.nft.rules, func(now NFTRule) bool { return sameRule(now, r) }) &&
-			c.heldByAnother(ids, evs[b2i(addr.Is6())], addr) {
-			back = append(back, r)
+	var out []NFTRule
+	for _, r := range v.nft.list() {
+		if addr, ok := nftHostportAddr(r); ok && ids[r.Comment] && !containsAddr(own, addr) {
+			out = append(out, r)
 		}
 	}
-	if len(back) == 0 {
-		return
-	}
-	if err := c.nft.nft.AddRules(c.ctx, back); err != nil {
-		c.fail(fmt.Errorf("nftables: adding back %d rule(s) of other attachments that DEL removed: %w", len(back), err))
-		return
-	}
-	for _, r := range back {
-		c.restored = append(c.restored, Item{Kind: KindNFTRule, ID: r.Comment, Detail: "nftables rule " + r.String()})
-	}
-}
-
-// heldByAnother reports whether an attachment other than ids provably
-// holds addr now, and none of ids does.
-func (c *Cleaner) heldByAnother(ids idSet, ev *evidence, addr netip.Addr) bool {
-	if f := c.families[b2i(addr.Is6())]; f != nil {
-		f.completeEvidence(ids, ev)
-	}
-	if ev.proven[addr] != "" {
-		return false
-	}
-	return ev.others[addr] || heldByOther(c.net.IPAMDirs, addr, ids)
-}
-
-// Restored returns the other attachments' rules a Clean added back after
-// the DEL had removed them.
-func (c *Cleaner) Restored() []Item { return append([]Item(nil), c.restored...) }
-
-// KeepGuarded narrows what GuardHostports remembered to the rules of ids:
-// a GC guards every hostport rule before libcni's GC runs, then keeps only
-// those of the attachments that GC actually DEL'd, so that it never adds
-// back what a concurrent Teardown of another id removed on purpose.
-func (c *Cleaner) KeepGuarded(ids []string) {
-	set := newIDSet(ids)
-	c.guarded = slices.DeleteFunc(c.guarded, func(r NFTRule) bool { return !set[r.Comment] })
+	return out
 }

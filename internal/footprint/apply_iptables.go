@@ -1,0 +1,122 @@
+package footprint
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Appender is an optional extension of IPTables: append a rule, as
+// go-iptables' Append does. The cleaner adds back, one by one, guarded
+// rules of other attachments that a DEL took, when the IPTables cannot
+// restore a batch.
+type Appender interface {
+	Append(table, chain string, rulespec ...string) error
+}
+
+// applyIPT applies one family's changes: rule deletions, then chain
+// deletions (a chain still jumped to cannot go), then the rules added
+// back; each table in one iptables-restore where the IPTables offers it,
+// else one change at a time. Only what was really removed is reported: a
+// rule already gone is not.
+func applyIPT(f *iptView, changes []iptChange, errs *errList, rep *report) {
+	sort.SliceStable(changes, func(i, j int) bool { return iptOrder(changes[i]) < iptOrder(changes[j]) })
+	for _, table := range []string{"nat", "filter"} {
+		var batch []iptChange
+		for _, c := range changes {
+			if c.table == table {
+				batch = append(batch, c)
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		if !applyIPTBatch(f, table, batch, rep) {
+			for _, c := range batch {
+				applyIPTOne(f, c, errs, rep)
+			}
+		}
+		f.forget(table, "")
+	}
+}
+
+func iptOrder(c iptChange) int {
+	switch {
+	case c.add:
+		return 2
+	case c.rule == nil:
+		return 1
+	}
+	return 0
+}
+
+// applyIPTBatch applies a table's changes in one iptables-restore: all of
+// them or, when a concurrent change makes one fail, none (then one by
+// one).
+func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *report) bool {
+	restorer, ok := f.ipt.(Restorer)
+	if !ok {
+		return false
+	}
+	lines := make([]string, 0, len(batch))
+	for _, c := range batch {
+		switch {
+		case c.add:
+			lines = append(lines, c.rule.line)
+		case c.rule != nil:
+			lines = append(lines, "-D"+strings.TrimPrefix(c.rule.line, "-A"))
+		default:
+			lines = append(lines, "-F "+c.chain, "-X "+c.chain)
+		}
+	}
+	if err := restorer.RestoreNoFlush(table, lines); err != nil {
+		return false
+	}
+	for _, c := range batch {
+		rep.note(c.add, iptItem(f, c))
+	}
+	return true
+}
+
+func applyIPTOne(f *iptView, c iptChange, errs *errList, rep *report) {
+	var err error
+	switch {
+	case c.add:
+		appender, ok := f.ipt.(Appender)
+		if !ok {
+			errs.add(fmt.Errorf("%s: cannot add back %s: the IPTables has no Append", f.name(), describeIPT(c)))
+			return
+		}
+		err = appender.Append(c.table, c.rule.chain, c.rule.spec...)
+	case c.rule != nil:
+		err = f.ipt.Delete(c.table, c.rule.chain, c.rule.spec...)
+	default:
+		err = f.ipt.ClearAndDeleteChain(c.table, c.chain)
+	}
+	if err != nil {
+		if !c.add && isNotExist(err) {
+			return // gone meanwhile: not removed by this run
+		}
+		errs.add(fmt.Errorf("%s: %s: %w", f.name(), describeIPT(c), err))
+		return
+	}
+	rep.note(c.add, iptItem(f, c))
+}
+
+func iptItem(f *iptView, c iptChange) Item {
+	kind := KindRule
+	if c.rule == nil {
+		kind = KindChain
+	}
+	return Item{Kind: kind, ID: c.att.ID, Network: c.att.Network, Backend: f.name(), Detail: f.name() + " " + describeIPT(c)}
+}
+
+func describeIPT(c iptChange) string {
+	switch {
+	case c.add:
+		return fmt.Sprintf("%s rule %s (added back)", c.table, c.rule.line)
+	case c.rule != nil:
+		return fmt.Sprintf("%s rule %s", c.table, c.rule.line)
+	}
+	return fmt.Sprintf("%s chain %s", c.table, c.chain)
+}

@@ -1,0 +1,93 @@
+package footprint
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// applyNFT applies the nftables changes: each table's deletions in one
+// transaction (when a concurrent change makes it fail, say a handle
+// already gone, rule by rule), then the guarded rules added back in one.
+// Only what was really removed is reported.
+func applyNFT(s *nftView, changes []nftChange, rep *report) {
+	byTable := map[NFTable][]nftChange{}
+	var adds []nftChange
+	for _, c := range changes {
+		if c.add {
+			adds = append(adds, c)
+			continue
+		}
+		t := NFTable{c.rule.Family, c.rule.Table}
+		byTable[t] = append(byTable[t], c)
+	}
+	tables := make([]NFTable, 0, len(byTable))
+	for t := range byTable {
+		tables = append(tables, t)
+	}
+	sort.Slice(tables, func(i, j int) bool { return tables[i].String() < tables[j].String() })
+	for _, t := range tables {
+		deleteNFT(s, t, byTable[t], rep)
+	}
+	if len(adds) == 0 {
+		return
+	}
+	rules := make([]NFTRule, len(adds))
+	for i, c := range adds {
+		rules[i] = c.rule
+	}
+	if err := s.nft.AddRules(s.ctx, rules); err != nil {
+		s.errs.add(fmt.Errorf("nftables: adding back %d rule(s) of other attachments that a DEL removed: %w", len(rules), err))
+		return
+	}
+	for _, c := range adds {
+		rep.note(true, nftItem(c))
+	}
+}
+
+func deleteNFT(s *nftView, t NFTable, changes []nftChange, rep *report) {
+	rules := make([]NFTRule, len(changes))
+	for i, c := range changes {
+		rules[i] = c.rule
+	}
+	if err := s.nft.DeleteRules(s.ctx, t, rules); err == nil {
+		for _, c := range changes {
+			rep.note(false, nftItem(c))
+		}
+		return
+	}
+	for _, c := range changes {
+		if err := s.nft.DeleteRules(s.ctx, t, []NFTRule{c.rule}); err != nil {
+			if !isNFTNotFound(err) {
+				s.errs.add(fmt.Errorf("nftables: deleting %s: %w", c.rule, err))
+			}
+			continue
+		}
+		rep.note(false, nftItem(c))
+	}
+}
+
+func nftItem(c nftChange) Item {
+	detail := "nftables rule " + c.rule.String()
+	if c.add {
+		detail += " (added back)"
+	}
+	return Item{Kind: KindNFTRule, ID: c.att.ID, Network: c.att.Network, Backend: "nftables", Detail: detail}
+}
+
+// isNFTNotFound reports nft's answer for a rule, chain or table that is
+// already gone.
+func isNFTNotFound(err error) bool {
+	var nf interface{ IsNotFound() bool }
+	return (errors.As(err, &nf) && nf.IsNotFound()) || containsAny(err.Error(), "No such file or directory", "not found")
+}
+
+func containsAny(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,48 @@
+package footprint
+
+import (
+	"net/netip"
+
+	"github.com/containernetworking/plugins/pkg/utils"
+)
+
+// The bandwidth plugin shapes a workload's ingress through an ifb device
+// in the host's network namespace, one per attachment, named
+//
+//	bwp<h[:12]>   where h = hex(sha512(N+ID))
+//
+// (getIfbDeviceName in the plugin), with tc qdiscs on it that go with the
+// device. Its DEL deletes the device; a crash, or a DEL that never ran,
+// leaves it. The name is derived from the attachment and cannot be read
+// back, so a GC finds it only for attachments it found otherwise.
+
+type bandwidth struct{}
+
+// maxIfbDeviceLength is the plugin's length of an ifb device name.
+const maxIfbDeviceLength = 15
+
+// BandwidthDevice is the bandwidth plugin's ifb device of the attachment.
+func (a Attachment) BandwidthDevice() string {
+	return utils.MustFormatHashWithPrefix(maxIfbDeviceLength, "bwp", a.Network+a.ID)
+}
+
+func (bandwidth) prove(*view, attSet) []claim                 { return nil }
+func (bandwidth) holders(*view, attSet, []netip.Addr) []claim { return nil }
+func (bandwidth) discover(*view, attSet)                      {}
+
+func (bandwidth) plan(v *view, set attSet, _ *evidence, p *plan) {
+	if v.links == nil {
+		return
+	}
+	for _, a := range set.sorted() {
+		if !v.nets[a.Network].Bandwidth {
+			continue
+		}
+		name := a.BandwidthDevice()
+		if ok, err := v.links.LinkExists(name); err != nil {
+			v.errs.add(err)
+		} else if ok {
+			p.links = append(p.links, linkChange{att: a, name: name})
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package footprint
+
+import "net/netip"
+
+// hostFiles is what the files on the host say about attachments:
+// host-local's reservations and libcni's cached results.
+type hostFiles struct {
+	reservations []reservation
+	cached       []cachedResult
+}
+
+// scanAllFiles reads every reservation and cached result of every known
+// network (a GC).
+func scanAllFiles(v *view) hostFiles {
+	var f hostFiles
+	for _, n := range sortedNets(v.nets) {
+		f.reservations = append(f.reservations, readAllReservations(v, n)...)
+		f.cached = append(f.cached, readAllCached(v, n)...)
+	}
+	return f
+}
+
+// scanFilesOf reads the files of the set's attachments only. An
+// attachment's cached result names its addresses, so only those
+// reservation files are read; one without (a failed ADD is not cached)
+// costs one read of its network's IPAM directories.
+func scanFilesOf(v *view, set attSet) hostFiles {
+	var f hostFiles
+	for _, a := range set.sorted() {
+		n := v.nets[a.Network]
+		first := len(f.cached)
+		for _, ifName := range n.ifNames() {
+			if r, ok := readCachedAt(v, n, a.ID, ifName); ok {
+				f.cached = append(f.cached, r)
+			}
+		}
+		if len(f.cached) == first {
+			for _, r := range readAllReservations(v, n) {
+				if r.id == a.ID {
+					f.reservations = append(f.reservations, r)
+				}
+			}
+			continue
+		}
+		for _, cached := range f.cached[first:] {
+			for _, addr := range cached.addrs {
+				for _, dir := range n.IPAMDirs {
+					if r, err := readReservation(n.Name, dir, addr); err == nil && r.id == a.ID {
+						f.reservations = append(f.reservations, r)
+					}
+				}
+			}
+		}
+	}
+	return f
+}
+
+// still returns what of f is still there for the set: reservations still
+// naming their attachment, cached results still present.
+func (f hostFiles) still(set attSet) hostFiles {
+	var out hostFiles
+	for _, r := range f.reservations {
+		if id, err := reservationHolder(r.path); err == nil && id == r.id && set[r.att()] {
+			out.reservations = append(out.reservations, r)
+		}
+	}
+	for _, c := range f.cached {
+		if set[c.att()] && exists(c.path) {
+			out.cached = append(out.cached, c)
+		}
+	}
+	return out
+}
+
+// addrsOf returns the addresses the files name for the set.
+func (f hostFiles) addrsOf(set attSet) []netip.Addr {
+	var addrs []netip.Addr
+	for _, r := range f.reservations {
+		if set[r.att()] {
+			addrs = append(addrs, r.addr)
+		}
+	}
+	for _, c := range f.cached {
+		if set[c.att()] {
+			addrs = append(addrs, c.addrs...)
+		}
+	}
+	return addrs
+}
+
+// cachedAddrsOf returns the addresses the set's cached results name: the
+// ones a DEL hands the plugins as the previous result.
+func (f hostFiles) cachedAddrsOf(set attSet) []netip.Addr {
+	var addrs []netip.Addr
+	for _, c := range f.cached {
+		if set[c.att()] {
+			addrs = append(addrs, c.addrs...)
+		}
+	}
+	return addrs
+}
+
+func sortedNets(nets map[string]Network) []Network {
+	out := make([]Network, 0, len(nets))
+	for _, name := range sortedKeys(nets) {
+		out = append(out, nets[name])
+	}
+	return out
+}

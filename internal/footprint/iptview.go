@@ -1,0 +1,158 @@
+package footprint
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+)
+
+// iptView is one IP family's iptables as a run reads it: each listing
+// once. A GC (whole) lists whole tables, the cheapest way the IPTables
+// offers (every table at once with Saver, else a table with
+// TableLister); a Teardown lists single chains, and only those that
+// netlink probes (ChainProber, AddrScanner) cannot rule out.
+type iptView struct {
+	ipt   IPTables
+	v6    bool
+	whole bool
+	errs  *errList
+
+	mu       sync.Mutex
+	listings map[string]*tableListing // "table" (whole) or "table/chain"
+	saved    bool
+	exists   map[string]bool // "table/chain": a ChainProber's answers
+}
+
+func (f *iptView) name() string { return familyName(f.v6) }
+
+// rules returns the parsed rules of a chain; ok is false when the chain
+// does not exist or could not be listed (the latter is recorded).
+func (f *iptView) rules(table, chain string) (rules []rule, ok bool) {
+	rules, ok = f.listing(table, chain).chains[chain]
+	return rules, ok
+}
+
+// listing returns a listing holding chain.
+func (f *iptView) listing(table, chain string) *tableListing {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.listings == nil {
+		f.listings = map[string]*tableListing{}
+	}
+	key, list := table+"/"+chain, func() ([]string, error) { return f.ipt.List(table, chain) }
+	if f.whole {
+		if saver, ok := f.ipt.(Saver); ok {
+			f.saveAll(saver)
+			return f.listings[table]
+		}
+		if lister, ok := f.ipt.(TableLister); ok {
+			key, list = table, func() ([]string, error) { return lister.ListTable(table) }
+		}
+	}
+	if l, done := f.listings[key]; done {
+		return l
+	}
+	lines, err := list()
+	if err != nil && !isNotExist(err) {
+		f.errs.add(fmt.Errorf("%s: listing %s: %w", f.name(), key, err))
+	}
+	l := parseListing(lines) // empty on error: nothing is deleted blind
+	f.listings[key] = l
+	return l
+}
+
+// saveAll lists every table at once, the first time it is called.
+func (f *iptView) saveAll(saver Saver) {
+	if f.saved {
+		return
+	}
+	f.saved = true
+	tables, err := saver.SaveAll()
+	if err != nil {
+		f.errs.add(fmt.Errorf("%s: listing all tables: %w", f.name(), err))
+	}
+	for _, table := range []string{"nat", "filter"} {
+		f.listings[table] = parseListing(tables[table]) // empty on error: nothing is deleted blind
+	}
+}
+
+// hasChain reports whether chain exists: for a Teardown by asking a
+// ChainProber first, so that only a chain that is there costs a listing.
+// A chain there is confirmed by iptables itself: one it cannot read
+// (written by another tool) is absent to it, and left alone.
+func (f *iptView) hasChain(table, chain string) bool {
+	prober, ok := f.ipt.(ChainProber)
+	if f.whole || !ok {
+		_, ok := f.rules(table, chain)
+		return ok
+	}
+	key := table + "/" + chain
+	f.mu.Lock()
+	exists, done := f.exists[key]
+	f.mu.Unlock()
+	if done {
+		return exists
+	}
+	exists, err := prober.ProbeChain(table, chain)
+	if err != nil || exists {
+		_, exists = f.rules(table, chain)
+	}
+	f.mu.Lock()
+	if f.exists == nil {
+		f.exists = map[string]bool{}
+	}
+	f.exists[key] = exists
+	f.mu.Unlock()
+	return exists
+}
+
+// anyChain reports whether one of chains exists. A jump needs its target,
+// so where none of an attachment's chains exists no jump to them can,
+// and the chain holding the jumps need not be listed at all.
+func (f *iptView) anyChain(table string, chains []string) bool {
+	for _, ch := range chains {
+		if f.hasChain(table, ch) {
+			return true
+		}
+	}
+	return false
+}
+
+// mayMention reports whether a rule of chain may be about one of addrs
+// without mentioning any of except (the attachment's own jump targets):
+// an AddrScanner rules that out for a Teardown without a listing.
+func (f *iptView) mayMention(table, chain string, addrs []netip.Addr, except []string) bool {
+	if len(addrs) == 0 {
+		return false
+	}
+	if f.whole {
+		return true
+	}
+	if scanner, ok := f.ipt.(OtherAddrScanner); ok && len(except) > 0 {
+		may, err := scanner.MayMentionOther(table, chain, addrs, except)
+		return may || err != nil
+	}
+	if scanner, ok := f.ipt.(AddrScanner); ok {
+		may, err := scanner.MayMention(table, chain, addrs)
+		return may || err != nil
+	}
+	return true
+}
+
+// forget drops what was read of chain: a run that changed it reads it
+// again.
+func (f *iptView) forget(table, chain string) {
+	f.mu.Lock()
+	delete(f.listings, table+"/"+chain)
+	delete(f.listings, table)
+	f.saved = false
+	f.mu.Unlock()
+}
+
+// OtherAddrScanner is an optional extension of IPTables: whether any rule
+// of a chain may be about one of addrs while naming none of except (chain
+// names the caller's own rules jump to). false must prove there is no
+// such rule; true only sends the caller to the real listing.
+type OtherAddrScanner interface {
+	MayMentionOther(table, chain string, addrs []netip.Addr, except []string) (bool, error)
+}

@@ -1,0 +1,40 @@
+package footprint
+
+import (
+	"errors"
+
+	"github.com/vishvananda/netlink"
+)
+
+// hostLinks is the default Links: rtnetlink in the caller's namespace.
+type hostLinks struct{}
+
+// NewHostLinks opens the host's network devices.
+func NewHostLinks() (Links, error) { return hostLinks{}, nil }
+
+func (hostLinks) LinkExists(name string) (bool, error) {
+	_, err := netlink.LinkByName(name)
+	if err == nil {
+		return true, nil
+	}
+	var notFound netlink.LinkNotFoundError
+	if errors.As(err, &notFound) {
+		return false, nil
+	}
+	return false, err
+}
+
+func (hostLinks) DeleteLink(name string) (bool, error) {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		var notFound netlink.LinkNotFoundError
+		if errors.As(err, &notFound) {
+			return false, nil
+		}
+		return false, err
+	}
+	if err := netlink.LinkDel(link); err != nil {
+		return false, err
+	}
+	return true, nil
+}

@@ -1,0 +1,88 @@
+package footprint
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+)
+
+// KindNFTRule is an nftables rule removed (or added back) by a run.
+const KindNFTRule Kind = "nftables rule"
+
+// nftTables are the tables the plugins' nftables backends write. Both
+// backends are always looked at, whatever the conflist names, so an
+// operator who switched backends is not stranded with the old rules.
+var nftTables = []NFTable{nftMasqTable, nftHostportTables[0], nftHostportTables[1]}
+
+// nftView is the plugins' nftables tables as one run reads them: listed
+// at most once, and by a Teardown only when an in-kernel look
+// (NFTRuleMatcher) finds something that may concern it.
+type nftView struct {
+	ctx    context.Context
+	errs   *errList
+	nft    NFTables // nil: the host has no nftables
+	broken bool     // nftables is there but could not be opened: nothing is judged on it
+
+	once   sync.Once
+	rules  []NFTRule
+	listed bool // the listing succeeded
+}
+
+// available reports whether the host has nftables to read.
+func (s *nftView) available() bool { return s.nft != nil }
+
+// list returns every rule of the plugins' tables, listed once; nil when
+// the listing failed (recorded), so that nothing is deleted blind.
+func (s *nftView) list() []NFTRule {
+	if s.nft == nil {
+		return nil
+	}
+	s.once.Do(func() {
+		rules, err := s.nft.ListRules(s.ctx, nftTables)
+		if err != nil {
+			s.errs.add(fmt.Errorf("nftables: listing %v: %w", nftTables, err))
+			return
+		}
+		s.rules, s.listed = rules, true
+	})
+	return s.rules
+}
+
+// any reports whether a rule of the plugins' tables may match: asked in
+// the kernel where the NFTables can (no process, no listing), else by
+// listing. An error counts as "may".
+func (s *nftView) any(match func(NFTRuleSketch) bool, fallback func(NFTRule) bool) bool {
+	if s.nft == nil {
+		return false
+	}
+	if matcher, ok := s.nft.(NFTRuleMatcher); ok {
+		found, err := matcher.AnyRule(s.ctx, nftTables, match)
+		if err == nil {
+			return found
+		}
+	}
+	for _, r := range s.list() {
+		if fallback(r) {
+			return true
+		}
+	}
+	return !s.listed
+}
+
+// mentionsAny is an NFTRuleSketch test for rules about one of addrs.
+func mentionsAny(addrs []netip.Addr) func(NFTRuleSketch) bool {
+	raw := addrBytes(addrs)
+	return func(r NFTRuleSketch) bool { return (nlRule{rawExpression: r.Raw}).mentions(raw) }
+}
+
+// ruleAddrs returns the addresses a listed rule names.
+func ruleAddrs(r NFTRule) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range []netip.Addr{r.Saddr, r.Daddr, r.DNAT} {
+		if a.IsValid() {
+			out = append(out, a)
+		}
+	}
+	return out
+}

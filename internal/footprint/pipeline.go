@@ -1,0 +1,164 @@
+package footprint
+
+import (
+	"net/netip"
+	"slices"
+)
+
+// A footprint is what one plugin (with one backend) leaves on a host for
+// an attachment, and everything cninet knows about it: its names, how it
+// proves that an attachment held an address, what it plans to delete,
+// and what it discovers for a GC. Each lives in one file; adding a plugin
+// is one file and one line in footprints.
+//
+// A run is one pass in one direction: read the host (a view, each thing
+// read once) → evidence (a value: which addresses the set's attachments
+// provably held, which ones other attachments hold now) → plan (a value:
+// deletions, and restorations of what a DEL wrongly took) → apply (one
+// batched applier per backend) → report exactly what changed.
+type footprint interface {
+	// prove returns the addresses the set's attachments provably held
+	// according to this piece of state.
+	prove(v *view, set attSet) []claim
+	// holders returns the attachments outside set that hold one of addrs
+	// now according to this piece of state.
+	holders(v *view, set attSet, addrs []netip.Addr) []claim
+	// plan adds the deletions of the set's footprint, judged on ev.
+	plan(v *view, set attSet, ev *evidence, p *plan)
+	// discover adds the attachments whose footprint is on the host; it is
+	// given a whole view.
+	discover(v *view, found attSet)
+}
+
+// byAddress is a footprint whose rules name no attachment, only an
+// address (the firewall plugin's, portmap's nftables rules): contest
+// returns the owned addresses it has rules for, the only ones whose
+// holders must be asked before the rules can be judged.
+type byAddress interface {
+	contest(v *view, set attSet, own map[netip.Addr]Attachment) []netip.Addr
+}
+
+// guarding is a footprint whose plugin's DEL deletes by something other
+// than the attachment's own identity. Before the DEL, guardAddrs names
+// the addresses the DEL may act on and guard records what of that
+// belongs to attachments outside the set; after it, restore plans adding
+// back what the DEL took and its holder still holds.
+type guarding interface {
+	guardAddrs(v *view, set attSet) []netip.Addr
+	guard(v *view, set attSet, ev *evidence) []guarded
+	restore(v *view, set attSet, ev *evidence, gs []guarded, p *plan)
+}
+
+// footprints is every footprint cninet knows, in the order evidence is
+// gathered (cheapest proof first).
+var footprints = []footprint{
+	hostLocal{}, libcniCache{},
+	bridgeIPT{}, bridgeNFT{},
+	portmapIPT{}, portmapNFT{},
+	firewallIPT{},
+	bandwidth{}, tuning{},
+}
+
+// claim says an attachment holds (or held) an address.
+type claim struct {
+	addr netip.Addr
+	by   Attachment
+}
+
+// evidence is what a run knows about addresses before it plans: own, the
+// addresses the set's attachments provably held, and held, those that an
+// attachment outside the set holds now. held is complete for the
+// addresses asked about: every contested or guarded one (a GC asks about
+// all).
+type evidence struct {
+	own   map[netip.Addr]Attachment
+	held  map[netip.Addr]Attachment
+	asked map[netip.Addr]bool
+}
+
+// askedAny reports whether an address of the family was asked about.
+func (ev *evidence) askedAny(v6 bool) bool {
+	for a := range ev.asked {
+		if a.Is6() == v6 {
+			return true
+		}
+	}
+	return false
+}
+
+// owner returns the attachment of the set that owns addr: it provably
+// held it and nobody else holds it now.
+func (ev *evidence) owner(addr netip.Addr) (Attachment, bool) {
+	if _, taken := ev.held[addr]; taken {
+		return Attachment{}, false
+	}
+	a, ok := ev.own[addr]
+	return a, ok
+}
+
+// gather builds the evidence of a run: the proof of every footprint, then
+// the holders of the addresses that must be judged: extra, and what the
+// byAddress footprints would delete rules for.
+func gather(v *view, set attSet, extra []netip.Addr) *evidence {
+	ev := newEvidence()
+	for _, fp := range footprints {
+		for _, c := range fp.prove(v, set) {
+			if _, dup := ev.own[c.addr]; !dup {
+				ev.own[c.addr] = c.by
+			}
+		}
+	}
+	asked := slices.Clone(extra)
+	switch {
+	case v.whole:
+		for a := range ev.own {
+			asked = append(asked, a)
+		}
+	default:
+		for _, fp := range footprints {
+			if ba, ok := fp.(byAddress); ok {
+				asked = append(asked, ba.contest(v, set, ev.own)...)
+			}
+		}
+	}
+	askHolders(v, set, ev, asked)
+	return ev
+}
+
+// askHolders adds to ev the attachments outside set that hold addrs.
+func askHolders(v *view, set attSet, ev *evidence, addrs []netip.Addr) {
+	addrs = uniqueAddrs(addrs)
+	if len(addrs) == 0 {
+		return
+	}
+	for _, a := range addrs {
+		ev.asked[a] = true
+	}
+	for _, fp := range footprints {
+		for _, c := range fp.holders(v, set, addrs) {
+			if _, dup := ev.held[c.addr]; !dup && !set[c.by] {
+				ev.held[c.addr] = c.by
+			}
+		}
+	}
+}
+
+func newEvidence() *evidence {
+	return &evidence{own: map[netip.Addr]Attachment{}, held: map[netip.Addr]Attachment{}, asked: map[netip.Addr]bool{}}
+}
+
+func uniqueAddrs(addrs []netip.Addr) []netip.Addr {
+	slices.SortFunc(addrs, func(a, b netip.Addr) int { return a.Compare(b) })
+	return slices.Compact(addrs)
+}
+
+// guarded is something of an attachment outside the set that a DEL may
+// take: a firewall rule for an address it holds, or a hostport rule of
+// its id on another network.
+type guarded struct {
+	holder Attachment
+	addr   netip.Addr
+	v6     bool
+	rule   *rule    // an iptables rule (table filter), or
+	nft    *NFTRule // an nftables rule
+}

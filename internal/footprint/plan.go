@@ -1,0 +1,119 @@
+package footprint
+
+import "sync"
+
+// plan is what a run will change, by backend: planned completely before
+// anything is applied, so every judgement is made on the same evidence.
+type plan struct {
+	ipt   [2][]iptChange // iptables, ip6tables
+	nft   []nftChange
+	files []fileChange
+	links []linkChange
+}
+
+// iptChange deletes a rule or a whole chain of an attachment, or adds
+// back (add) a guarded rule of another attachment.
+type iptChange struct {
+	att   Attachment
+	table string
+	rule  *rule  // a rule, or
+	chain string // a chain to flush and delete
+	add   bool
+}
+
+// nftChange deletes a rule of an attachment, or adds back (add) a guarded
+// rule of another attachment.
+type nftChange struct {
+	att  Attachment
+	rule NFTRule
+	add  bool
+}
+
+// fileChange removes a file of an attachment. A reservation (lockDir set)
+// is re-read under host-local's lock first: host-local may have handed
+// the address to somebody else since it was read.
+type fileChange struct {
+	kind    Kind
+	att     Attachment
+	path    string
+	lockDir string
+}
+
+// linkChange deletes a network device of an attachment in the host's
+// namespace.
+type linkChange struct {
+	att  Attachment
+	name string
+}
+
+func (p *plan) deleteRule(v6 bool, att Attachment, table string, r *rule) {
+	p.ipt[b2i(v6)] = append(p.ipt[b2i(v6)], iptChange{att: att, table: table, rule: r})
+}
+
+func (p *plan) deleteChain(v6 bool, att Attachment, table, chain string) {
+	p.ipt[b2i(v6)] = append(p.ipt[b2i(v6)], iptChange{att: att, table: table, chain: chain})
+}
+
+// Kind says what kind of host state an Item was.
+type Kind string
+
+// The kinds of state a run removes (KindNFTRule is with the nftables view).
+const (
+	KindRule         Kind = "iptables rule"
+	KindChain        Kind = "iptables chain"
+	KindReservation  Kind = "ip reservation"
+	KindCachedResult Kind = "cached result"
+	KindLink         Kind = "network device"
+	KindTuningFile   Kind = "tuning backup"
+)
+
+// Item is one piece of host state that a run removed (or added back).
+type Item struct {
+	Kind    Kind
+	ID      string // the container id that owned it
+	Network string // the network of the attachment that owned it ("" when its state names none)
+	Backend string // "iptables", "ip6tables", "nftables", "files" or "links"
+	Detail  string // the rule, chain, file or device
+}
+
+// report collects what was applied.
+type report struct {
+	mu       sync.Mutex
+	removed  []Item
+	restored []Item
+}
+
+func (r *report) note(restored bool, it Item) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if restored {
+		r.restored = append(r.restored, it)
+	} else {
+		r.removed = append(r.removed, it)
+	}
+}
+
+// apply runs the plan, one applier per backend (the backends share
+// nothing, so they run in parallel), and reports what changed.
+func apply(v *view, p *plan, rep *report) {
+	var wg sync.WaitGroup
+	for _, f := range v.families() {
+		if changes := p.ipt[b2i(f.v6)]; len(changes) > 0 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				applyIPT(f, changes, v.errs, rep)
+			}()
+		}
+	}
+	if len(p.nft) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			applyNFT(v.nft, p.nft, rep)
+		}()
+	}
+	wg.Wait()
+	applyFiles(v, p.files, rep)
+	applyLinks(v, p.links, rep)
+}

@@ -1,0 +1,140 @@
+package footprint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+)
+
+// view is the host as one run reads it: every listing, dump and file is
+// read at most once and kept, so that all footprints judge the same
+// state and none pays twice. A Teardown's view reads lazily, asking the
+// cheap netlink probes first, so that its cost follows what one
+// attachment can own; a GC's view (whole) lists whole tables once.
+type view struct {
+	ctx   context.Context
+	host  Host
+	nets  map[string]Network // every network whose state may be on the host
+	whole bool
+	errs  *errList
+
+	prior hostFiles // the set's files as read before its DEL (proof a DEL erases)
+	files hostFiles // reservations and cached results, as read for this run
+	ipt   [2]*iptView
+	nft   *nftView
+	links Links
+
+	cachedOnce sync.Once
+	cachedAll  []cachedResult // every known network's cached results (a Teardown reads them only if it must)
+}
+
+func newView(ctx context.Context, h Host, nets map[string]Network, whole bool, errs *errList) *view {
+	v := &view{ctx: ctx, host: h, nets: nets, whole: whole, errs: errs}
+	for i, v6 := range []bool{false, true} {
+		if h.IPTables == nil {
+			continue
+		}
+		ipt, err := h.IPTables(v6)
+		if err != nil {
+			errs.add(fmt.Errorf("%s: %w: %w", familyName(v6), ErrIPTablesMissing, err))
+			continue
+		}
+		if bound, ok := ipt.(ContextBinder); ok {
+			ipt = bound.WithContext(ctx)
+		}
+		v.ipt[i] = &iptView{ipt: ipt, v6: v6, whole: whole, errs: errs}
+	}
+	v.nft = &nftView{ctx: ctx, errs: errs}
+	if h.NFTables != nil {
+		nft, err := h.NFTables()
+		switch {
+		case errors.Is(err, ErrNFTablesMissing):
+		case err != nil:
+			errs.add(fmt.Errorf("nftables: %w", err))
+			v.nft.broken = true
+		default:
+			v.nft.nft = nft
+		}
+	}
+	if h.Links != nil {
+		links, err := h.Links()
+		if err != nil {
+			errs.add(fmt.Errorf("links: %w", err))
+		} else {
+			v.links = links
+		}
+	}
+	return v
+}
+
+// families returns the iptables views that could be opened.
+func (v *view) families() []*iptView {
+	var fs []*iptView
+	for _, f := range v.ipt {
+		if f != nil {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
+// family returns the view of addr's family, nil when it could not be opened.
+func (v *view) family(addr netip.Addr) *iptView { return v.ipt[b2i(addr.Is6())] }
+
+// ContextBinder is an optional extension of IPTables: a copy whose
+// commands are bounded by ctx (and whose lock waits end with it). The
+// cleaner binds every run's IPTables to the run's context.
+type ContextBinder interface {
+	WithContext(ctx context.Context) IPTables
+}
+
+// errList collects a run's failures; every step runs even when another
+// failed, and the run's error joins them all.
+type errList struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (e *errList) add(err error) {
+	if err == nil {
+		return
+	}
+	e.mu.Lock()
+	e.errs = append(e.errs, err)
+	e.mu.Unlock()
+}
+
+// errExcept joins the failures that are not target.
+func (e *errList) errExcept(target error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []error
+	for _, err := range e.errs {
+		if !errors.Is(err, target) {
+			out = append(out, err)
+		}
+	}
+	return errors.Join(out...)
+}
+
+func (e *errList) err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return errors.Join(e.errs...)
+}
+
+func familyName(v6 bool) string {
+	if v6 {
+		return "ip6tables"
+	}
+	return "iptables"
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
