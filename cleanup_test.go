@@ -95,7 +95,7 @@ const sharedFilter = `-N CNI-FORWARD
 // reservations in a temporary directory.
 type cleanupFixture struct {
 	fixture
-	network, ipamDir string
+	network, ipamDir, cacheDir string
 }
 
 // newCleanupFixture builds the fixture; with batching its iptables also
@@ -124,7 +124,8 @@ func newFixtureWithTables(t *testing.T, network string, mode listingMode, load4,
 	f := fixture{cni: &fakecni.CNI{}, v4: fakeipt.New(), v6: fakeipt.New()}
 	load4(f.v4)
 	load6(f.v6)
-	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: f.cni, IPTables: func(v6 bool) (cninet.IPTables, error) {
+	cacheDir := t.TempDir()
+	c, err := cninet.New(cninet.Config{CacheDir: cacheDir, NFTables: noNFTables, ConfList: conf, CNI: f.cni, IPTables: func(v6 bool) (cninet.IPTables, error) {
 		ipt := f.v4
 		if v6 {
 			ipt = f.v6
@@ -139,7 +140,7 @@ func newFixtureWithTables(t *testing.T, network string, mode listingMode, load4,
 	if err := os.MkdirAll(ipamDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return cleanupFixture{fixture: f, network: network, ipamDir: ipamDir}
+	return cleanupFixture{fixture: f, network: network, ipamDir: ipamDir, cacheDir: cacheDir}
 }
 
 func (cf cleanupFixture) leak(t *testing.T, fp footprint) {

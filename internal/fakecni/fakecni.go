@@ -36,6 +36,9 @@ type CNI struct {
 	// SetupHook, if set, runs inside Setup before the scripted outcome; a
 	// non-nil error it returns is returned instead.
 	SetupHook func(ctx context.Context, id string) error
+	// RemoveHook, if set, runs inside Remove (say, to do what a plugin's
+	// DEL does to the host); a non-nil error it returns is returned.
+	RemoveHook func(ctx context.Context, id string) error
 	// RemoveErr, CheckErr and StatusErr are returned by every call of that verb.
 	RemoveErr, CheckErr, StatusErr error
 	// LoadErr is returned by Load.
@@ -117,6 +120,11 @@ func (f *CNI) SetupSerially(ctx context.Context, id, path string, opts ...cni.Na
 func (f *CNI) Remove(ctx context.Context, id, path string, opts ...cni.NamespaceOpts) error {
 	if err := f.record("Remove", id, path, opts); err != nil {
 		return err
+	}
+	if f.RemoveHook != nil {
+		if err := f.RemoveHook(ctx, id); err != nil {
+			return err
+		}
 	}
 	return f.RemoveErr
 }
