@@ -69,14 +69,10 @@ func (bridgeNFT) prove(v *view, set attSet) []claim {
 }
 
 func (bridgeNFT) holders(v *view, set attSet, addrs []netip.Addr) []claim {
-	index := masqIndex(v, set)
-	mentions := mentionsAny(addrs)
-	if !v.whole && !v.nft.any(func(r NFTRuleSketch) bool {
-		_, own := index[r.Comment]
-		return r.Table == nftMasqTable && !own && mentions(r)
-	}, func(r NFTRule) bool { return isNFTMasq(r) }) {
+	if !othersMayMention(v, set, addrs) {
 		return nil
 	}
+	index := masqIndex(v, set)
 	var out []claim
 	for _, r := range v.nft.list() {
 		if _, own := index[r.Comment]; !own && isNFTMasq(r) && containsAddr(addrs, r.Saddr) {
@@ -112,13 +108,10 @@ type ownedNFTRule struct {
 // ownMasqRules returns the set's masquerade rules. A Teardown lists the
 // tables only when a rule in the kernel carries one of its comments.
 func ownMasqRules(v *view, set attSet) []ownedNFTRule {
-	index := masqIndex(v, set)
-	if !v.whole && !v.nft.any(func(r NFTRuleSketch) bool {
-		_, own := index[r.Comment]
-		return own && r.Table == nftMasqTable && r.Chain == nftMasqChain
-	}, func(r NFTRule) bool { _, own := index[r.Comment]; return own }) {
+	if !ownMayBeThere(v, set) {
 		return nil
 	}
+	index := masqIndex(v, set)
 	var out []ownedNFTRule
 	for _, r := range v.nft.list() {
 		if a, own := index[r.Comment]; own && isNFTMasq(r) {

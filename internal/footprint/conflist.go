@@ -17,7 +17,7 @@ type Plugin struct {
 
 // NetworkOf returns what the cleaner must know about the network a
 // conflist defines: host-local's reservation directories, whether its
-// portmap uses nftables, whether it runs bandwidth, and where tuning
+// portmap uses nftables, whether it runs the firewall plugin and bandwidth, and where tuning
 // keeps its files. IfName, IfNames and CacheDir are the caller's.
 func NetworkOf(name string, plugins []Plugin) Network {
 	n := Network{Name: name}
@@ -36,6 +36,8 @@ func NetworkOf(name string, plugins []Plugin) Network {
 		switch p.Type {
 		case "portmap":
 			n.HostportNFT = n.HostportNFT || conf.Backend == "nftables"
+		case "firewall":
+			n.Firewall = true
 		case "bandwidth":
 			n.Bandwidth = true
 		case "tuning":

@@ -1,31 +1,56 @@
 // Package footprint is everything cninet knows about what the CNI
 // reference plugins leave on a host for one attachment, and how to prove
-// who owns each piece. One file per plugin and backend says how the plugin
-// names and comments its state, formatting and recognising side by side:
+// who owns each piece. It imports nothing of cninet: data flows one way,
+// from the caller down to the host.
 //
-//	bridge_iptables.go    the bridge plugin's masquerade jump and chain
-//	portmap_iptables.go   portmap's DNAT jump and chain (and legacy SNAT chain)
-//	firewall.go           the firewall plugin's comment-less CNI-FORWARD rules
+// # One file per plugin and backend
+//
+// Each footprint is one file that holds its whole knowledge: the names and
+// comments the plugin writes (pinned against the plugins' pkg/utils), how
+// it proves that an attachment held an address, what it plans to delete,
+// and what it discovers for a GC:
+//
 //	hostlocal.go          host-local's reservation files
-//	libcnicache.go        libcni's cached results
+//	libcnicache.go        libcni's cached results (empty or cut ones too)
+//	bridge_iptables.go    the bridge (and ptp) plugin's masquerade jump and chain
+//	bridge_nftables.go    the same with "ipMasqBackend": "nftables"
+//	portmap_iptables.go   portmap's DNAT jump and chain (and legacy SNAT chain)
+//	portmap_nftables.go   portmap's bare-id rules with "backend": "nftables"
+//	firewall.go           the firewall plugin's comment-less CNI-FORWARD rules
+//	bandwidth.go          the bandwidth plugin's ifb device
+//	tuning.go             the tuning plugin's saved interface settings
 //
-// The Cleaner removes the footprint of a set of attachments of one network
-// in four steps: scan (listings and files, each read once), evidence (which
-// addresses each attachment provably held, which ones other attachments
-// hold now), plan (the deletions each footprint asks for), apply (batched
-// where the host allows).
+// Adding a plugin is one such file and one line in footprints
+// (pipeline.go). NetworkOf (conflist.go) reads from a conflist which of
+// them a network's attachments can leave.
 //
-// A Teardown scans only what one attachment can own. Where the kernel
+// # One pipeline
+//
+// Teardown and GC run the same pass over different sets of attachments
+// (network and container id), in one direction:
+//
+//	read the host   view.go, iptview.go, nftview.go, files.go: every
+//	                listing, dump and file read at most once
+//	evidence        pipeline.go: which addresses the set provably held,
+//	                and which of those others hold now (a value)
+//	plan            plan.go: deletions, and restorations of what a DEL
+//	                took from others (a value)
+//	apply           apply_iptables.go, apply_nftables.go, apply_files.go:
+//	                one batched applier per backend
+//	report          exactly what was removed or added back
+//
+// A Teardown reads only what its attachment can own. Where the kernel
 // keeps the tables in nf_tables, it first asks over netlink
-// (nfnetlink*.go): whether the chains derived from the id exist, whether a
-// shared chain has a rule mentioning a proven address or carrying one of
+// (nfnetlink*.go): whether the chains derived from the id exist, whether
+// a shared chain has a rule mentioning a proven address or carrying one of
 // the attachment's comments. Those probes only rule things out: whatever
 // they cannot rule out is listed with iptables or nft and judged by the
-// ownership rule below, exactly as without them.
+// ownership rule below, exactly as without them. A clean Teardown starts
+// no process. A GC lists whole tables once and shares them among all ids.
 //
 // # The ownership rule
 //
-// Nothing is deleted unless it provably belongs to the attachment being
+// Nothing is deleted unless it provably belongs to an attachment being
 // cleaned, identified by its network name N and container id ID:
 //
 //   - A rule whose comment names exactly N and ID is the attachment's. "id:
@@ -33,17 +58,39 @@
 //     bytes of a comment, so two attachments with long ids can share a cut
 //     comment; such a rule counts only together with its jump target, which
 //     the plugins derive from sha512(N+ID) of the whole id.
-//   - A chain is the attachment's only under a name the plugins derive from
-//     sha512(N+ID).
+//   - A chain, or an ifb device, is the attachment's only under a name the
+//     plugins derive from N and ID.
 //   - A rule that names no network — the firewall plugin's rules carry no
-//     comment at all — is the attachment's only when its address is one the
-//     attachment provably held (its own masquerade rule, host-local
-//     reservation or cached result names it) and no other attachment holds
-//     that address now: host-local may already have handed it to a new
-//     workload, whose rules look exactly the same.
+//     comment at all, portmap's nftables rules only the bare id — is the
+//     attachment's only when its address is one the attachment provably
+//     held (its own masquerade rule, host-local reservation or cached
+//     result names it; for portmap's, with the rule's id) and no other
+//     attachment holds that address now.
+//   - Another attachment holds an address now when, on any network the
+//     caller knows (Host.Networks), its host-local reservation names the
+//     address, its cached result names it, its masquerade rule (iptables
+//     or nftables) names it, or a hostport rule of its id maps to it. A
+//     Teardown reads the other attachments' cached results only for an
+//     address host-local did not reserve for the attachment itself: host-local
+//     gives an address to one attachment of a network at a time.
 //   - A reservation file is the attachment's when it names ID as its holder
 //     in N's IPAM directory, re-read under host-local's lock just before it
-//     is removed; a cached result when libcni recorded it for N and ID.
+//     is removed; a cached result when libcni recorded it for N and ID (an
+//     empty or cut one, when its file name reads as N, ID and one of N's
+//     interface names in exactly one way); a tuning file when it names ID
+//     and an interface of N, in a tuning directory of N.
 //
 // Anything else is left alone.
+//
+// # The guard rule
+//
+// Some plugins' DEL deletes by something other than the attachment's own
+// identity: the firewall plugin by the addresses of the cached result
+// (stale after a reboot that kept libcni's cache but not host-local's
+// reservations), portmap's nftables backend by the bare id, on every
+// network. Before any DEL, Remember records what of that belongs to an
+// attachment outside the set that holds the address now; after it, Clean
+// adds back exactly what the DEL took and its holder still holds — never
+// anything of an attachment the caller says no longer lives (Cleaner.Live:
+// being or having been torn down).
 package footprint

@@ -59,11 +59,12 @@ func (firewallIPT) plan(v *view, set attSet, ev *evidence, p *plan) {
 }
 
 // guardAddrs returns the addresses the DEL will hand the firewall plugin
-// (the set's cached results) that CNI-FORWARD may have rules for.
+// (the cached results of the set's attachments whose network runs it)
+// that CNI-FORWARD may have rules for.
 func (firewallIPT) guardAddrs(v *view, set attSet) []netip.Addr {
 	var out []netip.Addr
 	for _, f := range v.families() {
-		addrs := familyAddrs(v.prior.cachedAddrsOf(set), f.v6)
+		addrs := familyAddrs(delAddrs(v, set), f.v6)
 		if f.mayMention("filter", firewallChain, addrs, nil) {
 			out = append(out, addrs...)
 		}
@@ -76,7 +77,7 @@ func (firewallIPT) guardAddrs(v *view, set attSet) []netip.Addr {
 func (firewallIPT) guard(v *view, set attSet, ev *evidence) []guarded {
 	var out []guarded
 	for _, f := range v.families() {
-		addrs := familyAddrs(v.prior.cachedAddrsOf(set), f.v6)
+		addrs := familyAddrs(delAddrs(v, set), f.v6)
 		if !slices.ContainsFunc(addrs, func(a netip.Addr) bool { _, held := ev.held[a]; return held }) {
 			continue
 		}
@@ -104,6 +105,18 @@ func (firewallIPT) restore(v *view, set attSet, ev *evidence, gs []guarded, p *p
 			p.ipt[b2i(g.v6)] = append(p.ipt[b2i(g.v6)], iptChange{att: g.holder, table: "filter", rule: g.rule, add: true})
 		}
 	}
+}
+
+// delAddrs returns the addresses the firewall plugin's DEL is handed: the
+// cached results of the set's attachments whose network runs it.
+func delAddrs(v *view, set attSet) []netip.Addr {
+	withFirewall := attSet{}
+	for a := range set {
+		if v.nets[a.Network].Firewall {
+			withFirewall[a] = true
+		}
+	}
+	return v.prior.cachedAddrsOf(withFirewall)
 }
 
 // firewallRule is one of the firewall plugin's rules and its address.

@@ -27,6 +27,9 @@ type nftView struct {
 	once   sync.Once
 	rules  []NFTRule
 	listed bool // the listing succeeded
+
+	mu      sync.Mutex
+	answers map[string]bool // what was asked in the kernel, by question
 }
 
 // available reports whether the host has nftables to read.
@@ -68,6 +71,59 @@ func (s *nftView) any(match func(NFTRuleSketch) bool, fallback func(NFTRule) boo
 		}
 	}
 	return !s.listed
+}
+
+// anyOnce is any, asked once per run for each question key: several
+// footprints ask the same question, and each answer costs a dump.
+func (s *nftView) anyOnce(key string, match func(NFTRuleSketch) bool, fallback func(NFTRule) bool) bool {
+	s.mu.Lock()
+	answer, done := s.answers[key]
+	s.mu.Unlock()
+	if done {
+		return answer
+	}
+	answer = s.any(match, fallback)
+	s.mu.Lock()
+	if s.answers == nil {
+		s.answers = map[string]bool{}
+	}
+	s.answers[key] = answer
+	s.mu.Unlock()
+	return answer
+}
+
+// ownMayBeThere reports whether a rule may carry one of the set's
+// comments: a masquerade comment of its own, or its bare id in a hostport
+// chain. One in-kernel look answers both nftables footprints.
+func ownMayBeThere(v *view, set attSet) bool {
+	if v.whole {
+		return true
+	}
+	index, ids := masqIndex(v, set), set.ids()
+	own := func(table NFTable, chain, comment string) bool {
+		_, masq := index[comment]
+		return (masq && table == nftMasqTable && chain == nftMasqChain) || (ids[comment] && isHostportChain(table, chain))
+	}
+	return v.nft.anyOnce("own", func(r NFTRuleSketch) bool { return own(r.Table, r.Chain, r.Comment) },
+		func(r NFTRule) bool { return own(NFTable{r.Family, r.Table}, r.Chain, r.Comment) })
+}
+
+// othersMayMention reports whether a rule that is not the set's may name
+// one of addrs: another attachment's masquerade or hostport rule. One
+// in-kernel look answers both nftables footprints.
+func othersMayMention(v *view, set attSet, addrs []netip.Addr) bool {
+	if v.whole {
+		return true
+	}
+	index, ids, mentions := masqIndex(v, set), set.ids(), mentionsAny(addrs)
+	key := "others"
+	for _, a := range addrs {
+		key += " " + a.String()
+	}
+	return v.nft.anyOnce(key, func(r NFTRuleSketch) bool {
+		_, masq := index[r.Comment]
+		return ((r.Table == nftMasqTable && !masq) || (isHostportChain(r.Table, r.Chain) && !ids[r.Comment])) && mentions(r)
+	}, func(r NFTRule) bool { return true })
 }
 
 // mentionsAny is an NFTRuleSketch test for rules about one of addrs.

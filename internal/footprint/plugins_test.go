@@ -163,6 +163,8 @@ func TestNetworkOfReadsWhereAConflistsPluginsKeepState(t *testing.T) {
 		{"host-local's default directory, joined with the network", []footprint.Plugin{
 			{Type: "bridge", Bytes: []byte(`{"type":"bridge","ipam":{"type":"host-local"}}`)}},
 			footprint.Network{Name: "n", IPAMDirs: []string{"/var/lib/cni/networks/n"}}},
+		{"the firewall plugin", []footprint.Plugin{{Type: "firewall", Bytes: []byte(`{"type":"firewall","backend":"iptables"}`)}},
+			footprint.Network{Name: "n", Firewall: true}},
 		{"host-local's own dataDir; portmap on nftables", []footprint.Plugin{
 			{Type: "bridge", Bytes: []byte(`{"type":"bridge","ipam":{"type":"host-local","dataDir":"/run/cni"}}`)},
 			{Type: "portmap", Bytes: []byte(`{"type":"portmap","backend":"nftables"}`)}},

@@ -57,13 +57,10 @@ func (portmapNFT) discover(*view, attSet)      {} // a bare id names no network:
 
 // holders: a hostport rule of an id outside the set holds its address.
 func (portmapNFT) holders(v *view, set attSet, addrs []netip.Addr) []claim {
-	ids := set.ids()
-	mentions := mentionsAny(addrs)
-	if !v.whole && !v.nft.any(func(r NFTRuleSketch) bool {
-		return !ids[r.Comment] && isHostportChain(r.Table, r.Chain) && mentions(r)
-	}, func(r NFTRule) bool { _, ok := nftHostportAddr(r); return ok }) {
+	if !othersMayMention(v, set, addrs) {
 		return nil
 	}
+	ids := set.ids()
 	var out []claim
 	for _, r := range v.nft.list() {
 		if addr, ok := nftHostportAddr(r); ok && !ids[r.Comment] && containsAddr(addrs, addr) {
@@ -145,12 +142,10 @@ func (portmapNFT) restore(v *view, set attSet, ev *evidence, gs []guarded, p *pl
 
 // idRules returns the hostport rules carrying one of the set's ids.
 func idRules(v *view, set attSet) []NFTRule {
-	ids := set.ids()
-	if !v.whole && !v.nft.any(func(r NFTRuleSketch) bool {
-		return ids[r.Comment] && isHostportChain(r.Table, r.Chain)
-	}, func(r NFTRule) bool { return ids[r.Comment] }) {
+	if !ownMayBeThere(v, set) {
 		return nil
 	}
+	ids := set.ids()
 	var out []NFTRule
 	for _, r := range v.nft.list() {
 		if _, ok := nftHostportAddr(r); ok && ids[r.Comment] {
