@@ -1,8 +1,6 @@
 package footprint
 
 import (
-	"net/netip"
-
 	"github.com/containernetworking/plugins/pkg/utils"
 )
 
@@ -26,9 +24,9 @@ func (a Attachment) BandwidthDevice() string {
 	return utils.MustFormatHashWithPrefix(maxIfbDeviceLength, "bwp", a.Network+a.ID)
 }
 
-func (bandwidth) prove(*view, attSet) []claim                 { return nil }
-func (bandwidth) holders(*view, attSet, []netip.Addr) []claim { return nil }
-func (bandwidth) discover(*view, attSet)                      {}
+func (bandwidth) prove(*view, attSet) []claim            { return nil }
+func (bandwidth) holders(*view, attSet, addrSet) []claim { return nil }
+func (bandwidth) discover(*view, attSet)                 {}
 
 func (bandwidth) plan(v *view, set attSet, _ *evidence, p *plan) {
 	if v.links == nil {

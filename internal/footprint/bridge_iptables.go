@@ -2,7 +2,6 @@ package footprint
 
 import (
 	"fmt"
-	"net/netip"
 	"strconv"
 	"strings"
 )
@@ -48,10 +47,10 @@ func (bridgeIPT) prove(v *view, set attSet) []claim {
 
 // holders reads POSTROUTING where a rule that is not the set's own may
 // name one of addrs.
-func (bridgeIPT) holders(v *view, set attSet, addrs []netip.Addr) []claim {
+func (bridgeIPT) holders(v *view, set attSet, addrs addrSet) []claim {
 	var out []claim
 	for _, f := range v.families() {
-		mine := familyAddrs(addrs, f.v6)
+		mine := addrs.list(f.v6)
 		if !f.mayMention("nat", postrouting, mine, chainsOf(set, Attachment.MasqChain)) {
 			continue
 		}
@@ -59,7 +58,7 @@ func (bridgeIPT) holders(v *view, set attSet, addrs []netip.Addr) []claim {
 		rules, _ := f.rules("nat", postrouting)
 		for _, r := range rules {
 			addr, ok := hostAddr(r.source)
-			if !ok || !isMasqComment(r.comment) || !containsAddr(mine, addr) || ownerIn(r, own[r.comment], Attachment.ownsMasqJump) != nil {
+			if !ok || !isMasqComment(r.comment) || !addrs[addr] || ownerIn(r, own[r.comment], Attachment.ownsMasqJump) != nil {
 				continue
 			}
 			holder, _ := parseMasqComment(r.comment) // a cut comment names nobody for sure: held all the same

@@ -4,7 +4,6 @@ import (
 	"crypto/sha512"
 	"encoding/hex"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 )
@@ -68,14 +67,14 @@ func (bridgeNFT) prove(v *view, set attSet) []claim {
 	return out
 }
 
-func (bridgeNFT) holders(v *view, set attSet, addrs []netip.Addr) []claim {
-	if !othersMayMention(v, set, addrs) {
+func (bridgeNFT) holders(v *view, set attSet, addrs addrSet) []claim {
+	if !othersMayMention(v, set, addrs.all()) {
 		return nil
 	}
 	index := masqIndex(v, set)
 	var out []claim
 	for _, r := range v.nft.list() {
-		if _, own := index[r.Comment]; !own && isNFTMasq(r) && containsAddr(addrs, r.Saddr) {
+		if _, own := index[r.Comment]; !own && isNFTMasq(r) && addrs[r.Saddr] {
 			holder, _, _ := parseNFTMasqComment(r.Comment) // a cut comment names nobody for sure: held all the same
 			out = append(out, claim{r.Saddr, holder})
 		}

@@ -23,21 +23,20 @@ type firewallIPT struct{}
 
 const firewallChain = "CNI-FORWARD"
 
-func (firewallIPT) prove(*view, attSet) []claim                 { return nil }
-func (firewallIPT) holders(*view, attSet, []netip.Addr) []claim { return nil }
-func (firewallIPT) discover(*view, attSet)                      {}
+func (firewallIPT) prove(*view, attSet) []claim            { return nil }
+func (firewallIPT) holders(*view, attSet, addrSet) []claim { return nil }
+func (firewallIPT) discover(*view, attSet)                 {}
 
 // contest returns the owned addresses CNI-FORWARD has rules for: an
 // AddrScanner rules most Teardowns out without listing the chain.
 func (firewallIPT) contest(v *view, set attSet, own map[netip.Addr]Attachment) []netip.Addr {
 	var out []netip.Addr
 	for _, f := range v.families() {
-		addrs := familyAddrs(sortedAddrs(own), f.v6)
-		if !f.mayMention("filter", firewallChain, addrs, nil) {
+		if !f.mayMention("filter", firewallChain, familyAddrs(sortedAddrs(own), f.v6), nil) {
 			continue
 		}
 		for _, r := range firewallRules(f) {
-			if containsAddr(addrs, r.addr) {
+			if _, ok := own[r.addr]; ok {
 				out = append(out, r.addr)
 			}
 		}
@@ -77,12 +76,12 @@ func (firewallIPT) guardAddrs(v *view, set attSet) []netip.Addr {
 func (firewallIPT) guard(v *view, set attSet, ev *evidence) []guarded {
 	var out []guarded
 	for _, f := range v.families() {
-		addrs := familyAddrs(delAddrs(v, set), f.v6)
-		if !slices.ContainsFunc(addrs, func(a netip.Addr) bool { _, held := ev.held[a]; return held }) {
+		addrs := newAddrSet(familyAddrs(delAddrs(v, set), f.v6))
+		if !slices.ContainsFunc(addrs.all(), func(a netip.Addr) bool { _, held := ev.held[a]; return held }) {
 			continue
 		}
 		for _, r := range firewallRules(f) {
-			if holder, held := ev.held[r.addr]; held && containsAddr(addrs, r.addr) {
+			if holder, held := ev.held[r.addr]; held && addrs[r.addr] {
 				out = append(out, guarded{holder: holder, addr: r.addr, v6: f.v6, rule: r.rule})
 			}
 		}

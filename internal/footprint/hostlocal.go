@@ -41,11 +41,19 @@ func (hostLocal) prove(v *view, set attSet) []claim {
 
 // holders reads, for each address, the one file in each known network's
 // IPAM directories that would give it to somebody.
-func (hostLocal) holders(v *view, set attSet, addrs []netip.Addr) []claim {
+func (hostLocal) holders(v *view, set attSet, addrs addrSet) []claim {
 	var out []claim
+	if v.whole { // every reservation was read already
+		for _, r := range v.files.reservations {
+			if addrs[r.addr] && !set[r.att()] {
+				out = append(out, claim{r.addr, r.att()})
+			}
+		}
+		return out
+	}
 	for _, n := range sortedNets(v.nets) {
 		for _, dir := range n.IPAMDirs {
-			for _, addr := range addrs {
+			for _, addr := range addrs.all() {
 				id, err := reservationHolder(filepath.Join(dir, addr.String()))
 				if err == nil && !set[Attachment{n.Name, id}] {
 					out = append(out, claim{addr, Attachment{n.Name, id}})

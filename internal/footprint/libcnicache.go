@@ -49,11 +49,11 @@ func (libcniCache) prove(v *view, set attSet) []claim {
 // reservation directory on tmpfs that a reboot wiped). A Teardown skips
 // the read for an address host-local reserved for the set: no other
 // attachment of that network can have been given it.
-func (libcniCache) holders(v *view, set attSet, addrs []netip.Addr) []claim {
-	var ask []netip.Addr
-	for _, a := range addrs {
+func (libcniCache) holders(v *view, set attSet, addrs addrSet) []claim {
+	ask := addrSet{}
+	for a := range addrs {
 		if v.whole || !reservedBySet(v, set, a) {
-			ask = append(ask, a)
+			ask[a] = true
 		}
 	}
 	if len(ask) == 0 {
@@ -65,10 +65,8 @@ func (libcniCache) holders(v *view, set attSet, addrs []netip.Addr) []claim {
 			continue
 		}
 		for _, a := range c.addrs {
-			for _, want := range ask {
-				if a == want {
-					out = append(out, claim{a, c.att()})
-				}
+			if ask[a] {
+				out = append(out, claim{a, c.att()})
 			}
 		}
 	}

@@ -49,7 +49,31 @@ func familyAddrs(addrs []netip.Addr, v6 bool) []netip.Addr {
 	return out
 }
 
-func containsAddr(addrs []netip.Addr, a netip.Addr) bool { return slices.Contains(addrs, a) }
+// addrSet is a set of addresses.
+type addrSet map[netip.Addr]bool
+
+func newAddrSet(addrs []netip.Addr) addrSet {
+	s := make(addrSet, len(addrs))
+	for _, a := range addrs {
+		s[a] = true
+	}
+	return s
+}
+
+// list returns the set's addresses of one family, sorted.
+func (s addrSet) list(v6 bool) []netip.Addr {
+	var out []netip.Addr
+	for a := range s {
+		if a.Is6() == v6 {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
+}
+
+// all returns the set's addresses, sorted.
+func (s addrSet) all() []netip.Addr { return append(s.list(false), s.list(true)...) }
 
 // known reports whether a's network is one the run knows.
 func (v *view) known(a Attachment) bool {

@@ -22,7 +22,7 @@ type footprint interface {
 	prove(v *view, set attSet) []claim
 	// holders returns the attachments outside set that hold one of addrs
 	// now according to this piece of state.
-	holders(v *view, set attSet, addrs []netip.Addr) []claim
+	holders(v *view, set attSet, addrs addrSet) []claim
 	// plan adds the deletions of the set's footprint, judged on ev.
 	plan(v *view, set attSet, ev *evidence, p *plan)
 	// discover adds the attachments whose footprint is on the host; it is
@@ -127,15 +127,15 @@ func gather(v *view, set attSet, extra []netip.Addr) *evidence {
 
 // askHolders adds to ev the attachments outside set that hold addrs.
 func askHolders(v *view, set attSet, ev *evidence, addrs []netip.Addr) {
-	addrs = uniqueAddrs(addrs)
-	if len(addrs) == 0 {
+	asked := newAddrSet(addrs)
+	if len(asked) == 0 {
 		return
 	}
-	for _, a := range addrs {
+	for a := range asked {
 		ev.asked[a] = true
 	}
 	for _, fp := range footprints {
-		for _, c := range fp.holders(v, set, addrs) {
+		for _, c := range fp.holders(v, set, asked) {
 			if _, dup := ev.held[c.addr]; !dup && !set[c.by] {
 				ev.held[c.addr] = c.by
 			}

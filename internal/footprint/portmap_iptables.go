@@ -2,7 +2,6 @@ package footprint
 
 import (
 	"fmt"
-	"net/netip"
 	"strings"
 )
 
@@ -47,8 +46,8 @@ func (a Attachment) ownsDNATJump(r rule) bool {
 	return r.chain == hostportDNATChain && ownsCommented(r, a.DNATComment(), a.DNATChain())
 }
 
-func (portmapIPT) prove(*view, attSet) []claim                 { return nil }
-func (portmapIPT) holders(*view, attSet, []netip.Addr) []claim { return nil }
+func (portmapIPT) prove(*view, attSet) []claim            { return nil }
+func (portmapIPT) holders(*view, attSet, addrSet) []claim { return nil }
 
 func (portmapIPT) plan(v *view, set attSet, _ *evidence, p *plan) {
 	for _, f := range v.families() {

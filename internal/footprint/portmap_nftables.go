@@ -56,14 +56,14 @@ func (portmapNFT) prove(*view, attSet) []claim { return nil }
 func (portmapNFT) discover(*view, attSet)      {} // a bare id names no network: it proves nothing
 
 // holders: a hostport rule of an id outside the set holds its address.
-func (portmapNFT) holders(v *view, set attSet, addrs []netip.Addr) []claim {
-	if !othersMayMention(v, set, addrs) {
+func (portmapNFT) holders(v *view, set attSet, addrs addrSet) []claim {
+	if !othersMayMention(v, set, addrs.all()) {
 		return nil
 	}
 	ids := set.ids()
 	var out []claim
 	for _, r := range v.nft.list() {
-		if addr, ok := nftHostportAddr(r); ok && !ids[r.Comment] && containsAddr(addrs, addr) {
+		if addr, ok := nftHostportAddr(r); ok && !ids[r.Comment] && addrs[addr] {
 			out = append(out, claim{addr, Attachment{ID: r.Comment}})
 		}
 	}
@@ -168,10 +168,10 @@ func foreignIDRules(v *view, set attSet) []NFTRule {
 	if len(ids) == 0 || !v.nft.available() {
 		return nil
 	}
-	own := v.prior.addrsOf(set)
+	own := newAddrSet(v.prior.addrsOf(set))
 	var ownBytes [2][][]byte // by family, so that 4 bytes never match inside an IPv6 address
 	for i, v6 := range []bool{false, true} {
-		ownBytes[i] = addrBytes(familyAddrs(own, v6))
+		ownBytes[i] = addrBytes(own.list(v6))
 	}
 	if !v.nft.any(func(r NFTRuleSketch) bool {
 		return ids[r.Comment] && isHostportChain(r.Table, r.Chain) &&
@@ -181,7 +181,7 @@ func foreignIDRules(v *view, set attSet) []NFTRule {
 	}
 	var out []NFTRule
 	for _, r := range v.nft.list() {
-		if addr, ok := nftHostportAddr(r); ok && ids[r.Comment] && !containsAddr(own, addr) {
+		if addr, ok := nftHostportAddr(r); ok && ids[r.Comment] && !own[addr] {
 			out = append(out, r)
 		}
 	}

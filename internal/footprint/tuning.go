@@ -2,7 +2,6 @@ package footprint
 
 import (
 	"errors"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,8 +30,8 @@ func (a Attachment) TuningFile(dir, ifName string) string {
 	return filepath.Join(dir, a.ID+"_"+ifName+".json")
 }
 
-func (tuning) prove(*view, attSet) []claim                 { return nil }
-func (tuning) holders(*view, attSet, []netip.Addr) []claim { return nil }
+func (tuning) prove(*view, attSet) []claim            { return nil }
+func (tuning) holders(*view, attSet, addrSet) []claim { return nil }
 
 func (tuning) plan(v *view, set attSet, _ *evidence, p *plan) {
 	for _, a := range set.sorted() {
