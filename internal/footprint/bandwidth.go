@@ -33,7 +33,7 @@ func (bandwidth) plan(v *view, set attSet, _ *evidence, p *plan) {
 		return
 	}
 	for _, a := range set.sorted() {
-		if !v.nets[a.Network].Bandwidth {
+		if !v.nets[a.Network].runs("bandwidth") {
 			continue
 		}
 		name := a.BandwidthDevice()

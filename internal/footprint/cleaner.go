@@ -28,14 +28,10 @@ type Network struct {
 	// HostportNFT says the network's portmap uses its nftables backend,
 	// whose DEL also removes other networks' rules of the same id.
 	HostportNFT bool
-	// Firewall says the network's conflist runs the firewall plugin, whose
-	// DEL deletes by address and so is guarded.
-	Firewall bool
-	// Bandwidth says the network's conflist runs the bandwidth plugin.
-	Bandwidth bool
-	// TuningDirs are the tuning plugin's data directories in the
-	// network's conflist.
-	TuningDirs []string
+	// Plugins are the network's conflist's plugins: the footprints read
+	// what else they need from them (the firewall plugin's presence,
+	// bandwidth's, tuning's data directories).
+	Plugins []Plugin
 }
 
 // ifNames returns IfName and IfNames, each once.

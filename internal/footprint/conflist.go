@@ -1,13 +1,6 @@
 package footprint
 
-import (
-	"encoding/json"
-	"path/filepath"
-)
-
-// DefaultHostLocalDataDir is where host-local keeps its reservations
-// unless its configuration names another dataDir.
-const DefaultHostLocalDataDir = "/var/lib/cni/networks"
+import "encoding/json"
 
 // Plugin is one plugin of a conflist: its type and its configuration.
 type Plugin struct {
@@ -15,39 +8,48 @@ type Plugin struct {
 	Bytes []byte
 }
 
+// configurer is a footprint that reads, from a network's plugins, where
+// its plugin keeps state for the network's attachments.
+type configurer interface {
+	configure(n *Network)
+}
+
 // NetworkOf returns what the cleaner must know about the network a
-// conflist defines: host-local's reservation directories, whether its
-// portmap uses nftables, whether it runs the firewall plugin and bandwidth, and where tuning
-// keeps its files. IfName, IfNames and CacheDir are the caller's.
+// conflist defines: its plugins, and what each footprint reads from them
+// (host-local's reservation directories, portmap's backend, …). IfName,
+// IfNames and CacheDir are the caller's.
 func NetworkOf(name string, plugins []Plugin) Network {
-	n := Network{Name: name}
-	for _, p := range plugins {
-		var conf struct {
-			Backend string `json:"backend"`
-			DataDir string `json:"dataDir"`
-			IPAM    struct {
-				Type    string `json:"type"`
-				DataDir string `json:"dataDir"`
-			} `json:"ipam"`
-		}
-		if json.Unmarshal(p.Bytes, &conf) != nil {
-			continue
-		}
-		switch p.Type {
-		case "portmap":
-			n.HostportNFT = n.HostportNFT || conf.Backend == "nftables"
-		case "firewall":
-			n.Firewall = true
-		case "bandwidth":
-			n.Bandwidth = true
-		case "tuning":
-			n.TuningDirs = appendOnce(n.TuningDirs, orDefault(conf.DataDir, DefaultTuningDir))
-		}
-		if conf.IPAM.Type == "host-local" {
-			n.IPAMDirs = appendOnce(n.IPAMDirs, filepath.Join(orDefault(conf.IPAM.DataDir, DefaultHostLocalDataDir), name))
+	n := Network{Name: name, Plugins: plugins}
+	for _, fp := range footprints {
+		if c, ok := fp.(configurer); ok {
+			c.configure(&n)
 		}
 	}
 	return n
+}
+
+// configs returns the configurations of the network's plugins of type
+// typ, decoded into T; a plugin whose configuration does not decode is
+// passed over.
+func configs[T any](n Network, typ string) []T {
+	var out []T
+	for _, p := range n.Plugins {
+		var conf T
+		if (typ == "" || p.Type == typ) && json.Unmarshal(p.Bytes, &conf) == nil {
+			out = append(out, conf)
+		}
+	}
+	return out
+}
+
+// runs reports whether the network's conflist runs a plugin of type typ.
+func (n Network) runs(typ string) bool {
+	for _, p := range n.Plugins {
+		if p.Type == typ {
+			return true
+		}
+	}
+	return false
 }
 
 func orDefault(s, def string) string {

@@ -111,7 +111,7 @@ func (firewallIPT) restore(v *view, set attSet, ev *evidence, gs []guarded, p *p
 func delAddrs(v *view, set attSet) []netip.Addr {
 	withFirewall := attSet{}
 	for a := range set {
-		if v.nets[a.Network].Firewall {
+		if v.nets[a.Network].runs("firewall") {
 			withFirewall[a] = true
 		}
 	}

@@ -19,6 +19,26 @@ import (
 
 type hostLocal struct{}
 
+// DefaultHostLocalDataDir is where host-local keeps its reservations
+// unless its configuration names another dataDir.
+const DefaultHostLocalDataDir = "/var/lib/cni/networks"
+
+// configure reads the reservation directories of every plugin that
+// delegates to host-local.
+func (hostLocal) configure(n *Network) {
+	type ipamConf struct {
+		IPAM struct {
+			Type    string `json:"type"`
+			DataDir string `json:"dataDir"`
+		} `json:"ipam"`
+	}
+	for _, conf := range configs[ipamConf](*n, "") {
+		if conf.IPAM.Type == "host-local" {
+			n.IPAMDirs = appendOnce(n.IPAMDirs, filepath.Join(orDefault(conf.IPAM.DataDir, DefaultHostLocalDataDir), n.Name))
+		}
+	}
+}
+
 // reservation is one host-local reservation file.
 type reservation struct {
 	net, dir, path, id string

@@ -2,6 +2,7 @@ package footprint_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -77,7 +78,10 @@ func TestTeardownRemovesTheBandwidthDeviceOfItsAttachmentOnly(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			links := &fakeLinks{names: map[string]bool{mine.BandwidthDevice(): true, other.BandwidthDevice(): true}}
-			n := footprint.Network{Name: "bw", IfName: "eth0", CacheDir: t.TempDir(), Bandwidth: tc.bandwidth}
+			n := footprint.Network{Name: "bw", IfName: "eth0", CacheDir: t.TempDir()}
+			if tc.bandwidth {
+				n.Plugins = []footprint.Plugin{{Type: "bandwidth", Bytes: []byte(`{"type":"bandwidth"}`)}}
+			}
 			cl := footprint.NewCleaner(context.Background(), n, pluginHost(links))
 			if err := cl.Remember([]string{"a"}); err != nil {
 				t.Fatal(err)
@@ -107,7 +111,8 @@ func TestTuningFilesGoWithTheirAttachmentsInterface(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n := footprint.Network{Name: "tn", IfName: "eth0", CacheDir: t.TempDir(), TuningDirs: []string{dir}}
+	n := footprint.Network{Name: "tn", IfName: "eth0", CacheDir: t.TempDir(),
+		Plugins: []footprint.Plugin{{Type: "tuning", Bytes: []byte(`{"type":"tuning","dataDir":"` + dir + `"}`)}}}
 
 	// Teardown of a on eth0: a's eth1 belongs to its other network.
 	cl := footprint.NewCleaner(context.Background(), n, pluginHost(&fakeLinks{}))
@@ -156,32 +161,31 @@ func assertDir(t *testing.T, dir string, want ...string) {
 
 func TestNetworkOfReadsWhereAConflistsPluginsKeepState(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		plugins []footprint.Plugin
-		want    footprint.Network
+		name        string
+		plugins     []string // configurations, each with its "type"
+		ipamDirs    []string
+		hostportNFT bool
 	}{
-		{"host-local's default directory, joined with the network", []footprint.Plugin{
-			{Type: "bridge", Bytes: []byte(`{"type":"bridge","ipam":{"type":"host-local"}}`)}},
-			footprint.Network{Name: "n", IPAMDirs: []string{"/var/lib/cni/networks/n"}}},
-		{"the firewall plugin", []footprint.Plugin{{Type: "firewall", Bytes: []byte(`{"type":"firewall","backend":"iptables"}`)}},
-			footprint.Network{Name: "n", Firewall: true}},
-		{"host-local's own dataDir; portmap on nftables", []footprint.Plugin{
-			{Type: "bridge", Bytes: []byte(`{"type":"bridge","ipam":{"type":"host-local","dataDir":"/run/cni"}}`)},
-			{Type: "portmap", Bytes: []byte(`{"type":"portmap","backend":"nftables"}`)}},
-			footprint.Network{Name: "n", IPAMDirs: []string{"/run/cni/n"}, HostportNFT: true}},
-		{"portmap on iptables, static IPAM: no reservations", []footprint.Plugin{
-			{Type: "ptp", Bytes: []byte(`{"type":"ptp","ipam":{"type":"static"}}`)},
-			{Type: "portmap", Bytes: []byte(`{"type":"portmap","backend":"iptables"}`)}},
-			footprint.Network{Name: "n"}},
-		{"bandwidth and tuning, default and own directory", []footprint.Plugin{
-			{Type: "bandwidth", Bytes: []byte(`{"type":"bandwidth"}`)},
-			{Type: "tuning", Bytes: []byte(`{"type":"tuning"}`)},
-			{Type: "tuning", Bytes: []byte(`{"type":"tuning","dataDir":"/run/t"}`)}},
-			footprint.Network{Name: "n", Bandwidth: true, TuningDirs: []string{"/run/cni/tuning", "/run/t"}}},
+		{"host-local's default directory, joined with the network",
+			[]string{`{"type":"bridge","ipam":{"type":"host-local"}}`}, []string{"/var/lib/cni/networks/n"}, false},
+		{"host-local's own dataDir; portmap on nftables",
+			[]string{`{"type":"bridge","ipam":{"type":"host-local","dataDir":"/run/cni"}}`, `{"type":"portmap","backend":"nftables"}`},
+			[]string{"/run/cni/n"}, true},
+		{"static IPAM and portmap on iptables: no reservations, no nftables",
+			[]string{`{"type":"ptp","ipam":{"type":"static"}}`, `{"type":"portmap","backend":"iptables"}`}, nil, false},
+		{"a configuration that does not decode is passed over",
+			[]string{`{"type":"bridge","ipam":`, `{"type":"portmap","backend":"nftables"}`}, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := footprint.NetworkOf("n", tc.plugins); !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("NetworkOf = %+v, want %+v", got, tc.want)
+			var plugins []footprint.Plugin
+			for _, raw := range tc.plugins {
+				var typ struct{ Type string }
+				_ = json.Unmarshal([]byte(raw), &typ)
+				plugins = append(plugins, footprint.Plugin{Type: typ.Type, Bytes: []byte(raw)})
+			}
+			got := footprint.NetworkOf("n", plugins)
+			if !slices.Equal(got.IPAMDirs, tc.ipamDirs) || got.HostportNFT != tc.hostportNFT || len(got.Plugins) != len(plugins) {
+				t.Errorf("NetworkOf = %+v, want IPAMDirs %q, HostportNFT %v and the plugins", got, tc.ipamDirs, tc.hostportNFT)
 			}
 		})
 	}

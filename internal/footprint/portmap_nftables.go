@@ -28,6 +28,16 @@ import (
 
 type portmapNFT struct{}
 
+// configure notes whether the network's portmap uses nftables.
+func (portmapNFT) configure(n *Network) {
+	type backendConf struct {
+		Backend string `json:"backend"`
+	}
+	for _, conf := range configs[backendConf](*n, "portmap") {
+		n.HostportNFT = n.HostportNFT || conf.Backend == "nftables"
+	}
+}
+
 var nftHostportTables = [2]NFTable{{Family: "ip", Name: "cni_hostport"}, {Family: "ip6", Name: "cni_hostport"}}
 
 var nftHostportChains = map[string]bool{"hostports": true, "hostip_hostports": true, "masquerading": true}

@@ -20,6 +20,19 @@ import (
 
 type tuning struct{}
 
+// tuningDirs returns the data directories of the network's tuning
+// plugins.
+func tuningDirs(n Network) []string {
+	type dataDirConf struct {
+		DataDir string `json:"dataDir"`
+	}
+	var dirs []string
+	for _, conf := range configs[dataDirConf](n, "tuning") {
+		dirs = appendOnce(dirs, orDefault(conf.DataDir, DefaultTuningDir))
+	}
+	return dirs
+}
+
 // DefaultTuningDir is where the tuning plugin keeps its files unless its
 // configuration names another dataDir.
 const DefaultTuningDir = "/run/cni/tuning"
@@ -36,7 +49,7 @@ func (tuning) holders(*view, attSet, addrSet) []claim { return nil }
 func (tuning) plan(v *view, set attSet, _ *evidence, p *plan) {
 	for _, a := range set.sorted() {
 		n := v.nets[a.Network]
-		for _, dir := range n.TuningDirs {
+		for _, dir := range tuningDirs(n) {
 			for _, ifName := range n.ifNames() {
 				if path := a.TuningFile(dir, ifName); exists(path) {
 					p.files = append(p.files, fileChange{kind: KindTuningFile, att: a, path: path})
@@ -48,7 +61,7 @@ func (tuning) plan(v *view, set attSet, _ *evidence, p *plan) {
 
 func (tuning) discover(v *view, found attSet) {
 	for _, n := range sortedNets(v.nets) {
-		for _, dir := range n.TuningDirs {
+		for _, dir := range tuningDirs(n) {
 			entries, err := os.ReadDir(dir)
 			if err != nil && !errors.Is(err, os.ErrNotExist) {
 				v.errs.add(err)
