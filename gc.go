@@ -90,7 +90,9 @@ func (r *GCReport) add(items []footprint.Item) {
 // when GC starts, or starts to while it runs, are never collected. A
 // network whose conflist sets disableGC is skipped. One network's failure
 // does not stop the others; the error joins each.
-func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (*GCReport, error) {
+func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCReport, err error) {
+	ctx, op := c.tel.startOp(ctx, opGC, "", "")
+	defer func() { op.end(err) }()
 	if liveAllocIDs == nil {
 		return nil, fmt.Errorf("%w: nil live set (pass an empty slice when nothing is live)", ErrInvalidArgument)
 	}
@@ -129,12 +131,13 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (*GCReport
 	}
 	for i, conf := range nets {
 		cls[i].KeepGuarded(delIDs)
-		errs = append(errs, c.sweep(cls[i], conf, live, report))
+		errs = append(errs, c.tel.traceSweep(ctx, conf.info.name, report, func() error { return c.sweep(cls[i], conf, live, report) }))
 		c.logRestored(cls[i].Restored(), "GC of network "+conf.info.name)
 	}
 	if n := len(report.Removed); n > 0 {
 		c.logger.Info("GC removed stale attachments", "networks", len(nets), "items", n, "alloc_ids", report.IDs())
 	}
+	c.tel.gcDone(ctx, report, len(liveAllocIDs))
 	return report, errors.Join(errs...)
 }
 
@@ -142,7 +145,9 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (*GCReport
 // attachments as the valid ones, under every interface name they may have:
 // a live workload's eth1 must not look stale. No Setup may run meanwhile:
 // the GC verb would take its half-made attachment for a stale one.
-func (c *Configurator) gcCached(ctx context.Context, nets []loadedConf, ifNames []string, live map[string]bool, report *GCReport) error {
+func (c *Configurator) gcCached(ctx context.Context, nets []loadedConf, ifNames []string, live map[string]bool, report *GCReport) (err error) {
+	ctx, span := c.tel.startSpan(ctx, spanGCCached)
+	defer func() { span.end(err) }()
 	c.gate.Lock()
 	defer c.gate.Unlock()
 	lib := c.lib
