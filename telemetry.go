@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // instrumentationName names cninet's tracer and meter.
@@ -74,11 +76,19 @@ var operations = [...]struct{ name, span string }{
 
 func (o operation) String() string { return operations[o].name }
 
-// telemetry is a Configurator's tracer and instruments. Its methods are
-// cheap when nothing records: child spans start only under a recording
-// span, and metric attributes are built once per combination.
+// telemetry is a Configurator's tracer and instruments. Its methods cost
+// next to nothing while the program has installed no provider, and little
+// when it has: child spans start only under a recording span, and metric
+// attributes are built once per combination.
 type telemetry struct {
-	tracer        trace.Tracer
+	tracer trace.Tracer
+	// unsetTP and unsetMP are the global providers' stand-ins, which
+	// record nothing until the program installs a provider, when cninet
+	// uses the global ones and none was installed yet; else nil.
+	unsetTP       trace.TracerProvider
+	unsetMP       metric.MeterProvider
+	noTraces      bool                    // Config.TracerProvider is a no-op one
+	noMetrics     bool                    // Config.MeterProvider is a no-op one
 	operations    metric.Int64Counter     // cninet.operations
 	duration      metric.Float64Histogram // cninet.operation.duration
 	netOperations metric.Int64Counter     // cninet.network.operations
@@ -99,13 +109,22 @@ type telemetry struct {
 // refuses are replaced by no-ops: telemetry never fails New.
 func newTelemetry(cfg Config, c *Configurator) *telemetry {
 	tp, mp := cfg.TracerProvider, cfg.MeterProvider
+	t := &telemetry{opts: map[optKey]measureOpts{}, ready: map[string]bool{}}
+	_, t.noTraces = tp.(tracenoop.TracerProvider)
+	_, t.noMetrics = mp.(noop.MeterProvider)
 	if tp == nil {
 		tp = otel.GetTracerProvider()
+		if isGlobalStandIn(tp) {
+			t.unsetTP = tp
+		}
 	}
 	if mp == nil {
 		mp = otel.GetMeterProvider()
+		if isGlobalStandIn(mp) {
+			t.unsetMP = mp
+		}
 	}
-	t := &telemetry{tracer: tp.Tracer(instrumentationName), opts: map[optKey]measureOpts{}, ready: map[string]bool{}}
+	t.tracer = tp.Tracer(instrumentationName)
 	m := mp.Meter(instrumentationName)
 	var errs []error
 	t.operations = counter(m, &errs, "cninet.operations", "{operation}", "Calls of Setup, Teardown, Check, Status, GC and Reload.")
@@ -128,7 +147,7 @@ func newTelemetry(cfg Config, c *Configurator) *telemetry {
 func (t *telemetry) registerGauges(m metric.Meter, c *Configurator, errs *[]error) metric.Registration {
 	networks, err1 := m.Int64ObservableGauge("cninet.networks", metric.WithUnit("{network}"),
 		metric.WithDescription("Networks the Configurator knows (ConfList, ConfLists, ConfDir)."))
-	ready, err2 := m.Int64ObservableGauge("cninet.network.ready", metric.WithUnit("1"),
+	ready, err2 := m.Int64ObservableGauge("cninet.network.ready", metric.WithUnit("{network}"),
 		metric.WithDescription("1 when the network's last Status found it ready, 0 when not."))
 	if err := errors.Join(err1, err2); err != nil {
 		*errs = append(*errs, err)
@@ -164,6 +183,26 @@ func histogram(m metric.Meter, errs *[]error, name, desc string) metric.Float64H
 		inst, _ = noopMeter.Float64Histogram(name)
 	}
 	return inst
+}
+
+// isGlobalStandIn reports whether p is what otel.GetTracerProvider or
+// GetMeterProvider return before the program installs a provider: it
+// records nothing until then and forwards to the installed one after.
+// Should a new OpenTelemetry release name it differently, cninet merely
+// loses the shortcut.
+func isGlobalStandIn(p any) bool {
+	typ := reflect.TypeOf(p)
+	return typ != nil && typ.Kind() == reflect.Pointer && typ.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global"
+}
+
+// tracing reports whether spans can record now.
+func (t *telemetry) tracing() bool {
+	return !t.noTraces && (t.unsetTP == nil || otel.GetTracerProvider() != t.unsetTP)
+}
+
+// metering reports whether measurements can be recorded now.
+func (t *telemetry) metering() bool {
+	return !t.noMetrics && (t.unsetMP == nil || otel.GetMeterProvider() != t.unsetMP)
 }
 
 // noopMeter stands in for instruments a provider refuses.
@@ -247,19 +286,34 @@ type opSpan struct {
 	span    trace.Span
 	op      operation
 	network string
-	start   time.Time
+	start   time.Time // zero: no metrics
 }
+
+// noSpan is the span of an operation nobody traces. It is never one
+// borrowed from ctx: ending that would end the caller's span.
+var noSpan = trace.SpanFromContext(context.Background())
 
 // startOp starts one of the public operations: a span under ctx's and
 // the clock for the duration metric. id and netns are empty where the
 // operation has none.
 func (t *telemetry) startOp(ctx context.Context, op operation, id, netns string) (context.Context, opSpan) {
-	ctx, span := t.tracer.Start(ctx, operations[op].span)
+	span := noSpan
+	if t.tracing() {
+		ctx, span = t.tracer.Start(ctx, operations[op].span)
+	}
 	if span.IsRecording() {
 		span.SetAttributes(attrOperation.String(op.String()))
 		setIDs(span, id, netns)
 	}
-	return ctx, opSpan{tel: t, ctx: ctx, span: span, op: op, start: time.Now()}
+	return ctx, t.opSpan(ctx, span, op, "")
+}
+
+func (t *telemetry) opSpan(ctx context.Context, span trace.Span, op operation, network string) opSpan {
+	s := opSpan{tel: t, ctx: ctx, span: span, op: op, network: network}
+	if t.metering() {
+		s.start = time.Now()
+	}
+	return s
 }
 
 // startNetwork starts one network's part of an operation; ifName, id
@@ -273,7 +327,7 @@ func (t *telemetry) startNetwork(ctx context.Context, op operation, network, ifN
 		}
 		setIDs(span, id, netns)
 	}
-	return ctx, opSpan{tel: t, ctx: ctx, span: span, op: op, network: network, start: time.Now()}
+	return ctx, t.opSpan(ctx, span, op, network)
 }
 
 func setIDs(span trace.Span, id, netns string) {
@@ -289,6 +343,9 @@ func setIDs(span trace.Span, id, netns string) {
 // not nil, and counts and times the operation.
 func (s opSpan) end(err error) {
 	errType := endSpan(s.span, err)
+	if s.start.IsZero() {
+		return
+	}
 	o := s.tel.optsFor(optKey{op: s.op, network: s.network, errorType: errType})
 	secs := time.Since(s.start).Seconds()
 	if s.network == "" {
@@ -300,17 +357,17 @@ func (s opSpan) end(err error) {
 	}
 }
 
-// child starts a span under ctx's when that one records; otherwise it
-// returns ctx's span, so that nothing is built for nobody.
+// child starts a span under ctx's when that one records; otherwise
+// nothing is built for nobody.
 func (t *telemetry) child(ctx context.Context, name string) (context.Context, trace.Span) {
-	if parent := trace.SpanFromContext(ctx); !parent.IsRecording() {
-		return ctx, parent
+	if !t.tracing() || !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, noSpan
 	}
 	return t.tracer.Start(ctx, name)
 }
 
-// endSpan ends a child span (leaving a borrowed non-recording parent
-// alone) and returns err's error.type, "" for nil.
+// endSpan ends a span with err recorded, and returns err's error.type,
+// "" for nil.
 func endSpan(span trace.Span, err error) string {
 	errType := errorType(err)
 	if !span.IsRecording() {
@@ -386,6 +443,9 @@ type attemptSpan struct {
 // end ends the attempt's span and counts it.
 func (s attemptSpan) end(err error) {
 	errType := endSpan(s.span, err)
+	if !s.tel.metering() {
+		return
+	}
 	o := s.tel.optsFor(optKey{op: opAttach, network: s.network, errorType: errType})
 	s.tel.attempts.Add(s.ctx, 1, o.add...)
 	if s.attempt > 1 {
@@ -402,6 +462,9 @@ func (t *telemetry) cleaned(ctx context.Context, s childSpan, network string, re
 	}
 	groups := groupItems(removed)
 	for _, g := range groups {
+		if !t.metering() {
+			break
+		}
 		t.cleanup.Add(ctx, int64(g.count), metric.WithAttributes(attrOperation.String(op.String()),
 			attrNetwork.String(network), attrKind.String(g.kind), attrBackend.String(g.backend)))
 	}
@@ -422,6 +485,9 @@ func (t *telemetry) gcDone(ctx context.Context, report *GCReport, live int) {
 	}
 	groups := groupItems(items)
 	for _, g := range groups {
+		if !t.metering() {
+			break
+		}
 		t.gcRemoved.Add(ctx, int64(g.count), metric.WithAttributes(attrKind.String(g.kind), attrBackend.String(g.backend)))
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {

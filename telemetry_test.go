@@ -13,9 +13,13 @@ import (
 
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/fakecni"
+	"github.com/seed1280861d/cninet/internal/fakeipt"
 	footprintpkg "github.com/seed1280861d/cninet/internal/footprint"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 const telNetNS = "/var/run/netns/tel"
@@ -275,4 +279,30 @@ func versionOnlyPlugins(t *testing.T, names ...string) string {
 		}
 	}
 	return dir
+}
+
+// With no provider in Config, cninet reports to the global ones, also
+// when the program installs them after New (as go-cni's spans need).
+func TestTelemetryGoesToTheGlobalProvidersInstalledAfterNew(t *testing.T) {
+	c, err := cninet.New(cninet.Config{ConfList: unitConfList(t), CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), NFTables: noNFTables,
+		IPTables: func(bool) (cninet.IPTables, error) { return fakeipt.New(), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rig := newOtelRig(t)
+	otel.SetTracerProvider(rig.tp)
+	otel.SetMeterProvider(rig.mp)
+	t.Cleanup(func() { // later tests' spans and metrics go nowhere
+		otel.SetTracerProvider(tracenoop.NewTracerProvider())
+		otel.SetMeterProvider(metricnoop.NewMeterProvider())
+	})
+	if _, err := c.Setup(context.Background(), &cninet.Allocation{ID: "alloc-1"}, telNetNS); err != nil {
+		t.Fatal(err)
+	}
+	wantAttrs(t, rig.one(t, "cninet.Setup"), map[string]string{"cni.id": "alloc-1"})
+	childOf(t, rig.one(t, "cninet.add"), rig.one(t, "cninet.attach"))
+	if got := rig.sum(t, "cninet.operations", map[string]string{"cninet.operation": "setup"}); got != 1 {
+		t.Errorf("setup operations %d, want 1", got)
+	}
 }
