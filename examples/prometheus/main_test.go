@@ -36,8 +36,8 @@ func TestMetricsReachPrometheusUnderTheDocumentedNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := cninet.New(cninet.Config{ConfList: conf, CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), PluginDirs: []string{t.TempDir()},
-		IPTables: func(bool) (cninet.IPTables, error) { return fakeipt.New(), nil },
-		NFTables: func() (cninet.NFTables, error) { return &fakenft.NFTables{}, nil },
+		IPTables:      func(bool) (cninet.IPTables, error) { return fakeipt.New(), nil },
+		NFTables:      func() (cninet.NFTables, error) { return &fakenft.NFTables{}, nil },
 		MeterProvider: mp})
 	if err != nil {
 		t.Fatal(err)
