@@ -171,18 +171,32 @@ func (t *spanTree) print(w io.Writer) {
 	}
 	fmt.Fprintln(w, "trace:")
 	for _, s := range sortByStart(roots) {
-		printSpan(w, s, children, "  ", "  ")
+		printSpan(w, s, children, nil, "  ", "  ")
 	}
 }
 
-func printSpan(w io.Writer, s *treeSpan, children map[trace.SpanID][]*treeSpan, first, rest string) {
+// printSpan prints s and its children. An attribute an ancestor already
+// showed with the same value (the allocation id, the namespace path) is
+// not repeated.
+func printSpan(w io.Writer, s *treeSpan, children map[trace.SpanID][]*treeSpan, shown map[attribute.Key]string, first, rest string) {
 	s.mu.Lock()
 	took := "(not ended)"
 	if !s.end.IsZero() {
 		took = formatDuration(s.end.Sub(s.start))
 	}
 	line := fmt.Sprintf("%s%s  %s", first, s.name, took)
-	if attrs := formatAttrs(s.attrs); attrs != "" {
+	inherited := make(map[attribute.Key]string, len(shown)+len(s.attrs))
+	for k, v := range shown {
+		inherited[k] = v
+	}
+	var own []attribute.KeyValue
+	for _, kv := range s.attrs {
+		if v, ok := shown[kv.Key]; !ok || v != kv.Value.Emit() {
+			own = append(own, kv)
+		}
+		inherited[kv.Key] = kv.Value.Emit()
+	}
+	if attrs := formatAttrs(own); attrs != "" {
 		line += "  " + attrs
 	}
 	if s.status == codes.Error {
@@ -204,7 +218,7 @@ func printSpan(w io.Writer, s *treeSpan, children map[trace.SpanID][]*treeSpan, 
 		if i == len(kids)-1 {
 			branch, indent = "└─ ", "   "
 		}
-		printSpan(w, k, children, rest+branch, rest+indent)
+		printSpan(w, k, children, inherited, rest+branch, rest+indent)
 	}
 }
 
@@ -224,8 +238,9 @@ func formatDuration(d time.Duration) string {
 	return d.Round(time.Microsecond).String()
 }
 
-// formatAttrs writes attributes as key=value, quoting values with spaces;
-// a key set twice shows its last value once.
+// formatAttrs writes attributes as key=value, values with spaces in
+// quotes (not escaped: this is for reading), lists joined by commas; a key
+// set twice shows its last value once.
 func formatAttrs(kvs []attribute.KeyValue) string {
 	last := map[attribute.Key]int{}
 	for i, kv := range kvs {
@@ -237,8 +252,11 @@ func formatAttrs(kvs []attribute.KeyValue) string {
 			continue
 		}
 		v := kv.Value.Emit()
-		if v == "" || strings.ContainsAny(v, " \t\"") {
-			v = fmt.Sprintf("%q", v)
+		if kv.Value.Type() == attribute.STRINGSLICE {
+			v = strings.Join(kv.Value.AsStringSlice(), ", ")
+		}
+		if v == "" || strings.ContainsAny(v, " \t") {
+			v = `"` + v + `"`
 		}
 		parts = append(parts, string(kv.Key)+"="+v)
 	}
