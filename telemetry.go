@@ -139,9 +139,10 @@ func isGlobalStandIn(p any) bool {
 	return typ != nil && typ.Kind() == reflect.Pointer && typ.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global"
 }
 
-// tracing reports whether spans can record now.
+// tracing reports whether spans can record now. A Configurator not made
+// by New has no telemetry: nothing records.
 func (t *telemetry) tracing() bool {
-	return !t.noTraces && (t.unsetTP == nil || otel.GetTracerProvider() != t.unsetTP)
+	return t != nil && !t.noTraces && (t.unsetTP == nil || otel.GetTracerProvider() != t.unsetTP)
 }
 
 // opSpan is one running operation: its span (perhaps a non-recording

@@ -82,3 +82,26 @@ func BenchmarkTelemetryWithoutProvider(b *testing.B) {
 		teardown.end(nil)
 	}
 }
+
+// A Configurator made without New (as some tests do) has no telemetry;
+// every hook must still work.
+func TestHooksWorkWithoutTelemetry(t *testing.T) {
+	var tel *telemetry
+	ctx, op := tel.startOp(context.Background(), opSetup, "a", "/x")
+	nctx, nop := tel.startNetwork(ctx, opAttach, "nomad", "eth0", "a", "/x")
+	_, try := tel.startAttempt(nctx, netAttachment{}, 2, 1)
+	try.end(errors.New("boom"))
+	_, span := tel.startSpan(nctx, spanCleanup)
+	tel.cleaned(nctx, span, "nomad", []footprint.Item{{Kind: footprint.KindRule, Detail: "iptables x"}}, nil)
+	nop.end(nil)
+	op.end(nil)
+	tel.noteReady("nomad", nil)
+	tel.gcDone(ctx, &GCReport{}, 0)
+	if err := tel.traceSweep(ctx, "nomad", &GCReport{}, func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	tel.close()
+	if tel.tracing() || tel.metering() {
+		t.Error("no telemetry, yet it claims to record")
+	}
+}

@@ -73,7 +73,7 @@ func histogram(m metric.Meter, errs *[]error, name, desc string) metric.Float64H
 
 // metering reports whether measurements can be recorded now.
 func (t *telemetry) metering() bool {
-	return !t.noMetrics && (t.unsetMP == nil || otel.GetMeterProvider() != t.unsetMP)
+	return t != nil && !t.noMetrics && (t.unsetMP == nil || otel.GetMeterProvider() != t.unsetMP)
 }
 
 // noopMeter stands in for instruments a provider refuses.
@@ -81,13 +81,16 @@ var noopMeter = noop.NewMeterProvider().Meter(instrumentationName)
 
 // close stops observing the gauges.
 func (t *telemetry) close() {
-	if t.gauges != nil {
+	if t != nil && t.gauges != nil {
 		_ = t.gauges.Unregister()
 	}
 }
 
 // noteReady records Status's verdict on one network for cninet.network.ready.
 func (t *telemetry) noteReady(network string, err error) {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	t.ready[network] = err == nil
 	t.mu.Unlock()

@@ -72,7 +72,7 @@ func (tr treeTracer) Start(ctx context.Context, name string, opts ...trace.SpanS
 	tr.tree.mu.Lock()
 	defer tr.tree.mu.Unlock()
 	if tr.tree.stopped {
-		return ctx, trace.SpanFromContext(ctx) // after the tree was printed: record nothing more
+		return ctx, trace.SpanFromContext(context.Background()) // after the tree was printed: a no-op span
 	}
 	tr.tree.spans = append(tr.tree.spans, s)
 	return trace.ContextWithSpan(ctx, s), s
