@@ -17,6 +17,7 @@ lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	cd examples/prometheus && $(GO) build ./... && $(GO) vet ./...
 
 # Unit tests, every package but integration/, with the host-safety check:
 # they run in a private mount and network namespace where /var/lib/cni,

@@ -24,7 +24,9 @@ import (
 // before it are torn down again (DEL and force cleanup, in reverse order)
 // before Setup returns, and the error names the network that failed. An
 // unknown network is an ErrNetworkNotFound error before any plugin runs.
-func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (*NetworkStatus, error) {
+func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (_ *NetworkStatus, err error) {
+	ctx, op := c.tel.startOp(ctx, opSetup, allocID(alloc), netns)
+	defer func() { op.end(err) }()
 	att, err := newAttachment(alloc, c.ignoreHostIP)
 	if err != nil {
 		return nil, err
@@ -46,7 +48,7 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 	for i, n := range nets {
 		st, err := c.attach(ctx, att, n, netns)
 		if err != nil {
-			c.rollback(att, netns, nets[:i+1])
+			c.rollback(ctx, att, netns, nets[:i+1])
 			return nil, err
 		}
 		status.add(n.name(), st)
@@ -55,7 +57,9 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 }
 
 // attach adds one network, with retries, and reads its status.
-func (c *Configurator) attach(ctx context.Context, att attachment, n netAttachment, netns string) (*NetworkStatus, error) {
+func (c *Configurator) attach(ctx context.Context, att attachment, n netAttachment, netns string) (_ *NetworkStatus, err error) {
+	ctx, op := c.tel.startNetwork(ctx, opAttach, n.name(), n.ifName, att.id, netns)
+	defer func() { op.end(err) }()
 	res, err := c.addWithRetry(ctx, att, n, netns)
 	if err != nil {
 		return nil, err
@@ -133,12 +137,15 @@ func (c *Configurator) checkPluginsIn(conf loadedConf) error {
 
 // rollback removes what a failed Setup attached, the last network first.
 // It runs on its own deadline: the caller's context may be the very reason
-// Setup failed.
-func (c *Configurator) rollback(att attachment, netns string, nets []netAttachment) {
-	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+// Setup failed; only its values (the trace) carry over.
+func (c *Configurator) rollback(ctx context.Context, att attachment, netns string, nets []netAttachment) {
+	ctx, cancel := context.WithTimeout(inSetup(context.WithoutCancel(ctx)), rollbackTimeout)
 	defer cancel()
 	defer c.adm.depart(departing(att.id, nets))()
-	if err := c.detachAll(ctx, att, netns, nets); err != nil {
+	ctx, span := c.tel.startSpan(ctx, spanRollback)
+	err := c.detachAll(ctx, att, netns, nets)
+	span.end(err)
+	if err != nil {
 		c.logger.Error("rollback of failed setup incomplete", "alloc_id", att.id, "error", err)
 	}
 }
@@ -156,7 +163,9 @@ const rollbackTimeout = 30 * time.Second
 // failure does not stop the others; the error joins each network's. It is
 // idempotent: tearing down twice, or tearing down what was never set up,
 // returns nil. netns may be empty or already deleted.
-func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) error {
+func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) (err error) {
+	ctx, op := c.tel.startOp(ctx, opTeardown, allocID(alloc), netns)
+	defer func() { op.end(err) }()
 	att, err := newAttachment(alloc, c.ignoreHostIP)
 	if err != nil {
 		return err
@@ -208,20 +217,26 @@ func joinErrors(errs []error) error {
 // force cleanup runs: the error says so, and a later Teardown finishes.
 // A failed DEL is only logged when the cleanup then removed everything:
 // what matters is that nothing is left.
-func (c *Configurator) detach(ctx context.Context, att attachment, netns string, n netAttachment) error {
+func (c *Configurator) detach(ctx context.Context, att attachment, netns string, n netAttachment) (err error) {
+	ctx, op := c.tel.startNetwork(ctx, opDetach, n.name(), n.ifName, att.id, netns)
+	defer func() { op.end(err) }()
 	start := time.Now()
 	cl := footprint.NewCleaner(ctx, c.footprintNetwork(n.conf, n.ifName, nil), c.host())
 	cl.Live = func(a footprint.Attachment) bool { return !c.adm.isDeparting(a) }
 	var removeErr error
 	guardErr := cl.Remember([]string{att.id}) // DEL erases the proof of the attachment's addresses
 	if guardErr == nil {
-		removeErr = c.driverFor(n).del(ctx, att, n, netns)
+		delCtx, delSpan := c.tel.startSpan(ctx, spanDel)
+		removeErr = c.driverFor(n).del(delCtx, att, n, netns)
+		delSpan.end(removeErr)
 	} else {
 		guardErr = fmt.Errorf("%w in network %q: DEL withheld, since what it would take from other attachments could not be read: %w",
 			ErrCleanupFailed, n.name(), guardErr)
 	}
 	delDone := time.Now()
+	_, cleanSpan := c.tel.startSpan(ctx, spanCleanup)
 	removed, cleanErr := cl.Clean([]string{att.id})
+	c.tel.cleaned(ctx, cleanSpan, n.name(), removed, cleanErr)
 	c.logRemoved(att.id, n.name(), removed, removeErr)
 	c.logRestored(cl.Restored(), "DEL of "+att.id+" on network "+n.name())
 	c.logger.Debug("network detached", "alloc_id", att.id, "network", n.name(), "del", delDone.Sub(start), "cleanup", time.Since(delDone))

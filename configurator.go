@@ -13,6 +13,8 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures a Configurator. The zero value of each field selects
@@ -66,6 +68,18 @@ type Config struct {
 	// /var/lib/cni. go-cni always caches in /var/lib/cni, so another value
 	// needs Config.CNI (a fake, or a CNI that caches there too).
 	CacheDir string
+	// TracerProvider receives a span per Setup, Teardown, Check, Status,
+	// GC and Reload, with children per network, ADD attempt, DEL and
+	// force cleanup (README, "Observability"). nil: the global provider
+	// (otel.GetTracerProvider), which records nothing unless the program
+	// installs one. go-cni's own spans (cni.Setup, cni.Remove, …) nest
+	// under cninet's, but go-cni always uses the global provider: they
+	// appear only when the global provider is set.
+	TracerProvider trace.TracerProvider
+	// MeterProvider receives cninet's metrics (cninet.operations,
+	// cninet.cleanup.removed, …; README, "Observability"). nil: the
+	// global provider (otel.GetMeterProvider).
+	MeterProvider metric.MeterProvider
 }
 
 // IPTables is the subset of *iptables.IPTables (github.com/coreos/go-iptables)
@@ -130,6 +144,7 @@ type Configurator struct {
 	adm          admission         // per-allocation locks, the GC guard, departing attachments
 	links        func() (footprint.Links, error)
 	versions     pluginVersions
+	tel          *telemetry
 
 	findPlugins bool // the default go-cni: it runs the plugins from pluginDirs, which cninet can look for first
 
@@ -210,11 +225,13 @@ func New(cfg Config) (*Configurator, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
+	if cfg.Watch && (len(cfg.ConfList) > 0 || c.confDir == "") {
+		return nil, fmt.Errorf("%w: Watch needs ConfDir and no ConfList", ErrInvalidConfig)
+	}
+	c.tel = newTelemetry(cfg, c)
 	if cfg.Watch {
-		if len(cfg.ConfList) > 0 || c.confDir == "" {
-			return nil, fmt.Errorf("%w: Watch needs ConfDir and no ConfList", ErrInvalidConfig)
-		}
 		if c.watcher, err = startWatcher(c); err != nil {
+			c.tel.close()
 			return nil, err
 		}
 	}

@@ -9,6 +9,9 @@ import (
 	cni "github.com/containerd/go-cni"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
+	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // An allocation runner builds one Configurator at start-up; it knows every
@@ -94,6 +97,33 @@ func ExampleConfigurator_GC() {
 		log.Print(err)
 	}
 	fmt.Println("collected:", report.IDs())
+}
+
+// OpenTelemetry: cninet depends only on the OpenTelemetry API; the program
+// chooses the SDK, exporters and readers. Here spans go to an SDK
+// TracerProvider (add trace exporters with sdktrace.WithBatcher) and
+// metrics to an SDK MeterProvider (examples/prometheus exports them to
+// Prometheus). Installing the TracerProvider globally too makes go-cni's
+// own spans (cni.Setup, cni.Remove) appear under cninet's: go-cni always
+// uses the global provider.
+func ExampleConfig_openTelemetry() {
+	tp := sdktrace.NewTracerProvider( /* sdktrace.WithBatcher(exporter) */ )
+	defer tp.Shutdown(context.Background())
+	reader := sdkmetric.NewManualReader() // or a periodic reader with an exporter
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	otel.SetTracerProvider(tp)
+
+	conf, _ := cninet.BridgeConfList(cninet.DefaultBridgeConfig())
+	c, err := cninet.New(cninet.Config{ConfList: conf, TracerProvider: tp, MeterProvider: mp})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	// Every Setup, Teardown, Check, Status, GC and Reload is now a span
+	// (cninet.Setup > cninet.attach > cninet.add > cni.Setup, …) and is
+	// counted: cninet.operations, cninet.operation.duration,
+	// cninet.cleanup.removed, … (README, "Observability").
 }
 
 func ExamplePortMappings() {

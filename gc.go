@@ -106,7 +106,9 @@ func (r *GCReport) add(items []footprint.Item) {
 // disableGC is skipped. A sweep that runs longer than a few seconds logs
 // its progress at Info. One network's failure does not stop the others;
 // the error joins each.
-func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (*GCReport, error) {
+func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCReport, err error) {
+	ctx, op := c.tel.startOp(ctx, opGC, "", "")
+	defer func() { op.end(err) }()
 	if liveAllocIDs == nil {
 		return nil, fmt.Errorf("%w: nil live set (pass an empty slice when nothing is live)", ErrInvalidArgument)
 	}
@@ -131,11 +133,20 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (*GCReport
 	}
 	errs := []error{c.gcCached(ctx, sweep, nets, live, report)}
 	progress.step("libcni GC done", len(report.Removed))
-	errs = append(errs, c.gcSweep(sweep, nets, skipped, live, report, progress))
+	errs = append(errs, c.tel.traceSweep(ctx, names(nets), report, func() error { return c.gcSweep(sweep, nets, skipped, live, report, progress) }))
 	if n := len(report.Removed); n > 0 {
 		c.logger.Info("GC removed stale attachments", "networks", len(nets), "items", n, "alloc_ids", report.IDs())
 	}
+	c.tel.gcDone(ctx, report, len(liveAllocIDs))
 	return report, errors.Join(errs...)
+}
+
+func names(confs []loadedConf) []string {
+	out := make([]string, len(confs))
+	for i, conf := range confs {
+		out[i] = conf.info.name
+	}
+	return out
 }
 
 // gcNetworks returns the networks GC covers, and the names of those whose
@@ -159,7 +170,9 @@ func (c *Configurator) gcNetworks() (nets []loadedConf, skipped map[string]bool)
 // what those DELs would wrongly take from live attachments. No Setup may
 // run meanwhile: the GC verb would take its half-made attachment for a
 // stale one.
-func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, nets []loadedConf, live map[string]bool, report *GCReport) error {
+func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, nets []loadedConf, live map[string]bool, report *GCReport) (err error) {
+	ctx, span := c.tel.startSpan(ctx, spanGCCached)
+	defer func() { span.end(err) }()
 	c.adm.gate.Lock()
 	defer c.adm.gate.Unlock()
 	ifNames := c.ifNames(len(c.knownNetworks()))

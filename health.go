@@ -17,14 +17,18 @@ import (
 // version) passes. The error (ErrNotReady, plus ErrPluginMissing when a
 // plugin is absent) names each network that is not ready and what is
 // wrong with it. Suitable for a node fingerprint.
-func (c *Configurator) Status(ctx context.Context) error {
+func (c *Configurator) Status(ctx context.Context) (err error) {
+	ctx, op := c.tel.startOp(ctx, opStatus, "", "")
+	defer func() { op.end(err) }()
 	def, err := c.current()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
 	var errs []error
 	for _, conf := range c.knownNetworks() {
-		if err := c.networkReady(ctx, conf, conf.info.name == def.info.name); err != nil {
+		err := c.networkReady(ctx, conf, conf.info.name == def.info.name)
+		c.tel.noteReady(conf.info.name, err)
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -36,7 +40,9 @@ func (c *Configurator) Status(ctx context.Context) error {
 
 // networkReady is Status for one network. The default network's STATUS
 // goes through Config.CNI, like its other verbs.
-func (c *Configurator) networkReady(ctx context.Context, conf loadedConf, isDefault bool) error {
+func (c *Configurator) networkReady(ctx context.Context, conf loadedConf, isDefault bool) (err error) {
+	ctx, op := c.tel.startNetwork(ctx, opStatusNetwork, conf.info.name, "", "", "")
+	defer func() { op.end(err) }()
 	if err := c.checkPluginsIn(conf); err != nil {
 		return err
 	}
@@ -63,7 +69,9 @@ func (c *Configurator) networkReady(ctx context.Context, conf loadedConf, isDefa
 // namespace. When no network failed but one could not be checked
 // (disableCheck, a plugin whose CHECK is known to be wrong), the error is
 // ErrCheckUnsupported.
-func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns string) error {
+func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns string) (err error) {
+	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
+	defer func() { op.end(err) }()
 	att, err := newAttachment(alloc, c.ignoreHostIP)
 	if err != nil {
 		return err
@@ -92,7 +100,9 @@ func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns strin
 }
 
 // checkNetwork runs CHECK on one network of the attachment.
-func (c *Configurator) checkNetwork(ctx context.Context, att attachment, n netAttachment, netns string) error {
+func (c *Configurator) checkNetwork(ctx context.Context, att attachment, n netAttachment, netns string) (err error) {
+	ctx, op := c.tel.startNetwork(ctx, opCheckNetwork, n.name(), n.ifName, att.id, netns)
+	defer func() { op.end(err) }()
 	if n.conf.info.disableCheck {
 		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, n.name())
 	}

@@ -104,9 +104,12 @@ func (p RetryPolicy) wait(ctx context.Context, n int) error {
 func (c *Configurator) addWithRetry(ctx context.Context, att attachment, n netAttachment, netns string) (*cni.Result, error) {
 	driver := c.driverFor(n)
 	var first error
+	var waited time.Duration // before this attempt
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		res, err := driver.add(ctx, att, n, netns)
+		addCtx, try := c.tel.startAttempt(ctx, n, attempt, waited)
+		res, err := driver.add(addCtx, att, n, netns)
+		try.end(err)
 		if err == nil {
 			c.logger.Debug("network attached", "alloc_id", att.id, "network", n.name(), "attempt", attempt, "duration", time.Since(start))
 			return res, nil
@@ -122,12 +125,14 @@ func (c *Configurator) addWithRetry(ctx context.Context, att attachment, n netAt
 		// reserved an address for this id and refuses a second ADD. The
 		// force cleanup matters too: a failed ADD is not cached, so the
 		// firewall plugin's DEL cannot know which address to clean.
-		if derr := c.detach(ctx, att, netns, n); derr != nil {
+		if derr := c.detach(inSetup(ctx), att, netns, n); derr != nil {
 			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", att.id, "network", n.name(), "attempt", attempt, "error", derr)
 		}
+		waitStart := time.Now()
 		if werr := c.retry.wait(ctx, attempt); werr != nil {
 			return nil, setupError(att.id, n.name(), attempt, first, err, werr)
 		}
+		waited = time.Since(waitStart)
 	}
 }
 

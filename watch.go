@@ -1,6 +1,7 @@
 package cninet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -18,7 +19,9 @@ import (
 // gone from ConfDir can no longer be joined, but Teardown still detaches
 // workloads that joined it. A Configurator without ConfDir has nothing to
 // reload: that is an ErrInvalidConfig error.
-func (c *Configurator) Reload() error {
+func (c *Configurator) Reload() (err error) {
+	_, op := c.tel.startOp(context.Background(), opReload, "", "")
+	defer func() { op.end(err) }()
 	if c.confDir == "" {
 		return fmt.Errorf("%w: no ConfDir to reload from", ErrInvalidConfig)
 	}
@@ -49,6 +52,7 @@ func (c *Configurator) Close() error {
 		c.closed = true
 		w := c.watcher
 		c.mu.Unlock()
+		c.tel.close()
 		if w != nil {
 			if err := w.stop(); err != nil {
 				c.closeErr = fmt.Errorf("%w: closing the ConfDir watcher: %w", ErrIO, err)

@@ -32,6 +32,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) error {
 	cniPath := fs.String("cni-path", defaultDemoCNIPath(), "plugin directories, separated by ':'")
 	backend := fs.String("backend", cninet.BackendIPTables, "masquerade and port-map with iptables or nftables (nftables needs plugins v1.6.1 or later in --cni-path)")
 	verbose := fs.Bool("v", false, "log what cninet does")
+	traced := fs.Bool("trace", false, "print what cninet did (its OpenTelemetry spans, go-cni's too) as a tree with durations to stderr")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -39,7 +40,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --backend %q: want iptables or nftables", errUsage, *backend)
 	}
 	code, err := netsandbox.Run(func() int {
-		if err := runDemo(filepath.SplitList(*cniPath), *backend, *verbose, stdout, stderr); err != nil {
+		if err := runDemo(filepath.SplitList(*cniPath), *backend, *verbose, *traced, stdout, stderr); err != nil {
 			fmt.Fprintf(stderr, "cninet demo: %v\n", err)
 			return 1
 		}
@@ -74,7 +75,7 @@ func (d *demo) row(step, detail string, took time.Duration) {
 	fmt.Fprintln(d.out, strings.TrimRight(fmt.Sprintf("  %-14s %-64s %s", step, detail, t), " "))
 }
 
-func runDemo(pluginDirs []string, backend string, verbose bool, stdout, stderr io.Writer) error {
+func runDemo(pluginDirs []string, backend string, verbose, traced bool, stdout, stderr io.Writer) error {
 	d := &demo{out: stdout}
 	cfg := cninet.DefaultBridgeConfig()
 	cfg.IPv4Subnet = demoSubnet
@@ -96,9 +97,15 @@ func runDemo(pluginDirs []string, backend string, verbose bool, stdout, stderr i
 	if verbose {
 		level = hclog.Debug
 	}
+	var spans *spanTree
+	if traced {
+		spans = startTrace()
+		defer spans.print(stderr)
+	}
 	c, err := cninet.New(cninet.Config{
 		Logger:  hclog.New(&hclog.LoggerOptions{Name: "cninet", Level: level, Output: stderr}),
 		ConfDir: confDir, NetworkName: cfg.NetworkName, PluginDirs: pluginDirs,
+		TracerProvider: spans.provider(),
 	})
 	if err != nil {
 		return err

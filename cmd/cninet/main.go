@@ -109,6 +109,8 @@ type networkFlags struct {
 	confDir, cniPath, logLevel string
 	networks                   networkList
 	bridge                     bridgeFlags
+	trace                      bool
+	spans                      *spanTree // with --trace
 }
 
 func (n *networkFlags) register(fs *flag.FlagSet) {
@@ -117,7 +119,15 @@ func (n *networkFlags) register(fs *flag.FlagSet) {
 		"); gc and status cover every network in --conf-dir")
 	fs.StringVar(&n.cniPath, "cni-path", defaultCNIPath(), "plugin directories, separated by ':'")
 	fs.StringVar(&n.logLevel, "log-level", "warn", "trace, debug, info, warn or error")
+	fs.BoolVar(&n.trace, "trace", false, "print what cninet did (its OpenTelemetry spans, go-cni's too) as a tree with durations to stderr")
 	n.bridge.register(fs)
+}
+
+// printTrace prints the spans recorded with --trace.
+func (n *networkFlags) printTrace(stderr io.Writer) {
+	if n.spans != nil {
+		n.spans.print(stderr)
+	}
 }
 
 func defaultCNIPath() string {
@@ -142,6 +152,10 @@ func (n *networkFlags) configurator(stderr io.Writer) (*cninet.Configurator, err
 	cfg := cninet.Config{
 		Logger:     hclog.New(&hclog.LoggerOptions{Name: "cninet", Level: hclog.LevelFromString(n.logLevel), Output: stderr}),
 		PluginDirs: filepath.SplitList(n.cniPath),
+	}
+	if n.trace {
+		n.spans = startTrace()
+		cfg.TracerProvider = n.spans
 	}
 	if n.confDir != "" {
 		cfg.ConfDir = n.confDir
@@ -262,6 +276,7 @@ func attachCommand(name, synopsis string, needNetns bool, args []string, stderr 
 		return err
 	}
 	defer c.Close()
+	defer a.printTrace(stderr)
 	ctx, cancel := signalContext()
 	defer cancel()
 	return fn(ctx, c, alloc, a.netns)
@@ -339,6 +354,8 @@ func cmdGC(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("gc", "--live ID,ID,... [flags]", stderr)
 	var n networkFlags
 	n.register(fs)
+	// A long GC logs its progress at Info: show it unless told otherwise.
+	n.logLevel, fs.Lookup("log-level").DefValue = "info", "info"
 	live := fs.String("live", "", "comma-separated ids of the live allocations (required; \"\" with --none-live)")
 	noneLive := fs.Bool("none-live", false, "nothing is live: collect every attachment of the networks")
 	if err := parse(fs, args); err != nil {
@@ -358,6 +375,7 @@ func cmdGC(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
+	defer n.printTrace(stderr)
 	ctx, cancel := signalContext()
 	defer cancel()
 	report, err := c.GC(ctx, ids)
@@ -379,6 +397,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
+	defer n.printTrace(stderr)
 	ctx, cancel := signalContext()
 	defer cancel()
 	if err := c.Status(ctx); err != nil {

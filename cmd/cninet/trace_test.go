@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+func TestTraceIsPrintedAsATreeWithDurations(t *testing.T) {
+	tree := startTrace()
+	tr := tree.Tracer("test")
+	ctx, setup := tr.Start(context.Background(), "cninet.Setup", trace.WithAttributes(attribute.String("cni.id", "a1")))
+	actx, attach := tr.Start(ctx, "cninet.attach", trace.WithAttributes(attribute.String("cni.id", "a1"), attribute.String("cni.name", "nomad")))
+	_, add := tr.Start(actx, "cninet.add")
+	add.RecordError(errors.New("bridge busy"))
+	add.SetStatus(codes.Error, "bridge busy")
+	add.End()
+	_, add2 := tr.Start(actx, "cninet.add")
+	add2.SetAttributes(attribute.StringSlice("cninet.removed_by", []string{"iptables rule: 2", "files reservation: 1"}))
+	add2.End()
+	attach.End()
+	setup.End()
+	tr.Start(context.Background(), "cninet.GC") // never ended
+	var out bytes.Buffer
+	tree.print(&out)
+
+	d := `[0-9.]+(µs|ms|s)`
+	want := []string{
+		`^trace:$`,
+		`^  cninet.Setup  ` + d + `  cni.id=a1$`,
+		`^  └─ cninet.attach  ` + d + `  cni.name=nomad$`, // cni.id is its parent's: not repeated
+		`^     ├─ cninet.add  ` + d + `  ERROR: bridge busy$`,
+		`^     │     · error: bridge busy$`,
+		`^     └─ cninet.add  ` + d + `  cninet.removed_by="iptables rule: 2, files reservation: 1"$`,
+		`^  cninet.GC  \(not ended\)$`,
+	}
+	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out.String())
+	}
+	for i, re := range want {
+		if !regexp.MustCompile(re).MatchString(lines[i]) {
+			t.Errorf("line %d %q does not match %s", i, lines[i], re)
+		}
+	}
+	if _, span := tr.Start(context.Background(), "after"); span.IsRecording() {
+		t.Error("spans started after the tree was printed still record")
+	}
+}
+
+func TestCommandsWithTracePrintWhatCninetDid(t *testing.T) {
+	code, _, stderr := runCLI("status", "--trace", "--cni-path", t.TempDir())
+	if code != 1 {
+		t.Fatalf("status with no plugins: exit %d, want 1; stderr:\n%s", code, stderr)
+	}
+	for _, want := range []string{"trace:\n", "\n  cninet.Status  ", "\n  └─ cninet.status  ", "cni.name=nomad", "ERROR: cni plugin missing"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+}
