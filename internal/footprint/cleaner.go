@@ -75,10 +75,11 @@ var ErrIPTablesMissing = errors.New("iptables not available")
 // DiscoverAll and CleanAll the dead ones; whole tables are listed once
 // and shared by all.
 type Cleaner struct {
-	ctx  context.Context
-	host Host
-	nets map[string]Network
-	net  string // NewCleaner's network
+	ctx   context.Context
+	host  Host
+	nets  map[string]Network
+	net   string // NewCleaner's network
+	whole bool   // a sweep: whole tables are listed, every file read
 
 	prior   hostFiles
 	guarded []guarded
@@ -95,7 +96,7 @@ type Cleaner struct {
 // bounds everything it runs.
 func NewCleaner(ctx context.Context, n Network, h Host) *Cleaner {
 	c := NewSweep(ctx, h)
-	c.nets[n.Name], c.net = n, n.Name
+	c.nets[n.Name], c.net, c.whole = n, n.Name, false
 	return c
 }
 
@@ -106,7 +107,7 @@ func NewSweep(ctx context.Context, h Host) *Cleaner {
 	for _, n := range h.Networks {
 		nets[n.Name] = n
 	}
-	return &Cleaner{ctx: ctx, host: h, nets: nets}
+	return &Cleaner{ctx: ctx, host: h, nets: nets, whole: true}
 }
 
 // Remember reads what ids' files say before DEL erases it (a DEL without
@@ -121,8 +122,13 @@ func (c *Cleaner) Remember(ids []string) error { return c.RememberAll(c.attachme
 func (c *Cleaner) RememberAll(atts []Attachment) error {
 	errs := &errList{}
 	set := c.set(atts)
-	v := newView(c.ctx, c.host, c.nets, false, errs)
-	v.prior = scanFilesOf(v, set)
+	v := newView(c.ctx, c.host, c.nets, c.whole, errs)
+	if c.whole { // many attachments: reading everything once is cheapest
+		v.files = scanAllFiles(v)
+		v.prior = v.files.of(set)
+	} else {
+		v.prior = scanFilesOf(v, set)
+	}
 	c.prior = v.prior
 	var addrs []netip.Addr
 	for _, fp := range footprints {

@@ -55,6 +55,22 @@ func scanFilesOf(v *view, set attSet) hostFiles {
 	return f
 }
 
+// of returns the files of the set's attachments.
+func (f hostFiles) of(set attSet) hostFiles {
+	var out hostFiles
+	for _, r := range f.reservations {
+		if set[r.att()] {
+			out.reservations = append(out.reservations, r)
+		}
+	}
+	for _, c := range f.cached {
+		if set[c.att()] {
+			out.cached = append(out.cached, c)
+		}
+	}
+	return out
+}
+
 // still returns what of f is still there for the set: reservations still
 // naming their attachment, cached results still present.
 func (f hostFiles) still(set attSet) hostFiles {
