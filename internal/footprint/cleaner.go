@@ -200,7 +200,7 @@ func (c *Cleaner) forEachFamily(fn func(*family)) {
 				c.fail(fmt.Errorf("%s: %w: %w", familyName(v6), ErrIPTablesMissing, err))
 				continue
 			}
-			c.families[i] = &family{ipt: ipt, v6: v6, c: c}
+			c.families[i] = &family{ipt: bindContext(c.ctx, ipt), v6: v6, c: c}
 		}
 		wg.Add(1)
 		go func(f *family) {

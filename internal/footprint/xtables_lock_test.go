@@ -1,0 +1,377 @@
+package footprint
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seed1280861d/cninet/internal/fakeipt"
+)
+
+// capturedLockMessages returns what iptables 1.8.9 printed when it could
+// not have the lock, by command (testdata/iptables/xtables-lock.txt).
+func capturedLockMessages(t *testing.T) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile("../../testdata/iptables/xtables-lock.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, cmd := map[string]string{}, ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		switch {
+		case strings.HasPrefix(line, "### "):
+			cmd = strings.TrimPrefix(line, "### ")
+		case cmd != "" && !strings.HasPrefix(line, "exit status "):
+			msgs[cmd] += line + "\n"
+		}
+	}
+	if len(msgs) < 5 {
+		t.Fatalf("%d captured messages, want at least 5", len(msgs))
+	}
+	return msgs
+}
+
+// notExistError is go-iptables' error as it reads a message with "No such
+// file or directory" in it: absent.
+type notExistError struct{ msg string }
+
+func (e notExistError) Error() string    { return e.msg }
+func (e notExistError) IsNotExist() bool { return true }
+
+func TestIptablesOwnLockMessagesAreNeverAbsence(t *testing.T) {
+	for cmd, msg := range capturedLockMessages(t) {
+		t.Run(cmd, func(t *testing.T) {
+			if !mentionsLock(msg) {
+				t.Errorf("mentionsLock(%q) = false", msg)
+			}
+			wrapped := fmt.Errorf("running [%s]: exit status 4: %s", cmd, msg)
+			if isNotExist(wrapped) || isNotExist(notExistError{wrapped.Error()}) {
+				t.Errorf("isNotExist(%q) = true: a rule behind a held lock would be counted as gone", msg)
+			}
+			if !errors.Is(lockFailure(wrapped), ErrXtablesLock) {
+				t.Errorf("go-iptables' error %q is not ErrXtablesLock", msg)
+			}
+		})
+	}
+}
+
+func TestLockWaitSecondsEndsByTheDeadlineAndNeverAsksToWaitForever(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name string
+		left time.Duration
+		want int
+	}{
+		{"whole seconds left are waited, rounded down", 4900 * time.Millisecond, 4},
+		{"DefaultLockWait without a deadline", DefaultLockWait, 30},
+		{"under a second left is one second: -w 0 would wait forever", 300 * time.Millisecond, 1},
+		{"a deadline already past is one second too", -time.Second, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := lockWaitSeconds(now, now.Add(tc.left)); got != tc.want {
+				t.Errorf("lockWaitSeconds(%s) = %d, want %d", tc.left, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFlockHolderReadsProcLocks(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		locks   string
+		pid     int
+		holding bool
+	}{
+		{"the holder of a write flock on the file", "1: FLOCK  ADVISORY  WRITE 2101 fe:00:9979673 0 EOF\n", 2101, true},
+		{"a waiter is not the holder", "1: -> FLOCK  ADVISORY  WRITE 2102 fe:00:9979673 0 EOF\n", 0, false},
+		{"a lock on another file", "1: FLOCK  ADVISORY  WRITE 2101 fe:00:9979674 0 EOF\n", 0, false},
+		{"a lock on the same inode of another device", "1: FLOCK  ADVISORY  WRITE 2101 fe:01:9979673 0 EOF\n", 0, false},
+		{"a POSIX lock is not iptables'", "1: POSIX  ADVISORY  WRITE 2101 fe:00:9979673 0 EOF\n", 0, false},
+		{"the holder among others", "1: POSIX  ADVISORY  WRITE 7 00:1a:5 0 EOF\n2: FLOCK  ADVISORY  WRITE 2101 fe:00:9979673 0 EOF\n2: -> FLOCK  ADVISORY  WRITE 2102 fe:00:9979673 0 EOF\n", 2101, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pid, holding := flockHolder(bufio.NewScanner(strings.NewReader(tc.locks)), 0xfe, 0, 9979673)
+			if pid != tc.pid || holding != tc.holding {
+				t.Errorf("flockHolder = %d, %v; want %d, %v", pid, holding, tc.pid, tc.holding)
+			}
+		})
+	}
+}
+
+// legacyIPTables emulates iptables-legacy over fake tables: -S, -D, -F, -X,
+// iptables-restore --noflush and iptables-save, each after taking the
+// xtables lock (iptables-save excepted) as iptables -w N does. While the
+// lock is held by another process it answers as iptables did when its -w
+// ran out (from the captured messages), or, with block set, waits until
+// ctx kills it, as it does when the deadline comes first.
+type legacyIPTables struct {
+	tables  *fakeipt.Batching
+	giveUp  string // iptables' message when its wait runs out
+	mu      sync.Mutex
+	held    bool
+	block   bool
+	cmdline []string
+}
+
+func newLegacy(t *testing.T, tables *fakeipt.IPTables) *legacyIPTables {
+	return &legacyIPTables{tables: &fakeipt.Batching{IPTables: tables},
+		giveUp: capturedLockMessages(t)["iptables-legacy -w 1 -t nat -S POSTROUTING"]}
+}
+
+func (l *legacyIPTables) host(locking bool) *hostIPTables {
+	return &hostIPTables{list: "iptables", save: "iptables-save", restore: "iptables-restore", locking: locking,
+		run: l.run, holder: func(string) (int, bool) { return 4242, l.isHeld() }}
+}
+
+func (l *legacyIPTables) hold(held, block bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held, l.block = held, block
+}
+
+func (l *legacyIPTables) isHeld() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held
+}
+
+func (l *legacyIPTables) commands() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.cmdline)
+}
+
+var errExit = errors.New("exit status 1")
+
+func (l *legacyIPTables) run(ctx context.Context, bin string, stdin []byte, args ...string) (string, string, error) {
+	l.mu.Lock()
+	l.cmdline = append(l.cmdline, bin+" "+strings.Join(args, " "))
+	held, block := l.held, l.block
+	l.mu.Unlock()
+	if bin == "iptables-save" {
+		return l.tables.Save("nat") + l.tables.Save("filter"), "", nil
+	}
+	n := len(args)
+	if n < 2 || args[n-2] != "-w" {
+		return "", "", fmt.Errorf("%s %q: no -w: iptables-legacy would wait for as long as the lock is held", bin, args)
+	}
+	if wait, err := strconv.Atoi(args[n-1]); err != nil || wait < 1 {
+		return "", "", fmt.Errorf("-w %s: iptables-legacy would wait for as long as the lock is held", args[n-1])
+	}
+	if held && block {
+		<-ctx.Done()
+		return "", "", errors.New("signal: killed")
+	}
+	if held {
+		return "", l.giveUp, errors.New("exit status 4")
+	}
+	if bin == "iptables-restore" {
+		return "", "", l.restore(stdin)
+	}
+	return l.iptables(args[:n-2])
+}
+
+func (l *legacyIPTables) restore(stdin []byte) error {
+	lines := strings.Split(strings.TrimSpace(string(stdin)), "\n")
+	return l.tables.RestoreNoFlush(strings.TrimPrefix(lines[0], "*"), lines[1:len(lines)-1])
+}
+
+func (l *legacyIPTables) iptables(args []string) (string, string, error) {
+	table, op, chain := args[1], args[2], args[3]
+	var err error
+	switch op {
+	case "-S":
+		var rules []string
+		if rules, err = l.tables.List(table, chain); err == nil {
+			return strings.Join(rules, "\n") + "\n", "", nil
+		}
+	case "-D":
+		err = l.tables.Delete(table, chain, args[4:]...)
+	case "-F":
+		if !l.tables.HasChain(table, chain) {
+			err = errors.New("iptables: No chain/target/match by that name.")
+		}
+	case "-X":
+		err = l.tables.ClearAndDeleteChain(table, chain)
+	}
+	if err != nil {
+		return "", err.Error(), errExit
+	}
+	return "", "", nil
+}
+
+func TestBoundHostIPTablesCommands(t *testing.T) {
+	t.Setenv("XTABLES_LOCKFILE", "/run/test-xtables.lock")
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration // 0: no deadline
+		cancel  bool          // ctx ended before the call
+		held    bool
+		block   bool // the deadline comes before iptables gives up
+		locking bool // the binary takes the lock (iptables-legacy)
+		call    func(ipt IPTables) error
+		want    []error // errors.Is
+		says    []string
+		ran     []string // command lines, exactly
+	}{
+		{
+			name: "a listing waits for the lock until the deadline, in whole seconds", timeout: 7500 * time.Millisecond, locking: true,
+			call: func(ipt IPTables) error { _, err := ipt.List("nat", "POSTROUTING"); return err },
+			ran:  []string{"iptables -t nat -S POSTROUTING -w 7"},
+		},
+		{
+			name: "without a deadline all waits together last DefaultLockWait", locking: true,
+			call: func(ipt IPTables) error {
+				return ipt.Delete("nat", "POSTROUTING", "-s", "198.18.0.2/32", "-j", "ACCEPT")
+			},
+			want: []error{errExit}, says: []string{"Bad rule"},
+			ran: []string{"iptables -t nat -D POSTROUTING -s 198.18.0.2/32 -j ACCEPT -w 29"},
+		},
+		{
+			name: "iptables giving up names the lock, the wait and the holder", timeout: 3 * time.Second, held: true, locking: true,
+			call: func(ipt IPTables) error { _, err := ipt.List("nat", "POSTROUTING"); return err },
+			want: []error{ErrXtablesLock}, says: []string{"/run/test-xtables.lock held by pid 4242", "waited", "Stopped waiting after 1s"},
+			ran: []string{"iptables -t nat -S POSTROUTING -w 2"},
+		},
+		{
+			name: "a batch refused for the lock is ErrXtablesLock", timeout: 3 * time.Second, held: true, locking: true,
+			call: func(ipt IPTables) error {
+				return ipt.(Restorer).RestoreNoFlush("nat", []string{"-F CNI-X", "-X CNI-X"})
+			},
+			want: []error{ErrXtablesLock}, says: []string{"iptables-restore --noflush -w 2"},
+			ran: []string{"iptables-restore --noflush -w 2"},
+		},
+		{
+			name: "a deadline before iptables gives up kills it and says the lock is held", timeout: 50 * time.Millisecond, held: true, block: true, locking: true,
+			call: func(ipt IPTables) error { return ipt.ClearAndDeleteChain("nat", "CNI-X") },
+			want: []error{ErrXtablesLock, context.DeadlineExceeded}, says: []string{"stopped after", "/run/test-xtables.lock is held by pid 4242"},
+			ran: []string{"iptables -t nat -F CNI-X -w 1"},
+		},
+		{
+			name: "a context already ended runs nothing", cancel: true, held: true, locking: true,
+			call: func(ipt IPTables) error { _, err := ipt.List("nat", "POSTROUTING"); return err },
+			want: []error{ErrXtablesLock, context.Canceled}, says: []string{"not run"},
+		},
+		{
+			name: "on iptables-nft a killed command is the context's alone", timeout: 50 * time.Millisecond, held: true, block: true,
+			call: func(ipt IPTables) error { _, err := ipt.List("nat", "POSTROUTING"); return err },
+			want: []error{context.DeadlineExceeded}, ran: []string{"iptables -t nat -S POSTROUTING -w 1"},
+		},
+		{
+			name: "iptables-save takes no lock and gets no -w", timeout: time.Minute, held: true, locking: true,
+			call: func(ipt IPTables) error { _, err := ipt.(Saver).SaveAll(); return err },
+			ran:  []string{"iptables-save "},
+		},
+		{
+			name: "deleting a chain that is not there is no error and stops at the flush", timeout: time.Minute, locking: true,
+			call: func(ipt IPTables) error { return ipt.ClearAndDeleteChain("nat", "CNI-NOPE") },
+			ran:  []string{"iptables -t nat -F CNI-NOPE -w 59"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			emu := newLegacy(t, fakeipt.New())
+			emu.hold(tc.held, tc.block)
+			ctx, cancel := context.Background(), context.CancelFunc(func() {})
+			if tc.timeout > 0 {
+				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
+			}
+			defer cancel()
+			if tc.cancel {
+				ctx, cancel = context.WithCancel(ctx)
+				cancel()
+			}
+			err := tc.call(emu.host(tc.locking).WithContext(ctx))
+			for _, want := range tc.want {
+				if !errors.Is(err, want) {
+					t.Errorf("err = %v, want it to wrap %v", err, want)
+				}
+			}
+			if len(tc.want) == 0 && err != nil {
+				t.Errorf("err = %v, want nil", err)
+			}
+			if tc.locking == false && errors.Is(err, ErrXtablesLock) {
+				t.Errorf("err = %v: iptables-nft takes no lock", err)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(fmt.Sprint(err), s) {
+					t.Errorf("err = %v, want it to say %q", err, s)
+				}
+			}
+			if ran := emu.commands(); !slices.Equal(ran, tc.ran) {
+				t.Errorf("ran %q, want %q", ran, tc.ran)
+			}
+		})
+	}
+}
+
+// TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes cleans
+// alloc-1 of the captured two-attachment host through the host IPTables
+// on an emulated iptables-legacy: while another process holds the lock,
+// nothing is removed or reported removed, and the error says why; once
+// it is free, a second Clean removes alloc-1's chains and jumps and
+// leaves alloc-10's.
+func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T) {
+	var emus [2]*legacyIPTables
+	for i, v := range []string{"ipv4", "ipv6"} {
+		tables := fakeipt.New()
+		for _, table := range []string{"nat", "filter"} {
+			raw, err := os.ReadFile("../../testdata/iptables/dual-" + table + "-" + v + ".txt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tables.Load(table, string(raw))
+		}
+		emus[i] = newLegacy(t, tables)
+	}
+	host := Host{IPTables: func(v6 bool) (IPTables, error) { return emus[b2i(v6)].host(true), nil }}
+	net := Network{Name: "nomad", IfName: "eth0", IPAMDirs: []string{t.TempDir()}, CacheDir: t.TempDir()}
+	mine, theirs := Attachment{"nomad", "alloc-1"}, Attachment{"nomad", "alloc-10"}
+	before := [2]string{emus[0].tables.Save("nat"), emus[1].tables.Save("nat")}
+
+	for _, emu := range emus {
+		emu.hold(true, false)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl := NewCleaner(ctx, net, host)
+	cl.Remember([]string{mine.ID})
+	removed, err := cl.Clean([]string{mine.ID})
+	if !errors.Is(err, ErrXtablesLock) || len(removed) > 0 {
+		t.Fatalf("behind a held lock: removed %d, err = %v; want nothing removed and ErrXtablesLock", len(removed), err)
+	}
+	for i, emu := range emus {
+		if now := emu.tables.Save("nat"); now != before[i] {
+			t.Errorf("%s nat changed behind a held lock:\n%s", familyName(i == 1), now)
+		}
+	}
+
+	for _, emu := range emus {
+		emu.hold(false, false)
+	}
+	cl = NewCleaner(context.Background(), net, host)
+	cl.Remember([]string{mine.ID})
+	if _, err := cl.Clean([]string{mine.ID}); err != nil {
+		t.Fatalf("once the lock is free: %v", err)
+	}
+	for i, emu := range emus {
+		for _, chain := range []string{mine.MasqChain(), mine.DNATChain()} {
+			if emu.tables.HasChain("nat", chain) {
+				t.Errorf("%s: %s of %s is left", familyName(i == 1), chain, mine.ID)
+			}
+		}
+		if !emu.tables.HasChain("nat", theirs.MasqChain()) || !emu.tables.HasChain("nat", theirs.DNATChain()) {
+			t.Errorf("%s: %s's chains were removed", familyName(i == 1), theirs.ID)
+		}
+		if !slices.ContainsFunc(emu.commands(), func(c string) bool { return strings.HasPrefix(c, "iptables-restore --noflush -w ") }) {
+			t.Errorf("%s: the deletions were not one iptables-restore: %q", familyName(i == 1), emu.commands())
+		}
+	}
+}
