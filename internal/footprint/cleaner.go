@@ -160,7 +160,9 @@ func (c *Cleaner) Clean(ids []string) ([]Item, error) {
 		nft.apply(c, set, nft.plan(c, set, evs))
 		c.restoreHostports(set, evs)
 	}
-	c.removeFiles(set)
+	if !c.cutShort() {
+		c.removeFiles(set)
+	}
 	return c.Removed(), c.err()
 }
 

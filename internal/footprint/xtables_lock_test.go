@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,8 +35,8 @@ func capturedLockMessages(t *testing.T) map[string]string {
 			msgs[cmd] += line + "\n"
 		}
 	}
-	if len(msgs) < 5 {
-		t.Fatalf("%d captured messages, want at least 5", len(msgs))
+	if len(msgs) != 6 {
+		t.Fatalf("%d captured messages, want 6", len(msgs))
 	}
 	return msgs
 }
@@ -315,9 +317,10 @@ func TestBoundHostIPTablesCommands(t *testing.T) {
 // TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes cleans
 // alloc-1 of the captured two-attachment host through the host IPTables
 // on an emulated iptables-legacy: while another process holds the lock,
-// nothing is removed or reported removed, and the error says why; once
-// it is free, a second Clean removes alloc-1's chains and jumps and
-// leaves alloc-10's.
+// nothing is removed or reported removed, not even the reservation that
+// proves alloc-1's address, and the error says why; once it is free, a
+// second Clean removes alloc-1's chains, jumps and comment-less firewall
+// rules (proven by that reservation) and leaves alloc-10's.
 func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T) {
 	var emus [2]*legacyIPTables
 	for i, v := range []string{"ipv4", "ipv6"} {
@@ -333,6 +336,10 @@ func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T)
 	}
 	host := Host{IPTables: func(v6 bool) (IPTables, error) { return emus[b2i(v6)].host(true), nil }}
 	net := Network{Name: "nomad", IfName: "eth0", IPAMDirs: []string{t.TempDir()}, CacheDir: t.TempDir()}
+	reservation := filepath.Join(net.IPAMDirs[0], "198.18.0.2") // the proof of alloc-1's address
+	if err := os.WriteFile(reservation, []byte("alloc-1\r\neth0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	mine, theirs := Attachment{"nomad", "alloc-1"}, Attachment{"nomad", "alloc-10"}
 	before := [2]string{emus[0].tables.Save("nat"), emus[1].tables.Save("nat")}
 
@@ -353,6 +360,10 @@ func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T)
 		}
 	}
 
+	if _, err := os.Stat(reservation); err != nil {
+		t.Errorf("the reservation went with the rules it proves still there: %v", err)
+	}
+
 	for _, emu := range emus {
 		emu.hold(false, false)
 	}
@@ -360,6 +371,9 @@ func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T)
 	cl.Remember([]string{mine.ID})
 	if _, err := cl.Clean([]string{mine.ID}); err != nil {
 		t.Fatalf("once the lock is free: %v", err)
+	}
+	if _, err := os.Stat(reservation); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the reservation is left once the rules are gone: %v", err)
 	}
 	for i, emu := range emus {
 		for _, chain := range []string{mine.MasqChain(), mine.DNATChain()} {
@@ -370,8 +384,16 @@ func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T)
 		if !emu.tables.HasChain("nat", theirs.MasqChain()) || !emu.tables.HasChain("nat", theirs.DNATChain()) {
 			t.Errorf("%s: %s's chains were removed", familyName(i == 1), theirs.ID)
 		}
+		if v4 := i == 0; v4 && (mentions(emu.tables.Rules("filter", firewallChain), "198.18.0.2/32") ||
+			!mentions(emu.tables.Rules("filter", firewallChain), "198.18.0.3/32")) {
+			t.Errorf("CNI-FORWARD after the second Clean: %q, want alloc-10's rules only", emu.tables.Rules("filter", firewallChain))
+		}
 		if !slices.ContainsFunc(emu.commands(), func(c string) bool { return strings.HasPrefix(c, "iptables-restore --noflush -w ") }) {
 			t.Errorf("%s: the deletions were not one iptables-restore: %q", familyName(i == 1), emu.commands())
 		}
 	}
+}
+
+func mentions(rules []string, s string) bool {
+	return slices.ContainsFunc(rules, func(r string) bool { return strings.Contains(r, s) })
 }

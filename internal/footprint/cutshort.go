@@ -1,0 +1,14 @@
+package footprint
+
+import "errors"
+
+// cutShort reports whether this run could not finish with the rules: its
+// context ended, or the xtables lock could not be had. The attachments'
+// reservations and cached results then stay where they are: they are the
+// proof of the addresses that a later Teardown or GC needs to judge the
+// comment-less rules left behind, and host-local's reservation keeps the
+// address from a new workload, whose rules would look the same, until
+// then.
+func (c *Cleaner) cutShort() bool {
+	return c.ctx.Err() != nil || errors.Is(c.err(), ErrXtablesLock)
+}
