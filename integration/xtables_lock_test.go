@@ -76,6 +76,50 @@ func TestTeardownWhileTheXtablesLockIsHeldEndsByItsDeadlineAndTheNextLeavesNothi
 	})
 }
 
+// Setup behind a held lock: the ADD waits until the caller's deadline
+// kills it, the rollback until its own (30s); Setup then says what it
+// could not roll back. The plugins' iptables orphaned by those kills
+// finish once the lock is free, and a Teardown leaves nothing: the
+// rollback kept the reservation that proves the address.
+func TestSetupWhileTheXtablesLockIsHeldEndsByItsRollbackDeadlineAndTeardownLeavesNothing(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		dir := os.Getenv(legacyEnv)
+		if dir == "" {
+			runOnIPTablesLegacy(t)
+			return
+		}
+		nw := newNetwork(t, set, false)
+		c := newConfigurator(t, set, nw.conf)
+		base := baseline(t)
+		w := netsandbox.NewWorkload(t)
+		alloc := &cninet.Allocation{ID: "locked-2", Ports: []cninet.Port{{Value: 28091, To: 80}}}
+
+		release := holdXtablesLock(t)
+		const deadline, rollback = 3 * time.Second, 30 * time.Second
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		start := time.Now()
+		_, err := c.Setup(ctx, alloc, w.Path)
+		took := time.Since(start)
+		release()
+		t.Logf("Setup behind the held lock took %s: %v", took, err)
+		for _, want := range []error{cninet.ErrSetupFailed, cninet.ErrCleanupFailed, cninet.ErrXtablesLock} {
+			if !errors.Is(err, want) {
+				t.Errorf("err = %v, want it to wrap %v", err, want)
+			}
+		}
+		if took > deadline+rollback+5*time.Second {
+			t.Errorf("Setup took %s on a %s deadline and a %s rollback", took, deadline, rollback)
+		}
+
+		waitForExit(t, dir)
+		if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+			t.Fatalf("Teardown after the lock was released: %v", err)
+		}
+		assertNoLeaks(t, base, nw.allowance())
+	})
+}
+
 // runOnIPTablesLegacy runs the calling subtest again in a process of its
 // own (see above) and fails as it fails.
 func runOnIPTablesLegacy(t *testing.T) {

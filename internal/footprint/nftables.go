@@ -145,8 +145,14 @@ func (h *hostNFTables) AnyRule(ctx context.Context, tables []NFTable, match func
 	return slices.Contains(found, true), errors.Join(errs...)
 }
 
-// DeleteRules implements NFTables.
+// DeleteRules implements NFTables. nft takes no lock another process can
+// hold: a transaction waits only for the kernel. knftables' first handle
+// on a table runs two short nft checks without ctx, so an ended ctx is
+// looked at first.
 func (h *hostNFTables) DeleteRules(ctx context.Context, table NFTable, rules []NFTRule) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("deleting from nftables table %s: %w", table, err)
+	}
 	nft, err := h.open(table)
 	if err != nil {
 		return err
