@@ -397,3 +397,34 @@ func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T)
 func mentions(rules []string, s string) bool {
 	return slices.ContainsFunc(rules, func(r string) bool { return strings.Contains(r, s) })
 }
+
+func TestBindingKeepsEveryExtension(t *testing.T) {
+	host := &hostIPTables{list: "iptables", run: newLegacy(t, fakeipt.New()).run}
+	for _, tc := range []struct {
+		name   string
+		ipt    ContextBinder
+		probes bool
+	}{
+		{"iptables-legacy", host, false},
+		{"iptables-nft keeps its netlink probes", &nfIPTables{hostIPTables: host, family: "ip"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bound := tc.ipt.WithContext(context.Background())
+			_, lists := bound.(TableLister)
+			_, saves := bound.(Saver)
+			_, restores := bound.(Restorer)
+			_, binds := bound.(ContextBinder)
+			if !lists || !saves || !restores || !binds {
+				t.Errorf("bound: TableLister %v, Saver %v, Restorer %v, ContextBinder %v; want all", lists, saves, restores, binds)
+			}
+			_, probes := bound.(ChainProber)
+			_, scans := bound.(AddrScanner)
+			if probes != tc.probes || scans != tc.probes {
+				t.Errorf("bound: ChainProber %v, AddrScanner %v; want %v", probes, scans, tc.probes)
+			}
+			if _, ok := bindContext(context.Background(), bound).(ChainProber); ok != tc.probes {
+				t.Errorf("bound twice: ChainProber %v, want %v", ok, tc.probes)
+			}
+		})
+	}
+}
