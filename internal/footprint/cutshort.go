@@ -1,14 +1,19 @@
 package footprint
 
-import "errors"
+import (
+	"context"
+	"errors"
+)
 
-// cutShort reports whether this run could not finish with the rules: its
-// context ended, or the xtables lock could not be had. The attachments'
-// reservations and cached results then stay where they are: they are the
-// proof of the addresses that a later Teardown or GC needs to judge the
-// comment-less rules left behind, and host-local's reservation keeps the
-// address from a new workload, whose rules would look the same, until
-// then.
+// cutShort reports whether this run could not finish with the rules
+// because its context ended or the xtables lock could not be had. The
+// attachments' reservations and cached results then stay where they are:
+// they are the proof of the addresses that a later Teardown or GC needs to
+// judge the comment-less rules left behind, and host-local's reservation
+// keeps the address from a new workload, whose rules would look the same,
+// until then. A context that ends after the rules are done cuts nothing
+// short: the files go.
 func (c *Cleaner) cutShort() bool {
-	return c.ctx.Err() != nil || errors.Is(c.err(), ErrXtablesLock)
+	err := c.err()
+	return errors.Is(err, ErrXtablesLock) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

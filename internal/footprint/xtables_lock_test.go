@@ -324,3 +324,32 @@ func TestBindingKeepsEveryExtension(t *testing.T) {
 		})
 	}
 }
+
+func TestCleanWithAnEndedContextRunsNothingAndKeepsTheProof(t *testing.T) {
+	tables := fakeipt.New()
+	raw, err := os.ReadFile("../../testdata/iptables/dual-nat-ipv4.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	emu := newLegacy(t, tables.Load("nat", string(raw)))
+	host := Host{IPTables: func(bool) (IPTables, error) { return emu.host(true), nil }}
+	net := Network{Name: "nomad", IfName: "eth0", IPAMDirs: []string{t.TempDir()}, CacheDir: t.TempDir()}
+	reservation := filepath.Join(net.IPAMDirs[0], "198.18.0.2")
+	if err := os.WriteFile(reservation, []byte("alloc-1\r\neth0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	cl := NewCleaner(ctx, net, host)
+	cl.Remember([]string{"alloc-1"})
+	removed, err := cl.Clean([]string{"alloc-1"})
+	if !errors.Is(err, context.Canceled) || len(removed) > 0 {
+		t.Errorf("removed %d, err = %v; want nothing removed and the context's error", len(removed), err)
+	}
+	if ran := emu.commands(); len(ran) > 0 {
+		t.Errorf("ran %q after the context ended", ran)
+	}
+	if _, err := os.Stat(reservation); err != nil {
+		t.Errorf("the reservation went with the rules it proves still there: %v", err)
+	}
+}
