@@ -22,7 +22,11 @@ import (
 // or nothing: after a network's last failure, or when ctx is done, or when
 // a result has no usable address, that network and every one attached
 // before it are torn down again (DEL and force cleanup, in reverse order)
-// before Setup returns, and the error names the network that failed. An
+// before Setup returns, and the error names the network that failed. The
+// rollback runs on a deadline of its own (30s), so Setup returns at most
+// that long after ctx is done; what it could not remove (behind a held
+// xtables lock, say) is named in the error, wrapped (ErrCleanupFailed,
+// ErrXtablesLock), and a Teardown of the allocation finishes it. An
 // unknown network is an ErrNetworkNotFound error before any plugin runs.
 func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startOp(ctx, opSetup, allocID(alloc), netns)
@@ -48,7 +52,9 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 	for i, n := range nets {
 		st, err := c.attach(ctx, att, n, netns)
 		if err != nil {
-			c.rollback(ctx, att, netns, nets[:i+1])
+			if rerr := c.rollback(ctx, att, netns, nets[:i+1]); rerr != nil {
+				err = fmt.Errorf("%w; rollback incomplete, Teardown the allocation to finish it: %w", err, rerr)
+			}
 			return nil, err
 		}
 		status.add(n.name(), st)
@@ -137,8 +143,10 @@ func (c *Configurator) checkPluginsIn(conf loadedConf) error {
 
 // rollback removes what a failed Setup attached, the last network first.
 // It runs on its own deadline: the caller's context may be the very reason
-// Setup failed; only its values (the trace) carry over.
-func (c *Configurator) rollback(ctx context.Context, att attachment, netns string, nets []netAttachment) {
+// Setup failed; only its values (the trace) carry over. What it could not
+// remove (a held xtables lock, say) is left for a Teardown, and its error
+// says so.
+func (c *Configurator) rollback(ctx context.Context, att attachment, netns string, nets []netAttachment) error {
 	ctx, cancel := context.WithTimeout(inSetup(context.WithoutCancel(ctx)), rollbackTimeout)
 	defer cancel()
 	defer c.adm.depart(departing(att.id, nets))()
@@ -148,6 +156,7 @@ func (c *Configurator) rollback(ctx context.Context, att attachment, netns strin
 	if err != nil {
 		c.logger.Error("rollback of failed setup incomplete", "alloc_id", att.id, "error", err)
 	}
+	return err
 }
 
 const rollbackTimeout = 30 * time.Second

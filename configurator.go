@@ -102,6 +102,19 @@ type Saver = footprint.Saver
 // one Delete per rule when the batch is refused.
 type Restorer = footprint.Restorer
 
+// ContextBinder is an optional extension of IPTables: the same IPTables
+// with every command bounded by a context. Teardown and GC bind their
+// context to an IPTables that offers it, so a held xtables lock, or a
+// command that hangs, cannot keep them past their deadline. The default
+// IPTables offers it: commands under exec.CommandContext, the lock waited
+// for (iptables -w) until the context's deadline, or DefaultLockWait in
+// all when the context has none.
+type ContextBinder = footprint.ContextBinder
+
+// DefaultLockWait bounds the xtables lock waits of one cleanup whose
+// context has no deadline (see ContextBinder).
+const DefaultLockWait = footprint.DefaultLockWait
+
 // NFTables is how cleanup reads and changes the tables the plugins'
 // nftables backends write (inet cni_plugins_masquerade, ip and ip6
 // cni_hostport). Tests replace it through Config.NFTables.

@@ -47,6 +47,18 @@ var (
 	// available, so iptables state could not be inspected. It comes wrapped
 	// in ErrCleanupFailed.
 	ErrIPTablesMissing = footprint.ErrIPTablesMissing
+	// ErrXtablesLock: an iptables command of a cleanup (Teardown, GC,
+	// Setup's retries and rollback) could not have the xtables lock, which
+	// iptables-legacy (not iptables-nft) takes for every listing and
+	// change: another process held it until the call's deadline (without
+	// one, DefaultLockWait), or the lock file could not be opened. The
+	// error names the lock file ($XTABLES_LOCKFILE, else
+	// /run/xtables.lock), how long the command waited and, where the
+	// kernel tells, the holder's pid; it wraps the context's error when
+	// the context ended. Nothing that command would have changed was
+	// changed: Teardown (or GC) again, once the lock is free, finishes the
+	// cleanup. It comes wrapped in ErrCleanupFailed.
+	ErrXtablesLock = footprint.ErrXtablesLock
 	// ErrNotReady: Status found the configurator unable to attach workloads.
 	ErrNotReady = errors.New("cni not ready")
 	// ErrClosed: the Configurator was closed.

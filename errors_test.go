@@ -22,7 +22,7 @@ var sentinels = []error{
 	cninet.ErrInvalidAllocation, cninet.ErrInvalidArgument, cninet.ErrInvalidConfig, cninet.ErrNetworkNotFound,
 	cninet.ErrPluginMissing, cninet.ErrSetupFailed, cninet.ErrNoAddress, cninet.ErrCheckFailed,
 	cninet.ErrCheckUnsupported, cninet.ErrCleanupFailed, cninet.ErrIPTablesMissing, cninet.ErrNotReady,
-	cninet.ErrClosed, cninet.ErrIO,
+	cninet.ErrClosed, cninet.ErrIO, cninet.ErrXtablesLock,
 }
 
 // errPlugin stands for whatever a plugin or the host said.
@@ -111,6 +111,13 @@ func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 				c.IPTables = func(bool) (cninet.IPTables, error) { return ipt, nil }
 			}).Teardown(ctx, alloc, "")
 		}, cninet.ErrCleanupFailed, errPlugin},
+		{"Teardown behind a held xtables lock", func(t *testing.T) error {
+			return newC(t, func(c *cninet.Config) {
+				c.IPTables = func(bool) (cninet.IPTables, error) {
+					return &lockingIPTables{IPTables: fakeipt.New(), held: true}, nil
+				}
+			}).Teardown(ctx, alloc, "")
+		}, cninet.ErrXtablesLock, nil},
 		{"Check without a namespace path", func(t *testing.T) error {
 			return newC(t, nil).Check(ctx, alloc, "")
 		}, cninet.ErrInvalidArgument, nil},

@@ -31,7 +31,12 @@ func applyIPT(f *iptView, changes []iptChange, errs *errList, rep *report) {
 		if len(batch) == 0 {
 			continue
 		}
-		if !applyIPTBatch(f, table, batch, rep) {
+		done, err := applyIPTBatch(f, table, batch, rep)
+		if cutShort(err) {
+			errs.add(fmt.Errorf("%s: %d change(s) to table %s not applied: %w", f.name(), len(batch), table, err))
+			continue // one by one would only wait for the same lock, or run past the deadline
+		}
+		if !done {
 			for _, c := range batch {
 				applyIPTOne(f, c, errs, rep)
 			}
@@ -51,12 +56,12 @@ func iptOrder(c iptChange) int {
 }
 
 // applyIPTBatch applies a table's changes in one iptables-restore: all of
-// them or, when a concurrent change makes one fail, none (then one by
-// one).
-func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *report) bool {
+// them or, when a concurrent change makes one fail, none (then the caller
+// goes one by one).
+func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *report) (bool, error) {
 	restorer, ok := f.ipt.(Restorer)
 	if !ok {
-		return false
+		return false, nil
 	}
 	lines := make([]string, 0, len(batch))
 	for _, c := range batch {
@@ -70,12 +75,12 @@ func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *report) boo
 		}
 	}
 	if err := restorer.RestoreNoFlush(table, lines); err != nil {
-		return false
+		return false, err
 	}
 	for _, c := range batch {
 		rep.note(c.add, iptItem(f, c))
 	}
-	return true
+	return true, nil
 }
 
 func applyIPTOne(f *iptView, c iptChange, errs *errList, rep *report) {

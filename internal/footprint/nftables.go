@@ -145,8 +145,14 @@ func (h *hostNFTables) AnyRule(ctx context.Context, tables []NFTable, match func
 	return slices.Contains(found, true), errors.Join(errs...)
 }
 
-// DeleteRules implements NFTables.
+// DeleteRules implements NFTables. nft takes no lock another process can
+// hold: a transaction waits only for the kernel. knftables' first handle
+// on a table runs two short nft checks without ctx, so an ended ctx is
+// looked at first.
 func (h *hostNFTables) DeleteRules(ctx context.Context, table NFTable, rules []NFTRule) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("deleting from nftables table %s: %w", table, err)
+	}
 	nft, err := h.open(table)
 	if err != nil {
 		return err
@@ -170,7 +176,7 @@ func (h *hostNFTables) AddRules(ctx context.Context, rules []NFTRule) error {
 	cmd := exec.CommandContext(ctx, h.bin, "-j", "-f", "-")
 	cmd.Stdin, cmd.Stderr = bytes.NewReader(in), &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("nft -j -f -: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("nft -j -f -: %w: %s", withCtxErr(ctx, err), strings.TrimSpace(stderr.String()))
 	}
 	return nil
 }
@@ -196,9 +202,18 @@ func (h *hostNFTables) run(ctx context.Context, args ...string) ([]byte, error) 
 	cmd := exec.CommandContext(ctx, h.bin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), withCtxErr(ctx, err), strings.TrimSpace(stderr.String()))
 	}
 	return out.Bytes(), nil
+}
+
+// withCtxErr adds ctx's error to the error of a command ctx killed, which
+// says only "signal: killed".
+func withCtxErr(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		return fmt.Errorf("%w (%w)", err, ctxErr)
+	}
+	return err
 }
 
 // parseNFTTables reads `nft -j list tables`.

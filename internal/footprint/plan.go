@@ -114,6 +114,8 @@ func apply(v *view, p *plan, rep *report) {
 		}()
 	}
 	wg.Wait()
-	applyFiles(v, p.files, rep)
+	if !cutShort(v.errs.err()) {
+		applyFiles(v, p.files, rep)
+	}
 	applyLinks(v, p.links, rep)
 }

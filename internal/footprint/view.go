@@ -41,10 +41,7 @@ func newView(ctx context.Context, h Host, nets map[string]Network, whole bool, e
 			errs.add(fmt.Errorf("%s: %w: %w", familyName(v6), ErrIPTablesMissing, err))
 			continue
 		}
-		if bound, ok := ipt.(ContextBinder); ok {
-			ipt = bound.WithContext(ctx)
-		}
-		v.ipt[i] = &iptView{ipt: ipt, v6: v6, whole: whole, errs: errs}
+		v.ipt[i] = &iptView{ipt: bindContext(ctx, ipt), v6: v6, whole: whole, errs: errs}
 	}
 	v.nft = &nftView{ctx: ctx, errs: errs}
 	if h.NFTables != nil {
@@ -82,13 +79,6 @@ func (v *view) families() []*iptView {
 
 // family returns the view of addr's family, nil when it could not be opened.
 func (v *view) family(addr netip.Addr) *iptView { return v.ipt[b2i(addr.Is6())] }
-
-// ContextBinder is an optional extension of IPTables: a copy whose
-// commands are bounded by ctx (and whose lock waits end with it). The
-// cleaner binds every run's IPTables to the run's context.
-type ContextBinder interface {
-	WithContext(ctx context.Context) IPTables
-}
 
 // errList collects a run's failures; every step runs even when another
 // failed, and the run's error joins them all.

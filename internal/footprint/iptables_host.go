@@ -1,0 +1,290 @@
+package footprint
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coreos/go-iptables/iptables"
+)
+
+// hostIPTables is the default IPTables: go-iptables plus the extensions,
+// run against the same binaries. Bound to a context (WithContext) it runs
+// every command itself, under that context, with a lock wait that ends by
+// the context's deadline; unbound, go-iptables runs List, Delete and
+// ClearAndDeleteChain with a lock wait of DefaultLockWait.
+type hostIPTables struct {
+	*iptables.IPTables
+	list, save, restore string // binaries
+
+	// locking says the binaries take the xtables lock (iptables-legacy);
+	// iptables-nft accepts -w and ignores it.
+	locking bool
+	run     commandRunner
+	holder  func(lockFile string) (pid int, held bool)
+
+	ctx     context.Context // nil: unbound
+	lockEnd time.Time       // when lock waits must be over (bound only)
+}
+
+// commandRunner runs one command under ctx and returns its stdout and
+// stderr; tests replace it.
+type commandRunner func(ctx context.Context, bin string, stdin []byte, args ...string) (stdout, stderr string, err error)
+
+// NewHostIPTables opens the host's iptables (ipv6 false) or ip6tables.
+func NewHostIPTables(ipv6 bool) (IPTables, error) {
+	proto, list, save, restore := iptables.ProtocolIPv4, "iptables", "iptables-save", "iptables-restore"
+	if ipv6 {
+		proto, list, save, restore = iptables.ProtocolIPv6, "ip6tables", "ip6tables-save", "ip6tables-restore"
+	}
+	ipt, err := iptables.New(iptables.IPFamily(proto), iptables.Timeout(int(DefaultLockWait/time.Second)))
+	if err != nil {
+		return nil, err
+	}
+	h := &hostIPTables{IPTables: ipt, locking: true, run: runCommand, holder: lockHolder}
+	if h.list, err = exec.LookPath(list); err != nil {
+		return nil, err
+	}
+	h.save, _ = exec.LookPath(save)       // optional: without it tables are listed one by one
+	h.restore, _ = exec.LookPath(restore) // optional: without it deletions go rule by rule
+	if nf, err := onNFTables(h, ipv6); err == nil {
+		h.locking = false
+		return nf, nil
+	}
+	return h, nil
+}
+
+// onNFTables returns h's iptables with netlink probes when the binary
+// is iptables-nft, else an error.
+func onNFTables(h *hostIPTables, ipv6 bool) (*nfIPTables, error) {
+	resolved, err := filepath.EvalSymlinks(h.list)
+	if err != nil {
+		return nil, err
+	}
+	// by its name: a multi-call binary needs it; --version takes no lock
+	version, _, err := runCommand(context.Background(), h.list, nil, "--version")
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(version, "(nf_tables)") {
+		return nil, fmt.Errorf("%s is %s", h.list, strings.TrimSpace(version))
+	}
+	family := "ip"
+	if ipv6 {
+		family = "ip6"
+	}
+	return &nfIPTables{hostIPTables: h, family: family, resolved: resolved}, nil
+}
+
+// WithContext implements ContextBinder.
+func (h *hostIPTables) WithContext(ctx context.Context) IPTables { return h.bound(ctx) }
+
+func (h *hostIPTables) bound(ctx context.Context) *hostIPTables {
+	b := *h
+	b.ctx, b.lockEnd = ctx, time.Now().Add(DefaultLockWait)
+	if deadline, ok := ctx.Deadline(); ok {
+		b.lockEnd = deadline
+	}
+	return &b
+}
+
+// List implements IPTables.
+func (h *hostIPTables) List(table, chain string) ([]string, error) {
+	if h.ctx == nil {
+		rules, err := h.IPTables.List(table, chain)
+		return rules, lockFailure(err)
+	}
+	out, err := h.iptables("-t", table, "-S", chain)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(strings.TrimSuffix(out, "\n"), "\n"), nil
+}
+
+// Delete implements IPTables.
+func (h *hostIPTables) Delete(table, chain string, rulespec ...string) error {
+	if h.ctx == nil {
+		return lockFailure(h.IPTables.Delete(table, chain, rulespec...))
+	}
+	_, err := h.iptables(append([]string{"-t", table, "-D", chain}, rulespec...)...)
+	return err
+}
+
+// ClearAndDeleteChain implements IPTables: flush, then delete; a chain
+// that is not there is no error.
+func (h *hostIPTables) ClearAndDeleteChain(table, chain string) error {
+	if h.ctx == nil {
+		return lockFailure(h.IPTables.ClearAndDeleteChain(table, chain))
+	}
+	for _, op := range []string{"-F", "-X"} {
+		if _, err := h.iptables("-t", table, op, chain); err != nil {
+			if isNotExist(err) {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// lockFailure wraps a go-iptables error that says the lock could not be
+// had in ErrXtablesLock.
+func lockFailure(err error) error {
+	if err != nil && mentionsLock(err.Error()) {
+		return fmt.Errorf("%w: %s: %w", ErrXtablesLock, lockFile(), err)
+	}
+	return err
+}
+
+// SaveAll implements Saver.
+func (h *hostIPTables) SaveAll() (map[string][]string, error) {
+	if h.save == "" {
+		return nil, errors.New("iptables-save not found")
+	}
+	out, err := h.command(h.save, nil, false) // iptables-save takes no lock, and has no -w
+	if err != nil {
+		return nil, err
+	}
+	return saveToListings(out), nil
+}
+
+// ListTable implements TableLister.
+func (h *hostIPTables) ListTable(table string) ([]string, error) {
+	out, err := h.iptables("-t", table, "-S")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(strings.TrimRight(out, "\n"), "\n"), nil
+}
+
+// RestoreNoFlush implements Restorer: one transaction, so either every
+// line took effect or none did.
+func (h *hostIPTables) RestoreNoFlush(table string, lines []string) error {
+	if h.restore == "" {
+		return errors.New("iptables-restore not found")
+	}
+	in := fmt.Sprintf("*%s\n%s\nCOMMIT\n", table, strings.Join(lines, "\n"))
+	_, err := h.command(h.restore, []byte(in), true, "--noflush")
+	return err
+}
+
+func (h *hostIPTables) iptables(args ...string) (string, error) {
+	return h.command(h.list, nil, true, args...)
+}
+
+// command runs bin under h's context (context.Background and
+// DefaultLockWait unbound). takesLock says bin waits for the xtables lock:
+// it is told how long it may (-w), and a failure to have the lock is an
+// ErrXtablesLock error naming it.
+func (h *hostIPTables) command(bin string, stdin []byte, takesLock bool, args ...string) (string, error) {
+	ctx, lockEnd := h.ctx, h.lockEnd
+	if ctx == nil {
+		ctx, lockEnd = context.Background(), time.Now().Add(DefaultLockWait)
+	}
+	if takesLock {
+		args = append(args, "-w", strconv.Itoa(lockWaitSeconds(time.Now(), lockEnd)))
+	}
+	cmdline := filepath.Base(bin) + " " + strings.Join(args, " ")
+	locking := takesLock && h.locking
+	if err := ctx.Err(); err != nil {
+		return "", ctxEndedError(cmdline, false, 0, err, locking, h.holder)
+	}
+	start := time.Now()
+	out, stderr, err := h.run(ctx, bin, stdin, args...)
+	if err == nil {
+		return out, nil
+	}
+	waited := time.Since(start)
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return "", ctxEndedError(cmdline, true, waited, ctxErr, locking, h.holder)
+	}
+	msg := strings.TrimSpace(stderr)
+	if takesLock && mentionsLock(msg) {
+		return "", lockWaitError(cmdline, waited, h.holder, msg)
+	}
+	return "", fmt.Errorf("%s: %w: %s", cmdline, err, msg)
+}
+
+// runCommand is the commandRunner that runs commands on the host; one
+// killed by ctx is waited for no more than a second.
+func runCommand(ctx context.Context, bin string, stdin []byte, args ...string) (string, string, error) {
+	var out, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	return out.String(), stderr.String(), err
+}
+
+// nfIPTables is the host's iptables on the nf_tables backend (iptables-nft):
+// its tables are nf_tables tables, which netlink reads directly, so chains
+// are looked up and rules scanned without starting a process. The plugins
+// run the same iptables binary, so their rules are where this looks.
+type nfIPTables struct {
+	*hostIPTables
+	family   string // "ip" or "ip6"
+	resolved string // the binary found on the nf_tables backend
+}
+
+// WithContext implements ContextBinder, probes included.
+func (h *nfIPTables) WithContext(ctx context.Context) IPTables {
+	b := *h
+	b.hostIPTables = h.hostIPTables.bound(ctx)
+	return &b
+}
+
+// errBackendSwitched says iptables no longer resolves to the binary that
+// was found on the nf_tables backend (an operator switched alternatives),
+// so its tables may not be nf_tables' any more.
+var errBackendSwitched = errors.New("iptables was switched to another binary since it was opened")
+
+// sameBinary checks that iptables still resolves to the nf_tables binary,
+// and that a bound context has not ended.
+func (h *nfIPTables) sameBinary() error {
+	if h.ctx != nil && h.ctx.Err() != nil {
+		return h.ctx.Err()
+	}
+	if resolved, err := filepath.EvalSymlinks(h.list); err != nil || resolved != h.resolved {
+		return fmt.Errorf("%s: %w", h.list, errBackendSwitched)
+	}
+	return nil
+}
+
+// ProbeChain implements ChainProber.
+func (h *nfIPTables) ProbeChain(table, chain string) (bool, error) {
+	if err := h.sameBinary(); err != nil {
+		return false, err
+	}
+	return nfProbeChain(h.family, table, chain)
+}
+
+// MayMention implements AddrScanner: an address a rule matches on or
+// rewrites to is in that rule's expressions, byte for byte.
+func (h *nfIPTables) MayMention(table, chain string, addrs []netip.Addr) (bool, error) {
+	if err := h.sameBinary(); err != nil {
+		return true, err
+	}
+	raw := addrBytes(addrs)
+	found, err := nfAnyRule(h.family, table, chain, func(r nlRule) bool { return r.mentions(raw) })
+	return found || err != nil, err
+}
+
+// addrBytes returns each address as it appears in a rule: 4 or 16 bytes in
+// network order.
+func addrBytes(addrs []netip.Addr) [][]byte {
+	raw := make([][]byte, len(addrs))
+	for i, a := range addrs {
+		raw[i] = a.Unmap().AsSlice()
+	}
+	return raw
+}
