@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -96,6 +97,31 @@ func cacheFiles(t *testing.T, network, id string) map[string][]byte {
 	return files
 }
 
+// ghostCache writes, for each network, a cached result of ghost that is
+// of's with only the id and the namespace changed: a dead attachment's
+// stale cache naming the address of (so the firewall plugin's DEL of the
+// ghost deletes of's rules), as after a reboot with IPAM on tmpfs.
+func ghostCache(t *testing.T, networks []string, of, ghost string) {
+	t.Helper()
+	for _, network := range networks {
+		for path, data := range cacheFiles(t, network, of) {
+			var cached map[string]any
+			if err := json.Unmarshal(data, &cached); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			cached["containerId"], cached["netns"] = ghost, "/run/netns/"+ghost // long gone
+			out, err := json.Marshal(cached)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := network + "-" + ghost + strings.TrimPrefix(filepath.Base(path), network+"-"+of)
+			if err := os.WriteFile(filepath.Join(libcniResults, name), out, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // emptyDir removes everything in dir, as a reboot empties a tmpfs.
 func emptyDir(t *testing.T, dir string) {
 	t.Helper()
@@ -161,7 +187,8 @@ func testRecycledAddress(t *testing.T, set netsandbox.PluginSet, remove removeOl
 	ipamDir := filepath.Join(nw.cfg.IPAMDataDir, nw.cfg.NetworkName)
 
 	wOld := netsandbox.NewWorkload(t)
-	old := &cninet.Allocation{ID: "old", Ports: []cninet.Port{{Value: 28300, To: 8080}}}
+	oldPort, newPort := hostPort(nw.cfg.NetworkName, 0), hostPort(nw.cfg.NetworkName, 1)
+	old := &cninet.Allocation{ID: "old", Ports: []cninet.Port{{Value: oldPort, To: 8080}}}
 	stOld, err := c.Setup(ctxFor(t, time.Minute), old, wOld.Path)
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +207,7 @@ func testRecycledAddress(t *testing.T, set netsandbox.PluginSet, remove removeOl
 	emptyDir(t, ipamDir)
 
 	wNew := netsandbox.NewWorkload(t)
-	newAlloc := &cninet.Allocation{ID: "new", Ports: []cninet.Port{{Value: 28301, To: 8080}}}
+	newAlloc := &cninet.Allocation{ID: "new", Ports: []cninet.Port{{Value: newPort, To: 8080}}}
 	stNew, err := c.Setup(ctxFor(t, time.Minute), newAlloc, wNew.Path)
 	if err != nil {
 		t.Fatal(err)
@@ -198,13 +225,13 @@ func testRecycledAddress(t *testing.T, set netsandbox.PluginSet, remove removeOl
 	}
 	serveHTTP(t, wNew, 8080, "new")
 	assertForwardRules(t, "before the old allocation is removed", addrsOf(stNew), 2)
-	assertReachable(t, "before the old allocation is removed", 28301, "new", nw.gw4, nw.gw6)
+	assertReachable(t, "before the old allocation is removed", newPort, "new", nw.gw4, nw.gw6)
 
 	if err := remove(ctxFor(t, time.Minute), c, old, wOld.Path); err != nil {
 		t.Fatal(err)
 	}
 	assertForwardRules(t, "after the old allocation is removed", addrsOf(stNew), 2)
-	assertReachable(t, "after the old allocation is removed", 28301, "new", nw.gw4, nw.gw6)
+	assertReachable(t, "after the old allocation is removed", newPort, "new", nw.gw4, nw.gw6)
 	if left, _ := filepath.Glob(filepath.Join(libcniResults, nw.cfg.NetworkName+"-old-*")); len(left) > 0 {
 		t.Fatalf("the old allocation's cache is still there: %v", left)
 	}
@@ -247,36 +274,59 @@ func settled(changes func() []string) []string {
 	}
 }
 
-// GC and Teardowns run at once, round after round: each round leaves the
-// host exactly as it found it (the live workloads intact and reachable,
-// nothing of the departed ones, none of their rules added back).
+// hostPort is a host port for the i-th mapping of a test network: each
+// network has its own ten, so that a failed test's leftovers cannot
+// answer for another's.
+func hostPort(network string, i int) int {
+	var n int
+	if _, err := fmt.Sscanf(network, "it%d", &n); err != nil {
+		panic(err)
+	}
+	return 28400 + 10*n + i
+}
+
+// GC and Teardowns run at once, round after round, on workloads that
+// join two networks (portmap's nftables DEL removes the id's rules on
+// both), next to dead ids whose stale caches name the addresses of the
+// live and the leaving workloads (so libcni's GC takes their firewall
+// rules), with a live set that excludes the leaving ones or, taken before
+// they stopped, still names some of them: each round leaves the host exactly as it found it — the live
+// workloads intact and reachable, nothing of the departed ones, none of
+// their rules added back.
 func TestGCConcurrentWithTeardownsKeepsTheLiveAndAddsNothingBack(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
-		nw := newNetwork(t, set, true)
-		c := newConfigurator(t, set, nw.conf)
+		first, second := twoNetworks(t, set)
+		c := newMultiConfigurator(t, set, first.conf, [][]byte{second.conf}, cninet.RetryPolicy{})
+		allow := allowBoth(first, second)
+		names := []string{first.cfg.NetworkName, second.cfg.NetworkName}
+		port := func(i int) int { return hostPort(first.cfg.NetworkName, i) }
 		base := baseline(t)
 		const nLive, nLeaving, nDead, rounds = 2, 3, 1, 3
 		var liveIDs []string
 		var liveAddrs []netip.Addr
 		liveWorkloads := map[string]*netsandbox.Workload{}
+		liveAlloc := func(i int) *cninet.Allocation {
+			return &cninet.Allocation{ID: fmt.Sprintf("live-%d", i), NetworkNames: names, Ports: []cninet.Port{{Value: port(i), To: 8080}}}
+		}
 		for i := 0; i < nLive; i++ {
-			id := fmt.Sprintf("live-%d", i)
-			w := netsandbox.NewWorkload(t)
-			st, err := c.Setup(ctxFor(t, time.Minute), &cninet.Allocation{ID: id, Ports: []cninet.Port{{Value: 28310 + i, To: 8080}}}, w.Path)
+			alloc, w := liveAlloc(i), netsandbox.NewWorkload(t)
+			st, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			serveHTTP(t, w, 8080, id)
-			liveIDs = append(liveIDs, id)
-			liveAddrs = append(liveAddrs, addrsOf(st)...)
-			liveWorkloads[id] = w
+			serveHTTP(t, w, 8080, alloc.ID)
+			liveIDs = append(liveIDs, alloc.ID)
+			for _, n := range st.Networks {
+				liveAddrs = append(liveAddrs, n.Address)
+			}
+			liveWorkloads[alloc.ID] = w
 		}
 		for r := 0; r < rounds; r++ {
 			roundBase := snapshot(t)
 			var leaving []*cninet.Allocation
 			leavingNS := map[string]*netsandbox.Workload{}
 			for i := 0; i < nLeaving+nDead; i++ {
-				alloc := &cninet.Allocation{ID: fmt.Sprintf("r%d-%d", r, i), Ports: []cninet.Port{{Value: 28320 + i, To: 8080}}}
+				alloc := &cninet.Allocation{ID: fmt.Sprintf("r%d-%d", r, i), NetworkNames: names, Ports: []cninet.Port{{Value: port(nLive + i), To: 8080}}}
 				w := netsandbox.NewWorkload(t)
 				if _, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
 					t.Fatal(err)
@@ -291,6 +341,18 @@ func TestGCConcurrentWithTeardownsKeepsTheLiveAndAddsNothingBack(t *testing.T) {
 				default:
 					w.Delete() // dead: its runner is gone and never tears it down
 				}
+			}
+			// Stale caches of dead ids naming the addresses of a live
+			// workload and of the leaving ones.
+			ghostCache(t, names, liveIDs[r%nLive], fmt.Sprintf("ghost-%d-live", r))
+			for _, alloc := range leaving {
+				ghostCache(t, names, alloc.ID, "ghost-"+alloc.ID)
+			}
+			// The runner's live list may be older than its last stops:
+			// some leaving ids are still in it.
+			gcLive := slices.Clone(liveIDs)
+			for i := 1; i < len(leaving); i += 2 {
+				gcLive = append(gcLive, leaving[i].ID)
 			}
 			var wg sync.WaitGroup
 			errs := make(chan error, nLeaving+1)
@@ -307,7 +369,7 @@ func TestGCConcurrentWithTeardownsKeepsTheLiveAndAddsNothingBack(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := c.GC(ctxFor(t, time.Minute), liveIDs); err != nil {
+				if _, err := c.GC(ctxFor(t, time.Minute), gcLive); err != nil {
 					errs <- fmt.Errorf("GC: %w", err)
 				}
 			}()
@@ -319,21 +381,21 @@ func TestGCConcurrentWithTeardownsKeepsTheLiveAndAddsNothingBack(t *testing.T) {
 			for _, w := range leavingNS {
 				w.Delete()
 			}
-			if d := settled(func() []string { return diff(roundBase, snapshot(t), nw.allowance()) }); len(d) > 0 {
+			if d := settled(func() []string { return diff(roundBase, snapshot(t), allow) }); len(d) > 0 {
 				t.Fatalf("round %d changed the host:\n  %s", r, strings.Join(d, "\n  "))
 			}
 			assertForwardRules(t, fmt.Sprintf("round %d", r), liveAddrs, 2)
 			for i, id := range liveIDs {
-				assertReachable(t, fmt.Sprintf("round %d", r), 28310+i, id, nw.gw4)
+				assertReachable(t, fmt.Sprintf("round %d", r), port(i), id, first.gw4, second.gw4)
 			}
 		}
 		for i, id := range liveIDs {
-			if err := c.Teardown(ctxFor(t, time.Minute), &cninet.Allocation{ID: id, Ports: []cninet.Port{{Value: 28310 + i, To: 8080}}}, liveWorkloads[id].Path); err != nil {
+			if err := c.Teardown(ctxFor(t, time.Minute), liveAlloc(i), liveWorkloads[id].Path); err != nil {
 				t.Fatal(err)
 			}
 			liveWorkloads[id].Delete()
 		}
-		assertNoLeaks(t, base, nw.allowance())
+		assertNoLeaks(t, base, allow)
 	})
 }
 
@@ -346,7 +408,8 @@ func TestZeroByteCacheFileIsRemovedByGCAndByTeardownAndNothingElse(t *testing.T)
 		c := newConfigurator(t, set, nw.conf)
 		base := baseline(t)
 		w := netsandbox.NewWorkload(t)
-		live := &cninet.Allocation{ID: "live-0", Ports: []cninet.Port{{Value: 28330, To: 8080}}}
+		livePort := hostPort(nw.cfg.NetworkName, 0)
+		live := &cninet.Allocation{ID: "live-0", Ports: []cninet.Port{{Value: livePort, To: 8080}}}
 		if _, err := c.Setup(ctxFor(t, time.Minute), live, w.Path); err != nil {
 			t.Fatal(err)
 		}
@@ -378,7 +441,7 @@ func TestZeroByteCacheFileIsRemovedByGCAndByTeardownAndNothingElse(t *testing.T)
 			if d := diff(before, snapshot(t), nw.allowance()); len(d) > 0 {
 				t.Fatalf("%s changed more than the empty cache file, or left it:\n  %s", tc.name, strings.Join(d, "\n  "))
 			}
-			assertReachable(t, "after "+tc.name, 28330, live.ID, nw.gw4, nw.gw6)
+			assertReachable(t, "after "+tc.name, livePort, live.ID, nw.gw4, nw.gw6)
 		}
 		if err := c.Teardown(ctxFor(t, time.Minute), live, w.Path); err != nil {
 			t.Fatal(err)

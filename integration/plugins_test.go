@@ -154,12 +154,13 @@ func TestPTPWithMasqueradeAndPortsLeavesNothing(t *testing.T) {
 				c := newConfigurator(t, set, nw.conf)
 				base := baseline(t)
 				w := netsandbox.NewWorkload(t)
-				alloc := &cninet.Allocation{ID: fmt.Sprintf("ptp-%d", i), Ports: []cninet.Port{{Value: 28340 + i, To: 8080}}}
+				port := hostPort(nw.name, 0)
+				alloc := &cninet.Allocation{ID: fmt.Sprintf("ptp-%d", i), Ports: []cninet.Port{{Value: port, To: 8080}}}
 				if _, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
 					t.Fatal(err)
 				}
 				stop := serveHTTP(t, w, 8080, alloc.ID)
-				assertReachable(t, "after Setup", 28340+i, alloc.ID, nw.gw4)
+				assertReachable(t, "after Setup", port, alloc.ID, nw.gw4)
 				leaks := strings.Join(netsandbox.Leaks(base, snapshot(t), nw.allow), "\n")
 				if !strings.Contains(leaks, alloc.ID) {
 					t.Fatalf("the audit sees none of ptp's masquerade or portmap's rules of %s:\n%s", alloc.ID, leaks)
