@@ -167,8 +167,9 @@ func TestRebootWithIPAMOnTmpfsKeepsTheNewHolderOfARecycledAddress(t *testing.T) 
 }
 
 // With static IPAM, or a reservation directory wiped while its workloads
-// live, a live workload's cached result is the only proof that it holds
-// its address; a dead one's cache naming the same address proves nothing
+// live, and neither a masquerade nor a port rule naming the address, a
+// live workload's cached result is the only proof that it holds its
+// address; a dead one's cache naming the same address proves nothing
 // against it.
 func TestOnlyACachedResultProvesTheNewHolderOfARecycledAddress(t *testing.T) {
 	for _, way := range removeOldWays {
@@ -180,8 +181,41 @@ func TestOnlyACachedResultProvesTheNewHolderOfARecycledAddress(t *testing.T) {
 	}
 }
 
-func testRecycledAddress(t *testing.T, set netsandbox.PluginSet, remove removeOld, wipeNewReservation bool) {
+// withoutMasqueradeOrPorts is conf without the bridge's masquerade and
+// without portmap: nothing but the firewall's rules names an address.
+func withoutMasqueradeOrPorts(t *testing.T, conf []byte) []byte {
+	t.Helper()
+	var list map[string]any
+	if err := json.Unmarshal(conf, &list); err != nil {
+		t.Fatal(err)
+	}
+	var plugins []any
+	for _, p := range list["plugins"].([]any) {
+		plugin := p.(map[string]any)
+		switch plugin["type"] {
+		case "portmap":
+			continue
+		case "bridge":
+			plugin["ipMasq"] = false
+		}
+		plugins = append(plugins, plugin)
+	}
+	list["plugins"] = plugins
+	out, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// testRecycledAddress plays the reboot history; onlyCache leaves new's
+// cached result as the only proof of its address: no reservation, no
+// masquerade or port rule.
+func testRecycledAddress(t *testing.T, set netsandbox.PluginSet, remove removeOld, onlyCache bool) {
 	nw := newNetwork(t, set, true)
+	if onlyCache {
+		nw.conf = withoutMasqueradeOrPorts(t, nw.conf)
+	}
 	c := newConfigurator(t, set, nw.conf)
 	base := baseline(t)
 	ipamDir := filepath.Join(nw.cfg.IPAMDataDir, nw.cfg.NetworkName)
@@ -216,7 +250,9 @@ func testRecycledAddress(t *testing.T, set netsandbox.PluginSet, remove removeOl
 		t.Fatalf("new got %s and %s, old had %s and %s: the history needs the same address",
 			stNew.Address, stNew.AddressIPv6, stOld.Address, stOld.AddressIPv6)
 	}
-	if wipeNewReservation {
+	reach := func(when string) { assertReachable(t, when, newPort, "new", nw.gw4, nw.gw6) }
+	if onlyCache {
+		reach = func(when string) { assertReachable(t, when, 8080, "new", addrsOf(stNew)...) }
 		for _, a := range addrsOf(stNew) {
 			if err := os.Remove(filepath.Join(ipamDir, a.String())); err != nil {
 				t.Fatal(err)
@@ -225,13 +261,13 @@ func testRecycledAddress(t *testing.T, set netsandbox.PluginSet, remove removeOl
 	}
 	serveHTTP(t, wNew, 8080, "new")
 	assertForwardRules(t, "before the old allocation is removed", addrsOf(stNew), 2)
-	assertReachable(t, "before the old allocation is removed", newPort, "new", nw.gw4, nw.gw6)
+	reach("before the old allocation is removed")
 
 	if err := remove(ctxFor(t, time.Minute), c, old, wOld.Path); err != nil {
 		t.Fatal(err)
 	}
 	assertForwardRules(t, "after the old allocation is removed", addrsOf(stNew), 2)
-	assertReachable(t, "after the old allocation is removed", newPort, "new", nw.gw4, nw.gw6)
+	reach("after the old allocation is removed")
 	if left, _ := filepath.Glob(filepath.Join(libcniResults, nw.cfg.NetworkName+"-old-*")); len(left) > 0 {
 		t.Fatalf("the old allocation's cache is still there: %v", left)
 	}
