@@ -450,34 +450,36 @@ func TestZeroByteCacheFileIsRemovedByGCAndByTeardownAndNothingElse(t *testing.T)
 			t.Fatal(err)
 		}
 		serveHTTP(t, w, 8080, live.ID)
-		empty := filepath.Join(libcniResults, nw.cfg.NetworkName+"-rebooted-0-eth0")
 		cases := []struct {
-			name string
-			run  func() error
+			name, id string
+			run      func(id string) error
 		}{
-			{"GC with the live one live", func() error {
+			{"GC with the live one live", "rebooted-gc", func(id string) error {
 				report, err := c.GC(ctxFor(t, time.Minute), []string{live.ID})
-				if err == nil && strings.Join(report.IDs(), ",") != "rebooted-0" {
-					err = fmt.Errorf("GC reported %v, want only rebooted-0", report.Removed)
+				if err == nil && strings.Join(report.IDs(), ",") != id {
+					err = fmt.Errorf("GC reported %v, want only %s", report.Removed, id)
 				}
 				return err
 			}},
-			{"Teardown of the rebooted id", func() error {
-				return c.Teardown(ctxFor(t, time.Minute), &cninet.Allocation{ID: "rebooted-0"}, "/run/netns/rebooted-0")
+			{"Teardown of the rebooted id", "rebooted-td", func(id string) error {
+				return c.Teardown(ctxFor(t, time.Minute), &cninet.Allocation{ID: id}, "/run/netns/"+id)
 			}},
 		}
 		for _, tc := range cases {
-			before := snapshot(t)
-			if err := os.WriteFile(empty, nil, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if err := tc.run(); err != nil {
-				t.Fatalf("%s: %v", tc.name, err)
-			}
-			if d := diff(before, snapshot(t), nw.allowance()); len(d) > 0 {
-				t.Fatalf("%s changed more than the empty cache file, or left it:\n  %s", tc.name, strings.Join(d, "\n  "))
-			}
-			assertReachable(t, "after "+tc.name, livePort, live.ID, nw.gw4, nw.gw6)
+			t.Run(tc.name, func(t *testing.T) {
+				before := snapshot(t)
+				empty := filepath.Join(libcniResults, nw.cfg.NetworkName+"-"+tc.id+"-eth0")
+				if err := os.WriteFile(empty, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := tc.run(tc.id); err != nil {
+					t.Fatal(err)
+				}
+				if d := diff(before, snapshot(t), nw.allowance()); len(d) > 0 {
+					t.Fatalf("changed more than the empty cache file, or left it:\n  %s", strings.Join(d, "\n  "))
+				}
+				assertReachable(t, "afterwards", livePort, live.ID, nw.gw4, nw.gw6)
+			})
 		}
 		if err := c.Teardown(ctxFor(t, time.Minute), live, w.Path); err != nil {
 			t.Fatal(err)
