@@ -84,7 +84,7 @@ var howGone = []struct {
 }
 
 func TestBandwidthIfbDeviceIsGoneAfterTheWorkload(t *testing.T) {
-	for i, gone := range howGone {
+	for _, gone := range howGone {
 		t.Run(gone.name, func(t *testing.T) {
 			eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 				nw := newPluginNetwork(t,
@@ -94,7 +94,7 @@ func TestBandwidthIfbDeviceIsGoneAfterTheWorkload(t *testing.T) {
 				c := newConfigurator(t, set, nw.conf)
 				base := baseline(t)
 				w := netsandbox.NewWorkload(t)
-				alloc := &cninet.Allocation{ID: fmt.Sprintf("bw-%d", i)}
+				alloc := &cninet.Allocation{ID: "bw-" + nw.name}
 				if _, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
 					t.Fatal(err)
 				}
@@ -113,7 +113,7 @@ func TestBandwidthIfbDeviceIsGoneAfterTheWorkload(t *testing.T) {
 }
 
 func TestTuningBackupFileIsGoneAfterTheWorkload(t *testing.T) {
-	for i, gone := range howGone {
+	for _, gone := range howGone {
 		t.Run(gone.name, func(t *testing.T) {
 			eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 				nw := newPluginNetwork(t,
@@ -122,7 +122,7 @@ func TestTuningBackupFileIsGoneAfterTheWorkload(t *testing.T) {
 				c := newConfigurator(t, set, nw.conf)
 				base := baseline(t)
 				w := netsandbox.NewWorkload(t)
-				alloc := &cninet.Allocation{ID: fmt.Sprintf("tun-%d", i)}
+				alloc := &cninet.Allocation{ID: "tun-" + nw.name} // the backup file names no network
 				if _, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
 					t.Fatal(err)
 				}
@@ -141,7 +141,7 @@ func TestTuningBackupFileIsGoneAfterTheWorkload(t *testing.T) {
 }
 
 func TestPTPWithMasqueradeAndPortsLeavesNothing(t *testing.T) {
-	for i, gone := range howGone {
+	for _, gone := range howGone {
 		t.Run(gone.name, func(t *testing.T) {
 			eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 				ptp := map[string]any{"type": "ptp", "ipMasq": true}
@@ -155,7 +155,7 @@ func TestPTPWithMasqueradeAndPortsLeavesNothing(t *testing.T) {
 				base := baseline(t)
 				w := netsandbox.NewWorkload(t)
 				port := hostPort(nw.name, 0)
-				alloc := &cninet.Allocation{ID: fmt.Sprintf("ptp-%d", i), Ports: []cninet.Port{{Value: port, To: 8080}}}
+				alloc := &cninet.Allocation{ID: "ptp-" + nw.name, Ports: []cninet.Port{{Value: port, To: 8080}}}
 				if _, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
 					t.Fatal(err)
 				}
