@@ -279,6 +279,50 @@ func testRecycledAddress(t *testing.T, set netsandbox.PluginSet, remove removeOl
 	assertNoLeaks(t, base, nw.allowance())
 }
 
+// The same history the other way round: the new holder goes first. A
+// stale cache naming its address must not keep its rules alive: its
+// Teardown removes them, and a GC then collects the old cache.
+func TestRebootNewHolderTornDownFirstLeavesNothingOnceTheOldIsCollected(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		nw := newNetwork(t, set, true)
+		c := newConfigurator(t, set, nw.conf)
+		base := baseline(t)
+		oldPort, newPort := hostPort(nw.cfg.NetworkName, 0), hostPort(nw.cfg.NetworkName, 1)
+		wOld := netsandbox.NewWorkload(t)
+		old := &cninet.Allocation{ID: "old", Ports: []cninet.Port{{Value: oldPort, To: 8080}}}
+		if _, err := c.Setup(ctxFor(t, time.Minute), old, wOld.Path); err != nil {
+			t.Fatal(err)
+		}
+		oldCache := cacheFiles(t, nw.cfg.NetworkName, old.ID)
+		if err := c.Teardown(ctxFor(t, time.Minute), old, wOld.Path); err != nil {
+			t.Fatal(err)
+		}
+		wOld.Delete()
+		for path, data := range oldCache {
+			if err := os.WriteFile(path, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		emptyDir(t, filepath.Join(nw.cfg.IPAMDataDir, nw.cfg.NetworkName))
+		wNew := netsandbox.NewWorkload(t)
+		newAlloc := &cninet.Allocation{ID: "new", Ports: []cninet.Port{{Value: newPort, To: 8080}}}
+		st, err := c.Setup(ctxFor(t, time.Minute), newAlloc, wNew.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertForwardRules(t, "after new's Setup", addrsOf(st), 2)
+		if err := c.Teardown(ctxFor(t, time.Minute), newAlloc, wNew.Path); err != nil {
+			t.Fatal(err)
+		}
+		wNew.Delete()
+		assertForwardRules(t, "after new's Teardown", addrsOf(st), 0)
+		if _, err := c.GC(ctxFor(t, time.Minute), []string{}); err != nil {
+			t.Fatal(err)
+		}
+		assertNoLeaks(t, base, nw.allowance())
+	})
+}
+
 // diff is what changed between two snapshots, both ways, besides shared
 // infrastructure.
 func diff(before, after netsandbox.Snapshot, allow netsandbox.Allowance) []string {
