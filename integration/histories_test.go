@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -95,31 +94,6 @@ func cacheFiles(t *testing.T, network, id string) map[string][]byte {
 		t.Fatalf("no cached result of %s on %s", id, network)
 	}
 	return files
-}
-
-// ghostCache writes, for each network, a cached result of ghost that is
-// of's with only the id and the namespace changed: a dead attachment's
-// stale cache naming the address of (so the firewall plugin's DEL of the
-// ghost deletes of's rules), as after a reboot with IPAM on tmpfs.
-func ghostCache(t *testing.T, networks []string, of, ghost string) {
-	t.Helper()
-	for _, network := range networks {
-		for path, data := range cacheFiles(t, network, of) {
-			var cached map[string]any
-			if err := json.Unmarshal(data, &cached); err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-			cached["containerId"], cached["netns"] = ghost, "/run/netns/"+ghost // long gone
-			out, err := json.Marshal(cached)
-			if err != nil {
-				t.Fatal(err)
-			}
-			name := network + "-" + ghost + strings.TrimPrefix(filepath.Base(path), network+"-"+of)
-			if err := os.WriteFile(filepath.Join(libcniResults, name), out, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 }
 
 // emptyDir removes everything in dir, as a reboot empties a tmpfs.
@@ -208,6 +182,54 @@ func withoutMasqueradeOrPorts(t *testing.T, conf []byte) []byte {
 	return out
 }
 
+// reboot is the history both ways round start from: "old" set up and torn
+// down, its cache put back (it survived the reboot), host-local's
+// directory emptied (its tmpfs did not), and "new" set up on the same
+// address.
+type reboot struct {
+	old, new *cninet.Allocation
+	oldNetns string
+	newNS    *netsandbox.Workload
+	newAddrs []netip.Addr
+	newPort  int
+	ipamDir  string
+}
+
+func playReboot(t *testing.T, c *cninet.Configurator, nw network) reboot {
+	t.Helper()
+	r := reboot{ipamDir: filepath.Join(nw.cfg.IPAMDataDir, nw.cfg.NetworkName), newPort: hostPort(nw.cfg.NetworkName, 1)}
+	wOld := netsandbox.NewWorkload(t)
+	r.old = &cninet.Allocation{ID: "old", Ports: []cninet.Port{{Value: hostPort(nw.cfg.NetworkName, 0), To: 8080}}}
+	stOld, err := c.Setup(ctxFor(t, time.Minute), r.old, wOld.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldCache := cacheFiles(t, nw.cfg.NetworkName, r.old.ID)
+	if err := c.Teardown(ctxFor(t, time.Minute), r.old, wOld.Path); err != nil {
+		t.Fatal(err)
+	}
+	wOld.Delete()
+	r.oldNetns = wOld.Path
+	for path, data := range oldCache {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	emptyDir(t, r.ipamDir)
+	r.newNS = netsandbox.NewWorkload(t)
+	r.new = &cninet.Allocation{ID: "new", Ports: []cninet.Port{{Value: r.newPort, To: 8080}}}
+	stNew, err := c.Setup(ctxFor(t, time.Minute), r.new, r.newNS.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stNew.Address != stOld.Address || stNew.AddressIPv6 != stOld.AddressIPv6 {
+		t.Fatalf("new got %s and %s, old had %s and %s: the history needs the same address",
+			stNew.Address, stNew.AddressIPv6, stOld.Address, stOld.AddressIPv6)
+	}
+	r.newAddrs = addrsOf(stNew)
+	return r
+}
+
 // testRecycledAddress plays the reboot history; onlyCache leaves new's
 // cached result as the only proof of its address: no reservation, no
 // masquerade or port rule.
@@ -218,64 +240,33 @@ func testRecycledAddress(t *testing.T, set netsandbox.PluginSet, remove removeOl
 	}
 	c := newConfigurator(t, set, nw.conf)
 	base := baseline(t)
-	ipamDir := filepath.Join(nw.cfg.IPAMDataDir, nw.cfg.NetworkName)
-
-	wOld := netsandbox.NewWorkload(t)
-	oldPort, newPort := hostPort(nw.cfg.NetworkName, 0), hostPort(nw.cfg.NetworkName, 1)
-	old := &cninet.Allocation{ID: "old", Ports: []cninet.Port{{Value: oldPort, To: 8080}}}
-	stOld, err := c.Setup(ctxFor(t, time.Minute), old, wOld.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	oldCache := cacheFiles(t, nw.cfg.NetworkName, old.ID)
-	if err := c.Teardown(ctxFor(t, time.Minute), old, wOld.Path); err != nil {
-		t.Fatal(err)
-	}
-	wOld.Delete()
-	// The reboot: libcni's cache survives, host-local's tmpfs does not.
-	for path, data := range oldCache {
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	emptyDir(t, ipamDir)
-
-	wNew := netsandbox.NewWorkload(t)
-	newAlloc := &cninet.Allocation{ID: "new", Ports: []cninet.Port{{Value: newPort, To: 8080}}}
-	stNew, err := c.Setup(ctxFor(t, time.Minute), newAlloc, wNew.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stNew.Address != stOld.Address || stNew.AddressIPv6 != stOld.AddressIPv6 {
-		t.Fatalf("new got %s and %s, old had %s and %s: the history needs the same address",
-			stNew.Address, stNew.AddressIPv6, stOld.Address, stOld.AddressIPv6)
-	}
-	reach := func(when string) { assertReachable(t, when, newPort, "new", nw.gw4, nw.gw6) }
+	r := playReboot(t, c, nw)
+	reach := func(when string) { assertReachable(t, when, r.newPort, "new", nw.gw4, nw.gw6) }
 	if onlyCache {
-		reach = func(when string) { assertReachable(t, when, 8080, "new", addrsOf(stNew)...) }
-		for _, a := range addrsOf(stNew) {
-			if err := os.Remove(filepath.Join(ipamDir, a.String())); err != nil {
+		reach = func(when string) { assertReachable(t, when, 8080, "new", r.newAddrs...) }
+		for _, a := range r.newAddrs {
+			if err := os.Remove(filepath.Join(r.ipamDir, a.String())); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	serveHTTP(t, wNew, 8080, "new")
-	assertForwardRules(t, "before the old allocation is removed", addrsOf(stNew), 2)
+	serveHTTP(t, r.newNS, 8080, "new")
+	assertForwardRules(t, "before the old allocation is removed", r.newAddrs, 2)
 	reach("before the old allocation is removed")
 
-	if err := remove(ctxFor(t, time.Minute), c, old, wOld.Path); err != nil {
+	if err := remove(ctxFor(t, time.Minute), c, r.old, r.oldNetns); err != nil {
 		t.Fatal(err)
 	}
-	assertForwardRules(t, "after the old allocation is removed", addrsOf(stNew), 2)
+	assertForwardRules(t, "after the old allocation is removed", r.newAddrs, 2)
 	reach("after the old allocation is removed")
 	if left, _ := filepath.Glob(filepath.Join(libcniResults, nw.cfg.NetworkName+"-old-*")); len(left) > 0 {
 		t.Fatalf("the old allocation's cache is still there: %v", left)
 	}
 
-	if err := c.Teardown(ctxFor(t, time.Minute), newAlloc, wNew.Path); err != nil {
+	if err := c.Teardown(ctxFor(t, time.Minute), r.new, r.newNS.Path); err != nil {
 		t.Fatal(err)
 	}
-	wNew.Delete()
+	r.newNS.Delete()
 	assertNoLeaks(t, base, nw.allowance())
 }
 
@@ -287,35 +278,13 @@ func TestRebootNewHolderTornDownFirstLeavesNothingOnceTheOldIsCollected(t *testi
 		nw := newNetwork(t, set, true)
 		c := newConfigurator(t, set, nw.conf)
 		base := baseline(t)
-		oldPort, newPort := hostPort(nw.cfg.NetworkName, 0), hostPort(nw.cfg.NetworkName, 1)
-		wOld := netsandbox.NewWorkload(t)
-		old := &cninet.Allocation{ID: "old", Ports: []cninet.Port{{Value: oldPort, To: 8080}}}
-		if _, err := c.Setup(ctxFor(t, time.Minute), old, wOld.Path); err != nil {
+		r := playReboot(t, c, nw)
+		assertForwardRules(t, "after new's Setup", r.newAddrs, 2)
+		if err := c.Teardown(ctxFor(t, time.Minute), r.new, r.newNS.Path); err != nil {
 			t.Fatal(err)
 		}
-		oldCache := cacheFiles(t, nw.cfg.NetworkName, old.ID)
-		if err := c.Teardown(ctxFor(t, time.Minute), old, wOld.Path); err != nil {
-			t.Fatal(err)
-		}
-		wOld.Delete()
-		for path, data := range oldCache {
-			if err := os.WriteFile(path, data, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-		emptyDir(t, filepath.Join(nw.cfg.IPAMDataDir, nw.cfg.NetworkName))
-		wNew := netsandbox.NewWorkload(t)
-		newAlloc := &cninet.Allocation{ID: "new", Ports: []cninet.Port{{Value: newPort, To: 8080}}}
-		st, err := c.Setup(ctxFor(t, time.Minute), newAlloc, wNew.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		assertForwardRules(t, "after new's Setup", addrsOf(st), 2)
-		if err := c.Teardown(ctxFor(t, time.Minute), newAlloc, wNew.Path); err != nil {
-			t.Fatal(err)
-		}
-		wNew.Delete()
-		assertForwardRules(t, "after new's Teardown", addrsOf(st), 0)
+		r.newNS.Delete()
+		assertForwardRules(t, "after new's Teardown", r.newAddrs, 0)
 		if _, err := c.GC(ctxFor(t, time.Minute), []string{}); err != nil {
 			t.Fatal(err)
 		}
@@ -363,172 +332,4 @@ func hostPort(network string, i int) int {
 		panic(err)
 	}
 	return 28400 + 10*n + i
-}
-
-// GC and Teardowns run at once, round after round, on workloads that
-// join two networks (portmap's nftables DEL removes the id's rules on
-// both), next to dead ids whose stale caches name the addresses of the
-// live and the leaving workloads (so libcni's GC takes their firewall
-// rules), with a live set that excludes the leaving ones or, taken before
-// they stopped, still names some of them: each round leaves the host exactly as it found it — the live
-// workloads intact and reachable, nothing of the departed ones, none of
-// their rules added back.
-func TestGCConcurrentWithTeardownsKeepsTheLiveAndAddsNothingBack(t *testing.T) {
-	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
-		first, second := twoNetworks(t, set)
-		c := newMultiConfigurator(t, set, first.conf, [][]byte{second.conf}, cninet.RetryPolicy{})
-		allow := allowBoth(first, second)
-		names := []string{first.cfg.NetworkName, second.cfg.NetworkName}
-		port := func(i int) int { return hostPort(first.cfg.NetworkName, i) }
-		base := baseline(t)
-		const nLive, nLeaving, nDead, rounds = 2, 3, 1, 3
-		var liveIDs []string
-		var liveAddrs []netip.Addr
-		liveWorkloads := map[string]*netsandbox.Workload{}
-		liveAlloc := func(i int) *cninet.Allocation {
-			return &cninet.Allocation{ID: fmt.Sprintf("live-%d", i), NetworkNames: names, Ports: []cninet.Port{{Value: port(i), To: 8080}}}
-		}
-		for i := 0; i < nLive; i++ {
-			alloc, w := liveAlloc(i), netsandbox.NewWorkload(t)
-			st, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			serveHTTP(t, w, 8080, alloc.ID)
-			liveIDs = append(liveIDs, alloc.ID)
-			for _, n := range st.Networks {
-				liveAddrs = append(liveAddrs, n.Address)
-			}
-			liveWorkloads[alloc.ID] = w
-		}
-		for r := 0; r < rounds; r++ {
-			roundBase := snapshot(t)
-			var leaving []*cninet.Allocation
-			leavingNS := map[string]*netsandbox.Workload{}
-			for i := 0; i < nLeaving+nDead; i++ {
-				alloc := &cninet.Allocation{ID: fmt.Sprintf("r%d-%d", r, i), NetworkNames: names, Ports: []cninet.Port{{Value: port(nLive + i), To: 8080}}}
-				w := netsandbox.NewWorkload(t)
-				if _, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
-					t.Fatal(err)
-				}
-				switch {
-				case i == 0: // the leak-prone way: the namespace goes first
-					w.Delete()
-					fallthrough
-				case i < nLeaving:
-					leaving = append(leaving, alloc)
-					leavingNS[alloc.ID] = w
-				default:
-					w.Delete() // dead: its runner is gone and never tears it down
-				}
-			}
-			// Stale caches of dead ids naming the addresses of a live
-			// workload and of the leaving ones.
-			ghostCache(t, names, liveIDs[r%nLive], fmt.Sprintf("ghost-%d-live", r))
-			for _, alloc := range leaving {
-				ghostCache(t, names, alloc.ID, "ghost-"+alloc.ID)
-			}
-			// The runner's live list may be older than its last stops:
-			// some leaving ids are still in it.
-			gcLive := slices.Clone(liveIDs)
-			for i := 1; i < len(leaving); i += 2 {
-				gcLive = append(gcLive, leaving[i].ID)
-			}
-			var wg sync.WaitGroup
-			errs := make(chan error, nLeaving+1)
-			for i, alloc := range leaving {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					time.Sleep(time.Duration(i*r) * 15 * time.Millisecond) // vary the interleaving
-					if err := c.Teardown(ctxFor(t, time.Minute), alloc, leavingNS[alloc.ID].Path); err != nil {
-						errs <- fmt.Errorf("teardown %s: %w", alloc.ID, err)
-					}
-				}()
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if _, err := c.GC(ctxFor(t, time.Minute), gcLive); err != nil {
-					errs <- fmt.Errorf("GC: %w", err)
-				}
-			}()
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatalf("round %d: %v", r, err)
-			}
-			for _, w := range leavingNS {
-				w.Delete()
-			}
-			if d := settled(func() []string { return diff(roundBase, snapshot(t), allow) }); len(d) > 0 {
-				t.Fatalf("round %d changed the host:\n  %s", r, strings.Join(d, "\n  "))
-			}
-			assertForwardRules(t, fmt.Sprintf("round %d", r), liveAddrs, 2)
-			for i, id := range liveIDs {
-				assertReachable(t, fmt.Sprintf("round %d", r), port(i), id, first.gw4, second.gw4)
-			}
-		}
-		for i, id := range liveIDs {
-			if err := c.Teardown(ctxFor(t, time.Minute), liveAlloc(i), liveWorkloads[id].Path); err != nil {
-				t.Fatal(err)
-			}
-			liveWorkloads[id].Delete()
-		}
-		assertNoLeaks(t, base, allow)
-	})
-}
-
-// A reboot during ADD leaves libcni a zero-byte cache file (see
-// containernetworking/cni#1055). GC removes it and nothing else; so does
-// a Teardown of its id.
-func TestZeroByteCacheFileIsRemovedByGCAndByTeardownAndNothingElse(t *testing.T) {
-	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
-		nw := newNetwork(t, set, true)
-		c := newConfigurator(t, set, nw.conf)
-		base := baseline(t)
-		w := netsandbox.NewWorkload(t)
-		livePort := hostPort(nw.cfg.NetworkName, 0)
-		live := &cninet.Allocation{ID: "live-0", Ports: []cninet.Port{{Value: livePort, To: 8080}}}
-		if _, err := c.Setup(ctxFor(t, time.Minute), live, w.Path); err != nil {
-			t.Fatal(err)
-		}
-		serveHTTP(t, w, 8080, live.ID)
-		cases := []struct {
-			name, id string
-			run      func(id string) error
-		}{
-			{"GC with the live one live", "rebooted-gc", func(id string) error {
-				report, err := c.GC(ctxFor(t, time.Minute), []string{live.ID})
-				if err == nil && strings.Join(report.IDs(), ",") != id {
-					err = fmt.Errorf("GC reported %v, want only %s", report.Removed, id)
-				}
-				return err
-			}},
-			{"Teardown of the rebooted id", "rebooted-td", func(id string) error {
-				return c.Teardown(ctxFor(t, time.Minute), &cninet.Allocation{ID: id}, "/run/netns/"+id)
-			}},
-		}
-		for _, tc := range cases {
-			t.Run(tc.name, func(t *testing.T) {
-				before := snapshot(t)
-				empty := filepath.Join(libcniResults, nw.cfg.NetworkName+"-"+tc.id+"-eth0")
-				if err := os.WriteFile(empty, nil, 0o600); err != nil {
-					t.Fatal(err)
-				}
-				if err := tc.run(tc.id); err != nil {
-					t.Fatal(err)
-				}
-				if d := diff(before, snapshot(t), nw.allowance()); len(d) > 0 {
-					t.Fatalf("changed more than the empty cache file, or left it:\n  %s", strings.Join(d, "\n  "))
-				}
-				assertReachable(t, "afterwards", livePort, live.ID, nw.gw4, nw.gw6)
-			})
-		}
-		if err := c.Teardown(ctxFor(t, time.Minute), live, w.Path); err != nil {
-			t.Fatal(err)
-		}
-		w.Delete()
-		assertNoLeaks(t, base, nw.allowance())
-	})
 }
