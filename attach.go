@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -17,13 +18,18 @@ import (
 // Setup attaches the network namespace at netns to the networks the
 // allocation names (Allocation.NetworkNames, in order, as <prefix>0,
 // <prefix>1, …), or to the default network, and returns the workload's
-// addresses. A failed ADD is retried per the RetryPolicy with a DEL in
-// between (host-local refuses a second ADD for the same id). Setup is all
-// or nothing: after a network's last failure, or when ctx is done, or when
-// a result has no usable address, that network and every one attached
-// before it are torn down again (DEL and force cleanup, in reverse order)
-// before Setup returns, and the error names the network that failed. An
-// unknown network is an ErrNetworkNotFound error before any plugin runs.
+// addresses. The networks attach concurrently, each with its own retry
+// loop: a failed ADD is retried per the RetryPolicy with a DEL in between
+// (host-local refuses a second ADD for the same id). Interface names and
+// NetworkStatus.Networks follow the allocation's order whatever order the
+// plugins finish in. Setup is all or nothing: when a network fails for
+// good, or ctx is done, or a result has no usable address, the other
+// networks' ADDs are cancelled, Setup waits for every one of them, and
+// then detaches every network of the allocation (DEL and force cleanup,
+// also of a network whose ADD was cut short) before it returns; the error
+// joins one ErrSetupFailed error per network that failed, each naming its
+// network. An unknown network is an ErrNetworkNotFound error before any
+// plugin runs.
 func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (*NetworkStatus, error) {
 	att, err := newAttachment(alloc, c.ignoreHostIP)
 	if err != nil {
@@ -42,16 +48,62 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 			return nil, err
 		}
 	}
+	return c.attachAll(ctx, att, netns, nets)
+}
+
+// attachAll attaches nets concurrently, all or nothing (see Setup), and
+// returns their statuses in the order of nets. One network attaches
+// without a goroutine.
+func (c *Configurator) attachAll(ctx context.Context, att attachment, netns string, nets []netAttachment) (*NetworkStatus, error) {
+	sts := make([]*NetworkStatus, len(nets))
+	errs := make([]error, len(nets))
+	if len(nets) == 1 {
+		sts[0], errs[0] = c.attach(ctx, att, nets[0], netns)
+	} else {
+		attachCtx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for i, n := range nets {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if sts[i], errs[i] = c.attach(attachCtx, att, n, netns); errs[i] != nil {
+					cancel() // the others' ADDs are pointless now: all or nothing
+				}
+			}()
+		}
+		wg.Wait() // nothing may still be adding when the rollback runs
+		cancel()
+	}
+	if failed := setupFailures(ctx, errs); failed != nil {
+		c.rollback(att, netns, nets)
+		return nil, failed
+	}
 	status := &NetworkStatus{}
 	for i, n := range nets {
-		st, err := c.attach(ctx, att, n, netns)
-		if err != nil {
-			c.rollback(att, netns, nets[:i+1])
-			return nil, err
-		}
-		status.add(n.name(), st)
+		status.add(n.name(), sts[i])
 	}
 	return status, nil
+}
+
+// setupFailures joins the errors of the networks that failed, in the
+// allocation's order. A network whose ADD was only cancelled because
+// another one failed did not fail itself and is left out, unless the
+// caller's ctx is done: then that is every network's failure.
+func setupFailures(ctx context.Context, errs []error) error {
+	var failed, cancelled []error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, context.Canceled) && ctx.Err() == nil:
+			cancelled = append(cancelled, err)
+		default:
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) == 0 {
+		failed = cancelled // cannot happen unless a plugin itself returned context.Canceled
+	}
+	return joinErrors(failed)
 }
 
 // attach adds one network, with retries, and reads its status.
@@ -62,7 +114,7 @@ func (c *Configurator) attach(ctx context.Context, att attachment, n netAttachme
 	}
 	st, err := StatusFromResult(res)
 	if err != nil {
-		return nil, fmt.Errorf("setup of allocation %s in network %q: %w", att.id, n.name(), err)
+		return nil, fmt.Errorf("%w: allocation %s in network %q: %w", ErrSetupFailed, att.id, n.name(), err)
 	}
 	return st, nil
 }
@@ -131,53 +183,95 @@ func (c *Configurator) checkPluginsIn(conf loadedConf) error {
 	return nil
 }
 
-// rollback removes what a failed Setup attached, the last network first.
-// It runs on its own deadline: the caller's context may be the very reason
-// Setup failed.
+// rollback removes what a failed Setup attached: every network of the
+// allocation, the ones that failed and the ones cancelled halfway
+// included (DEL is idempotent). It runs on its own deadline: the caller's
+// context may be the very reason Setup failed.
 func (c *Configurator) rollback(att attachment, netns string, nets []netAttachment) {
 	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
 	defer cancel()
-	if err := c.detachAll(ctx, att, netns, nets); err != nil {
+	members := make([]member, len(nets))
+	for i, n := range nets {
+		members[i] = member{n: n, att: att}
+	}
+	if err := c.detachAll(ctx, netns, members); err != nil {
 		c.logger.Error("rollback of failed setup incomplete", "alloc_id", att.id, "error", err)
 	}
 }
 
 const rollbackTimeout = 30 * time.Second
 
-// Teardown detaches the namespace from every network the allocation joined
-// (the same Allocation as Setup's), the last one first, and removes
-// whatever the plugins left: per network, DEL with the same port mappings
-// and args as Setup, then, whatever DEL returned, a force cleanup of
-// everything the plugins are known to leave (iptables and ip6tables rules
-// and chains, nftables rules, IPAM reservations, the cached result), by
-// the ownership rule of internal/footprint. Its cost follows what one
-// attachment can own, not the size of the host's ruleset. One network's
-// failure does not stop the others; the error joins each network's. It is
-// idempotent: tearing down twice, or tearing down what was never set up,
-// returns nil. netns may be empty or already deleted.
+// Teardown detaches the namespace from every network the allocation is
+// attached to: the networks it names (the same Allocation as Setup's) and
+// every other network of this Configurator that libcni's cache knows an
+// attachment of its ID in (networks added with Connect, even when the
+// Allocation no longer names them). It removes whatever the plugins left:
+// per network, DEL with the same port mappings and args as Setup (for a
+// network only the cache knows, those it was attached with), then,
+// whatever DEL returned, a force cleanup of everything the plugins are
+// known to leave (iptables and ip6tables rules and chains, nftables
+// rules, IPAM reservations, the cached result), by the ownership rule of
+// internal/footprint. Its cost follows what one attachment can own, not
+// the size of the host's ruleset. Networks are detached concurrently,
+// except those whose portmap uses its nftables backend, which are
+// detached one after another (see detachAll). One network's failure does
+// not stop the others; the error joins each network's, the last network
+// first. It is idempotent: tearing down twice, or tearing down what was
+// never set up, returns nil. netns may be empty or already deleted.
 func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) error {
 	att, err := newAttachment(alloc, c.ignoreHostIP)
 	if err != nil {
 		return err
 	}
 	defer c.enter(att.id)()
-	nets, err := c.networksOf(alloc, true)
+	members, err := c.membersOf(alloc, att, true)
 	if err != nil {
 		return err
 	}
-	return c.detachAll(ctx, att, netns, nets)
+	return c.detachAll(ctx, netns, members)
 }
 
-// detachAll detaches nets in reverse order; one network's failure does not
-// stop the others.
-func (c *Configurator) detachAll(ctx context.Context, att attachment, netns string, nets []netAttachment) error {
-	var errs []error
-	for i := len(nets) - 1; i >= 0; i-- {
-		if err := c.detach(ctx, att, netns, nets[i]); err != nil {
-			errs = append(errs, err)
+// detachAll detaches members; one network's failure does not stop the
+// others, and the errors are joined the last network first.
+//
+// Networks are detached concurrently, except those whose portmap uses
+// its nftables backend: those one after another, the last first. That
+// portmap's DEL deletes every hostport rule carrying the container id, in
+// every network, and the cleaner of the network being detached then adds
+// back what the other networks of the same id still hold. Run
+// concurrently, one network's cleaner could add back a rule of a network
+// whose own detach has already finished, and leak it; run one after
+// another, each cleaner sees the others either fully attached or fully
+// gone. Every other plugin's DEL and cleanup touches only state named
+// after its own network or proven by its own addresses, so those run in
+// parallel with each other and with the nftables ones.
+func (c *Configurator) detachAll(ctx context.Context, netns string, members []member) error {
+	errs := make([]error, len(members))
+	detachOne := func(i int) { errs[i] = c.detach(ctx, members[i].att, netns, members[i].n) }
+	var serial []int
+	var wg sync.WaitGroup
+	for i := len(members) - 1; i >= 0; i-- {
+		switch {
+		case members[i].n.conf.info.hostportNFT:
+			serial = append(serial, i)
+		case len(members) == 1:
+			detachOne(i)
+		default:
+			wg.Add(1)
+			go func() { defer wg.Done(); detachOne(i) }()
 		}
 	}
-	return joinErrors(errs)
+	for _, i := range serial {
+		detachOne(i)
+	}
+	wg.Wait()
+	var failed []error
+	for i := len(errs) - 1; i >= 0; i-- {
+		if errs[i] != nil {
+			failed = append(failed, errs[i])
+		}
+	}
+	return joinErrors(failed)
 }
 
 // joinErrors is errors.Join that returns a lone error as it is.

@@ -32,6 +32,10 @@ var (
 	ErrPluginMissing = errors.New("cni plugin missing")
 	// ErrSetupFailed: every Setup attempt failed; the attachment was rolled back.
 	ErrSetupFailed = errors.New("network setup failed")
+	// ErrAlreadyAttached: Connect was asked for a network the workload is
+	// already attached to (the error names its interface). Nothing on the
+	// host was changed.
+	ErrAlreadyAttached = errors.New("network already attached")
 	// ErrNoAddress: the CNI result names no usable IP address.
 	ErrNoAddress = errors.New("no address in cni result")
 	// ErrCheckFailed: CNI CHECK reported the attachment unhealthy; the runner

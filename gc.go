@@ -146,15 +146,23 @@ func (c *Configurator) gcCached(ctx context.Context, nets []loadedConf, ifNames 
 	c.gate.Lock()
 	defer c.gate.Unlock()
 	lib := c.lib
+	before, _ := lib.GetCachedAttachments("")
 	valid := []types.GCAttachment{}
-	for _, ids := range []map[string]bool{live, c.gc.protectedIDs()} {
+	protected := c.gc.protectedIDs()
+	for _, ids := range []map[string]bool{live, protected} {
 		for id := range ids {
 			for _, ifName := range ifNames {
 				valid = append(valid, types.GCAttachment{ContainerID: id, IfName: ifName})
 			}
 		}
 	}
-	before, _ := lib.GetCachedAttachments("")
+	for _, a := range before {
+		// Connect gives the lowest free name, which can lie beyond ifNames
+		// when networks that a Reload dropped still hold lower ones.
+		if (live[a.ContainerID] || protected[a.ContainerID]) && !slices.Contains(ifNames, a.IfName) {
+			valid = append(valid, types.GCAttachment{ContainerID: a.ContainerID, IfName: a.IfName})
+		}
+	}
 	names := map[string]bool{}
 	var errs []error
 	for _, conf := range nets {
