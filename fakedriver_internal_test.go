@@ -151,4 +151,3 @@ func (f *fakeDriver) log() string {
 	}
 	return strings.Join(s, ", ")
 }
-

@@ -111,7 +111,7 @@ func TestSetupJoinsTheNamedNetworksInOrderOneInterfaceEach(t *testing.T) {
 	cases := []struct {
 		name     string
 		networks []string
-		cni      string // the fake go-cni's verbs
+		cni      string              // the fake go-cni's verbs
 		driver   string              // sorted: the networks attach concurrently
 		want     []NetworkAttachment // Network and InterfaceName only
 	}{
