@@ -51,29 +51,26 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 	return c.attachAll(ctx, att, netns, nets)
 }
 
-// attachAll attaches nets concurrently, all or nothing (see Setup), and
-// returns their statuses in the order of nets. One network attaches
-// without a goroutine.
+// attachAll attaches nets concurrently (see byBackend), all or nothing
+// (see Setup), and returns their statuses in the order of nets.
 func (c *Configurator) attachAll(ctx context.Context, att attachment, netns string, nets []netAttachment) (*NetworkStatus, error) {
 	sts := make([]*NetworkStatus, len(nets))
 	errs := make([]error, len(nets))
-	if len(nets) == 1 {
-		sts[0], errs[0] = c.attach(ctx, att, nets[0], netns)
-	} else {
-		attachCtx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		for i, n := range nets {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if sts[i], errs[i] = c.attach(attachCtx, att, n, netns); errs[i] != nil {
-					cancel() // the others' ADDs are pointless now: all or nothing
-				}
-			}()
-		}
-		wg.Wait() // nothing may still be adding when the rollback runs
-		cancel()
+	attachCtx, cancel := context.WithCancel(ctx)
+	order := make([]int, len(nets))
+	for i := range nets {
+		order[i] = i
 	}
+	byBackend(nets, order, func(i int) {
+		if err := attachCtx.Err(); err != nil { // another network failed before this one's turn
+			errs[i] = fmt.Errorf("%w: allocation %s in network %q: not attempted: %w", ErrSetupFailed, att.id, nets[i].name(), err)
+			return
+		}
+		if sts[i], errs[i] = c.attach(attachCtx, att, nets[i], netns); errs[i] != nil {
+			cancel() // the others' ADDs are pointless now: all or nothing
+		}
+	})
+	cancel() // byBackend returned: nothing is still adding when the rollback runs
 	if failed := setupFailures(ctx, errs); failed != nil {
 		c.rollback(att, netns, nets)
 		return nil, failed
@@ -83,6 +80,42 @@ func (c *Configurator) attachAll(ctx context.Context, att attachment, netns stri
 		status.add(n.name(), sts[i])
 	}
 	return status, nil
+}
+
+// byBackend runs fn(i) for each i of order and returns when all have
+// returned: concurrently, except for the networks whose portmap uses its
+// nftables backend, which run one after another, in order, on the calling
+// goroutine. That portmap's DEL deletes every hostport rule carrying the
+// container id, in every network, and the cleaner after it adds back what
+// the id's other networks hold at that moment: a DEL (a retry's, a
+// rollback's, a Teardown's) next to another such network's ADD or detach
+// could take a rule the cleaner never saw, or add one back after its own
+// network's detach had finished. Every other plugin's DEL and cleanup
+// touches only state named after its own network or proven by its own
+// addresses, so those run in parallel with each other and with the
+// nftables ones. A single network runs without a goroutine.
+func byBackend(nets []netAttachment, order []int, fn func(i int)) {
+	if len(order) == 1 {
+		fn(order[0])
+		return
+	}
+	var wg sync.WaitGroup
+	var serial []int
+	for _, i := range order {
+		if nets[i].conf.info.hostportNFT {
+			serial = append(serial, i)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(i)
+		}()
+	}
+	for _, i := range serial {
+		fn(i)
+	}
+	wg.Wait()
 }
 
 // setupFailures joins the errors of the networks that failed, in the
@@ -214,7 +247,7 @@ const rollbackTimeout = 30 * time.Second
 // internal/footprint. Its cost follows what one attachment can own, not
 // the size of the host's ruleset. Networks are detached concurrently,
 // except those whose portmap uses its nftables backend, which are
-// detached one after another (see detachAll). One network's failure does
+// detached one after another (see byBackend). One network's failure does
 // not stop the others; the error joins each network's, the last network
 // first. It is idempotent: tearing down twice, or tearing down what was
 // never set up, returns nil. netns may be empty or already deleted.
@@ -231,42 +264,19 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 	return c.detachAll(ctx, netns, members)
 }
 
-// detachAll detaches members; one network's failure does not stop the
-// others, and the errors are joined the last network first.
-//
-// Networks are detached concurrently, except those whose portmap uses
-// its nftables backend: those one after another, the last first. That
-// portmap's DEL deletes every hostport rule carrying the container id, in
-// every network, and the cleaner of the network being detached then adds
-// back what the other networks of the same id still hold. Run
-// concurrently, one network's cleaner could add back a rule of a network
-// whose own detach has already finished, and leak it; run one after
-// another, each cleaner sees the others either fully attached or fully
-// gone. Every other plugin's DEL and cleanup touches only state named
-// after its own network or proven by its own addresses, so those run in
-// parallel with each other and with the nftables ones.
+// detachAll detaches members, concurrently except where byBackend says
+// why not, the last network's turn first; one network's failure does not
+// stop the others, and the errors are joined the last network first.
 func (c *Configurator) detachAll(ctx context.Context, netns string, members []member) error {
 	errs := make([]error, len(members))
-	detachOne := func(i int) { errs[i] = c.detach(ctx, members[i].att, netns, members[i].n) }
-	var serial []int
-	var wg sync.WaitGroup
-	for i := len(members) - 1; i >= 0; i-- {
-		switch {
-		case members[i].n.conf.info.hostportNFT:
-			serial = append(serial, i)
-		case len(members) == 1:
-			detachOne(i)
-		default:
-			wg.Add(1)
-			go func() { defer wg.Done(); detachOne(i) }()
-		}
+	nets := make([]netAttachment, len(members))
+	order := make([]int, len(members))
+	for i, m := range members {
+		nets[i], order[len(members)-1-i] = m.n, i
 	}
-	for _, i := range serial {
-		detachOne(i)
-	}
-	wg.Wait()
+	byBackend(nets, order, func(i int) { errs[i] = c.detach(ctx, members[i].att, netns, members[i].n) })
 	var failed []error
-	for i := len(errs) - 1; i >= 0; i-- {
+	for _, i := range order {
 		if errs[i] != nil {
 			failed = append(failed, errs[i])
 		}

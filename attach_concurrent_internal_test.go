@@ -164,12 +164,9 @@ func (r recordingDels) del(ctx context.Context, att attachment, n netAttachment,
 	return r.fakeDriver.del(ctx, att, n, netns)
 }
 
-func TestTeardownDetachesNFTablesPortmapNetworksOneAfterAnother(t *testing.T) {
+func TestNFTablesPortmapNetworksAttachAndDetachOneAfterAnother(t *testing.T) {
 	f := newMultiFixture(t, quickRetry)
 	alloc := &Allocation{ID: "w", NetworkNames: []string{"b", "c", "a"}}
-	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
-		t.Fatal(err)
-	}
 	f.c.mu.Lock()
 	for _, name := range []string{"a", "b"} { // as if their portmap had "backend": "nftables"
 		conf := f.c.nets.byName[name]
@@ -178,28 +175,38 @@ func TestTeardownDetachesNFTablesPortmapNetworksOneAfterAnother(t *testing.T) {
 	}
 	f.c.mu.Unlock()
 	var mu sync.Mutex
-	inside, overlapped := 0, false
-	f.c.driver = slowDels{f.drv, func(n netAttachment, enter bool) {
+	inside, overlapped := map[string]int{}, map[string]bool{}
+	note := func(verb string, n netAttachment, enter bool) {
 		if !n.conf.info.hostportNFT {
 			return
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		if enter {
-			inside++
-			overlapped = overlapped || inside > 1
+			inside[verb]++
+			overlapped[verb] = overlapped[verb] || inside[verb] > 1
 		} else {
-			inside--
+			inside[verb]--
 		}
-	}}
+	}
+	f.drv.addHook = func(_ context.Context, n netAttachment) error {
+		note("ADD", n, true)
+		time.Sleep(10 * time.Millisecond)
+		note("ADD", n, false)
+		return nil
+	}
+	f.c.driver = slowDels{f.drv, func(n netAttachment, enter bool) { note("DEL", n, enter) }}
+	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.c.Teardown(context.Background(), alloc, "/x"); err != nil {
 		t.Fatal(err)
 	}
-	if overlapped {
-		t.Fatal("two networks whose portmap uses nftables were detached at the same time")
+	if overlapped["ADD"] || overlapped["DEL"] {
+		t.Fatalf("two networks whose portmap uses nftables ran at the same time: %v", overlapped)
 	}
 	if got := f.drv.byNetwork(); got["a"] != "ADD eth2, DEL eth2" || got["b"] != "ADD eth0, DEL eth0" || got["c"] != "ADD eth1, DEL eth1" {
-		t.Fatalf("driver calls %v: want every network detached once", got)
+		t.Fatalf("driver calls %v: want every network attached and detached once", got)
 	}
 }
 
