@@ -70,8 +70,9 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 // Disconnecting a network the workload is not attached to returns nil,
 // as Teardown does for what was never set up; a network this
 // Configurator does not know at all is an ErrNetworkNotFound error.
-// Pass the same Allocation afterwards: Teardown then finds nothing more to
-// do in the disconnected network.
+// After disconnecting a network the Allocation names, drop it from
+// NetworkNames before calling Check or Connect again (they take a named
+// network for attached); Teardown does not mind either way.
 func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, network, netns string) error {
 	att, err := newAttachment(alloc, c.ignoreHostIP)
 	if err != nil {
@@ -167,7 +168,12 @@ func (c *Configurator) cachedOnly(att attachment, byNetwork map[string][]*libcni
 			members = append(members, member{n: netAttachment{conf: conf, ifName: a.IfName}, att: cachedAttachment(att, a)})
 		}
 	}
-	slices.SortFunc(members, func(a, b member) int { return c.ifIndex(a.n.ifName) - c.ifIndex(b.n.ifName) })
+	slices.SortFunc(members, func(a, b member) int {
+		if d := c.ifIndex(a.n.ifName) - c.ifIndex(b.n.ifName); d != 0 {
+			return d
+		}
+		return strings.Compare(a.n.name(), b.n.name())
+	})
 	return members
 }
 
