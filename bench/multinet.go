@@ -192,7 +192,7 @@ func multiCycle(c *cninet.Configurator, raw gocni.CNI, useLib bool, id string, p
 
 func (r *report) multiSection(w writer) {
 	w("## 7. Several networks: one workload on N networks\n\n")
-	w("cninet `Setup`+`Teardown` of one workload on N default-bridge networks (each its own bridge and subnet, the same port mapping and args) vs. go-cni loaded with the same N conflists, `Setup`+`Remove`. Both attach the networks concurrently; go-cni removes them one after another, cninet detaches them concurrently (networks whose portmap uses nftables one after another, see `detachAll` in `attach.go`). Warm-up cycle, then interleaved cycles; `-multinet-n` cycles per contender and N.\n\n")
+	w("cninet `Setup`+`Teardown` of one workload on N default-bridge networks (each its own bridge and subnet, the same port mapping and args) vs. go-cni loaded with the same N conflists, `Setup`+`Remove`. Both attach the networks concurrently; go-cni removes them one after another, cninet detaches them concurrently (networks whose portmap uses nftables one after another, see `byBackend` in `attach.go`). Warm-up cycle, then interleaved cycles; `-multinet-n` cycles per contender and N.\n\n")
 	w("%s", r.when("multinet"))
 	if len(r.res.Multi) == 0 {
 		w("(not measured)\n\n")
