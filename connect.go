@@ -68,7 +68,9 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 // the same force cleanup as Teardown's, so netns may be empty or already
 // deleted. The network may be one alloc names or one added by Connect.
 // Disconnecting a network the workload is not attached to returns nil,
-// as Teardown does for what was never set up; a network this
+// as Teardown does for what was never set up (when libcni's cache knows
+// the workload, a network it does not know is not attached, and nothing
+// runs); a network this
 // Configurator does not know at all is an ErrNetworkNotFound error.
 // After disconnecting a network the Allocation names, drop it from
 // NetworkNames before calling Check or Connect again (they take a named
@@ -89,7 +91,7 @@ func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, networ
 	if err != nil {
 		return err
 	}
-	members = slices.DeleteFunc(members, func(m member) bool { return m.n.name() != network })
+	members = c.disconnecting(members, network)
 	if len(members) == 0 {
 		c.logger.Debug("disconnect: not attached", "alloc_id", att.id, "network", network)
 		return nil
@@ -100,8 +102,24 @@ func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, networ
 // member is one network an allocation is attached to and what its
 // plugins are told.
 type member struct {
-	n   netAttachment
-	att attachment
+	n      netAttachment
+	att    attachment
+	cached bool // libcni's cache knows the attachment
+}
+
+// disconnecting picks network's members out of all of an allocation's.
+// When libcni's cache knows the workload, a network it does not know is
+// not attached (disconnected before, or its Connect failed and was rolled
+// back): running its DEL again would only make portmap's nftables DEL
+// take the other networks' hostport rules for a moment. A network
+// attached through an injected Config.CNI, whose cache cninet may not
+// see, is taken at its word.
+func (c *Configurator) disconnecting(all []member, network string) []member {
+	cacheKnowsIt := slices.ContainsFunc(all, func(m member) bool { return m.cached })
+	return slices.DeleteFunc(slices.Clone(all), func(m member) bool {
+		injected := m.n.viaCNI && !c.findPlugins
+		return m.n.name() != network || (cacheKnowsIt && !m.cached && !injected)
+	})
 }
 
 // membersOf returns every network alloc is attached to: the networks it
@@ -139,7 +157,7 @@ func (c *Configurator) membersOf(alloc *Allocation, att attachment, forTeardown 
 			continue
 		}
 		for i, a := range as {
-			m := member{n: n, att: att}
+			m := member{n: n, att: att, cached: true}
 			if a.IfName != n.ifName {
 				m.n.ifName, m.n.viaCNI = a.IfName, false
 			}
@@ -165,7 +183,7 @@ func (c *Configurator) cachedOnly(att attachment, byNetwork map[string][]*libcni
 			continue
 		}
 		for _, a := range as {
-			members = append(members, member{n: netAttachment{conf: conf, ifName: a.IfName}, att: cachedAttachment(att, a)})
+			members = append(members, member{n: netAttachment{conf: conf, ifName: a.IfName}, att: cachedAttachment(att, a), cached: true})
 		}
 	}
 	slices.SortFunc(members, func(a, b member) int {

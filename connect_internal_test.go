@@ -124,7 +124,8 @@ func TestDisconnectDetachesOneNetworkAndIsIdempotent(t *testing.T) {
 	}{
 		{"a network the allocation names", "b", nil, map[string]string{"b": "ADD eth1, DEL eth1", "c": "ADD eth2"}},
 		{"a connected network", "c", nil, map[string]string{"b": "ADD eth1", "c": "ADD eth2, DEL eth2"}},
-		{"a known network it is not attached to: nil, nothing runs", "nope-but-known", nil, map[string]string{"b": "ADD eth1", "c": "ADD eth2"}},
+		{"a network disconnected before, though the allocation still names it: nil, nothing runs", "again", nil, map[string]string{"b": "ADD eth1", "c": "ADD eth2"}},
+		{"a known network it never joined: nil, nothing runs", "never", nil, map[string]string{"b": "ADD eth1", "c": "ADD eth2"}},
 		{"a network the configurator does not know", "nope", ErrNetworkNotFound, map[string]string{"b": "ADD eth1", "c": "ADD eth2"}},
 	}
 	for _, tc := range cases {
@@ -138,15 +139,23 @@ func TestDisconnectDetachesOneNetworkAndIsIdempotent(t *testing.T) {
 				t.Fatal(err)
 			}
 			network := tc.network
-			if network == "nope-but-known" {
-				if err := f.c.Disconnect(context.Background(), alloc, "c", "/x"); err != nil {
+			switch network {
+			case "again":
+				if err := f.c.Disconnect(context.Background(), alloc, "b", "/x"); err != nil {
 					t.Fatal(err)
 				}
 				f.drv.mu.Lock()
 				f.drv.calls = f.drv.calls[:len(f.drv.calls)-1] // forget that DEL: the second one is under test
 				f.drv.mu.Unlock()
-				tc.calls["c"] = "ADD eth2"
-				network = "c"
+				network = "b"
+			case "never":
+				if err := os.WriteFile(filepath.Join(f.dir, "d.conflist"), []byte(`{"cniVersion":"1.0.0","name":"d","plugins":[{"type":"ptp"}]}`), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.c.Reload(); err != nil {
+					t.Fatal(err)
+				}
+				network = "d"
 			}
 			err := f.c.Disconnect(context.Background(), alloc, network, "")
 			if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
