@@ -20,9 +20,10 @@ import (
 // workload's Allocation as given to Setup: its ports and args go to the
 // new network by the same rules as Setup's (port mappings where the
 // conflist declares the capability, args everywhere), and its
-// NetworkNames say what the workload joined. Connecting a network the
-// workload is already attached to is an ErrAlreadyAttached error naming
-// its interface. The ADD is retried like Setup's, and a Connect that fails
+// NetworkNames say what the workload joined at Setup (a network
+// disconnected since may stay named: libcni's cache tells). Connecting a
+// network the workload is already attached to is an ErrAlreadyAttached
+// error naming its interface. The ADD is retried like Setup's, and a Connect that fails
 // leaves nothing of the new network behind (DEL and force cleanup) and the
 // other networks untouched. The returned status is the new network's
 // (Networks holds it alone). A connected network is always attached
@@ -49,11 +50,11 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 		return nil, err
 	}
 	var used []string
-	for _, m := range members {
+	for _, m := range c.attached(members) {
+		used = append(used, m.n.ifName)
 		if m.n.name() == network {
 			return nil, fmt.Errorf("%w: allocation %s is attached to network %q as %s", ErrAlreadyAttached, att.id, network, m.n.ifName)
 		}
-		used = append(used, m.n.ifName)
 	}
 	n := netAttachment{conf: conf, ifName: c.freeIfName(used)}
 	if err := c.preflight(n); err != nil {
@@ -72,9 +73,8 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 // the workload, a network it does not know is not attached, and nothing
 // runs); a network this
 // Configurator does not know at all is an ErrNetworkNotFound error.
-// After disconnecting a network the Allocation names, drop it from
-// NetworkNames before calling Check or Connect again (they take a named
-// network for attached); Teardown does not mind either way.
+// The Allocation may go on naming a disconnected network: Check skips
+// it, Connect attaches it again, Teardown finds nothing of it.
 func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, network, netns string) error {
 	att, err := newAttachment(alloc, c.ignoreHostIP)
 	if err != nil {
@@ -91,7 +91,9 @@ func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, networ
 	if err != nil {
 		return err
 	}
-	members = c.disconnecting(members, network)
+	// A DEL of a network that is gone would only make portmap's nftables
+	// DEL take the other networks' hostport rules for a moment.
+	members = slices.DeleteFunc(c.attached(members), func(m member) bool { return m.n.name() != network })
 	if len(members) == 0 {
 		c.logger.Debug("disconnect: not attached", "alloc_id", att.id, "network", network)
 		return nil
@@ -107,19 +109,18 @@ type member struct {
 	cached bool // libcni's cache knows the attachment
 }
 
-// disconnecting picks network's members out of all of an allocation's.
-// When libcni's cache knows the workload, a network it does not know is
-// not attached (disconnected before, or its Connect failed and was rolled
-// back): running its DEL again would only make portmap's nftables DEL
-// take the other networks' hostport rules for a moment. A network
-// attached through an injected Config.CNI, whose cache cninet may not
-// see, is taken at its word.
-func (c *Configurator) disconnecting(all []member, network string) []member {
-	cacheKnowsIt := slices.ContainsFunc(all, func(m member) bool { return m.cached })
-	return slices.DeleteFunc(slices.Clone(all), func(m member) bool {
-		injected := m.n.viaCNI && !c.findPlugins
-		return m.n.name() != network || (cacheKnowsIt && !m.cached && !injected)
-	})
+// attached drops from an allocation's members the networks the
+// allocation names that are not attached any more: when libcni's cache
+// knows the workload, a network it does not know was disconnected, or its
+// Connect failed and was rolled back. (Teardown keeps them: a DEL of what
+// is gone is harmless there, and an ADD cut short is never cached.) A
+// network attached through an injected Config.CNI, whose cache cninet may
+// not see, is taken at its word.
+func (c *Configurator) attached(all []member) []member {
+	if !slices.ContainsFunc(all, func(m member) bool { return m.cached }) {
+		return all
+	}
+	return slices.DeleteFunc(all, func(m member) bool { return !m.cached && !(m.n.viaCNI && !c.findPlugins) })
 }
 
 // membersOf returns every network alloc is attached to: the networks it

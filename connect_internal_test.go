@@ -214,3 +214,30 @@ func TestGCKeepsALiveWorkloadsConnectedNetworkWhateverItsInterface(t *testing.T)
 		t.Fatalf("GC kept the dead workload's attachment on eth7: %v", err)
 	}
 }
+
+func TestAfterDisconnectTheAllocationMayStillNameTheNetwork(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	alloc := &Allocation{ID: "w", NetworkNames: []string{"a", "b", "c"}}
+	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Disconnect(context.Background(), alloc, "b", "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Check(context.Background(), alloc, "/x"); err != nil || f.drv.find("CHECK", "b").verb != "" || f.drv.find("CHECK", "c").verb == "" {
+		t.Fatalf("Check: %v, calls %s: want c checked and the disconnected b not", err, f.drv.log())
+	}
+	st, err := f.c.Connect(context.Background(), alloc, "b", "/x")
+	if err != nil || st.InterfaceName != "eth1" {
+		t.Fatalf("connecting b again: %+v, %v; want it back on eth1", st, err)
+	}
+	if err := f.c.Teardown(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.drv.byNetwork()["b"], "ADD eth1, DEL eth1, ADD eth1, DEL eth1"; got != want {
+		t.Fatalf("calls of b: %q, want %q", got, want)
+	}
+	if len(f.cached(t)) != 0 {
+		t.Fatalf("cache after Teardown: %v", f.cached(t))
+	}
+}

@@ -78,7 +78,7 @@ func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns strin
 		return err
 	}
 	var failed, unsupported []error
-	for _, m := range members {
+	for _, m := range c.attached(members) {
 		switch err := c.checkNetwork(ctx, m.att, m.n, netns); {
 		case errors.Is(err, ErrCheckFailed):
 			failed = append(failed, err)
