@@ -60,6 +60,7 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 	if err := c.preflight(n); err != nil {
 		return nil, err
 	}
+	defer c.keepLoopback(att.id, netns, []member{{n: n}})()
 	return c.attachAll(ctx, att, netns, []netAttachment{n})
 }
 
@@ -98,7 +99,29 @@ func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, networ
 		c.logger.Debug("disconnect: not attached", "alloc_id", att.id, "network", network)
 		return nil
 	}
+	defer c.keepLoopback(att.id, netns, members)()
 	return c.detachAll(ctx, netns, members)
+}
+
+// keepLoopback, when members run the loopback plugin, notes whether the
+// workload's lo is up and returns a func that brings it up again if a DEL
+// took it down meanwhile: the loopback plugin's DEL sets lo down, which
+// is right when the workload goes, wrong when it loses one network of
+// several (a Disconnect, a Connect rolled back).
+func (c *Configurator) keepLoopback(id, netns string, members []member) (restore func()) {
+	runsLoopback := slices.ContainsFunc(members, func(m member) bool { return slices.Contains(m.n.conf.info.pluginTypes, "loopback") })
+	if !runsLoopback || !loopbackUp(netns) {
+		return func() {}
+	}
+	return func() {
+		if loopbackUp(netns) {
+			return
+		}
+		if err := setLoopbackUp(netns); err != nil {
+			c.logger.Warn("could not bring the workload's loopback interface up again after a DEL of the loopback plugin",
+				"alloc_id", id, "netns", netns, "error", err)
+		}
+	}
 }
 
 // member is one network an allocation is attached to and what its

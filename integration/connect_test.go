@@ -3,10 +3,12 @@ package integration
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
@@ -18,6 +20,23 @@ func threeNetworks(t *testing.T, set netsandbox.PluginSet) (network, network, ne
 	n1, n2 := twoNetworks(t, set)
 	_, n3 := twoNetworks(t, set)
 	return n1, n2, n3
+}
+
+// loopbackUp reports whether the workload's lo is up.
+func loopbackUp(t *testing.T, w *netsandbox.Workload) bool {
+	t.Helper()
+	up := false
+	err := w.NS.Do(func(ns.NetNS) error {
+		lo, err := net.InterfaceByName("lo")
+		if err == nil {
+			up = lo.Flags&net.FlagUp != 0
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return up
 }
 
 func allowAll(nets ...network) netsandbox.Allowance {
@@ -101,6 +120,9 @@ func TestDisconnectKeepsTheOtherNetworkReachableThroughItsMappedPort(t *testing.
 			if err := c.Disconnect(ctxFor(t, time.Minute), alloc, n2.cfg.NetworkName, w.Path); err != nil {
 				t.Fatalf("disconnect %d: %v", i+1, err)
 			}
+		}
+		if !loopbackUp(t, w) {
+			t.Fatal("the workload's lo is down after the disconnect: the loopback plugin's DEL took it down and nothing brought it back")
 		}
 		if body, err := fetch(n1.gw4, 28187); err != nil || body != "hello from disconnect-1" {
 			t.Fatalf("through %s's mapped port after disconnecting %s: %q, %v", n1.cfg.NetworkName, n2.cfg.NetworkName, body, err)
