@@ -60,10 +60,11 @@ func (l *multiLog) take() (add, del, cleanup sample) {
 // multiNetwork: one workload on 1, 2, 3 and 4 networks, cninet's
 // Setup+Teardown vs. go-cni's Setup+Remove with the same conflists (go-cni
 // loaded with all N, so it attaches them concurrently and removes them one
-// after another), interleaved, on Debian's and upstream's plugins.
+// after another), interleaved, on Debian's and upstream's plugins, the
+// latter with the iptables and with the nftables backends.
 func multiNetwork(r *report) error {
 	var results []multiResult
-	for _, set := range []pluginSet{r.opts.debianSet(), r.opts.upstreamSets()[0]} {
+	for _, set := range append([]pluginSet{r.opts.debianSet()}, r.opts.upstreamSets()...) {
 		for n := 1; n <= 4; n++ {
 			res, err := measureMulti(set, n, r.opts.multiN)
 			if err != nil {
@@ -192,7 +193,7 @@ func multiCycle(c *cninet.Configurator, raw gocni.CNI, useLib bool, id string, p
 
 func (r *report) multiSection(w writer) {
 	w("## 7. Several networks: one workload on N networks\n\n")
-	w("cninet `Setup`+`Teardown` of one workload on N default-bridge networks (each its own bridge and subnet, the same port mapping and args) vs. go-cni loaded with the same N conflists, `Setup`+`Remove`. Both attach the networks concurrently; go-cni removes them one after another, cninet detaches them concurrently (networks whose portmap uses nftables one after another, see `byBackend` in `attach.go`). Warm-up cycle, then interleaved cycles; `-multinet-n` cycles per contender and N.\n\n")
+	w("cninet `Setup`+`Teardown` of one workload on N default-bridge networks (each its own bridge and subnet, the same port mapping and args) vs. go-cni loaded with the same N conflists, `Setup`+`Remove`. go-cni attaches the networks concurrently and removes them one after another; cninet attaches and detaches them concurrently, except networks whose portmap uses nftables, which it attaches and detaches one after another (see `byBackend` in `attach.go`: that portmap's DEL removes the container id's hostport rules in every network). Warm-up cycle, then interleaved cycles; `-multinet-n` cycles per contender and N.\n\n")
 	w("%s", r.when("multinet"))
 	if len(r.res.Multi) == 0 {
 		w("(not measured)\n\n")
@@ -219,7 +220,7 @@ func multiWhere(w writer, results []multiResult) {
 			m.Set.Name, m.N, ratio(m.LibSetup.median(), m.DirectSetup.median()), ratio(m.LibTeardown.median(), m.DirectRemove.median()),
 			ms(m.Cleanup.median()), ms(m.LibMaxDetach.median()), ms(m.LibTeardown.median()), multiVerdict(m.N, q))
 	}
-	w("\nBoth attach concurrently, so Setup costs about the same; the plugins' chain per network (bridge, firewall and portmap each calling iptables) is the bulk of it, and on two cores concurrent chains compete for the CPU, so N networks cost more than one. go-cni's Remove runs the networks' DEL chains one after another; cninet's Teardown runs them (each with its cleanup) concurrently, which more than pays for the cleanup from two networks on. With one network there is nothing to overlap: the ratio is cninet's cleanup and bookkeeping against the noise of a shared machine.\n\n")
+	w("\nOn the iptables backends both attach concurrently, so Setup costs about the same; the plugins' chain per network (bridge, firewall and portmap each calling iptables) is the bulk of it, and on two cores concurrent chains compete for the CPU, so N networks cost more than one. go-cni's Remove runs the networks' DEL chains one after another; cninet's Teardown runs them (each with its cleanup) concurrently, which more than pays for the cleanup from two networks on. With one network there is nothing to overlap: the ratio is cninet's cleanup and bookkeeping against the noise of a shared machine. With portmap's nftables backend cninet attaches and detaches the networks one after another (the price of never losing or leaking a hostport rule to a concurrent DEL of the same id), so its Setup grows with N like go-cni's Remove does, while go-cni's Setup does not.\n\n")
 }
 
 func multiVerdict(n int, q float64) string {
