@@ -51,17 +51,18 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 	return c.attachAll(ctx, att, netns, nets)
 }
 
-// attachAll attaches nets concurrently (see byBackend), all or nothing
-// (see Setup), and returns their statuses in the order of nets.
+// attachAll attaches nets concurrently (see byBackend and enterAttempt),
+// all or nothing (see Setup), and returns their statuses in the order of
+// nets.
 func (c *Configurator) attachAll(ctx context.Context, att attachment, netns string, nets []netAttachment) (*NetworkStatus, error) {
 	sts := make([]*NetworkStatus, len(nets))
 	errs := make([]error, len(nets))
-	attachCtx, cancel := context.WithCancel(ctx)
+	attachCtx, cancel := context.WithCancel(context.WithValue(ctx, attemptGateKey{}, &sync.RWMutex{}))
 	order := make([]int, len(nets))
 	for i := range nets {
 		order[i] = i
 	}
-	byBackend(nets, order, func(i int) {
+	byBackend(nets, order, false, func(i int) {
 		if err := attachCtx.Err(); err != nil { // another network failed before this one's turn
 			errs[i] = fmt.Errorf("%w: allocation %s in network %q: not attempted: %w", ErrSetupFailed, att.id, nets[i].name(), err)
 			return
@@ -83,18 +84,19 @@ func (c *Configurator) attachAll(ctx context.Context, att attachment, netns stri
 }
 
 // byBackend runs fn(i) for each i of order and returns when all have
-// returned: concurrently, except for the networks whose portmap uses its
-// nftables backend, which run one after another, in order, on the calling
-// goroutine. That portmap's DEL deletes every hostport rule carrying the
-// container id, in every network, and the cleaner after it adds back what
-// the id's other networks hold at that moment: a DEL (a retry's, a
-// rollback's, a Teardown's) next to another such network's ADD or detach
-// could take a rule the cleaner never saw, or add one back after its own
-// network's detach had finished. Every other plugin's DEL and cleanup
-// touches only state named after its own network or proven by its own
-// addresses, so those run in parallel with each other and with the
-// nftables ones. A single network runs without a goroutine.
-func byBackend(nets []netAttachment, order []int, fn func(i int)) {
+// returned: concurrently, except, with serialNFT, for the networks whose
+// portmap uses its nftables backend, which run one after another, in
+// order, on the calling goroutine. That portmap's DEL deletes every
+// hostport rule carrying the container id, in every network, and the
+// cleaner after it adds back what the id's other networks hold at that
+// moment: two such detaches at once could add back a rule of a network
+// whose own detach had already finished, and leak it. Every other
+// plugin's DEL and cleanup touches only state named after its own network
+// or proven by its own addresses, so those run in parallel with each
+// other and with the nftables ones. ADDs never delete, so they all run
+// concurrently; only a retry's detach among them needs care (see
+// enterAttempt). A single network runs without a goroutine.
+func byBackend(nets []netAttachment, order []int, serialNFT bool, fn func(i int)) {
 	if len(order) == 1 {
 		fn(order[0])
 		return
@@ -102,7 +104,7 @@ func byBackend(nets []netAttachment, order []int, fn func(i int)) {
 	var wg sync.WaitGroup
 	var serial []int
 	for _, i := range order {
-		if nets[i].conf.info.hostportNFT {
+		if serialNFT && nets[i].conf.info.hostportNFT {
 			serial = append(serial, i)
 			continue
 		}
@@ -116,6 +118,32 @@ func byBackend(nets []netAttachment, order []int, fn func(i int)) {
 		fn(i)
 	}
 	wg.Wait()
+}
+
+// attemptGateKey carries, in the context of one Setup's concurrent ADDs, a
+// lock that the ADD attempts of networks whose portmap uses its nftables
+// backend share and that a retry's detach of such a network takes alone:
+// that DEL would take the hostport rules another such network's ADD is
+// writing, after the guard had listed what to keep. It travels in the
+// context so that the retry loop's signature stays as it is.
+type attemptGateKey struct{}
+
+// enterAttempt waits until n may start an ADD attempt (detach false) or a
+// detach between attempts (detach true), and returns the func that ends
+// it. Outside a Setup of several networks, and for networks whose portmap
+// does not use nftables, it does not wait.
+func enterAttempt(ctx context.Context, n netAttachment, detach bool) (done func()) {
+	gate, _ := ctx.Value(attemptGateKey{}).(*sync.RWMutex)
+	switch {
+	case gate == nil || !n.conf.info.hostportNFT:
+		return func() {}
+	case detach:
+		gate.Lock()
+		return gate.Unlock
+	default:
+		gate.RLock()
+		return gate.RUnlock
+	}
 }
 
 // setupFailures joins the errors of the networks that failed, in the
@@ -274,7 +302,7 @@ func (c *Configurator) detachAll(ctx context.Context, netns string, members []me
 	for i, m := range members {
 		nets[i], order[len(members)-1-i] = m.n, i
 	}
-	byBackend(nets, order, func(i int) { errs[i] = c.detach(ctx, members[i].att, netns, members[i].n) })
+	byBackend(nets, order, true, func(i int) { errs[i] = c.detach(ctx, members[i].att, netns, members[i].n) })
 	var failed []error
 	for _, i := range order {
 		if errs[i] != nil {

@@ -164,7 +164,7 @@ func (r recordingDels) del(ctx context.Context, att attachment, n netAttachment,
 	return r.fakeDriver.del(ctx, att, n, netns)
 }
 
-func TestNFTablesPortmapNetworksAttachAndDetachOneAfterAnother(t *testing.T) {
+func TestNFTablesPortmapNetworksNeverDetachNextToEachOthersADDOrDetach(t *testing.T) {
 	f := newMultiFixture(t, quickRetry)
 	alloc := &Allocation{ID: "w", NetworkNames: []string{"b", "c", "a"}}
 	f.c.mu.Lock()
@@ -174,39 +174,57 @@ func TestNFTablesPortmapNetworksAttachAndDetachOneAfterAnother(t *testing.T) {
 		f.c.nets.byName[name] = conf
 	}
 	f.c.mu.Unlock()
+	f.drv.addErrs["b"] = []error{errors.New("bridge: already exists")} // b retries: a DEL between its attempts
 	var mu sync.Mutex
-	inside, overlapped := map[string]int{}, map[string]bool{}
-	note := func(verb string, n netAttachment, enter bool) {
+	adding, detaching := 0, 0
+	var addsOverlapped, detachNextToADD, detachesOverlapped bool
+	f.drv.addHook = func(_ context.Context, n netAttachment) error {
+		if !n.conf.info.hostportNFT {
+			return nil
+		}
+		mu.Lock()
+		adding++
+		addsOverlapped = addsOverlapped || adding > 1
+		detachNextToADD = detachNextToADD || detaching > 0
+		mu.Unlock()
+		if n.name() == "a" {
+			time.Sleep(60 * time.Millisecond) // still adding when b's first attempt has failed
+		} else {
+			time.Sleep(5 * time.Millisecond)
+		}
+		mu.Lock()
+		adding--
+		mu.Unlock()
+		return nil
+	}
+	f.c.driver = slowDels{f.drv, func(n netAttachment, enter bool) {
 		if !n.conf.info.hostportNFT {
 			return
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if enter {
-			inside[verb]++
-			overlapped[verb] = overlapped[verb] || inside[verb] > 1
-		} else {
-			inside[verb]--
+		if !enter {
+			detaching--
+			return
 		}
-	}
-	f.drv.addHook = func(_ context.Context, n netAttachment) error {
-		note("ADD", n, true)
-		time.Sleep(10 * time.Millisecond)
-		note("ADD", n, false)
-		return nil
-	}
-	f.c.driver = slowDels{f.drv, func(n netAttachment, enter bool) { note("DEL", n, enter) }}
+		detaching++
+		detachesOverlapped = detachesOverlapped || detaching > 1
+		detachNextToADD = detachNextToADD || adding > 0
+	}}
 	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.c.Teardown(context.Background(), alloc, "/x"); err != nil {
 		t.Fatal(err)
 	}
-	if overlapped["ADD"] || overlapped["DEL"] {
-		t.Fatalf("two networks whose portmap uses nftables ran at the same time: %v", overlapped)
+	if !addsOverlapped {
+		t.Error("the nftables-portmap networks' ADDs ran one after another: want them concurrent")
 	}
-	if got := f.drv.byNetwork(); got["a"] != "ADD eth2, DEL eth2" || got["b"] != "ADD eth0, DEL eth0" || got["c"] != "ADD eth1, DEL eth1" {
-		t.Fatalf("driver calls %v: want every network attached and detached once", got)
+	if detachNextToADD || detachesOverlapped {
+		t.Errorf("a detach ran next to another nftables-portmap network's ADD (%v) or detach (%v)", detachNextToADD, detachesOverlapped)
+	}
+	if got := f.drv.byNetwork(); got["a"] != "ADD eth2, DEL eth2" || got["b"] != "ADD eth0, DEL eth0, ADD eth0, DEL eth0" || got["c"] != "ADD eth1, DEL eth1" {
+		t.Fatalf("driver calls %v: want b retried, every network attached and detached", got)
 	}
 }
 

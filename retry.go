@@ -106,7 +106,9 @@ func (c *Configurator) addWithRetry(ctx context.Context, att attachment, n netAt
 	var first error
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
+		done := enterAttempt(ctx, n, false)
 		res, err := driver.add(ctx, att, n, netns)
+		done()
 		if err == nil {
 			c.logger.Debug("network attached", "alloc_id", att.id, "network", n.name(), "attempt", attempt, "duration", time.Since(start))
 			return res, nil
@@ -122,7 +124,10 @@ func (c *Configurator) addWithRetry(ctx context.Context, att attachment, n netAt
 		// reserved an address for this id and refuses a second ADD. The
 		// force cleanup matters too: a failed ADD is not cached, so the
 		// firewall plugin's DEL cannot know which address to clean.
-		if derr := c.detach(ctx, att, netns, n); derr != nil {
+		done = enterAttempt(ctx, n, true)
+		derr := c.detach(ctx, att, netns, n)
+		done()
+		if derr != nil {
 			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", att.id, "network", n.name(), "attempt", attempt, "error", derr)
 		}
 		if werr := c.retry.wait(ctx, attempt); werr != nil {

@@ -137,3 +137,27 @@ func TestDisconnectKeepsTheOtherNetworkReachableThroughItsMappedPort(t *testing.
 		assertNoLeaks(t, base, allowBoth(n1, n2))
 	})
 }
+
+func TestARetryOnOneNetworkKeepsTheOtherNetworksMappedPorts(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		n1, n2, n3 := threeNetworks(t, set)
+		failing := withPlugin(t, n2.conf, map[string]any{"type": "failonce", "stateDir": t.TempDir()})
+		c := newMultiConfigurator(t, set, n1.conf, [][]byte{failing, n3.conf}, cninet.RetryPolicy{}, netsandbox.BuildPlugin(t, "failonce"))
+		base := baseline(t)
+		w := netsandbox.NewWorkload(t)
+		alloc := &cninet.Allocation{ID: "retry-keeps", Ports: []cninet.Port{{Value: 28188, To: 8080}},
+			NetworkNames: []string{n1.cfg.NetworkName, n2.cfg.NetworkName, n3.cfg.NetworkName}}
+		st, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serveHTTP(t, w, 8080, "retry-keeps")
+		// n2's retry ran a DEL of the same container id while n1 and n3 were attaching or attached.
+		assertServed(t, st, []network{n1, n2, n3}, 28188, 8080, "hello from retry-keeps")
+		if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+			t.Fatal(err)
+		}
+		w.Delete()
+		assertNoLeaks(t, base, allowAll(n1, n2, n3))
+	})
+}
