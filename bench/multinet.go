@@ -228,7 +228,7 @@ func multiVerdict(n int, q float64) string {
 	case q <= overheadTarget:
 		return fmt.Sprintf("Target met (%.3f×).", q)
 	case n == 1:
-		return fmt.Sprintf("Target **missed** (%.3f×): one network has no teardown to overlap, so cninet's cleanup after DEL is all the difference there is.", q)
+		return fmt.Sprintf("Target **missed** (%.3f×): one network has nothing to overlap; what is left is cninet's bookkeeping and cleanup after DEL, and the noise of a shared machine.", q)
 	default:
 		return fmt.Sprintf("Target **missed** (%.3f×).", q)
 	}
