@@ -26,7 +26,8 @@ type Allocation struct {
 	// first gets interface <prefix>0, the next <prefix>1, and so on. Each
 	// must be a network the Configurator knows, at most once. Empty: the
 	// Configurator's default network. Teardown and Check must be given the
-	// same names as Setup.
+	// same names as Setup; they also cover the networks added with
+	// Connect, named here or not, and skip one removed with Disconnect.
 	NetworkNames []string
 	// Args are extra CNI args (CNI_ARGS), such as the orchestrator's identity
 	// args. Keys and values must not contain ';' or '='.

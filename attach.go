@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -17,17 +18,22 @@ import (
 // Setup attaches the network namespace at netns to the networks the
 // allocation names (Allocation.NetworkNames, in order, as <prefix>0,
 // <prefix>1, …), or to the default network, and returns the workload's
-// addresses. A failed ADD is retried per the RetryPolicy with a DEL in
-// between (host-local refuses a second ADD for the same id). Setup is all
-// or nothing: after a network's last failure, or when ctx is done, or when
-// a result has no usable address, that network and every one attached
-// before it are torn down again (DEL and force cleanup, in reverse order)
-// before Setup returns, and the error names the network that failed. The
-// rollback runs on a deadline of its own (30s), so Setup returns at most
-// that long after ctx is done; what it could not remove (behind a held
-// xtables lock, say) is named in the error, wrapped (ErrCleanupFailed,
-// ErrXtablesLock), and a Teardown of the allocation finishes it. An
-// unknown network is an ErrNetworkNotFound error before any plugin runs.
+// addresses. The networks attach concurrently, each with its own retry
+// loop: a failed ADD is retried per the RetryPolicy with a DEL in between
+// (host-local refuses a second ADD for the same id). Interface names and
+// NetworkStatus.Networks follow the allocation's order whatever order the
+// plugins finish in. Setup is all or nothing: when a network fails for
+// good, or ctx is done, or a result has no usable address, the other
+// networks' ADDs are cancelled, Setup waits for every one of them, and
+// then detaches every network of the allocation (DEL and force cleanup,
+// also of a network whose ADD was cut short) before it returns; the error
+// joins one ErrSetupFailed error per network that failed, each naming its
+// network. The rollback runs on a deadline of its own (30s), so Setup
+// returns at most that long after ctx is done; what it could not remove
+// (behind a held xtables lock, say) is named in the error, wrapped
+// (ErrCleanupFailed, ErrXtablesLock), and a Teardown of the allocation
+// finishes it. An unknown network is an ErrNetworkNotFound error before
+// any plugin runs.
 func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startOp(ctx, opSetup, allocID(alloc), netns)
 	defer func() { op.end(err) }()
@@ -48,18 +54,125 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 			return nil, err
 		}
 	}
+	return c.attachAll(ctx, att, netns, nets)
+}
+
+// attachAll attaches nets concurrently (see byBackend and enterAttempt),
+// all or nothing (see Setup), and returns their statuses in the order of
+// nets.
+func (c *Configurator) attachAll(ctx context.Context, att attachment, netns string, nets []netAttachment) (*NetworkStatus, error) {
+	sts := make([]*NetworkStatus, len(nets))
+	errs := make([]error, len(nets))
+	attachCtx, cancel := context.WithCancel(context.WithValue(ctx, attemptGateKey{}, &sync.RWMutex{}))
+	order := make([]int, len(nets))
+	for i := range nets {
+		order[i] = i
+	}
+	byBackend(nets, order, false, func(i int) {
+		if err := attachCtx.Err(); err != nil { // another network failed before this one's turn
+			errs[i] = fmt.Errorf("%w: allocation %s in network %q: not attempted: %w", ErrSetupFailed, att.id, nets[i].name(), err)
+			return
+		}
+		if sts[i], errs[i] = c.attach(attachCtx, att, nets[i], netns); errs[i] != nil {
+			cancel() // the others' ADDs are pointless now: all or nothing
+		}
+	})
+	cancel() // byBackend returned: nothing is still adding when the rollback runs
+	if failed := setupFailures(ctx, errs); failed != nil {
+		if rerr := c.rollback(ctx, att, netns, nets); rerr != nil {
+			failed = fmt.Errorf("%w; rollback incomplete, Teardown the allocation to finish it: %w", failed, rerr)
+		}
+		return nil, failed
+	}
 	status := &NetworkStatus{}
 	for i, n := range nets {
-		st, err := c.attach(ctx, att, n, netns)
-		if err != nil {
-			if rerr := c.rollback(ctx, att, netns, nets[:i+1]); rerr != nil {
-				err = fmt.Errorf("%w; rollback incomplete, Teardown the allocation to finish it: %w", err, rerr)
-			}
-			return nil, err
-		}
-		status.add(n.name(), st)
+		status.add(n.name(), sts[i])
 	}
 	return status, nil
+}
+
+// byBackend runs fn(i) for each i of order and returns when all have
+// returned: concurrently, except, with serialNFT, for the networks whose
+// portmap uses its nftables backend, which run one after another, in
+// order, on the calling goroutine. That portmap's DEL deletes every
+// hostport rule carrying the container id, in every network, and the
+// cleaner after it adds back what the id's other networks hold at that
+// moment: two such detaches at once could add back a rule of a network
+// whose own detach had already finished, and leak it. Every other
+// plugin's DEL and cleanup touches only state named after its own network
+// or proven by its own addresses, so those run in parallel with each
+// other and with the nftables ones. ADDs never delete, so they all run
+// concurrently; only a retry's detach among them needs care (see
+// enterAttempt). A single network runs without a goroutine.
+func byBackend(nets []netAttachment, order []int, serialNFT bool, fn func(i int)) {
+	if len(order) == 1 {
+		fn(order[0])
+		return
+	}
+	var wg sync.WaitGroup
+	var serial []int
+	for _, i := range order {
+		if serialNFT && nets[i].conf.info.footprint.HostportNFT {
+			serial = append(serial, i)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(i)
+		}()
+	}
+	for _, i := range serial {
+		fn(i)
+	}
+	wg.Wait()
+}
+
+// attemptGateKey carries, in the context of one Setup's concurrent ADDs, a
+// lock that the ADD attempts of networks whose portmap uses its nftables
+// backend share and that a retry's detach of such a network takes alone:
+// that DEL would take the hostport rules another such network's ADD is
+// writing, after the guard had listed what to keep. It travels in the
+// context so that the retry loop's signature stays as it is.
+type attemptGateKey struct{}
+
+// enterAttempt waits until n may start an ADD attempt (detach false) or a
+// detach between attempts (detach true), and returns the func that ends
+// it. Outside a Setup of several networks, and for networks whose portmap
+// does not use nftables, it does not wait.
+func enterAttempt(ctx context.Context, n netAttachment, detach bool) (done func()) {
+	gate, _ := ctx.Value(attemptGateKey{}).(*sync.RWMutex)
+	switch {
+	case gate == nil || !n.conf.info.footprint.HostportNFT:
+		return func() {}
+	case detach:
+		gate.Lock()
+		return gate.Unlock
+	default:
+		gate.RLock()
+		return gate.RUnlock
+	}
+}
+
+// setupFailures joins the errors of the networks that failed, in the
+// allocation's order. A network whose ADD was only cancelled because
+// another one failed did not fail itself and is left out, unless the
+// caller's ctx is done: then that is every network's failure.
+func setupFailures(ctx context.Context, errs []error) error {
+	var failed, cancelled []error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, context.Canceled) && ctx.Err() == nil:
+			cancelled = append(cancelled, err)
+		default:
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) == 0 {
+		failed = cancelled // cannot happen unless a plugin itself returned context.Canceled
+	}
+	return joinErrors(failed)
 }
 
 // attach adds one network, with retries, and reads its status.
@@ -72,7 +185,7 @@ func (c *Configurator) attach(ctx context.Context, att attachment, n netAttachme
 	}
 	st, err := StatusFromResult(res)
 	if err != nil {
-		return nil, fmt.Errorf("setup of allocation %s in network %q: %w", att.id, n.name(), err)
+		return nil, fmt.Errorf("%w: allocation %s in network %q: %w", ErrSetupFailed, att.id, n.name(), err)
 	}
 	return st, nil
 }
@@ -141,17 +254,21 @@ func (c *Configurator) checkPluginsIn(conf loadedConf) error {
 	return nil
 }
 
-// rollback removes what a failed Setup attached, the last network first.
-// It runs on its own deadline: the caller's context may be the very reason
-// Setup failed; only its values (the trace) carry over. What it could not
-// remove (a held xtables lock, say) is left for a Teardown, and its error
-// says so.
+// rollback removes what a failed Setup attached: every network of the
+// allocation, the ones that failed and the ones cancelled halfway
+// included (DEL is idempotent). It runs on its own deadline: the caller's
+// context may be the very reason Setup failed; only its values (the
+// trace) carry over. What it could not remove (a held xtables lock, say)
+// is left for a Teardown, and its error says so.
 func (c *Configurator) rollback(ctx context.Context, att attachment, netns string, nets []netAttachment) error {
 	ctx, cancel := context.WithTimeout(inSetup(context.WithoutCancel(ctx)), rollbackTimeout)
 	defer cancel()
-	defer c.adm.depart(departing(att.id, nets))()
+	members := make([]member, len(nets))
+	for i, n := range nets {
+		members[i] = member{n: n, att: att}
+	}
 	ctx, span := c.tel.startSpan(ctx, spanRollback)
-	err := c.detachAll(ctx, att, netns, nets)
+	err := c.detachAll(ctx, netns, members)
 	span.end(err)
 	if err != nil {
 		c.logger.Error("rollback of failed setup incomplete", "alloc_id", att.id, "error", err)
@@ -161,17 +278,23 @@ func (c *Configurator) rollback(ctx context.Context, att attachment, netns strin
 
 const rollbackTimeout = 30 * time.Second
 
-// Teardown detaches the namespace from every network the allocation joined
-// (the same Allocation as Setup's), the last one first, and removes
-// whatever the plugins left: per network, DEL with the same port mappings
-// and args as Setup, then, whatever DEL returned, a force cleanup of
-// everything the plugins are known to leave (iptables and ip6tables rules
-// and chains, nftables rules, IPAM reservations, the cached result), by
-// the ownership rule of internal/footprint. Its cost follows what one
-// attachment can own, not the size of the host's ruleset. One network's
-// failure does not stop the others; the error joins each network's. It is
-// idempotent: tearing down twice, or tearing down what was never set up,
-// returns nil. netns may be empty or already deleted.
+// Teardown detaches the namespace from every network the allocation is
+// attached to: the networks it names (the same Allocation as Setup's) and
+// every other network of this Configurator that libcni's cache knows an
+// attachment of its ID in (networks added with Connect, even when the
+// Allocation no longer names them). It removes whatever the plugins left:
+// per network, DEL with the same port mappings and args as Setup (for a
+// network only the cache knows, those it was attached with), then,
+// whatever DEL returned, a force cleanup of everything the plugins are
+// known to leave (iptables and ip6tables rules and chains, nftables
+// rules, IPAM reservations, the cached result), by the ownership rule of
+// internal/footprint. Its cost follows what one attachment can own, not
+// the size of the host's ruleset. Networks are detached concurrently,
+// except those whose portmap uses its nftables backend, which are
+// detached one after another (see byBackend). One network's failure does
+// not stop the others; the error joins each network's, the last network
+// first. It is idempotent: tearing down twice, or tearing down what was
+// never set up, returns nil. netns may be empty or already deleted.
 func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opTeardown, allocID(alloc), netns)
 	defer func() { op.end(err) }()
@@ -180,33 +303,42 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 		return err
 	}
 	defer c.adm.enter(att.id)()
-	nets, err := c.networksOf(alloc, true)
+	members, err := c.membersOf(alloc, att, true)
 	if err != nil {
 		return err
 	}
-	defer c.adm.depart(departing(att.id, nets))()
-	return c.detachAll(ctx, att, netns, nets)
+	return c.detachAll(ctx, netns, members)
 }
 
-// departing is the attachments of id in nets.
-func departing(id string, nets []netAttachment) []footprint.Attachment {
-	atts := make([]footprint.Attachment, len(nets))
-	for i, n := range nets {
-		atts[i] = footprint.Attachment{Network: n.name(), ID: id}
+// detachAll detaches members, concurrently except where byBackend says
+// why not, the last network's turn first; one network's failure does not
+// stop the others, and the errors are joined the last network first.
+func (c *Configurator) detachAll(ctx context.Context, netns string, members []member) error {
+	defer c.adm.depart(departing(members))()
+	errs := make([]error, len(members))
+	nets := make([]netAttachment, len(members))
+	order := make([]int, len(members))
+	for i, m := range members {
+		nets[i], order[len(members)-1-i] = m.n, i
 	}
-	return atts
-}
-
-// detachAll detaches nets in reverse order; one network's failure does not
-// stop the others.
-func (c *Configurator) detachAll(ctx context.Context, att attachment, netns string, nets []netAttachment) error {
-	var errs []error
-	for i := len(nets) - 1; i >= 0; i-- {
-		if err := c.detach(ctx, att, netns, nets[i]); err != nil {
-			errs = append(errs, err)
+	byBackend(nets, order, true, func(i int) { errs[i] = c.detach(ctx, members[i].att, netns, members[i].n) })
+	var failed []error
+	for _, i := range order {
+		if errs[i] != nil {
+			failed = append(failed, errs[i])
 		}
 	}
-	return joinErrors(errs)
+	return joinErrors(failed)
+}
+
+// departing is the attachments of members: while they are torn down,
+// nothing a DEL takes from one of them is added back.
+func departing(members []member) []footprint.Attachment {
+	atts := make([]footprint.Attachment, len(members))
+	for i, m := range members {
+		atts[i] = footprint.Attachment{Network: m.n.name(), ID: m.att.id}
+	}
+	return atts
 }
 
 // joinErrors is errors.Join that returns a lone error as it is.

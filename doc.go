@@ -10,10 +10,14 @@
 //
 //   - Setup attaches the namespace and returns its address. An Allocation
 //     joins the networks its NetworkNames lists, in order, as eth0, eth1,
-//     …, or the default network; NetworkStatus.Networks has each
-//     network's addresses. Failed ADDs are retried per Config.Retry, with
+//     …, or the default network; the networks attach concurrently and
+//     NetworkStatus.Networks has each network's addresses in the
+//     allocation's order. Failed ADDs are retried per Config.Retry, with
 //     a DEL and a force cleanup in between; a Setup that fails leaves
 //     nothing behind, in any network.
+//   - Connect attaches a live workload to one more network (the lowest
+//     free interface name), Disconnect detaches it from one, leaving the
+//     others.
 //   - Teardown detaches it: CNI DEL with the same port mappings and args,
 //     then a force cleanup of everything the plugins are known to leave (the
 //     bridge's masquerade rules, portmap's DNAT rules and chains, the
@@ -23,7 +27,8 @@
 //     ruleset. It is idempotent.
 //   - Check verifies an attachment after a runner restart.
 //
-// Teardown and Check act on every network the allocation joined. GC
+// Teardown and Check act on every network the allocation joined, those
+// added with Connect included (libcni's cache knows them). GC
 // removes every attachment, in every known network, whose allocation is
 // not live; Status reports whether each network can attach workloads; and
 // Reload (or Config.Watch) picks up changed conflists.

@@ -30,8 +30,14 @@ var (
 	// ErrPluginMissing: a plugin named by the conflist is not in any plugin
 	// directory. Retrying cannot help.
 	ErrPluginMissing = errors.New("cni plugin missing")
-	// ErrSetupFailed: every Setup attempt failed; the attachment was rolled back.
+	// ErrSetupFailed: every Setup (or Connect) attempt failed, or ctx was
+	// done, or a result had no usable address; the attachment was rolled
+	// back.
 	ErrSetupFailed = errors.New("network setup failed")
+	// ErrAlreadyAttached: Connect was asked for a network the workload is
+	// already attached to (the error names its interface). Nothing on the
+	// host was changed.
+	ErrAlreadyAttached = errors.New("network already attached")
 	// ErrNoAddress: the CNI result names no usable IP address.
 	ErrNoAddress = errors.New("no address in cni result")
 	// ErrCheckFailed: CNI CHECK reported the attachment unhealthy; the runner

@@ -177,6 +177,10 @@ func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, n
 	defer c.adm.gate.Unlock()
 	ifNames := c.ifNames(len(c.knownNetworks()))
 	protected := c.adm.gc.protectedIDs()
+	before, err := c.lib.GetCachedAttachments("")
+	if err != nil {
+		return fmt.Errorf("%w: reading libcni's cache: %w (libcni's GC not run)", ErrCleanupFailed, err)
+	}
 	valid := []types.GCAttachment{}
 	for _, ids := range []map[string]bool{live, protected} {
 		for id := range ids {
@@ -185,9 +189,12 @@ func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, n
 			}
 		}
 	}
-	before, err := c.lib.GetCachedAttachments("")
-	if err != nil {
-		return fmt.Errorf("%w: reading libcni's cache: %w (libcni's GC not run)", ErrCleanupFailed, err)
+	for _, a := range before {
+		// Connect gives the lowest free name, which can lie beyond ifNames
+		// when networks that a Reload dropped still hold lower ones.
+		if (live[a.ContainerID] || protected[a.ContainerID]) && !slices.Contains(ifNames, a.IfName) {
+			valid = append(valid, types.GCAttachment{ContainerID: a.ContainerID, IfName: a.IfName})
+		}
 	}
 	names := map[string]bool{}
 	var stale []footprint.Attachment

@@ -63,8 +63,9 @@ func (c *Configurator) networkReady(ctx context.Context, conf loadedConf, isDefa
 }
 
 // Check runs CNI CHECK on every network of an existing attachment (the
-// same Allocation as Setup's), for a runner that restarted and found a
-// workload running. An unhealthy attachment is an ErrCheckFailed error
+// same Allocation as Setup's, and every network added with Connect, which
+// libcni's cache knows), for a runner that restarted and found a workload
+// running. An unhealthy attachment is an ErrCheckFailed error
 // wrapping the plugin's and naming each failing network: rebuild the
 // namespace. When no network failed but one could not be checked
 // (disableCheck, a plugin whose CHECK is known to be wrong), the error is
@@ -80,13 +81,13 @@ func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns strin
 		return fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
 	}
 	defer c.adm.enter(att.id)()
-	nets, err := c.networksOf(alloc, false)
+	members, err := c.membersOf(alloc, att, false)
 	if err != nil {
 		return err
 	}
 	var failed, unsupported []error
-	for _, n := range nets {
-		switch err := c.checkNetwork(ctx, att, n, netns); {
+	for _, m := range c.attached(members) {
+		switch err := c.checkNetwork(ctx, m.att, m.n, netns); {
 		case errors.Is(err, ErrCheckFailed):
 			failed = append(failed, err)
 		case err != nil:

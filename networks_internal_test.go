@@ -4,82 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	cni "github.com/containerd/go-cni"
 	"github.com/seed1280861d/cninet/internal/fakecni"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
-
-// driverCall is one call a fakeDriver received.
-type driverCall struct {
-	verb, network, ifName, id string
-	mappings                  []cni.PortMapping
-	args                      [][2]string
-}
-
-func (d driverCall) String() string { return d.verb + " " + d.network + "/" + d.ifName }
-
-// fakeDriver stands for libcni: it records calls and fails as scripted.
-type fakeDriver struct {
-	mu        sync.Mutex
-	calls     []driverCall
-	addErrs   map[string][]error // per network, one per ADD, in order
-	checkErrs map[string]error
-}
-
-func (f *fakeDriver) record(verb string, att attachment, n netAttachment) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, driverCall{verb, n.name(), n.ifName, att.id, att.mappings, att.args})
-}
-
-func (f *fakeDriver) add(_ context.Context, att attachment, n netAttachment, _ string) (*cni.Result, error) {
-	f.record("ADD", att, n)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if errs := f.addErrs[n.name()]; len(errs) > 0 {
-		f.addErrs[n.name()] = errs[1:]
-		if errs[0] != nil {
-			return nil, errs[0]
-		}
-	}
-	ip := net.IPv4(198, 18, byte(len(f.calls)), 2) // a different address per call
-	return &cni.Result{Interfaces: map[string]*cni.Config{n.ifName: {Sandbox: "/x", IPConfigs: []*cni.IPConfig{{IP: ip}}}}}, nil
-}
-
-func (f *fakeDriver) del(_ context.Context, att attachment, n netAttachment, _ string) error {
-	f.record("DEL", att, n)
-	return nil
-}
-
-func (f *fakeDriver) check(_ context.Context, att attachment, n netAttachment, _ string) error {
-	f.record("CHECK", att, n)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.checkErrs[n.name()]
-}
-
-func (f *fakeDriver) runsPlugins() bool { return false }
-
-func (f *fakeDriver) log() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := make([]string, len(f.calls))
-	for i, c := range f.calls {
-		s[i] = c.String()
-	}
-	return strings.Join(s, ", ")
-}
 
 // multiFixture is a Configurator over a ConfDir of three networks: a (the
 // default) and b, bridge networks with port mappings, and c, a ptp network
@@ -130,6 +66,7 @@ func newMultiFixture(t *testing.T, retry RetryPolicy, pluginDirs ...string) mult
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	f.drv.cacheDir = f.cache
 	c.driver = f.drv
 	f.c = c
 	return f
@@ -174,15 +111,15 @@ func TestSetupJoinsTheNamedNetworksInOrderOneInterfaceEach(t *testing.T) {
 	cases := []struct {
 		name     string
 		networks []string
-		cni      string // the fake go-cni's verbs
-		driver   string
+		cni      string              // the fake go-cni's verbs
+		driver   string              // sorted: the networks attach concurrently
 		want     []NetworkAttachment // Network and InterfaceName only
 	}{
 		{"no names: the default network through go-cni, as always", nil, "Setup", "",
 			[]NetworkAttachment{{Network: "a", InterfaceName: "eth0"}}},
 		{"the default network first: go-cni for it, libcni for the rest", []string{"a", "b", "c"}, "Setup", "ADD b/eth1, ADD c/eth2",
 			[]NetworkAttachment{{Network: "a", InterfaceName: "eth0"}, {Network: "b", InterfaceName: "eth1"}, {Network: "c", InterfaceName: "eth2"}}},
-		{"the default network later: libcni for all", []string{"c", "a"}, "", "ADD c/eth0, ADD a/eth1",
+		{"the default network later: libcni for all", []string{"c", "a"}, "", "ADD a/eth1, ADD c/eth0",
 			[]NetworkAttachment{{Network: "c", InterfaceName: "eth0"}, {Network: "a", InterfaceName: "eth1"}}},
 	}
 	for _, tc := range cases {
@@ -192,8 +129,8 @@ func TestSetupJoinsTheNamedNetworksInOrderOneInterfaceEach(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f.cniVerbs() != tc.cni || f.drv.log() != tc.driver {
-				t.Fatalf("go-cni %q, driver %q; want %q, %q", f.cniVerbs(), f.drv.log(), tc.cni, tc.driver)
+			if f.cniVerbs() != tc.cni || f.drv.sortedLog() != tc.driver {
+				t.Fatalf("go-cni %q, driver %q; want %q, %q", f.cniVerbs(), f.drv.sortedLog(), tc.cni, tc.driver)
 			}
 			if len(st.Networks) != len(tc.want) {
 				t.Fatalf("Networks = %+v, want %d", st.Networks, len(tc.want))
@@ -248,20 +185,20 @@ func TestAnUnknownOrInvalidNetworkFailsBeforeAnyPluginRuns(t *testing.T) {
 	}
 }
 
-func TestSetupThatFailsOnALaterNetworkDetachesTheEarlierOnesAndNamesTheNetwork(t *testing.T) {
+func TestSetupThatFailsInOneNetworkDetachesEveryNetworkAndNamesTheFailedOne(t *testing.T) {
 	errBroken := errors.New("plugin failonce said no")
 	cases := []struct {
 		name    string
 		addErrs map[string][]error
-		wantErr bool
-		driver  string
+		failed  string            // the network the error names; "" for success
+		calls   map[string]string // per network: the networks attach concurrently
 	}{
-		{"a transient failure is retried with a DEL in between", map[string][]error{"c": {errBroken}}, false,
-			"ADD b/eth0, ADD c/eth1, DEL c/eth1, ADD c/eth1, ADD a/eth2"},
-		{"the last network failing for good detaches all, last first", map[string][]error{"a": {errBroken, errBroken}}, true,
-			"ADD b/eth0, ADD c/eth1, ADD a/eth2, DEL a/eth2, ADD a/eth2, DEL a/eth2, DEL c/eth1, DEL b/eth0"},
-		{"the second network failing for good detaches the first", map[string][]error{"c": {errBroken, errBroken}}, true,
-			"ADD b/eth0, ADD c/eth1, DEL c/eth1, ADD c/eth1, DEL c/eth1, DEL b/eth0"},
+		{"a transient failure is retried with a DEL in between", map[string][]error{"c": {errBroken}}, "",
+			map[string]string{"b": "ADD eth0", "c": "ADD eth1, DEL eth1, ADD eth1", "a": "ADD eth2"}},
+		{"the last network failing for good detaches all", map[string][]error{"a": {errBroken, errBroken}}, "a",
+			map[string]string{"b": "ADD eth0, DEL eth0", "c": "ADD eth1, DEL eth1", "a": "ADD eth2, DEL eth2, ADD eth2, DEL eth2"}},
+		{"the second network failing for good detaches the first and the third", map[string][]error{"c": {errBroken, errBroken}}, "c",
+			map[string]string{"b": "ADD eth0, DEL eth0", "c": "ADD eth1, DEL eth1, ADD eth1, DEL eth1", "a": "ADD eth2, DEL eth2"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -269,21 +206,23 @@ func TestSetupThatFailsOnALaterNetworkDetachesTheEarlierOnesAndNamesTheNetwork(t
 			f.drv.addErrs = tc.addErrs
 			f.leakMasquerade("b", "w", "198.18.1.2") // what a bridge ADD leaves when DEL cannot reach the namespace
 			_, err := f.c.Setup(context.Background(), &Allocation{ID: "w", NetworkNames: []string{"b", "c", "a"}}, "/x")
-			if got := f.drv.log(); got != tc.driver {
-				t.Fatalf("driver calls:\n  %s\nwant\n  %s", got, tc.driver)
+			if got := f.drv.byNetwork(); !reflect.DeepEqual(got, tc.calls) {
+				t.Fatalf("driver calls per network:\n  %v\nwant\n  %v", got, tc.calls)
 			}
-			if !tc.wantErr {
+			if tc.failed == "" {
 				if err != nil {
 					t.Fatal(err)
 				}
 				return
 			}
-			failed := tc.driver[strings.LastIndex(tc.driver, "ADD ")+4:][:1]
-			if !errors.Is(err, ErrSetupFailed) || !errors.Is(err, errBroken) || !strings.Contains(err.Error(), fmt.Sprintf("network %q", failed)) {
-				t.Fatalf("err = %v, want ErrSetupFailed naming network %q and wrapping the plugin's error", err, failed)
+			if !errors.Is(err, ErrSetupFailed) || !errors.Is(err, errBroken) || !strings.Contains(err.Error(), fmt.Sprintf("network %q", tc.failed)) {
+				t.Fatalf("err = %v, want ErrSetupFailed naming network %q and wrapping the plugin's error", err, tc.failed)
 			}
 			if f.hasMasquerade("b", "w") {
 				t.Fatal("the rollback of network b did not force-clean what its DEL left")
+			}
+			if left, _ := filepath.Glob(filepath.Join(f.cache, "results", "*")); len(left) > 0 {
+				t.Fatalf("cached attachments left after the rollback: %v", left)
 			}
 		})
 	}
@@ -300,8 +239,8 @@ func TestTeardownDetachesEveryNetworkLastFirstAndReportsEachFailure(t *testing.T
 		f.v4.FailList["nat/"+footprint.Attachment{Network: n, ID: "w"}.MasqChain()] = errList
 	}
 	err := f.c.Teardown(context.Background(), alloc, "/x")
-	if got, want := f.drv.log(), "ADD b/eth1, ADD c/eth2, DEL c/eth2, DEL b/eth1"; got != want {
-		t.Fatalf("driver calls %q, want %q", got, want)
+	if got, want := f.drv.byNetwork(), map[string]string{"b": "ADD eth1, DEL eth1", "c": "ADD eth2, DEL eth2"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("driver calls %v, want %v", got, want)
 	}
 	if f.cniVerbs() != "Setup Remove" {
 		t.Fatalf("go-cni calls %q: network a was not detached after the others failed", f.cniVerbs())
@@ -316,7 +255,7 @@ func TestTeardownDetachesEveryNetworkLastFirstAndReportsEachFailure(t *testing.T
 			t.Errorf("error %d = %v, want ErrCleanupFailed in network %q wrapping the cause", i, e, n)
 		}
 	}
-	add, del := f.drv.calls[0], f.drv.calls[3]
+	add, del := f.drv.find("ADD", "b"), f.drv.find("DEL", "b")
 	if !reflect.DeepEqual(add.mappings, del.mappings) || !reflect.DeepEqual(add.args, del.args) || len(add.mappings) != 2 || len(add.args) != 2 {
 		t.Fatalf("ADD sent %v %v, DEL %v %v: want the same port mappings and args", add.mappings, add.args, del.mappings, del.args)
 	}

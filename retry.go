@@ -107,9 +107,11 @@ func (c *Configurator) addWithRetry(ctx context.Context, att attachment, n netAt
 	var waited time.Duration // before this attempt
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
+		done := enterAttempt(ctx, n, false)
 		addCtx, try := c.tel.startAttempt(ctx, n, attempt, waited)
 		res, err := driver.add(addCtx, att, n, netns)
 		try.end(err)
+		done()
 		if err == nil {
 			c.logger.Debug("network attached", "alloc_id", att.id, "network", n.name(), "attempt", attempt, "duration", time.Since(start))
 			return res, nil
@@ -125,7 +127,10 @@ func (c *Configurator) addWithRetry(ctx context.Context, att attachment, n netAt
 		// reserved an address for this id and refuses a second ADD. The
 		// force cleanup matters too: a failed ADD is not cached, so the
 		// firewall plugin's DEL cannot know which address to clean.
-		if derr := c.detach(inSetup(ctx), att, netns, n); derr != nil {
+		done = enterAttempt(ctx, n, true)
+		derr := c.detach(inSetup(ctx), att, netns, n)
+		done()
+		if derr != nil {
 			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", att.id, "network", n.name(), "attempt", attempt, "error", derr)
 		}
 		waitStart := time.Now()

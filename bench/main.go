@@ -32,6 +32,7 @@ type options struct {
 	gcNFTN        int
 	gcCountSample int
 	scaleN        int
+	multiN        int
 	scaleSizes    []int
 	only          []string
 	out, svg      string
@@ -55,6 +56,7 @@ var scenarios = []scenario{
 	{"gc", "1,000 leaked attachments (iptables): GC sweep vs. per-id cleanup", gcScenario},
 	{"gc-10k", "10,000 leaked attachments (iptables): GC sweep time, processes, memory", gcBigScenario},
 	{"gc-nft", "1,000 leaked attachments (nftables backends): GC sweep vs. per-id cleanup", gcNFTScenario},
+	{"multinet", "one workload on 1-4 networks: Setup+Teardown, cninet vs. go-cni, Debian and upstream plugins", multiNetwork},
 }
 
 func scenarioNames() []string {
@@ -79,6 +81,7 @@ func main() {
 	flag.IntVar(&o.gcNFTN, "gc-nft-n", 1000, "leaked attachments in the gc-nft scenario")
 	flag.IntVar(&o.gcCountSample, "gc-count-sample", 100, "ids whose per-id cleanup is counted in processes (gc, gc-nft)")
 	flag.IntVar(&o.scaleN, "scale-n", 12, "Setup+Teardown cycles per contender, per size and plugin set (overhead-scale)")
+	flag.IntVar(&o.multiN, "multinet-n", 12, "Setup+Teardown cycles per contender, per plugin set and number of networks (multinet)")
 	flag.StringVar(&sizes, "scale-sizes", "0,250,1000", "numbers of other attachments on the host (overhead-scale)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")

@@ -78,8 +78,8 @@ func (r *report) markdown() string {
 	w("- Machine: %s. Shared with other jobs while this ran (load average well above the core count at times).\n", r.res.Machine)
 	w("- Plugins: Debian's `containernetworking-plugins` 1.1.1 (`%s`, iptables backend only) and the upstream reference plugins v1.9.1 (`%s`), with the iptables backends and with `\"ipMasqBackend\"`/`\"backend\": \"nftables\"` (cninet's `BridgeConfig.Backend = BackendNFTables`); the firewall plugin always uses iptables. Real binaries, run inside a throwaway network and mount namespace (`internal/netsandbox`).\n", o.pluginDir, o.upstreamDir)
 	w("- Command: `make bench` (as root), which runs `go test -run '^$' -bench . -benchmem .` and then\n")
-	w("  `cd bench && go run . -plugins %s -upstream %s -failonce ../.cache/bench-plugins -overhead-n %d -scale-n %d -scale-sizes %s -recovery-n %d -conc-rounds %d -gc-n %d -gc-big-n %d -gc-nft-n %d`.\n",
-		o.pluginDir, o.upstreamDir, o.overheadN, o.scaleN, joinInts(o.scaleSizes), o.recoveryN, o.concRounds, o.gcN, o.gcBigN, o.gcNFTN)
+	w("  `cd bench && go run . -plugins %s -upstream %s -failonce ../.cache/bench-plugins -overhead-n %d -scale-n %d -scale-sizes %s -recovery-n %d -conc-rounds %d -gc-n %d -gc-big-n %d -gc-nft-n %d -multinet-n %d`.\n",
+		o.pluginDir, o.upstreamDir, o.overheadN, o.scaleN, joinInts(o.scaleSizes), o.recoveryN, o.concRounds, o.gcN, o.gcBigN, o.gcNFTN, o.multiN)
 	w("  `make bench BENCH_ARGS='-only overhead-scale,gc-nft'` reruns a subset (%s) and keeps the other sections from `bench/results.json`.\n", strings.Join(scenarioNames(), ", "))
 	w("- Contenders are interleaved in one run (ABAB…, alternating which goes first), so machine drift hits both alike.\n")
 	w("  The machine is shared and small: compare ratios, not absolute times.\n\n")
@@ -106,6 +106,7 @@ func (r *report) markdown() string {
 	} else {
 		w("(no `go test -bench` output was given)\n\n")
 	}
+	r.multiSection(w)
 	if len(r.res.Took) > 0 {
 		w("## Run time per scenario\n\n| scenario | took | measured |\n|---|---|---|\n")
 		var total time.Duration
@@ -153,6 +154,10 @@ func (r *report) targets(w writer) {
 	if g := r.res.GCBig; g != nil {
 		ok := r.res.GC != nil && g.Procs.Total == r.res.GC.SweepProcs.Total
 		w("| GC, %d leaked (iptables): processes O(tables × families), as many as for %s | %d | %s |\n", g.N, gcNote(r.res.GC), g.Procs.Total, verdict(ok))
+	}
+	for _, m := range r.res.Multi {
+		q := ratio(m.Lib.median(), m.Direct.median())
+		w("| several networks, %s, N = %d: cninet/go-cni median ≤ %.2f× | %.3f× | %s |\n", m.Set.Name, m.N, overheadTarget, q, verdict(q <= overheadTarget))
 	}
 	if g := r.res.GCNFT; g != nil {
 		q := ratio(g.PerID, g.Sweep)

@@ -24,6 +24,8 @@ type results struct {
 	GC       *gcResult    // iptables, gc-n, sweep vs. per id
 	GCBig    *gcBigResult // iptables, gc-big-n, sweep only
 	GCNFT    *gcResult    // nftables, gc-nft-n, sweep vs. per id
+
+	Multi []multiResult // multinet: per plugin set and number of networks
 }
 
 func (r *results) mark(name string, start time.Time) {

@@ -29,6 +29,8 @@ Commands:
   conflist   print (or write) the default bridge conflist
   setup      attach a network namespace to each --network and print its status as JSON
   teardown   detach a network namespace and remove what the plugins left
+  connect    attach a live workload to one more network of --conf-dir
+  disconnect detach a live workload from one network, leaving the others
   check      run CNI CHECK on every network of an attachment
   gc         remove every attachment whose id is not live, in every network
   status     report whether every network can attach workloads
@@ -55,6 +57,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	commands := map[string]func([]string, io.Writer, io.Writer) error{
 		"conflist": cmdConflist, "setup": cmdSetup, "teardown": cmdTeardown,
 		"check": cmdCheck, "gc": cmdGC, "status": cmdStatus, "demo": cmdDemo,
+		"connect": cmdConnect, "disconnect": cmdDisconnect,
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {

@@ -1,0 +1,242 @@
+package cninet
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// events is an ordered, concurrency-safe log of what the fake plugins did.
+type events struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (e *events) add(s string) {
+	e.mu.Lock()
+	e.log = append(e.log, s)
+	e.mu.Unlock()
+}
+
+func (e *events) index(s string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Index(e.log, s)
+}
+
+// allStarted returns a hook that holds every ADD until n of them are
+// running at once, then lets them finish in reverse allocation order; a
+// Setup that attached one network after another never gets there.
+func allStarted(t *testing.T, n int) func(context.Context, netAttachment) error {
+	var mu sync.Mutex
+	started := 0
+	all := make(chan struct{})
+	var order []chan struct{}
+	for range n {
+		order = append(order, make(chan struct{}))
+	}
+	go func() {
+		select {
+		case <-all:
+		case <-time.After(10 * time.Second):
+			return
+		}
+		for i := n - 1; i >= 0; i-- {
+			close(order[i])
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return func(ctx context.Context, na netAttachment) error {
+		mu.Lock()
+		if started++; started == n {
+			close(all)
+		}
+		mu.Unlock()
+		i := int(na.ifName[len(na.ifName)-1] - '0')
+		select {
+		case <-order[i]:
+			return nil
+		case <-time.After(10 * time.Second):
+			return errors.New("the other networks' ADDs never started: not concurrent")
+		}
+	}
+}
+
+func TestSetupAttachesEveryNetworkConcurrentlyAndReportsThemInTheAllocationsOrder(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	f.drv.addHook = allStarted(t, 3)
+	st, err := f.c.Setup(context.Background(), &Allocation{ID: "w", NetworkNames: []string{"c", "b", "a"}}, "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range st.Networks {
+		got = append(got, n.Network+"/"+n.InterfaceName)
+	}
+	if want := []string{"c/eth0", "b/eth1", "a/eth2"}; !slices.Equal(got, want) {
+		t.Fatalf("status %v, want %v although the last network finished first", got, want)
+	}
+	if st.InterfaceName != "eth0" || st.Address != st.Networks[0].Address {
+		t.Fatalf("top-level status %+v, want the first network's", st)
+	}
+}
+
+func TestRollbackWaitsForAnADDStillRunningAndDetachesEveryNetwork(t *testing.T) {
+	errBroken := errors.New("bridge: no such device")
+	cases := []struct {
+		name      string
+		cancelCtx bool   // the caller gives up instead of network c failing
+		named     string // the networks the error must name
+	}{
+		{"the second of three fails for good while the third is mid-ADD: the error names the second only", false, "c"},
+		{"the caller's context is cancelled mid-ADD: the error names every network that was still attaching", true, "c a"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMultiFixture(t, RetryPolicy{Attempts: 1})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ev := &events{}
+			var running sync.WaitGroup
+			running.Add(2)
+			f.drv.addHook = func(ctx context.Context, n netAttachment) error {
+				switch n.name() {
+				case "b":
+					return nil
+				case "c":
+					if !tc.cancelCtx {
+						running.Wait()
+						return errBroken
+					}
+				}
+				running.Done()
+				<-ctx.Done() // a plugin killed halfway
+				time.Sleep(20 * time.Millisecond)
+				ev.add("ADD returned " + n.name())
+				return ctx.Err()
+			}
+			f.c.driver = recordingDels{f.drv, ev}
+			if tc.cancelCtx {
+				go func() { running.Wait(); cancel() }()
+			} else {
+				running.Done() // only a blocks
+			}
+			f.leakMasquerade("a", "w", "198.18.0.9") // what a half-made bridge ADD leaves
+			_, err := f.c.Setup(ctx, &Allocation{ID: "w", NetworkNames: []string{"b", "c", "a"}}, "/x")
+			if !errors.Is(err, ErrSetupFailed) {
+				t.Fatalf("err = %v, want ErrSetupFailed", err)
+			}
+			for _, name := range []string{"a", "b", "c"} {
+				if named := strings.Contains(err.Error(), `network "`+name+`"`); named != strings.Contains(tc.named, name) {
+					t.Errorf("error %q names network %s: %v, want %v", err, name, named, !named)
+				}
+				if del := ev.index("DEL " + name); del < 0 || del < ev.index("ADD returned a") {
+					t.Errorf("network %s: DEL at %d, the running ADD returned at %d: want every network detached after every ADD returned (%v)",
+						name, del, ev.index("ADD returned a"), ev.log)
+				}
+			}
+			if tc.cancelCtx && !errors.Is(err, context.Canceled) {
+				t.Errorf("err = %v, want it to wrap context.Canceled", err)
+			}
+			if f.hasMasquerade("a", "w") {
+				t.Error("the network whose ADD was cut short was not force-cleaned")
+			}
+			if left, _ := filepath.Glob(filepath.Join(f.cache, "results", "*")); len(left) > 0 {
+				t.Errorf("cached attachments left: %v", left)
+			}
+		})
+	}
+}
+
+// recordingDels logs each DEL in events, then passes it on.
+type recordingDels struct {
+	*fakeDriver
+	ev *events
+}
+
+func (r recordingDels) del(ctx context.Context, att attachment, n netAttachment, netns string) error {
+	r.ev.add("DEL " + n.name())
+	return r.fakeDriver.del(ctx, att, n, netns)
+}
+
+func TestNFTablesPortmapNetworksNeverDetachNextToEachOthersADDOrDetach(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	alloc := &Allocation{ID: "w", NetworkNames: []string{"b", "c", "a"}}
+	f.c.mu.Lock()
+	for _, name := range []string{"a", "b"} { // as if their portmap had "backend": "nftables"
+		conf := f.c.nets.byName[name]
+		conf.info.footprint.HostportNFT = true
+		f.c.nets.byName[name] = conf
+	}
+	f.c.mu.Unlock()
+	f.drv.addErrs["b"] = []error{errors.New("bridge: already exists")} // b retries: a DEL between its attempts
+	var mu sync.Mutex
+	adding, detaching := 0, 0
+	var addsOverlapped, detachNextToADD, detachesOverlapped bool
+	f.drv.addHook = func(_ context.Context, n netAttachment) error {
+		if !n.conf.info.footprint.HostportNFT {
+			return nil
+		}
+		mu.Lock()
+		adding++
+		addsOverlapped = addsOverlapped || adding > 1
+		detachNextToADD = detachNextToADD || detaching > 0
+		mu.Unlock()
+		if n.name() == "a" {
+			time.Sleep(60 * time.Millisecond) // still adding when b's first attempt has failed
+		} else {
+			time.Sleep(5 * time.Millisecond)
+		}
+		mu.Lock()
+		adding--
+		mu.Unlock()
+		return nil
+	}
+	f.c.driver = slowDels{f.drv, func(n netAttachment, enter bool) {
+		if !n.conf.info.footprint.HostportNFT {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !enter {
+			detaching--
+			return
+		}
+		detaching++
+		detachesOverlapped = detachesOverlapped || detaching > 1
+		detachNextToADD = detachNextToADD || adding > 0
+	}}
+	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Teardown(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if !addsOverlapped {
+		t.Error("the nftables-portmap networks' ADDs ran one after another: want them concurrent")
+	}
+	if detachNextToADD || detachesOverlapped {
+		t.Errorf("a detach ran next to another nftables-portmap network's ADD (%v) or detach (%v)", detachNextToADD, detachesOverlapped)
+	}
+	if got := f.drv.byNetwork(); got["a"] != "ADD eth2, DEL eth2" || got["b"] != "ADD eth0, DEL eth0, ADD eth0, DEL eth0" || got["c"] != "ADD eth1, DEL eth1" {
+		t.Fatalf("driver calls %v: want b retried, every network attached and detached", got)
+	}
+}
+
+// slowDels makes each DEL take a while and reports entering and leaving it.
+type slowDels struct {
+	*fakeDriver
+	note func(n netAttachment, enter bool)
+}
+
+func (s slowDels) del(ctx context.Context, att attachment, n netAttachment, netns string) error {
+	s.note(n, true)
+	defer s.note(n, false)
+	time.Sleep(10 * time.Millisecond)
+	return s.fakeDriver.del(ctx, att, n, netns)
+}

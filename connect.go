@@ -1,0 +1,278 @@
+package cninet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	cni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/libcni"
+)
+
+// Connect attaches the live workload of alloc to one more network, as
+// Podman's `network connect` does: network (which this Configurator must
+// know) gets the lowest interface name <prefix>N that none of the
+// workload's networks uses — the ones alloc names, at their places, and
+// the ones libcni's cache knows it attached, Connect's included. Pass the
+// workload's Allocation as given to Setup: its ports and args go to the
+// new network by the same rules as Setup's (port mappings where the
+// conflist declares the capability, args everywhere), and its
+// NetworkNames say what the workload joined at Setup (a network
+// disconnected since may stay named: libcni's cache tells). Connecting a
+// network the workload is already attached to is an ErrAlreadyAttached
+// error naming its interface. The ADD is retried like Setup's, and a Connect that fails
+// leaves nothing of the new network behind (DEL and force cleanup) and the
+// other networks untouched. The returned status is the new network's
+// (Networks holds it alone). A connected network is always attached
+// through libcni. Teardown, Check and GC cover it from then on, whether or
+// not the caller's Allocation names it.
+func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, netns string) (*NetworkStatus, error) {
+	att, err := newAttachment(alloc, c.ignoreHostIP)
+	if err != nil {
+		return nil, err
+	}
+	if netns == "" {
+		return nil, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
+	}
+	if err := checkNetworkName(network); err != nil {
+		return nil, err
+	}
+	defer c.adm.enter(att.id)()
+	conf, err := c.knownConf(network, false)
+	if err != nil {
+		return nil, fmt.Errorf("%w (connecting allocation %s)", err, att.id)
+	}
+	members, err := c.membersOf(alloc, att, false)
+	if err != nil {
+		return nil, err
+	}
+	var used []string
+	for _, m := range c.attached(members) {
+		used = append(used, m.n.ifName)
+		if m.n.name() == network {
+			return nil, fmt.Errorf("%w: allocation %s is attached to network %q as %s", ErrAlreadyAttached, att.id, network, m.n.ifName)
+		}
+	}
+	n := netAttachment{conf: conf, ifName: c.freeIfName(used)}
+	if err := c.preflight(n); err != nil {
+		return nil, err
+	}
+	defer c.keepLoopback(att.id, netns, []member{{n: n}})()
+	return c.attachAll(ctx, att, netns, []netAttachment{n})
+}
+
+// Disconnect detaches the workload of alloc from one network and leaves
+// its other networks untouched, as Podman's `network disconnect` does:
+// DEL with the port mappings and args the network was attached with, then
+// the same force cleanup as Teardown's, so netns may be empty or already
+// deleted. The network may be one alloc names or one added by Connect.
+// Disconnecting a network the workload is not attached to returns nil,
+// as Teardown does for what was never set up (when libcni's cache knows
+// the workload, a network it does not know is not attached, and nothing
+// runs); a network this
+// Configurator does not know at all is an ErrNetworkNotFound error.
+// The Allocation may go on naming a disconnected network: Check skips
+// it, Connect attaches it again, Teardown finds nothing of it.
+func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, network, netns string) error {
+	att, err := newAttachment(alloc, c.ignoreHostIP)
+	if err != nil {
+		return err
+	}
+	if err := checkNetworkName(network); err != nil {
+		return err
+	}
+	defer c.adm.enter(att.id)()
+	if _, err := c.knownConf(network, true); err != nil {
+		return fmt.Errorf("%w (disconnecting allocation %s)", err, att.id)
+	}
+	members, err := c.membersOf(alloc, att, true)
+	if err != nil {
+		return err
+	}
+	// A DEL of a network that is gone would only make portmap's nftables
+	// DEL take the other networks' hostport rules for a moment.
+	members = slices.DeleteFunc(c.attached(members), func(m member) bool { return m.n.name() != network })
+	if len(members) == 0 {
+		c.logger.Debug("disconnect: not attached", "alloc_id", att.id, "network", network)
+		return nil
+	}
+	defer c.keepLoopback(att.id, netns, members)()
+	return c.detachAll(ctx, netns, members)
+}
+
+// keepLoopback, when members run the loopback plugin, notes whether the
+// workload's lo is up and returns a func that brings it up again if a DEL
+// took it down meanwhile: the loopback plugin's DEL sets lo down, which
+// is right when the workload goes, wrong when it loses one network of
+// several (a Disconnect, a Connect rolled back).
+func (c *Configurator) keepLoopback(id, netns string, members []member) (restore func()) {
+	runsLoopback := slices.ContainsFunc(members, func(m member) bool { return slices.Contains(m.n.conf.info.pluginTypes, "loopback") })
+	if !runsLoopback || !loopbackUp(netns) {
+		return func() {}
+	}
+	return func() {
+		if loopbackUp(netns) {
+			return
+		}
+		if err := setLoopbackUp(netns); err != nil {
+			c.logger.Warn("could not bring the workload's loopback interface up again after a DEL of the loopback plugin",
+				"alloc_id", id, "netns", netns, "error", err)
+		}
+	}
+}
+
+// member is one network an allocation is attached to and what its
+// plugins are told.
+type member struct {
+	n      netAttachment
+	att    attachment
+	cached bool // libcni's cache knows the attachment
+}
+
+// attached drops from an allocation's members the networks the
+// allocation names that are not attached any more: when libcni's cache
+// knows the workload, a network it does not know was disconnected, or its
+// Connect failed and was rolled back. (Teardown keeps them: a DEL of what
+// is gone is harmless there, and an ADD cut short is never cached.) A
+// network attached through an injected Config.CNI, whose cache cninet may
+// not see, is taken at its word.
+func (c *Configurator) attached(all []member) []member {
+	if !slices.ContainsFunc(all, func(m member) bool { return m.cached }) {
+		return all
+	}
+	return slices.DeleteFunc(all, func(m member) bool { return !m.cached && !(m.n.viaCNI && !c.findPlugins) })
+}
+
+// membersOf returns every network alloc is attached to: the networks it
+// names, in its order, then the other known networks that libcni's cache
+// holds an attachment of its ID in, by interface name. A named network
+// the cache knows takes the interface the cache says (Connect may have
+// put it elsewhere); one the cache does not know keeps its place — its
+// ADD may have been cut short before anything was cached — unless the
+// cache proves that interface is another network's. A network only the
+// cache knows is told the args and port mappings it was attached with.
+func (c *Configurator) membersOf(alloc *Allocation, att attachment, forTeardown bool) ([]member, error) {
+	nets, err := c.networksOf(alloc, forTeardown)
+	if err != nil {
+		return nil, err
+	}
+	cached, err := c.lib.GetCachedAttachments(att.id)
+	if err != nil {
+		c.logger.Warn("reading libcni's cache failed: only the allocation's own networks are covered",
+			"alloc_id", att.id, "cache_dir", c.cacheDir, "error", err)
+	}
+	cachedIfs := map[string][]*libcni.NetworkAttachment{} // by network
+	ifOwner := map[string]string{}                        // interface → network, per the cache
+	for _, a := range cached {
+		cachedIfs[a.Network] = append(cachedIfs[a.Network], a)
+		ifOwner[a.IfName] = a.Network
+	}
+	var members []member
+	for _, n := range nets {
+		as := cachedIfs[n.name()]
+		delete(cachedIfs, n.name())
+		if len(as) == 0 {
+			if owner, taken := ifOwner[n.ifName]; !taken || owner == n.name() {
+				members = append(members, member{n: n, att: att})
+			}
+			continue
+		}
+		for i, a := range as {
+			m := member{n: n, att: att, cached: true}
+			if a.IfName != n.ifName {
+				m.n.ifName, m.n.viaCNI = a.IfName, false
+			}
+			if i > 0 {
+				m.att = cachedAttachment(att, a)
+			}
+			members = append(members, m)
+		}
+	}
+	return append(members, c.cachedOnly(att, cachedIfs, forTeardown)...), nil
+}
+
+// cachedOnly turns the cached attachments of networks the allocation does
+// not name into members, sorted by interface name; a network this
+// Configurator does not know is not its to detach.
+func (c *Configurator) cachedOnly(att attachment, byNetwork map[string][]*libcni.NetworkAttachment, forTeardown bool) []member {
+	var members []member
+	for name, as := range byNetwork {
+		conf, err := c.knownConf(name, forTeardown)
+		if err != nil {
+			c.logger.Debug("cached attachment of a network this configurator does not know left alone",
+				"alloc_id", att.id, "network", name)
+			continue
+		}
+		for _, a := range as {
+			members = append(members, member{n: netAttachment{conf: conf, ifName: a.IfName}, att: cachedAttachment(att, a), cached: true})
+		}
+	}
+	slices.SortFunc(members, func(a, b member) int {
+		if d := c.ifIndex(a.n.ifName) - c.ifIndex(b.n.ifName); d != 0 {
+			return d
+		}
+		return strings.Compare(a.n.name(), b.n.name())
+	})
+	return members
+}
+
+// cachedAttachment is att with the args and port mappings that libcni
+// cached for a, where it cached them.
+func cachedAttachment(att attachment, a *libcni.NetworkAttachment) attachment {
+	if len(a.CniArgs) > 0 {
+		att.args = a.CniArgs
+	}
+	if raw, ok := a.CapabilityArgs["portMappings"]; ok {
+		var mappings []cni.PortMapping
+		if b, err := json.Marshal(raw); err == nil && json.Unmarshal(b, &mappings) == nil {
+			att.mappings = mappings
+		}
+	}
+	return att
+}
+
+// knownConf returns the conflist of a network this Configurator knows;
+// forTeardown also accepts one that a Reload dropped, and a closed
+// Configurator.
+func (c *Configurator) knownConf(name string, forTeardown bool) (loadedConf, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed && !forTeardown {
+		return loadedConf{}, fmt.Errorf("%w: network %q", ErrClosed, name)
+	}
+	if conf, ok := c.nets.byName[name]; ok {
+		return conf, nil
+	}
+	if conf, ok := c.retired[name]; ok && forTeardown {
+		return conf, nil
+	}
+	return loadedConf{}, fmt.Errorf("%w: no network %q (known: %s)", ErrNetworkNotFound, name, strings.Join(c.nets.names(), ", "))
+}
+
+// freeIfName returns <prefix>N for the lowest N no name in used has.
+func (c *Configurator) freeIfName(used []string) string {
+	for i := 0; ; i++ {
+		if name := c.ifPrefix + strconv.Itoa(i); !slices.Contains(used, name) {
+			return name
+		}
+	}
+}
+
+// ifIndex is N of <prefix>N, or a large number for any other name.
+func (c *Configurator) ifIndex(ifName string) int {
+	if n, err := strconv.Atoi(strings.TrimPrefix(ifName, c.ifPrefix)); err == nil && strings.HasPrefix(ifName, c.ifPrefix) && n >= 0 {
+		return n
+	}
+	return 1 << 30
+}
+
+// checkNetworkName rejects a network name no conflist can have.
+func checkNetworkName(name string) error {
+	if !networkNameRule.MatchString(name) {
+		return fmt.Errorf("%w: network name %q does not match %s", ErrInvalidArgument, name, networkNameRule)
+	}
+	return nil
+}

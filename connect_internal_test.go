@@ -1,0 +1,243 @@
+package cninet
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// cached lists the attachments in libcni's cache as network/id/ifName.
+func (f multiFixture) cached(t *testing.T) []string {
+	t.Helper()
+	as, err := f.c.lib.GetCachedAttachments("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, a := range as {
+		out = append(out, a.Network+"/"+a.ContainerID+"/"+a.IfName)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestConnectAttachesOneMoreNetworkUnderTheLowestFreeInterfaceName(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	alloc := &Allocation{ID: "w", Ports: []Port{{Value: 8080, To: 80}}, Args: map[string]string{"K": "v"}, NetworkNames: []string{"a", "b"}}
+	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := f.c.Connect(context.Background(), alloc, "c", "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.InterfaceName != "eth2" || len(st.Networks) != 1 || st.Networks[0].Network != "c" || !st.Address.IsValid() {
+		t.Fatalf("status %+v, want network c alone, on eth2, with an address", st)
+	}
+	add := f.drv.find("ADD", "c")
+	if add.ifName != "eth2" || !reflect.DeepEqual(add.args, f.drv.find("ADD", "b").args) || !reflect.DeepEqual(add.mappings, f.drv.find("ADD", "b").mappings) {
+		t.Fatalf("connect ADD %+v: want eth2 with the allocation's args and port mappings", add)
+	}
+	if err := f.c.Disconnect(context.Background(), alloc, "b", "/x"); err != nil {
+		t.Fatal(err)
+	}
+	alloc.NetworkNames = []string{"a"} // the runner dropped b
+	third := &Allocation{ID: "w", NetworkNames: alloc.NetworkNames}
+	if err := os.WriteFile(filepath.Join(f.dir, "d.conflist"), []byte(`{"cniVersion":"1.0.0","name":"d","plugins":[{"type":"ptp"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := f.c.Connect(context.Background(), third, "d", "/x"); err != nil || st.InterfaceName != "eth1" {
+		t.Fatalf("connect after a disconnect: %+v, %v; want eth1, the name b freed", st, err)
+	}
+	if got, want := f.cached(t), []string{"c/w/eth2", "d/w/eth1"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("cached attachments %v, want %v", got, want)
+	}
+}
+
+func TestConnectRefusesWhatItCannotDoBeforeAnyPluginRuns(t *testing.T) {
+	cases := []struct {
+		name, network string
+		want          error
+		inErr         string
+	}{
+		{"a network the allocation names", "b", ErrAlreadyAttached, `network "b" as eth1`},
+		{"a network connected before", "c", ErrAlreadyAttached, `network "c" as eth2`},
+		{"a network the configurator does not know", "nope", ErrNetworkNotFound, "known: a, b, c"},
+		{"a name no network can have", "a b", ErrInvalidArgument, `"a b"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMultiFixture(t, quickRetry)
+			alloc := &Allocation{ID: "w", NetworkNames: []string{"a", "b"}}
+			if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.c.Connect(context.Background(), alloc, "c", "/x"); err != nil {
+				t.Fatal(err)
+			}
+			before := f.drv.log()
+			_, err := f.c.Connect(context.Background(), alloc, tc.network, "/x")
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.inErr) {
+				t.Fatalf("err = %v, want %v saying %s", err, tc.want, tc.inErr)
+			}
+			if f.drv.log() != before {
+				t.Fatalf("plugins ran: %q after %q", f.drv.log(), before)
+			}
+		})
+	}
+}
+
+func TestAConnectThatFailsLeavesNothingOfTheNewNetworkAndTheOthersUntouched(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	errBroken := errors.New("ptp: no such device")
+	alloc := &Allocation{ID: "w", NetworkNames: []string{"a", "b"}}
+	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	f.drv.addErrs["c"] = []error{errBroken, errBroken}
+	f.leakMasquerade("c", "w", "198.18.2.7")
+	_, err := f.c.Connect(context.Background(), alloc, "c", "/x")
+	if !errors.Is(err, ErrSetupFailed) || !errors.Is(err, errBroken) || !strings.Contains(err.Error(), `network "c"`) {
+		t.Fatalf("err = %v, want ErrSetupFailed naming network c", err)
+	}
+	if got := f.drv.byNetwork(); got["b"] != "ADD eth1" || got["c"] != "ADD eth2, DEL eth2, ADD eth2, DEL eth2" {
+		t.Fatalf("driver calls %v: want c retried and detached, b untouched", got)
+	}
+	if f.hasMasquerade("c", "w") || !reflect.DeepEqual(f.cached(t), []string{"b/w/eth1"}) {
+		t.Fatalf("after the failed connect: masquerade of c %v, cache %v; want none of c, b's kept", f.hasMasquerade("c", "w"), f.cached(t))
+	}
+}
+
+func TestDisconnectDetachesOneNetworkAndIsIdempotent(t *testing.T) {
+	cases := []struct {
+		name, network string
+		want          error
+		calls         map[string]string
+	}{
+		{"a network the allocation names", "b", nil, map[string]string{"b": "ADD eth1, DEL eth1", "c": "ADD eth2"}},
+		{"a connected network", "c", nil, map[string]string{"b": "ADD eth1", "c": "ADD eth2, DEL eth2"}},
+		{"a network disconnected before, though the allocation still names it: nil, nothing runs", "again", nil, map[string]string{"b": "ADD eth1", "c": "ADD eth2"}},
+		{"a known network it never joined: nil, nothing runs", "never", nil, map[string]string{"b": "ADD eth1", "c": "ADD eth2"}},
+		{"a network the configurator does not know", "nope", ErrNetworkNotFound, map[string]string{"b": "ADD eth1", "c": "ADD eth2"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMultiFixture(t, quickRetry)
+			alloc := &Allocation{ID: "w", NetworkNames: []string{"a", "b"}}
+			if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.c.Connect(context.Background(), alloc, "c", "/x"); err != nil {
+				t.Fatal(err)
+			}
+			network := tc.network
+			switch network {
+			case "again":
+				if err := f.c.Disconnect(context.Background(), alloc, "b", "/x"); err != nil {
+					t.Fatal(err)
+				}
+				f.drv.mu.Lock()
+				f.drv.calls = f.drv.calls[:len(f.drv.calls)-1] // forget that DEL: the second one is under test
+				f.drv.mu.Unlock()
+				network = "b"
+			case "never":
+				if err := os.WriteFile(filepath.Join(f.dir, "d.conflist"), []byte(`{"cniVersion":"1.0.0","name":"d","plugins":[{"type":"ptp"}]}`), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.c.Reload(); err != nil {
+					t.Fatal(err)
+				}
+				network = "d"
+			}
+			err := f.c.Disconnect(context.Background(), alloc, network, "")
+			if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if got := f.drv.byNetwork(); !reflect.DeepEqual(got, tc.calls) {
+				t.Fatalf("driver calls %v, want %v", got, tc.calls)
+			}
+			if strings.Contains(f.cniVerbs(), "Remove") {
+				t.Fatal("network a was detached")
+			}
+		})
+	}
+}
+
+func TestTeardownWithTheOriginalAllocationDetachesConnectedNetworksToo(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	alloc := &Allocation{ID: "w", Ports: []Port{{Value: 8080}}, NetworkNames: []string{"b"}}
+	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	withPorts := &Allocation{ID: "w", Ports: []Port{{Value: 9090}}, NetworkNames: []string{"b"}}
+	if _, err := f.c.Connect(context.Background(), withPorts, "c", "/x"); err != nil {
+		t.Fatal(err)
+	}
+	f.leakMasquerade("c", "w", "198.18.2.7")
+	if err := f.c.Check(context.Background(), alloc, "/x"); err != nil || f.drv.find("CHECK", "c").ifName != "eth1" {
+		t.Fatalf("Check: %v, calls %s: want the connected network checked too", err, f.drv.log())
+	}
+	if err := f.c.Teardown(context.Background(), alloc, ""); err != nil {
+		t.Fatal(err)
+	}
+	del := f.drv.find("DEL", "c")
+	if del.ifName != "eth1" || len(del.mappings) != 2 || del.mappings[0].HostPort != 9090 {
+		t.Fatalf("DEL of the connected network %+v: want eth1 with the port mappings it was connected with", del)
+	}
+	if f.hasMasquerade("c", "w") || len(f.cached(t)) != 0 {
+		t.Fatalf("left after Teardown: masquerade of c %v, cache %v", f.hasMasquerade("c", "w"), f.cached(t))
+	}
+	if err := f.c.Teardown(context.Background(), alloc, ""); err != nil {
+		t.Fatalf("second Teardown: %v", err)
+	}
+}
+
+func TestGCKeepsALiveWorkloadsConnectedNetworkWhateverItsInterface(t *testing.T) {
+	f := newMultiFixture(t, quickRetry, acceptAllPlugins(t, "loopback", "bridge", "firewall", "portmap", "ptp"))
+	live := f.writeCache(t, "c", "live", "eth7") // beyond the three names GC derives from three networks
+	dead := f.writeCache(t, "c", "dead", "eth7")
+	if _, err := f.c.GC(context.Background(), []string{"live"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Fatalf("GC removed the live workload's attachment on eth7: %v", err)
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Fatalf("GC kept the dead workload's attachment on eth7: %v", err)
+	}
+}
+
+func TestAfterDisconnectTheAllocationMayStillNameTheNetwork(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	alloc := &Allocation{ID: "w", NetworkNames: []string{"a", "b", "c"}}
+	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Disconnect(context.Background(), alloc, "b", "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Check(context.Background(), alloc, "/x"); err != nil || f.drv.find("CHECK", "b").verb != "" || f.drv.find("CHECK", "c").verb == "" {
+		t.Fatalf("Check: %v, calls %s: want c checked and the disconnected b not", err, f.drv.log())
+	}
+	st, err := f.c.Connect(context.Background(), alloc, "b", "/x")
+	if err != nil || st.InterfaceName != "eth1" {
+		t.Fatalf("connecting b again: %+v, %v; want it back on eth1", st, err)
+	}
+	if err := f.c.Teardown(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.drv.byNetwork()["b"], "ADD eth1, DEL eth1, ADD eth1, DEL eth1"; got != want {
+		t.Fatalf("calls of b: %q, want %q", got, want)
+	}
+	if len(f.cached(t)) != 0 {
+		t.Fatalf("cache after Teardown: %v", f.cached(t))
+	}
+}

@@ -1,0 +1,153 @@
+package cninet
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	cni "github.com/containerd/go-cni"
+)
+
+// driverCall is one call a fakeDriver received.
+type driverCall struct {
+	verb, network, ifName, id string
+	mappings                  []cni.PortMapping
+	args                      [][2]string
+}
+
+func (d driverCall) String() string { return d.verb + " " + d.network + "/" + d.ifName }
+
+// fakeDriver stands for libcni: it records calls, fails as scripted, and
+// caches each successful ADD's result as libcni does (and its DEL removes
+// it), so that Teardown and Connect find what was attached.
+type fakeDriver struct {
+	mu        sync.Mutex
+	calls     []driverCall
+	addErrs   map[string][]error // per network, one per ADD, in order
+	checkErrs map[string]error
+	cacheDir  string
+	// addHook, if set, runs inside ADD after it is recorded; a non-nil
+	// error it returns fails the ADD.
+	addHook func(ctx context.Context, n netAttachment) error
+}
+
+func (f *fakeDriver) record(verb string, att attachment, n netAttachment) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, driverCall{verb, n.name(), n.ifName, att.id, att.mappings, att.args})
+}
+
+func (f *fakeDriver) add(ctx context.Context, att attachment, n netAttachment, _ string) (*cni.Result, error) {
+	f.record("ADD", att, n)
+	if f.addHook != nil {
+		if err := f.addHook(ctx, n); err != nil {
+			return nil, err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if errs := f.addErrs[n.name()]; len(errs) > 0 {
+		f.addErrs[n.name()] = errs[1:]
+		if errs[0] != nil {
+			return nil, errs[0]
+		}
+	}
+	ip := net.IPv4(198, 18, byte(len(f.calls)), 2) // a different address per call
+	if err := f.cache(att, n, ip); err != nil {
+		return nil, err
+	}
+	return &cni.Result{Interfaces: map[string]*cni.Config{n.ifName: {Sandbox: "/x", IPConfigs: []*cni.IPConfig{{IP: ip}}}}}, nil
+}
+
+// cache writes libcni's cache file of the attachment, as libcni's ADD does.
+func (f *fakeDriver) cache(att attachment, n netAttachment, ip net.IP) error {
+	if f.cacheDir == "" {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"kind": "cniCacheV1", "containerId": att.id, "ifName": n.ifName, "networkName": n.name(),
+		"config": n.conf.bytes, "cniArgs": att.args, "capabilityArgs": map[string]any{"portMappings": att.mappings},
+		"result": map[string]any{"cniVersion": "1.0.0", "ips": []map[string]string{{"address": ip.String() + "/24"}}}})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(f.cacheDir, "results"), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(f.cachePath(att, n), body, 0o644)
+}
+
+func (f *fakeDriver) cachePath(att attachment, n netAttachment) string {
+	return filepath.Join(f.cacheDir, "results", n.name()+"-"+att.id+"-"+n.ifName)
+}
+
+// byNetwork returns each network's calls, oldest first, as "VERB ifName".
+func (f *fakeDriver) byNetwork() map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]string{}
+	for _, c := range f.calls {
+		if out[c.network] != "" {
+			out[c.network] += ", "
+		}
+		out[c.network] += c.verb + " " + c.ifName
+	}
+	return out
+}
+
+// sortedLog is log() sorted: concurrent networks' calls interleave freely.
+func (f *fakeDriver) sortedLog() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := make([]string, len(f.calls))
+	for i, c := range f.calls {
+		s[i] = c.String()
+	}
+	sort.Strings(s)
+	return strings.Join(s, ", ")
+}
+
+func (f *fakeDriver) del(_ context.Context, att attachment, n netAttachment, _ string) error {
+	f.record("DEL", att, n)
+	if f.cacheDir != "" {
+		if err := os.Remove(f.cachePath(att, n)); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeDriver) check(_ context.Context, att attachment, n netAttachment, _ string) error {
+	f.record("CHECK", att, n)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.checkErrs[n.name()]
+}
+
+func (f *fakeDriver) runsPlugins() bool { return false }
+
+// find returns the first call of verb on network.
+func (f *fakeDriver) find(verb, network string) driverCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.calls {
+		if c.verb == verb && c.network == network {
+			return c
+		}
+	}
+	return driverCall{}
+}
+
+func (f *fakeDriver) log() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := make([]string, len(f.calls))
+	for i, c := range f.calls {
+		s[i] = c.String()
+	}
+	return strings.Join(s, ", ")
+}
