@@ -29,7 +29,9 @@ import (
 // (Networks holds it alone). A connected network is always attached
 // through libcni. Teardown, Check and GC cover it from then on, whether or
 // not the caller's Allocation names it.
-func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, netns string) (*NetworkStatus, error) {
+func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, netns string) (_ *NetworkStatus, err error) {
+	ctx, op := c.tel.startOp(ctx, opConnect, allocID(alloc), netns)
+	defer func() { op.end(err) }()
 	att, err := newAttachment(alloc, c.ignoreHostIP)
 	if err != nil {
 		return nil, err
@@ -76,7 +78,9 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 // Configurator does not know at all is an ErrNetworkNotFound error.
 // The Allocation may go on naming a disconnected network: Check skips
 // it, Connect attaches it again, Teardown finds nothing of it.
-func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, network, netns string) error {
+func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, network, netns string) (err error) {
+	ctx, op := c.tel.startOp(ctx, opDisconnect, allocID(alloc), netns)
+	defer func() { op.end(err) }()
 	att, err := newAttachment(alloc, c.ignoreHostIP)
 	if err != nil {
 		return err

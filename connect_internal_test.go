@@ -3,6 +3,9 @@ package cninet
 import (
 	"context"
 	"errors"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -239,5 +242,36 @@ func TestAfterDisconnectTheAllocationMayStillNameTheNetwork(t *testing.T) {
 	}
 	if len(f.cached(t)) != 0 {
 		t.Fatalf("cache after Teardown: %v", f.cached(t))
+	}
+}
+
+func TestConnectAndDisconnectAreTracedWithTheirNetworksDetach(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	rec := tracetest.NewSpanRecorder()
+	f.c.tel = newTelemetry(Config{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))}, f.c)
+	alloc := &Allocation{ID: "w", NetworkNames: []string{"a"}}
+	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.c.Connect(context.Background(), alloc, "c", "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Disconnect(context.Background(), alloc, "c", "/x"); err != nil {
+		t.Fatal(err)
+	}
+	parents := map[string]string{}
+	byID := map[trace.SpanID]string{}
+	for _, s := range rec.Ended() {
+		byID[s.SpanContext().SpanID()] = s.Name()
+	}
+	for _, s := range rec.Ended() {
+		if s.Name() == "cninet.attach" || s.Name() == "cninet.detach" {
+			parents[s.Name()+" under "+byID[s.Parent().SpanID()]] = s.Name()
+		}
+	}
+	for _, want := range []string{"cninet.attach under cninet.Connect", "cninet.detach under cninet.Disconnect"} {
+		if _, ok := parents[want]; !ok {
+			t.Errorf("no %s; spans: %v", want, parents)
+		}
 	}
 }

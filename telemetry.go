@@ -53,6 +53,8 @@ const (
 	opStatus
 	opGC
 	opReload
+	opConnect
+	opDisconnect
 	// Per network, inside one of the above.
 	opAttach
 	opDetach
@@ -67,6 +69,8 @@ var operations = [...]struct{ name, span string }{
 	opStatus:        {"status", "cninet.Status"},
 	opGC:            {"gc", "cninet.GC"},
 	opReload:        {"reload", "cninet.Reload"},
+	opConnect:       {"connect", "cninet.Connect"},
+	opDisconnect:    {"disconnect", "cninet.Disconnect"},
 	opAttach:        {"attach", "cninet.attach"},
 	opDetach:        {"detach", "cninet.detach"},
 	opCheckNetwork:  {"check", "cninet.check"},
