@@ -324,7 +324,11 @@ func (f *family) apply(plan []deletion) {
 				items = append(items, d)
 			}
 		}
+		items, byHandle := f.applyByHandle(table, items) // nf_tables: by handle what matches exactly
 		if len(items) > 0 && !f.applyBatch(table, items) {
+			if byHandle != nil {
+				f.c.fail(byHandle) // reported only when the usual way fails too
+			}
 			for _, d := range items {
 				f.applyOne(d)
 			}

@@ -100,3 +100,36 @@ func nfAnyRule(family, table, chain string, match func(nlRule) bool) (bool, erro
 	defer c.close()
 	return anyRule(c, family, table, chain, match)
 }
+
+// nfDeleteRules deletes the rules of targets by handle, as deleteRules
+// does, over a socket of its own.
+func nfDeleteRules(family, table string, targets []ruleTarget) ([]HandleOutcome, error) {
+	c, err := openNF()
+	if err != nil {
+		return make([]HandleOutcome, len(targets)), err
+	}
+	defer c.close()
+	return deleteRules(c, family, table, targets)
+}
+
+// nfDeleteChains flushes and deletes chains by name, as deleteChains
+// does, over a socket of its own.
+func nfDeleteChains(family, table string, chains []string) ([]HandleOutcome, error) {
+	c, err := openNF()
+	if err != nil {
+		return make([]HandleOutcome, len(chains)), err
+	}
+	defer c.close()
+	return deleteChains(c, family, table, chains)
+}
+
+// nfListTables lists the nf_tables tables, as listTables does, over a
+// socket of its own.
+func nfListTables() (map[NFTable]bool, error) {
+	c, err := openNF()
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	return listTables(c)
+}

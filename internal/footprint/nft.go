@@ -180,6 +180,9 @@ func (s *nftScan) apply(c *Cleaner, ids idSet, plan map[NFTable][]NFTRule) {
 	sort.Slice(tables, func(i, j int) bool { return tables[i].String() < tables[j].String() })
 	for _, t := range tables {
 		rules := plan[t]
+		if s.applyByHandle(c, t, rules, index) { // exact outcomes per rule
+			continue
+		}
 		if err := s.nft.DeleteRules(c.ctx, t, rules); err == nil {
 			for _, r := range rules {
 				c.noteRemoved(KindNFTRule, nftOwner(index, r), "nftables rule "+r.String())

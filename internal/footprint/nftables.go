@@ -3,7 +3,6 @@ package footprint
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -11,8 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-
-	"sigs.k8s.io/knftables"
 )
 
 // NFTable names one nftables table.
@@ -67,13 +64,12 @@ type NFTRuleMatcher interface {
 // as a failure.
 var ErrNFTablesMissing = errors.New("nft not available")
 
-// hostNFTables is the default NFTables: `nft -j` for listings (knftables'
-// ListRules keeps only chain, handle and comment, and ownership of
-// portmap's rules needs their addresses), knftables for transactions.
+// hostNFTables is the default NFTables: `nft -j` for listings (ownership
+// of portmap's rules needs their addresses), netlink for the list of
+// tables and for deletions (nftables_handles.go), `nft -j -f -` to add
+// rules back.
 type hostNFTables struct {
 	bin string
-	mu  sync.Mutex
-	ifs map[NFTable]knftables.Interface
 }
 
 // NewHostNFTables opens the host's nftables; ErrNFTablesMissing when nft
@@ -83,18 +79,15 @@ func NewHostNFTables() (NFTables, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNFTablesMissing, err)
 	}
-	return &hostNFTables{bin: bin, ifs: map[NFTable]knftables.Interface{}}, nil
+	return &hostNFTables{bin: bin}, nil
 }
 
-// ListRules implements NFTables: one `nft -j list tables`, then one
-// listing per table that exists (none on a host whose plugins never used
+// ListRules implements NFTables: the tables that exist from netlink (`nft
+// list tables` reads every rule of the host to print their names), then
+// one `nft -j` listing per table that exists (none on a host whose plugins never used
 // their nftables backends).
 func (h *hostNFTables) ListRules(ctx context.Context, tables []NFTable) ([]NFTRule, error) {
-	out, err := h.run(ctx, "-j", "list", "tables")
-	if err != nil {
-		return nil, err
-	}
-	existing, err := parseNFTTables(out)
+	existing, err := nfListTables()
 	if err != nil {
 		return nil, err
 	}
@@ -145,20 +138,6 @@ func (h *hostNFTables) AnyRule(ctx context.Context, tables []NFTable, match func
 	return slices.Contains(found, true), errors.Join(errs...)
 }
 
-// DeleteRules implements NFTables.
-func (h *hostNFTables) DeleteRules(ctx context.Context, table NFTable, rules []NFTRule) error {
-	nft, err := h.open(table)
-	if err != nil {
-		return err
-	}
-	tx := nft.NewTransaction()
-	for _, r := range rules {
-		handle := r.Handle
-		tx.Delete(&knftables.Rule{Chain: r.Chain, Handle: &handle})
-	}
-	return nft.Run(ctx, tx)
-}
-
 // AddRules implements NFTables with `nft -j -f -`: knftables writes rules
 // from text, and these are given as nft listed them, in JSON.
 func (h *hostNFTables) AddRules(ctx context.Context, rules []NFTRule) error {
@@ -175,22 +154,6 @@ func (h *hostNFTables) AddRules(ctx context.Context, rules []NFTRule) error {
 	return nil
 }
 
-// open returns a knftables handle on table; each costs two nft runs to
-// make, so it is made once.
-func (h *hostNFTables) open(table NFTable) (knftables.Interface, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if nft, ok := h.ifs[table]; ok {
-		return nft, nil
-	}
-	nft, err := knftables.New(knftables.Family(table.Family), table.Name)
-	if err != nil {
-		return nil, fmt.Errorf("opening nftables table %s: %w", table, err)
-	}
-	h.ifs[table] = nft
-	return nft, nil
-}
-
 func (h *hostNFTables) run(ctx context.Context, args ...string) ([]byte, error) {
 	var out, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, h.bin, args...)
@@ -199,28 +162,6 @@ func (h *hostNFTables) run(ctx context.Context, args ...string) ([]byte, error) 
 		return nil, fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return out.Bytes(), nil
-}
-
-// parseNFTTables reads `nft -j list tables`.
-func parseNFTTables(out []byte) (map[NFTable]bool, error) {
-	var doc struct {
-		Objects []struct {
-			Table *struct {
-				Family string `json:"family"`
-				Name   string `json:"name"`
-			} `json:"table"`
-		} `json:"nftables"`
-	}
-	if err := json.Unmarshal(out, &doc); err != nil {
-		return nil, fmt.Errorf("reading nft JSON: %w", err)
-	}
-	tables := map[NFTable]bool{}
-	for _, o := range doc.Objects {
-		if o.Table != nil {
-			tables[NFTable{o.Table.Family, o.Table.Name}] = true
-		}
-	}
-	return tables, nil
 }
 
 // NFTablesHandle opens nftables once for every cleaner of one
