@@ -31,6 +31,7 @@ type options struct {
 	gcBigN        int
 	gcNFTN        int
 	gcCountSample int
+	gcScaleSizes  []int
 	scaleN        int
 	scaleSizes    []int
 	only          []string
@@ -55,6 +56,7 @@ var scenarios = []scenario{
 	{"gc", "1,000 leaked attachments (iptables): GC sweep vs. per-id cleanup", gcScenario},
 	{"gc-10k", "10,000 leaked attachments (iptables): GC sweep time, processes, memory", gcBigScenario},
 	{"gc-nft", "1,000 leaked attachments (nftables backends): GC sweep vs. per-id cleanup", gcNFTScenario},
+	{"gc-scale", "1,000 and 10,000 leaked attachments, iptables and nftables backends: GC sweep time, processes, memory", gcScaleScenario},
 }
 
 func scenarioNames() []string {
@@ -67,7 +69,7 @@ func scenarioNames() []string {
 
 func main() {
 	var o options
-	var only, sizes string
+	var only, sizes, gcSizes string
 	flag.StringVar(&o.pluginDir, "plugins", "/usr/lib/cni", "Debian's CNI plugin directory (iptables backend only)")
 	flag.StringVar(&o.upstreamDir, "upstream", "../.cache/cni/v1.9.1", "upstream CNI plugins v1.9.1 (iptables and nftables backends)")
 	flag.StringVar(&o.failonceDir, "failonce", "", "directory holding the failonce test plugin")
@@ -80,6 +82,7 @@ func main() {
 	flag.IntVar(&o.gcCountSample, "gc-count-sample", 100, "ids whose per-id cleanup is counted in processes (gc, gc-nft)")
 	flag.IntVar(&o.scaleN, "scale-n", 12, "Setup+Teardown cycles per contender, per size and plugin set (overhead-scale)")
 	flag.StringVar(&sizes, "scale-sizes", "0,250,1000", "numbers of other attachments on the host (overhead-scale)")
+	flag.StringVar(&gcSizes, "gc-scale-sizes", "1000,10000", "numbers of leaked attachments, per backend (gc-scale)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")
 	flag.StringVar(&o.svg, "svg", "bench/results.svg", "plot to write")
@@ -93,6 +96,14 @@ func main() {
 			os.Exit(2)
 		}
 		o.scaleSizes = append(o.scaleSizes, n)
+	}
+	for _, s := range strings.Split(gcSizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: -gc-scale-sizes: %q is not a size\n", s)
+			os.Exit(2)
+		}
+		o.gcScaleSizes = append(o.gcScaleSizes, n)
 	}
 	if only != "" {
 		for _, s := range strings.Split(only, ",") {

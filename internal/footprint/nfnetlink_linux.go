@@ -5,6 +5,7 @@ package footprint
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -101,9 +102,16 @@ func nfAnyRule(family, table, chain string, match func(nlRule) bool) (bool, erro
 	return anyRule(c, family, table, chain, match)
 }
 
+// nfWrite serialises this process's batches: nf_tables has one generation
+// for all its tables, so a batch of ip6tables' would otherwise refuse one
+// of iptables' built at the generation before, and retry.
+var nfWrite sync.Mutex
+
 // nfDeleteRules deletes the rules of targets by handle, as deleteRules
 // does, over a socket of its own.
 func nfDeleteRules(family, table string, targets []ruleTarget) ([]HandleOutcome, error) {
+	nfWrite.Lock()
+	defer nfWrite.Unlock()
 	c, err := openNF()
 	if err != nil {
 		return make([]HandleOutcome, len(targets)), err
@@ -115,6 +123,8 @@ func nfDeleteRules(family, table string, targets []ruleTarget) ([]HandleOutcome,
 // nfDeleteChains flushes and deletes chains by name, as deleteChains
 // does, over a socket of its own.
 func nfDeleteChains(family, table string, chains []string) ([]HandleOutcome, error) {
+	nfWrite.Lock()
+	defer nfWrite.Unlock()
 	c, err := openNF()
 	if err != nil {
 		return make([]HandleOutcome, len(chains)), err
