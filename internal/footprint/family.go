@@ -65,6 +65,10 @@ func (f *family) saveAll(saver Saver) {
 		return
 	}
 	f.saved = true
+	if streamer, ok := f.ipt.(SaveStreamer); ok {
+		f.streamAll(streamer) // parsed as it is read
+		return
+	}
 	tables, err := saver.SaveAll()
 	if err != nil {
 		f.c.fail(fmt.Errorf("%s: listing all tables: %w", familyName(f.v6), err))

@@ -100,23 +100,29 @@ type tableListing struct {
 
 func parseListing(lines []string) *tableListing {
 	l := &tableListing{chains: map[string][]rule{}}
-	declare := func(chain string) {
-		if _, ok := l.chains[chain]; !ok {
-			l.chains[chain] = nil
-			l.order = append(l.order, chain)
-		}
-	}
 	for _, line := range lines {
-		if r, ok := parseRule(line); ok {
-			declare(r.chain)
-			l.chains[r.chain] = append(l.chains[r.chain], r)
-			continue
-		}
-		if f := strings.Fields(line); len(f) >= 2 && (f[0] == "-N" || f[0] == "-P") {
-			declare(f[1])
-		}
+		l.add(line)
 	}
 	return l
+}
+
+// add reads one more line of the listing.
+func (l *tableListing) add(line string) {
+	if r, ok := parseRule(line); ok {
+		l.declare(r.chain)
+		l.chains[r.chain] = append(l.chains[r.chain], r)
+		return
+	}
+	if f := strings.Fields(line); len(f) >= 2 && (f[0] == "-N" || f[0] == "-P") {
+		l.declare(f[1])
+	}
+}
+
+func (l *tableListing) declare(chain string) {
+	if _, ok := l.chains[chain]; !ok {
+		l.chains[chain] = nil
+		l.order = append(l.order, chain)
+	}
 }
 
 // hostAddr parses "<ip>/32", "<ip>/128" or a bare IP; ok is false for

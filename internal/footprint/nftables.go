@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os/exec"
 	"slices"
@@ -96,16 +97,12 @@ func (h *hostNFTables) ListRules(ctx context.Context, tables []NFTable) ([]NFTRu
 		if !existing[t] {
 			continue
 		}
-		out, err := h.run(ctx, "-j", "list", "table", t.Family, t.Name)
+		rs, err := h.listTable(ctx, t)
 		if err != nil {
 			if strings.Contains(err.Error(), "No such file or directory") {
 				continue // deleted since: nothing to list
 			}
 			return nil, err
-		}
-		rs, err := ParseNFTListing(out)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", t, err)
 		}
 		rules = append(rules, rs...)
 	}
@@ -154,14 +151,29 @@ func (h *hostNFTables) AddRules(ctx context.Context, rules []NFTRule) error {
 	return nil
 }
 
-func (h *hostNFTables) run(ctx context.Context, args ...string) ([]byte, error) {
-	var out, stderr bytes.Buffer
+// listTable lists one table with `nft -j`, parsing the JSON as nft
+// writes it.
+func (h *hostNFTables) listTable(ctx context.Context, t NFTable) ([]NFTRule, error) {
+	args := []string{"-j", "list", "table", t.Family, t.Name}
+	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, h.bin, args...)
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := cmd.Run(); err != nil {
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("nft %s: %w", strings.Join(args, " "), err)
+	}
+	rules, parseErr := readNFTListing(out)
+	_, _ = io.Copy(io.Discard, out) // what a failed parse left: nft must finish writing
+	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
-	return out.Bytes(), nil
+	if parseErr != nil {
+		return nil, fmt.Errorf("%s: %w", t, parseErr)
+	}
+	return rules, nil
 }
 
 // NFTablesHandle opens nftables once for every cleaner of one
