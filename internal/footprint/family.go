@@ -365,7 +365,7 @@ func (f *family) applyBatch(table string, items []deletion) bool {
 func (f *family) applyOne(d deletion) {
 	var err error
 	if d.rule != nil {
-		err = f.ipt.Delete(d.table, d.rule.chain, d.rule.spec...)
+		err = f.ipt.Delete(d.table, d.rule.chain, d.rule.args()...)
 	} else {
 		err = f.ipt.ClearAndDeleteChain(d.table, d.chain)
 	}

@@ -87,10 +87,11 @@ func iptablesTarget(lr ListedRule) (ruleTarget, bool) {
 		return ruleTarget{}, false
 	}
 	t := ruleTarget{chain: r.chain, pos: lr.Position, comment: r.comment, xtComment: true}
-	for i := 0; i+1 < len(r.spec); i++ {
-		switch r.spec[i] {
+	spec := r.args()
+	for i := 0; i+1 < len(spec); i++ {
+		switch spec[i] {
 		case "-s", "--source", "-d", "--destination", "--to-destination", "--to-source", "--to":
-			needle, ok := addrNeedle(r.spec[i+1])
+			needle, ok := addrNeedle(spec[i+1])
 			if !ok {
 				return ruleTarget{}, false
 			}
