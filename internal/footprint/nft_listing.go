@@ -66,6 +66,10 @@ type (
 	nftNAT struct {
 		Addr json.RawMessage `json:"addr"`
 	}
+	nftExpr struct {
+		Match *nftMatch `json:"match"`
+		DNAT  *nftNAT   `json:"dnat"`
+	}
 )
 
 // ParseNFTListing reads the rules of `nft -j list table|chain|ruleset`
@@ -85,15 +89,16 @@ func readNFTListing(r io.Reader) ([]NFTRule, error) {
 	}
 	var rules []NFTRule
 	for dec.More() {
-		var obj map[string]json.RawMessage
+		var obj struct {
+			Rule *nftJSONRule `json:"rule"` // other objects are skipped unread
+		}
 		if err := dec.Decode(&obj); err != nil {
 			return nil, fmt.Errorf("reading nft JSON: %w", err)
 		}
-		raw, ok := obj["rule"]
-		if !ok {
+		if obj.Rule == nil {
 			continue
 		}
-		r, err := parseNFTRule(raw)
+		r, err := parseNFTRule(obj.Rule)
 		if err != nil {
 			return nil, err
 		}
@@ -127,14 +132,20 @@ func enterNFTObjects(dec *json.Decoder) error {
 	return errors.New("no \"nftables\" array")
 }
 
-func parseNFTRule(raw json.RawMessage) (NFTRule, error) {
-	var jr nftJSONRule
-	if err := json.Unmarshal(raw, &jr); err != nil {
-		return NFTRule{}, fmt.Errorf("reading nft rule: %w", err)
-	}
+// parseNFTRule reads the addresses of one rule's expressions, decoded in
+// one pass. An expression of another shape than the two it knows leaves
+// the rule's addresses as they are.
+func parseNFTRule(jr *nftJSONRule) (NFTRule, error) {
 	r := NFTRule{Family: jr.Family, Table: jr.Table, Chain: jr.Chain, Handle: jr.Handle, Comment: jr.Comment, Expr: jr.Expr}
-	var exprs []json.RawMessage
-	if err := json.Unmarshal(jr.Expr, &exprs); err != nil && len(jr.Expr) > 0 {
+	if len(jr.Expr) == 0 {
+		return r, nil
+	}
+	if bytes.TrimLeft(jr.Expr, " \t\r\n")[0] != '[' {
+		return NFTRule{}, fmt.Errorf("reading nft rule expressions: %s is not an array", jr.Expr)
+	}
+	var exprs []nftExpr
+	var typeErr *json.UnmarshalTypeError
+	if err := json.Unmarshal(jr.Expr, &exprs); err != nil && !errors.As(err, &typeErr) {
 		return NFTRule{}, fmt.Errorf("reading nft rule expressions: %w", err)
 	}
 	for _, e := range exprs {
@@ -143,14 +154,7 @@ func parseNFTRule(raw json.RawMessage) (NFTRule, error) {
 	return r, nil
 }
 
-func (r *NFTRule) readExpr(raw json.RawMessage) {
-	var expr struct {
-		Match *nftMatch `json:"match"`
-		DNAT  *nftNAT   `json:"dnat"`
-	}
-	if json.Unmarshal(raw, &expr) != nil {
-		return
-	}
+func (r *NFTRule) readExpr(expr nftExpr) {
 	switch {
 	case expr.DNAT != nil:
 		r.DNAT, _ = jsonAddr(expr.DNAT.Addr)
