@@ -19,6 +19,11 @@ const nlReceiveTimeout = 5 // seconds
 // that does not fit.
 const nlBufferSize = 64 << 10
 
+// nlAckBuffer is the socket's receive queue: a batch of batchChunk
+// deletions is answered by as many acks, each taking up to a kilobyte of
+// the queue.
+const nlAckBuffer = 1 << 20
+
 // errCut says a datagram arrived cut to the buffer's size.
 var errCut = errors.New("datagram cut")
 
@@ -40,6 +45,12 @@ func openNF() (*nfConn, error) {
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("netlink: setting a receive timeout: %w", err)
+	}
+	// Room for a whole batch's acks, which the kernel sends at once and
+	// drops (ENOBUFS) where the queue is full. Forcing it past rmem_max
+	// needs CAP_NET_ADMIN, which changing nf_tables needs anyway.
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, nlAckBuffer) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, nlAckBuffer)
 	}
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		unix.Close(fd)
