@@ -31,6 +31,7 @@ type options struct {
 	gcBigN        int
 	gcNFTN        int
 	gcCountSample int
+	gcScaleSizes  []int
 	scaleN        int
 	multiN        int
 	scaleSizes    []int
@@ -57,6 +58,7 @@ var scenarios = []scenario{
 	{"gc-10k", "10,000 leaked attachments (iptables): GC sweep time, processes, memory", gcBigScenario},
 	{"gc-nft", "1,000 leaked attachments (nftables backends): GC sweep vs. per-id cleanup", gcNFTScenario},
 	{"multinet", "one workload on 1-4 networks: Setup+Teardown, cninet vs. go-cni, Debian and upstream plugins", multiNetwork},
+	{"gc-scale", "1,000 and 10,000 leaked attachments, iptables and nftables backends: GC sweep time, processes, memory", gcScaleScenario},
 }
 
 func scenarioNames() []string {
@@ -69,7 +71,7 @@ func scenarioNames() []string {
 
 func main() {
 	var o options
-	var only, sizes string
+	var only, sizes, gcSizes string
 	flag.StringVar(&o.pluginDir, "plugins", "/usr/lib/cni", "Debian's CNI plugin directory (iptables backend only)")
 	flag.StringVar(&o.upstreamDir, "upstream", "../.cache/cni/v1.9.1", "upstream CNI plugins v1.9.1 (iptables and nftables backends)")
 	flag.StringVar(&o.failonceDir, "failonce", "", "directory holding the failonce test plugin")
@@ -83,6 +85,7 @@ func main() {
 	flag.IntVar(&o.scaleN, "scale-n", 12, "Setup+Teardown cycles per contender, per size and plugin set (overhead-scale)")
 	flag.IntVar(&o.multiN, "multinet-n", 12, "Setup+Teardown cycles per contender, per plugin set and number of networks (multinet)")
 	flag.StringVar(&sizes, "scale-sizes", "0,250,1000", "numbers of other attachments on the host (overhead-scale)")
+	flag.StringVar(&gcSizes, "gc-scale-sizes", "1000,10000", "numbers of leaked attachments, per backend (gc-scale)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")
 	flag.StringVar(&o.svg, "svg", "bench/results.svg", "plot to write")
@@ -96,6 +99,14 @@ func main() {
 			os.Exit(2)
 		}
 		o.scaleSizes = append(o.scaleSizes, n)
+	}
+	for _, s := range strings.Split(gcSizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: -gc-scale-sizes: %q is not a size\n", s)
+			os.Exit(2)
+		}
+		o.gcScaleSizes = append(o.gcScaleSizes, n)
 	}
 	if only != "" {
 		for _, s := range strings.Split(only, ",") {

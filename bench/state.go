@@ -21,9 +21,10 @@ type results struct {
 	Recovery *recoveryResult
 	Conc     *concResult
 	Cold     *coldResult
-	GC       *gcResult    // iptables, gc-n, sweep vs. per id
-	GCBig    *gcBigResult // iptables, gc-big-n, sweep only
-	GCNFT    *gcResult    // nftables, gc-nft-n, sweep vs. per id
+	GC       *gcResult      // iptables, gc-n, sweep vs. per id
+	GCBig    *gcBigResult   // iptables, gc-big-n, sweep only
+	GCNFT    *gcResult      // nftables, gc-nft-n, sweep vs. per id
+	GCScale  *gcScaleResult // both backends, gc-scale-sizes, sweep only
 
 	Multi []multiResult // multinet: per plugin set and number of networks
 }

@@ -31,12 +31,17 @@ func applyIPT(f *iptView, changes []iptChange, errs *errList, rep *report) {
 		if len(batch) == 0 {
 			continue
 		}
+		batch, byHandle := applyByHandle(f, table, batch, rep) // nf_tables: by handle what matches exactly
+		if len(batch) == 0 {
+			continue
+		}
 		done, err := applyIPTBatch(f, table, batch, rep)
 		if cutShort(err) {
 			errs.add(fmt.Errorf("%s: %d change(s) to table %s not applied: %w", f.name(), len(batch), table, err))
 			continue // one by one would only wait for the same lock, or run past the deadline
 		}
 		if !done {
+			errs.add(byHandle) // reported only when the usual way fails too
 			for _, c := range batch {
 				applyIPTOne(f, c, errs, rep)
 			}
@@ -92,9 +97,9 @@ func applyIPTOne(f *iptView, c iptChange, errs *errList, rep *report) {
 			errs.add(fmt.Errorf("%s: cannot add back %s: the IPTables has no Append", f.name(), describeIPT(c)))
 			return
 		}
-		err = appender.Append(c.table, c.rule.chain, c.rule.spec...)
+		err = appender.Append(c.table, c.rule.chain, c.rule.args()...)
 	case c.rule != nil:
-		err = f.ipt.Delete(c.table, c.rule.chain, c.rule.spec...)
+		err = f.ipt.Delete(c.table, c.rule.chain, c.rule.args()...)
 	default:
 		err = f.ipt.ClearAndDeleteChain(c.table, c.chain)
 	}

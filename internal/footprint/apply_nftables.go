@@ -51,6 +51,18 @@ func deleteNFT(s *nftView, t NFTable, changes []nftChange, rep *report) {
 	for i, c := range changes {
 		rules[i] = c.rule
 	}
+	if hd, ok := s.nft.(NFTHandleDeleter); ok { // exact outcomes per rule
+		out, err := hd.DeleteByHandle(s.ctx, t, rules)
+		for i, o := range out {
+			if o == Deleted {
+				rep.note(false, nftItem(changes[i]))
+			}
+		}
+		if err != nil {
+			s.errs.add(fmt.Errorf("nftables: deleting from %s: %w", t, err))
+		}
+		return
+	}
 	if err := s.nft.DeleteRules(s.ctx, t, rules); err == nil {
 		for _, c := range changes {
 			rep.note(false, nftItem(c))

@@ -48,6 +48,14 @@
 // ownership rule below, exactly as without them. A clean Teardown starts
 // no process. A GC lists whole tables once and shares them among all ids.
 //
+// Applying is batched per backend. Where the tables are nf_tables', the
+// planned deletions go by rule handle over netlink (nfnetlink_batch.go):
+// each planned rule is matched on a fresh dump of its chain (position,
+// comment, addresses), deleted in an acked batch that the kernel refuses
+// if the ruleset changed since that dump, and reported only when acked.
+// What does not match exactly goes through iptables-restore, which deletes
+// by content; nothing else is ever deleted in its place.
+//
 // # The ownership rule
 //
 // Nothing is deleted unless it provably belongs to an attachment being

@@ -144,7 +144,7 @@ func firewallRuleAddr(r rule) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	var prefix string
-	switch s := r.spec; {
+	switch s := r.args(); {
 	case len(s) == 8 && s[0] == "-d" && s[2] == "-m" && s[3] == "conntrack" && s[4] == "--ctstate" &&
 		s[5] == "RELATED,ESTABLISHED" && s[6] == "-j" && s[7] == "ACCEPT":
 		prefix = s[1]

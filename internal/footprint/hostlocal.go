@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -177,9 +178,12 @@ func reservationHolder(path string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	s := bufio.NewScanner(f)
-	s.Scan()
-	return strings.TrimRight(s.Text(), "\r"), s.Err()
+	// A small reader: a GC sweep reads every reservation several times.
+	line, err := bufio.NewReaderSize(f, 64).ReadString('\n')
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return strings.TrimRight(line, "\r\n"), err
 }
 
 func exists(path string) bool {

@@ -6,34 +6,52 @@ import (
 	"strings"
 )
 
-// rule is one line of `iptables -S` output: "-A <chain> <spec…>".
+// rule is one line of `iptables -S` output: "-A <chain> <spec…>". A GC
+// sweep holds every rule of the host's nat and filter tables, so a rule
+// keeps only substrings of its line (and a comment that had escapes).
 type rule struct {
 	line    string // as listed, for iptables-restore
 	chain   string
-	spec    []string // the arguments after "-A <chain>", as Delete wants them
-	comment string   // the value of --comment, if any
-	target  string   // the value of -j, if any
-	source  string   // the value of -s, if any
+	comment string // the value of --comment, if any
+	target  string // the value of -j, if any
+	source  string // the value of -s, if any
+}
+
+// args returns the arguments after "-A <chain>", as Delete wants them,
+// split from the line when asked for.
+func (r rule) args() []string {
+	fields, err := splitRuleLine(r.line)
+	if err != nil || len(fields) < 2 {
+		return nil
+	}
+	return fields[2:]
 }
 
 // parseRule parses an append line of `iptables -S`; ok is false for chain
 // declarations (-N, -P) and for anything it cannot read.
 func parseRule(line string) (r rule, ok bool) {
-	fields, err := splitRuleLine(line)
-	if err != nil || len(fields) < 2 || fields[0] != "-A" || fields[1] == "" {
+	n, key, bad := 0, "", false
+	err := eachRuleField(line, func(field string) {
+		switch n++; {
+		case n == 1:
+			bad = field != "-A"
+		case n == 2:
+			r.chain = field
+		case key == "--comment":
+			r.comment = field
+		case key == "-j":
+			r.target = field
+		case key == "-s":
+			r.source = field
+		}
+		if n > 2 {
+			key = field
+		}
+	})
+	if err != nil || bad || n < 2 || r.chain == "" {
 		return rule{}, false
 	}
-	r = rule{line: line, chain: fields[1], spec: fields[2:]}
-	for i := 0; i+1 < len(r.spec); i++ {
-		switch r.spec[i] {
-		case "--comment":
-			r.comment = r.spec[i+1]
-		case "-j":
-			r.target = r.spec[i+1]
-		case "-s":
-			r.source = r.spec[i+1]
-		}
-	}
+	r.line = line
 	return r, true
 }
 
@@ -45,27 +63,38 @@ func splitRuleLine(line string) ([]string, error) {
 		return strings.Fields(line), nil // most rules: no comment, nothing quoted
 	}
 	fields := make([]string, 0, 16)
+	err := eachRuleField(line, func(f string) { fields = append(fields, f) })
+	return fields, err
+}
+
+// eachRuleField calls fn with each field of line, split as splitRuleLine
+// does, without collecting them.
+func eachRuleField(line string, fn func(string)) error {
 	for i := 0; i < len(line); {
 		switch line[i] {
-		case ' ', '\t':
+		case ' ', '\t', '\n', '\v', '\f', '\r':
 			i++
 		case '"':
 			field, next, err := quotedField(line, i+1)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			fields = append(fields, field)
+			fn(field)
 			i = next
 		default:
 			j := i
-			for j < len(line) && line[j] != ' ' && line[j] != '\t' {
+			for j < len(line) && !isFieldSpace(line[j]) {
 				j++
 			}
-			fields = append(fields, line[i:j])
+			fn(line[i:j])
 			i = j
 		}
 	}
-	return fields, nil
+	return nil
+}
+
+func isFieldSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
 }
 
 // quotedField reads a quoted value starting after its opening quote and
@@ -100,23 +129,29 @@ type tableListing struct {
 
 func parseListing(lines []string) *tableListing {
 	l := &tableListing{chains: map[string][]rule{}}
-	declare := func(chain string) {
-		if _, ok := l.chains[chain]; !ok {
-			l.chains[chain] = nil
-			l.order = append(l.order, chain)
-		}
-	}
 	for _, line := range lines {
-		if r, ok := parseRule(line); ok {
-			declare(r.chain)
-			l.chains[r.chain] = append(l.chains[r.chain], r)
-			continue
-		}
-		if f := strings.Fields(line); len(f) >= 2 && (f[0] == "-N" || f[0] == "-P") {
-			declare(f[1])
-		}
+		l.add(line)
 	}
 	return l
+}
+
+// add reads one more line of the listing.
+func (l *tableListing) add(line string) {
+	if r, ok := parseRule(line); ok {
+		l.declare(r.chain)
+		l.chains[r.chain] = append(l.chains[r.chain], r)
+		return
+	}
+	if f := strings.Fields(line); len(f) >= 2 && (f[0] == "-N" || f[0] == "-P") {
+		l.declare(f[1])
+	}
+}
+
+func (l *tableListing) declare(chain string) {
+	if _, ok := l.chains[chain]; !ok {
+		l.chains[chain] = nil
+		l.order = append(l.order, chain)
+	}
 }
 
 // hostAddr parses "<ip>/32", "<ip>/128" or a bare IP; ok is false for

@@ -49,8 +49,8 @@ func FuzzParseRule(f *testing.F) {
 func mustParse(t *testing.T, chain string, spec ...string) rule {
 	line := "-A " + chain + " " + fakeipt.Format(spec)
 	r, ok := parseRule(line)
-	if !ok || !reflect.DeepEqual(r.spec, spec) {
-		t.Fatalf("%q parsed back as %q", line, r.spec)
+	if !ok || !reflect.DeepEqual(r.args(), spec) {
+		t.Fatalf("%q parsed back as %q", line, r.args())
 	}
 	return r
 }

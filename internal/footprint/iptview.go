@@ -67,6 +67,10 @@ func (f *iptView) saveAll(saver Saver) {
 		return
 	}
 	f.saved = true
+	if streamer, ok := f.ipt.(SaveStreamer); ok {
+		f.streamAll(streamer) // parsed as it is read: a sweep holds one copy
+		return
+	}
 	tables, err := saver.SaveAll()
 	if err != nil {
 		f.errs.add(fmt.Errorf("%s: listing all tables: %w", f.name(), err))

@@ -5,6 +5,7 @@ package footprint
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,6 +18,11 @@ const nlReceiveTimeout = 5 // seconds
 // up to 32 KiB when the reader offers that much, and cuts a datagram
 // that does not fit.
 const nlBufferSize = 64 << 10
+
+// nlAckBuffer is the socket's receive queue: a batch of batchChunk
+// deletions is answered by as many acks, each taking up to a kilobyte of
+// the queue.
+const nlAckBuffer = 1 << 20
 
 // errCut says a datagram arrived cut to the buffer's size.
 var errCut = errors.New("datagram cut")
@@ -39,6 +45,12 @@ func openNF() (*nfConn, error) {
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("netlink: setting a receive timeout: %w", err)
+	}
+	// Room for a whole batch's acks, which the kernel sends at once and
+	// drops (ENOBUFS) where the queue is full. Forcing it past rmem_max
+	// needs CAP_NET_ADMIN, which changing nf_tables needs anyway.
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, nlAckBuffer) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, nlAckBuffer)
 	}
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		unix.Close(fd)
@@ -99,4 +111,46 @@ func nfAnyRule(family, table, chain string, match func(nlRule) bool) (bool, erro
 	}
 	defer c.close()
 	return anyRule(c, family, table, chain, match)
+}
+
+// nfWrite serialises this process's batches: nf_tables has one generation
+// for all its tables, so a batch of ip6tables' would otherwise refuse one
+// of iptables' built at the generation before, and retry.
+var nfWrite sync.Mutex
+
+// nfDeleteRules deletes the rules of targets by handle, as deleteRules
+// does, over a socket of its own.
+func nfDeleteRules(family, table string, targets []ruleTarget) ([]HandleOutcome, error) {
+	nfWrite.Lock()
+	defer nfWrite.Unlock()
+	c, err := openNF()
+	if err != nil {
+		return make([]HandleOutcome, len(targets)), err
+	}
+	defer c.close()
+	return deleteRules(c, family, table, targets)
+}
+
+// nfDeleteChains flushes and deletes chains by name, as deleteChains
+// does, over a socket of its own.
+func nfDeleteChains(family, table string, chains []string) ([]HandleOutcome, error) {
+	nfWrite.Lock()
+	defer nfWrite.Unlock()
+	c, err := openNF()
+	if err != nil {
+		return make([]HandleOutcome, len(chains)), err
+	}
+	defer c.close()
+	return deleteChains(c, family, table, chains)
+}
+
+// nfListTables lists the nf_tables tables, as listTables does, over a
+// socket of its own.
+func nfListTables() (map[NFTable]bool, error) {
+	c, err := openNF()
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	return listTables(c)
 }

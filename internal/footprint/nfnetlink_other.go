@@ -11,3 +11,13 @@ func nfProbeChain(family, table, chain string) (bool, error) { return false, err
 func nfAnyRule(family, table, chain string, match func(nlRule) bool) (bool, error) {
 	return false, errNoNFNetlink
 }
+
+func nfDeleteRules(family, table string, targets []ruleTarget) ([]HandleOutcome, error) {
+	return make([]HandleOutcome, len(targets)), errNoNFNetlink
+}
+
+func nfDeleteChains(family, table string, chains []string) ([]HandleOutcome, error) {
+	return make([]HandleOutcome, len(chains)), errNoNFNetlink
+}
+
+func nfListTables() (map[NFTable]bool, error) { return nil, errNoNFNetlink }

@@ -3,7 +3,9 @@ package footprint
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"strings"
 )
@@ -43,9 +45,6 @@ func (r NFTRule) String() string {
 
 // The shape of `nft -j list ...` output that rules are read from.
 type (
-	nftDocument struct {
-		Objects []map[string]json.RawMessage `json:"nftables"`
-	}
 	nftJSONRule struct {
 		Family  string          `json:"family"`
 		Table   string          `json:"table"`
@@ -67,47 +66,95 @@ type (
 	nftNAT struct {
 		Addr json.RawMessage `json:"addr"`
 	}
+	nftExpr struct {
+		Match *nftMatch `json:"match"`
+		DNAT  *nftNAT   `json:"dnat"`
+	}
 )
 
 // ParseNFTListing reads the rules of `nft -j list table|chain|ruleset`
 // output. Objects other than rules (tables, chains, metainfo) are skipped;
 // an expression it does not know leaves the rule's addresses as they are.
 func ParseNFTListing(out []byte) ([]NFTRule, error) {
-	var doc nftDocument
-	if err := json.Unmarshal(out, &doc); err != nil {
+	return readNFTListing(bytes.NewReader(out))
+}
+
+// readNFTListing is ParseNFTListing reading from a stream: one object of
+// the listing is decoded at a time, so a big table is never held as text
+// and as parsed rules at once.
+func readNFTListing(r io.Reader) ([]NFTRule, error) {
+	dec := json.NewDecoder(r)
+	if err := enterNFTObjects(dec); err != nil {
 		return nil, fmt.Errorf("reading nft JSON: %w", err)
 	}
 	var rules []NFTRule
-	for _, obj := range doc.Objects {
-		raw, ok := obj["rule"]
-		if !ok {
+	for dec.More() {
+		var obj struct {
+			Rule *nftJSONRule `json:"rule"` // other objects are skipped unread
+		}
+		if err := dec.Decode(&obj); err != nil {
+			return nil, fmt.Errorf("reading nft JSON: %w", err)
+		}
+		if obj.Rule == nil {
 			continue
 		}
-		var jr nftJSONRule
-		if err := json.Unmarshal(raw, &jr); err != nil {
-			return nil, fmt.Errorf("reading nft rule: %w", err)
-		}
-		r := NFTRule{Family: jr.Family, Table: jr.Table, Chain: jr.Chain, Handle: jr.Handle, Comment: jr.Comment, Expr: jr.Expr}
-		var exprs []json.RawMessage
-		if err := json.Unmarshal(jr.Expr, &exprs); err != nil && len(jr.Expr) > 0 {
-			return nil, fmt.Errorf("reading nft rule expressions: %w", err)
-		}
-		for _, e := range exprs {
-			r.readExpr(e)
+		r, err := parseNFTRule(obj.Rule)
+		if err != nil {
+			return nil, err
 		}
 		rules = append(rules, r)
 	}
 	return rules, nil
 }
 
-func (r *NFTRule) readExpr(raw json.RawMessage) {
-	var expr struct {
-		Match *nftMatch `json:"match"`
-		DNAT  *nftNAT   `json:"dnat"`
+// enterNFTObjects moves dec into the array of `{"nftables": [...]}`.
+func enterNFTObjects(dec *json.Decoder) error {
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return fmt.Errorf("not an nft JSON document (%v)", err)
 	}
-	if json.Unmarshal(raw, &expr) != nil {
-		return
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if key != "nftables" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return err
+			}
+			continue
+		}
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+			return fmt.Errorf("\"nftables\" is not an array (%v)", err)
+		}
+		return nil
 	}
+	return errors.New("no \"nftables\" array")
+}
+
+// parseNFTRule reads the addresses of one rule's expressions, decoded in
+// one pass. An expression of another shape than the two it knows leaves
+// the rule's addresses as they are.
+func parseNFTRule(jr *nftJSONRule) (NFTRule, error) {
+	r := NFTRule{Family: jr.Family, Table: jr.Table, Chain: jr.Chain, Handle: jr.Handle, Comment: jr.Comment, Expr: jr.Expr}
+	if len(jr.Expr) == 0 {
+		return r, nil
+	}
+	if bytes.TrimLeft(jr.Expr, " \t\r\n")[0] != '[' {
+		return NFTRule{}, fmt.Errorf("reading nft rule expressions: %s is not an array", jr.Expr)
+	}
+	var exprs []nftExpr
+	var typeErr *json.UnmarshalTypeError
+	if err := json.Unmarshal(jr.Expr, &exprs); err != nil && !errors.As(err, &typeErr) {
+		return NFTRule{}, fmt.Errorf("reading nft rule expressions: %w", err)
+	}
+	for _, e := range exprs {
+		r.readExpr(e)
+	}
+	return r, nil
+}
+
+func (r *NFTRule) readExpr(expr nftExpr) {
 	switch {
 	case expr.DNAT != nil:
 		r.DNAT, _ = jsonAddr(expr.DNAT.Addr)

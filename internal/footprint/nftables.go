@@ -3,16 +3,14 @@ package footprint
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
-
-	"sigs.k8s.io/knftables"
 )
 
 // NFTable names one nftables table.
@@ -67,13 +65,12 @@ type NFTRuleMatcher interface {
 // as a failure.
 var ErrNFTablesMissing = errors.New("nft not available")
 
-// hostNFTables is the default NFTables: `nft -j` for listings (knftables'
-// ListRules keeps only chain, handle and comment, and ownership of
-// portmap's rules needs their addresses), knftables for transactions.
+// hostNFTables is the default NFTables: `nft -j` for listings (ownership
+// of portmap's rules needs their addresses), netlink for the list of
+// tables and for deletions (nftables_handles.go), `nft -j -f -` to add
+// rules back.
 type hostNFTables struct {
 	bin string
-	mu  sync.Mutex
-	ifs map[NFTable]knftables.Interface
 }
 
 // NewHostNFTables opens the host's nftables; ErrNFTablesMissing when nft
@@ -83,18 +80,15 @@ func NewHostNFTables() (NFTables, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNFTablesMissing, err)
 	}
-	return &hostNFTables{bin: bin, ifs: map[NFTable]knftables.Interface{}}, nil
+	return &hostNFTables{bin: bin}, nil
 }
 
-// ListRules implements NFTables: one `nft -j list tables`, then one
-// listing per table that exists (none on a host whose plugins never used
+// ListRules implements NFTables: the tables that exist from netlink (`nft
+// list tables` reads every rule of the host to print their names), then
+// one `nft -j` listing per table that exists (none on a host whose plugins never used
 // their nftables backends).
 func (h *hostNFTables) ListRules(ctx context.Context, tables []NFTable) ([]NFTRule, error) {
-	out, err := h.run(ctx, "-j", "list", "tables")
-	if err != nil {
-		return nil, err
-	}
-	existing, err := parseNFTTables(out)
+	existing, err := nfListTables()
 	if err != nil {
 		return nil, err
 	}
@@ -103,16 +97,12 @@ func (h *hostNFTables) ListRules(ctx context.Context, tables []NFTable) ([]NFTRu
 		if !existing[t] {
 			continue
 		}
-		out, err := h.run(ctx, "-j", "list", "table", t.Family, t.Name)
+		rs, err := h.listTable(ctx, t)
 		if err != nil {
 			if strings.Contains(err.Error(), "No such file or directory") {
 				continue // deleted since: nothing to list
 			}
 			return nil, err
-		}
-		rs, err := ParseNFTListing(out)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", t, err)
 		}
 		rules = append(rules, rs...)
 	}
@@ -145,26 +135,6 @@ func (h *hostNFTables) AnyRule(ctx context.Context, tables []NFTable, match func
 	return slices.Contains(found, true), errors.Join(errs...)
 }
 
-// DeleteRules implements NFTables. nft takes no lock another process can
-// hold: a transaction waits only for the kernel. knftables' first handle
-// on a table runs two short nft checks without ctx, so an ended ctx is
-// looked at first.
-func (h *hostNFTables) DeleteRules(ctx context.Context, table NFTable, rules []NFTRule) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("deleting from nftables table %s: %w", table, err)
-	}
-	nft, err := h.open(table)
-	if err != nil {
-		return err
-	}
-	tx := nft.NewTransaction()
-	for _, r := range rules {
-		handle := r.Handle
-		tx.Delete(&knftables.Rule{Chain: r.Chain, Handle: &handle})
-	}
-	return nft.Run(ctx, tx)
-}
-
 // AddRules implements NFTables with `nft -j -f -`: knftables writes rules
 // from text, and these are given as nft listed them, in JSON.
 func (h *hostNFTables) AddRules(ctx context.Context, rules []NFTRule) error {
@@ -176,66 +146,34 @@ func (h *hostNFTables) AddRules(ctx context.Context, rules []NFTRule) error {
 	cmd := exec.CommandContext(ctx, h.bin, "-j", "-f", "-")
 	cmd.Stdin, cmd.Stderr = bytes.NewReader(in), &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("nft -j -f -: %w: %s", withCtxErr(ctx, err), strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("nft -j -f -: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
 }
 
-// open returns a knftables handle on table; each costs two nft runs to
-// make, so it is made once.
-func (h *hostNFTables) open(table NFTable) (knftables.Interface, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if nft, ok := h.ifs[table]; ok {
-		return nft, nil
-	}
-	nft, err := knftables.New(knftables.Family(table.Family), table.Name)
-	if err != nil {
-		return nil, fmt.Errorf("opening nftables table %s: %w", table, err)
-	}
-	h.ifs[table] = nft
-	return nft, nil
-}
-
-func (h *hostNFTables) run(ctx context.Context, args ...string) ([]byte, error) {
-	var out, stderr bytes.Buffer
+// listTable lists one table with `nft -j`, parsing the JSON as nft
+// writes it.
+func (h *hostNFTables) listTable(ctx context.Context, t NFTable) ([]NFTRule, error) {
+	args := []string{"-j", "list", "table", t.Family, t.Name}
+	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, h.bin, args...)
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), withCtxErr(ctx, err), strings.TrimSpace(stderr.String()))
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
 	}
-	return out.Bytes(), nil
-}
-
-// withCtxErr adds ctx's error to the error of a command ctx killed, which
-// says only "signal: killed".
-func withCtxErr(ctx context.Context, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
-		return fmt.Errorf("%w (%w)", err, ctxErr)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("nft %s: %w", strings.Join(args, " "), err)
 	}
-	return err
-}
-
-// parseNFTTables reads `nft -j list tables`.
-func parseNFTTables(out []byte) (map[NFTable]bool, error) {
-	var doc struct {
-		Objects []struct {
-			Table *struct {
-				Family string `json:"family"`
-				Name   string `json:"name"`
-			} `json:"table"`
-		} `json:"nftables"`
+	rules, parseErr := readNFTListing(out)
+	_, _ = io.Copy(io.Discard, out) // what a failed parse left: nft must finish writing
+	if err := cmd.Wait(); err != nil {
+		return nil, fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
-	if err := json.Unmarshal(out, &doc); err != nil {
-		return nil, fmt.Errorf("reading nft JSON: %w", err)
+	if parseErr != nil {
+		return nil, fmt.Errorf("%s: %w", t, parseErr)
 	}
-	tables := map[NFTable]bool{}
-	for _, o := range doc.Objects {
-		if o.Table != nil {
-			tables[NFTable{o.Table.Family, o.Table.Name}] = true
-		}
-	}
-	return tables, nil
+	return rules, nil
 }
 
 // NFTablesHandle opens nftables once for every cleaner of one

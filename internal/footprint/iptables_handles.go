@@ -1,0 +1,134 @@
+package footprint
+
+import (
+	"net/netip"
+	"strings"
+)
+
+// HandleDeleter is an optional extension of IPTables: delete planned rules
+// and chains of one table in constant time each, where iptables' own -D
+// searches the chain for every rule. iptables on the nf_tables backend
+// offers it: a rule goes by its nf_tables handle, but only when the chain,
+// read again, holds at rule.Position a rule with the same comment whose
+// expressions carry every address and the jump target the line names;
+// otherwise it is left NotDeleted for the caller to delete by content
+// (iptables-restore). Chains are flushed and deleted by name after the
+// rules, except those that a rule left NotDeleted jumps to.
+//
+// The outcomes line up with rules and chains. An error says what could not
+// be done; items it left NotDeleted may be deleted the usual way.
+type HandleDeleter interface {
+	DeleteByHandle(table string, rules []ListedRule, chains []string) (ruleOutcomes, chainOutcomes []HandleOutcome, err error)
+}
+
+// ListedRule is a rule as iptables listed it, and where.
+type ListedRule struct {
+	// Line is the rule as `iptables -S` prints it: "-A <chain> <spec…>".
+	Line string
+	// Position is its index among the rules of its chain in that listing.
+	Position int
+}
+
+// DeleteByHandle implements HandleDeleter.
+func (h *nfIPTables) DeleteByHandle(table string, rules []ListedRule, chains []string) ([]HandleOutcome, []HandleOutcome, error) {
+	ruleOut, chainOut := make([]HandleOutcome, len(rules)), make([]HandleOutcome, len(chains))
+	if err := h.sameBinary(); err != nil {
+		return ruleOut, chainOut, err
+	}
+	var targets []ruleTarget
+	var of []int // targets[k] is rules[of[k]]
+	for i, lr := range rules {
+		if t, ok := iptablesTarget(lr); ok {
+			targets, of = append(targets, t), append(of, i)
+		}
+	}
+	if len(targets) > 0 {
+		out, err := nfDeleteRules(h.family, table, targets)
+		for k, o := range out {
+			ruleOut[of[k]] = o
+		}
+		if err != nil {
+			return ruleOut, chainOut, err
+		}
+	}
+	kept := map[string]bool{} // chains a rule that stays may jump to
+	for i, lr := range rules {
+		if ruleOut[i] == NotDeleted {
+			if r, ok := parseRule(lr.Line); ok {
+				kept[r.target] = true
+			}
+		}
+	}
+	var free []string
+	var freeOf []int
+	for i, ch := range chains {
+		if !kept[ch] {
+			free, freeOf = append(free, ch), append(freeOf, i)
+		}
+	}
+	if len(free) == 0 {
+		return ruleOut, chainOut, nil
+	}
+	out, err := nfDeleteChains(h.family, table, free)
+	for k, o := range out {
+		chainOut[freeOf[k]] = o
+	}
+	return ruleOut, chainOut, err
+}
+
+// iptablesTarget is what a listed rule must look like in nf_tables to be
+// taken for it: at its position, with its comment (iptables-nft keeps it
+// in the rule's user data), and carrying each address it names (masked to
+// its prefix, as nf_tables compares it) and the name of the chain or
+// extension it jumps to. ok is false for a line it cannot read.
+func iptablesTarget(lr ListedRule) (ruleTarget, bool) {
+	r, ok := parseRule(lr.Line)
+	if !ok || lr.Position < 0 {
+		return ruleTarget{}, false
+	}
+	t := ruleTarget{chain: r.chain, pos: lr.Position, comment: r.comment, xtComment: true}
+	spec := r.args()
+	for i := 0; i+1 < len(spec); i++ {
+		switch spec[i] {
+		case "-s", "--source", "-d", "--destination", "--to-destination", "--to-source", "--to":
+			needle, ok := addrNeedle(spec[i+1])
+			if !ok {
+				return ruleTarget{}, false
+			}
+			if len(needle) > 0 { // a /0 compares nothing
+				t.needles = append(t.needles, needle)
+			}
+		}
+	}
+	switch r.target {
+	case "", "ACCEPT", "DROP", "RETURN", "QUEUE":
+		// verdicts are numbers in nf_tables, not names
+	default:
+		t.needles = append(t.needles, []byte(r.target))
+	}
+	return t, true
+}
+
+// addrNeedle returns the bytes an address argument leaves in a rule's
+// expressions: "a/len" (nf_tables compares the prefix's whole bytes),
+// "a", "a:port", "[a]:port" or a range "a-b" (its first address).
+func addrNeedle(arg string) ([]byte, bool) {
+	if p, err := netip.ParsePrefix(arg); err == nil {
+		return p.Masked().Addr().AsSlice()[:(p.Bits()+7)/8], true
+	}
+	host := arg
+	if i := strings.IndexByte(host, '-'); i >= 0 {
+		host = host[:i]
+	}
+	if ap, err := netip.ParseAddrPort(host); err == nil {
+		return ap.Addr().Unmap().AsSlice(), true
+	}
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && strings.Count(host, ":") == 1 {
+		host = host[:i] // "a:port" with a port range
+	}
+	a, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	if err != nil {
+		return nil, false
+	}
+	return a.Unmap().AsSlice(), true
+}
