@@ -79,6 +79,7 @@ func (r *GCReport) IDs() []string {
 }
 
 func (r *GCReport) add(items []footprint.Item) {
+	r.Removed = slices.Grow(r.Removed, len(items))
 	for _, it := range items {
 		r.Removed = append(r.Removed, GCItem{Kind: GCKind(it.Kind), ID: it.ID, Network: it.Network, Backend: it.Backend, Detail: it.Detail})
 	}

@@ -347,8 +347,8 @@ func (t *telemetry) cleaned(ctx context.Context, s childSpan, network string, re
 
 // gcDone records what GC removed in cninet.gc.removed and on GC's span.
 func (t *telemetry) gcDone(ctx context.Context, report *GCReport, live int) {
-	if report == nil {
-		return
+	if report == nil || (!t.metering() && !trace.SpanFromContext(ctx).IsRecording()) {
+		return // a sweep of thousands: copy nothing nobody records
 	}
 	items := make([]footprint.Item, len(report.Removed))
 	for i, it := range report.Removed {

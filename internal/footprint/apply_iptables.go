@@ -121,12 +121,14 @@ func iptItem(f *iptView, c iptChange) Item {
 	return Item{Kind: kind, ID: c.att.ID, Network: c.att.Network, Backend: f.name(), Detail: f.name() + " " + describeIPT(c)}
 }
 
+// describeIPT says what a change is, in one allocation: a sweep reports
+// hundreds of thousands.
 func describeIPT(c iptChange) string {
 	switch {
 	case c.add:
-		return fmt.Sprintf("%s rule %s (added back)", c.table, c.rule.line)
+		return c.table + " rule " + c.rule.line + " (added back)"
 	case c.rule != nil:
-		return fmt.Sprintf("%s rule %s", c.table, c.rule.line)
+		return c.table + " rule " + c.rule.line
 	}
-	return fmt.Sprintf("%s chain %s", c.table, c.chain)
+	return c.table + " chain " + c.chain
 }
