@@ -69,7 +69,7 @@ func (c *Configurator) attachAll(ctx context.Context, att attachment, netns stri
 		order[i] = i
 	}
 	concurrently(order, func(i int) {
-		if err := attachCtx.Err(); err != nil { // another network failed before this one's turn
+		if err := attachCtx.Err(); err != nil { // another network failed before this one started
 			errs[i] = fmt.Errorf("%w: allocation %s in network %q: not attempted: %w", ErrSetupFailed, att.id, nets[i].name(), err)
 			return
 		}

@@ -104,9 +104,11 @@ func TestRollbackWaitsForAnADDStillRunningAndDetachesEveryNetwork(t *testing.T) 
 			ev := &events{}
 			var running sync.WaitGroup
 			running.Add(2)
+			bDone := make(chan struct{})
 			f.drv.addHook = func(ctx context.Context, n netAttachment) error {
 				switch n.name() {
 				case "b":
+					close(bDone)
 					return nil
 				case "c":
 					if !tc.cancelCtx {
@@ -122,7 +124,7 @@ func TestRollbackWaitsForAnADDStillRunningAndDetachesEveryNetwork(t *testing.T) 
 			}
 			f.c.driver = recordingDels{f.drv, ev}
 			if tc.cancelCtx {
-				go func() { running.Wait(); cancel() }()
+				go func() { running.Wait(); <-bDone; cancel() }() // b has attached: only c and a are mid-ADD
 			} else {
 				running.Done() // only a blocks
 			}
