@@ -27,6 +27,7 @@ type admission struct {
 
 	mu        sync.Mutex
 	departing map[footprint.Attachment]int
+	departed  map[footprint.Attachment]bool // torn down since the running GC began
 }
 
 // enter serialises calls for one allocation and lets a running GC know
@@ -47,8 +48,15 @@ func (a *admission) depart(atts []footprint.Attachment) (done func()) {
 	if a.departing == nil {
 		a.departing = map[footprint.Attachment]int{}
 	}
+	gcRunning := a.gc.running()
 	for _, at := range atts {
 		a.departing[at]++
+		if gcRunning {
+			if a.departed == nil {
+				a.departed = map[footprint.Attachment]bool{}
+			}
+			a.departed[at] = true
+		}
 	}
 	a.mu.Unlock()
 	return func() {
@@ -76,6 +84,31 @@ func (a *admission) isDeparting(at footprint.Attachment) bool {
 		}
 	}
 	return false
+}
+
+// departedDuringGC reports whether at was (or is being) torn down since
+// the running GC began: what GC guarded of it is never added back, even
+// when the files GC read still name it.
+func (a *admission) departedDuringGC(at footprint.Attachment) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for d := range a.departed {
+		if d == at || (at.Network == "" && d.ID == at.ID) {
+			return true
+		}
+	}
+	return false
+}
+
+// beginGC starts a GC: locks held or waited for now are protected, and
+// departures are remembered until the last running GC ends.
+func (a *admission) beginGC() {
+	a.mu.Lock()
+	if !a.gc.running() {
+		a.departed = nil
+	}
+	a.mu.Unlock()
+	a.gc.begin(&a.locks)
 }
 
 // lockAll takes the locks of ids in sorted order (GC is the only caller
@@ -113,6 +146,12 @@ func (g *gcGuard) begin(locks *keyedMutex) {
 	for _, id := range locks.keys() {
 		g.protected[id] = true
 	}
+}
+
+func (g *gcGuard) running() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.active > 0
 }
 
 func (g *gcGuard) end() {

@@ -125,12 +125,12 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	for _, id := range liveAllocIDs {
 		live[id] = true
 	}
-	c.adm.gc.begin(&c.adm.locks)
+	c.adm.beginGC()
 	defer c.adm.gc.end()
 	progress := newGCProgress(c.logger)
 	sweep := footprint.NewSweep(ctx, c.host())
 	sweep.Live = func(a footprint.Attachment) bool {
-		return live[a.ID] && !c.adm.isDeparting(a)
+		return live[a.ID] && !c.adm.isDeparting(a) && !c.adm.departedDuringGC(a)
 	}
 	errs := []error{c.gcCached(ctx, sweep, nets, live, report)}
 	progress.step("libcni GC done", len(report.Removed))
@@ -245,9 +245,11 @@ func (c *Configurator) gcSweep(sweep *footprint.Cleaner, nets []loadedConf, skip
 			ids = append(ids, a.ID)
 		}
 	}
+	protected := c.adm.gc.protectedIDs() // busy now: not ours to judge, and not to wait for
+	ids = slices.DeleteFunc(ids, func(id string) bool { return protected[id] })
 	unlock := c.adm.lockAll(ids)
 	defer unlock()
-	protected := c.adm.gc.protectedIDs() // started after the scan: not ours to judge
+	protected = c.adm.gc.protectedIDs() // started after the scan: not ours to judge
 	dead = slices.DeleteFunc(dead, func(a footprint.Attachment) bool { return protected[a.ID] })
 	done := c.adm.depart(dead)
 	defer done()

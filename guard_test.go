@@ -216,3 +216,28 @@ func TestTeardownWithholdsTheDELWhenItsGuardCannotReadNFTables(t *testing.T) {
 		t.Error("the force cleanup did not run")
 	}
 }
+
+// A runner killed while libcni wrote its cache leaves the file empty; the
+// reservation still proves the address, and the firewall rules the DEL
+// could not find go.
+func TestTeardownWithAnEmptyCacheFileStillRemovesTheFirewallRulesTheReservationProves(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad", probed)
+	path := cf.cache(t, "nomad", "a", "198.18.0.2")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cf.reserve(t, "198.18.0.2", "a")
+	cf.v4.Load("filter", footprint{network: "nomad", ip: "198.18.0.2"}.filter())
+	if err := cf.teardown(t, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := forwardRules(cf); n != 1 {
+		t.Fatalf("CNI-FORWARD has %d rules, want only the admin jump", n)
+	}
+	if names := cf.reservations(t); len(names) != 1 { // lock
+		t.Errorf("reservations left: %v", names)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("the empty cache file is still there: %v", err)
+	}
+}

@@ -169,6 +169,7 @@ func (c *Cleaner) DiscoverAll() ([]Attachment, error) {
 	errs := &errList{}
 	v := newView(c.ctx, c.host, c.nets, true, errs)
 	v.prior = c.prior
+	readTablesFirst(v)
 	v.files = scanAllFiles(v)
 	found := attSet{}
 	for _, fp := range footprints {
@@ -176,6 +177,19 @@ func (c *Cleaner) DiscoverAll() ([]Attachment, error) {
 	}
 	c.swept = v
 	return found.sorted(), errs.err()
+}
+
+// readTablesFirst lists the rules before the files are read. An
+// attachment reserves its address before its plugins write a rule for it,
+// so a workload set up meanwhile whose rules the listing shows has its
+// reservation in the files: its address is held, never judged dead.
+func readTablesFirst(v *view) {
+	for _, f := range v.families() {
+		f.listing("nat", postrouting)
+		f.listing("nat", hostportDNATChain)
+		f.listing("filter", firewallChain)
+	}
+	v.nft.list()
 }
 
 // Clean removes everything of ids that the ownership rule attributes to
@@ -202,7 +216,7 @@ func (c *Cleaner) CleanAll(atts []Attachment) ([]Item, error) {
 	for _, fp := range footprints {
 		fp.plan(v, set, ev, &p)
 		if g, ok := fp.(guarding); ok {
-			g.restore(v, set, ev, gs, &p)
+			g.restore(v, set, ev, gs, c.live(set), &p)
 		}
 	}
 	apply(v, &p, &c.rep)
@@ -224,16 +238,21 @@ func (c *Cleaner) Restored() []Item {
 	return slices.Clone(c.rep.restored)
 }
 
-// liveGuarded returns the guarded items whose holder is outside set and
-// still lives.
+// liveGuarded returns the guarded items one of whose holders is outside
+// set and still lives.
 func (c *Cleaner) liveGuarded(set attSet) []guarded {
 	var out []guarded
 	for _, g := range c.guarded {
-		if !set[g.holder] && (c.Live == nil || c.Live(g.holder)) {
+		if slices.ContainsFunc(g.holders, c.live(set)) {
 			out = append(out, g)
 		}
 	}
 	return out
+}
+
+// live returns whether an attachment outside set lives, by Live.
+func (c *Cleaner) live(set attSet) func(Attachment) bool {
+	return func(a Attachment) bool { return !set[a] && (c.Live == nil || c.Live(a)) }
 }
 
 func (c *Cleaner) attachments(ids []string) []Attachment {

@@ -1,6 +1,9 @@
 package footprint
 
-import "net/netip"
+import (
+	"net/netip"
+	"slices"
+)
 
 // hostFiles is what the files on the host say about attachments:
 // host-local's reservations and libcni's cached results.
@@ -22,8 +25,9 @@ func scanAllFiles(v *view) hostFiles {
 
 // scanFilesOf reads the files of the set's attachments only. An
 // attachment's cached result names its addresses, so only those
-// reservation files are read; one without (a failed ADD is not cached)
-// costs one read of its network's IPAM directories.
+// reservation files are read; one without a readable one (a failed ADD is
+// not cached; a crash can leave it empty) costs one read of its network's
+// IPAM directories.
 func scanFilesOf(v *view, set attSet) hostFiles {
 	var f hostFiles
 	for _, a := range set.sorted() {
@@ -34,7 +38,7 @@ func scanFilesOf(v *view, set attSet) hostFiles {
 				f.cached = append(f.cached, r)
 			}
 		}
-		if len(f.cached) == first {
+		if !slices.ContainsFunc(f.cached[first:], func(c cachedResult) bool { return len(c.addrs) > 0 }) {
 			for _, r := range readAllReservations(v, n) {
 				if r.id == a.ID {
 					f.reservations = append(f.reservations, r)

@@ -77,31 +77,40 @@ func (firewallIPT) guard(v *view, set attSet, ev *evidence) []guarded {
 	var out []guarded
 	for _, f := range v.families() {
 		addrs := newAddrSet(familyAddrs(delAddrs(v, set), f.v6))
-		if !slices.ContainsFunc(addrs.all(), func(a netip.Addr) bool { _, held := ev.held[a]; return held }) {
+		if !slices.ContainsFunc(addrs.all(), func(a netip.Addr) bool { return len(ev.held[a]) > 0 }) {
 			continue
 		}
 		for _, r := range firewallRules(f) {
-			if holder, held := ev.held[r.addr]; held && addrs[r.addr] {
-				out = append(out, guarded{holder: holder, addr: r.addr, v6: f.v6, rule: r.rule})
+			if holders := ev.held[r.addr]; len(holders) > 0 && addrs[r.addr] {
+				out = append(out, guarded{holders: holders, addr: r.addr, v6: f.v6, rule: r.rule})
 			}
 		}
 	}
 	return out
 }
 
-// restore adds back the guarded rules that are gone while their address
-// is still held outside the set.
-func (firewallIPT) restore(v *view, set attSet, ev *evidence, gs []guarded, p *plan) {
+// restore adds back the guarded rules that are gone while a holder that
+// lives still holds their address.
+func (firewallIPT) restore(v *view, set attSet, ev *evidence, gs []guarded, live func(Attachment) bool, p *plan) {
+	var now [2]map[string]bool // the lines of CNI-FORWARD, read once per family
 	for _, g := range gs {
 		f := v.ipt[b2i(g.v6)]
 		if g.rule == nil || f == nil {
 			continue
 		}
-		if _, held := ev.held[g.addr]; !held || set[g.holder] {
+		holders := ev.heldBy(g.addr, "", live)
+		if len(holders) == 0 {
 			continue
 		}
-		if !slices.ContainsFunc(firewallRules(f), func(r firewallRule) bool { return r.rule.line == g.rule.line }) {
-			p.ipt[b2i(g.v6)] = append(p.ipt[b2i(g.v6)], iptChange{att: g.holder, table: "filter", rule: g.rule, add: true})
+		if now[b2i(g.v6)] == nil {
+			now[b2i(g.v6)] = map[string]bool{}
+			for _, r := range firewallRules(f) {
+				now[b2i(g.v6)][r.rule.line] = true
+			}
+		}
+		if !now[b2i(g.v6)][g.rule.line] {
+			now[b2i(g.v6)][g.rule.line] = true // once, whoever else guarded it
+			p.ipt[b2i(g.v6)] = append(p.ipt[b2i(g.v6)], iptChange{att: holders[0], table: "filter", rule: g.rule, add: true})
 		}
 	}
 }

@@ -121,6 +121,9 @@ func (t *Tables) Get(ipv6 bool) (IPTables, error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if s, ok := t.tables[i].(interface{ switched() bool }); ok && s.switched() {
+		t.tables[i] = nil // an operator switched iptables' backend: open it anew
+	}
 	if t.tables[i] != nil {
 		return t.tables[i], nil
 	}

@@ -248,6 +248,13 @@ func (h *nfIPTables) WithContext(ctx context.Context) IPTables {
 // so its tables may not be nf_tables' any more.
 var errBackendSwitched = errors.New("iptables was switched to another binary since it was opened")
 
+// switched reports whether iptables no longer resolves to the binary found
+// on the nf_tables backend.
+func (h *nfIPTables) switched() bool {
+	resolved, err := filepath.EvalSymlinks(h.list)
+	return err != nil || resolved != h.resolved
+}
+
 // sameBinary checks that iptables still resolves to the nf_tables binary,
 // and that a bound context has not ended.
 func (h *nfIPTables) sameBinary() error {

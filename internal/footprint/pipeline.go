@@ -42,11 +42,11 @@ type byAddress interface {
 // than the attachment's own identity. Before the DEL, guardAddrs names
 // the addresses the DEL may act on and guard records what of that
 // belongs to attachments outside the set; after it, restore plans adding
-// back what the DEL took and its holder still holds.
+// back what the DEL took and a holder that lives (live) still holds.
 type guarding interface {
 	guardAddrs(v *view, set attSet) []netip.Addr
 	guard(v *view, set attSet, ev *evidence) []guarded
-	restore(v *view, set attSet, ev *evidence, gs []guarded, p *plan)
+	restore(v *view, set attSet, ev *evidence, gs []guarded, live func(Attachment) bool, p *plan)
 }
 
 // footprints is every footprint cninet knows, in the order evidence is
@@ -67,13 +67,26 @@ type claim struct {
 
 // evidence is what a run knows about addresses before it plans: own, the
 // addresses the set's attachments provably held, and held, those that an
-// attachment outside the set holds now. held is complete for the
+// attachment outside the set holds now (every one of them: one that
+// lives may hide behind one that does not). held is complete for the
 // addresses asked about: every contested or guarded one (a GC asks about
 // all).
 type evidence struct {
 	own   map[netip.Addr]Attachment
-	held  map[netip.Addr]Attachment
+	held  map[netip.Addr][]Attachment
 	asked map[netip.Addr]bool
+}
+
+// heldBy returns the holders of addr that live (live nil: all) and, with
+// id, carry that container id.
+func (ev *evidence) heldBy(addr netip.Addr, id string, live func(Attachment) bool) []Attachment {
+	var out []Attachment
+	for _, h := range ev.held[addr] {
+		if (id == "" || h.ID == id) && (live == nil || live(h)) {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // askedAny reports whether an address of the family was asked about.
@@ -89,7 +102,7 @@ func (ev *evidence) askedAny(v6 bool) bool {
 // owner returns the attachment of the set that owns addr: it provably
 // held it and nobody else holds it now.
 func (ev *evidence) owner(addr netip.Addr) (Attachment, bool) {
-	if _, taken := ev.held[addr]; taken {
+	if len(ev.held[addr]) > 0 {
 		return Attachment{}, false
 	}
 	a, ok := ev.own[addr]
@@ -136,15 +149,15 @@ func askHolders(v *view, set attSet, ev *evidence, addrs []netip.Addr) {
 	}
 	for _, fp := range footprints {
 		for _, c := range fp.holders(v, set, asked) {
-			if _, dup := ev.held[c.addr]; !dup && !set[c.by] {
-				ev.held[c.addr] = c.by
+			if !set[c.by] && !slices.Contains(ev.held[c.addr], c.by) {
+				ev.held[c.addr] = append(ev.held[c.addr], c.by)
 			}
 		}
 	}
 }
 
 func newEvidence() *evidence {
-	return &evidence{own: map[netip.Addr]Attachment{}, held: map[netip.Addr]Attachment{}, asked: map[netip.Addr]bool{}}
+	return &evidence{own: map[netip.Addr]Attachment{}, held: map[netip.Addr][]Attachment{}, asked: map[netip.Addr]bool{}}
 }
 
 func uniqueAddrs(addrs []netip.Addr) []netip.Addr {
@@ -156,8 +169,8 @@ func uniqueAddrs(addrs []netip.Addr) []netip.Addr {
 // take: a firewall rule for an address it holds, or a hostport rule of
 // its id on another network.
 type guarded struct {
-	holder Attachment
-	addr   netip.Addr
+	holders []Attachment // who held the address when it was guarded
+	addr    netip.Addr
 	v6     bool
 	rule   *rule    // an iptables rule (table filter), or
 	nft    *NFTRule // an nftables rule

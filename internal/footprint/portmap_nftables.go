@@ -2,7 +2,6 @@ package footprint
 
 import (
 	"net/netip"
-	"slices"
 )
 
 // portmap with "backend": "nftables" writes, per attachment, in tables
@@ -121,33 +120,42 @@ func (portmapNFT) guard(v *view, set attSet, ev *evidence) []guarded {
 	var out []guarded
 	for _, r := range foreignIDRules(v, set) {
 		addr, _ := nftHostportAddr(r)
-		if holder, held := ev.held[addr]; held && holder.ID == r.Comment {
-			out = append(out, guarded{holder: holder, addr: addr, v6: addr.Is6(), nft: &r})
+		if holders := ev.heldBy(addr, r.Comment, nil); len(holders) > 0 {
+			out = append(out, guarded{holders: holders, addr: addr, v6: addr.Is6(), nft: &r})
 		}
 	}
 	return out
 }
 
 // restore adds back the guarded rules that are gone while their address
-// is still held by their id outside the set.
-func (portmapNFT) restore(v *view, set attSet, ev *evidence, gs []guarded, p *plan) {
-	var now []NFTRule
-	listed := false
+// is still held by their id outside the set, by an attachment that lives.
+func (portmapNFT) restore(v *view, set attSet, ev *evidence, gs []guarded, live func(Attachment) bool, p *plan) {
+	var now map[string]bool // the rules there now, listed once
 	for _, g := range gs {
-		if g.nft == nil || set[g.holder] {
+		if g.nft == nil {
 			continue
 		}
-		if holder, held := ev.held[g.addr]; !held || holder.ID != g.nft.Comment {
+		holders := ev.heldBy(g.addr, g.nft.Comment, live)
+		if len(holders) == 0 {
 			continue
 		}
-		if !listed {
-			now, listed = v.nft.list(), true
+		if now == nil {
+			now = map[string]bool{}
+			for _, r := range v.nft.list() {
+				now[ruleKey(r)] = true
+			}
 		}
-		if !v.nft.listed || slices.ContainsFunc(now, func(r NFTRule) bool { return sameRule(r, *g.nft) }) {
+		if !v.nft.listed || now[ruleKey(*g.nft)] {
 			continue
 		}
-		p.nft = append(p.nft, nftChange{att: g.holder, rule: *g.nft, add: true})
+		now[ruleKey(*g.nft)] = true
+		p.nft = append(p.nft, nftChange{att: holders[0], rule: *g.nft, add: true})
 	}
+}
+
+// ruleKey is what sameRule compares, as one string.
+func ruleKey(r NFTRule) string {
+	return r.Family + "\x00" + r.Table + "\x00" + r.Chain + "\x00" + r.Comment + "\x00" + string(r.Expr)
 }
 
 // idRules returns the hostport rules carrying one of the set's ids.
