@@ -171,7 +171,7 @@ func uniqueAddrs(addrs []netip.Addr) []netip.Addr {
 type guarded struct {
 	holders []Attachment // who held the address when it was guarded
 	addr    netip.Addr
-	v6     bool
-	rule   *rule    // an iptables rule (table filter), or
-	nft    *NFTRule // an nftables rule
+	v6      bool
+	rule    *rule    // an iptables rule (table filter), or
+	nft     *NFTRule // an nftables rule
 }
