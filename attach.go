@@ -57,7 +57,7 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 	return c.attachAll(ctx, att, netns, nets)
 }
 
-// attachAll attaches nets concurrently (see concurrently and enterAttempt),
+// attachAll attaches nets concurrently (see byBackend and enterAttempt),
 // all or nothing (see Setup), and returns their statuses in the order of
 // nets.
 func (c *Configurator) attachAll(ctx context.Context, att attachment, netns string, nets []netAttachment) (*NetworkStatus, error) {
@@ -68,7 +68,7 @@ func (c *Configurator) attachAll(ctx context.Context, att attachment, netns stri
 	for i := range nets {
 		order[i] = i
 	}
-	concurrently(order, func(i int) {
+	byBackend(nets, order, false, func(i int) {
 		if err := attachCtx.Err(); err != nil { // another network failed before this one started
 			errs[i] = fmt.Errorf("%w: allocation %s in network %q: not attempted: %w", ErrSetupFailed, att.id, nets[i].name(), err)
 			return
@@ -77,7 +77,7 @@ func (c *Configurator) attachAll(ctx context.Context, att attachment, netns stri
 			cancel() // the others' ADDs are pointless now: all or nothing
 		}
 	})
-	cancel() // concurrently returned: nothing is still adding when the rollback runs
+	cancel() // byBackend returned: nothing is still adding when the rollback runs
 	if failed := setupFailures(ctx, errs); failed != nil {
 		if rerr := c.rollback(ctx, att, netns, nets); rerr != nil {
 			failed = fmt.Errorf("%w; rollback incomplete, Teardown the allocation to finish it: %w", failed, rerr)
@@ -91,29 +91,39 @@ func (c *Configurator) attachAll(ctx context.Context, att attachment, netns stri
 	return status, nil
 }
 
-// concurrently runs fn(i) for each i of order, each on its own goroutine,
-// and returns when all have returned; a single one runs without a
-// goroutine. ADDs never delete, so they all run concurrently; only a
-// retry's detach among them needs care (see enterAttempt). Detaches of
-// one allocation's networks run concurrently too, also where portmap uses
-// its nftables backend, whose DEL deletes every hostport rule carrying
-// the container id, in every network: the cleaner after it adds back
-// only what an attachment that is not departing holds, and detachAll
-// marks all of them departing first, so no detach can add back a rule of
-// another network of the same workload, whose own detach may have
-// finished already.
-func concurrently(order []int, fn func(i int)) {
+// byBackend runs fn(i) for each i of order and returns when all have
+// returned: concurrently, except, with serialNFT, for the networks whose
+// portmap uses its nftables backend, which run one after another, in
+// order, on the calling goroutine. That portmap's DEL lists every
+// hostport rule carrying the container id, in every network, then deletes
+// them: two such DELs at once make one fail halfway (the other deleted
+// its rules first), and libcni stops a network's DEL chain at the plugin
+// that failed, leaving the rest of that network's DEL undone. Every other
+// plugin's DEL and cleanup touches only state named after its own network
+// or proven by its own addresses, so those run in parallel with each
+// other and with the nftables ones. ADDs never delete, so they all run
+// concurrently; only a retry's detach among them needs care (see
+// enterAttempt). A single network runs without a goroutine.
+func byBackend(nets []netAttachment, order []int, serialNFT bool, fn func(i int)) {
 	if len(order) == 1 {
 		fn(order[0])
 		return
 	}
 	var wg sync.WaitGroup
+	var serial []int
 	for _, i := range order {
+		if serialNFT && nets[i].conf.info.footprint.HostportNFT {
+			serial = append(serial, i)
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			fn(i)
 		}()
+	}
+	for _, i := range serial {
+		fn(i)
 	}
 	wg.Wait()
 }
@@ -279,8 +289,9 @@ const rollbackTimeout = 30 * time.Second
 // known to leave (iptables and ip6tables rules and chains, nftables
 // rules, IPAM reservations, the cached result), by the ownership rule of
 // internal/footprint. Its cost follows what one attachment can own, not
-// the size of the host's ruleset. Networks are detached concurrently (see
-// concurrently). One network's failure does
+// the size of the host's ruleset. Networks are detached concurrently,
+// except those whose portmap uses its nftables backend, which are
+// detached one after another (see byBackend). One network's failure does
 // not stop the others; the error joins each network's, the last network
 // first. It is idempotent: tearing down twice, or tearing down what was
 // never set up, returns nil. netns may be empty or already deleted.
@@ -299,17 +310,20 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 	return c.detachAll(ctx, netns, members)
 }
 
-// detachAll detaches members concurrently (see concurrently), every one
-// of them departing until all are done; one network's failure does not
-// stop the others, and the errors are joined the last network first.
+// detachAll detaches members, concurrently except where byBackend says
+// why not, the last network's turn first, every one of them departing
+// until all are done (nothing a DEL takes from one is added back); one
+// network's failure does not stop the others, and the errors are joined
+// the last network first.
 func (c *Configurator) detachAll(ctx context.Context, netns string, members []member) error {
 	defer c.adm.depart(departing(members))()
 	errs := make([]error, len(members))
+	nets := make([]netAttachment, len(members))
 	order := make([]int, len(members))
-	for i := range members {
-		order[len(members)-1-i] = i
+	for i, m := range members {
+		nets[i], order[len(members)-1-i] = m.n, i
 	}
-	concurrently(order, func(i int) { errs[i] = c.detach(ctx, members[i].att, netns, members[i].n) })
+	byBackend(nets, order, true, func(i int) { errs[i] = c.detach(ctx, members[i].att, netns, members[i].n) })
 	var failed []error
 	for _, i := range order {
 		if errs[i] != nil {

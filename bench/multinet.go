@@ -193,7 +193,7 @@ func multiCycle(c *cninet.Configurator, raw gocni.CNI, useLib bool, id string, p
 
 func (r *report) multiSection(w writer) {
 	w("## 7. Several networks: one workload on N networks\n\n")
-	w("cninet `Setup`+`Teardown` of one workload on N default-bridge networks (each its own bridge and subnet, the same port mapping and args) vs. go-cni loaded with the same N conflists, `Setup`+`Remove`. go-cni attaches the networks concurrently and removes them one after another; cninet attaches and detaches them concurrently (see `concurrently` in `attach.go`: all of a workload's networks depart before any detach starts, so what portmap's nftables DEL takes from the other networks of the same id is never added back). Warm-up cycle, then interleaved cycles; `-multinet-n` cycles per contender and N.\n\n")
+	w("cninet `Setup`+`Teardown` of one workload on N default-bridge networks (each its own bridge and subnet, the same port mapping and args) vs. go-cni loaded with the same N conflists, `Setup`+`Remove`. go-cni attaches the networks concurrently and removes them one after another; cninet attaches and detaches them concurrently, except that networks whose portmap uses nftables are detached one after another (see `byBackend` in `attach.go`: two such DELs at once make one fail halfway, and libcni stops that network's DEL chain there). Warm-up cycle, then interleaved cycles; `-multinet-n` cycles per contender and N.\n\n")
 	w("%s", r.when("multinet"))
 	if len(r.res.Multi) == 0 {
 		w("(not measured)\n\n")
@@ -220,7 +220,7 @@ func multiWhere(w writer, results []multiResult) {
 			m.Set.Name, m.N, ratio(m.LibSetup.median(), m.DirectSetup.median()), ratio(m.LibTeardown.median(), m.DirectRemove.median()),
 			ms(m.Cleanup.median()), ms(m.LibMaxDetach.median()), ms(m.LibTeardown.median()), multiVerdict(m.N, q))
 	}
-	w("\nOn the iptables backends both attach concurrently, so Setup costs about the same; the plugins' chain per network (bridge, firewall and portmap each calling iptables) is the bulk of it, and on two cores concurrent chains compete for the CPU, so N networks cost more than one. go-cni's Remove runs the networks' DEL chains one after another; cninet's Teardown runs them (each with its cleanup) concurrently, which more than pays for the cleanup from two networks on. With one network there is nothing to overlap: the ratio is cninet's cleanup and bookkeeping against the noise of a shared machine. With portmap's nftables backend the first network's DEL takes every network's hostport rules of the id; the other networks' DELs then find theirs gone, and nothing is added back, since all of the workload's networks are departing.\n\n")
+	w("\nOn the iptables backends both attach concurrently, so Setup costs about the same; the plugins' chain per network (bridge, firewall and portmap each calling iptables) is the bulk of it, and on two cores concurrent chains compete for the CPU, so N networks cost more than one. go-cni's Remove runs the networks' DEL chains one after another; cninet's Teardown runs them (each with its cleanup) concurrently, which more than pays for the cleanup from two networks on. With one network there is nothing to overlap: the ratio is cninet's cleanup and bookkeeping against the noise of a shared machine. With portmap's nftables backend cninet detaches the networks one after another, like go-cni's Remove; the first DEL takes every network's hostport rules of the id, and nothing is added back, since all of the workload's networks are departing.\n\n")
 }
 
 func multiVerdict(n int, q float64) string {

@@ -48,11 +48,31 @@ func allowAll(nets ...network) netsandbox.Allowance {
 	return allow
 }
 
+// warmUp attaches and detaches a workload on each of nets, one after
+// another, so that the plugins' shared chains (CNI-HOSTPORT-*,
+// CNI-FORWARD, …) exist: two plugins creating one at the same moment race
+// (the reason Setup retries), which a test without retries must not meet.
+func warmUp(t *testing.T, c *cninet.Configurator, nets ...network) {
+	t.Helper()
+	w := netsandbox.NewWorkload(t)
+	defer w.Delete()
+	for _, n := range nets {
+		alloc := &cninet.Allocation{ID: "warm-up", Ports: []cninet.Port{{Value: 28199, To: 8080}}, NetworkNames: []string{n.cfg.NetworkName}}
+		if _, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestConcurrentAttachWithTheMiddleNetworkFailingLeavesNothingOnAnyNetwork(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		n1, n2, n3 := threeNetworks(t, set)
 		failing := withPlugin(t, n2.conf, map[string]any{"type": "failonce", "stateDir": t.TempDir()})
 		c := newMultiConfigurator(t, set, n1.conf, [][]byte{failing, n3.conf}, cninet.RetryPolicy{Attempts: 1}, netsandbox.BuildPlugin(t, "failonce"))
+		warmUp(t, c, n1, n3) // the plugins' shared chains exist: without retries, their creation race is not what fails
 		base := baseline(t)
 		w := netsandbox.NewWorkload(t)
 		alloc := &cninet.Allocation{ID: "conc-fail", Ports: []cninet.Port{{Value: 28185, To: 8080}},
