@@ -129,6 +129,7 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	defer c.adm.gc.end()
 	progress := newGCProgress(c.logger)
 	sweep := footprint.NewSweep(ctx, c.host())
+	sweep.WholeWorkload = true // a dead id is dead on every network
 	sweep.Live = func(a footprint.Attachment) bool {
 		return live[a.ID] && !c.adm.isDeparting(a) && !c.adm.departedDuringGC(a)
 	}

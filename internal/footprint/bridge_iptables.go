@@ -48,6 +48,7 @@ func (bridgeIPT) prove(v *view, set attSet) []claim {
 // holders reads POSTROUTING where a rule that is not the set's own may
 // name one of addrs.
 func (bridgeIPT) holders(v *view, set attSet, addrs addrSet) []claim {
+	addrs = contested(v, set, addrs)
 	var out []claim
 	for _, f := range v.families() {
 		mine := addrs.list(f.v6)

@@ -68,7 +68,8 @@ func (bridgeNFT) prove(v *view, set attSet) []claim {
 }
 
 func (bridgeNFT) holders(v *view, set attSet, addrs addrSet) []claim {
-	if !othersMayMention(v, set, addrs.all()) {
+	addrs = contested(v, set, addrs)
+	if len(addrs) == 0 || !othersMayMention(v, set, addrs.all()) {
 		return nil
 	}
 	index := masqIndex(v, set)

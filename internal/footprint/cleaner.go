@@ -90,6 +90,10 @@ type Cleaner struct {
 	// (nil: all do); what a DEL took from an attachment that is being or
 	// has been torn down is never added back.
 	Live func(Attachment) bool
+	// WholeWorkload says every attachment of the ids is being torn down
+	// (not one network of several): what a DEL takes from the ids' other
+	// attachments is not guarded.
+	WholeWorkload bool
 }
 
 // NewCleaner returns a cleaner of network n's attachments on host h; ctx
@@ -130,6 +134,7 @@ func (c *Cleaner) RememberAll(atts []Attachment) error {
 		v.prior = scanFilesOf(v, set)
 	}
 	c.prior = v.prior
+	v.wholeWorkload = c.WholeWorkload
 	var addrs []netip.Addr
 	for _, fp := range footprints {
 		if g, ok := fp.(guarding); ok {

@@ -115,6 +115,26 @@ func reservedBySet(v *view, set attSet, addr netip.Addr) bool {
 	return false
 }
 
+// contested returns the addresses of addrs whose holders a Teardown must
+// look for beyond host-local's reservations: all but those host-local
+// reserved for the set itself (it gives an address to one attachment of a
+// network at a time, and another network's reservation is read anyway).
+// What is left costs listings and dumps that grow with the host, so a
+// clean Teardown, whose attachment's reservation still stands before its
+// DEL, pays for none. A GC asks about all.
+func contested(v *view, set attSet, addrs addrSet) addrSet {
+	if v.whole {
+		return addrs
+	}
+	out := addrSet{}
+	for a := range addrs {
+		if !reservedBySet(v, set, a) {
+			out[a] = true
+		}
+	}
+	return out
+}
+
 // readAllReservations lists the reservation files of n.
 func readAllReservations(v *view, n Network) []reservation {
 	var all []reservation

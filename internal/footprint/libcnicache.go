@@ -47,15 +47,9 @@ func (libcniCache) prove(v *view, set attSet) []claim {
 // holders reads every known network's cached results: another
 // attachment's result names an address it holds (static IPAM, or a
 // reservation directory on tmpfs that a reboot wiped). A Teardown skips
-// the read for an address host-local reserved for the set: no other
-// attachment of that network can have been given it.
+// the read for an address host-local reserved for the set (contested).
 func (libcniCache) holders(v *view, set attSet, addrs addrSet) []claim {
-	ask := addrSet{}
-	for a := range addrs {
-		if v.whole || !reservedBySet(v, set, a) {
-			ask[a] = true
-		}
-	}
+	ask := contested(v, set, addrs)
 	if len(ask) == 0 {
 		return nil
 	}

@@ -39,12 +39,14 @@ func TestTheOtherNetworksPortMappingsOfTheSameIDSurviveItsDEL(t *testing.T) {
 		name        string
 		hostportNFT bool     // the conflist's portmap uses nftables
 		drop        []string // rules taken out of the capture first
+		whole       bool     // the whole workload is torn down, network 2 too
 		restored    bool
 	}{
-		{"the rules the DEL took from network 2 are added back", true, nil, true},
-		{"nothing is guarded for a portmap on iptables", false, nil, false},
+		{"the rules the DEL took from network 2 are added back", true, nil, false, true},
+		{"nothing is guarded for a portmap on iptables", false, nil, false, false},
 		{"a rule whose address nobody else provably holds stays gone", true, []string{
-			"inet masq_checks 11", "inet masq_checks 12"}, false}, // nftnet2's masquerade rules: its proof
+			"inet masq_checks 11", "inet masq_checks 12"}, false, false}, // nftnet2's masquerade rules: its proof
+		{"nothing is guarded when the whole workload goes", true, nil, true, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,6 +58,7 @@ func TestTheOtherNetworksPortMappingsOfTheSameIDSurviveItsDEL(t *testing.T) {
 				t.Fatal("the capture has no hostport rules of network 2")
 			}
 			cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+			cl.WholeWorkload = tc.whole
 			cl.Remember([]string{"same-1"})
 			delByID(t, s.nft, "same-1")
 			if _, err := cl.Clean([]string{"same-1"}); err != nil {

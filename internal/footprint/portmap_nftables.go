@@ -66,7 +66,8 @@ func (portmapNFT) discover(*view, attSet)      {} // a bare id names no network:
 
 // holders: a hostport rule of an id outside the set holds its address.
 func (portmapNFT) holders(v *view, set attSet, addrs addrSet) []claim {
-	if !othersMayMention(v, set, addrs.all()) {
+	addrs = contested(v, set, addrs)
+	if len(addrs) == 0 || !othersMayMention(v, set, addrs.all()) {
 		return nil
 	}
 	ids := set.ids()
@@ -177,6 +178,9 @@ func idRules(v *view, set attSet) []NFTRule {
 // (of a network whose portmap uses nftables) but none of the addresses
 // the set's files named before the DEL.
 func foreignIDRules(v *view, set attSet) []NFTRule {
+	if v.wholeWorkload {
+		return nil // the ids' other attachments are going too: nothing to keep
+	}
 	ids := idSet{}
 	for a := range set {
 		if v.nets[a.Network].HostportNFT {

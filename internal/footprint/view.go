@@ -20,6 +20,8 @@ type view struct {
 	whole bool
 	errs  *errList
 
+	wholeWorkload bool // every attachment of the set's ids is being torn down (Cleaner.WholeWorkload)
+
 	prior hostFiles // the set's files as read before its DEL (proof a DEL erases)
 	files hostFiles // reservations and cached results, as read for this run
 	ipt   [2]*iptView
