@@ -54,14 +54,13 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 			return nil, err
 		}
 	}
-	return c.attachAll(ctx, att, netns, nets, true)
+	return c.attachAll(ctx, att, netns, nets)
 }
 
 // attachAll attaches nets concurrently (see byBackend and enterAttempt),
 // all or nothing (see Setup), and returns their statuses in the order of
-// nets. whole says nets are all of the workload's networks (a Setup, not a
-// Connect): a rollback then detaches the whole workload.
-func (c *Configurator) attachAll(ctx context.Context, att attachment, netns string, nets []netAttachment, whole bool) (*NetworkStatus, error) {
+// nets.
+func (c *Configurator) attachAll(ctx context.Context, att attachment, netns string, nets []netAttachment) (*NetworkStatus, error) {
 	sts := make([]*NetworkStatus, len(nets))
 	errs := make([]error, len(nets))
 	attachCtx, cancel := context.WithCancel(context.WithValue(ctx, attemptGateKey{}, &sync.RWMutex{}))
@@ -80,9 +79,6 @@ func (c *Configurator) attachAll(ctx context.Context, att attachment, netns stri
 	})
 	cancel() // byBackend returned: nothing is still adding when the rollback runs
 	if failed := setupFailures(ctx, errs); failed != nil {
-		if whole {
-			ctx = wholeWorkload(ctx)
-		}
 		if rerr := c.rollback(ctx, att, netns, nets); rerr != nil {
 			failed = fmt.Errorf("%w; rollback incomplete, Teardown the allocation to finish it: %w", failed, rerr)
 		}
@@ -311,17 +307,7 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 	if err != nil {
 		return err
 	}
-	return c.detachAll(wholeWorkload(ctx), netns, members)
-}
-
-// wholeWorkloadKey marks, in a detach's context, that every attachment of
-// the workload is being detached (a Teardown, a Setup's rollback): what
-// one network's DEL takes from the id's other networks is theirs to lose,
-// so portmap's nftables DEL needs no guard, and no in-kernel look for it.
-type wholeWorkloadKey struct{}
-
-func wholeWorkload(ctx context.Context) context.Context {
-	return context.WithValue(ctx, wholeWorkloadKey{}, true)
+	return c.detachAll(ctx, netns, members)
 }
 
 // detachAll detaches members, concurrently except where byBackend says
@@ -380,7 +366,6 @@ func (c *Configurator) detach(ctx context.Context, att attachment, netns string,
 	start := time.Now()
 	cl := footprint.NewCleaner(ctx, c.footprintNetwork(n.conf, n.ifName, nil), c.host())
 	cl.Live = func(a footprint.Attachment) bool { return !c.adm.isDeparting(a) }
-	cl.WholeWorkload = ctx.Value(wholeWorkloadKey{}) != nil
 	var removeErr error
 	guardErr := cl.Remember([]string{att.id}) // DEL erases the proof of the attachment's addresses
 	if guardErr == nil {

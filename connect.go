@@ -63,7 +63,7 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 		return nil, err
 	}
 	defer c.keepLoopback(att.id, netns, []member{{n: n}})()
-	return c.attachAll(ctx, att, netns, []netAttachment{n}, false)
+	return c.attachAll(ctx, att, netns, []netAttachment{n})
 }
 
 // Disconnect detaches the workload of alloc from one network and leaves

@@ -90,9 +90,11 @@ type Cleaner struct {
 	// (nil: all do); what a DEL took from an attachment that is being or
 	// has been torn down is never added back.
 	Live func(Attachment) bool
-	// WholeWorkload says every attachment of the ids is being torn down
-	// (not one network of several): what a DEL takes from the ids' other
-	// attachments is not guarded.
+	// WholeWorkload says the ids are dead everywhere (a GC: they are not
+	// live, on any network), so what a DEL takes from the ids' other
+	// attachments is not guarded: none of it would be added back. A
+	// Teardown cannot say so: the same id may be attached to a network
+	// this Configurator does not know, by another.
 	WholeWorkload bool
 }
 
