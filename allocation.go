@@ -215,6 +215,19 @@ type attachment struct {
 	args     [][2]string
 }
 
+// attachmentIn validates alloc and the namespace path a call that runs
+// plugins in it (Setup, Connect, Check) needs.
+func (c *Configurator) attachmentIn(alloc *Allocation, netns string) (attachment, error) {
+	att, err := newAttachment(alloc, c.ignoreHostIP)
+	if err != nil {
+		return att, err
+	}
+	if netns == "" {
+		return att, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
+	}
+	return att, nil
+}
+
 func newAttachment(alloc *Allocation, ignoreHostIP bool) (attachment, error) {
 	if err := validateAllocation(alloc); err != nil {
 		return attachment{}, err

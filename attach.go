@@ -37,12 +37,9 @@ import (
 func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startOp(ctx, opSetup, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := newAttachment(alloc, c.ignoreHostIP)
+	att, err := c.attachmentIn(alloc, netns)
 	if err != nil {
 		return nil, err
-	}
-	if netns == "" {
-		return nil, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
 	}
 	defer c.adm.enter(att.id)()
 	nets, err := c.networksOf(alloc, false)

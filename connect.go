@@ -32,12 +32,9 @@ import (
 func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, netns string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startOp(ctx, opConnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := newAttachment(alloc, c.ignoreHostIP)
+	att, err := c.attachmentIn(alloc, netns)
 	if err != nil {
 		return nil, err
-	}
-	if netns == "" {
-		return nil, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
 	}
 	if err := checkNetworkName(network); err != nil {
 		return nil, err

@@ -73,12 +73,9 @@ func (c *Configurator) networkReady(ctx context.Context, conf loadedConf, isDefa
 func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := newAttachment(alloc, c.ignoreHostIP)
+	att, err := c.attachmentIn(alloc, netns)
 	if err != nil {
 		return err
-	}
-	if netns == "" {
-		return fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
 	}
 	defer c.adm.enter(att.id)()
 	members, err := c.membersOf(alloc, att, false)
