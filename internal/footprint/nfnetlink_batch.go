@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"syscall"
+	"time"
 )
 
 // Deleting rules one by one costs a search of the chain each (iptables'
@@ -42,7 +44,13 @@ const batchChunk = 256
 
 // batchAttempts bounds the rounds of dump, match and batch when the
 // ruleset keeps changing in between.
-const batchAttempts = 4
+const batchAttempts = 16
+
+// batchBackoff is the most a refused batch waits, times its attempt,
+// before it reads again: on a host whose workloads come and go the
+// plugins change nf_tables all the time, and a batch built on a dump is
+// refused whenever one of them wrote in between.
+const batchBackoff = 5 * time.Millisecond
 
 // errGenerationChanged says nf_tables changed since the rules a batch was
 // built from were read, so the kernel refused the batch (or the read was
@@ -156,6 +164,7 @@ func deleteRules(s nlSocket, family, table string, targets []ruleTarget) ([]Hand
 		}
 		switch {
 		case errors.Is(err, errGenerationChanged) && attempt < batchAttempts:
+			time.Sleep(rand.N(batchBackoff * time.Duration(attempt)))
 			continue
 		case err != nil:
 			return out, fmt.Errorf("netlink: deleting rules of %s %s: %w", family, table, err)
