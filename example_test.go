@@ -97,6 +97,9 @@ func ExampleConfigurator_GC() {
 		log.Print(err)
 	}
 	fmt.Println("collected:", report.IDs())
+	for it := range report.All() { // one item at a time, however many
+		log.Printf("removed %s of %s: %s", it.Kind, it.ID, it.Detail)
+	}
 }
 
 // OpenTelemetry: cninet depends only on the OpenTelemetry API; the program

@@ -2,10 +2,12 @@ package cninet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
-	"sort"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -48,15 +50,58 @@ type GCItem struct {
 	Detail  string `json:"detail"`            // the rule, chain, file or device
 }
 
-// GCReport lists what GC removed.
+// GCReport lists what GC removed. It is kept compact — a GC after a bad
+// night removes hundreds of thousands of rules, and the report must not
+// cost more than the sweep — so its items are rendered when they are
+// read: All and Removed render them, Len, Count and IDs render none. It
+// marshals to JSON as {"removed": [GCItem...]}.
 type GCReport struct {
-	Removed []GCItem `json:"removed"`
+	mu     sync.Mutex
+	cached []GCItem          // attachments libcni's GC detached
+	swept  *footprint.Report // what the sweep removed
+}
+
+// Len returns how many items were removed.
+func (r *GCReport) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.cached) + r.swept.Len()
+}
+
+// All yields every removed item: the attachments libcni's GC detached
+// first, then what the sweep removed, in the order it was removed. Each
+// item is rendered as it is yielded, so ranging over a big report holds
+// one item at a time.
+func (r *GCReport) All() iter.Seq[GCItem] {
+	return func(yield func(GCItem) bool) {
+		r.mu.Lock()
+		cached, swept := slices.Clip(r.cached), r.swept
+		r.mu.Unlock()
+		for _, it := range cached {
+			if !yield(it) {
+				return
+			}
+		}
+		swept.Each(func(it footprint.Item) bool { return yield(gcItem(it)) })
+	}
+}
+
+// Removed returns every removed item, rendered at once: for a big report
+// prefer All.
+func (r *GCReport) Removed() []GCItem {
+	out := make([]GCItem, 0, r.Len())
+	for it := range r.All() {
+		out = append(out, it)
+	}
+	return out
 }
 
 // Count returns how many removed items are of kind.
 func (r *GCReport) Count(kind GCKind) int {
-	n := 0
-	for _, it := range r.Removed {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.swept.Count(footprint.Kind(kind))
+	for _, it := range r.cached {
 		if it.Kind == kind {
 			n++
 		}
@@ -66,23 +111,37 @@ func (r *GCReport) Count(kind GCKind) int {
 
 // IDs returns the allocation IDs something was removed for, sorted.
 func (r *GCReport) IDs() []string {
-	seen := map[string]bool{}
-	for _, it := range r.Removed {
-		seen[it.ID] = true
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := r.swept.IDs()
+	for _, it := range r.cached {
+		ids = append(ids, it.ID)
 	}
-	ids := make([]string, 0, len(seen))
-	for id := range seen {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
+	slices.Sort(ids)
+	return slices.Compact(ids)
 }
 
-func (r *GCReport) add(items []footprint.Item) {
-	r.Removed = slices.Grow(r.Removed, len(items))
-	for _, it := range items {
-		r.Removed = append(r.Removed, GCItem{Kind: GCKind(it.Kind), ID: it.ID, Network: it.Network, Backend: it.Backend, Detail: it.Detail})
-	}
+// MarshalJSON renders the report as {"removed": [...]}.
+func (r *GCReport) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Removed []GCItem `json:"removed"`
+	}{r.Removed()})
+}
+
+func (r *GCReport) addCached(it GCItem) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cached = append(r.cached, it)
+}
+
+func (r *GCReport) setSwept(rep *footprint.Report) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.swept = rep
+}
+
+func gcItem(it footprint.Item) GCItem {
+	return GCItem{Kind: GCKind(it.Kind), ID: it.ID, Network: it.Network, Backend: it.Backend, Detail: it.Detail}
 }
 
 // GC brings the host back to what the live allocations need: in every
@@ -134,9 +193,9 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 		return live[a.ID] && !c.adm.isDeparting(a) && !c.adm.departedDuringGC(a)
 	}
 	errs := []error{c.gcCached(ctx, sweep, nets, live, report)}
-	progress.step("libcni GC done", len(report.Removed))
+	progress.step("libcni GC done", report.Len())
 	errs = append(errs, c.tel.traceSweep(ctx, names(nets), report, func() error { return c.gcSweep(sweep, nets, skipped, live, report, progress) }))
-	if n := len(report.Removed); n > 0 {
+	if n := report.Len(); n > 0 {
 		c.logger.Info("GC removed stale attachments", "networks", len(nets), "items", n, "alloc_ids", report.IDs())
 	}
 	c.tel.gcDone(ctx, report, len(liveAllocIDs))
@@ -227,7 +286,7 @@ func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, n
 	}
 	for _, a := range before {
 		if names[a.Network] && !still[a.Network+"/"+a.ContainerID+"/"+a.IfName] && !live[a.ContainerID] {
-			report.Removed = append(report.Removed, GCItem{Kind: GCCachedAttachment, ID: a.ContainerID, Network: a.Network, Detail: a.IfName})
+			report.addCached(GCItem{Kind: GCCachedAttachment, ID: a.ContainerID, Network: a.Network, Detail: a.IfName})
 		}
 	}
 	return errors.Join(errs...)
@@ -254,9 +313,9 @@ func (c *Configurator) gcSweep(sweep *footprint.Cleaner, nets []loadedConf, skip
 	dead = slices.DeleteFunc(dead, func(a footprint.Attachment) bool { return protected[a.ID] })
 	done := c.adm.depart(dead)
 	defer done()
-	removed, err := sweep.CleanAll(dead) // with nothing dead, it still reports what the scan could not read
-	report.add(removed)
-	progress.step("sweep done", len(removed))
+	err := sweep.CleanAll(dead) // with nothing dead, it still reports what the scan could not read
+	report.setSwept(sweep.Report())
+	progress.step("sweep done", sweep.Report().Len())
 	c.logRestored(sweep.Restored(), "GC")
 	if err = errors.Join(scanErr, err); err != nil {
 		return fmt.Errorf("%w: GC sweep of %d network(s): %w", ErrCleanupFailed, len(nets), err)

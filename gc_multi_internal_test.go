@@ -73,6 +73,6 @@ func TestGCSweepsEveryNetworkAndKeepsALiveWorkloadUnderEveryInterfaceName(t *tes
 		t.Fatalf("the dead workload's cached attachment survived: %v", err)
 	}
 	if report.Count(GCCachedAttachment) != 1 {
-		t.Fatalf("report %+v, want the dead cached attachment", report.Removed)
+		t.Fatalf("report %+v, want the dead cached attachment", report.Removed())
 	}
 }

@@ -2,8 +2,10 @@ package cninet_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,7 +41,35 @@ func TestGCRemovesEveryDeadAttachmentAndNothingLive(t *testing.T) {
 		if names := cf.reservations(t); len(names) != 3 { // lock + live-1's two
 			t.Errorf("reservations left: %v", names)
 		}
+		assertReportReadsTheSameEveryWay(t, report)
 	})
+}
+
+// assertReportReadsTheSameEveryWay checks that a GCReport's items are the
+// same whether ranged over, listed, counted or marshalled.
+func assertReportReadsTheSameEveryWay(t *testing.T, report *cninet.GCReport) {
+	t.Helper()
+	removed := report.Removed()
+	var ranged []cninet.GCItem
+	for it := range report.All() {
+		ranged = append(ranged, it)
+	}
+	if len(removed) == 0 || report.Len() != len(removed) || !slices.Equal(ranged, removed) {
+		t.Errorf("Len %d, Removed %d items, All %d; want the same, and some", report.Len(), len(removed), len(ranged))
+	}
+	for it := range report.All() {
+		if it != removed[0] {
+			t.Errorf("All started with %+v, want %+v", it, removed[0])
+		}
+		break // stopping early must be safe
+	}
+	out, err := json.Marshal(report)
+	var decoded struct {
+		Removed []cninet.GCItem `json:"removed"`
+	}
+	if err != nil || json.Unmarshal(out, &decoded) != nil || !slices.Equal(decoded.Removed, removed) {
+		t.Errorf("JSON %s (%v), want {\"removed\": [the items]}", out, err)
+	}
 }
 
 func TestGCBatchesDeletionsPerTableAndFamily(t *testing.T) {
@@ -108,7 +138,7 @@ func TestGCHonoursDisableGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	report, err := c.GC(context.Background(), []string{})
-	if err != nil || len(report.Removed) != 0 || cf.state() != before {
+	if err != nil || len(report.Removed()) != 0 || cf.state() != before {
 		t.Fatalf("GC with disableGC: report %+v, err %v, state changed %v", report, err, cf.state() != before)
 	}
 }

@@ -138,7 +138,7 @@ func TestGCKeepsTheFirewallRulesOfAnAddressALiveCachedResultNames(t *testing.T) 
 			t.Errorf("the dead attachment's cached result is still there: %v", err)
 		}
 		if report.Count(cninet.GCRule) != 0 {
-			t.Errorf("GC reports rules removed: %v", report.Removed)
+			t.Errorf("GC reports rules removed: %v", report.Removed())
 		}
 	})
 }
@@ -162,7 +162,7 @@ func TestGCRemovesAnEmptyOrCutCacheFileOfADeadAttachment(t *testing.T) {
 				t.Fatal(err)
 			}
 			if report.Count(cninet.GCCachedResult) != 1 || report.IDs()[0] != "dead" {
-				t.Errorf("report = %+v, want the dead attachment's cache file", report.Removed)
+				t.Errorf("report = %+v, want the dead attachment's cache file", report.Removed())
 			}
 			left, _ := os.ReadDir(dir)
 			var names []string

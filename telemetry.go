@@ -340,7 +340,7 @@ func (t *telemetry) cleaned(ctx context.Context, s childSpan, network string, re
 			attrNetwork.String(network), attrKind.String(g.kind), attrBackend.String(g.backend)))
 	}
 	if s.span.IsRecording() {
-		describeRemoved(s.span, groups, removed)
+		describeRemoved(s.span, groups, len(removed), removed)
 	}
 	s.end(err)
 }
@@ -350,11 +350,16 @@ func (t *telemetry) gcDone(ctx context.Context, report *GCReport, live int) {
 	if report == nil || (!t.metering() && !trace.SpanFromContext(ctx).IsRecording()) {
 		return // a sweep of thousands: copy nothing nobody records
 	}
-	items := make([]footprint.Item, len(report.Removed))
-	for i, it := range report.Removed {
-		items[i] = footprint.Item{Kind: footprint.Kind(it.Kind), ID: it.ID, Network: it.Network, Backend: it.Backend, Detail: it.Detail}
+	counts := itemCounts{}
+	var first []footprint.Item // the events' items: the rest are only counted
+	for it := range report.All() {
+		fi := footprint.Item{Kind: footprint.Kind(it.Kind), ID: it.ID, Network: it.Network, Backend: it.Backend, Detail: it.Detail}
+		counts.add(fi)
+		if len(first) < maxItemEvents {
+			first = append(first, fi)
+		}
 	}
-	groups := groupItems(items)
+	groups := counts.groups()
 	for _, g := range groups {
 		if !t.metering() {
 			break
@@ -363,7 +368,7 @@ func (t *telemetry) gcDone(ctx context.Context, report *GCReport, live int) {
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attrLive.Int(live))
-		describeRemoved(span, groups, items)
+		describeRemoved(span, groups, report.Len(), first)
 	}
 }
 
@@ -371,10 +376,10 @@ func (t *telemetry) gcDone(ctx context.Context, report *GCReport, live int) {
 // serves them all) in a span of its own.
 func (t *telemetry) traceSweep(ctx context.Context, networks []string, report *GCReport, sweep func() error) error {
 	_, s := t.startSpan(ctx, spanGCSweep)
-	before := len(report.Removed)
+	before := report.Len()
 	err := sweep()
 	if s.span.IsRecording() {
-		s.span.SetAttributes(attrNetworks.StringSlice(networks), attrRemoved.Int(len(report.Removed)-before))
+		s.span.SetAttributes(attrNetworks.StringSlice(networks), attrRemoved.Int(report.Len()-before))
 		if len(networks) == 1 {
 			s.span.SetAttributes(attrNetwork.String(networks[0]))
 		}
@@ -387,8 +392,10 @@ func (t *telemetry) traceSweep(ctx context.Context, networks []string, report *G
 // after a reboot can remove thousands.
 const maxItemEvents = 64
 
-func describeRemoved(span trace.Span, groups []itemGroup, items []footprint.Item) {
-	span.SetAttributes(attrRemoved.Int(len(items)))
+// describeRemoved puts on span how many items were removed (total), by
+// kind and backend, and an event for each of the first items.
+func describeRemoved(span trace.Span, groups []itemGroup, total int, items []footprint.Item) {
+	span.SetAttributes(attrRemoved.Int(total))
 	if len(groups) == 0 {
 		return
 	}
@@ -414,15 +421,25 @@ type itemGroup struct {
 
 // groupItems counts items by kind and backend, in a stable order.
 func groupItems(items []footprint.Item) []itemGroup {
-	if len(items) == 0 {
+	counts := itemCounts{}
+	for _, it := range items {
+		counts.add(it)
+	}
+	return counts.groups()
+}
+
+// itemCounts counts items by kind and backend as they come.
+type itemCounts map[[2]string]int
+
+func (c itemCounts) add(it footprint.Item) { c[[2]string{itemKind(it), itemBackend(it)}]++ }
+
+// groups returns the counts in a stable order.
+func (c itemCounts) groups() []itemGroup {
+	if len(c) == 0 {
 		return nil
 	}
-	counts := map[[2]string]int{}
-	for _, it := range items {
-		counts[[2]string{itemKind(it), itemBackend(it)}]++
-	}
-	groups := make([]itemGroup, 0, len(counts))
-	for k, n := range counts {
+	groups := make([]itemGroup, 0, len(c))
+	for k, n := range c {
 		groups = append(groups, itemGroup{kind: k[0], backend: k[1], count: n})
 	}
 	sort.Slice(groups, func(i, j int) bool {

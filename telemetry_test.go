@@ -216,8 +216,8 @@ func TestTelemetryOfGC(t *testing.T) {
 	childOf(t, r.one(t, "cninet.gc.cached"), gc)
 	wantAttrs(t, gc, map[string]string{"cninet.removed": "8", "cninet.live": "1"})
 	wantAttrs(t, sweep, map[string]string{"cni.name": "nomad", "cninet.removed": "8"})
-	if len(report.Removed) != 8 {
-		t.Errorf("report lists %d items, the metric 8", len(report.Removed))
+	if len(report.Removed()) != 8 {
+		t.Errorf("report lists %d items, the metric 8", len(report.Removed()))
 	}
 	if got := r.sum(t, "cninet.operations", map[string]string{"cninet.operation": "gc"}); got != 1 {
 		t.Errorf("gc operations %d, want 1", got)

@@ -186,7 +186,7 @@ func TestZeroByteCacheFileIsRemovedByGCAndByTeardownAndNothingElse(t *testing.T)
 			{"GC with the live one live", "rebooted-gc", func(id string) error {
 				report, err := c.GC(ctxFor(t, time.Minute), []string{live.ID})
 				if err == nil && strings.Join(report.IDs(), ",") != id {
-					err = fmt.Errorf("GC reported %v, want only %s", report.Removed, id)
+					err = fmt.Errorf("GC reported %v, want only %s", report.Removed(), id)
 				}
 				return err
 			}},

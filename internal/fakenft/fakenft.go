@@ -67,9 +67,19 @@ func (f *NFTables) Calls() []string {
 
 // ListRules implements footprint.NFTables.
 func (f *NFTables) ListRules(_ context.Context, tables []footprint.NFTable) ([]footprint.NFTRule, error) {
+	return f.list(tables, "ListRules", true)
+}
+
+// ListRulesBrief implements footprint.NFTBriefLister: the rules without
+// their Expr, so that a caller that would add one of them back cannot.
+func (f *NFTables) ListRulesBrief(_ context.Context, tables []footprint.NFTable) ([]footprint.NFTRule, error) {
+	return f.list(tables, "ListRulesBrief", false)
+}
+
+func (f *NFTables) list(tables []footprint.NFTable, call string, withExpr bool) ([]footprint.NFTRule, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, "ListRules")
+	f.calls = append(f.calls, call)
 	if f.FailList != nil {
 		return nil, f.FailList
 	}
@@ -80,6 +90,9 @@ func (f *NFTables) ListRules(_ context.Context, tables []footprint.NFTable) ([]f
 	var out []footprint.NFTRule
 	for _, r := range f.rules {
 		if want[footprint.NFTable{Family: r.Family, Name: r.Table}] {
+			if !withExpr {
+				r.Expr = nil
+			}
 			out = append(out, r)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 // host-local's own lock on their directory, each re-read first: between
 // the read and now host-local may have handed the address to somebody
 // else. A file already gone is not reported.
-func applyFiles(v *view, changes []fileChange, rep *report) {
+func applyFiles(v *view, changes []fileChange, rep *Report) {
 	byDir := map[string][]fileChange{}
 	for _, c := range changes {
 		if c.lockDir == "" {
@@ -24,7 +24,7 @@ func applyFiles(v *view, changes []fileChange, rep *report) {
 	}
 }
 
-func removeReservations(v *view, dir string, cs []fileChange, rep *report) {
+func removeReservations(v *view, dir string, cs []fileChange, rep *Report) {
 	unlock, err := lockDir(v.ctx, dir)
 	if err != nil {
 		v.errs.add(fmt.Errorf("locking IPAM directory %s: %w", dir, err))
@@ -39,18 +39,18 @@ func removeReservations(v *view, dir string, cs []fileChange, rep *report) {
 	}
 }
 
-func removeFile(v *view, c fileChange, rep *report) {
+func removeFile(v *view, c fileChange, rep *Report) {
 	if err := os.Remove(c.path); err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			v.errs.add(fmt.Errorf("removing %s: %w", c.kind, err))
 		}
 		return
 	}
-	rep.note(false, Item{Kind: c.kind, ID: c.att.ID, Network: c.att.Network, Backend: "files", Detail: c.path})
+	rep.note(false, c.att, entry{detail: c.path, shape: fileShape(c.kind)})
 }
 
 // applyLinks deletes the planned network devices.
-func applyLinks(v *view, changes []linkChange, rep *report) {
+func applyLinks(v *view, changes []linkChange, rep *Report) {
 	for _, c := range changes {
 		if v.links == nil {
 			return
@@ -61,7 +61,7 @@ func applyLinks(v *view, changes []linkChange, rep *report) {
 			continue
 		}
 		if removed {
-			rep.note(false, Item{Kind: KindLink, ID: c.att.ID, Network: c.att.Network, Backend: "links", Detail: "device " + c.name})
+			rep.note(false, c.att, entry{detail: c.name, shape: shapeLink})
 		}
 	}
 }

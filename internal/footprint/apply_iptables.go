@@ -1,8 +1,9 @@
 package footprint
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -19,18 +20,18 @@ type Appender interface {
 // back; each table in one iptables-restore where the IPTables offers it,
 // else one change at a time. Only what was really removed is reported: a
 // rule already gone is not.
-func applyIPT(f *iptView, changes []iptChange, errs *errList, rep *report) {
-	sort.SliceStable(changes, func(i, j int) bool { return iptOrder(changes[i]) < iptOrder(changes[j]) })
-	for _, table := range []string{"nat", "filter"} {
-		var batch []iptChange
-		for _, c := range changes {
-			if c.table == table {
-				batch = append(batch, c)
-			}
+func applyIPT(f *iptView, changes []iptChange, errs *errList, rep *Report) {
+	slices.SortStableFunc(changes, func(a, b iptChange) int {
+		return cmp.Or(cmp.Compare(iptTableIndex(a.table), iptTableIndex(b.table)), cmp.Compare(iptOrder(a), iptOrder(b)))
+	})
+	for len(changes) > 0 { // a table's changes at a time, not copied: a sweep has hundreds of thousands
+		table := changes[0].table
+		n := 1
+		for n < len(changes) && changes[n].table == table {
+			n++
 		}
-		if len(batch) == 0 {
-			continue
-		}
+		batch := changes[:n]
+		changes = changes[n:]
 		batch, byHandle := applyByHandle(f, table, batch, rep) // nf_tables: by handle what matches exactly
 		if len(batch) == 0 {
 			continue
@@ -63,7 +64,7 @@ func iptOrder(c iptChange) int {
 // applyIPTBatch applies a table's changes in one iptables-restore: all of
 // them or, when a concurrent change makes one fail, none (then the caller
 // goes one by one).
-func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *report) (bool, error) {
+func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *Report) (bool, error) {
 	restorer, ok := f.ipt.(Restorer)
 	if !ok {
 		return false, nil
@@ -83,12 +84,12 @@ func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *report) (bo
 		return false, err
 	}
 	for _, c := range batch {
-		rep.note(c.add, iptItem(f, c))
+		rep.note(c.add, c.att, iptEntry(f, c))
 	}
 	return true, nil
 }
 
-func applyIPTOne(f *iptView, c iptChange, errs *errList, rep *report) {
+func applyIPTOne(f *iptView, c iptChange, errs *errList, rep *Report) {
 	var err error
 	switch {
 	case c.add:
@@ -110,19 +111,19 @@ func applyIPTOne(f *iptView, c iptChange, errs *errList, rep *report) {
 		errs.add(fmt.Errorf("%s: %s: %w", f.name(), describeIPT(c), err))
 		return
 	}
-	rep.note(c.add, iptItem(f, c))
+	rep.note(c.add, c.att, iptEntry(f, c))
 }
 
-func iptItem(f *iptView, c iptChange) Item {
-	kind := KindRule
+// iptEntry is a change as the report keeps it: the rule's line or the
+// chain's name, shared with the listing.
+func iptEntry(f *iptView, c iptChange) entry {
 	if c.rule == nil {
-		kind = KindChain
+		return entry{detail: c.chain, shape: shapeIPTChain, v6: f.v6, table: iptTableIndex(c.table)}
 	}
-	return Item{Kind: kind, ID: c.att.ID, Network: c.att.Network, Backend: f.name(), Detail: f.name() + " " + describeIPT(c)}
+	return entry{detail: c.rule.line, shape: shapeIPTRule, v6: f.v6, table: iptTableIndex(c.table)}
 }
 
-// describeIPT says what a change is, in one allocation: a sweep reports
-// hundreds of thousands.
+// describeIPT says what a change is, for errors.
 func describeIPT(c iptChange) string {
 	switch {
 	case c.add:

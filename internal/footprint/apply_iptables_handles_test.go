@@ -65,7 +65,7 @@ func TestApplyDeletesByHandleWhatMatchedAndLeavesOnlyTheRestToIPTablesRestore(t 
 		t.Run(tc.name, func(t *testing.T) {
 			ipt := &handleIPT{lines: map[string][]string{"POSTROUTING": {"-P POSTROUTING ACCEPT", jumpA, other, jumpB}},
 				ruleOutcomes: tc.rules, chainOutcomes: tc.chain, err: tc.err}
-			errs, rep := &errList{}, &report{}
+			errs, rep := &errList{}, &Report{}
 			f := &iptView{ipt: ipt, errs: errs}
 			rules, _ := f.rules("nat", "POSTROUTING")
 			a, b := Attachment{"n", "a"}, Attachment{"n", "b"}
@@ -80,7 +80,7 @@ func TestApplyDeletesByHandleWhatMatchedAndLeavesOnlyTheRestToIPTablesRestore(t 
 				t.Errorf("iptables-restore got %q; want %q", ipt.restored, tc.wantRestored)
 			}
 			var removed []string
-			for _, it := range rep.removed {
+			for _, it := range rep.Removed() {
 				removed = append(removed, strings.TrimPrefix(it.Detail, "iptables "))
 			}
 			if !slices.Equal(removed, tc.wantRemoved) {

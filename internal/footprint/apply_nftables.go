@@ -3,6 +3,7 @@ package footprint
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -11,7 +12,7 @@ import (
 // transaction (when a concurrent change makes it fail, say a handle
 // already gone, rule by rule), then the guarded rules added back in one.
 // Only what was really removed is reported.
-func applyNFT(s *nftView, changes []nftChange, rep *report) {
+func applyNFT(s *nftView, changes []nftChange, rep *Report) {
 	byTable := map[NFTable][]nftChange{}
 	var adds []nftChange
 	for _, c := range changes {
@@ -35,58 +36,69 @@ func applyNFT(s *nftView, changes []nftChange, rep *report) {
 	}
 	rules := make([]NFTRule, len(adds))
 	for i, c := range adds {
-		rules[i] = c.rule
+		rules[i] = *c.rule
 	}
 	if err := s.nft.AddRules(s.ctx, rules); err != nil {
 		s.errs.add(fmt.Errorf("nftables: adding back %d rule(s) of other attachments that a DEL removed: %w", len(rules), err))
 		return
 	}
 	for _, c := range adds {
-		rep.note(true, nftItem(c))
+		rep.note(true, c.att, nftEntry(c))
 	}
 }
 
-func deleteNFT(s *nftView, t NFTable, changes []nftChange, rep *report) {
-	rules := make([]NFTRule, len(changes))
-	for i, c := range changes {
-		rules[i] = c.rule
-	}
+func deleteNFT(s *nftView, t NFTable, changes []nftChange, rep *Report) {
 	if hd, ok := s.nft.(NFTHandleDeleter); ok { // exact outcomes per rule
-		out, err := hd.DeleteByHandle(s.ctx, t, rules)
-		for i, o := range out {
-			if o == Deleted {
-				rep.note(false, nftItem(changes[i]))
-			}
-		}
-		if err != nil {
-			s.errs.add(fmt.Errorf("nftables: deleting from %s: %w", t, err))
+		for chunk := range slices.Chunk(changes, nftDeleteChunk) {
+			deleteNFTByHandle(s, hd, t, chunk, rep)
 		}
 		return
 	}
+	rules := make([]NFTRule, len(changes))
+	for i, c := range changes {
+		rules[i] = *c.rule
+	}
 	if err := s.nft.DeleteRules(s.ctx, t, rules); err == nil {
 		for _, c := range changes {
-			rep.note(false, nftItem(c))
+			rep.note(false, c.att, nftEntry(c))
 		}
 		return
 	}
 	for _, c := range changes {
-		if err := s.nft.DeleteRules(s.ctx, t, []NFTRule{c.rule}); err != nil {
+		if err := s.nft.DeleteRules(s.ctx, t, []NFTRule{*c.rule}); err != nil {
 			if !isNFTNotFound(err) {
 				s.errs.add(fmt.Errorf("nftables: deleting %s: %w", c.rule, err))
 			}
 			continue
 		}
-		rep.note(false, nftItem(c))
+		rep.note(false, c.att, nftEntry(c))
 	}
 }
 
-func nftItem(c nftChange) Item {
-	detail := "nftables rule " + c.rule.String()
-	if c.add {
-		detail += " (added back)"
+// nftDeleteChunk is how many rules are handed to an NFTHandleDeleter at
+// once. It batches them itself, but dumps each chain they are in per
+// call: the chunks bound the copies a sweep of tens of thousands makes,
+// at a few dumps more.
+const nftDeleteChunk = 16384
+
+func deleteNFTByHandle(s *nftView, hd NFTHandleDeleter, t NFTable, changes []nftChange, rep *Report) {
+	rules := make([]NFTRule, len(changes))
+	for i, c := range changes {
+		rules[i] = *c.rule
 	}
-	return Item{Kind: KindNFTRule, ID: c.att.ID, Network: c.att.Network, Backend: "nftables", Detail: detail}
+	out, err := hd.DeleteByHandle(s.ctx, t, rules)
+	rep.grow(len(out))
+	for i, o := range out {
+		if o == Deleted {
+			rep.note(false, changes[i].att, nftEntry(changes[i]))
+		}
+	}
+	if err != nil {
+		s.errs.add(fmt.Errorf("nftables: deleting from %s: %w", t, err))
+	}
 }
+
+func nftEntry(c nftChange) entry { return entry{detail: c.rule.String(), shape: shapeNFTRule} }
 
 // isNFTNotFound reports nft's answer for a rule, chain or table that is
 // already gone.

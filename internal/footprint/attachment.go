@@ -19,9 +19,15 @@ const maxChainLength = 28
 
 // chainName is the plugins' per-attachment chain name: prefix followed by
 // the hex SHA-512 of network+id, cut to 28 characters.
+// The name is allocated alone: a sweep keeps tens of thousands.
 func (a Attachment) chainName(prefix string) string {
+	if len(prefix) >= maxChainLength {
+		return prefix[:maxChainLength]
+	}
 	sum := sha512.Sum512([]byte(a.Network + a.ID))
-	return (prefix + hex.EncodeToString(sum[:]))[:maxChainLength]
+	var digits [2 * sha512.Size]byte
+	hex.Encode(digits[:], sum[:])
+	return prefix + string(digits[:maxChainLength-len(prefix)])
 }
 
 // containerID is the CNI rule for container ids; an id recovered from a

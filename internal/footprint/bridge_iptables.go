@@ -71,7 +71,9 @@ func (bridgeIPT) holders(v *view, set attSet, addrs addrSet) []claim {
 
 func (bridgeIPT) plan(v *view, set attSet, _ *evidence, p *plan) {
 	for _, f := range v.families() {
-		for _, j := range masqJumps(v, f, set) {
+		jumps := masqJumps(v, f, set)
+		p.growIPT(f.v6, len(jumps)+len(set))
+		for _, j := range jumps {
 			p.deleteRule(f.v6, j.att, "nat", j.rule)
 		}
 		for _, a := range set.sorted() {
@@ -92,14 +94,14 @@ func (bridgeIPT) discover(v *view, found attSet) {
 				found[a] = true
 			}
 		}
-		for chain, rules := range f.listing("nat", postrouting).chains {
-			if !strings.HasPrefix(chain, "CNI-") || len(rules) == 0 {
-				continue
+		f.listing("nat", postrouting).eachHead(func(chain, comment string) {
+			if !strings.HasPrefix(chain, "CNI-") {
+				return
 			}
-			if a, ok := parseMasqComment(rules[0].comment); ok && v.known(a) && a.MasqChain() == chain {
+			if a, ok := parseMasqComment(comment); ok && v.known(a) && a.MasqChain() == chain {
 				found[a] = true
 			}
-		}
+		})
 	}
 }
 

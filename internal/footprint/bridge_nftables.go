@@ -69,7 +69,7 @@ func (bridgeNFT) prove(v *view, set attSet) []claim {
 
 func (bridgeNFT) holders(v *view, set attSet, addrs addrSet) []claim {
 	addrs = contested(v, set, addrs)
-	if len(addrs) == 0 || !othersMayMention(v, set, addrs.all()) {
+	if len(addrs) == 0 || !othersMayMention(v, set, addrs.all()) || len(v.nft.list()) == 0 {
 		return nil
 	}
 	index := masqIndex(v, set)
@@ -102,7 +102,7 @@ func (bridgeNFT) discover(v *view, found attSet) {
 // belongs to.
 type ownedNFTRule struct {
 	att  Attachment
-	rule NFTRule
+	rule *NFTRule // in the view's listing
 }
 
 // ownMasqRules returns the set's masquerade rules. A Teardown lists the
@@ -111,11 +111,15 @@ func ownMasqRules(v *view, set attSet) []ownedNFTRule {
 	if !ownMayBeThere(v, set) {
 		return nil
 	}
+	rules := v.nft.list()
+	if len(rules) == 0 {
+		return nil // no index of comments to build
+	}
 	index := masqIndex(v, set)
 	var out []ownedNFTRule
-	for _, r := range v.nft.list() {
-		if a, own := index[r.Comment]; own && isNFTMasq(r) {
-			out = append(out, ownedNFTRule{a, r})
+	for i := range rules {
+		if a, own := index[rules[i].Comment]; own && isNFTMasq(rules[i]) {
+			out = append(out, ownedNFTRule{a, &rules[i]})
 		}
 	}
 	return out

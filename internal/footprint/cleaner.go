@@ -84,7 +84,7 @@ type Cleaner struct {
 	prior   hostFiles
 	guarded []guarded
 	swept   *view // DiscoverAll's whole view, reused by CleanAll
-	rep     report
+	rep     Report
 
 	// Live says whether the holder of something a DEL took still lives
 	// (nil: all do); what a DEL took from an attachment that is being or
@@ -137,6 +137,7 @@ func (c *Cleaner) RememberAll(atts []Attachment) error {
 	}
 	c.prior = v.prior
 	v.wholeWorkload = c.WholeWorkload
+	v.nft.brief = c.whole && c.WholeWorkload // guards nothing of the ids: no rule is added back
 	var addrs []netip.Addr
 	for _, fp := range footprints {
 		if g, ok := fp.(guarding); ok {
@@ -176,6 +177,9 @@ func (c *Cleaner) DiscoverAll() ([]Attachment, error) {
 	errs := &errList{}
 	v := newView(c.ctx, c.host, c.nets, true, errs)
 	v.prior = c.prior
+	// With WholeWorkload nothing was guarded (RememberAll), so nothing
+	// this view lists is compared with a rule to add back.
+	v.nft.brief = c.WholeWorkload
 	readTablesFirst(v)
 	v.files = scanAllFiles(v)
 	found := attSet{}
@@ -203,10 +207,14 @@ func readTablesFirst(v *view) {
 // them, adds back what their DEL took from others, and returns what it
 // removed. All evidence is gathered before anything changes; every step
 // runs even when another fails, and the error joins each failure.
-func (c *Cleaner) Clean(ids []string) ([]Item, error) { return c.CleanAll(c.attachments(ids)) }
+func (c *Cleaner) Clean(ids []string) ([]Item, error) {
+	err := c.CleanAll(c.attachments(ids))
+	return c.rep.Removed(), err
+}
 
-// CleanAll is Clean for attachments of any known network.
-func (c *Cleaner) CleanAll(atts []Attachment) ([]Item, error) {
+// CleanAll is Clean for attachments of any known network; Report says
+// what it removed.
+func (c *Cleaner) CleanAll(atts []Attachment) error {
 	set := c.set(atts)
 	v := c.swept
 	if v == nil {
@@ -227,23 +235,20 @@ func (c *Cleaner) CleanAll(atts []Attachment) ([]Item, error) {
 		}
 	}
 	apply(v, &p, &c.rep)
-	return c.rep.removed, v.errs.err() // not copied: a sweep can remove hundreds of thousands
+	c.swept = nil // the listings are no longer needed: a sweep's are big
+	return v.errs.err()
 }
 
+// Report returns what was removed and added back so far, compact: a
+// sweep can remove hundreds of thousands of pieces.
+func (c *Cleaner) Report() *Report { return &c.rep }
+
 // Removed returns what was removed so far.
-func (c *Cleaner) Removed() []Item {
-	c.rep.mu.Lock()
-	defer c.rep.mu.Unlock()
-	return slices.Clone(c.rep.removed)
-}
+func (c *Cleaner) Removed() []Item { return c.rep.Removed() }
 
 // Restored returns the other attachments' rules that were added back
 // after a DEL had removed them.
-func (c *Cleaner) Restored() []Item {
-	c.rep.mu.Lock()
-	defer c.rep.mu.Unlock()
-	return slices.Clone(c.rep.restored)
-}
+func (c *Cleaner) Restored() []Item { return c.rep.Restored() }
 
 // liveGuarded returns the guarded items one of whose holders is outside
 // set and still lives.

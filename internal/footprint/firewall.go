@@ -49,7 +49,9 @@ func (firewallIPT) plan(v *view, set attSet, ev *evidence, p *plan) {
 		if !ev.askedAny(f.v6) {
 			continue // nothing of this family was contested: nothing to judge, nothing listed
 		}
-		for _, r := range firewallRules(f) {
+		rules := firewallRules(f)
+		p.growIPT(f.v6, len(rules))
+		for _, r := range rules {
 			if a, ok := ev.owner(r.addr); ok && ev.asked[r.addr] {
 				p.deleteRule(f.v6, a, "filter", r.rule)
 			}

@@ -52,7 +52,7 @@ func TestGCAddsBackOnlyWhatALiveHolderStillHolds(t *testing.T) {
 			if _, err := sweep.DiscoverAll(); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := sweep.CleanAll([]footprint.Attachment{stale}); err != nil {
+			if err := sweep.CleanAll([]footprint.Attachment{stale}); err != nil {
 				t.Fatal(err)
 			}
 			got := hostportRules(s.nft.Rules(), "198.18.2.")

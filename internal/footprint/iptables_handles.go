@@ -35,8 +35,8 @@ func (h *nfIPTables) DeleteByHandle(table string, rules []ListedRule, chains []s
 	if err := h.sameBinary(); err != nil {
 		return ruleOut, chainOut, err
 	}
-	var targets []ruleTarget
-	var of []int // targets[k] is rules[of[k]]
+	targets := make([]ruleTarget, 0, len(rules))
+	of := make([]int, 0, len(rules)) // targets[k] is rules[of[k]]
 	for i, lr := range rules {
 		if t, ok := iptablesTarget(lr); ok {
 			targets, of = append(targets, t), append(of, i)

@@ -15,6 +15,7 @@ type rule struct {
 	comment string // the value of --comment, if any
 	target  string // the value of -j, if any
 	source  string // the value of -s, if any
+	pos     int    // its index among the rules of its chain, in the listing
 }
 
 // args returns the arguments after "-A <chain>", as Delete wants them,
@@ -122,13 +123,29 @@ func quotedField(line string, start int) (field string, next int, err error) {
 }
 
 // tableListing is a parsed `iptables -S` listing of one chain or table.
+// A sweep's listing of a whole table keeps the rules of the shared chains
+// only (keep); of every other chain it keeps that it exists and its first
+// rule's comment, which is all a sweep reads of the attachments' own
+// chains (they go whole, flushed and deleted by name). At ten thousand
+// attachments their rules are half of the table.
 type tableListing struct {
-	chains map[string][]rule // every chain declared (-N, -P) or appended to
-	order  []string          // chain names in listing order
+	chains map[string][]rule    // every chain declared (-N, -P) or appended to, with its rules where kept
+	heads  map[string]chainHead // chains whose rules are not kept
+	keep   func(chain string) bool
+}
+
+// chainHead is what a sweep keeps of a chain whose rules it does not keep.
+type chainHead struct {
+	comment string // its first rule's comment
+	ruled   bool   // it has a rule
+}
+
+func newTableListing(keep func(chain string) bool) *tableListing {
+	return &tableListing{chains: map[string][]rule{}, heads: map[string]chainHead{}, keep: keep}
 }
 
 func parseListing(lines []string) *tableListing {
-	l := &tableListing{chains: map[string][]rule{}}
+	l := newTableListing(nil)
 	for _, line := range lines {
 		l.add(line)
 	}
@@ -138,19 +155,58 @@ func parseListing(lines []string) *tableListing {
 // add reads one more line of the listing.
 func (l *tableListing) add(line string) {
 	if r, ok := parseRule(line); ok {
+		if !l.kept(r.chain) {
+			if !l.heads[r.chain].ruled {
+				l.heads[r.chain] = chainHead{comment: strings.Clone(r.comment), ruled: true} // not the whole line
+			}
+			return
+		}
 		l.declare(r.chain)
+		r.pos = len(l.chains[r.chain])
 		l.chains[r.chain] = append(l.chains[r.chain], r)
 		return
 	}
-	if f := strings.Fields(line); len(f) >= 2 && (f[0] == "-N" || f[0] == "-P") {
+	f := strings.Fields(line)
+	switch {
+	case len(f) < 2 || (f[0] != "-N" && f[0] != "-P"):
+	case l.kept(f[1]):
 		l.declare(f[1])
+	default:
+		if _, seen := l.heads[f[1]]; !seen {
+			l.heads[f[1]] = chainHead{}
+		}
 	}
 }
+
+func (l *tableListing) kept(chain string) bool { return l.keep == nil || l.keep(chain) }
 
 func (l *tableListing) declare(chain string) {
 	if _, ok := l.chains[chain]; !ok {
 		l.chains[chain] = nil
-		l.order = append(l.order, chain)
+	}
+}
+
+// has reports whether chain exists, and whether its rules were kept.
+func (l *tableListing) has(chain string) (exists, rulesKept bool) {
+	if _, ok := l.chains[chain]; ok {
+		return true, true
+	}
+	_, ok := l.heads[chain]
+	return ok, false
+}
+
+// eachHead calls fn with every chain and its first rule's comment ("" for
+// none, or an empty chain).
+func (l *tableListing) eachHead(fn func(chain, comment string)) {
+	for chain, rules := range l.chains {
+		comment := ""
+		if len(rules) > 0 {
+			comment = rules[0].comment
+		}
+		fn(chain, comment)
+	}
+	for chain, head := range l.heads {
+		fn(chain, head.comment)
 	}
 }
 

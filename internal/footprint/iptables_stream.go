@@ -91,13 +91,13 @@ func (f *iptView) streamAll(s SaveStreamer) {
 	tables := []string{"nat", "filter"}
 	listings := map[string]*tableListing{}
 	for _, t := range tables {
-		listings[t] = &tableListing{chains: map[string][]rule{}}
+		listings[t] = newTableListing(sweptChains[t])
 	}
 	err := s.SaveEach(tables, func(table, line string) { listings[table].add(line) })
 	if err != nil {
 		f.errs.add(fmt.Errorf("%s: listing all tables: %w", f.name(), err))
 		for _, t := range tables {
-			listings[t] = &tableListing{chains: map[string][]rule{}} // nothing is deleted blind
+			listings[t] = newTableListing(nil) // nothing is deleted blind
 		}
 	}
 	for t, l := range listings {

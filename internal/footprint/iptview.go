@@ -26,10 +26,21 @@ type iptView struct {
 func (f *iptView) name() string { return familyName(f.v6) }
 
 // rules returns the parsed rules of a chain; ok is false when the chain
-// does not exist or could not be listed (the latter is recorded).
+// does not exist or could not be listed (the latter is recorded). A
+// chain whose rules a sweep's listing did not keep is listed alone.
 func (f *iptView) rules(table, chain string) (rules []rule, ok bool) {
-	rules, ok = f.listing(table, chain).chains[chain]
+	l := f.listing(table, chain)
+	if exists, kept := l.has(chain); exists && !kept {
+		l = f.listChain(table, chain)
+	}
+	rules, ok = l.chains[chain]
 	return rules, ok
+}
+
+// listed reports whether chain exists, by the listing that holds it.
+func (f *iptView) listed(table, chain string) bool {
+	exists, _ := f.listing(table, chain).has(chain)
+	return exists
 }
 
 // listing returns a listing holding chain.
@@ -39,15 +50,30 @@ func (f *iptView) listing(table, chain string) *tableListing {
 	if f.listings == nil {
 		f.listings = map[string]*tableListing{}
 	}
-	key, list := table+"/"+chain, func() ([]string, error) { return f.ipt.List(table, chain) }
 	if f.whole {
 		if saver, ok := f.ipt.(Saver); ok {
 			f.saveAll(saver)
 			return f.listings[table]
 		}
 		if lister, ok := f.ipt.(TableLister); ok {
-			key, list = table, func() ([]string, error) { return lister.ListTable(table) }
+			return f.read(table, func() ([]string, error) { return lister.ListTable(table) }, sweptChains[table])
 		}
+	}
+	return f.read(table+"/"+chain, func() ([]string, error) { return f.ipt.List(table, chain) }, nil)
+}
+
+// listChain returns a listing of chain alone.
+func (f *iptView) listChain(table, chain string) *tableListing {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.read(table+"/"+chain, func() ([]string, error) { return f.ipt.List(table, chain) }, nil)
+}
+
+// read returns the listing under key, listing it the first time; f.mu is
+// held.
+func (f *iptView) read(key string, list func() ([]string, error), keep func(string) bool) *tableListing {
+	if f.listings == nil {
+		f.listings = map[string]*tableListing{}
 	}
 	if l, done := f.listings[key]; done {
 		return l
@@ -56,9 +82,22 @@ func (f *iptView) listing(table, chain string) *tableListing {
 	if err != nil && !isNotExist(err) {
 		f.errs.add(fmt.Errorf("%s: listing %s: %w", f.name(), key, err))
 	}
-	l := parseListing(lines) // empty on error: nothing is deleted blind
+	l := newTableListing(keep) // empty on error: nothing is deleted blind
+	for _, line := range lines {
+		l.add(line)
+	}
 	f.listings[key] = l
 	return l
+}
+
+// sweptChains says, by table, which chains' rules a sweep keeps when it
+// lists whole tables: the shared chains the footprints read rule by rule
+// (readTablesFirst lists them). Every other chain is an attachment's own,
+// flushed and deleted whole; a footprint that reads one rule by rule has
+// it listed alone.
+var sweptChains = map[string]func(chain string) bool{
+	"nat":    func(chain string) bool { return chain == postrouting || chain == hostportDNATChain },
+	"filter": func(chain string) bool { return chain == firewallChain },
 }
 
 // saveAll lists every table at once, the first time it is called.
@@ -76,7 +115,11 @@ func (f *iptView) saveAll(saver Saver) {
 		f.errs.add(fmt.Errorf("%s: listing all tables: %w", f.name(), err))
 	}
 	for _, table := range []string{"nat", "filter"} {
-		f.listings[table] = parseListing(tables[table]) // empty on error: nothing is deleted blind
+		l := newTableListing(sweptChains[table]) // empty on error: nothing is deleted blind
+		for _, line := range tables[table] {
+			l.add(line)
+		}
+		f.listings[table] = l
 	}
 }
 
@@ -87,8 +130,7 @@ func (f *iptView) saveAll(saver Saver) {
 func (f *iptView) hasChain(table, chain string) bool {
 	prober, ok := f.ipt.(ChainProber)
 	if f.whole || !ok {
-		_, ok := f.rules(table, chain)
-		return ok
+		return f.listed(table, chain)
 	}
 	key := table + "/" + chain
 	f.mu.Lock()
@@ -99,7 +141,7 @@ func (f *iptView) hasChain(table, chain string) bool {
 	}
 	exists, err := prober.ProbeChain(table, chain)
 	if err != nil || exists {
-		_, exists = f.rules(table, chain)
+		exists = f.listed(table, chain)
 	}
 	f.mu.Lock()
 	if f.exists == nil {

@@ -239,7 +239,14 @@ type nlMessage struct {
 
 // nftRequest encodes one nf_tables request of msg for family.
 func nftRequest(msg uint16, flags uint16, seq uint32, family uint8, attrs ...nlAttr) []byte {
-	b := make([]byte, nlmsgHeaderLen, 64)
+	return appendNFTRequest(make([]byte, 0, 64), msg, flags, seq, family, attrs...)
+}
+
+// appendNFTRequest is nftRequest appending to b: a batch is encoded in
+// one buffer.
+func appendNFTRequest(b []byte, msg uint16, flags uint16, seq uint32, family uint8, attrs ...nlAttr) []byte {
+	start := len(b)
+	b = append(b, make([]byte, nlmsgHeaderLen)...)
 	b = append(b, family, nfnetlinkV0, 0, 0) // nfgenmsg; res_id 0
 	for _, a := range attrs {
 		n := nlaHeaderLen + len(a.data)
@@ -248,10 +255,11 @@ func nftRequest(msg uint16, flags uint16, seq uint32, family uint8, attrs ...nlA
 		b = append(b, a.data...)
 		b = append(b, make([]byte, align4(n)-n)...)
 	}
-	binary.NativeEndian.PutUint32(b[0:], uint32(len(b)))
-	binary.NativeEndian.PutUint16(b[4:], nfnlSubsysNFTables<<8|msg)
-	binary.NativeEndian.PutUint16(b[6:], flags|nlmFRequest)
-	binary.NativeEndian.PutUint32(b[8:], seq)
+	h := b[start:]
+	binary.NativeEndian.PutUint32(h[0:], uint32(len(h)))
+	binary.NativeEndian.PutUint16(h[4:], nfnlSubsysNFTables<<8|msg)
+	binary.NativeEndian.PutUint16(h[6:], flags|nlmFRequest)
+	binary.NativeEndian.PutUint32(h[8:], seq)
 	return b
 }
 

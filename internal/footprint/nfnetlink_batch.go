@@ -145,10 +145,11 @@ func deleteRules(s nlSocket, family, table string, targets []ruleTarget) ([]Hand
 	}
 	out := make([]HandleOutcome, len(targets))
 	settled := make([]bool, len(targets))
+	names := attrNames{}
 	for attempt := 1; ; attempt++ {
 		gen, handles, err := matchHandles(s, proto, family, table, targets, settled)
 		if err == nil {
-			var msgs []batchMsg
+			msgs := make([]batchMsg, 0, len(handles))
 			for i, h := range handles {
 				switch {
 				case settled[i]:
@@ -156,7 +157,7 @@ func deleteRules(s nlSocket, family, table string, targets []ruleTarget) ([]Hand
 					settled[i] = true // not there as planned: NotDeleted
 				default:
 					msgs = append(msgs, batchMsg{item: i, typ: nftMsgDelRule, attrs: []nlAttr{
-						{nftaRuleTable, strz(table)}, {nftaRuleChain, strz(targets[i].chain)},
+						{nftaRuleTable, names.strz(table)}, {nftaRuleChain, names.strz(targets[i].chain)},
 						{nftaRuleHandle, binary.BigEndian.AppendUint64(nil, h)}}})
 				}
 			}
@@ -171,6 +172,19 @@ func deleteRules(s nlSocket, family, table string, targets []ruleTarget) ([]Hand
 		}
 		return out, nil
 	}
+}
+
+// attrNames encodes each name once: the deletions of a sweep name a few
+// tables and chains tens of thousands of times.
+type attrNames map[string][]byte
+
+func (n attrNames) strz(name string) []byte {
+	b, ok := n[name]
+	if !ok {
+		b = strz(name)
+		n[name] = b
+	}
+	return b
 }
 
 // matchHandles reads the generation, dumps each chain that holds a target
@@ -284,12 +298,13 @@ func deleteChains(s nlSocket, family, table string, chains []string) ([]HandleOu
 	}
 	out := make([]HandleOutcome, len(chains))
 	settled := make([]bool, len(chains))
-	var msgs []batchMsg
+	msgs := make([]batchMsg, 0, 2*len(chains))
+	tableName := strz(table)
 	for i, ch := range chains {
-		where := []nlAttr{{nftaChainTable, strz(table)}, {nftaChainName, strz(ch)}}
+		name := strz(ch)
 		msgs = append(msgs,
-			batchMsg{item: i, typ: nftMsgDelRule, attrs: []nlAttr{{nftaRuleTable, strz(table)}, {nftaRuleChain, strz(ch)}}},
-			batchMsg{item: i, typ: nftMsgDelChain, attrs: where})
+			batchMsg{item: i, typ: nftMsgDelRule, attrs: []nlAttr{{nftaRuleTable, tableName}, {nftaRuleChain, name}}},
+			batchMsg{item: i, typ: nftMsgDelChain, attrs: []nlAttr{{nftaChainTable, tableName}, {nftaChainName, name}}})
 	}
 	if err := applyDeletions(s, proto, 0, msgs, out, settled); err != nil {
 		return out, fmt.Errorf("netlink: deleting chains of %s %s: %w", family, table, err)

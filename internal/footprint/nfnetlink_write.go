@@ -25,9 +25,9 @@ func encodeBatch(proto uint8, gen uint32, msgs []batchMsg) (b []byte, seq uint32
 	if gen != 0 {
 		genAttr = []nlAttr{{nfnlBatchGenID, binary.BigEndian.AppendUint32(nil, gen)}}
 	}
-	b = append(b, batchControl(nfnlMsgBatchBegin, seq, genAttr...)...)
+	b = append(make([]byte, 0, 64*(len(msgs)+2)), batchControl(nfnlMsgBatchBegin, seq, genAttr...)...)
 	for i, m := range msgs {
-		b = append(b, nftRequest(m.typ, nlmFAck, seq+1+uint32(i), proto, m.attrs...)...)
+		b = appendNFTRequest(b, m.typ, nlmFAck, seq+1+uint32(i), proto, m.attrs...)
 	}
 	return append(b, batchControl(nfnlMsgBatchEnd, seq+1+uint32(len(msgs)))...), seq
 }

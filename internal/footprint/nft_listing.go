@@ -76,18 +76,19 @@ type (
 // output. Objects other than rules (tables, chains, metainfo) are skipped;
 // an expression it does not know leaves the rule's addresses as they are.
 func ParseNFTListing(out []byte) ([]NFTRule, error) {
-	return readNFTListing(bytes.NewReader(out))
+	return readNFTListing(bytes.NewReader(out), true, nil)
 }
 
-// readNFTListing is ParseNFTListing reading from a stream: one object of
-// the listing is decoded at a time, so a big table is never held as text
-// and as parsed rules at once.
-func readNFTListing(r io.Reader) ([]NFTRule, error) {
+// readNFTListing is ParseNFTListing reading from a stream, appending to
+// rules: one object of the listing is decoded at a time, so a big table
+// is never held as text and as parsed rules at once. Without keepExpr the
+// rules' Expr is dropped once read: most of a rule's size, needed only to
+// add it back.
+func readNFTListing(r io.Reader, keepExpr bool, rules []NFTRule) ([]NFTRule, error) {
 	dec := json.NewDecoder(r)
 	if err := enterNFTObjects(dec); err != nil {
 		return nil, fmt.Errorf("reading nft JSON: %w", err)
 	}
-	var rules []NFTRule
 	for dec.More() {
 		var obj struct {
 			Rule *nftJSONRule `json:"rule"` // other objects are skipped unread
@@ -101,6 +102,9 @@ func readNFTListing(r io.Reader) ([]NFTRule, error) {
 		r, err := parseNFTRule(obj.Rule)
 		if err != nil {
 			return nil, err
+		}
+		if !keepExpr {
+			r.Expr = nil
 		}
 		rules = append(rules, r)
 	}
@@ -136,7 +140,7 @@ func enterNFTObjects(dec *json.Decoder) error {
 // one pass. An expression of another shape than the two it knows leaves
 // the rule's addresses as they are.
 func parseNFTRule(jr *nftJSONRule) (NFTRule, error) {
-	r := NFTRule{Family: jr.Family, Table: jr.Table, Chain: jr.Chain, Handle: jr.Handle, Comment: jr.Comment, Expr: jr.Expr}
+	r := NFTRule{Family: nftName(jr.Family), Table: nftName(jr.Table), Chain: nftName(jr.Chain), Handle: jr.Handle, Comment: jr.Comment, Expr: jr.Expr}
 	if len(jr.Expr) == 0 {
 		return r, nil
 	}
@@ -152,6 +156,28 @@ func parseNFTRule(jr *nftJSONRule) (NFTRule, error) {
 		r.readExpr(e)
 	}
 	return r, nil
+}
+
+// nftNames are the family, table and chain names of the plugins' rules:
+// a listing of tens of thousands of rules shares one copy of each.
+var nftNames = map[string]string{}
+
+func init() {
+	for _, t := range nftTables {
+		nftNames[t.Family], nftNames[t.Name] = t.Family, t.Name
+	}
+	for chain := range nftHostportChains {
+		nftNames[chain] = chain
+	}
+	nftNames[nftMasqChain] = nftMasqChain
+}
+
+// nftName returns the shared copy of a name the plugins use, else s.
+func nftName(s string) string {
+	if shared, ok := nftNames[s]; ok {
+		return shared
+	}
+	return s
 }
 
 func (r *NFTRule) readExpr(expr nftExpr) {

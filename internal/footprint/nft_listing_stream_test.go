@@ -14,7 +14,7 @@ func TestReadNFTListingTakesEachRuleAsItComes(t *testing.T) {
   {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}}, "right": "198.18.0.9"}},
   {"dnat": {"addr": "198.18.0.2", "port": 80}}]}},
 {"rule": {"family": "ip", "table": "cni_hostport", "chain": "masquerading", "handle": 8, "comment": "web-1", "expr": []}}]}`
-	rules, err := readNFTListing(strings.NewReader(listing))
+	rules, err := readNFTListing(strings.NewReader(listing), true, nil)
 	if err != nil || len(rules) != 2 {
 		t.Fatalf("readNFTListing = %d rules, %v; want 2", len(rules), err)
 	}
@@ -24,8 +24,21 @@ func TestReadNFTListingTakesEachRuleAsItComes(t *testing.T) {
 		t.Errorf("rule = %+v; want handle 7, saddr 198.18.0.9, dnat to 198.18.0.2, its expressions kept (an expression of another shape skipped)", r)
 	}
 	for _, bad := range []string{`{"nftables": {}}`, `[]`, `{"nftables": [{"rule": {"handle": "x"}}]}`, `{"nftables": [{"rule": {"expr": {}}}]}`} {
-		if _, err := readNFTListing(strings.NewReader(bad)); err == nil {
+		if _, err := readNFTListing(strings.NewReader(bad), true, nil); err == nil {
 			t.Errorf("readNFTListing(%s) accepted it", bad)
 		}
+	}
+}
+
+func TestReadNFTListingBriefDropsExpressionsAndKeepsWhatOwnershipReads(t *testing.T) {
+	const listing = `{"nftables": [{"rule": {"family": "ip", "table": "cni_hostport", "chain": "hostports", "handle": 7, "comment": "web-1", "expr": [
+  {"dnat": {"addr": "198.18.0.2", "port": 80}}]}}]}`
+	before := []NFTRule{{Family: "inet", Table: "cni_plugins_masquerade", Chain: "masq_checks", Handle: 3}}
+	rules, err := readNFTListing(strings.NewReader(listing), false, before)
+	if err != nil || len(rules) != 2 || rules[0].Handle != 3 {
+		t.Fatalf("readNFTListing = %+v, %v; want the rule appended after the one given", rules, err)
+	}
+	if r := rules[1]; r.Expr != nil || r.DNAT != netip.MustParseAddr("198.18.0.2") || r.Handle != 7 || r.Comment != "web-1" {
+		t.Errorf("brief rule = %+v; want no Expr, but its handle, comment and dnat address", r)
 	}
 }

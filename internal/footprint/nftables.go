@@ -60,6 +60,13 @@ type NFTRuleMatcher interface {
 	AnyRule(ctx context.Context, tables []NFTable, match func(NFTRuleSketch) bool) (bool, error)
 }
 
+// NFTBriefLister is an optional extension of NFTables: ListRules without
+// the rules' Expr, which is most of their size and needed only to add a
+// rule back. A sweep of dead workloads never adds one of theirs back.
+type NFTBriefLister interface {
+	ListRulesBrief(ctx context.Context, tables []NFTable) ([]NFTRule, error)
+}
+
 // ErrNFTablesMissing says the host has no nft command. A host without
 // nftables has no nftables rules either, so the cleaner does not count it
 // as a failure.
@@ -88,6 +95,15 @@ func NewHostNFTables() (NFTables, error) {
 // one `nft -j` listing per table that exists (none on a host whose plugins never used
 // their nftables backends).
 func (h *hostNFTables) ListRules(ctx context.Context, tables []NFTable) ([]NFTRule, error) {
+	return h.listRules(ctx, tables, true)
+}
+
+// ListRulesBrief implements NFTBriefLister.
+func (h *hostNFTables) ListRulesBrief(ctx context.Context, tables []NFTable) ([]NFTRule, error) {
+	return h.listRules(ctx, tables, false)
+}
+
+func (h *hostNFTables) listRules(ctx context.Context, tables []NFTable, keepExpr bool) ([]NFTRule, error) {
 	existing, err := nfListTables()
 	if err != nil {
 		return nil, err
@@ -97,14 +113,14 @@ func (h *hostNFTables) ListRules(ctx context.Context, tables []NFTable) ([]NFTRu
 		if !existing[t] {
 			continue
 		}
-		rs, err := h.listTable(ctx, t)
+		more, err := h.listTable(ctx, t, keepExpr, rules)
 		if err != nil {
 			if strings.Contains(err.Error(), "No such file or directory") {
 				continue // deleted since: nothing to list
 			}
 			return nil, err
 		}
-		rules = append(rules, rs...)
+		rules = more
 	}
 	return rules, nil
 }
@@ -152,8 +168,8 @@ func (h *hostNFTables) AddRules(ctx context.Context, rules []NFTRule) error {
 }
 
 // listTable lists one table with `nft -j`, parsing the JSON as nft
-// writes it.
-func (h *hostNFTables) listTable(ctx context.Context, t NFTable) ([]NFTRule, error) {
+// writes it, and appends its rules to rules.
+func (h *hostNFTables) listTable(ctx context.Context, t NFTable, keepExpr bool, rules []NFTRule) ([]NFTRule, error) {
 	args := []string{"-j", "list", "table", t.Family, t.Name}
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, h.bin, args...)
@@ -165,7 +181,7 @@ func (h *hostNFTables) listTable(ctx context.Context, t NFTable) ([]NFTRule, err
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("nft %s: %w", strings.Join(args, " "), err)
 	}
-	rules, parseErr := readNFTListing(out)
+	rules, parseErr := readNFTListing(out, keepExpr, rules)
 	_, _ = io.Copy(io.Discard, out) // what a failed parse left: nft must finish writing
 	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))

@@ -27,6 +27,7 @@ type nftView struct {
 	once   sync.Once
 	rules  []NFTRule
 	listed bool // the listing succeeded
+	brief  bool // list without Expr (NFTBriefLister): nothing listed will be added back
 
 	mu      sync.Mutex
 	answers map[string]bool // what was asked in the kernel, by question
@@ -42,7 +43,11 @@ func (s *nftView) list() []NFTRule {
 		return nil
 	}
 	s.once.Do(func() {
-		rules, err := s.nft.ListRules(s.ctx, nftTables)
+		list := s.nft.ListRules
+		if b, ok := s.nft.(NFTBriefLister); ok && s.brief {
+			list = b.ListRulesBrief
+		}
+		rules, err := list(s.ctx, nftTables)
 		if err != nil {
 			s.errs.add(fmt.Errorf("nftables: listing %v: %w", nftTables, err))
 			return

@@ -1,6 +1,9 @@
 package footprint
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // plan is what a run will change, by backend: planned completely before
 // anything is applied, so every judgement is made on the same evidence.
@@ -25,7 +28,7 @@ type iptChange struct {
 // rule of another attachment.
 type nftChange struct {
 	att  Attachment
-	rule NFTRule
+	rule *NFTRule
 	add  bool
 }
 
@@ -45,6 +48,11 @@ type linkChange struct {
 	att  Attachment
 	name string
 }
+
+// growIPT makes room for n more changes of a family at once: a sweep
+// plans hundreds of thousands, and growing by appends alone would copy
+// them over and over.
+func (p *plan) growIPT(v6 bool, n int) { p.ipt[b2i(v6)] = slices.Grow(p.ipt[b2i(v6)], n) }
 
 func (p *plan) deleteRule(v6 bool, att Attachment, table string, r *rule) {
 	p.ipt[b2i(v6)] = append(p.ipt[b2i(v6)], iptChange{att: att, table: table, rule: r})
@@ -67,35 +75,9 @@ const (
 	KindTuningFile   Kind = "tuning backup"
 )
 
-// Item is one piece of host state that a run removed (or added back).
-type Item struct {
-	Kind    Kind
-	ID      string // the container id that owned it
-	Network string // the network of the attachment that owned it ("" when its state names none)
-	Backend string // "iptables", "ip6tables", "nftables", "files" or "links"
-	Detail  string // the rule, chain, file or device
-}
-
-// report collects what was applied.
-type report struct {
-	mu       sync.Mutex
-	removed  []Item
-	restored []Item
-}
-
-func (r *report) note(restored bool, it Item) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if restored {
-		r.restored = append(r.restored, it)
-	} else {
-		r.removed = append(r.removed, it)
-	}
-}
-
 // apply runs the plan, one applier per backend (the backends share
 // nothing, so they run in parallel), and reports what changed.
-func apply(v *view, p *plan, rep *report) {
+func apply(v *view, p *plan, rep *Report) {
 	var wg sync.WaitGroup
 	for _, f := range v.families() {
 		if changes := p.ipt[b2i(f.v6)]; len(changes) > 0 {

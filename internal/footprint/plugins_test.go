@@ -134,7 +134,8 @@ func TestTuningFilesGoWithTheirAttachmentsInterface(t *testing.T) {
 	if want := []footprint.Attachment{{Network: "tn", ID: "a"}, {Network: "tn", ID: "b"}}; !reflect.DeepEqual(found, want) {
 		t.Fatalf("DiscoverAll = %v, want %v", found, want)
 	}
-	items, err := sweep.CleanAll([]footprint.Attachment{{Network: "tn", ID: "b"}})
+	err = sweep.CleanAll([]footprint.Attachment{{Network: "tn", ID: "b"}})
+	items := sweep.Removed()
 	if err != nil {
 		t.Fatal(err)
 	}

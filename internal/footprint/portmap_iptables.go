@@ -54,6 +54,7 @@ func (portmapIPT) plan(v *view, set attSet, _ *evidence, p *plan) {
 		if v.whole || f.anyChain("nat", chainsOf(set, Attachment.DNATChain)) {
 			own := commentIndex(set, Attachment.DNATComment)
 			rules, _ := f.rules("nat", hostportDNATChain)
+			p.growIPT(f.v6, min(len(rules), len(set))+len(set)) // a jump and a chain each, at most
 			for i := range rules {
 				if a := ownerIn(rules[i], own[rules[i].comment], Attachment.ownsDNATJump); a != nil {
 					p.deleteRule(f.v6, *a, "nat", &rules[i])

@@ -85,7 +85,7 @@ func (portmapNFT) holders(v *view, set attSet, addrs addrSet) []claim {
 func (portmapNFT) contest(v *view, set attSet, own map[netip.Addr]Attachment) []netip.Addr {
 	var out []netip.Addr
 	for _, r := range idRules(v, set) {
-		if addr, _ := nftHostportAddr(r); own[addr].ID == r.Comment {
+		if addr, _ := nftHostportAddr(*r); own[addr].ID == r.Comment {
 			out = append(out, addr)
 		}
 	}
@@ -94,7 +94,7 @@ func (portmapNFT) contest(v *view, set attSet, own map[netip.Addr]Attachment) []
 
 func (portmapNFT) plan(v *view, set attSet, ev *evidence, p *plan) {
 	for _, r := range idRules(v, set) {
-		addr, _ := nftHostportAddr(r)
+		addr, _ := nftHostportAddr(*r)
 		if a, ok := ev.owner(addr); ok && ev.asked[addr] && a.ID == r.Comment {
 			p.nft = append(p.nft, nftChange{att: a, rule: r})
 		}
@@ -150,7 +150,7 @@ func (portmapNFT) restore(v *view, set attSet, ev *evidence, gs []guarded, live 
 			continue
 		}
 		now[ruleKey(*g.nft)] = true
-		p.nft = append(p.nft, nftChange{att: holders[0], rule: *g.nft, add: true})
+		p.nft = append(p.nft, nftChange{att: holders[0], rule: g.nft, add: true})
 	}
 }
 
@@ -159,16 +159,18 @@ func ruleKey(r NFTRule) string {
 	return r.Family + "\x00" + r.Table + "\x00" + r.Chain + "\x00" + r.Comment + "\x00" + string(r.Expr)
 }
 
-// idRules returns the hostport rules carrying one of the set's ids.
-func idRules(v *view, set attSet) []NFTRule {
+// idRules returns the hostport rules carrying one of the set's ids, in
+// the view's listing.
+func idRules(v *view, set attSet) []*NFTRule {
 	if !ownMayBeThere(v, set) {
 		return nil
 	}
 	ids := set.ids()
-	var out []NFTRule
-	for _, r := range v.nft.list() {
-		if _, ok := nftHostportAddr(r); ok && ids[r.Comment] {
-			out = append(out, r)
+	var out []*NFTRule
+	rules := v.nft.list()
+	for i := range rules {
+		if _, ok := nftHostportAddr(rules[i]); ok && ids[rules[i].Comment] {
+			out = append(out, &rules[i])
 		}
 	}
 	return out

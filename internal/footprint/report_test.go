@@ -1,0 +1,54 @@
+package footprint
+
+import (
+	"slices"
+	"testing"
+)
+
+// A Report keeps each change as a compact entry and renders the same Item
+// a run reported before entries were compact.
+func TestAReportRendersEachShapeAsItsItem(t *testing.T) {
+	a, b := Attachment{"n", "a"}, Attachment{"m", "b"}
+	jump := &rule{line: `-A POSTROUTING -s 198.18.0.2/32 -j CNI-x`, chain: postrouting}
+	fw := &rule{line: `-A CNI-FORWARD -s 198.18.0.2/32 -j ACCEPT`, chain: firewallChain}
+	nft := &NFTRule{Family: "ip", Table: "cni_hostport", Chain: "hostports", Handle: 4}
+	v4, v6 := &iptView{}, &iptView{v6: true}
+	var rep Report
+	rep.note(false, a, iptEntry(v4, iptChange{att: a, table: "nat", rule: jump}))
+	rep.note(false, a, iptEntry(v6, iptChange{att: a, table: "nat", chain: "CNI-x"}))
+	rep.note(false, b, nftEntry(nftChange{att: b, rule: nft}))
+	rep.note(false, b, entry{detail: "/run/cni/m/198.18.0.3", shape: fileShape(KindReservation)})
+	rep.note(false, a, entry{detail: "/var/lib/cni/results/n-a-eth0", shape: fileShape(KindCachedResult)})
+	rep.note(false, a, entry{detail: "bwp0123", shape: shapeLink})
+	rep.note(true, b, iptEntry(v4, iptChange{att: b, table: "filter", rule: fw, add: true}))
+	want := []Item{
+		{KindRule, "a", "n", "iptables", "iptables nat rule " + jump.line},
+		{KindChain, "a", "n", "ip6tables", "ip6tables nat chain CNI-x"},
+		{KindNFTRule, "b", "m", "nftables", "nftables rule ip cni_hostport hostports handle 4"},
+		{KindReservation, "b", "m", "files", "/run/cni/m/198.18.0.3"},
+		{KindCachedResult, "a", "n", "files", "/var/lib/cni/results/n-a-eth0"},
+		{KindLink, "a", "n", "links", "device bwp0123"},
+	}
+	if got := rep.Removed(); !slices.Equal(got, want) {
+		t.Errorf("Removed() =\n%q\nwant\n%q", got, want)
+	}
+	if got, want := rep.Restored(), []Item{{KindRule, "b", "m", "iptables", "iptables filter rule " + fw.line + " (added back)"}}; !slices.Equal(got, want) {
+		t.Errorf("Restored() = %q, want %q", got, want)
+	}
+	if rep.Len() != 6 || rep.Count(KindRule) != 1 || rep.Count(KindNFTRule) != 1 || rep.Count(KindTuningFile) != 0 {
+		t.Errorf("Len %d, Count(rule) %d, Count(nft rule) %d, Count(tuning) %d; want 6, 1, 1, 0",
+			rep.Len(), rep.Count(KindRule), rep.Count(KindNFTRule), rep.Count(KindTuningFile))
+	}
+	if ids := rep.IDs(); !slices.Equal(ids, []string{"a", "b"}) {
+		t.Errorf("IDs() = %q, want a, b (the restored one's id only as a remover's)", ids)
+	}
+	var seen []Item
+	rep.Each(func(it Item) bool { seen = append(seen, it); return len(seen) < 2 })
+	if !slices.Equal(seen, want[:2]) {
+		t.Errorf("Each stopped after %q, want the first two", seen)
+	}
+	var none *Report
+	if none.Len() != 0 || none.Removed() != nil || none.IDs() != nil {
+		t.Error("a nil Report is not empty")
+	}
+}
