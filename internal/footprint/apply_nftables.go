@@ -34,12 +34,8 @@ func applyNFT(s *nftView, changes []nftChange, rep *Report) {
 	if len(adds) == 0 {
 		return
 	}
-	rules := make([]NFTRule, len(adds))
-	for i, c := range adds {
-		rules[i] = *c.rule
-	}
-	if err := s.nft.AddRules(s.ctx, rules); err != nil {
-		s.errs.add(fmt.Errorf("nftables: adding back %d rule(s) of other attachments that a DEL removed: %w", len(rules), err))
+	if err := s.nft.AddRules(s.ctx, rulesOf(adds)); err != nil {
+		s.errs.add(fmt.Errorf("nftables: adding back %d rule(s) of other attachments that a DEL removed: %w", len(adds), err))
 		return
 	}
 	for _, c := range adds {
@@ -54,11 +50,7 @@ func deleteNFT(s *nftView, t NFTable, changes []nftChange, rep *Report) {
 		}
 		return
 	}
-	rules := make([]NFTRule, len(changes))
-	for i, c := range changes {
-		rules[i] = *c.rule
-	}
-	if err := s.nft.DeleteRules(s.ctx, t, rules); err == nil {
+	if err := s.nft.DeleteRules(s.ctx, t, rulesOf(changes)); err == nil {
 		for _, c := range changes {
 			rep.note(false, c.att, nftEntry(c))
 		}
@@ -82,11 +74,7 @@ func deleteNFT(s *nftView, t NFTable, changes []nftChange, rep *Report) {
 const nftDeleteChunk = 16384
 
 func deleteNFTByHandle(s *nftView, hd NFTHandleDeleter, t NFTable, changes []nftChange, rep *Report) {
-	rules := make([]NFTRule, len(changes))
-	for i, c := range changes {
-		rules[i] = *c.rule
-	}
-	out, err := hd.DeleteByHandle(s.ctx, t, rules)
+	out, err := hd.DeleteByHandle(s.ctx, t, rulesOf(changes))
 	rep.grow(len(out))
 	for i, o := range out {
 		if o == Deleted {
@@ -96,6 +84,15 @@ func deleteNFTByHandle(s *nftView, hd NFTHandleDeleter, t NFTable, changes []nft
 	if err != nil {
 		s.errs.add(fmt.Errorf("nftables: deleting from %s: %w", t, err))
 	}
+}
+
+// rulesOf returns the changes' rules, as NFTables takes them.
+func rulesOf(changes []nftChange) []NFTRule {
+	rules := make([]NFTRule, len(changes))
+	for i, c := range changes {
+		rules[i] = *c.rule
+	}
+	return rules
 }
 
 func nftEntry(c nftChange) entry { return entry{detail: c.rule.String(), shape: shapeNFTRule} }

@@ -13,7 +13,7 @@ func TestSaveToListingsReadsIPTablesSaveAsPerTableListings(t *testing.T) {
 		t.Fatal(err)
 	}
 	tables := saveToListings(string(dump))
-	nat := parseListing(tables["nat"])
+	nat := parseListing(tables["nat"], nil)
 	post, ok := nat.chains["POSTROUTING"]
 	if !ok || len(post) != 3 {
 		t.Fatalf("POSTROUTING: %d rules (exists %v), want 3", len(post), ok)
@@ -25,10 +25,10 @@ func TestSaveToListingsReadsIPTablesSaveAsPerTableListings(t *testing.T) {
 	if !strings.HasPrefix(tables["nat"][0], "-P PREROUTING ACCEPT") {
 		t.Errorf("built-in chain rendered as %q, want a -P line", tables["nat"][0])
 	}
-	if fwd := parseListing(tables["filter"]).chains[firewallChain]; len(fwd) != 5 {
+	if fwd := parseListing(tables["filter"], nil).chains[firewallChain]; len(fwd) != 5 {
 		t.Errorf("CNI-FORWARD: %d rules, want 5", len(fwd))
 	}
-	if _, ok := parseListing(tables["filter"]).chains["NOMAD-ADMIN"]; !ok {
+	if _, ok := parseListing(tables["filter"], nil).chains["NOMAD-ADMIN"]; !ok {
 		t.Error("an empty user chain (NOMAD-ADMIN) was lost")
 	}
 }

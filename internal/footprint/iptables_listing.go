@@ -144,8 +144,10 @@ func newTableListing(keep func(chain string) bool) *tableListing {
 	return &tableListing{chains: map[string][]rule{}, heads: map[string]chainHead{}, keep: keep}
 }
 
-func parseListing(lines []string) *tableListing {
-	l := newTableListing(nil)
+// parseListing parses lines, keeping the rules of the chains keep names
+// (nil: of every chain).
+func parseListing(lines []string, keep func(chain string) bool) *tableListing {
+	l := newTableListing(keep)
 	for _, line := range lines {
 		l.add(line)
 	}

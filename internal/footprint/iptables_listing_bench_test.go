@@ -17,7 +17,7 @@ func BenchmarkParseListing(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if l := parseListing(lines); len(l.chains) == 0 {
+		if l := parseListing(lines, nil); len(l.chains) == 0 {
 			b.Fatal("nothing parsed")
 		}
 	}

@@ -82,10 +82,7 @@ func (f *iptView) read(key string, list func() ([]string, error), keep func(stri
 	if err != nil && !isNotExist(err) {
 		f.errs.add(fmt.Errorf("%s: listing %s: %w", f.name(), key, err))
 	}
-	l := newTableListing(keep) // empty on error: nothing is deleted blind
-	for _, line := range lines {
-		l.add(line)
-	}
+	l := parseListing(lines, keep) // empty on error: nothing is deleted blind
 	f.listings[key] = l
 	return l
 }
@@ -115,11 +112,7 @@ func (f *iptView) saveAll(saver Saver) {
 		f.errs.add(fmt.Errorf("%s: listing all tables: %w", f.name(), err))
 	}
 	for _, table := range []string{"nat", "filter"} {
-		l := newTableListing(sweptChains[table]) // empty on error: nothing is deleted blind
-		for _, line := range tables[table] {
-			l.add(line)
-		}
-		f.listings[table] = l
+		f.listings[table] = parseListing(tables[table], sweptChains[table]) // empty on error: nothing is deleted blind
 	}
 }
 
