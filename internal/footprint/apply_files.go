@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 )
 
 // applyFiles removes the planned files. Reservations go under
@@ -11,16 +13,23 @@ import (
 // the read and now host-local may have handed the address to somebody
 // else. A file already gone is not reported.
 func applyFiles(v *view, changes []fileChange, rep *Report) {
-	byDir := map[string][]fileChange{}
-	for _, c := range changes {
-		if c.lockDir == "" {
-			removeFile(v, c, rep)
-			continue
+	// In place, by lock directory (none first): a sweep plans tens of
+	// thousands, and its plan is not read again.
+	slices.SortStableFunc(changes, func(a, b fileChange) int { return strings.Compare(a.lockDir, b.lockDir) })
+	for len(changes) > 0 {
+		dir := changes[0].lockDir
+		n := slices.IndexFunc(changes, func(c fileChange) bool { return c.lockDir != dir })
+		if n < 0 {
+			n = len(changes)
 		}
-		byDir[c.lockDir] = append(byDir[c.lockDir], c)
-	}
-	for dir, cs := range byDir {
-		removeReservations(v, dir, cs, rep)
+		if dir == "" {
+			for _, c := range changes[:n] {
+				removeFile(v, c, rep)
+			}
+		} else {
+			removeReservations(v, dir, changes[:n], rep)
+		}
+		changes = changes[n:]
 	}
 }
 

@@ -21,13 +21,19 @@ type Appender interface {
 // else one change at a time. Only what was really removed is reported: a
 // rule already gone is not.
 func applyIPT(f *iptView, changes []iptChange, errs *errList, rep *Report) {
+	var changed []string
+	defer func() { // not before: the next table's rules are found in the listing held now
+		for _, table := range changed {
+			f.forget(table, "")
+		}
+	}()
 	slices.SortStableFunc(changes, func(a, b iptChange) int {
-		return cmp.Or(cmp.Compare(iptTableIndex(a.table), iptTableIndex(b.table)), cmp.Compare(iptOrder(a), iptOrder(b)))
+		return cmp.Or(cmp.Compare(a.table, b.table), cmp.Compare(iptOrder(a), iptOrder(b)))
 	})
 	for len(changes) > 0 { // a table's changes at a time, not copied: a sweep has hundreds of thousands
-		table := changes[0].table
+		table := changes[0].tableName()
 		n := 1
-		for n < len(changes) && changes[n].table == table {
+		for n < len(changes) && changes[n].table == changes[0].table {
 			n++
 		}
 		batch := changes[:n]
@@ -47,7 +53,7 @@ func applyIPT(f *iptView, changes []iptChange, errs *errList, rep *Report) {
 				applyIPTOne(f, c, errs, rep)
 			}
 		}
-		f.forget(table, "")
+		changed = append(changed, table)
 	}
 }
 
@@ -84,7 +90,7 @@ func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *Report) (bo
 		return false, err
 	}
 	for _, c := range batch {
-		rep.note(c.add, c.att, iptEntry(f, c))
+		rep.noteAt(c.add, c.att, iptEntry(f, c))
 	}
 	return true, nil
 }
@@ -98,11 +104,11 @@ func applyIPTOne(f *iptView, c iptChange, errs *errList, rep *Report) {
 			errs.add(fmt.Errorf("%s: cannot add back %s: the IPTables has no Append", f.name(), describeIPT(c)))
 			return
 		}
-		err = appender.Append(c.table, c.rule.chain, c.rule.args()...)
+		err = appender.Append(c.tableName(), c.rule.chain, c.rule.args()...)
 	case c.rule != nil:
-		err = f.ipt.Delete(c.table, c.rule.chain, c.rule.args()...)
+		err = f.ipt.Delete(c.tableName(), c.rule.chain, c.rule.args()...)
 	default:
-		err = f.ipt.ClearAndDeleteChain(c.table, c.chain)
+		err = f.ipt.ClearAndDeleteChain(c.tableName(), c.chain)
 	}
 	if err != nil {
 		if !c.add && isNotExist(err) {
@@ -111,25 +117,25 @@ func applyIPTOne(f *iptView, c iptChange, errs *errList, rep *Report) {
 		errs.add(fmt.Errorf("%s: %s: %w", f.name(), describeIPT(c), err))
 		return
 	}
-	rep.note(c.add, c.att, iptEntry(f, c))
+	rep.noteAt(c.add, c.att, iptEntry(f, c))
 }
 
 // iptEntry is a change as the report keeps it: the rule's line or the
 // chain's name, shared with the listing.
 func iptEntry(f *iptView, c iptChange) entry {
 	if c.rule == nil {
-		return entry{detail: c.chain, shape: shapeIPTChain, v6: f.v6, table: iptTableIndex(c.table)}
+		return entry{detail: c.chain, shape: shapeIPTChain, v6: f.v6, table: c.table}
 	}
-	return entry{detail: c.rule.line, shape: shapeIPTRule, v6: f.v6, table: iptTableIndex(c.table)}
+	return entry{detail: c.rule.line, shape: shapeIPTRule, v6: f.v6, table: c.table}
 }
 
 // describeIPT says what a change is, for errors.
 func describeIPT(c iptChange) string {
 	switch {
 	case c.add:
-		return c.table + " rule " + c.rule.line + " (added back)"
+		return c.tableName() + " rule " + c.rule.line + " (added back)"
 	case c.rule != nil:
-		return c.table + " rule " + c.rule.line
+		return c.tableName() + " rule " + c.rule.line
 	}
-	return c.table + " chain " + c.chain
+	return c.tableName() + " chain " + c.chain
 }

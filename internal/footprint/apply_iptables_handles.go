@@ -1,8 +1,11 @@
 package footprint
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // applyByHandle deletes what of one table's changes (in iptOrder) the
@@ -24,31 +27,66 @@ func applyByHandle(f *iptView, table string, changes []iptChange, rep *Report) (
 		k = len(changes)
 	}
 	items, adds := changes[:k], changes[k:]
-	rules, ruleItems := make([]ListedRule, 0, len(items)), make([]int, 0, len(items))
-	var chains []string
-	var chainItems []int
-	for i, d := range items {
-		switch {
-		case d.rule == nil:
-			chains, chainItems = append(chains, d.chain), append(chainItems, i)
-		case position(f, table, d.rule) >= 0:
-			rules, ruleItems = append(rules, ListedRule{Line: d.rule.line, Position: d.rule.pos}), append(ruleItems, i)
-		}
-	}
-	ruleOut, chainOut, err := hd.DeleteByHandle(table, rules, chains)
-	rep.grow(len(items))
 	settled := make([]bool, len(items))
 	note := func(i int, o HandleOutcome) {
 		if o == Deleted {
-			rep.note(false, items[i].att, iptEntry(f, items[i]))
+			rep.noteAt(false, items[i].att, iptEntry(f, items[i]))
 		}
 		settled[i] = o != NotDeleted
 	}
-	for k, o := range ruleOut {
-		note(ruleItems[k], o)
+	var errs []error
+	var ruleItems, chainItems []int
+	for i, d := range items {
+		switch {
+		case d.rule == nil:
+			chainItems = append(chainItems, i)
+		case position(f, table, d.rule) >= 0:
+			ruleItems = append(ruleItems, i)
+		}
 	}
-	for k, o := range chainOut {
-		note(chainItems[k], o)
+	// The rules in chunks (what matching them holds stays small), each
+	// chain's in order: a rule is found at its position, less the rules
+	// before it that earlier chunks removed. (The last first would keep
+	// positions as listed, but nf_tables finds a handle by walking the
+	// chain from its start.) Then the chains, but those a rule left in
+	// place still jumps to.
+	slices.SortFunc(ruleItems, func(i, j int) int {
+		a, b := items[i].rule, items[j].rule
+		return cmp.Or(strings.Compare(a.chain, b.chain), cmp.Compare(a.pos, b.pos))
+	})
+	removed := map[string]int{} // by chain
+	for chunk := range slices.Chunk(ruleItems, iptDeleteChunk) {
+		rules := make([]ListedRule, len(chunk))
+		for k, i := range chunk {
+			r := items[i].rule
+			rules[k] = ListedRule{Line: r.line, Position: int(r.pos) - removed[r.chain]}
+		}
+		out, _, err := hd.DeleteByHandle(table, rules, nil)
+		for k, o := range out {
+			note(chunk[k], o)
+			if o == Deleted || o == AlreadyGone {
+				removed[items[chunk[k]].rule.chain]++
+			}
+		}
+		errs = append(errs, err)
+	}
+	jumpedTo := map[string]bool{}
+	for _, i := range ruleItems {
+		if !settled[i] {
+			jumpedTo[items[i].rule.target()] = true
+		}
+	}
+	chainItems = slices.DeleteFunc(chainItems, func(i int) bool { return jumpedTo[items[i].chain] })
+	if len(chainItems) > 0 {
+		chains := make([]string, len(chainItems))
+		for k, i := range chainItems {
+			chains[k] = items[i].chain
+		}
+		_, out, err := hd.DeleteByHandle(table, nil, chains)
+		for k, o := range out {
+			note(chainItems[k], o)
+		}
+		errs = append(errs, err)
 	}
 	var rest []iptChange
 	for i, d := range items {
@@ -57,19 +95,25 @@ func applyByHandle(f *iptView, table string, changes []iptChange, rep *Report) (
 		}
 	}
 	rest = append(rest, adds...)
+	err := errors.Join(errs...)
 	if err != nil {
 		err = fmt.Errorf("%s: deleting by handle in %s: %w", f.name(), table, err)
 	}
 	return rest, err
 }
 
+// iptDeleteChunk is how many rules are handed to a HandleDeleter at once:
+// each call dumps the chains its rules are in, and holds what it matched
+// them with.
+const iptDeleteChunk = 8192
+
 // position returns r's index among the rules of its chain in the listing
 // the view holds now, or -1 when r is not of that listing (it was read
 // again since).
 func position(f *iptView, table string, r *rule) int {
 	rules, _ := f.rules(table, r.chain)
-	if r.pos < len(rules) && &rules[r.pos] == r {
-		return r.pos
+	if int(r.pos) < len(rules) && &rules[r.pos] == r {
+		return int(r.pos)
 	}
 	return -1
 }

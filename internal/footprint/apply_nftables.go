@@ -1,10 +1,10 @@
 package footprint
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -13,23 +13,24 @@ import (
 // already gone, rule by rule), then the guarded rules added back in one.
 // Only what was really removed is reported.
 func applyNFT(s *nftView, changes []nftChange, rep *Report) {
-	byTable := map[NFTable][]nftChange{}
-	var adds []nftChange
-	for _, c := range changes {
-		if c.add {
-			adds = append(adds, c)
-			continue
+	// In place, by table and additions last: a sweep plans tens of
+	// thousands of deletions, and its plan is not read again.
+	slices.SortStableFunc(changes, func(a, b nftChange) int {
+		return cmp.Or(cmp.Compare(b2i(a.add), b2i(b.add)), strings.Compare(a.rule.Family, b.rule.Family), strings.Compare(a.rule.Table, b.rule.Table))
+	})
+	k := slices.IndexFunc(changes, func(c nftChange) bool { return c.add })
+	if k < 0 {
+		k = len(changes)
+	}
+	deletions, adds := changes[:k], changes[k:]
+	for len(deletions) > 0 {
+		t := NFTable{deletions[0].rule.Family, deletions[0].rule.Table}
+		n := slices.IndexFunc(deletions, func(c nftChange) bool { return c.rule.Family != t.Family || c.rule.Table != t.Name })
+		if n < 0 {
+			n = len(deletions)
 		}
-		t := NFTable{c.rule.Family, c.rule.Table}
-		byTable[t] = append(byTable[t], c)
-	}
-	tables := make([]NFTable, 0, len(byTable))
-	for t := range byTable {
-		tables = append(tables, t)
-	}
-	sort.Slice(tables, func(i, j int) bool { return tables[i].String() < tables[j].String() })
-	for _, t := range tables {
-		deleteNFT(s, t, byTable[t], rep)
+		deleteNFT(s, t, deletions[:n], rep)
+		deletions = deletions[n:]
 	}
 	if len(adds) == 0 {
 		return
@@ -39,7 +40,7 @@ func applyNFT(s *nftView, changes []nftChange, rep *Report) {
 		return
 	}
 	for _, c := range adds {
-		rep.note(true, c.att, nftEntry(c))
+		rep.noteAt(true, c.att, nftEntry(c))
 	}
 }
 
@@ -52,7 +53,7 @@ func deleteNFT(s *nftView, t NFTable, changes []nftChange, rep *Report) {
 	}
 	if err := s.nft.DeleteRules(s.ctx, t, rulesOf(changes)); err == nil {
 		for _, c := range changes {
-			rep.note(false, c.att, nftEntry(c))
+			rep.noteAt(false, c.att, nftEntry(c))
 		}
 		return
 	}
@@ -63,22 +64,21 @@ func deleteNFT(s *nftView, t NFTable, changes []nftChange, rep *Report) {
 			}
 			continue
 		}
-		rep.note(false, c.att, nftEntry(c))
+		rep.noteAt(false, c.att, nftEntry(c))
 	}
 }
 
 // nftDeleteChunk is how many rules are handed to an NFTHandleDeleter at
 // once. It batches them itself, but dumps each chain they are in per
-// call: the chunks bound the copies a sweep of tens of thousands makes,
-// at a few dumps more.
+// call: the chunks bound the copies a sweep of tens of thousands makes
+// (and what it holds to match them), at a few dumps more.
 const nftDeleteChunk = 16384
 
 func deleteNFTByHandle(s *nftView, hd NFTHandleDeleter, t NFTable, changes []nftChange, rep *Report) {
 	out, err := hd.DeleteByHandle(s.ctx, t, rulesOf(changes))
-	rep.grow(len(out))
 	for i, o := range out {
 		if o == Deleted {
-			rep.note(false, changes[i].att, nftEntry(changes[i]))
+			rep.noteAt(false, changes[i].att, nftEntry(changes[i]))
 		}
 	}
 	if err != nil {
@@ -95,7 +95,7 @@ func rulesOf(changes []nftChange) []NFTRule {
 	return rules
 }
 
-func nftEntry(c nftChange) entry { return entry{detail: c.rule.String(), shape: shapeNFTRule} }
+func nftEntry(c nftChange) entry { return entry{nft: c.rule, shape: shapeNFTRule} }
 
 // isNFTNotFound reports nft's answer for a rule, chain or table that is
 // already gone.

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"regexp"
 	"sort"
+	"strings"
 )
 
 // Attachment identifies one attachment: the CNI network and the container
@@ -28,6 +29,21 @@ func (a Attachment) chainName(prefix string) string {
 	var digits [2 * sha512.Size]byte
 	hex.Encode(digits[:], sum[:])
 	return prefix + string(digits[:maxChainLength-len(prefix)])
+}
+
+// isAttachmentChain reports whether chain is named as the plugins name an
+// attachment's own chain: CNI-, CNI-DN- or CNI-SN- and hex digits, 28
+// characters in all.
+func isAttachmentChain(chain string) bool {
+	if len(chain) != maxChainLength {
+		return false
+	}
+	for _, prefix := range []string{"CNI-DN-", "CNI-SN-", "CNI-"} {
+		if digits, ok := strings.CutPrefix(chain, prefix); ok {
+			return strings.Trim(digits, "0123456789abcdef") == ""
+		}
+	}
+	return false
 }
 
 // containerID is the CNI rule for container ids; an id recovered from a

@@ -37,7 +37,7 @@ func (bridgeIPT) prove(v *view, set attSet) []claim {
 	var out []claim
 	for _, f := range v.families() {
 		for _, j := range masqJumps(v, f, set) {
-			if addr, ok := hostAddr(j.rule.source); ok {
+			if addr, ok := hostAddr(j.rule.source()); ok {
 				out = append(out, claim{addr, j.att})
 			}
 		}
@@ -58,7 +58,7 @@ func (bridgeIPT) holders(v *view, set attSet, addrs addrSet) []claim {
 		own := commentIndex(set, Attachment.MasqComment)
 		rules, _ := f.rules("nat", postrouting)
 		for _, r := range rules {
-			addr, ok := hostAddr(r.source)
+			addr, ok := hostAddr(r.source())
 			if !ok || !isMasqComment(r.comment) || !addrs[addr] || ownerIn(r, own[r.comment], Attachment.ownsMasqJump) != nil {
 				continue
 			}

@@ -85,7 +85,7 @@ func (bridgeNFT) holders(v *view, set attSet, addrs addrSet) []claim {
 
 func (bridgeNFT) plan(v *view, set attSet, _ *evidence, p *plan) {
 	for _, o := range ownMasqRules(v, set) {
-		p.nft = append(p.nft, nftChange{att: o.att, rule: o.rule})
+		p.deleteNFTRule(o.att, o.rule)
 	}
 }
 

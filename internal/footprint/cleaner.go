@@ -72,8 +72,8 @@ var ErrIPTablesMissing = errors.New("iptables not available")
 // For a Teardown (NewCleaner): Remember the ids before DEL, then Clean
 // them; only what those attachments can own is read. For a GC
 // (NewSweep): Remember the attachments libcni's GC may DEL, run it, then
-// DiscoverAll and CleanAll the dead ones; whole tables are listed once
-// and shared by all.
+// DiscoverAll and CleanAll the dead ones; whole tables are listed and
+// shared by all, one IP family's at a time (see sweep.go).
 type Cleaner struct {
 	ctx   context.Context
 	host  Host
@@ -180,12 +180,18 @@ func (c *Cleaner) DiscoverAll() ([]Attachment, error) {
 	// With WholeWorkload nothing was guarded (RememberAll), so nothing
 	// this view lists is compared with a rule to add back.
 	v.nft.brief = c.WholeWorkload
-	readTablesFirst(v)
-	v.files = scanAllFiles(v)
 	found := attSet{}
-	for _, fp := range footprints {
-		fp.discover(v, found)
-	}
+	v.byFamily(func(f *iptView, last bool) {
+		if !last { // searched and dropped: a sweep holds one family at a time
+			f.listShared()
+			v.discover(found, true)
+			f.drop()
+			return
+		}
+		readTablesFirst(v)
+		v.files = scanAllFiles(v)
+		v.discover(found, false)
+	})
 	c.swept = v
 	return found.sorted(), errs.err()
 }
@@ -196,9 +202,7 @@ func (c *Cleaner) DiscoverAll() ([]Attachment, error) {
 // reservation in the files: its address is held, never judged dead.
 func readTablesFirst(v *view) {
 	for _, f := range v.families() {
-		f.listing("nat", postrouting)
-		f.listing("nat", hostportDNATChain)
-		f.listing("filter", firewallChain)
+		f.listShared()
 	}
 	v.nft.list()
 }
@@ -216,27 +220,44 @@ func (c *Cleaner) Clean(ids []string) ([]Item, error) {
 // what it removed.
 func (c *Cleaner) CleanAll(atts []Attachment) error {
 	set := c.set(atts)
-	v := c.swept
-	if v == nil {
-		v = newView(c.ctx, c.host, c.nets, false, &errList{})
-		v.prior, v.files = c.prior, c.prior.still(set)
-	}
 	gs := c.liveGuarded(set)
 	extra := make([]netip.Addr, len(gs))
 	for i, g := range gs {
 		extra[i] = g.addr
 	}
-	ev := gather(v, set, extra)
-	var p plan
+	if v := c.swept; v != nil {
+		c.swept = nil // the listings are no longer needed: a sweep's are big
+		if len(set) > 0 || len(gs) > 0 {
+			c.sweep(v, set, gs, extra)
+		}
+		return v.errs.err()
+	}
+	v := newView(c.ctx, c.host, c.nets, false, &errList{})
+	v.prior, v.files = c.prior, c.prior.still(set)
+	ev := newEvidence()
+	gatherInto(v, set, extra, ev)
+	c.run(v, set, gs, ev, nil, nil)
+	return v.errs.err()
+}
+
+// run plans on the evidence and applies; only footprints with plans (nil:
+// all) plan. planned (if any) is called in between.
+func (c *Cleaner) run(v *view, set attSet, gs []guarded, ev *evidence, plans func(footprint) bool, planned func()) {
+	c.rep.reserve(len(set))
+	p := plan{atts: &c.rep}
 	for _, fp := range footprints {
+		if plans != nil && !plans(fp) {
+			continue
+		}
 		fp.plan(v, set, ev, &p)
 		if g, ok := fp.(guarding); ok {
 			g.restore(v, set, ev, gs, c.live(set), &p)
 		}
 	}
+	if planned != nil {
+		planned()
+	}
 	apply(v, &p, &c.rep)
-	c.swept = nil // the listings are no longer needed: a sweep's are big
-	return v.errs.err()
 }
 
 // Report returns what was removed and added back so far, compact: a

@@ -97,7 +97,7 @@ func (firewallIPT) restore(v *view, set attSet, ev *evidence, gs []guarded, live
 	var now [2]map[string]bool // the lines of CNI-FORWARD, read once per family
 	for _, g := range gs {
 		f := v.ipt[b2i(g.v6)]
-		if g.rule == nil || f == nil {
+		if g.rule == nil || f == nil || f.listFailed() { // nothing to compare with: it may be there
 			continue
 		}
 		holders := ev.heldBy(g.addr, "", live)
@@ -112,7 +112,7 @@ func (firewallIPT) restore(v *view, set attSet, ev *evidence, gs []guarded, live
 		}
 		if !now[b2i(g.v6)][g.rule.line] {
 			now[b2i(g.v6)][g.rule.line] = true // once, whoever else guarded it
-			p.ipt[b2i(g.v6)] = append(p.ipt[b2i(g.v6)], iptChange{att: holders[0], table: "filter", rule: g.rule, add: true})
+			p.addBackRule(g.v6, holders[0], "filter", g.rule)
 		}
 	}
 }

@@ -55,7 +55,7 @@ func (h *nfIPTables) DeleteByHandle(table string, rules []ListedRule, chains []s
 	for i, lr := range rules {
 		if ruleOut[i] == NotDeleted {
 			if r, ok := parseRule(lr.Line); ok {
-				kept[r.target] = true
+				kept[r.target()] = true
 			}
 		}
 	}
@@ -100,11 +100,11 @@ func iptablesTarget(lr ListedRule) (ruleTarget, bool) {
 			}
 		}
 	}
-	switch r.target {
+	switch r.target() {
 	case "", "ACCEPT", "DROP", "RETURN", "QUEUE":
 		// verdicts are numbers in nf_tables, not names
 	default:
-		t.needles = append(t.needles, []byte(r.target))
+		t.needles = append(t.needles, []byte(r.target()))
 	}
 	return t, true
 }

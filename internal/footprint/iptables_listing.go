@@ -1,6 +1,7 @@
 package footprint
 
 import (
+	"bytes"
 	"errors"
 	"net/netip"
 	"strings"
@@ -13,10 +14,31 @@ type rule struct {
 	line    string // as listed, for iptables-restore
 	chain   string
 	comment string // the value of --comment, if any
-	target  string // the value of -j, if any
-	source  string // the value of -s, if any
-	pos     int    // its index among the rules of its chain, in the listing
+	pos     int32  // its index among the rules of its chain, in the listing
+	// where in line the values of -j and -s are, if any (never quoted)
+	targetAt, sourceAt span
 }
+
+// span is where a field is in a line; a sweep holds tens of thousands of
+// rules, so a rule keeps spans rather than strings.
+type span struct{ at, n uint16 }
+
+func (r rule) target() string { return r.line[r.targetAt.at:][:r.targetAt.n] }
+func (r rule) source() string { return r.line[r.sourceAt.at:][:r.sourceAt.n] }
+
+// fieldSpan is where a field is, or an empty span for a quoted one (never
+// written so by iptables for -j or -s: such a rule is attributed to
+// nobody by it).
+func fieldSpan(field string, at int) span {
+	if at < 0 {
+		return span{}
+	}
+	return span{uint16(at), uint16(len(field))}
+}
+
+// maxRuleLine is the longest line a rule's spans can point into, far
+// beyond what iptables writes (a comment has 255 bytes at most).
+const maxRuleLine = 1<<16 - 1
 
 // args returns the arguments after "-A <chain>", as Delete wants them,
 // split from the line when asked for.
@@ -31,8 +53,11 @@ func (r rule) args() []string {
 // parseRule parses an append line of `iptables -S`; ok is false for chain
 // declarations (-N, -P) and for anything it cannot read.
 func parseRule(line string) (r rule, ok bool) {
+	if len(line) > maxRuleLine {
+		return rule{}, false
+	}
 	n, key, bad := 0, "", false
-	err := eachRuleField(line, func(field string) {
+	err := eachRuleField(line, func(field string, at int) {
 		switch n++; {
 		case n == 1:
 			bad = field != "-A"
@@ -41,9 +66,9 @@ func parseRule(line string) (r rule, ok bool) {
 		case key == "--comment":
 			r.comment = field
 		case key == "-j":
-			r.target = field
+			r.targetAt = fieldSpan(field, at)
 		case key == "-s":
-			r.source = field
+			r.sourceAt = fieldSpan(field, at)
 		}
 		if n > 2 {
 			key = field
@@ -64,13 +89,14 @@ func splitRuleLine(line string) ([]string, error) {
 		return strings.Fields(line), nil // most rules: no comment, nothing quoted
 	}
 	fields := make([]string, 0, 16)
-	err := eachRuleField(line, func(f string) { fields = append(fields, f) })
+	err := eachRuleField(line, func(f string, _ int) { fields = append(fields, f) })
 	return fields, err
 }
 
 // eachRuleField calls fn with each field of line, split as splitRuleLine
-// does, without collecting them.
-func eachRuleField(line string, fn func(string)) error {
+// does, without collecting them, and where in line it is (-1 for a quoted
+// one).
+func eachRuleField(line string, fn func(field string, at int)) error {
 	for i := 0; i < len(line); {
 		switch line[i] {
 		case ' ', '\t', '\n', '\v', '\f', '\r':
@@ -80,14 +106,14 @@ func eachRuleField(line string, fn func(string)) error {
 			if err != nil {
 				return err
 			}
-			fn(field)
+			fn(field, -1)
 			i = next
 		default:
 			j := i
 			for j < len(line) && !isFieldSpace(line[j]) {
 				j++
 			}
-			fn(line[i:j])
+			fn(line[i:j], i)
 			i = j
 		}
 	}
@@ -131,7 +157,11 @@ func quotedField(line string, start int) (field string, next int, err error) {
 type tableListing struct {
 	chains map[string][]rule    // every chain declared (-N, -P) or appended to, with its rules where kept
 	heads  map[string]chainHead // chains whose rules are not kept
-	keep   func(chain string) bool
+	keep   map[string]bool      // nil: every chain's rules
+	// lines holds the kept rules' lines, which a report keeps; comments
+	// their comments unescaped; names the other chains' names and first
+	// comments, which a sweep lets go of once it has planned (dropHeads).
+	lines, comments, names textArena
 }
 
 // chainHead is what a sweep keeps of a chain whose rules it does not keep.
@@ -140,52 +170,117 @@ type chainHead struct {
 	ruled   bool   // it has a rule
 }
 
-func newTableListing(keep func(chain string) bool) *tableListing {
+func newTableListing(keep map[string]bool) *tableListing {
 	return &tableListing{chains: map[string][]rule{}, heads: map[string]chainHead{}, keep: keep}
 }
 
 // parseListing parses lines, keeping the rules of the chains keep names
 // (nil: of every chain).
-func parseListing(lines []string, keep func(chain string) bool) *tableListing {
+func parseListing(lines []string, keep map[string]bool) *tableListing {
 	l := newTableListing(keep)
 	for _, line := range lines {
-		l.add(line)
+		l.add([]byte(line))
 	}
 	return l
 }
 
-// add reads one more line of the listing.
-func (l *tableListing) add(line string) {
-	if r, ok := parseRule(line); ok {
-		if !l.kept(r.chain) {
-			if !l.heads[r.chain].ruled {
-				l.heads[r.chain] = chainHead{comment: strings.Clone(r.comment), ruled: true} // not the whole line
-			}
+// add reads one more line of the listing. line is not kept: what is kept
+// of it is copied, and nothing of a line whose chain is not kept but for
+// the chain's name and first comment.
+func (l *tableListing) add(line []byte) {
+	verb, chain, _ := cutField(line)
+	switch {
+	case len(chain) == 0:
+	case string(verb) == "-A" && l.kept(chain):
+		l.addRule(l.lines.keep(line))
+	case string(verb) == "-A":
+		if l.heads[string(chain)].ruled {
 			return
 		}
-		l.declare(r.chain)
-		r.pos = len(l.chains[r.chain])
-		l.chains[r.chain] = append(l.chains[r.chain], r)
-		return
-	}
-	f := strings.Fields(line)
-	switch {
-	case len(f) < 2 || (f[0] != "-N" && f[0] != "-P"):
-	case l.kept(f[1]):
-		l.declare(f[1])
+		if r, ok := parseRule(string(line)); ok {
+			l.heads[l.names.keep(chain)] = chainHead{comment: l.names.keepString(r.comment), ruled: true}
+		}
+	case string(verb) != "-N" && string(verb) != "-P":
+	case l.kept(chain):
+		if _, ok := l.chains[string(chain)]; !ok {
+			l.chains[l.comments.keep(chain)] = nil
+		}
 	default:
-		if _, seen := l.heads[f[1]]; !seen {
-			l.heads[f[1]] = chainHead{}
+		if _, seen := l.heads[string(chain)]; !seen {
+			l.heads[l.names.keep(chain)] = chainHead{}
 		}
 	}
 }
 
-func (l *tableListing) kept(chain string) bool { return l.keep == nil || l.keep(chain) }
-
-func (l *tableListing) declare(chain string) {
-	if _, ok := l.chains[chain]; !ok {
-		l.chains[chain] = nil
+// addRule adds a rule of a kept chain; line is already in l.lines.
+func (l *tableListing) addRule(line string) {
+	r, ok := parseRule(line)
+	if !ok {
+		return
 	}
+	if i := strings.Index(line, r.comment); i >= 0 {
+		r.comment = line[i : i+len(r.comment)]
+	} else {
+		r.comment = l.comments.keepString(r.comment) // unescaped: not in the line as listed
+	}
+	if _, ok := l.chains[r.chain]; !ok {
+		l.chains[r.chain] = nil
+	}
+	r.pos = int32(len(l.chains[r.chain]))
+	l.chains[r.chain] = append(l.chains[r.chain], r)
+}
+
+// cutField returns the first two fields of line and the rest.
+func cutField(line []byte) (first, second, rest []byte) {
+	first, rest, _ = bytes.Cut(bytes.TrimLeft(line, " "), []byte(" "))
+	second, rest, _ = bytes.Cut(bytes.TrimLeft(rest, " "), []byte(" "))
+	return first, bytes.TrimSpace(second), rest
+}
+
+func (l *tableListing) kept(chain []byte) bool { return l.keep == nil || l.keep[string(chain)] }
+
+// textArena keeps strings in shared blocks: a sweep keeps tens of
+// thousands of rule lines and chain names, which one allocation each
+// would scatter among the lines it reads and drops.
+type textArena struct{ block strings.Builder }
+
+const arenaBlock = 64 << 10
+
+// keep returns a copy of b in the arena. A block is never written where
+// it was written before, so the strings handed out stay as they were.
+func (a *textArena) keep(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	start := a.room(len(b))
+	a.block.Write(b)
+	return a.block.String()[start:]
+}
+
+func (a *textArena) keepString(s string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	start := a.room(len(s))
+	a.block.WriteString(s)
+	return a.block.String()[start:]
+}
+
+// room starts a new block unless n more bytes fit, and returns where
+// they go.
+func (a *textArena) room(n int) int {
+	if a.block.Cap()-a.block.Len() < n {
+		a.block = strings.Builder{}
+		a.block.Grow(max(arenaBlock, n))
+	}
+	return a.block.Len()
+}
+
+// dropHeads lets go of what the listing keeps of the chains whose rules
+// it does not keep: once a sweep has planned, only the kept rules are
+// read.
+func (l *tableListing) dropHeads() {
+	l.heads, l.names = nil, textArena{}
 }
 
 // has reports whether chain exists, and whether its rules were kept.
@@ -195,6 +290,22 @@ func (l *tableListing) has(chain string) (exists, rulesKept bool) {
 	}
 	_, ok := l.heads[chain]
 	return ok, false
+}
+
+// sweepsNothing reports whether a sweep could remove nothing the listing
+// holds: no rule of a kept chain, no chain named as an attachment's.
+func (l *tableListing) sweepsNothing() bool {
+	for _, rules := range l.chains {
+		if len(rules) > 0 {
+			return false
+		}
+	}
+	for chain := range l.heads {
+		if isAttachmentChain(chain) {
+			return false
+		}
+	}
+	return true
 }
 
 // eachHead calls fn with every chain and its first rule's comment ("" for
@@ -242,7 +353,7 @@ func ownsCommented(r rule, comment, chain string) bool {
 	if r.comment != storedComment(comment) {
 		return false
 	}
-	return len(comment) <= maxStoredComment || r.target == chain
+	return len(comment) <= maxStoredComment || r.target() == chain
 }
 
 // saveToListings turns iptables-save output into `iptables -S` lines per

@@ -2,6 +2,7 @@ package footprint
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,8 +19,16 @@ func FuzzParseRule(f *testing.F) {
 	f.Add(`-A CNI-FORWARD -d 198.18.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`, strings.Repeat("n", 100), strings.Repeat("i", 150)+"a", strings.Repeat("n", 100), strings.Repeat("i", 150)+"b")
 	f.Add(`-A X "unterminated`, "a", "b", "a", "b\\")
 	f.Fuzz(func(t *testing.T, line, netA, idA, netB, idB string) {
-		if r, ok := parseRule(line); ok && r.chain == "" {
-			t.Fatalf("parsed %q into a rule without a chain", line)
+		if r, ok := parseRule(line); ok {
+			fields, _ := splitRuleLine(line)
+			if r.chain == "" {
+				t.Fatalf("parsed %q into a rule without a chain", line)
+			}
+			for _, v := range []string{r.target(), r.source()} {
+				if v != "" && !slices.Contains(fields, v) {
+					t.Fatalf("parsed %q with -j or -s %q, not one of its fields", line, v)
+				}
+			}
 		}
 		for _, s := range []string{netA, netB, idA, idB} {
 			if !IsContainerID(s) { // the CNI rule for network names is the same

@@ -19,9 +19,11 @@ import (
 
 // SaveStreamer is an optional extension of IPTables: iptables-save read
 // as it is written. each is called with every line of tables, in
-// `iptables -S` form (as Saver's), one at a time.
+// `iptables -S` form (as Saver's), one at a time; line is valid only
+// during the call (it is the reader's buffer), so that a line nobody
+// keeps is never copied.
 type SaveStreamer interface {
-	SaveEach(tables []string, each func(table, line string)) error
+	SaveEach(tables []string, each func(table string, line []byte)) error
 }
 
 // maxSaveLine bounds one line of iptables-save output (a rule with a
@@ -29,7 +31,7 @@ type SaveStreamer interface {
 const maxSaveLine = 1 << 20
 
 // SaveEach implements SaveStreamer.
-func (h *hostIPTables) SaveEach(tables []string, each func(table, line string)) error {
+func (h *hostIPTables) SaveEach(tables []string, each func(table string, line []byte)) error {
 	if h.save == "" {
 		return errors.New("iptables-save not found")
 	}
@@ -60,10 +62,11 @@ func (h *hostIPTables) SaveEach(tables []string, each func(table, line string)) 
 // readSave reads iptables-save output line by line and passes on the
 // lines of tables as saveToListings turns them: chain declarations as -P
 // or -N lines, rules as they are. Lines of other tables are not copied.
-func readSave(r interface{ Read([]byte) (int, error) }, tables []string, each func(table, line string)) error {
+func readSave(r interface{ Read([]byte) (int, error) }, tables []string, each func(table string, line []byte)) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxSaveLine)
 	table, wanted := "", false
+	var decl []byte // a chain declaration rewritten, reused
 	for sc.Scan() {
 		line := sc.Bytes()
 		switch {
@@ -72,14 +75,18 @@ func readSave(r interface{ Read([]byte) (int, error) }, tables []string, each fu
 			wanted = slices.Contains(tables, table)
 		case !wanted:
 		case len(line) > 0 && line[0] == ':':
-			f := strings.Fields(string(line[1:]))
-			if len(f) >= 2 && f[1] != "-" {
-				each(table, "-P "+f[0]+" "+f[1])
-			} else if len(f) >= 1 {
-				each(table, "-N "+f[0])
+			chain, policy, _ := cutField(line[1:])
+			decl = append(decl[:0], "-N "...)
+			if len(policy) > 0 && string(policy) != "-" {
+				decl = append(decl[:0], "-P "...)
 			}
+			decl = append(decl, chain...)
+			if decl[1] == 'P' {
+				decl = append(append(decl, ' '), policy...)
+			}
+			each(table, decl)
 		case bytes.HasPrefix(line, []byte("-A ")):
-			each(table, string(line))
+			each(table, line)
 		}
 	}
 	return sc.Err()
@@ -93,9 +100,10 @@ func (f *iptView) streamAll(s SaveStreamer) {
 	for _, t := range tables {
 		listings[t] = newTableListing(sweptChains[t])
 	}
-	err := s.SaveEach(tables, func(table, line string) { listings[table].add(line) })
+	err := s.SaveEach(tables, func(table string, line []byte) { listings[table].add(line) })
 	if err != nil {
 		f.errs.add(fmt.Errorf("%s: listing all tables: %w", f.name(), err))
+		f.failed = true
 		for _, t := range tables {
 			listings[t] = newTableListing(nil) // nothing is deleted blind
 		}

@@ -22,7 +22,7 @@ func TestReadSaveStreamsTheLinesSaveToListingsWouldKeep(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := map[string][]string{}
-			err := readSave(bytes.NewReader(dump), tc.tables, func(table, line string) { got[table] = append(got[table], line) })
+			err := readSave(bytes.NewReader(dump), tc.tables, func(table string, line []byte) { got[table] = append(got[table], string(line)) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,7 +44,7 @@ func TestReadSaveStreamsTheLinesSaveToListingsWouldKeep(t *testing.T) {
 
 func TestReadSaveRefusesALineLongerThanItsBound(t *testing.T) {
 	long := "*nat\n-A POSTROUTING " + strings.Repeat("x", maxSaveLine) + "\nCOMMIT\n"
-	if err := readSave(strings.NewReader(long), []string{"nat"}, func(string, string) {}); err == nil {
+	if err := readSave(strings.NewReader(long), []string{"nat"}, func(string, []byte) {}); err == nil {
 		t.Error("readSave accepted a line longer than maxSaveLine")
 	}
 }

@@ -18,7 +18,9 @@ type iptView struct {
 	errs  *errList
 
 	mu       sync.Mutex
-	listings map[string]*tableListing // "table" (whole) or "table/chain"
+	listings map[string]*tableListing          // "table" (whole) or "table/chain"
+	dropped  struct{ any, sweepsNothing bool } // what drop let go of
+	failed   bool                              // a listing failed: what it would show is unknown
 	saved    bool
 	exists   map[string]bool // "table/chain": a ChainProber's answers
 }
@@ -71,7 +73,7 @@ func (f *iptView) listChain(table, chain string) *tableListing {
 
 // read returns the listing under key, listing it the first time; f.mu is
 // held.
-func (f *iptView) read(key string, list func() ([]string, error), keep func(string) bool) *tableListing {
+func (f *iptView) read(key string, list func() ([]string, error), keep map[string]bool) *tableListing {
 	if f.listings == nil {
 		f.listings = map[string]*tableListing{}
 	}
@@ -81,6 +83,7 @@ func (f *iptView) read(key string, list func() ([]string, error), keep func(stri
 	lines, err := list()
 	if err != nil && !isNotExist(err) {
 		f.errs.add(fmt.Errorf("%s: listing %s: %w", f.name(), key, err))
+		f.failed = true
 	}
 	l := parseListing(lines, keep) // empty on error: nothing is deleted blind
 	f.listings[key] = l
@@ -92,9 +95,9 @@ func (f *iptView) read(key string, list func() ([]string, error), keep func(stri
 // (readTablesFirst lists them). Every other chain is an attachment's own,
 // flushed and deleted whole; a footprint that reads one rule by rule has
 // it listed alone.
-var sweptChains = map[string]func(chain string) bool{
-	"nat":    func(chain string) bool { return chain == postrouting || chain == hostportDNATChain },
-	"filter": func(chain string) bool { return chain == firewallChain },
+var sweptChains = map[string]map[string]bool{
+	"nat":    {postrouting: true, hostportDNATChain: true},
+	"filter": {firewallChain: true},
 }
 
 // saveAll lists every table at once, the first time it is called.
@@ -110,6 +113,7 @@ func (f *iptView) saveAll(saver Saver) {
 	tables, err := saver.SaveAll()
 	if err != nil {
 		f.errs.add(fmt.Errorf("%s: listing all tables: %w", f.name(), err))
+		f.failed = true
 	}
 	for _, table := range []string{"nat", "filter"} {
 		f.listings[table] = parseListing(tables[table], sweptChains[table]) // empty on error: nothing is deleted blind
@@ -176,6 +180,66 @@ func (f *iptView) mayMention(table, chain string, addrs []netip.Addr, except []s
 		return may || err != nil
 	}
 	return true
+}
+
+// listShared lists the shared chains every run reads (a sweep: whole
+// tables).
+func (f *iptView) listShared() {
+	f.listing("nat", postrouting)
+	f.listing("nat", hostportDNATChain)
+	f.listing("filter", firewallChain)
+}
+
+// listFailed reports whether a listing failed: its rules were judged on
+// nothing, so they may still be there.
+func (f *iptView) listFailed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failed
+}
+
+// holdsListing reports whether anything is listed.
+func (f *iptView) holdsListing() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.listings) > 0
+}
+
+// dropHeads lets go of what the listings keep of chains whose rules they
+// do not keep (tableListing.dropHeads).
+func (f *iptView) dropHeads() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range f.listings {
+		l.dropHeads()
+	}
+}
+
+// drop lets go of every listing: a sweep's are big, and a later run
+// lists again.
+func (f *iptView) drop() {
+	nothing := f.sweepsNothing()
+	f.mu.Lock()
+	f.dropped.any, f.dropped.sweepsNothing = true, nothing
+	f.listings, f.saved = nil, false
+	f.mu.Unlock()
+}
+
+// sweepsNothing reports whether the listings held (or, when none is, the
+// last ones dropped) hold nothing a sweep could remove. A workload set up
+// since may have added rules; they are not its to judge.
+func (f *iptView) sweepsNothing() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.listings) == 0 {
+		return f.dropped.any && f.dropped.sweepsNothing
+	}
+	for _, l := range f.listings {
+		if l.keep == nil || !l.sweepsNothing() { // a chain listed alone says nothing of the others
+			return false
+		}
+	}
+	return !f.failed
 }
 
 // forget drops what was read of chain: a run that changed it reads it

@@ -149,19 +149,21 @@ func deleteRules(s nlSocket, family, table string, targets []ruleTarget) ([]Hand
 	for attempt := 1; ; attempt++ {
 		gen, handles, err := matchHandles(s, proto, family, table, targets, settled)
 		if err == nil {
-			msgs := make([]batchMsg, 0, len(handles))
+			items := make([]int, 0, len(handles))
 			for i, h := range handles {
 				switch {
 				case settled[i]:
 				case h == 0:
 					settled[i] = true // not there as planned: NotDeleted
 				default:
-					msgs = append(msgs, batchMsg{item: i, typ: nftMsgDelRule, attrs: []nlAttr{
-						{nftaRuleTable, names.strz(table)}, {nftaRuleChain, names.strz(targets[i].chain)},
-						{nftaRuleHandle, binary.BigEndian.AppendUint64(nil, h)}}})
+					items = append(items, i)
 				}
 			}
-			err = applyDeletions(s, proto, gen, msgs, out, settled)
+			err = applyDeletions(s, proto, gen, items, func(i int, msgs []batchMsg) []batchMsg {
+				return append(msgs, batchMsg{item: i, typ: nftMsgDelRule, attrs: []nlAttr{
+					{nftaRuleTable, names.strz(table)}, {nftaRuleChain, names.strz(targets[i].chain)},
+					{nftaRuleHandle, binary.BigEndian.AppendUint64(nil, handles[i])}}})
+			}, out, settled)
 		}
 		switch {
 		case errors.Is(err, errGenerationChanged) && attempt < batchAttempts:
@@ -298,15 +300,18 @@ func deleteChains(s nlSocket, family, table string, chains []string) ([]HandleOu
 	}
 	out := make([]HandleOutcome, len(chains))
 	settled := make([]bool, len(chains))
-	msgs := make([]batchMsg, 0, 2*len(chains))
+	items := make([]int, len(chains))
+	for i := range items {
+		items[i] = i
+	}
 	tableName := strz(table)
-	for i, ch := range chains {
-		name := strz(ch)
-		msgs = append(msgs,
+	flushAndDelete := func(i int, msgs []batchMsg) []batchMsg {
+		name := strz(chains[i])
+		return append(msgs,
 			batchMsg{item: i, typ: nftMsgDelRule, attrs: []nlAttr{{nftaRuleTable, tableName}, {nftaRuleChain, name}}},
 			batchMsg{item: i, typ: nftMsgDelChain, attrs: []nlAttr{{nftaChainTable, tableName}, {nftaChainName, name}}})
 	}
-	if err := applyDeletions(s, proto, 0, msgs, out, settled); err != nil {
+	if err := applyDeletions(s, proto, 0, items, flushAndDelete, out, settled); err != nil {
 		return out, fmt.Errorf("netlink: deleting chains of %s %s: %w", family, table, err)
 	}
 	return out, nil
@@ -320,20 +325,23 @@ type batchMsg struct {
 	attrs []nlAttr
 }
 
-// applyDeletions sends msgs in batches of batchChunk, each at generation
-// gen (0: any), and settles their items in out: Deleted when a batch
-// commits, AlreadyGone on ENOENT, NotDeleted on EBUSY. A batch that the
-// kernel aborted for those answers is sent again without their items;
-// any other refusal is an error, and leaves the batch's items unsettled.
-func applyDeletions(s nlSocket, proto uint8, gen uint32, msgs []batchMsg, out []HandleOutcome, settled []bool) error {
-	for len(msgs) > 0 {
-		n := min(batchChunk, len(msgs))
-		// a chain's flush and deletion stay in one batch
-		for n < len(msgs) && msgs[n].item == msgs[n-1].item {
-			n++
+// applyDeletions sends the messages of items (build appends those of one
+// item: a chain's flush and deletion stay in one batch) in batches of
+// about batchChunk, each at generation gen (0: any), and settles the
+// items in out: Deleted when a batch commits, AlreadyGone on ENOENT,
+// NotDeleted on EBUSY. A batch that the kernel aborted for those answers
+// is sent again without their items; any other refusal is an error, and
+// leaves the batch's items unsettled. Messages are built a batch at a
+// time: a sweep deletes tens of thousands of rules.
+func applyDeletions(s nlSocket, proto uint8, gen uint32, items []int, build func(item int, msgs []batchMsg) []batchMsg, out []HandleOutcome, settled []bool) error {
+	msgs := make([]batchMsg, 0, batchChunk+2)
+	for len(items) > 0 {
+		msgs = msgs[:0]
+		for len(items) > 0 && len(msgs) < batchChunk {
+			msgs, items = build(items[0], msgs), items[1:]
 		}
 		committed := false
-		for chunk := msgs[:n]; len(chunk) > 0 && !committed; {
+		for chunk := msgs; len(chunk) > 0 && !committed; {
 			errs, err := sendBatch(s, proto, gen, chunk)
 			if err != nil {
 				return err
@@ -348,7 +356,6 @@ func applyDeletions(s nlSocket, proto uint8, gen uint32, msgs []batchMsg, out []
 				gen = 1
 			}
 		}
-		msgs = msgs[n:]
 	}
 	return nil
 }

@@ -76,15 +76,17 @@ type (
 // output. Objects other than rules (tables, chains, metainfo) are skipped;
 // an expression it does not know leaves the rule's addresses as they are.
 func ParseNFTListing(out []byte) ([]NFTRule, error) {
-	return readNFTListing(bytes.NewReader(out), true, nil)
+	return readNFTListing(bytes.NewReader(out), true, nil, nil)
 }
 
 // readNFTListing is ParseNFTListing reading from a stream, appending to
 // rules: one object of the listing is decoded at a time, so a big table
 // is never held as text and as parsed rules at once. Without keepExpr the
 // rules' Expr is dropped once read: most of a rule's size, needed only to
-// add it back.
-func readNFTListing(r io.Reader, keepExpr bool, rules []NFTRule) ([]NFTRule, error) {
+// add it back. With comments, equal comments share one copy (portmap's
+// rules of an attachment all carry its id): comments is where they are
+// kept, across the tables of one listing.
+func readNFTListing(r io.Reader, keepExpr bool, rules []NFTRule, comments map[string]string) ([]NFTRule, error) {
 	dec := json.NewDecoder(r)
 	if err := enterNFTObjects(dec); err != nil {
 		return nil, fmt.Errorf("reading nft JSON: %w", err)
@@ -105,6 +107,13 @@ func readNFTListing(r io.Reader, keepExpr bool, rules []NFTRule) ([]NFTRule, err
 		}
 		if !keepExpr {
 			r.Expr = nil
+		}
+		if comments != nil {
+			if shared, ok := comments[r.Comment]; ok {
+				r.Comment = shared
+			} else {
+				comments[r.Comment] = r.Comment
+			}
 		}
 		rules = append(rules, r)
 	}

@@ -109,11 +109,12 @@ func (h *hostNFTables) listRules(ctx context.Context, tables []NFTable, keepExpr
 		return nil, err
 	}
 	var rules []NFTRule
+	comments := map[string]string{}
 	for _, t := range tables {
 		if !existing[t] {
 			continue
 		}
-		more, err := h.listTable(ctx, t, keepExpr, rules)
+		more, err := h.listTable(ctx, t, keepExpr, rules, comments)
 		if err != nil {
 			if strings.Contains(err.Error(), "No such file or directory") {
 				continue // deleted since: nothing to list
@@ -169,7 +170,7 @@ func (h *hostNFTables) AddRules(ctx context.Context, rules []NFTRule) error {
 
 // listTable lists one table with `nft -j`, parsing the JSON as nft
 // writes it, and appends its rules to rules.
-func (h *hostNFTables) listTable(ctx context.Context, t NFTable, keepExpr bool, rules []NFTRule) ([]NFTRule, error) {
+func (h *hostNFTables) listTable(ctx context.Context, t NFTable, keepExpr bool, rules []NFTRule, comments map[string]string) ([]NFTRule, error) {
 	args := []string{"-j", "list", "table", t.Family, t.Name}
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, h.bin, args...)
@@ -181,7 +182,7 @@ func (h *hostNFTables) listTable(ctx context.Context, t NFTable, keepExpr bool, 
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("nft %s: %w", strings.Join(args, " "), err)
 	}
-	rules, parseErr := readNFTListing(out, keepExpr, rules)
+	rules, parseErr := readNFTListing(out, keepExpr, rules, comments)
 	_, _ = io.Copy(io.Discard, out) // what a failed parse left: nft must finish writing
 	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))

@@ -244,14 +244,26 @@ func newScenario(t *testing.T, capture, network, ifName string, files []hostFile
 		nft:  loadNFT(t, capture, drop...),
 		ipt:  [2]*fakeipt.IPTables{loadIPT(t, capture, false), loadIPT(t, capture, true)},
 	}
-	s.net = footprint.Network{
+	s.net = scenarioNetwork(s.root, network, ifName)
+	writeHostFiles(t, s.root, files)
+	return s
+}
+
+// scenarioNetwork is a network whose files are under root.
+func scenarioNetwork(root, network, ifName string) footprint.Network {
+	return footprint.Network{
 		Name:     network,
 		IfName:   ifName,
-		IPAMDirs: []string{filepath.Join(s.root, "ipam", network)},
-		CacheDir: filepath.Join(s.root, "cache"),
+		IPAMDirs: []string{filepath.Join(root, "ipam", network)},
+		CacheDir: filepath.Join(root, "cache"),
 	}
+}
+
+// writeHostFiles writes files under root.
+func writeHostFiles(t *testing.T, root string, files []hostFile) {
+	t.Helper()
 	for _, f := range files {
-		p := filepath.Join(s.root, filepath.FromSlash(f.path))
+		p := filepath.Join(root, filepath.FromSlash(f.path))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +271,6 @@ func newScenario(t *testing.T, capture, network, ifName string, files []hostFile
 			t.Fatal(err)
 		}
 	}
-	return s
 }
 
 func (s *scenario) host(nft footprint.NFTables) footprint.Host {

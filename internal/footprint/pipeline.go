@@ -109,11 +109,11 @@ func (ev *evidence) owner(addr netip.Addr) (Attachment, bool) {
 	return a, ok
 }
 
-// gather builds the evidence of a run: the proof of every footprint, then
-// the holders of the addresses that must be judged: extra, and what the
-// byAddress footprints would delete rules for.
-func gather(v *view, set attSet, extra []netip.Addr) *evidence {
-	ev := newEvidence()
+// gatherInto adds to ev the evidence of a run: the proof of every
+// footprint, then the holders of the addresses that must be judged:
+// extra, and what the byAddress footprints would delete rules for. A
+// proof already in ev stands.
+func gatherInto(v *view, set attSet, extra []netip.Addr, ev *evidence) {
 	for _, fp := range footprints {
 		for _, c := range fp.prove(v, set) {
 			if _, dup := ev.own[c.addr]; !dup {
@@ -135,7 +135,6 @@ func gather(v *view, set attSet, extra []netip.Addr) *evidence {
 		}
 	}
 	askHolders(v, set, ev, asked)
-	return ev
 }
 
 // askHolders adds to ev the attachments outside set that hold addrs.

@@ -12,23 +12,30 @@ type plan struct {
 	nft   []nftChange
 	files []fileChange
 	links []linkChange
+
+	// atts numbers the attachments the iptables and nftables changes
+	// name: a sweep plans a hundred thousand of them, for a few
+	// attachments each.
+	atts *Report
 }
 
 // iptChange deletes a rule or a whole chain of an attachment, or adds
 // back (add) a guarded rule of another attachment.
 type iptChange struct {
-	att   Attachment
-	table string
 	rule  *rule  // a rule, or
 	chain string // a chain to flush and delete
+	att   uint32 // the attachment's index in plan.atts
+	table uint8  // index in iptTables
 	add   bool
 }
+
+func (c iptChange) tableName() string { return iptTables[c.table] }
 
 // nftChange deletes a rule of an attachment, or adds back (add) a guarded
 // rule of another attachment.
 type nftChange struct {
-	att  Attachment
 	rule *NFTRule
+	att  uint32 // the attachment's index in plan.atts
 	add  bool
 }
 
@@ -55,11 +62,25 @@ type linkChange struct {
 func (p *plan) growIPT(v6 bool, n int) { p.ipt[b2i(v6)] = slices.Grow(p.ipt[b2i(v6)], n) }
 
 func (p *plan) deleteRule(v6 bool, att Attachment, table string, r *rule) {
-	p.ipt[b2i(v6)] = append(p.ipt[b2i(v6)], iptChange{att: att, table: table, rule: r})
+	p.ipt[b2i(v6)] = append(p.ipt[b2i(v6)], iptChange{att: p.atts.attIndex(att), table: iptTableIndex(table), rule: r})
 }
 
 func (p *plan) deleteChain(v6 bool, att Attachment, table, chain string) {
-	p.ipt[b2i(v6)] = append(p.ipt[b2i(v6)], iptChange{att: att, table: table, chain: chain})
+	p.ipt[b2i(v6)] = append(p.ipt[b2i(v6)], iptChange{att: p.atts.attIndex(att), table: iptTableIndex(table), chain: chain})
+}
+
+// addBackRule adds back a rule of att that a DEL took.
+func (p *plan) addBackRule(v6 bool, att Attachment, table string, r *rule) {
+	p.ipt[b2i(v6)] = append(p.ipt[b2i(v6)], iptChange{att: p.atts.attIndex(att), table: iptTableIndex(table), rule: r, add: true})
+}
+
+func (p *plan) deleteNFTRule(att Attachment, r *NFTRule) {
+	p.nft = append(p.nft, nftChange{att: p.atts.attIndex(att), rule: r})
+}
+
+// addBackNFTRule adds back a rule of att that a DEL took.
+func (p *plan) addBackNFTRule(att Attachment, r *NFTRule) {
+	p.nft = append(p.nft, nftChange{att: p.atts.attIndex(att), rule: r, add: true})
 }
 
 // Kind says what kind of host state an Item was.
@@ -74,6 +95,17 @@ const (
 	KindLink         Kind = "network device"
 	KindTuningFile   Kind = "tuning backup"
 )
+
+// listingFailed reports whether an iptables listing of the run failed:
+// the files stay, as the proof of rules that may still be there.
+func (v *view) listingFailed() bool {
+	for _, f := range v.allIPT {
+		if f != nil && f.listFailed() {
+			return true
+		}
+	}
+	return false
+}
 
 // apply runs the plan, one applier per backend (the backends share
 // nothing, so they run in parallel), and reports what changed.
@@ -96,7 +128,7 @@ func apply(v *view, p *plan, rep *Report) {
 		}()
 	}
 	wg.Wait()
-	if !cutShort(v.errs.err()) {
+	if !cutShort(v.errs.err()) && !v.listingFailed() {
 		applyFiles(v, p.files, rep)
 	}
 	applyLinks(v, p.links, rep)

@@ -96,7 +96,7 @@ func (portmapNFT) plan(v *view, set attSet, ev *evidence, p *plan) {
 	for _, r := range idRules(v, set) {
 		addr, _ := nftHostportAddr(*r)
 		if a, ok := ev.owner(addr); ok && ev.asked[addr] && a.ID == r.Comment {
-			p.nft = append(p.nft, nftChange{att: a, rule: r})
+			p.deleteNFTRule(a, r)
 		}
 	}
 }
@@ -150,7 +150,7 @@ func (portmapNFT) restore(v *view, set attSet, ev *evidence, gs []guarded, live 
 			continue
 		}
 		now[ruleKey(*g.nft)] = true
-		p.nft = append(p.nft, nftChange{att: holders[0], rule: g.nft, add: true})
+		p.addBackNFTRule(holders[0], g.nft)
 	}
 }
 

@@ -23,14 +23,16 @@ type Report struct {
 	mu       sync.Mutex
 	atts     []Attachment
 	index    map[Attachment]uint32
-	removed  []entry
-	restored []entry
+	removed  entries
+	restored entries
 }
 
-// entry is one Item, compact: detail is the rule line, chain name, path,
-// device name or nftables rule, completed by its shape when rendered.
+// entry is one Item, compact: detail is the rule line, chain name, path
+// or device name, or nft the nftables rule (in the listing it was judged
+// on, which a sweep holds anyway), completed by its shape when rendered.
 type entry struct {
 	detail string
+	nft    *NFTRule
 	att    uint32 // index in Report.atts
 	shape  shape
 	v6     bool  // iptables rules and chains: ip6tables
@@ -52,7 +54,12 @@ const (
 )
 
 // iptTables are the iptables tables a run changes.
-var iptTables = [...]string{"nat", "filter"}
+var iptTables = [...]string{natTable: "nat", filterTable: "filter"}
+
+const (
+	natTable uint8 = iota
+	filterTable
+)
 
 func iptTableIndex(table string) uint8 {
 	if i := slices.Index(iptTables[:], table); i >= 0 {
@@ -78,7 +85,32 @@ func (s shape) kind() Kind {
 }
 
 // note records one change of att.
-func (r *Report) note(restored bool, att Attachment, e entry) {
+func (r *Report) note(restored bool, att Attachment, e entry) { r.noteAt(restored, r.attIndex(att), e) }
+
+// noteAt records one change of the attachment of index att (attIndex).
+func (r *Report) noteAt(restored bool, att uint32, e entry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e.att = att
+	if restored {
+		r.restored.add(e)
+	} else {
+		r.removed.add(e)
+	}
+}
+
+// reserve makes room for n attachments at once.
+func (r *Report) reserve(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.index == nil {
+		r.index = make(map[Attachment]uint32, n)
+		r.atts = make([]Attachment, 0, n)
+	}
+}
+
+// attIndex returns att's index, numbering it the first time.
+func (r *Report) attIndex(att Attachment) uint32 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	i, ok := r.index[att]
@@ -90,19 +122,46 @@ func (r *Report) note(restored bool, att Attachment, e entry) {
 		r.atts = append(r.atts, att)
 		r.index[att] = i
 	}
-	e.att = i
-	if restored {
-		r.restored = append(r.restored, e)
-	} else {
-		r.removed = append(r.removed, e)
-	}
+	return i
 }
 
-// grow makes room for n more removals at once.
-func (r *Report) grow(n int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.removed = slices.Grow(r.removed, n)
+// entries is an append-only list of entries kept in blocks: a sweep's
+// hundred thousand are never copied as they grow, nor reserved twice.
+type entries struct {
+	blocks [][]entry
+	n      int
+}
+
+const entryBlock = 4096
+
+func (es *entries) add(e entry) {
+	if k := len(es.blocks); k == 0 || len(es.blocks[k-1]) == entryBlock {
+		es.blocks = append(es.blocks, make([]entry, 0, entryBlock))
+	}
+	last := &es.blocks[len(es.blocks)-1]
+	*last = append(*last, e)
+	es.n++
+}
+
+// frozen returns the entries added so far, which later additions leave
+// as they are.
+func (es *entries) frozen() entries {
+	blocks := make([][]entry, len(es.blocks))
+	for i, b := range es.blocks {
+		blocks[i] = b[:len(b):len(b)]
+	}
+	return entries{blocks, es.n}
+}
+
+// all yields the entries in the order they were added.
+func (es entries) all(yield func(entry) bool) {
+	for _, b := range es.blocks {
+		for _, e := range b {
+			if !yield(e) {
+				return
+			}
+		}
+	}
 }
 
 // item renders an entry of atts.
@@ -118,7 +177,7 @@ func item(atts []Attachment, e entry, restored bool) Item {
 		}
 		it.Detail = it.Backend + " " + iptTables[e.table] + what + e.detail
 	case shapeNFTRule:
-		it.Backend, it.Detail = "nftables", "nftables rule "+e.detail
+		it.Backend, it.Detail = "nftables", "nftables rule "+e.nft.String()
 	case shapeLink:
 		it.Backend, it.Detail = "links", "device "+e.detail
 	default:
@@ -137,7 +196,7 @@ func (r *Report) Len() int {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.removed)
+	return r.removed.n
 }
 
 // Each calls fn with each removed Item, in the order they were removed,
@@ -147,9 +206,9 @@ func (r *Report) Each(fn func(Item) bool) {
 		return
 	}
 	r.mu.Lock()
-	atts, removed := r.atts[:len(r.atts):len(r.atts)], r.removed[:len(r.removed):len(r.removed)]
+	atts, removed := r.atts[:len(r.atts):len(r.atts)], r.removed.frozen()
 	r.mu.Unlock()
-	for _, e := range removed {
+	for e := range removed.all {
 		if !fn(item(atts, e, false)) {
 			return
 		}
@@ -169,13 +228,13 @@ func (r *Report) items(restored bool) []Item {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	entries := r.removed
+	es := r.removed
 	if restored {
-		entries = r.restored
+		es = r.restored
 	}
-	out := make([]Item, len(entries))
-	for i, e := range entries {
-		out[i] = item(r.atts, e, restored)
+	out := make([]Item, 0, es.n)
+	for e := range es.all {
+		out = append(out, item(r.atts, e, restored))
 	}
 	return out
 }
@@ -188,7 +247,7 @@ func (r *Report) Count(kind Kind) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
-	for _, e := range r.removed {
+	for e := range r.removed.all {
 		if e.shape.kind() == kind {
 			n++
 		}
@@ -205,7 +264,7 @@ func (r *Report) IDs() []string {
 	defer r.mu.Unlock()
 	seen := make([]bool, len(r.atts))
 	var ids []string
-	for _, e := range r.removed {
+	for e := range r.removed.all {
 		if !seen[e.att] {
 			seen[e.att] = true
 			ids = append(ids, r.atts[e.att].ID)

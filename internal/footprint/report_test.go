@@ -1,6 +1,7 @@
 package footprint
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -14,13 +15,13 @@ func TestAReportRendersEachShapeAsItsItem(t *testing.T) {
 	nft := &NFTRule{Family: "ip", Table: "cni_hostport", Chain: "hostports", Handle: 4}
 	v4, v6 := &iptView{}, &iptView{v6: true}
 	var rep Report
-	rep.note(false, a, iptEntry(v4, iptChange{att: a, table: "nat", rule: jump}))
-	rep.note(false, a, iptEntry(v6, iptChange{att: a, table: "nat", chain: "CNI-x"}))
-	rep.note(false, b, nftEntry(nftChange{att: b, rule: nft}))
+	rep.note(false, a, iptEntry(v4, iptChange{table: natTable, rule: jump}))
+	rep.note(false, a, iptEntry(v6, iptChange{table: natTable, chain: "CNI-x"}))
+	rep.note(false, b, nftEntry(nftChange{rule: nft}))
 	rep.note(false, b, entry{detail: "/run/cni/m/198.18.0.3", shape: fileShape(KindReservation)})
 	rep.note(false, a, entry{detail: "/var/lib/cni/results/n-a-eth0", shape: fileShape(KindCachedResult)})
 	rep.note(false, a, entry{detail: "bwp0123", shape: shapeLink})
-	rep.note(true, b, iptEntry(v4, iptChange{att: b, table: "filter", rule: fw, add: true}))
+	rep.note(true, b, iptEntry(v4, iptChange{table: filterTable, rule: fw, add: true}))
 	want := []Item{
 		{KindRule, "a", "n", "iptables", "iptables nat rule " + jump.line},
 		{KindChain, "a", "n", "ip6tables", "ip6tables nat chain CNI-x"},
@@ -50,5 +51,27 @@ func TestAReportRendersEachShapeAsItsItem(t *testing.T) {
 	var none *Report
 	if none.Len() != 0 || none.Removed() != nil || none.IDs() != nil {
 		t.Error("a nil Report is not empty")
+	}
+}
+
+// A report keeps its entries in blocks; across them they read in the
+// order they were noted, every way.
+func TestAReportReadsItsEntriesInOrderAcrossBlocks(t *testing.T) {
+	var rep Report
+	n := 2*entryBlock + 3
+	for i := range n {
+		rep.note(false, Attachment{"n", fmt.Sprint(i % 7)}, entry{detail: fmt.Sprint(i), shape: shapeLink})
+	}
+	i := 0
+	rep.Each(func(it Item) bool {
+		if it.Detail != fmt.Sprintf("device %d", i) {
+			t.Fatalf("item %d reads %q", i, it.Detail)
+		}
+		i++
+		return true
+	})
+	removed := rep.Removed()
+	if i != n || rep.Len() != n || len(removed) != n || removed[n-1].Detail != fmt.Sprintf("device %d", n-1) || rep.Count(KindLink) != n || len(rep.IDs()) != 7 {
+		t.Errorf("Each %d, Len %d, Removed %d (last %v), Count %d, IDs %v; want %d items in order of 7 ids", i, rep.Len(), len(removed), removed[len(removed)-1], rep.Count(KindLink), rep.IDs(), n)
 	}
 }

@@ -22,11 +22,12 @@ type view struct {
 
 	wholeWorkload bool // every attachment of the set's ids is being torn down (Cleaner.WholeWorkload)
 
-	prior hostFiles // the set's files as read before its DEL (proof a DEL erases)
-	files hostFiles // reservations and cached results, as read for this run
-	ipt   [2]*iptView
-	nft   *nftView
-	links Links
+	prior  hostFiles // the set's files as read before its DEL (proof a DEL erases)
+	files  hostFiles // reservations and cached results, as read for this run
+	ipt    [2]*iptView
+	allIPT [2]*iptView // ipt before a sweep narrows it to one family
+	nft    *nftView
+	links  Links
 
 	cachedOnce sync.Once
 	cachedAll  []cachedResult // every known network's cached results (a Teardown reads them only if it must)
@@ -44,6 +45,7 @@ func newView(ctx context.Context, h Host, nets map[string]Network, whole bool, e
 			continue
 		}
 		v.ipt[i] = &iptView{ipt: bindContext(ctx, ipt), v6: v6, whole: whole, errs: errs}
+		v.allIPT[i] = v.ipt[i]
 	}
 	v.nft = &nftView{ctx: ctx, errs: errs}
 	if h.NFTables != nil {
