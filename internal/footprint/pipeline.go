@@ -121,17 +121,20 @@ func gatherInto(v *view, set attSet, extra []netip.Addr, ev *evidence) {
 			}
 		}
 	}
-	asked := slices.Clone(extra)
-	switch {
-	case v.whole:
+	if v.whole { // every address: asked in place, a sweep's are tens of thousands
 		for a := range ev.own {
-			asked = append(asked, a)
+			ev.asked[a] = true
 		}
-	default:
-		for _, fp := range footprints {
-			if ba, ok := fp.(byAddress); ok {
-				asked = append(asked, ba.contest(v, set, ev.own)...)
-			}
+		for _, a := range extra {
+			ev.asked[a] = true
+		}
+		askHoldersOf(v, set, ev, ev.asked)
+		return
+	}
+	asked := slices.Clone(extra)
+	for _, fp := range footprints {
+		if ba, ok := fp.(byAddress); ok {
+			asked = append(asked, ba.contest(v, set, ev.own)...)
 		}
 	}
 	askHolders(v, set, ev, asked)
@@ -140,11 +143,17 @@ func gatherInto(v *view, set attSet, extra []netip.Addr, ev *evidence) {
 // askHolders adds to ev the attachments outside set that hold addrs.
 func askHolders(v *view, set attSet, ev *evidence, addrs []netip.Addr) {
 	asked := newAddrSet(addrs)
-	if len(asked) == 0 {
-		return
-	}
 	for a := range asked {
 		ev.asked[a] = true
+	}
+	askHoldersOf(v, set, ev, asked)
+}
+
+// askHoldersOf adds to ev the attachments outside set that hold asked,
+// which it only reads.
+func askHoldersOf(v *view, set attSet, ev *evidence, asked addrSet) {
+	if len(asked) == 0 {
+		return
 	}
 	for _, fp := range footprints {
 		for _, c := range fp.holders(v, set, asked) {
