@@ -255,3 +255,26 @@ func TestASweepKeepsTheFilesWhenAListingFails(t *testing.T) {
 		t.Errorf("files left %q, want the cached result that proves the rules' address", left)
 	}
 }
+
+// A pass cut short by a held xtables lock ends the sweep's iptables
+// passes: the next family is not listed again only to wait for the same
+// lock, and the files stay for the next sweep.
+func TestASweepStopsAtAHeldXtablesLock(t *testing.T) {
+	files := []hostFile{cached("n", "eth0", "dead", "198.18.0.5", "fd00:198:18::5")}
+	fs := newFamilySweep(t, files, [2]string{"", ""}, [2]string{forwardRules("198.18.0.5/32"), forwardRules("fd00:198:18::5/128")})
+	c := footprint.NewSweep(context.Background(), fs.listOnlyHost())
+	if _, err := c.DiscoverAll(); err != nil {
+		t.Fatal(err)
+	}
+	listedBefore := fs.s.ipt[0].Count("List ")
+	fs.s.ipt[1].FailDelete["filter/CNI-FORWARD"] = fmt.Errorf("%w: another app holds it", footprint.ErrXtablesLock)
+	if err := c.CleanAll([]footprint.Attachment{{Network: "n", ID: "dead"}}); !errors.Is(err, footprint.ErrXtablesLock) {
+		t.Errorf("CleanAll = %v, want the held lock", err)
+	}
+	if n := fs.s.ipt[0].Count("List ") - listedBefore; n != 0 {
+		t.Errorf("iptables was listed %d more times after ip6tables' pass was cut short", n)
+	}
+	if left := fs.s.files(t); !slices.Contains(left, files[0].path) {
+		t.Errorf("files left %q, want the cached result: the rules it proves are still there", left)
+	}
+}
