@@ -4,8 +4,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-
-	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 // Admission: who may work on which allocation when. It uses nothing above
@@ -18,16 +16,11 @@ import (
 // ADD), and then the locks of the dead allocations it sweeps, in sorted
 // order: locks are only ever taken gate first, then allocation locks in
 // sorted order, so nothing can deadlock. An allocation entered while a
-// GC runs is protected from that GC. Attachments being torn down are
-// departing: nothing a DEL took from them is ever added back.
+// GC runs is protected from that GC.
 type admission struct {
 	gate  sync.RWMutex // shared by every call; GC takes it alone while libcni's GC runs
 	locks keyedMutex
 	gc    gcGuard
-
-	mu        sync.Mutex
-	departing map[footprint.Attachment]int
-	departed  map[footprint.Attachment]bool // torn down since the running GC began
 }
 
 // enter serialises calls for one allocation and lets a running GC know
@@ -42,74 +35,8 @@ func (a *admission) enter(id string) (leave func()) {
 	}
 }
 
-// depart marks attachments as being torn down until done is called.
-func (a *admission) depart(atts []footprint.Attachment) (done func()) {
-	a.mu.Lock()
-	if a.departing == nil {
-		a.departing = map[footprint.Attachment]int{}
-	}
-	gcRunning := a.gc.running()
-	for _, at := range atts {
-		a.departing[at]++
-		if gcRunning {
-			if a.departed == nil {
-				a.departed = map[footprint.Attachment]bool{}
-			}
-			a.departed[at] = true
-		}
-	}
-	a.mu.Unlock()
-	return func() {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		for _, at := range atts {
-			if a.departing[at]--; a.departing[at] <= 0 {
-				delete(a.departing, at)
-			}
-		}
-	}
-}
-
-// isDeparting reports whether at is being torn down. An attachment whose
-// state names no network (a bare id) departs when any of its id does.
-func (a *admission) isDeparting(at footprint.Attachment) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if at.Network != "" {
-		return a.departing[at] > 0
-	}
-	for d := range a.departing {
-		if d.ID == at.ID {
-			return true
-		}
-	}
-	return false
-}
-
-// departedDuringGC reports whether at was (or is being) torn down since
-// the running GC began: what GC guarded of it is never added back, even
-// when the files GC read still name it.
-func (a *admission) departedDuringGC(at footprint.Attachment) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for d := range a.departed {
-		if d == at || (at.Network == "" && d.ID == at.ID) {
-			return true
-		}
-	}
-	return false
-}
-
-// beginGC starts a GC: locks held or waited for now are protected, and
-// departures are remembered until the last running GC ends.
-func (a *admission) beginGC() {
-	a.mu.Lock()
-	if !a.gc.running() {
-		a.departed = nil
-	}
-	a.mu.Unlock()
-	a.gc.begin(&a.locks)
-}
+// beginGC starts a GC: locks held or waited for now are protected.
+func (a *admission) beginGC() { a.gc.begin(&a.locks) }
 
 // lockAll takes the locks of ids in sorted order (GC is the only caller
 // that holds several).

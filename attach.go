@@ -51,32 +51,30 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 			return nil, err
 		}
 	}
-	return c.attachAll(ctx, att, netns, nets)
+	return c.attachAll(ctx, att, netns, nets, len(nets) > 1)
 }
 
-// attachAll attaches nets concurrently (see byBackend and enterAttempt),
-// all or nothing (see Setup), and returns their statuses in the order of
-// nets.
-func (c *Configurator) attachAll(ctx context.Context, att attachment, netns string, nets []netAttachment) (*NetworkStatus, error) {
+// attachAll attaches nets concurrently, all or nothing (see Setup), and
+// returns their statuses in the order of nets. alongside says the
+// workload has other attachments meanwhile (nets are several, or it is
+// attached elsewhere): a detach between attempts or in the rollback then
+// leaves out what deletes by the bare container id (see detach).
+func (c *Configurator) attachAll(ctx context.Context, att attachment, netns string, nets []netAttachment, alongside bool) (*NetworkStatus, error) {
 	sts := make([]*NetworkStatus, len(nets))
 	errs := make([]error, len(nets))
-	attachCtx, cancel := context.WithCancel(context.WithValue(ctx, attemptGateKey{}, &sync.RWMutex{}))
-	order := make([]int, len(nets))
-	for i := range nets {
-		order[i] = i
-	}
-	byBackend(nets, order, false, func(i int) {
+	attachCtx, cancel := context.WithCancel(ctx)
+	eachNetwork(len(nets), func(i int) {
 		if err := attachCtx.Err(); err != nil { // another network failed before this one started
 			errs[i] = fmt.Errorf("%w: allocation %s in network %q: not attempted: %w", ErrSetupFailed, att.id, nets[i].name(), err)
 			return
 		}
-		if sts[i], errs[i] = c.attach(attachCtx, att, nets[i], netns); errs[i] != nil {
+		if sts[i], errs[i] = c.attach(attachCtx, att, nets[i], netns, alongside); errs[i] != nil {
 			cancel() // the others' ADDs are pointless now: all or nothing
 		}
 	})
-	cancel() // byBackend returned: nothing is still adding when the rollback runs
+	cancel() // every ADD returned: nothing is still adding when the rollback runs
 	if failed := setupFailures(ctx, errs); failed != nil {
-		if rerr := c.rollback(ctx, att, netns, nets); rerr != nil {
+		if rerr := c.rollback(ctx, att, netns, nets, alongside); rerr != nil {
 			failed = fmt.Errorf("%w; rollback incomplete, Teardown the allocation to finish it: %w", failed, rerr)
 		}
 		return nil, failed
@@ -88,67 +86,24 @@ func (c *Configurator) attachAll(ctx context.Context, att attachment, netns stri
 	return status, nil
 }
 
-// byBackend runs fn(i) for each i of order and returns when all have
-// returned: concurrently, except, with serialNFT, for the networks whose
-// portmap uses its nftables backend, which run one after another, in
-// order, on the calling goroutine. That portmap's DEL lists every
-// hostport rule carrying the container id, in every network, then deletes
-// them: two such DELs at once make one fail halfway (the other deleted
-// its rules first), and libcni stops a network's DEL chain at the plugin
-// that failed, leaving the rest of that network's DEL undone. Every other
-// plugin's DEL and cleanup touches only state named after its own network
-// or proven by its own addresses, so those run in parallel with each
-// other and with the nftables ones. ADDs never delete, so they all run
-// concurrently; only a retry's detach among them needs care (see
-// enterAttempt). A single network runs without a goroutine.
-func byBackend(nets []netAttachment, order []int, serialNFT bool, fn func(i int)) {
-	if len(order) == 1 {
-		fn(order[0])
+// eachNetwork runs fn(i) for i in [0, n) concurrently and returns when
+// all have returned; a single network runs without a goroutine. No DEL
+// cninet runs can reach another network's state (the prevention rule,
+// see detach), so networks attach and detach in parallel.
+func eachNetwork(n int, fn func(i int)) {
+	if n == 1 {
+		fn(0)
 		return
 	}
 	var wg sync.WaitGroup
-	var serial []int
-	for _, i := range order {
-		if serialNFT && nets[i].conf.info.footprint.HostportNFT {
-			serial = append(serial, i)
-			continue
-		}
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			fn(i)
 		}()
 	}
-	for _, i := range serial {
-		fn(i)
-	}
 	wg.Wait()
-}
-
-// attemptGateKey carries, in the context of one Setup's concurrent ADDs, a
-// lock that the ADD attempts of networks whose portmap uses its nftables
-// backend share and that a retry's detach of such a network takes alone:
-// that DEL would take the hostport rules another such network's ADD is
-// writing, after the guard had listed what to keep. It travels in the
-// context so that the retry loop's signature stays as it is.
-type attemptGateKey struct{}
-
-// enterAttempt waits until n may start an ADD attempt (detach false) or a
-// detach between attempts (detach true), and returns the func that ends
-// it. Outside a Setup of several networks, and for networks whose portmap
-// does not use nftables, it does not wait.
-func enterAttempt(ctx context.Context, n netAttachment, detach bool) (done func()) {
-	gate, _ := ctx.Value(attemptGateKey{}).(*sync.RWMutex)
-	switch {
-	case gate == nil || !n.conf.info.footprint.HostportNFT:
-		return func() {}
-	case detach:
-		gate.Lock()
-		return gate.Unlock
-	default:
-		gate.RLock()
-		return gate.RUnlock
-	}
 }
 
 // setupFailures joins the errors of the networks that failed, in the
@@ -173,10 +128,10 @@ func setupFailures(ctx context.Context, errs []error) error {
 }
 
 // attach adds one network, with retries, and reads its status.
-func (c *Configurator) attach(ctx context.Context, att attachment, n netAttachment, netns string) (_ *NetworkStatus, err error) {
+func (c *Configurator) attach(ctx context.Context, att attachment, n netAttachment, netns string, alongside bool) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startNetwork(ctx, opAttach, n.name(), n.ifName, att.id, netns)
 	defer func() { op.end(err) }()
-	res, err := c.addWithRetry(ctx, att, n, netns)
+	res, err := c.addWithRetry(ctx, att, n, netns, alongside)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +212,7 @@ func (c *Configurator) checkPluginsIn(conf loadedConf) error {
 // context may be the very reason Setup failed; only its values (the
 // trace) carry over. What it could not remove (a held xtables lock, say)
 // is left for a Teardown, and its error says so.
-func (c *Configurator) rollback(ctx context.Context, att attachment, netns string, nets []netAttachment) error {
+func (c *Configurator) rollback(ctx context.Context, att attachment, netns string, nets []netAttachment, alongside bool) error {
 	ctx, cancel := context.WithTimeout(inSetup(context.WithoutCancel(ctx)), rollbackTimeout)
 	defer cancel()
 	members := make([]member, len(nets))
@@ -265,7 +220,7 @@ func (c *Configurator) rollback(ctx context.Context, att attachment, netns strin
 		members[i] = member{n: n, att: att}
 	}
 	ctx, span := c.tel.startSpan(ctx, spanRollback)
-	err := c.detachAll(ctx, netns, members)
+	err := c.detachAll(ctx, netns, members, alongside)
 	span.end(err)
 	if err != nil {
 		c.logger.Error("rollback of failed setup incomplete", "alloc_id", att.id, "error", err)
@@ -286,9 +241,10 @@ const rollbackTimeout = 30 * time.Second
 // known to leave (iptables and ip6tables rules and chains, nftables
 // rules, IPAM reservations, the cached result), by the ownership rule of
 // internal/footprint. Its cost follows what one attachment can own, not
-// the size of the host's ruleset. Networks are detached concurrently,
-// except those whose portmap uses its nftables backend, which are
-// detached one after another (see byBackend). One network's failure does
+// the size of the host's ruleset. Networks are detached concurrently.
+// No DEL can take anything of another attachment (the prevention rule, see
+// detach), and a Teardown killed at any point is finished by the next
+// one. One network's failure does
 // not stop the others; the error joins each network's, the last network
 // first. It is idempotent: tearing down twice, or tearing down what was
 // never set up, returns nil. netns may be empty or already deleted.
@@ -304,40 +260,23 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 	if err != nil {
 		return err
 	}
-	return c.detachAll(ctx, netns, members)
+	return c.detachAll(ctx, netns, members, len(members) > 1)
 }
 
-// detachAll detaches members, concurrently except where byBackend says
-// why not, the last network's turn first, every one of them departing
-// until all are done (nothing a DEL takes from one is added back); one
-// network's failure does not stop the others, and the errors are joined
-// the last network first.
-func (c *Configurator) detachAll(ctx context.Context, netns string, members []member) error {
-	defer c.adm.depart(departing(members))()
+// detachAll detaches members concurrently; one network's failure does
+// not stop the others, and the errors are joined the last network first.
+// alongside says the workload has other attachments meanwhile (see
+// detach).
+func (c *Configurator) detachAll(ctx context.Context, netns string, members []member, alongside bool) error {
 	errs := make([]error, len(members))
-	nets := make([]netAttachment, len(members))
-	order := make([]int, len(members))
-	for i, m := range members {
-		nets[i], order[len(members)-1-i] = m.n, i
-	}
-	byBackend(nets, order, true, func(i int) { errs[i] = c.detach(ctx, members[i].att, netns, members[i].n) })
+	eachNetwork(len(members), func(i int) { errs[i] = c.detach(ctx, members[i].att, netns, members[i].n, alongside) })
 	var failed []error
-	for _, i := range order {
+	for i := len(errs) - 1; i >= 0; i-- {
 		if errs[i] != nil {
 			failed = append(failed, errs[i])
 		}
 	}
 	return joinErrors(failed)
-}
-
-// departing is the attachments of members: while they are torn down,
-// nothing a DEL takes from one of them is added back.
-func departing(members []member) []footprint.Attachment {
-	atts := make([]footprint.Attachment, len(members))
-	for i, m := range members {
-		atts[i] = footprint.Attachment{Network: m.n.name(), ID: m.att.id}
-	}
-	return atts
 }
 
 // joinErrors is errors.Join that returns a lone error as it is.
@@ -348,42 +287,50 @@ func joinErrors(errs []error) error {
 	return errors.Join(errs...)
 }
 
-// detach is one network's DEL plus force cleanup. Before the DEL, the
-// cleaner records what the plugins' DEL would wrongly take from other
-// attachments (the firewall plugin deletes by the address of a cached
-// result that may be stale; portmap's nftables DEL by the bare id on
-// every network), and adds it back afterwards. When that cannot be read,
-// the DEL is withheld (it could harm a neighbour unseen) and only the
-// force cleanup runs: the error says so, and a later Teardown finishes.
-// A failed DEL is only logged when the cleanup then removed everything:
+// detach is one network's DEL plus force cleanup, by the prevention rule:
+// before the DEL, the cleaner makes sure it cannot reach another
+// attachment's state (footprint.Cleaner.Prevent). The cached result the
+// firewall plugin deletes by keeps only the addresses the attachment
+// provably still owns, and portmap is left out of the DEL where its
+// nftables backend would delete by the bare container id rules of the
+// same id on another network — always when alongside (the workload has
+// other attachments meanwhile: a Setup's other networks, those a
+// Disconnect keeps). What the DEL does not see, the force cleanup removes
+// by the ownership rule. When the prevention cannot be made (a file that
+// cannot be read or written), the DEL is withheld and only the force
+// cleanup runs: the error says so, and a later Teardown finishes. A
+// failed DEL is only logged when the cleanup then removed everything:
 // what matters is that nothing is left.
-func (c *Configurator) detach(ctx context.Context, att attachment, netns string, n netAttachment) (err error) {
+func (c *Configurator) detach(ctx context.Context, att attachment, netns string, n netAttachment, alongside bool) (err error) {
 	ctx, op := c.tel.startNetwork(ctx, opDetach, n.name(), n.ifName, att.id, netns)
 	defer func() { op.end(err) }()
 	start := time.Now()
 	cl := footprint.NewCleaner(ctx, c.footprintNetwork(n.conf, n.ifName, nil), c.host())
-	cl.Live = func(a footprint.Attachment) bool { return !c.adm.isDeparting(a) }
 	var removeErr error
-	guardErr := cl.Remember([]string{att.id}) // DEL erases the proof of the attachment's addresses
-	if guardErr == nil {
+	prevention, preventErr := cl.Prevent([]string{att.id}) // also reads the proof the DEL erases
+	if preventErr == nil {
+		omit := prevention.Omit
+		if alongside && n.conf.info.footprint.HostportNFT && !slices.Contains(omit, "portmap") {
+			omit = append(omit, "portmap")
+		}
+		c.logPrevented(att.id, n.name(), prevention, omit)
 		delCtx, delSpan := c.tel.startSpan(ctx, spanDel)
-		removeErr = c.driverFor(n).del(delCtx, att, n, netns)
+		removeErr = c.driverFor(n).del(delCtx, att, n, netns, omit)
 		delSpan.end(removeErr)
 	} else {
-		guardErr = fmt.Errorf("%w in network %q: DEL withheld, since what it would take from other attachments could not be read: %w",
-			ErrCleanupFailed, n.name(), guardErr)
+		preventErr = fmt.Errorf("%w in network %q: DEL withheld, since it could not be kept from other attachments' state: %w",
+			ErrCleanupFailed, n.name(), preventErr)
 	}
 	delDone := time.Now()
 	_, cleanSpan := c.tel.startSpan(ctx, spanCleanup)
 	removed, cleanErr := cl.Clean([]string{att.id})
 	c.tel.cleaned(ctx, cleanSpan, n.name(), removed, cleanErr)
 	c.logRemoved(att.id, n.name(), removed, removeErr)
-	c.logRestored(cl.Restored(), "DEL of "+att.id+" on network "+n.name())
 	c.logger.Debug("network detached", "alloc_id", att.id, "network", n.name(), "del", delDone.Sub(start), "cleanup", time.Since(delDone))
 	if cleanErr != nil {
 		cleanErr = fmt.Errorf("%w in network %q: %w", ErrCleanupFailed, n.name(), cleanErr)
 	}
-	if err := errors.Join(guardErr, cleanErr); err != nil {
+	if err := errors.Join(preventErr, cleanErr); err != nil {
 		if removeErr != nil {
 			return fmt.Errorf("teardown of allocation %s: DEL: %w; %w", att.id, removeErr, err)
 		}
@@ -393,6 +340,22 @@ func (c *Configurator) detach(ctx context.Context, att attachment, netns string,
 		c.logger.Warn("CNI DEL failed; force cleanup removed what was left", "alloc_id", att.id, "network", n.name(), "error", removeErr)
 	}
 	return nil
+}
+
+// logPrevented reports what a DEL was kept from: addresses withheld from
+// the cached result, plugins left out.
+func (c *Configurator) logPrevented(id, network string, p footprint.Prevention, omit []string) {
+	if len(p.Withheld) == 0 && len(omit) == 0 {
+		return
+	}
+	var withheld []string
+	for _, addrs := range p.Withheld {
+		for _, a := range addrs {
+			withheld = append(withheld, a.String())
+		}
+	}
+	c.logger.Debug("DEL kept from other attachments' state: the force cleanup removes the rest by proof",
+		"alloc_id", id, "network", network, "withheld_addresses", withheld, "plugins_left_out", omit)
 }
 
 // logRemoved reports what the plugins left behind and cleanup removed.
@@ -405,18 +368,4 @@ func (c *Configurator) logRemoved(id, network string, removed []footprint.Item, 
 		items[i] = it.Detail
 	}
 	c.logger.Warn("removed state the CNI plugins left behind", "alloc_id", id, "network", network, "del_error", delErr, "items", items)
-}
-
-// logRestored reports the port mappings of other attachments that a DEL
-// (or libcni's GC) removed and cleanup added back.
-func (c *Configurator) logRestored(items []footprint.Item, after string) {
-	if len(items) == 0 {
-		return
-	}
-	details := make([]string, len(items))
-	for i, it := range items {
-		details[i] = it.Detail
-	}
-	c.logger.Warn("added back other attachments' port mappings that a DEL of the same container id removed",
-		"after", after, "items", details)
 }

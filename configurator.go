@@ -154,7 +154,7 @@ type Configurator struct {
 	driver       netDriver         // attaches what go-cni cannot: any network but the default as eth0
 	explicit     []byte            // Config.ConfList
 	extra        [][]byte          // Config.ConfLists
-	adm          admission         // per-allocation locks, the GC guard, departing attachments
+	adm          admission         // per-allocation locks and the GC guard
 	links        func() (footprint.Links, error)
 	versions     pluginVersions
 	tel          *telemetry

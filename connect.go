@@ -60,7 +60,7 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 		return nil, err
 	}
 	defer c.keepLoopback(att.id, netns, []member{{n: n}})()
-	return c.attachAll(ctx, att, netns, []netAttachment{n})
+	return c.attachAll(ctx, att, netns, []netAttachment{n}, len(used) > 0)
 }
 
 // Disconnect detaches the workload of alloc from one network and leaves
@@ -93,15 +93,14 @@ func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, networ
 	if err != nil {
 		return err
 	}
-	// A DEL of a network that is gone would only make portmap's nftables
-	// DEL take the other networks' hostport rules for a moment.
-	members = slices.DeleteFunc(c.attached(members), func(m member) bool { return m.n.name() != network })
+	attached := c.attached(members)
+	members = slices.DeleteFunc(slices.Clone(attached), func(m member) bool { return m.n.name() != network })
 	if len(members) == 0 {
 		c.logger.Debug("disconnect: not attached", "alloc_id", att.id, "network", network)
 		return nil
 	}
 	defer c.keepLoopback(att.id, netns, members)()
-	return c.detachAll(ctx, netns, members)
+	return c.detachAll(ctx, netns, members, len(attached) > len(members))
 }
 
 // keepLoopback, when members run the loopback plugin, notes whether the

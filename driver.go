@@ -3,6 +3,7 @@ package cninet
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
@@ -14,7 +15,9 @@ import (
 // and Teardown send the same port mappings and args through it.
 type netDriver interface {
 	add(ctx context.Context, att attachment, n netAttachment, netns string) (*cni.Result, error)
-	del(ctx context.Context, att attachment, n netAttachment, netns string) error
+	// del runs n's DEL chain without the plugins of the types in omit
+	// (see detach).
+	del(ctx context.Context, att attachment, n netAttachment, netns string, omit []string) error
 	check(ctx context.Context, att attachment, n netAttachment, netns string) error
 	// runsPlugins reports whether cninet runs the plugin binaries from
 	// PluginDirs itself, so it can look for them first and ask them
@@ -38,7 +41,18 @@ func (d cniDriver) add(ctx context.Context, att attachment, _ netAttachment, net
 	return d.c.cni.Setup(ctx, att.id, netns, att.opts()...)
 }
 
-func (d cniDriver) del(ctx context.Context, att attachment, _ netAttachment, netns string) error {
+// del runs go-cni's Remove, which runs the whole chain; a chain without
+// some plugins goes through libcni on the same plugin and cache
+// directories. An injected Config.CNI runs its plugins itself, so it
+// cannot leave one out: it gets the whole DEL (logged).
+func (d cniDriver) del(ctx context.Context, att attachment, n netAttachment, netns string, omit []string) error {
+	if len(omit) > 0 && d.c.findPlugins {
+		return d.c.driver.del(ctx, att, n, netns, omit)
+	}
+	if len(omit) > 0 {
+		d.c.logger.Warn("the injected CNI runs the whole DEL chain: plugins that should be left out are not",
+			"alloc_id", att.id, "network", n.name(), "plugins", omit)
+	}
 	return d.c.cni.Remove(ctx, att.id, netns, att.opts()...)
 }
 
@@ -77,8 +91,21 @@ func (d libDriver) add(ctx context.Context, att attachment, n netAttachment, net
 	return resultFromCNI(r, n.ifName)
 }
 
-func (d libDriver) del(ctx context.Context, att attachment, n netAttachment, netns string) error {
-	return d.lib.DelNetworkList(ctx, n.conf.list, d.runtimeConf(att, n, netns))
+func (d libDriver) del(ctx context.Context, att attachment, n netAttachment, netns string, omit []string) error {
+	return d.lib.DelNetworkList(ctx, withoutPlugins(n.conf.list, omit), d.runtimeConf(att, n, netns))
+}
+
+// withoutPlugins returns list without the plugins of the types in omit;
+// libcni still reads and removes the cached result by the list's name.
+func withoutPlugins(list *libcni.NetworkConfigList, omit []string) *libcni.NetworkConfigList {
+	if len(omit) == 0 {
+		return list
+	}
+	out := *list
+	out.Plugins = slices.DeleteFunc(slices.Clone(list.Plugins), func(p *libcni.PluginConfig) bool {
+		return p.Network != nil && slices.Contains(omit, p.Network.Type)
+	})
+	return &out
 }
 
 func (d libDriver) check(ctx context.Context, att attachment, n netAttachment, netns string) error {

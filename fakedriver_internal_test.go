@@ -111,7 +111,7 @@ func (f *fakeDriver) sortedLog() string {
 	return strings.Join(s, ", ")
 }
 
-func (f *fakeDriver) del(_ context.Context, att attachment, n netAttachment, _ string) error {
+func (f *fakeDriver) del(_ context.Context, att attachment, n netAttachment, _ string, _ []string) error {
 	f.record("DEL", att, n)
 	if f.cacheDir != "" {
 		if err := os.Remove(f.cachePath(att, n)); err != nil && !os.IsNotExist(err) {

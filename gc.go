@@ -154,15 +154,14 @@ func gcItem(it footprint.Item) GCItem {
 // ownership rule: rules and chains whose comment or derived name proves a
 // dead owner, firewall and hostport rules of addresses only a dead owner
 // held, reservations, cached results (empty or cut ones too), tuning
-// files and bandwidth devices of dead owners. What a DEL of a dead
-// attachment took from a live one (the firewall plugin deletes by the
-// address in a stale cache, which a new workload may hold now) is added
-// back.
+// files and bandwidth devices of dead owners. No DEL of a dead
+// attachment can take anything of a live one (the prevention rule: the
+// firewall plugin deletes by the addresses of a cached result, which a
+// new workload may hold now, and those are withheld from it first).
 //
 // liveAllocIDs must not be nil (an empty slice means nothing is live).
 // Allocations this Configurator is setting up, checking or tearing down
-// when GC starts, or starts to while it runs, are never collected, and
-// nothing of theirs is added back. A network whose conflist sets
+// when GC starts, or starts to while it runs, are never collected. A network whose conflist sets
 // disableGC is skipped. A sweep that runs longer than a few seconds logs
 // its progress at Info. One network's failure does not stop the others;
 // the error joins each.
@@ -189,9 +188,6 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	progress := newGCProgress(c.logger)
 	sweep := footprint.NewSweep(ctx, c.host())
 	sweep.WholeWorkload = true // a dead id is dead on every network
-	sweep.Live = func(a footprint.Attachment) bool {
-		return live[a.ID] && !c.adm.isDeparting(a) && !c.adm.departedDuringGC(a)
-	}
 	errs := []error{c.gcCached(ctx, sweep, nets, live, report)}
 	progress.step("libcni GC done", report.Len())
 	errs = append(errs, c.tel.traceSweep(ctx, names(nets), report, func() error { return c.gcSweep(sweep, nets, skipped, live, report, progress) }))
@@ -227,8 +223,10 @@ func (c *Configurator) gcNetworks() (nets []loadedConf, skipped map[string]bool)
 
 // gcCached runs libcni's GC of each network with the live (and protected)
 // attachments as the valid ones, under every interface name they may have:
-// a live workload's eth1 must not look stale. Before, the sweep records
-// what those DELs would wrongly take from live attachments. No Setup may
+// a live workload's eth1 must not look stale. Before, the sweep keeps
+// those DELs from live attachments' state (footprint.Cleaner.PreventAll:
+// the stale cached results keep only what their attachments still own).
+// No Setup may
 // run meanwhile: the GC verb would take its half-made attachment for a
 // stale one.
 func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, nets []loadedConf, live map[string]bool, report *GCReport) (err error) {
@@ -267,8 +265,8 @@ func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, n
 			stale = append(stale, footprint.Attachment{Network: a.Network, ID: a.ContainerID})
 		}
 	}
-	if err := sweep.RememberAll(stale); err != nil {
-		return fmt.Errorf("%w: cannot tell what libcni's GC would take from live attachments, so it was not run: %w", ErrCleanupFailed, err)
+	if _, err := sweep.PreventAll(stale); err != nil {
+		return fmt.Errorf("%w: libcni's GC could not be kept from live attachments' state, so it was not run: %w", ErrCleanupFailed, err)
 	}
 	var errs []error
 	for _, conf := range nets {
@@ -311,12 +309,9 @@ func (c *Configurator) gcSweep(sweep *footprint.Cleaner, nets []loadedConf, skip
 	defer unlock()
 	protected = c.adm.gc.protectedIDs() // started after the scan: not ours to judge
 	dead = slices.DeleteFunc(dead, func(a footprint.Attachment) bool { return protected[a.ID] })
-	done := c.adm.depart(dead)
-	defer done()
 	err := sweep.CleanAll(dead) // with nothing dead, it still reports what the scan could not read
 	report.setSwept(sweep.Report())
 	progress.step("sweep done", sweep.Report().Len())
-	c.logRestored(sweep.Restored(), "GC")
 	if err = errors.Join(scanErr, err); err != nil {
 		return fmt.Errorf("%w: GC sweep of %d network(s): %w", ErrCleanupFailed, len(nets), err)
 	}

@@ -49,10 +49,30 @@ func (cf cleanupFixture) writeCache(t *testing.T, network, id, ip, kind string) 
 }
 
 // firewallDEL makes the fake's DEL do what the firewall plugin's does:
-// delete the CNI-FORWARD rules of every address the cached result names.
-func (cf cleanupFixture) firewallDEL(t *testing.T, ips ...string) {
-	cf.cni.RemoveHook = func(context.Context, string) error {
-		for _, ip := range ips {
+// delete the CNI-FORWARD rules of every address the cached result names
+// when the DEL runs (libcni hands it over as prevResult). after, if set,
+// runs right after those deletions, before anything else can repair them.
+func (cf cleanupFixture) firewallDEL(t *testing.T, after func()) {
+	cf.cni.RemoveHook = func(_ context.Context, id string) error {
+		raw, err := os.ReadFile(filepath.Join(cf.cacheDir, "results", cf.network+"-"+id+"-eth0"))
+		if err != nil {
+			return err
+		}
+		var cached struct {
+			Result struct {
+				IPs []struct{ Address string } `json:"ips"`
+			} `json:"result"`
+		}
+		if err := json.Unmarshal(raw, &cached); err != nil {
+			return err
+		}
+		defer func() {
+			if after != nil {
+				after()
+			}
+		}()
+		for _, c := range cached.Result.IPs {
+			ip, _, _ := strings.Cut(c.Address, "/")
 			fp := footprint{network: cf.network, ip: ip}
 			for _, line := range strings.Split(fp.filter(), "\n") {
 				spec := strings.Fields(strings.TrimPrefix(line, "-A CNI-FORWARD "))
@@ -72,8 +92,10 @@ func forwardRules(cf cleanupFixture) int { return len(cf.v4.Rules("filter", "CNI
 
 // A reboot wiped host-local's reservations (tmpfs) but kept libcni's
 // cache (disk); a new workload was given the old one's address. The
-// firewall plugin's DEL of the old attachment deletes by that address.
-func TestTeardownOfAStaleAttachmentKeepsTheFirewallRulesOfTheAddressesNewHolder(t *testing.T) {
+// firewall plugin's DEL of the old attachment deletes by the addresses of
+// the cached result: it must never see that one, so the new workload's
+// rules are there at every instant, right after the DEL too.
+func TestTeardownOfAStaleAttachmentNeverTouchesTheFirewallRulesOfTheAddressesNewHolder(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		holder func(t *testing.T, cf cleanupFixture)
@@ -90,9 +112,13 @@ func TestTeardownOfAStaleAttachmentKeepsTheFirewallRulesOfTheAddressesNewHolder(
 				cf.cache(t, "nomad", "old", "198.18.0.2") // stale: from before the reboot
 				tc.holder(t, cf)
 				cf.v4.Load("filter", footprint{network: "nomad", ip: "198.18.0.2"}.filter()) // the new workload's
-				cf.firewallDEL(t, "198.18.0.2")
+				atDEL := -1
+				cf.firewallDEL(t, func() { atDEL = forwardRules(cf) })
 				if err := cf.teardown(t, "old"); err != nil {
 					t.Fatal(err)
+				}
+				if atDEL != 3 {
+					t.Errorf("right after the DEL CNI-FORWARD had %d rules, want the admin jump and the new workload's 2", atDEL)
 				}
 				if n := forwardRules(cf); n != 3 {
 					t.Fatalf("CNI-FORWARD has %d rules, want the admin jump and the new workload's 2: %q", n, cf.v4.Rules("filter", "CNI-FORWARD"))

@@ -101,17 +101,15 @@ func (p RetryPolicy) wait(ctx context.Context, n int) error {
 
 // addWithRetry runs network n's ADD until it succeeds, fails permanently,
 // runs out of attempts, or ctx is done.
-func (c *Configurator) addWithRetry(ctx context.Context, att attachment, n netAttachment, netns string) (*cni.Result, error) {
+func (c *Configurator) addWithRetry(ctx context.Context, att attachment, n netAttachment, netns string, alongside bool) (*cni.Result, error) {
 	driver := c.driverFor(n)
 	var first error
 	var waited time.Duration // before this attempt
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		done := enterAttempt(ctx, n, false)
 		addCtx, try := c.tel.startAttempt(ctx, n, attempt, waited)
 		res, err := driver.add(addCtx, att, n, netns)
 		try.end(err)
-		done()
 		if err == nil {
 			c.logger.Debug("network attached", "alloc_id", att.id, "network", n.name(), "attempt", attempt, "duration", time.Since(start))
 			return res, nil
@@ -127,9 +125,7 @@ func (c *Configurator) addWithRetry(ctx context.Context, att attachment, n netAt
 		// reserved an address for this id and refuses a second ADD. The
 		// force cleanup matters too: a failed ADD is not cached, so the
 		// firewall plugin's DEL cannot know which address to clean.
-		done = enterAttempt(ctx, n, true)
-		derr := c.detach(inSetup(ctx), att, netns, n)
-		done()
+		derr := c.detach(inSetup(ctx), att, netns, n, alongside)
 		if derr != nil {
 			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", att.id, "network", n.name(), "attempt", attempt, "error", derr)
 		}

@@ -55,7 +55,7 @@ func removeFile(v *view, c fileChange, rep *Report) {
 		}
 		return
 	}
-	rep.note(false, c.att, entry{detail: c.path, shape: fileShape(c.kind)})
+	rep.note(c.att, entry{detail: c.path, shape: fileShape(c.kind)})
 }
 
 // applyLinks deletes the planned network devices.
@@ -70,7 +70,7 @@ func applyLinks(v *view, changes []linkChange, rep *Report) {
 			continue
 		}
 		if removed {
-			rep.note(false, c.att, entry{detail: c.name, shape: shapeLink})
+			rep.note(c.att, entry{detail: c.name, shape: shapeLink})
 		}
 	}
 }

@@ -7,17 +7,8 @@ import (
 	"strings"
 )
 
-// Appender is an optional extension of IPTables: append a rule, as
-// go-iptables' Append does. The cleaner adds back, one by one, guarded
-// rules of other attachments that a DEL took, when the IPTables cannot
-// restore a batch.
-type Appender interface {
-	Append(table, chain string, rulespec ...string) error
-}
-
 // applyIPT applies one family's changes: rule deletions, then chain
-// deletions (a chain still jumped to cannot go), then the rules added
-// back; each table in one iptables-restore where the IPTables offers it,
+// deletions (a chain still jumped to cannot go); each table in one iptables-restore where the IPTables offers it,
 // else one change at a time. Only what was really removed is reported: a
 // rule already gone is not.
 func applyIPT(f *iptView, changes []iptChange, errs *errList, rep *Report) {
@@ -58,10 +49,7 @@ func applyIPT(f *iptView, changes []iptChange, errs *errList, rep *Report) {
 }
 
 func iptOrder(c iptChange) int {
-	switch {
-	case c.add:
-		return 2
-	case c.rule == nil:
+	if c.rule == nil {
 		return 1
 	}
 	return 0
@@ -77,12 +65,9 @@ func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *Report) (bo
 	}
 	lines := make([]string, 0, len(batch))
 	for _, c := range batch {
-		switch {
-		case c.add:
-			lines = append(lines, c.rule.line)
-		case c.rule != nil:
+		if c.rule != nil {
 			lines = append(lines, "-D"+strings.TrimPrefix(c.rule.line, "-A"))
-		default:
+		} else {
 			lines = append(lines, "-F "+c.chain, "-X "+c.chain)
 		}
 	}
@@ -90,34 +75,26 @@ func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *Report) (bo
 		return false, err
 	}
 	for _, c := range batch {
-		rep.noteAt(c.add, c.att, iptEntry(f, c))
+		rep.noteAt(c.att, iptEntry(f, c))
 	}
 	return true, nil
 }
 
 func applyIPTOne(f *iptView, c iptChange, errs *errList, rep *Report) {
 	var err error
-	switch {
-	case c.add:
-		appender, ok := f.ipt.(Appender)
-		if !ok {
-			errs.add(fmt.Errorf("%s: cannot add back %s: the IPTables has no Append", f.name(), describeIPT(c)))
-			return
-		}
-		err = appender.Append(c.tableName(), c.rule.chain, c.rule.args()...)
-	case c.rule != nil:
+	if c.rule != nil {
 		err = f.ipt.Delete(c.tableName(), c.rule.chain, c.rule.args()...)
-	default:
+	} else {
 		err = f.ipt.ClearAndDeleteChain(c.tableName(), c.chain)
 	}
 	if err != nil {
-		if !c.add && isNotExist(err) {
+		if isNotExist(err) {
 			return // gone meanwhile: not removed by this run
 		}
 		errs.add(fmt.Errorf("%s: %s: %w", f.name(), describeIPT(c), err))
 		return
 	}
-	rep.noteAt(c.add, c.att, iptEntry(f, c))
+	rep.noteAt(c.att, iptEntry(f, c))
 }
 
 // iptEntry is a change as the report keeps it: the rule's line or the
@@ -131,10 +108,7 @@ func iptEntry(f *iptView, c iptChange) entry {
 
 // describeIPT says what a change is, for errors.
 func describeIPT(c iptChange) string {
-	switch {
-	case c.add:
-		return c.tableName() + " rule " + c.rule.line + " (added back)"
-	case c.rule != nil:
+	if c.rule != nil {
 		return c.tableName() + " rule " + c.rule.line
 	}
 	return c.tableName() + " chain " + c.chain

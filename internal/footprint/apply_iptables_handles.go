@@ -11,7 +11,7 @@ import (
 // applyByHandle deletes what of one table's changes (in iptOrder) the
 // IPTables can delete by nf_tables handle (HandleDeleter), notes what it
 // removed, and returns the changes left for iptables-restore: those it
-// did not find exactly as listed, and every rule to add back. A deletion
+// did not find exactly as listed. A deletion
 // nf_tables no longer has is neither removed nor left.
 //
 // Its error is not the cleanup's: every change it could not settle is
@@ -22,15 +22,11 @@ func applyByHandle(f *iptView, table string, changes []iptChange, rep *Report) (
 	if !ok || len(changes) == 0 {
 		return changes, nil
 	}
-	k := slices.IndexFunc(changes, func(c iptChange) bool { return c.add }) // changes come in iptOrder: additions last
-	if k < 0 {
-		k = len(changes)
-	}
-	items, adds := changes[:k], changes[k:]
+	items := changes
 	settled := make([]bool, len(items))
 	note := func(i int, o HandleOutcome) {
 		if o == Deleted {
-			rep.noteAt(false, items[i].att, iptEntry(f, items[i]))
+			rep.noteAt(items[i].att, iptEntry(f, items[i]))
 		}
 		settled[i] = o != NotDeleted
 	}
@@ -94,7 +90,6 @@ func applyByHandle(f *iptView, table string, changes []iptChange, rep *Report) (
 			rest = append(rest, d)
 		}
 	}
-	rest = append(rest, adds...)
 	err := errors.Join(errs...)
 	if err != nil {
 		err = fmt.Errorf("%s: deleting by handle in %s: %w", f.name(), table, err)

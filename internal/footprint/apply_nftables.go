@@ -10,19 +10,14 @@ import (
 
 // applyNFT applies the nftables changes: each table's deletions in one
 // transaction (when a concurrent change makes it fail, say a handle
-// already gone, rule by rule), then the guarded rules added back in one.
-// Only what was really removed is reported.
+// already gone, rule by rule). Only what was really removed is reported.
 func applyNFT(s *nftView, changes []nftChange, rep *Report) {
-	// In place, by table and additions last: a sweep plans tens of
-	// thousands of deletions, and its plan is not read again.
+	// In place, by table: a sweep plans tens of thousands of deletions,
+	// and its plan is not read again.
 	slices.SortStableFunc(changes, func(a, b nftChange) int {
-		return cmp.Or(cmp.Compare(b2i(a.add), b2i(b.add)), strings.Compare(a.rule.Family, b.rule.Family), strings.Compare(a.rule.Table, b.rule.Table))
+		return cmp.Or(strings.Compare(a.rule.Family, b.rule.Family), strings.Compare(a.rule.Table, b.rule.Table))
 	})
-	k := slices.IndexFunc(changes, func(c nftChange) bool { return c.add })
-	if k < 0 {
-		k = len(changes)
-	}
-	deletions, adds := changes[:k], changes[k:]
+	deletions := changes
 	for len(deletions) > 0 {
 		t := NFTable{deletions[0].rule.Family, deletions[0].rule.Table}
 		n := slices.IndexFunc(deletions, func(c nftChange) bool { return c.rule.Family != t.Family || c.rule.Table != t.Name })
@@ -31,16 +26,6 @@ func applyNFT(s *nftView, changes []nftChange, rep *Report) {
 		}
 		deleteNFT(s, t, deletions[:n], rep)
 		deletions = deletions[n:]
-	}
-	if len(adds) == 0 {
-		return
-	}
-	if err := s.nft.AddRules(s.ctx, rulesOf(adds)); err != nil {
-		s.errs.add(fmt.Errorf("nftables: adding back %d rule(s) of other attachments that a DEL removed: %w", len(adds), err))
-		return
-	}
-	for _, c := range adds {
-		rep.noteAt(true, c.att, nftEntry(c))
 	}
 }
 
@@ -53,7 +38,7 @@ func deleteNFT(s *nftView, t NFTable, changes []nftChange, rep *Report) {
 	}
 	if err := s.nft.DeleteRules(s.ctx, t, rulesOf(changes)); err == nil {
 		for _, c := range changes {
-			rep.noteAt(false, c.att, nftEntry(c))
+			rep.noteAt(c.att, nftEntry(c))
 		}
 		return
 	}
@@ -64,7 +49,7 @@ func deleteNFT(s *nftView, t NFTable, changes []nftChange, rep *Report) {
 			}
 			continue
 		}
-		rep.noteAt(false, c.att, nftEntry(c))
+		rep.noteAt(c.att, nftEntry(c))
 	}
 }
 
@@ -78,7 +63,7 @@ func deleteNFTByHandle(s *nftView, hd NFTHandleDeleter, t NFTable, changes []nft
 	out, err := hd.DeleteByHandle(s.ctx, t, rulesOf(changes))
 	for i, o := range out {
 		if o == Deleted {
-			rep.noteAt(false, changes[i].att, nftEntry(changes[i]))
+			rep.noteAt(changes[i].att, nftEntry(changes[i]))
 		}
 	}
 	if err != nil {

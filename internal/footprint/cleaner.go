@@ -3,7 +3,6 @@ package footprint
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"slices"
 )
 
@@ -69,11 +68,12 @@ var ErrIPTablesMissing = errors.New("iptables not available")
 // Cleaner removes the footprint of attachments, by the ownership rule.
 // Build one per call.
 //
-// For a Teardown (NewCleaner): Remember the ids before DEL, then Clean
-// them; only what those attachments can own is read. For a GC
-// (NewSweep): Remember the attachments libcni's GC may DEL, run it, then
-// DiscoverAll and CleanAll the dead ones; whole tables are listed and
-// shared by all, one IP family's at a time (see sweep.go).
+// For a Teardown (NewCleaner): Prevent before the DEL (prevent.go), run
+// the DEL as Prevent says, then Clean the ids; only what those
+// attachments can own is read. For a GC (NewSweep): PreventAll for the
+// attachments libcni's GC may DEL, run it, then DiscoverAll and CleanAll
+// the dead ones; whole tables are listed and shared by all, one IP
+// family's at a time (see sweep.go).
 type Cleaner struct {
 	ctx   context.Context
 	host  Host
@@ -81,18 +81,13 @@ type Cleaner struct {
 	net   string // NewCleaner's network
 	whole bool   // a sweep: whole tables are listed, every file read
 
-	prior   hostFiles
-	guarded []guarded
-	swept   *view // DiscoverAll's whole view, reused by CleanAll
-	rep     Report
+	prior hostFiles // what Prevent read: the proof the DEL erases
+	swept *view     // DiscoverAll's whole view, reused by CleanAll
+	rep   Report
 
-	// Live says whether the holder of something a DEL took still lives
-	// (nil: all do); what a DEL took from an attachment that is being or
-	// has been torn down is never added back.
-	Live func(Attachment) bool
 	// WholeWorkload says the ids are dead everywhere (a GC: they are not
-	// live, on any network), so what a DEL takes from the ids' other
-	// attachments is not guarded: none of it would be added back. A
+	// live, on any network), so a DEL may take what the ids' other
+	// attachments have: portmap's nftables DEL is never left out. A
 	// Teardown cannot say so: the same id may be attached to a network
 	// this Configurator does not know, by another.
 	WholeWorkload bool
@@ -116,47 +111,6 @@ func NewSweep(ctx context.Context, h Host) *Cleaner {
 	return &Cleaner{ctx: ctx, host: h, nets: nets, whole: true}
 }
 
-// Remember reads what ids' files say before DEL erases it (a DEL without
-// a cached result cannot tell the firewall plugin which address to clean,
-// but host-local's reservation still tells the cleaner), and records what
-// the DEL would wrongly take from other attachments. An error says that
-// could not be read, so the DEL may harm a neighbour unseen. A missing
-// iptables is none: the plugins cannot change what is not there.
-func (c *Cleaner) Remember(ids []string) error { return c.RememberAll(c.attachments(ids)) }
-
-// RememberAll is Remember for attachments of any known network.
-func (c *Cleaner) RememberAll(atts []Attachment) error {
-	errs := &errList{}
-	set := c.set(atts)
-	v := newView(c.ctx, c.host, c.nets, c.whole, errs)
-	if c.whole { // many attachments: reading everything once is cheapest
-		v.files = scanAllFiles(v)
-		v.prior = v.files.of(set)
-	} else {
-		v.prior = scanFilesOf(v, set)
-	}
-	c.prior = v.prior
-	v.wholeWorkload = c.WholeWorkload
-	v.nft.brief = c.whole && c.WholeWorkload // guards nothing of the ids: no rule is added back
-	var addrs []netip.Addr
-	for _, fp := range footprints {
-		if g, ok := fp.(guarding); ok {
-			addrs = append(addrs, g.guardAddrs(v, set)...)
-		}
-	}
-	if len(addrs) == 0 && !v.nft.broken {
-		return errs.errExcept(ErrIPTablesMissing)
-	}
-	ev := newEvidence() // a guard needs only who else holds the addresses
-	askHolders(v, set, ev, addrs)
-	for _, fp := range footprints {
-		if g, ok := fp.(guarding); ok {
-			c.guarded = append(c.guarded, g.guard(v, set, ev)...)
-		}
-	}
-	return errs.errExcept(ErrIPTablesMissing)
-}
-
 // Discover scans the whole host for the network's attachments and returns
 // their ids, sorted. Clean then reuses the scan.
 func (c *Cleaner) Discover() ([]string, error) {
@@ -177,9 +131,7 @@ func (c *Cleaner) DiscoverAll() ([]Attachment, error) {
 	errs := &errList{}
 	v := newView(c.ctx, c.host, c.nets, true, errs)
 	v.prior = c.prior
-	// With WholeWorkload nothing was guarded (RememberAll), so nothing
-	// this view lists is compared with a rule to add back.
-	v.nft.brief = c.WholeWorkload
+	v.nft.brief = c.WholeWorkload // no rule of a dead id's is judged by its expressions
 	found := attSet{}
 	v.byFamily(func(f *iptView, last bool) {
 		if !last { // searched and dropped: a sweep holds one family at a time
@@ -208,8 +160,7 @@ func readTablesFirst(v *view) {
 }
 
 // Clean removes everything of ids that the ownership rule attributes to
-// them, adds back what their DEL took from others, and returns what it
-// removed. All evidence is gathered before anything changes; every step
+// them, and returns what it removed. All evidence is gathered before anything changes; every step
 // runs even when another fails, and the error joins each failure.
 func (c *Cleaner) Clean(ids []string) ([]Item, error) {
 	err := c.CleanAll(c.attachments(ids))
@@ -220,29 +171,24 @@ func (c *Cleaner) Clean(ids []string) ([]Item, error) {
 // what it removed.
 func (c *Cleaner) CleanAll(atts []Attachment) error {
 	set := c.set(atts)
-	gs := c.liveGuarded(set)
-	extra := make([]netip.Addr, len(gs))
-	for i, g := range gs {
-		extra[i] = g.addr
-	}
 	if v := c.swept; v != nil {
 		c.swept = nil // the listings are no longer needed: a sweep's are big
-		if len(set) > 0 || len(gs) > 0 {
-			c.sweep(v, set, gs, extra)
+		if len(set) > 0 {
+			c.sweep(v, set)
 		}
 		return v.errs.err()
 	}
 	v := newView(c.ctx, c.host, c.nets, false, &errList{})
 	v.prior, v.files = c.prior, c.prior.still(set)
 	ev := newEvidence()
-	gatherInto(v, set, extra, ev)
-	c.run(v, set, gs, ev, nil, nil)
+	gatherInto(v, set, ev)
+	c.run(v, set, ev, nil, nil)
 	return v.errs.err()
 }
 
 // run plans on the evidence and applies; only footprints with plans (nil:
 // all) plan. planned (if any) is called in between.
-func (c *Cleaner) run(v *view, set attSet, gs []guarded, ev *evidence, plans func(footprint) bool, planned func()) {
+func (c *Cleaner) run(v *view, set attSet, ev *evidence, plans func(footprint) bool, planned func()) {
 	c.rep.reserve(len(set))
 	p := plan{atts: &c.rep}
 	for _, fp := range footprints {
@@ -250,9 +196,6 @@ func (c *Cleaner) run(v *view, set attSet, gs []guarded, ev *evidence, plans fun
 			continue
 		}
 		fp.plan(v, set, ev, &p)
-		if g, ok := fp.(guarding); ok {
-			g.restore(v, set, ev, gs, c.live(set), &p)
-		}
 	}
 	if planned != nil {
 		planned()
@@ -260,33 +203,12 @@ func (c *Cleaner) run(v *view, set attSet, gs []guarded, ev *evidence, plans fun
 	apply(v, &p, &c.rep)
 }
 
-// Report returns what was removed and added back so far, compact: a
-// sweep can remove hundreds of thousands of pieces.
+// Report returns what was removed so far, compact: a sweep can remove
+// hundreds of thousands of pieces.
 func (c *Cleaner) Report() *Report { return &c.rep }
 
 // Removed returns what was removed so far.
 func (c *Cleaner) Removed() []Item { return c.rep.Removed() }
-
-// Restored returns the other attachments' rules that were added back
-// after a DEL had removed them.
-func (c *Cleaner) Restored() []Item { return c.rep.Restored() }
-
-// liveGuarded returns the guarded items one of whose holders is outside
-// set and still lives.
-func (c *Cleaner) liveGuarded(set attSet) []guarded {
-	var out []guarded
-	for _, g := range c.guarded {
-		if slices.ContainsFunc(g.holders, c.live(set)) {
-			out = append(out, g)
-		}
-	}
-	return out
-}
-
-// live returns whether an attachment outside set lives, by Live.
-func (c *Cleaner) live(set attSet) func(Attachment) bool {
-	return func(a Attachment) bool { return !set[a] && (c.Live == nil || c.Live(a)) }
-}
 
 func (c *Cleaner) attachments(ids []string) []Attachment {
 	atts := make([]Attachment, len(ids))

@@ -19,6 +19,7 @@
 //	firewall.go           the firewall plugin's comment-less CNI-FORWARD rules
 //	bandwidth.go          the bandwidth plugin's ifb device
 //	tuning.go             the tuning plugin's saved interface settings
+//	withheld.go           cninet's own intent records (see the prevention rule)
 //
 // Adding a plugin is one such file and one line in footprints
 // (pipeline.go). NetworkOf (conflist.go) reads from a conflist which of
@@ -33,11 +34,10 @@
 //	                listing, dump and file read at most once
 //	evidence        pipeline.go: which addresses the set provably held,
 //	                and which of those others hold now (a value)
-//	plan            plan.go: deletions, and restorations of what a DEL
-//	                took from others (a value)
+//	plan            plan.go: deletions (a value)
 //	apply           apply_iptables.go, apply_nftables.go, apply_files.go:
 //	                one batched applier per backend
-//	report          exactly what was removed or added back
+//	report          exactly what was removed
 //
 // A Teardown reads only what its attachment can own. Where the kernel
 // keeps the tables in nf_tables, it first asks over netlink
@@ -90,15 +90,18 @@
 //
 // Anything else is left alone.
 //
-// # The guard rule
+// # The prevention rule
 //
 // Some plugins' DEL deletes by something other than the attachment's own
 // identity: the firewall plugin by the addresses of the cached result
 // (stale after a reboot that kept libcni's cache but not host-local's
 // reservations), portmap's nftables backend by the bare id, on every
-// network. Before any DEL, Remember records what of that belongs to an
-// attachment outside the set that holds the address now; after it, Clean
-// adds back exactly what the DEL took and its holder still holds — never
-// anything of an attachment the caller says no longer lives (Cleaner.Live:
-// being or having been torn down).
+// network. No such DEL is run as it is: before it, Prevent (prevent.go)
+// withholds from the cached result every address the attachment does
+// not provably still own — recording them first in an intent record
+// (withheld.go), each write atomic — and leaves portmap out of the DEL
+// where rules of the same id belong to another attachment. The force
+// cleanup then removes what the DEL did not see, by the ownership rule.
+// What belongs to a live attachment is never removed, at any instant,
+// whatever process dies when, and nothing is ever added back.
 package footprint

@@ -6,10 +6,12 @@ import (
 )
 
 // hostFiles is what the files on the host say about attachments:
-// host-local's reservations and libcni's cached results.
+// host-local's reservations, libcni's cached results and cninet's intent
+// records.
 type hostFiles struct {
 	reservations []reservation
 	cached       []cachedResult
+	records      []intentRecord
 }
 
 // scanAllFiles reads every reservation and cached result of every known
@@ -19,6 +21,7 @@ func scanAllFiles(v *view) hostFiles {
 	for _, n := range sortedNets(v.nets) {
 		f.reservations = append(f.reservations, readAllReservations(v, n)...)
 		f.cached = append(f.cached, readAllCached(v, n)...)
+		f.records = append(f.records, readAllRecords(v, n)...)
 	}
 	return f
 }
@@ -32,6 +35,9 @@ func scanFilesOf(v *view, set attSet) hostFiles {
 	var f hostFiles
 	for _, a := range set.sorted() {
 		n := v.nets[a.Network]
+		if r, ok := readRecordOf(v, n, a.ID); ok {
+			f.records = append(f.records, r)
+		}
 		first := len(f.cached)
 		for _, ifName := range n.ifNames() {
 			if r, ok := readCachedAt(v, n, a.ID, ifName); ok {
@@ -72,6 +78,11 @@ func (f hostFiles) of(set attSet) hostFiles {
 			out.cached = append(out.cached, c)
 		}
 	}
+	for _, r := range f.records {
+		if set[r.att()] {
+			out.records = append(out.records, r)
+		}
+	}
 	return out
 }
 
@@ -87,6 +98,11 @@ func (f hostFiles) still(set attSet) hostFiles {
 	for _, c := range f.cached {
 		if set[c.att()] && exists(c.path) {
 			out.cached = append(out.cached, c)
+		}
+	}
+	for _, r := range f.records {
+		if set[r.att()] && exists(r.path) {
+			out.records = append(out.records, r)
 		}
 	}
 	return out
@@ -105,19 +121,17 @@ func (f hostFiles) addrsOf(set attSet) []netip.Addr {
 			addrs = append(addrs, c.addrs...)
 		}
 	}
-	return addrs
-}
-
-// cachedAddrsOf returns the addresses the set's cached results name: the
-// ones a DEL hands the plugins as the previous result.
-func (f hostFiles) cachedAddrsOf(set attSet) []netip.Addr {
-	var addrs []netip.Addr
-	for _, c := range f.cached {
-		if set[c.att()] {
-			addrs = append(addrs, c.addrs...)
+	for _, r := range f.records {
+		if set[r.att()] {
+			addrs = append(addrs, r.addrs...)
 		}
 	}
 	return addrs
+}
+
+// reserves reports whether a reservation of f names addr for att.
+func (f hostFiles) reserves(att Attachment, addr netip.Addr) bool {
+	return slices.ContainsFunc(f.reservations, func(r reservation) bool { return r.att() == att && r.addr == addr })
 }
 
 func sortedNets(nets map[string]Network) []Network {

@@ -2,7 +2,6 @@ package footprint
 
 import (
 	"net/netip"
-	"slices"
 )
 
 // The firewall plugin (iptables backend) writes, per workload address, in
@@ -15,9 +14,9 @@ import (
 // only for an address the set provably held and nobody else holds now.
 // Its DEL deletes by the addresses of the cached result, which may be
 // stale (a reboot with IPAM on tmpfs hands them to new workloads, whose
-// rules look exactly the same), so it is guarded: the rules of an address
-// another attachment holds are recorded before the DEL and added back
-// after it.
+// rules look exactly the same): the DEL is handed only the addresses the
+// attachment provably still owns (prevent), and the rules of the others
+// are the force cleanup's.
 
 type firewallIPT struct{}
 
@@ -59,74 +58,53 @@ func (firewallIPT) plan(v *view, set attSet, ev *evidence, p *plan) {
 	}
 }
 
-// guardAddrs returns the addresses the DEL will hand the firewall plugin
-// (the cached results of the set's attachments whose network runs it)
-// that CNI-FORWARD may have rules for.
-func (firewallIPT) guardAddrs(v *view, set attSet) []netip.Addr {
-	var out []netip.Addr
-	for _, f := range v.families() {
-		addrs := familyAddrs(delAddrs(v, set), f.v6)
-		if f.mayMention("filter", firewallChain, addrs, nil) {
-			out = append(out, addrs...)
-		}
+// prevent withholds from the DEL every cached address the set does not
+// provably still own (prevent.go): on a network with host-local IPAM one
+// not reserved for the attachment, and any that another attachment holds
+// now — asked only where CNI-FORWARD may have a rule for it, since the
+// attachment's reservation keeps the address from anybody else of its
+// network until the DEL is over.
+func (firewallIPT) prevent(v *view, set attSet, pv *prevention) {
+	type candidate struct {
+		cache cachedResult
+		addr  netip.Addr
 	}
-	return out
-}
-
-// guard records the CNI-FORWARD rules of guarded addresses that an
-// attachment outside the set holds.
-func (firewallIPT) guard(v *view, set attSet, ev *evidence) []guarded {
-	var out []guarded
-	for _, f := range v.families() {
-		addrs := newAddrSet(familyAddrs(delAddrs(v, set), f.v6))
-		if !slices.ContainsFunc(addrs.all(), func(a netip.Addr) bool { return len(ev.held[a]) > 0 }) {
+	var candidates []candidate
+	for _, c := range v.prior.cached {
+		n := v.nets[c.net]
+		if !set[c.att()] || !n.runs("firewall") {
 			continue
 		}
-		for _, r := range firewallRules(f) {
-			if holders := ev.held[r.addr]; len(holders) > 0 && addrs[r.addr] {
-				out = append(out, guarded{holders: holders, addr: r.addr, v6: f.v6, rule: r.rule})
+		for _, a := range c.addrs {
+			if len(n.IPAMDirs) > 0 && !v.prior.reserves(c.att(), a) {
+				pv.withholdAddr(c, a)
+				continue
+			}
+			candidates = append(candidates, candidate{c, a})
+		}
+	}
+	var ask []netip.Addr
+	for _, f := range v.families() {
+		var addrs []netip.Addr
+		for _, c := range candidates {
+			if c.addr.Is6() == f.v6 {
+				addrs = append(addrs, c.addr)
 			}
 		}
-	}
-	return out
-}
-
-// restore adds back the guarded rules that are gone while a holder that
-// lives still holds their address.
-func (firewallIPT) restore(v *view, set attSet, ev *evidence, gs []guarded, live func(Attachment) bool, p *plan) {
-	var now [2]map[string]bool // the lines of CNI-FORWARD, read once per family
-	for _, g := range gs {
-		f := v.ipt[b2i(g.v6)]
-		if g.rule == nil || f == nil || f.listFailed() { // nothing to compare with: it may be there
-			continue
-		}
-		holders := ev.heldBy(g.addr, "", live)
-		if len(holders) == 0 {
-			continue
-		}
-		if now[b2i(g.v6)] == nil {
-			now[b2i(g.v6)] = map[string]bool{}
-			for _, r := range firewallRules(f) {
-				now[b2i(g.v6)][r.rule.line] = true
-			}
-		}
-		if !now[b2i(g.v6)][g.rule.line] {
-			now[b2i(g.v6)][g.rule.line] = true // once, whoever else guarded it
-			p.addBackRule(g.v6, holders[0], "filter", g.rule)
+		if len(addrs) > 0 && f.mayMention("filter", firewallChain, addrs, nil) {
+			ask = append(ask, addrs...)
 		}
 	}
-}
-
-// delAddrs returns the addresses the firewall plugin's DEL is handed: the
-// cached results of the set's attachments whose network runs it.
-func delAddrs(v *view, set attSet) []netip.Addr {
-	withFirewall := attSet{}
-	for a := range set {
-		if v.nets[a.Network].runs("firewall") {
-			withFirewall[a] = true
+	if len(ask) == 0 {
+		return
+	}
+	ev := newEvidence()
+	askHolders(v, set, ev, ask)
+	for _, c := range candidates {
+		if len(ev.held[c.addr]) > 0 {
+			pv.withholdAddr(c.cache, c.addr)
 		}
 	}
-	return v.prior.cachedAddrsOf(withFirewall)
 }
 
 // firewallRule is one of the firewall plugin's rules and its address.

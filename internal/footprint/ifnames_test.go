@@ -94,7 +94,7 @@ func TestTeardownScanFindsTheCachedResultUnderTheAttachmentsInterfaceName(t *tes
 				t.Fatal(err)
 			}
 			cl := footprint.NewCleaner(context.Background(), footprint.Network{Name: "n", IfName: ifName, CacheDir: cache}, hostWith(&fakenft.NFTables{}))
-			cl.Remember([]string{"a"})
+			cl.Prevent([]string{"a"})
 			if _, err := cl.Clean([]string{"a"}); err != nil {
 				t.Fatal(err)
 			}

@@ -191,3 +191,52 @@ func (v *view) cacheName(base string) (Attachment, string, bool) {
 func globEscape(s string) string {
 	return strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `\`, `\\`).Replace(s)
 }
+
+// withholdFromCache rewrites the cached result at path without the
+// addresses of drop, atomically (writeFileAtomic): the DEL that reads it
+// next hands the plugins only what is left. Every other byte of the
+// result stays as libcni wrote it.
+func withholdFromCache(path string, drop addrSet) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var top, result map[string]json.RawMessage
+	var ips []json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return fmt.Errorf("%s: %w", path, errCorruptCache)
+	}
+	if err := json.Unmarshal(top["result"], &result); err != nil {
+		return fmt.Errorf("%s: result: %w", path, errCorruptCache)
+	}
+	if err := json.Unmarshal(result["ips"], &ips); err != nil {
+		return fmt.Errorf("%s: result ips: %w", path, errCorruptCache)
+	}
+	kept := ips[:0]
+	for _, ip := range ips {
+		var entry struct {
+			Address string `json:"address"`
+		}
+		if json.Unmarshal(ip, &entry) == nil {
+			if p, err := netip.ParsePrefix(entry.Address); err == nil && drop[p.Addr().Unmap()] {
+				continue
+			}
+		}
+		kept = append(kept, ip)
+	}
+	if result["ips"], err = json.Marshal(kept); err != nil {
+		return err
+	}
+	if top["result"], err = json.Marshal(result); err != nil {
+		return err
+	}
+	out, err := json.Marshal(top)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, out, fi.Mode().Perm())
+}

@@ -21,8 +21,8 @@ type NFTRule struct {
 	// daddr ==` match names (invalid when there is none, or it is a
 	// prefix or a negation); DNAT is the address a `dnat to` translates to.
 	Saddr, Daddr, DNAT netip.Addr
-	// Expr is the rule's expressions as nft listed them, so that the rule
-	// can be added back exactly as it was.
+	// Expr is the rule's expressions as nft listed them (none in a brief
+	// listing).
 	Expr json.RawMessage
 }
 
@@ -220,28 +220,4 @@ func jsonAddr(raw json.RawMessage) (netip.Addr, bool) {
 	}
 	a, err := netip.ParseAddr(strings.Trim(s, "[]"))
 	return a.Unmap(), err == nil
-}
-
-// sameRule reports whether a and b are the same rule apart from its
-// handle (a rule added back gets a new one).
-func sameRule(a, b NFTRule) bool {
-	return a.Family == b.Family && a.Table == b.Table && a.Chain == b.Chain && a.Comment == b.Comment &&
-		bytes.Equal(a.Expr, b.Expr)
-}
-
-// addRulesJSON is the `nft -j -f -` input that adds rules back: each as
-// listed, without its handle.
-func addRulesJSON(rules []NFTRule) ([]byte, error) {
-	type addRule struct {
-		Family  string          `json:"family"`
-		Table   string          `json:"table"`
-		Chain   string          `json:"chain"`
-		Comment string          `json:"comment,omitempty"`
-		Expr    json.RawMessage `json:"expr"`
-	}
-	cmds := make([]map[string]map[string]addRule, 0, len(rules))
-	for _, r := range rules {
-		cmds = append(cmds, map[string]map[string]addRule{"add": {"rule": {r.Family, r.Table, r.Chain, r.Comment, r.Expr}}})
-	}
-	return json.Marshal(map[string]any{"nftables": cmds})
 }

@@ -29,9 +29,6 @@ type NFTables interface {
 	// DeleteRules deletes rules of one table by chain and handle, in one
 	// transaction: all of them, or none and an error.
 	DeleteRules(ctx context.Context, table NFTable, rules []NFTRule) error
-	// AddRules adds rules back as they were listed (Expr, Comment), in one
-	// transaction.
-	AddRules(ctx context.Context, rules []NFTRule) error
 }
 
 // NFTRuleSketch is a rule as nf_tables itself reports it, without nft:
@@ -150,22 +147,6 @@ func (h *hostNFTables) AnyRule(ctx context.Context, tables []NFTable, match func
 	}
 	wg.Wait()
 	return slices.Contains(found, true), errors.Join(errs...)
-}
-
-// AddRules implements NFTables with `nft -j -f -`: knftables writes rules
-// from text, and these are given as nft listed them, in JSON.
-func (h *hostNFTables) AddRules(ctx context.Context, rules []NFTRule) error {
-	in, err := addRulesJSON(rules)
-	if err != nil {
-		return err
-	}
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, h.bin, "-j", "-f", "-")
-	cmd.Stdin, cmd.Stderr = bytes.NewReader(in), &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("nft -j -f -: %w: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	return nil
 }
 
 // listTable lists one table with `nft -j`, parsing the JSON as nft

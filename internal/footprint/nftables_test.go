@@ -688,7 +688,7 @@ func (tc nftCase) run(t *testing.T, probed bool) {
 			t.Errorf("Discover() = %q, want %q", got, tc.discover)
 		}
 	} else {
-		cl.Remember(tc.clean)
+		cl.Prevent(tc.clean)
 		s.remove(t, tc.delFiles)
 	}
 	items, err := cl.Clean(tc.clean)
@@ -833,7 +833,7 @@ func TestCleanOnAHostWithoutNFTablesCleansTheRestAndIsNoFailure(t *testing.T) {
 			host := s.host(nil)
 			host.NFTables = tc.open
 			cl := footprint.NewCleaner(context.Background(), s.net, host)
-			cl.Remember([]string{"web-1"})
+			cl.Prevent([]string{"web-1"})
 			items, err := cl.Clean([]string{"web-1"})
 			if err != nil {
 				t.Fatalf("Clean: %v, want no error", err)
@@ -854,7 +854,7 @@ func TestCleanWhenNFTablesCannotBeListedDeletesNoNFTRuleAndSaysSo(t *testing.T) 
 	s.nft.FailList = errors.New("netlink: Error: Could not process rule: Operation not permitted")
 	before := s.nft.Rules()
 	cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
-	cl.Remember([]string{"web-1"})
+	cl.Prevent([]string{"web-1"})
 	items, err := cl.Clean([]string{"web-1"})
 	if err == nil || !strings.Contains(err.Error(), "nftables") || !strings.Contains(err.Error(), "Operation not permitted") {
 		t.Fatalf("Clean error = %v, want one about listing nftables", err)
@@ -876,7 +876,7 @@ func TestCleanWhenNFTablesRefusesEveryDeletionReportsEachRule(t *testing.T) {
 	s.nft.FailDelete = errors.New("Error: Could not process rule: Operation not permitted")
 	before := s.nft.Rules()
 	cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
-	cl.Remember([]string{"web-1"})
+	cl.Prevent([]string{"web-1"})
 	items, err := cl.Clean([]string{"web-1"})
 	if err == nil || !strings.Contains(err.Error(), "nftables: deleting") {
 		t.Fatalf("Clean error = %v, want one about deleting nftables rules", err)
@@ -898,7 +898,7 @@ func TestCleanWhenNFTablesRefusesEveryDeletionReportsEachRule(t *testing.T) {
 func TestCleanDeletesEachTablesRulesInOneTransaction(t *testing.T) {
 	s := singleScenario(t)
 	cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
-	cl.Remember([]string{"web-1"})
+	cl.Prevent([]string{"web-1"})
 	if _, err := cl.Clean([]string{"web-1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -962,7 +962,7 @@ func TestCleanFallsBackToOneRuleAtATimeWhenATransactionFails(t *testing.T) {
 			s := singleScenario(t)
 			nft := &flakyNFT{NFTables: s.nft, first: tc.first}
 			cl := footprint.NewCleaner(context.Background(), s.net, s.host(nft))
-			cl.Remember([]string{"web-1"})
+			cl.Prevent([]string{"web-1"})
 			items, err := cl.Clean([]string{"web-1"})
 			if err != nil {
 				t.Fatalf("Clean: %v", err)

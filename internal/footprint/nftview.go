@@ -7,7 +7,7 @@ import (
 	"sync"
 )
 
-// KindNFTRule is an nftables rule removed (or added back) by a run.
+// KindNFTRule is an nftables rule removed by a run.
 const KindNFTRule Kind = "nftables rule"
 
 // nftTables are the tables the plugins' nftables backends write. Both
@@ -27,7 +27,7 @@ type nftView struct {
 	once   sync.Once
 	rules  []NFTRule
 	listed bool // the listing succeeded
-	brief  bool // list without Expr (NFTBriefLister): nothing listed will be added back
+	brief  bool // list without Expr (NFTBriefLister): no rule will be judged by its expressions
 
 	mu      sync.Mutex
 	answers map[string]bool // what was asked in the kernel, by question

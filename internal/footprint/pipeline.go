@@ -14,7 +14,7 @@ import (
 // A run is one pass in one direction: read the host (a view, each thing
 // read once) → evidence (a value: which addresses the set's attachments
 // provably held, which ones other attachments hold now) → plan (a value:
-// deletions, and restorations of what a DEL wrongly took) → apply (one
+// deletions) → apply (one
 // batched applier per backend) → report exactly what changed.
 type footprint interface {
 	// prove returns the addresses the set's attachments provably held
@@ -38,17 +38,6 @@ type byAddress interface {
 	contest(v *view, set attSet, own map[netip.Addr]Attachment) []netip.Addr
 }
 
-// guarding is a footprint whose plugin's DEL deletes by something other
-// than the attachment's own identity. Before the DEL, guardAddrs names
-// the addresses the DEL may act on and guard records what of that
-// belongs to attachments outside the set; after it, restore plans adding
-// back what the DEL took and a holder that lives (live) still holds.
-type guarding interface {
-	guardAddrs(v *view, set attSet) []netip.Addr
-	guard(v *view, set attSet, ev *evidence) []guarded
-	restore(v *view, set attSet, ev *evidence, gs []guarded, live func(Attachment) bool, p *plan)
-}
-
 // footprints is every footprint cninet knows, in the order evidence is
 // gathered (cheapest proof first).
 var footprints = []footprint{
@@ -57,6 +46,7 @@ var footprints = []footprint{
 	portmapIPT{}, portmapNFT{},
 	firewallIPT{},
 	bandwidth{}, tuning{},
+	withheld{},
 }
 
 // claim says an attachment holds (or held) an address.
@@ -69,7 +59,7 @@ type claim struct {
 // addresses the set's attachments provably held, and held, those that an
 // attachment outside the set holds now (every one of them: one that
 // lives may hide behind one that does not). held is complete for the
-// addresses asked about: every contested or guarded one (a GC asks about
+// addresses asked about: every contested one (a GC asks about
 // all).
 type evidence struct {
 	own   map[netip.Addr]Attachment
@@ -110,10 +100,10 @@ func (ev *evidence) owner(addr netip.Addr) (Attachment, bool) {
 }
 
 // gatherInto adds to ev the evidence of a run: the proof of every
-// footprint, then the holders of the addresses that must be judged:
-// extra, and what the byAddress footprints would delete rules for. A
-// proof already in ev stands.
-func gatherInto(v *view, set attSet, extra []netip.Addr, ev *evidence) {
+// footprint, then the holders of the addresses that must be judged: what
+// the byAddress footprints would delete rules for. A proof already in ev
+// stands.
+func gatherInto(v *view, set attSet, ev *evidence) {
 	for _, fp := range footprints {
 		for _, c := range fp.prove(v, set) {
 			if _, dup := ev.own[c.addr]; !dup {
@@ -125,13 +115,10 @@ func gatherInto(v *view, set attSet, extra []netip.Addr, ev *evidence) {
 		for a := range ev.own {
 			ev.asked[a] = true
 		}
-		for _, a := range extra {
-			ev.asked[a] = true
-		}
 		askHoldersOf(v, set, ev, ev.asked)
 		return
 	}
-	asked := slices.Clone(extra)
+	var asked []netip.Addr
 	for _, fp := range footprints {
 		if ba, ok := fp.(byAddress); ok {
 			asked = append(asked, ba.contest(v, set, ev.own)...)
@@ -171,15 +158,4 @@ func newEvidence() *evidence {
 func uniqueAddrs(addrs []netip.Addr) []netip.Addr {
 	slices.SortFunc(addrs, func(a, b netip.Addr) int { return a.Compare(b) })
 	return slices.Compact(addrs)
-}
-
-// guarded is something of an attachment outside the set that a DEL may
-// take: a firewall rule for an address it holds, or a hostport rule of
-// its id on another network.
-type guarded struct {
-	holders []Attachment // who held the address when it was guarded
-	addr    netip.Addr
-	v6      bool
-	rule    *rule    // an iptables rule (table filter), or
-	nft     *NFTRule // an nftables rule
 }

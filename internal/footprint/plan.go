@@ -8,10 +8,11 @@ import (
 // plan is what a run will change, by backend: planned completely before
 // anything is applied, so every judgement is made on the same evidence.
 type plan struct {
-	ipt   [2][]iptChange // iptables, ip6tables
-	nft   []nftChange
-	files []fileChange
-	links []linkChange
+	ipt     [2][]iptChange // iptables, ip6tables
+	nft     []nftChange
+	files   []fileChange
+	links   []linkChange
+	records []fileChange // intent records (withheld.go): removed when all else went well
 
 	// atts numbers the attachments the iptables and nftables changes
 	// name: a sweep plans a hundred thousand of them, for a few
@@ -19,24 +20,20 @@ type plan struct {
 	atts *Report
 }
 
-// iptChange deletes a rule or a whole chain of an attachment, or adds
-// back (add) a guarded rule of another attachment.
+// iptChange deletes a rule or a whole chain of an attachment.
 type iptChange struct {
 	rule  *rule  // a rule, or
 	chain string // a chain to flush and delete
 	att   uint32 // the attachment's index in plan.atts
 	table uint8  // index in iptTables
-	add   bool
 }
 
 func (c iptChange) tableName() string { return iptTables[c.table] }
 
-// nftChange deletes a rule of an attachment, or adds back (add) a guarded
-// rule of another attachment.
+// nftChange deletes a rule of an attachment.
 type nftChange struct {
 	rule *NFTRule
 	att  uint32 // the attachment's index in plan.atts
-	add  bool
 }
 
 // fileChange removes a file of an attachment. A reservation (lockDir set)
@@ -69,18 +66,8 @@ func (p *plan) deleteChain(v6 bool, att Attachment, table, chain string) {
 	p.ipt[b2i(v6)] = append(p.ipt[b2i(v6)], iptChange{att: p.atts.attIndex(att), table: iptTableIndex(table), chain: chain})
 }
 
-// addBackRule adds back a rule of att that a DEL took.
-func (p *plan) addBackRule(v6 bool, att Attachment, table string, r *rule) {
-	p.ipt[b2i(v6)] = append(p.ipt[b2i(v6)], iptChange{att: p.atts.attIndex(att), table: iptTableIndex(table), rule: r, add: true})
-}
-
 func (p *plan) deleteNFTRule(att Attachment, r *NFTRule) {
 	p.nft = append(p.nft, nftChange{att: p.atts.attIndex(att), rule: r})
-}
-
-// addBackNFTRule adds back a rule of att that a DEL took.
-func (p *plan) addBackNFTRule(att Attachment, r *NFTRule) {
-	p.nft = append(p.nft, nftChange{att: p.atts.attIndex(att), rule: r, add: true})
 }
 
 // Kind says what kind of host state an Item was.
@@ -94,6 +81,7 @@ const (
 	KindCachedResult Kind = "cached result"
 	KindLink         Kind = "network device"
 	KindTuningFile   Kind = "tuning backup"
+	KindIntentRecord Kind = "intent record"
 )
 
 // listingFailed reports whether an iptables listing of the run failed:
@@ -132,4 +120,7 @@ func apply(v *view, p *plan, rep *Report) {
 		applyFiles(v, p.files, rep)
 	}
 	applyLinks(v, p.links, rep)
+	if v.errs.err() == nil { // the record is the proof of whatever failed
+		applyFiles(v, p.records, rep)
+	}
 }

@@ -83,7 +83,7 @@ func TestTeardownRemovesTheBandwidthDeviceOfItsAttachmentOnly(t *testing.T) {
 				n.Plugins = []footprint.Plugin{{Type: "bandwidth", Bytes: []byte(`{"type":"bandwidth"}`)}}
 			}
 			cl := footprint.NewCleaner(context.Background(), n, pluginHost(links))
-			if err := cl.Remember([]string{"a"}); err != nil {
+			if _, err := cl.Prevent([]string{"a"}); err != nil {
 				t.Fatal(err)
 			}
 			items, err := cl.Clean([]string{"a"})
@@ -116,7 +116,7 @@ func TestTuningFilesGoWithTheirAttachmentsInterface(t *testing.T) {
 
 	// Teardown of a on eth0: a's eth1 belongs to its other network.
 	cl := footprint.NewCleaner(context.Background(), n, pluginHost(&fakeLinks{}))
-	if err := cl.Remember([]string{"a"}); err != nil {
+	if _, err := cl.Prevent([]string{"a"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cl.Clean([]string{"a"}); err != nil {

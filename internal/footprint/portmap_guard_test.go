@@ -34,19 +34,29 @@ func hostportRules(rules []footprint.NFTRule, addrPrefix string) []string {
 	return out
 }
 
-func TestTheOtherNetworksPortMappingsOfTheSameIDSurviveItsDEL(t *testing.T) {
+// delByIDUnlessOmitted is a DEL chain run as Prevent left it: portmap's
+// nftables DEL (delByID) unless Prevent left portmap out.
+func delByIDUnlessOmitted(id string) func(t *testing.T, s *scenario, p footprint.Prevention) {
+	return func(t *testing.T, s *scenario, p footprint.Prevention) {
+		if !slices.Contains(p.Omit, "portmap") {
+			delByID(t, s.nft, id)
+		}
+	}
+}
+
+func TestTheOtherNetworksPortMappingsOfTheSameIDAreNeverTouchedByItsDEL(t *testing.T) {
 	cases := []struct {
 		name        string
 		hostportNFT bool     // the conflist's portmap uses nftables
 		drop        []string // rules taken out of the capture first
 		whole       bool     // the whole workload is torn down, network 2 too
-		restored    bool
+		omitted     bool     // portmap is left out of the DEL
 	}{
-		{"the rules the DEL took from network 2 are added back", true, nil, false, true},
-		{"nothing is guarded for a portmap on iptables", false, nil, false, false},
-		{"a rule whose address nobody else provably holds stays gone", true, []string{
-			"inet masq_checks 11", "inet masq_checks 12"}, false, false}, // nftnet2's masquerade rules: its proof
-		{"nothing is guarded when the whole workload goes", true, nil, true, false},
+		{"portmap is left out while network 2 has rules of the same id", true, nil, false, true},
+		{"a portmap on iptables is never left out", false, nil, false, false},
+		{"rules of the same id nobody provably holds still keep portmap out", true, []string{
+			"inet masq_checks 11", "inet masq_checks 12"}, false, true}, // nftnet2's masquerade rules: its proof
+		{"the whole workload goes: portmap's DEL runs", true, nil, true, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,20 +69,25 @@ func TestTheOtherNetworksPortMappingsOfTheSameIDSurviveItsDEL(t *testing.T) {
 			}
 			cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
 			cl.WholeWorkload = tc.whole
-			cl.Remember([]string{"same-1"})
-			delByID(t, s.nft, "same-1")
+			p, err := cl.Prevent([]string{"same-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if omitted := slices.Contains(p.Omit, "portmap"); omitted != tc.omitted {
+				t.Fatalf("Omit = %q, want portmap left out: %v", p.Omit, tc.omitted)
+			}
+			if tc.hostportNFT {
+				delByIDUnlessOmitted("same-1")(t, s, p)
+			}
 			if _, err := cl.Clean([]string{"same-1"}); err != nil {
 				t.Fatal(err)
 			}
 			net2After := append(hostportRules(s.nft.Rules(), "198.18.2."), hostportRules(s.nft.Rules(), "fd00:198:18:0:2:")...)
-			if tc.restored != slices.Equal(net2After, net2Before) {
-				t.Fatalf("network 2's hostport rules after network 1's DEL: %q, before: %q, want restored %v", net2After, net2Before, tc.restored)
-			}
-			if tc.restored != (len(cl.Restored()) == len(net2Before)) {
-				t.Errorf("Restored() = %v", cl.Restored())
+			if kept := slices.Equal(net2After, net2Before); kept != !tc.whole {
+				t.Errorf("network 2's hostport rules after network 1's DEL: %q, before: %q, want kept %v", net2After, net2Before, !tc.whole)
 			}
 			if left := append(hostportRules(s.nft.Rules(), "198.18.1."), hostportRules(s.nft.Rules(), "fd00:198:18:0:1:")...); len(left) > 0 {
-				t.Errorf("network 1's own hostport rules came back: %q", left)
+				t.Errorf("network 1's own hostport rules are left: %q", left)
 			}
 		})
 	}

@@ -20,10 +20,10 @@ import (
 // shared and never deleted.
 //
 // Its DEL deletes every rule whose comment is the container id, in every
-// chain, whatever network wrote it: the DEL of id X on one network takes
-// the port mappings of X's attachment on another network with it. So it
-// is guarded: the rules of X whose address another attachment of X holds
-// are recorded before the DEL and added back after it.
+// chain, whatever network wrote it: the DEL of id X on one network would
+// take the port mappings of X's attachment on another network with it.
+// So where such rules are there, portmap is left out of the DEL (prevent)
+// and the force cleanup removes the attachment's own rules by address.
 
 type portmapNFT struct{}
 
@@ -101,62 +101,14 @@ func (portmapNFT) plan(v *view, set attSet, ev *evidence, p *plan) {
 	}
 }
 
-// guardAddrs returns the addresses of rules carrying the set's ids that
-// are none of the set's own addresses: another attachment of the same id
-// (on another network) may hold them. Only networks whose portmap uses
-// nftables need it; the in-kernel look tells most Teardowns there are
-// none without listing.
-func (portmapNFT) guardAddrs(v *view, set attSet) []netip.Addr {
-	var out []netip.Addr
-	for _, r := range foreignIDRules(v, set) {
-		addr, _ := nftHostportAddr(r)
-		out = append(out, addr)
+// prevent leaves portmap out of the DEL chain when rules of the set's ids
+// carry none of the set's addresses: another attachment of the same id
+// (on another network) wrote them, and portmap's DEL would take them.
+// The force cleanup then removes exactly the set's own, by address.
+func (portmapNFT) prevent(v *view, set attSet, pv *prevention) {
+	if len(foreignIDRules(v, set)) > 0 {
+		pv.omitPlugin("portmap")
 	}
-	return out
-}
-
-// guard records the rules of the set's ids whose address an attachment of
-// the same id outside the set holds.
-func (portmapNFT) guard(v *view, set attSet, ev *evidence) []guarded {
-	var out []guarded
-	for _, r := range foreignIDRules(v, set) {
-		addr, _ := nftHostportAddr(r)
-		if holders := ev.heldBy(addr, r.Comment, nil); len(holders) > 0 {
-			out = append(out, guarded{holders: holders, addr: addr, v6: addr.Is6(), nft: &r})
-		}
-	}
-	return out
-}
-
-// restore adds back the guarded rules that are gone while their address
-// is still held by their id outside the set, by an attachment that lives.
-func (portmapNFT) restore(v *view, set attSet, ev *evidence, gs []guarded, live func(Attachment) bool, p *plan) {
-	var now map[string]bool // the rules there now, listed once
-	for _, g := range gs {
-		if g.nft == nil {
-			continue
-		}
-		holders := ev.heldBy(g.addr, g.nft.Comment, live)
-		if len(holders) == 0 {
-			continue
-		}
-		if now == nil {
-			now = map[string]bool{}
-			for _, r := range v.nft.list() {
-				now[ruleKey(r)] = true
-			}
-		}
-		if !v.nft.listed || now[ruleKey(*g.nft)] {
-			continue
-		}
-		now[ruleKey(*g.nft)] = true
-		p.addBackNFTRule(holders[0], g.nft)
-	}
-}
-
-// ruleKey is what sameRule compares, as one string.
-func ruleKey(r NFTRule) string {
-	return r.Family + "\x00" + r.Table + "\x00" + r.Chain + "\x00" + r.Comment + "\x00" + string(r.Expr)
 }
 
 // idRules returns the hostport rules carrying one of the set's ids, in

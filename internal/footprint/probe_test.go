@@ -34,25 +34,25 @@ func listingCalls(s *scenario) []string {
 func TestTeardownReadsOnlyWhatItsAttachmentCanOwnWhereTheHostCanBeProbed(t *testing.T) {
 	cases := []struct {
 		name        string
-		capture     string // what the host holds when Remember runs
+		capture     string // what the host holds when Prevent runs
 		files       []hostFile
 		id          string
 		hostportNFT bool
-		del         func(t *testing.T, s *scenario) // the plugins' DEL
-		listings    []string                        // must be among what is listed; nil: nothing may be
-		restored    int
+		del         func(t *testing.T, s *scenario, p footprint.Prevention) // the plugins' DEL, as Prevent left it
+		listings    []string                                               // must be among what is listed; nil: nothing may be
+		omitted     bool                                                   // portmap is left out of the DEL
 	}{
 		{
 			name:    "after a DEL that removed everything nothing is listed",
 			capture: "single-after-del", files: join(net1Dir, web1Files), id: "web-1",
-			del: func(t *testing.T, s *scenario) { s.remove(t, paths(web1Files)) },
+			del: func(t *testing.T, s *scenario, _ footprint.Prevention) { s.remove(t, paths(web1Files)) },
 		},
 		{
-			name:    "the attachment's own hostport rules need no guard before its DEL",
+			name:    "the attachment's own hostport rules need no listing before its DEL",
 			capture: "single", files: join(net1Dir, web1Files), id: "web-1", hostportNFT: true,
-			del: func(t *testing.T, s *scenario) {
+			del: func(t *testing.T, s *scenario, _ footprint.Prevention) {
 				if slices.Contains(s.nft.Calls(), "ListRules") {
-					t.Errorf("the guard listed the hostport tables: %q", s.nft.Calls())
+					t.Errorf("Prevent listed the hostport tables: %q", s.nft.Calls())
 				}
 				s.nft = loadNFT(t, "single-after-del")
 				s.ipt = [2]*fakeipt.IPTables{loadIPT(t, "single-after-del", false), loadIPT(t, "single-after-del", true)}
@@ -60,16 +60,16 @@ func TestTeardownReadsOnlyWhatItsAttachmentCanOwnWhereTheHostCanBeProbed(t *test
 			},
 		},
 		{
-			name:    "another network's hostport rules of the same id are guarded, listed and added back",
+			name:    "another network's hostport rules of the same id keep portmap out of the DEL",
 			capture: "two-networks-same-id", files: join(same1Net1Files), id: "same-1", hostportNFT: true,
-			del:      func(t *testing.T, s *scenario) { delByID(t, s.nft, "same-1") },
-			listings: []string{"nft ListRules", "nft ListRules"}, restored: 5,
+			del:      delByIDUnlessOmitted("same-1"),
+			listings: []string{"nft ListRules"}, omitted: true,
 		},
 		{
 			name:    "rules a DEL left behind are listed and removed",
 			capture: "leaked-no-del", id: "crash-1",
 			files:    join(net1Dir3, live1Reserved, crash1Reserved, []hostFile{live1Cached, crash1Cached}),
-			del:      func(t *testing.T, s *scenario) {},
+			del:      func(*testing.T, *scenario, footprint.Prevention) {},
 			listings: []string{"nft ListRules"},
 		},
 	}
@@ -83,8 +83,12 @@ func TestTeardownReadsOnlyWhatItsAttachmentCanOwnWhereTheHostCanBeProbed(t *test
 				},
 				NFTables: func() (footprint.NFTables, error) { return fakenft.Matching{NFTables: s.nft}, nil },
 			})
-			cl.Remember([]string{tc.id})
-			tc.del(t, s)
+			before := hostportRules(s.nft.Rules(), "198.18.2.")
+			p, err := cl.Prevent([]string{tc.id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.del(t, s, p)
 			items, err := cl.Clean([]string{tc.id})
 			if err != nil {
 				t.Fatal(err)
@@ -103,8 +107,11 @@ func TestTeardownReadsOnlyWhatItsAttachmentCanOwnWhereTheHostCanBeProbed(t *test
 					got = slices.Delete(got, i, i+1)
 				}
 			}
-			if n := len(cl.Restored()); n != tc.restored {
-				t.Errorf("restored %d rules, want %d: %v", n, tc.restored, cl.Restored())
+			if omitted := slices.Contains(p.Omit, "portmap"); omitted != tc.omitted {
+				t.Errorf("Omit = %q, want portmap left out: %v", p.Omit, tc.omitted)
+			}
+			if after := hostportRules(s.nft.Rules(), "198.18.2."); !slices.Equal(after, before) {
+				t.Errorf("network 2's hostport rules: %q, were %q", after, before)
 			}
 			for _, r := range s.nft.Rules() {
 				if r.Comment == tc.id && (strings.HasPrefix(r.DNAT.String(), "198.18.1.") || strings.HasPrefix(r.DNAT.String(), "fd00:198:18:0:1:")) {
@@ -129,7 +136,7 @@ func TestFailingProbesFallBackToListing(t *testing.T) {
 			return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil
 		},
 	})
-	cl.Remember([]string{"crash-1"})
+	cl.Prevent([]string{"crash-1"})
 	items, err := cl.Clean([]string{"crash-1"})
 	if err != nil {
 		t.Fatalf("Clean: %v; a failed probe must only cost a listing", err)
@@ -158,7 +165,7 @@ func TestDeferredNFTablesEvidenceStillProtectsAnotherAttachmentsFirewallRules(t 
 				host = s.probedHost()
 			}
 			cl := footprint.NewCleaner(context.Background(), s.net, host)
-			cl.Remember([]string{"ghost"})
+			cl.Prevent([]string{"ghost"})
 			if _, err := cl.Clean([]string{"ghost"}); err != nil {
 				t.Fatal(err)
 			}
@@ -184,7 +191,7 @@ func TestAFailingMatcherMeansListing(t *testing.T) {
 			},
 			NFTables: func() (footprint.NFTables, error) { return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil },
 		})
-		cl.Remember([]string{"gone-1"})
+		cl.Prevent([]string{"gone-1"})
 		items, err := cl.Clean([]string{"gone-1"})
 		if err != nil {
 			t.Fatal(err)
@@ -193,20 +200,24 @@ func TestAFailingMatcherMeansListing(t *testing.T) {
 			t.Errorf("removed %v after calls %q; want the tables listed and gone-1's rules removed", items, s.nft.Calls())
 		}
 	})
-	t.Run("before DEL, the hostport rules are guarded", func(t *testing.T) {
+	t.Run("before DEL, another network's hostport rules of the id keep portmap out", func(t *testing.T) {
 		s := newScenario(t, "two-networks-same-id", nftnet1, "eth0", join(same1Net1Files))
 		s.net.HostportNFT = true
 		cl := footprint.NewCleaner(context.Background(), s.net, footprint.Host{
 			IPTables: func(v6 bool) (footprint.IPTables, error) { return s.ipt[b2i(v6)], nil },
 			NFTables: func() (footprint.NFTables, error) { return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil },
 		})
-		cl.Remember([]string{"same-1"})
-		delByID(t, s.nft, "same-1")
+		before := hostportRules(s.nft.Rules(), "198.18.2.")
+		p, err := cl.Prevent([]string{"same-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		delByIDUnlessOmitted("same-1")(t, s, p)
 		if _, err := cl.Clean([]string{"same-1"}); err != nil {
 			t.Fatal(err)
 		}
-		if len(cl.Restored()) == 0 {
-			t.Error("network 2's hostport rules were not guarded and added back")
+		if after := hostportRules(s.nft.Rules(), "198.18.2."); !slices.Contains(p.Omit, "portmap") || !slices.Equal(after, before) || len(before) == 0 {
+			t.Errorf("Omit %q; network 2's hostport rules %q, were %q: want portmap left out and them untouched", p.Omit, after, before)
 		}
 	})
 }

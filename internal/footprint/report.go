@@ -6,7 +6,7 @@ import (
 	"sync"
 )
 
-// Item is one piece of host state that a run removed (or added back).
+// Item is one piece of host state that a run removed.
 type Item struct {
 	Kind    Kind
 	ID      string // the container id that owned it
@@ -20,11 +20,10 @@ type Item struct {
 // as one small entry whose detail shares the listing's text. Items are
 // rendered only when asked for. Safe for concurrent use.
 type Report struct {
-	mu       sync.Mutex
-	atts     []Attachment
-	index    map[Attachment]uint32
-	removed  entries
-	restored entries
+	mu      sync.Mutex
+	atts    []Attachment
+	index   map[Attachment]uint32
+	removed entries
 }
 
 // entry is one Item, compact: detail is the rule line, chain name, path
@@ -51,6 +50,7 @@ const (
 	shapeCachedResult
 	shapeTuningFile
 	shapeLink
+	shapeIntentRecord
 )
 
 // iptTables are the iptables tables a run changes.
@@ -76,27 +76,25 @@ func fileShape(k Kind) shape {
 		return shapeCachedResult
 	case KindTuningFile:
 		return shapeTuningFile
+	case KindIntentRecord:
+		return shapeIntentRecord
 	}
 	panic("footprint: file kind " + string(k) + " has no shape")
 }
 
 func (s shape) kind() Kind {
-	return [...]Kind{KindRule, KindChain, KindNFTRule, KindReservation, KindCachedResult, KindTuningFile, KindLink}[s]
+	return [...]Kind{KindRule, KindChain, KindNFTRule, KindReservation, KindCachedResult, KindTuningFile, KindLink, KindIntentRecord}[s]
 }
 
 // note records one change of att.
-func (r *Report) note(restored bool, att Attachment, e entry) { r.noteAt(restored, r.attIndex(att), e) }
+func (r *Report) note(att Attachment, e entry) { r.noteAt(r.attIndex(att), e) }
 
 // noteAt records one change of the attachment of index att (attIndex).
-func (r *Report) noteAt(restored bool, att uint32, e entry) {
+func (r *Report) noteAt(att uint32, e entry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e.att = att
-	if restored {
-		r.restored.add(e)
-	} else {
-		r.removed.add(e)
-	}
+	r.removed.add(e)
 }
 
 // reserve makes room for n attachments at once.
@@ -165,7 +163,7 @@ func (es entries) all(yield func(entry) bool) {
 }
 
 // item renders an entry of atts.
-func item(atts []Attachment, e entry, restored bool) Item {
+func item(atts []Attachment, e entry) Item {
 	att := atts[e.att]
 	it := Item{Kind: e.shape.kind(), ID: att.ID, Network: att.Network, Detail: e.detail}
 	switch e.shape {
@@ -182,9 +180,6 @@ func item(atts []Attachment, e entry, restored bool) Item {
 		it.Backend, it.Detail = "links", "device "+e.detail
 	default:
 		it.Backend = "files"
-	}
-	if restored {
-		it.Detail += " (added back)"
 	}
 	return it
 }
@@ -209,32 +204,22 @@ func (r *Report) Each(fn func(Item) bool) {
 	atts, removed := r.atts[:len(r.atts):len(r.atts)], r.removed.frozen()
 	r.mu.Unlock()
 	for e := range removed.all {
-		if !fn(item(atts, e, false)) {
+		if !fn(item(atts, e)) {
 			return
 		}
 	}
 }
 
 // Removed returns every removed Item.
-func (r *Report) Removed() []Item { return r.items(false) }
-
-// Restored returns the other attachments' pieces that were added back
-// after a DEL had removed them.
-func (r *Report) Restored() []Item { return r.items(true) }
-
-func (r *Report) items(restored bool) []Item {
+func (r *Report) Removed() []Item {
 	if r == nil {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	es := r.removed
-	if restored {
-		es = r.restored
-	}
-	out := make([]Item, 0, es.n)
-	for e := range es.all {
-		out = append(out, item(r.atts, e, restored))
+	out := make([]Item, 0, r.removed.n)
+	for e := range r.removed.all {
+		out = append(out, item(r.atts, e))
 	}
 	return out
 }

@@ -11,17 +11,16 @@ import (
 func TestAReportRendersEachShapeAsItsItem(t *testing.T) {
 	a, b := Attachment{"n", "a"}, Attachment{"m", "b"}
 	jump := &rule{line: `-A POSTROUTING -s 198.18.0.2/32 -j CNI-x`, chain: postrouting}
-	fw := &rule{line: `-A CNI-FORWARD -s 198.18.0.2/32 -j ACCEPT`, chain: firewallChain}
 	nft := &NFTRule{Family: "ip", Table: "cni_hostport", Chain: "hostports", Handle: 4}
 	v4, v6 := &iptView{}, &iptView{v6: true}
 	var rep Report
-	rep.note(false, a, iptEntry(v4, iptChange{table: natTable, rule: jump}))
-	rep.note(false, a, iptEntry(v6, iptChange{table: natTable, chain: "CNI-x"}))
-	rep.note(false, b, nftEntry(nftChange{rule: nft}))
-	rep.note(false, b, entry{detail: "/run/cni/m/198.18.0.3", shape: fileShape(KindReservation)})
-	rep.note(false, a, entry{detail: "/var/lib/cni/results/n-a-eth0", shape: fileShape(KindCachedResult)})
-	rep.note(false, a, entry{detail: "bwp0123", shape: shapeLink})
-	rep.note(true, b, iptEntry(v4, iptChange{table: filterTable, rule: fw, add: true}))
+	rep.note(a, iptEntry(v4, iptChange{table: natTable, rule: jump}))
+	rep.note(a, iptEntry(v6, iptChange{table: natTable, chain: "CNI-x"}))
+	rep.note(b, nftEntry(nftChange{rule: nft}))
+	rep.note(b, entry{detail: "/run/cni/m/198.18.0.3", shape: fileShape(KindReservation)})
+	rep.note(a, entry{detail: "/var/lib/cni/results/n-a-eth0", shape: fileShape(KindCachedResult)})
+	rep.note(a, entry{detail: "bwp0123", shape: shapeLink})
+	rep.note(b, entry{detail: "/var/lib/cni/cninet/withheld/m/b", shape: fileShape(KindIntentRecord)})
 	want := []Item{
 		{KindRule, "a", "n", "iptables", "iptables nat rule " + jump.line},
 		{KindChain, "a", "n", "ip6tables", "ip6tables nat chain CNI-x"},
@@ -29,15 +28,13 @@ func TestAReportRendersEachShapeAsItsItem(t *testing.T) {
 		{KindReservation, "b", "m", "files", "/run/cni/m/198.18.0.3"},
 		{KindCachedResult, "a", "n", "files", "/var/lib/cni/results/n-a-eth0"},
 		{KindLink, "a", "n", "links", "device bwp0123"},
+		{KindIntentRecord, "b", "m", "files", "/var/lib/cni/cninet/withheld/m/b"},
 	}
 	if got := rep.Removed(); !slices.Equal(got, want) {
 		t.Errorf("Removed() =\n%q\nwant\n%q", got, want)
 	}
-	if got, want := rep.Restored(), []Item{{KindRule, "b", "m", "iptables", "iptables filter rule " + fw.line + " (added back)"}}; !slices.Equal(got, want) {
-		t.Errorf("Restored() = %q, want %q", got, want)
-	}
-	if rep.Len() != 6 || rep.Count(KindRule) != 1 || rep.Count(KindNFTRule) != 1 || rep.Count(KindTuningFile) != 0 {
-		t.Errorf("Len %d, Count(rule) %d, Count(nft rule) %d, Count(tuning) %d; want 6, 1, 1, 0",
+	if rep.Len() != 7 || rep.Count(KindRule) != 1 || rep.Count(KindNFTRule) != 1 || rep.Count(KindTuningFile) != 0 {
+		t.Errorf("Len %d, Count(rule) %d, Count(nft rule) %d, Count(tuning) %d; want 7, 1, 1, 0",
 			rep.Len(), rep.Count(KindRule), rep.Count(KindNFTRule), rep.Count(KindTuningFile))
 	}
 	if ids := rep.IDs(); !slices.Equal(ids, []string{"a", "b"}) {
@@ -60,7 +57,7 @@ func TestAReportReadsItsEntriesInOrderAcrossBlocks(t *testing.T) {
 	var rep Report
 	n := 2*entryBlock + 3
 	for i := range n {
-		rep.note(false, Attachment{"n", fmt.Sprint(i % 7)}, entry{detail: fmt.Sprint(i), shape: shapeLink})
+		rep.note(Attachment{"n", fmt.Sprint(i % 7)}, entry{detail: fmt.Sprint(i), shape: shapeLink})
 	}
 	i := 0
 	rep.Each(func(it Item) bool {

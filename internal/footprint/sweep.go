@@ -1,10 +1,5 @@
 package footprint
 
-import (
-	"net/netip"
-	"slices"
-)
-
 // A sweep (DiscoverAll, then CleanAll) holds one IP family's iptables
 // listings at a time: at ten thousand attachments each family's shared
 // chains hold forty thousand rules, and holding both at once doubles
@@ -59,12 +54,6 @@ func (v *view) byFamily(pass func(f *iptView, last bool)) {
 	}
 }
 
-// guardsFamily reports whether one of gs is an iptables rule of the
-// family: its pass must run to add it back if a DEL took it.
-func guardsFamily(gs []guarded, v6 bool) bool {
-	return slices.ContainsFunc(gs, func(g guarded) bool { return g.rule != nil && g.v6 == v6 })
-}
-
 // discover adds what the footprints find in the view (only the perFamily
 // ones with onlyIPT).
 func (v *view) discover(found attSet, onlyIPT bool) {
@@ -81,20 +70,20 @@ func (v *view) discover(found attSet, onlyIPT bool) {
 // a pass no longer reads once it has planned is let go before it
 // applies: of the listing, the chains it does not delete rule by rule;
 // the files, which the last pass reads again.
-func (c *Cleaner) sweep(v *view, set attSet, gs []guarded, extra []netip.Addr) {
+func (c *Cleaner) sweep(v *view, set attSet) {
 	ev, filesDropped := newEvidence(), false
 	v.byFamily(func(f *iptView, _ bool) {
 		switch {
 		case f == nil, cutShort(v.errs.err()): // a held lock would only be waited for again
 			return
-		case f.sweepsNothing() && !guardsFamily(gs, f.v6): // as DiscoverAll found it: no pass, no listing again
+		case f.sweepsNothing(): // as DiscoverAll found it: no pass, no listing again
 			return
 		case !f.holdsListing() || filesDropped:
 			f.listShared()
 			v.files = scanAllFiles(v) // read after the listing, as readTablesFirst does
 		}
-		gatherInto(v, set, extra, ev)
-		c.run(v, set, gs, ev, isPerFamily, func() {
+		gatherInto(v, set, ev)
+		c.run(v, set, ev, isPerFamily, func() {
 			f.dropHeads()
 			v.files, filesDropped = hostFiles{}, true
 		})
@@ -105,7 +94,7 @@ func (c *Cleaner) sweep(v *view, set attSet, gs []guarded, extra []netip.Addr) {
 	if filesDropped {
 		v.files = scanAllFiles(v) // newer than every listing: it may only show more holders
 	}
-	gatherInto(v, set, extra, ev)
-	c.run(v, set, gs, ev, func(fp footprint) bool { return !isPerFamily(fp) }, func() { v.files = hostFiles{} })
+	gatherInto(v, set, ev)
+	c.run(v, set, ev, func(fp footprint) bool { return !isPerFamily(fp) }, func() { v.files = hostFiles{} })
 	v.ipt = all
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -184,9 +185,10 @@ func (fs *familySweep) listOnlyHost() footprint.Host {
 	return h
 }
 
-// A live neighbour's firewall rules that a DEL took are added back even
-// in a family where the sweep finds nothing else to remove.
-func TestASweepAddsBackWhatTheDELTookInAFamilyWithNothingElse(t *testing.T) {
+// A live neighbour's firewall rules are never handed to libcni's GC DEL
+// of a stale attachment, even in a family where the sweep finds nothing
+// else to remove.
+func TestAGCDELNeverTakesANeighboursRulesInAFamilyWithNothingElse(t *testing.T) {
 	files := []hostFile{
 		cached("n", "eth0", "dead", "198.18.0.5", "fd00:198:18::5"), // stale: both addresses went to the neighbour
 		reserved("n", "eth0", "neighbour", "198.18.0.5"),
@@ -196,13 +198,21 @@ func TestASweepAddsBackWhatTheDELTookInAFamilyWithNothingElse(t *testing.T) {
 	fs.s.net.Plugins = []footprint.Plugin{{Type: "firewall"}}
 	c := footprint.NewSweep(context.Background(), fs.host())
 	dead := []footprint.Attachment{{Network: "n", ID: "dead"}}
-	if err := c.RememberAll(dead); err != nil {
+	if _, err := c.PreventAll(dead); err != nil {
 		t.Fatal(err)
 	}
-	for _, rule := range fs.s.ipt[1].Rules("filter", "CNI-FORWARD") { // the firewall plugin's DEL, by the stale address
-		if err := fs.s.ipt[1].Delete("filter", "CNI-FORWARD", strings.Fields(rule)[2:]...); err != nil {
-			t.Fatal(err)
+	handed := cachedIPs(t, filepath.Join(fs.s.net.CacheDir, "results", "n-dead-eth0"))
+	for _, rule := range fs.s.ipt[1].Rules("filter", "CNI-FORWARD") { // the firewall plugin's DEL, by what the cache hands it
+		for _, a := range handed {
+			if strings.Contains(rule, strings.Split(a, "/")[0]+"/") {
+				if err := fs.s.ipt[1].Delete("filter", "CNI-FORWARD", strings.Fields(rule)[2:]...); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
+	}
+	if got := fs.s.ipt[1].Rules("filter", "CNI-FORWARD"); len(got) != 2 {
+		t.Fatalf("CNI-FORWARD (ip6tables) right after the DEL = %q (the cache handed it %q), want the neighbour's 2 rules", got, handed)
 	}
 	if _, err := c.DiscoverAll(); err != nil {
 		t.Fatal(err)
@@ -211,7 +221,7 @@ func TestASweepAddsBackWhatTheDELTookInAFamilyWithNothingElse(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := fs.s.ipt[1].Rules("filter", "CNI-FORWARD"); len(got) != 2 {
-		t.Errorf("CNI-FORWARD (ip6tables) = %q, want the neighbour's 2 rules added back", got)
+		t.Errorf("CNI-FORWARD (ip6tables) after the sweep = %q, want the neighbour's 2 rules", got)
 	}
 }
 

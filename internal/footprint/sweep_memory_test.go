@@ -29,7 +29,7 @@ func TestASweepOfDeadWorkloadsListsNFTablesWithoutExpressions(t *testing.T) {
 			if tc.sweep {
 				sweep := footprint.NewSweep(context.Background(), host)
 				sweep.WholeWorkload = true
-				if err := sweep.RememberAll([]footprint.Attachment{dead}); err != nil {
+				if _, err := sweep.PreventAll([]footprint.Attachment{dead}); err != nil {
 					t.Fatal(err)
 				}
 				if _, err := sweep.DiscoverAll(); err != nil {
@@ -40,7 +40,7 @@ func TestASweepOfDeadWorkloadsListsNFTablesWithoutExpressions(t *testing.T) {
 				}
 			} else {
 				cl := footprint.NewCleaner(context.Background(), s.net, host)
-				if err := cl.Remember([]string{dead.ID}); err != nil {
+				if _, err := cl.Prevent([]string{dead.ID}); err != nil {
 					t.Fatal(err)
 				}
 				if _, err := cl.Clean([]string{dead.ID}); err != nil {

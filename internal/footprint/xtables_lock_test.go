@@ -245,7 +245,7 @@ func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	cl := NewCleaner(ctx, net, host)
-	cl.Remember([]string{mine.ID})
+	cl.Prevent([]string{mine.ID})
 	removed, err := cl.Clean([]string{mine.ID})
 	if !errors.Is(err, ErrXtablesLock) || len(removed) > 0 {
 		t.Fatalf("behind a held lock: removed %d, err = %v; want nothing removed and ErrXtablesLock", len(removed), err)
@@ -264,7 +264,7 @@ func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T)
 		emu.hold(false, false)
 	}
 	cl = NewCleaner(context.Background(), net, host)
-	cl.Remember([]string{mine.ID})
+	cl.Prevent([]string{mine.ID})
 	if _, err := cl.Clean([]string{mine.ID}); err != nil {
 		t.Fatalf("once the lock is free: %v", err)
 	}
@@ -341,7 +341,7 @@ func TestCleanWithAnEndedContextRunsNothingAndKeepsTheProof(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	cl := NewCleaner(ctx, net, host)
-	cl.Remember([]string{"alloc-1"})
+	cl.Prevent([]string{"alloc-1"})
 	removed, err := cl.Clean([]string{"alloc-1"})
 	if !errors.Is(err, context.Canceled) || len(removed) > 0 {
 		t.Errorf("removed %d, err = %v; want nothing removed and the context's error", len(removed), err)

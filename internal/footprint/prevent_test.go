@@ -1,0 +1,247 @@
+package footprint_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/seed1280861d/cninet/internal/footprint"
+)
+
+// ghostCached is a stale cached result (a reboot kept libcni's cache and
+// wiped host-local's tmpfs) naming what live-1 holds now.
+var ghostCached = cached(nftnet1, "eth0", "ghost", "198.18.1.2", "fd00:198:18:0:1::2")
+
+// cachedIPs reads the addresses a cached result hands a DEL, and fails
+// the test if the file is not whole JSON.
+func cachedIPs(t *testing.T, path string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		ContainerID string `json:"containerId"`
+		Result      struct {
+			IPs []struct{ Address string } `json:"ips"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil || c.ContainerID == "" {
+		t.Fatalf("%s is not a whole cached result (%v): %q", path, err, raw)
+	}
+	var out []string
+	for _, ip := range c.Result.IPs {
+		out = append(out, ip.Address)
+	}
+	return out
+}
+
+// firewallDELByCache does what the firewall plugin's DEL does with the
+// cached result libcni hands it: delete the CNI-FORWARD rules of each of
+// its addresses.
+func firewallDELByCache(t *testing.T, s *scenario, path string) {
+	t.Helper()
+	for _, addr := range cachedIPs(t, path) {
+		p := netip.MustParsePrefix(addr)
+		f, host := s.ipt[0], p.Addr().String()+"/32"
+		if p.Addr().Is6() {
+			f, host = s.ipt[1], p.Addr().String()+"/128"
+		}
+		for _, spec := range [][]string{
+			{"-d", host, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"},
+			{"-s", host, "-j", "ACCEPT"},
+		} {
+			_ = f.Delete("filter", "CNI-FORWARD", spec...) // a rule already gone is no error for the plugin
+		}
+	}
+}
+
+func withFirewall(n footprint.Network) footprint.Network {
+	n.Plugins = []footprint.Plugin{{Type: "bridge"}, {Type: "firewall"}}
+	return n
+}
+
+func TestPreventHandsTheDELOnlyAddressesTheAttachmentProvablyStillOwns(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		files    []hostFile
+		id       string
+		noIPAM   bool // static IPAM: no reservation directory
+		firewall bool
+		withheld []string
+	}{
+		{"an address reserved for the attachment is handed over", join(net1Dir3, crash1Reserved, []hostFile{crash1Cached}),
+			"crash-1", false, true, nil},
+		{"an address without the attachment's reservation is withheld (IPAM wiped by a reboot)", join([]hostFile{ghostCached}),
+			"ghost", false, true, []string{"198.18.1.2", "fd00:198:18:0:1::2"}},
+		{"an address another attachment holds is withheld (static IPAM)", join([]hostFile{ghostCached, live1Cached}),
+			"ghost", true, true, []string{"198.18.1.2", "fd00:198:18:0:1::2"}},
+		{"an address nobody else holds is handed over (static IPAM)", join([]hostFile{cached(nftnet1, "eth0", "ghost", "198.18.1.9", "fd00:198:18:0:1::9")}),
+			"ghost", true, true, nil},
+		{"without the firewall plugin nothing is withheld", join([]hostFile{ghostCached}),
+			"ghost", false, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScenario(t, "leaked-no-del", nftnet1, "eth0", tc.files)
+			if tc.firewall {
+				s.net = withFirewall(s.net)
+			}
+			if tc.noIPAM {
+				s.net.IPAMDirs = nil
+			}
+			cache := filepath.Join(s.net.CacheDir, "results", nftnet1+"-"+tc.id+"-eth0")
+			before := cachedIPs(t, cache)
+			cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+			p, err := cl.Prevent([]string{tc.id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var withheld []string
+			for _, a := range p.Withheld[footprint.Attachment{Network: nftnet1, ID: tc.id}] {
+				withheld = append(withheld, a.String())
+			}
+			if !slices.Equal(withheld, tc.withheld) {
+				t.Errorf("withheld %q, want %q", withheld, tc.withheld)
+			}
+			after := cachedIPs(t, cache)
+			if len(after) != len(before)-len(tc.withheld) {
+				t.Errorf("the cached result hands the DEL %q (was %q), want %d address(es) withheld", after, before, len(tc.withheld))
+			}
+			for _, a := range after {
+				if slices.Contains(tc.withheld, strings.Split(a, "/")[0]) {
+					t.Errorf("the cached result still hands the DEL %s", a)
+				}
+			}
+			record := filepath.Join(s.net.CacheDir, "cninet", "withheld", nftnet1, tc.id)
+			if _, err := os.Stat(record); (err == nil) != (len(tc.withheld) > 0) {
+				t.Errorf("intent record: %v, want one only when something is withheld", err)
+			}
+		})
+	}
+}
+
+// The reboot story, by GC and by Teardown: ghost's stale cached result
+// names live-1's addresses. Its DEL never sees them, so live-1's firewall
+// rules are there right after the DEL; the force cleanup leaves them too,
+// and removes ghost's cache and intent record.
+func TestAStaleCachedResultsDELNeverTouchesTheRulesOfTheAddressesNewHolder(t *testing.T) {
+	for _, gc := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Teardown", true: "GC"}[gc], func(t *testing.T) {
+			s := newScenario(t, "leaked-no-del", nftnet1, "eth0", join(net1Dir3, live1Reserved, crash1Reserved,
+				[]hostFile{live1Cached, crash1Cached, ghostCached}))
+			s.net = withFirewall(s.net)
+			live := [2]string{s.ipt[0].Save("filter"), s.ipt[1].Save("filter")}
+			if !strings.Contains(live[0], "198.18.1.2/32") {
+				t.Fatal("the capture has no firewall rules of live-1")
+			}
+			ghost := footprint.Attachment{Network: nftnet1, ID: "ghost"}
+			var cl *footprint.Cleaner
+			var err error
+			if gc {
+				host := s.host(s.nft)
+				host.Networks = []footprint.Network{s.net}
+				cl = footprint.NewSweep(context.Background(), host)
+				cl.WholeWorkload = true
+				_, err = cl.PreventAll([]footprint.Attachment{ghost})
+			} else {
+				cl = footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+				_, err = cl.Prevent([]string{ghost.ID})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			cache := filepath.Join(s.net.CacheDir, "results", nftnet1+"-ghost-eth0")
+			firewallDELByCache(t, s, cache)
+			for i := range s.ipt {
+				if got := s.ipt[i].Save("filter"); got != live[i] {
+					t.Fatalf("%s filter right after ghost's DEL:\n%s\nwas:\n%s", familyLabel(i), got, live[i])
+				}
+			}
+			if gc {
+				if _, err := cl.DiscoverAll(); err != nil {
+					t.Fatal(err)
+				}
+				err = cl.CleanAll([]footprint.Attachment{ghost})
+			} else {
+				_, err = cl.Clean([]string{ghost.ID})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range s.ipt {
+				if got := s.ipt[i].Save("filter"); got != live[i] {
+					t.Errorf("%s filter after the cleanup:\n%s\nwas:\n%s", familyLabel(i), got, live[i])
+				}
+			}
+			for _, f := range s.files(t) {
+				if strings.Contains(f, "ghost") {
+					t.Errorf("left %s", f)
+				}
+			}
+		})
+	}
+}
+
+// A process killed at any step of Prevent's two writes (the intent
+// record, then the cached result) leaves each file whole, old or new, and
+// the next Teardown finishes: the DEL never sees the withheld addresses,
+// and nothing of the attachment is left.
+func TestAPreventionKilledAtAnyWriteIsFinishedByTheNextTeardown(t *testing.T) {
+	steps := []string{"write", "sync", "rename", "sync dir"}
+	for k := range 2 * len(steps) {
+		file := map[bool]string{false: "intent record", true: "cached result"}[k >= len(steps)]
+		t.Run(fmt.Sprintf("killed before %s of the %s", steps[k%len(steps)], file), func(t *testing.T) {
+			s := newScenario(t, "leaked-no-del", nftnet1, "eth0", join(net1Dir3, live1Reserved, []hostFile{live1Cached, ghostCached}))
+			s.net = withFirewall(s.net)
+			live := s.ipt[0].Save("filter")
+			cache := filepath.Join(s.net.CacheDir, "results", nftnet1+"-ghost-eth0")
+			record := filepath.Join(s.net.CacheDir, "cninet", "withheld", nftnet1, "ghost")
+			killed := errors.New("killed")
+			n := 0
+			undo := footprint.SetCrashAt(func(string) error {
+				if n++; n > k {
+					return killed
+				}
+				return nil
+			})
+			_, err := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft)).Prevent([]string{"ghost"})
+			undo()
+			if !errors.Is(err, killed) {
+				t.Fatalf("Prevent = %v, want it cut short", err)
+			}
+			if ips := cachedIPs(t, cache); len(ips) != 2 && len(ips) != 0 {
+				t.Errorf("the cached result hands the DEL %q: neither the old file nor the new", ips)
+			}
+			if raw, err := os.ReadFile(record); err == nil && !json.Valid(raw) {
+				t.Errorf("the intent record is cut: %q", raw)
+			}
+			// The next Teardown: Prevent, the DEL as it is then, Clean.
+			cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+			if _, err := cl.Prevent([]string{"ghost"}); err != nil {
+				t.Fatal(err)
+			}
+			firewallDELByCache(t, s, cache)
+			if got := s.ipt[0].Save("filter"); got != live {
+				t.Fatalf("live-1's firewall rules right after the DEL:\n%s\nwant:\n%s", got, live)
+			}
+			if err := os.Remove(cache); err != nil { // libcni, at the end of the DEL
+				t.Fatal(err)
+			}
+			if _, err := cl.Clean([]string{"ghost"}); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range s.files(t) {
+				if strings.Contains(f, "ghost") {
+					t.Errorf("left %s", f)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,213 @@
+package footprint
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// The intent record. Before a DEL, Prevent takes out of libcni's cached
+// result every address the attachment does not provably still own (the
+// firewall plugin's DEL deletes by those addresses; see prevent.go). It
+// first writes what it takes out, fsynced, to
+//
+//	<CacheDir>/cninet/withheld/<network>/<container id>
+//	{"network":"N","id":"ID","addresses":["198.18.0.5"]}
+//
+// and only then rewrites the cached result. The record proves those
+// addresses to the force cleanup, which removes their rules by the
+// ownership rule instead of the DEL: libcni deletes its cached result at
+// the end of the DEL, and a runner killed before the cleanup would lose
+// the proof with it. The cleanup removes the record last, once everything
+// else went well; until then any later Teardown or GC of the attachment
+// reads it and finishes the work. A record holds no address: it speaks
+// of an attachment that was being torn down.
+
+type withheld struct{}
+
+// intentRecord is one intent record.
+type intentRecord struct {
+	net, id, path string
+	addrs         []netip.Addr
+}
+
+func (r intentRecord) att() Attachment { return Attachment{r.net, r.id} }
+
+// intentRecordFile is the record's JSON form.
+type intentRecordFile struct {
+	Network   string       `json:"network"`
+	ID        string       `json:"id"`
+	Addresses []netip.Addr `json:"addresses"`
+}
+
+func recordDir(cacheDir, network string) string {
+	return filepath.Join(cacheDir, "cninet", "withheld", network)
+}
+
+func recordPath(cacheDir, network, id string) string {
+	return filepath.Join(recordDir(cacheDir, network), id)
+}
+
+func (withheld) prove(v *view, set attSet) []claim {
+	var out []claim
+	for _, f := range []hostFiles{v.prior, v.files} {
+		for _, r := range f.records {
+			if set[r.att()] {
+				for _, a := range r.addrs {
+					out = append(out, claim{a, r.att()})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (withheld) holders(*view, attSet, addrSet) []claim { return nil }
+
+// plan removes the set's records, last and only when the rest went well
+// (plan.records).
+func (withheld) plan(v *view, set attSet, _ *evidence, p *plan) {
+	for _, r := range append(slices.Clip(v.prior.records), v.files.records...) {
+		if set[r.att()] && !slices.ContainsFunc(p.records, func(c fileChange) bool { return c.path == r.path }) {
+			p.records = append(p.records, fileChange{kind: KindIntentRecord, att: r.att(), path: r.path})
+		}
+	}
+}
+
+func (withheld) discover(v *view, found attSet) {
+	for _, r := range v.files.records {
+		found[r.att()] = true
+	}
+}
+
+// readRecordOf reads the record of one attachment, if there is one. A
+// record that cannot be read proves nothing but is the attachment's by
+// its path, and goes with it.
+func readRecordOf(v *view, n Network, id string) (intentRecord, bool) {
+	path := recordPath(n.CacheDir, n.Name, id)
+	r, err := readRecord(path)
+	switch {
+	case err == nil:
+		return r, r.att() == Attachment{n.Name, id}
+	case errors.Is(err, os.ErrNotExist):
+		return intentRecord{}, false
+	}
+	return intentRecord{net: n.Name, id: id, path: path}, true
+}
+
+// readAllRecords reads every record of n.
+func readAllRecords(v *view, n Network) []intentRecord {
+	entries, err := os.ReadDir(recordDir(n.CacheDir, n.Name))
+	if !errors.Is(err, os.ErrNotExist) {
+		v.errs.add(err)
+	}
+	var out []intentRecord
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !IsContainerID(e.Name()) {
+			continue // a temporary file of a write cut short, say
+		}
+		if r, ok := readRecordOf(v, n, e.Name()); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func readRecord(path string) (intentRecord, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return intentRecord{}, err
+	}
+	var f intentRecordFile
+	if err := json.Unmarshal(raw, &f); err != nil || !IsContainerID(f.ID) || f.Network == "" {
+		return intentRecord{}, fmt.Errorf("%s: not a readable intent record", path)
+	}
+	return intentRecord{net: f.Network, id: f.ID, path: path, addrs: f.Addresses}, nil
+}
+
+// writeRecord records that att's addresses addrs are withheld from its
+// DEL, adding them to what an earlier record says.
+func writeRecord(cacheDir string, att Attachment, addrs []netip.Addr) error {
+	path := recordPath(cacheDir, att.Network, att.ID)
+	if old, err := readRecord(path); err == nil {
+		addrs = append(slices.Clone(old.addrs), addrs...)
+	}
+	raw, err := json.Marshal(intentRecordFile{Network: att.Network, ID: att.ID, Addresses: uniqueAddrs(addrs)})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("writing intent record: %w", err)
+	}
+	return writeFileAtomic(path, raw, 0o600)
+}
+
+// crashAt, when a test sets it, is called at each step of an atomic write
+// and stops the write there when it returns an error, as a process killed
+// at that point would.
+var crashAt func(step string) error
+
+func step(name string) error {
+	if crashAt == nil {
+		return nil
+	}
+	return crashAt(name)
+}
+
+// writeFileAtomic replaces path with data: a reader, or a process that
+// dies at any point, sees either the old file or the whole new one, and
+// the new one survives a crash of the host once it returns.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".cninet-tmp")
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("writing %s: %w", path, err)
+		}
+	}()
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if err := step("write"); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := step("sync"); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := step("rename"); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if err := step("sync dir"); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
