@@ -51,15 +51,15 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 			return nil, err
 		}
 	}
-	return c.attachAll(ctx, att, netns, nets, len(nets) > 1)
+	return c.attachAll(ctx, att, netns, nets, false)
 }
 
 // attachAll attaches nets concurrently, all or nothing (see Setup), and
-// returns their statuses in the order of nets. alongside says the
-// workload has other attachments meanwhile (nets are several, or it is
-// attached elsewhere): a detach between attempts or in the rollback then
-// leaves out what deletes by the bare container id (see detach).
-func (c *Configurator) attachAll(ctx context.Context, att attachment, netns string, nets []netAttachment, alongside bool) (*NetworkStatus, error) {
+// returns their statuses in the order of nets. others says the workload
+// keeps attachments besides nets (Connect): a rollback then takes only
+// nets away, and no DEL may reach the others (see detach).
+func (c *Configurator) attachAll(ctx context.Context, att attachment, netns string, nets []netAttachment, others bool) (*NetworkStatus, error) {
+	alongside := others || len(nets) > 1
 	sts := make([]*NetworkStatus, len(nets))
 	errs := make([]error, len(nets))
 	attachCtx, cancel := context.WithCancel(ctx)
@@ -74,7 +74,7 @@ func (c *Configurator) attachAll(ctx context.Context, att attachment, netns stri
 	})
 	cancel() // every ADD returned: nothing is still adding when the rollback runs
 	if failed := setupFailures(ctx, errs); failed != nil {
-		if rerr := c.rollback(ctx, att, netns, nets, alongside); rerr != nil {
+		if rerr := c.rollback(ctx, att, netns, nets, others); rerr != nil {
 			failed = fmt.Errorf("%w; rollback incomplete, Teardown the allocation to finish it: %w", failed, rerr)
 		}
 		return nil, failed
@@ -212,7 +212,7 @@ func (c *Configurator) checkPluginsIn(conf loadedConf) error {
 // context may be the very reason Setup failed; only its values (the
 // trace) carry over. What it could not remove (a held xtables lock, say)
 // is left for a Teardown, and its error says so.
-func (c *Configurator) rollback(ctx context.Context, att attachment, netns string, nets []netAttachment, alongside bool) error {
+func (c *Configurator) rollback(ctx context.Context, att attachment, netns string, nets []netAttachment, others bool) error {
 	ctx, cancel := context.WithTimeout(inSetup(context.WithoutCancel(ctx)), rollbackTimeout)
 	defer cancel()
 	members := make([]member, len(nets))
@@ -220,7 +220,7 @@ func (c *Configurator) rollback(ctx context.Context, att attachment, netns strin
 		members[i] = member{n: n, att: att}
 	}
 	ctx, span := c.tel.startSpan(ctx, spanRollback)
-	err := c.detachAll(ctx, netns, members, alongside)
+	err := c.detachAll(ctx, netns, members, others)
 	span.end(err)
 	if err != nil {
 		c.logger.Error("rollback of failed setup incomplete", "alloc_id", att.id, "error", err)
@@ -260,14 +260,21 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 	if err != nil {
 		return err
 	}
-	return c.detachAll(ctx, netns, members, len(members) > 1)
+	return c.detachAll(ctx, netns, members, false)
 }
 
 // detachAll detaches members concurrently; one network's failure does
 // not stop the others, and the errors are joined the last network first.
-// alongside says the workload has other attachments meanwhile (see
-// detach).
-func (c *Configurator) detachAll(ctx context.Context, netns string, members []member, alongside bool) error {
+// others says the workload keeps attachments besides members (Disconnect,
+// a Connect rolled back). With several members, or others, no member's
+// DEL runs portmap's nftables backend, which deletes by the bare
+// container id on every network (see detach); when the whole workload
+// goes, that DEL runs once for all of them first (delHostportsOnce).
+func (c *Configurator) detachAll(ctx context.Context, netns string, members []member, others bool) error {
+	alongside := others || len(members) > 1
+	if alongside && !others {
+		c.delHostportsOnce(ctx, netns, members)
+	}
 	errs := make([]error, len(members))
 	eachNetwork(len(members), func(i int) { errs[i] = c.detach(ctx, members[i].att, netns, members[i].n, alongside) })
 	var failed []error
@@ -340,6 +347,45 @@ func (c *Configurator) detach(ctx context.Context, att attachment, netns string,
 		c.logger.Warn("CNI DEL failed; force cleanup removed what was left", "alloc_id", att.id, "network", n.name(), "error", removeErr)
 	}
 	return nil
+}
+
+// delHostportsOnce runs, for a whole workload leaving several networks,
+// the DEL of portmap's nftables backend once, before the networks are
+// detached (each without portmap, concurrently): that DEL deletes every
+// hostport rule carrying the container id, on every network, so one is
+// all the workload needs, and two at once make one fail halfway. It runs
+// only when every such rule is the leaving attachments' own
+// (footprint.Cleaner.HostportDELReachesOnlySet): the same id may be
+// attached to a network this Configurator does not know, by another
+// runtime. It runs on no libcni cache: the networks' own DELs still need
+// their cached results. Whatever it does not remove, the force cleanup
+// removes by proof; its failure is only logged.
+func (c *Configurator) delHostportsOnce(ctx context.Context, netns string, members []member) {
+	var nft []member
+	var atts []footprint.Attachment
+	for _, m := range members {
+		if m.n.conf.info.footprint.HostportNFT {
+			nft = append(nft, m)
+		}
+		atts = append(atts, footprint.Attachment{Network: m.n.name(), ID: m.att.id})
+	}
+	if len(nft) == 0 {
+		return
+	}
+	m := nft[0]
+	cl := footprint.NewCleaner(ctx, c.footprintNetwork(m.n.conf, m.n.ifName, nil), c.host())
+	if only, err := cl.HostportDELReachesOnlySet(atts); !only {
+		c.logger.Debug("portmap's nftables DEL left out: rules of the same container id are not the leaving attachments'",
+			"alloc_id", m.att.id, "error", err)
+		return
+	}
+	ctx, span := c.tel.startSpan(ctx, spanDel)
+	err := c.driverFor(m.n).delHostports(ctx, m.att, m.n, netns)
+	span.end(err)
+	if err != nil {
+		c.logger.Warn("portmap's DEL of a leaving workload failed; the force cleanup removes its rules where it can prove them",
+			"alloc_id", m.att.id, "network", m.n.name(), "error", err)
+	}
 }
 
 // logPrevented reports what a DEL was kept from: addresses withheld from

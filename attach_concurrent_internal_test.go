@@ -171,9 +171,9 @@ func (r recordingDels) del(ctx context.Context, att attachment, n netAttachment,
 // the hostport rules another such network's ADD is writing, and a
 // Teardown's DEL of one would take the other networks': portmap's
 // nftables DEL deletes by the bare container id. So every DEL of such a
-// network runs without portmap while the workload has other networks,
-// and then nothing needs to wait: the networks attach and detach
-// concurrently.
+// network runs without portmap while the workload has other networks
+// (a Teardown runs portmap's DEL once for all of them first), and then
+// nothing needs to wait: the networks attach and detach concurrently.
 func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t *testing.T) {
 	f := newMultiFixture(t, quickRetry)
 	alloc := &Allocation{ID: "w", NetworkNames: []string{"b", "c", "a"}}
@@ -225,8 +225,11 @@ func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t 
 	if !reflect.DeepEqual(omitted, want) {
 		t.Errorf("plugins left out of each DEL, by network: %q, want portmap out of every nftables-portmap DEL: %q", omitted, want)
 	}
-	if got := f.drv.byNetwork(); got["a"] != "ADD eth2, DEL eth2" || got["b"] != "ADD eth0, DEL eth0, ADD eth0, DEL eth0" || got["c"] != "ADD eth1, DEL eth1" {
-		t.Fatalf("driver calls %v: want b retried, every network attached and detached", got)
+	// The Teardown, the whole workload leaving: portmap's DEL once, for
+	// every network, on the first nftables-portmap network, before any
+	// network's own DEL.
+	if got := f.drv.byNetwork(); got["a"] != "ADD eth2, DEL eth2" || got["b"] != "ADD eth0, DEL eth0, ADD eth0, DEL portmap eth0, DEL eth0" || got["c"] != "ADD eth1, DEL eth1" {
+		t.Fatalf("driver calls %v: want b retried, portmap's DEL once at the Teardown, every network attached and detached", got)
 	}
 }
 

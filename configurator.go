@@ -226,7 +226,8 @@ func New(cfg Config) (*Configurator, error) {
 	// unsynchronised, which races when workloads attach concurrently.
 	c.lib = libcni.NewCNIConfigWithCacheDir(c.pluginDirs, c.cacheDir,
 		&invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}})
-	c.driver = libDriver{c.lib}
+	c.driver = libDriver{lib: c.lib, noCache: libcni.NewCNIConfigWithCacheDir(c.pluginDirs, filepath.Join(c.cacheDir, "cninet", "no-cache"),
+		&invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}})}
 	conf, nets, err := c.readNets()
 	if err != nil {
 		return nil, err

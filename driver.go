@@ -2,6 +2,7 @@ package cninet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -18,6 +19,10 @@ type netDriver interface {
 	// del runs n's DEL chain without the plugins of the types in omit
 	// (see detach).
 	del(ctx context.Context, att attachment, n netAttachment, netns string, omit []string) error
+	// delHostports runs only n's portmap DEL, on no libcni cache: the
+	// networks' own DELs still need their cached results (see
+	// delHostportsOnce).
+	delHostports(ctx context.Context, att attachment, n netAttachment, netns string) error
 	check(ctx context.Context, att attachment, n netAttachment, netns string) error
 	// runsPlugins reports whether cninet runs the plugin binaries from
 	// PluginDirs itself, so it can look for them first and ask them
@@ -56,6 +61,19 @@ func (d cniDriver) del(ctx context.Context, att attachment, n netAttachment, net
 	return d.c.cni.Remove(ctx, att.id, netns, att.opts()...)
 }
 
+// delHostports goes through libcni: go-cni runs whole chains only. An
+// injected Config.CNI runs its plugins itself: cninet runs none.
+func (d cniDriver) delHostports(ctx context.Context, att attachment, n netAttachment, netns string) error {
+	if !d.c.findPlugins {
+		return errWholeChainsOnly
+	}
+	return d.c.driver.delHostports(ctx, att, n, netns)
+}
+
+// errWholeChainsOnly says an injected Config.CNI cannot run one plugin of
+// a chain alone.
+var errWholeChainsOnly = errors.New("the injected CNI runs whole DEL chains only")
+
 func (d cniDriver) check(ctx context.Context, att attachment, _ netAttachment, netns string) error {
 	return d.c.cni.Check(ctx, att.id, netns, att.opts()...)
 }
@@ -66,7 +84,13 @@ func (d cniDriver) runsPlugins() bool { return d.c.findPlugins }
 // directly. go-cni cannot: it names a network's interface after the
 // network's place in its own list, so it could never put a workload's
 // second network, alone, on eth1.
-type libDriver struct{ lib *libcni.CNIConfig }
+type libDriver struct {
+	lib *libcni.CNIConfig
+	// noCache is lib on a cache directory nothing ever writes: a DEL
+	// only removes from it, so a DEL through it leaves libcni's cache
+	// alone.
+	noCache *libcni.CNIConfig
+}
 
 // runtimeConf is what libcni is told about n's attachment: the same
 // container id and args as every network, the port mappings only where
@@ -95,6 +119,15 @@ func (d libDriver) del(ctx context.Context, att attachment, n netAttachment, net
 	return d.lib.DelNetworkList(ctx, withoutPlugins(n.conf.list, omit), d.runtimeConf(att, n, netns))
 }
 
+// onlyPlugin returns list with only its plugins of type typ.
+func onlyPlugin(list *libcni.NetworkConfigList, typ string) *libcni.NetworkConfigList {
+	out := *list
+	out.Plugins = slices.DeleteFunc(slices.Clone(list.Plugins), func(p *libcni.PluginConfig) bool {
+		return p.Network == nil || p.Network.Type != typ
+	})
+	return &out
+}
+
 // withoutPlugins returns list without the plugins of the types in omit;
 // libcni still reads and removes the cached result by the list's name.
 func withoutPlugins(list *libcni.NetworkConfigList, omit []string) *libcni.NetworkConfigList {
@@ -106,6 +139,10 @@ func withoutPlugins(list *libcni.NetworkConfigList, omit []string) *libcni.Netwo
 		return p.Network != nil && slices.Contains(omit, p.Network.Type)
 	})
 	return &out
+}
+
+func (d libDriver) delHostports(ctx context.Context, att attachment, n netAttachment, netns string) error {
+	return d.noCache.DelNetworkList(ctx, onlyPlugin(n.conf.list, "portmap"), d.runtimeConf(att, n, netns))
 }
 
 func (d libDriver) check(ctx context.Context, att attachment, n netAttachment, netns string) error {

@@ -121,6 +121,11 @@ func (f *fakeDriver) del(_ context.Context, att attachment, n netAttachment, _ s
 	return nil
 }
 
+func (f *fakeDriver) delHostports(_ context.Context, att attachment, n netAttachment, _ string) error {
+	f.record("DEL portmap", att, n)
+	return nil
+}
+
 func (f *fakeDriver) check(_ context.Context, att attachment, n netAttachment, _ string) error {
 	f.record("CHECK", att, n)
 	f.mu.Lock()

@@ -129,7 +129,8 @@ var removeOldWays = []struct {
 // After a reboot with host-local's reservations on tmpfs and libcni's
 // cache on disk, a new workload gets the address an old one had, and the
 // old one's cache still names it. The firewall plugin's DEL of the old one
-// deletes by that address: the new workload's rules must stay.
+// deletes by the addresses of that cache: it must never see the new
+// workload's, whose rules stay there at every instant.
 func TestRebootWithIPAMOnTmpfsKeepsTheNewHolderOfARecycledAddress(t *testing.T) {
 	for _, way := range removeOldWays {
 		t.Run(way.name, func(t *testing.T) {
@@ -254,7 +255,11 @@ func testRecycledAddress(t *testing.T, set netsandbox.PluginSet, remove removeOl
 	assertForwardRules(t, "before the old allocation is removed", r.newAddrs, 2)
 	reach("before the old allocation is removed")
 
-	if err := remove(ctxFor(t, time.Minute), c, r.old, r.oldNetns); err != nil {
+	var err error
+	sampleWhile(t, "new's CNI-FORWARD rules while the old allocation is removed", 2*len(r.newAddrs),
+		func() (int, error) { return countForwardRules(r.newAddrs) },
+		func() { err = remove(ctxFor(t, time.Minute), c, r.old, r.oldNetns) })
+	if err != nil {
 		t.Fatal(err)
 	}
 	assertForwardRules(t, "after the old allocation is removed", r.newAddrs, 2)

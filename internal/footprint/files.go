@@ -29,8 +29,10 @@ func scanAllFiles(v *view) hostFiles {
 // scanFilesOf reads the files of the set's attachments only. An
 // attachment's cached result names its addresses, so only those
 // reservation files are read; one without a readable one (a failed ADD is
-// not cached; a crash can leave it empty) costs one read of its network's
-// IPAM directories.
+// not cached; a crash can leave it empty), or whose cached result names
+// an address host-local did not reserve for it (stale: from before a
+// reboot, and a failed ADD since may hold another), costs one read of its
+// network's IPAM directories.
 func scanFilesOf(v *view, set attSet) hostFiles {
 	var f hostFiles
 	for _, a := range set.sorted() {
@@ -44,20 +46,23 @@ func scanFilesOf(v *view, set attSet) hostFiles {
 				f.cached = append(f.cached, r)
 			}
 		}
-		if !slices.ContainsFunc(f.cached[first:], func(c cachedResult) bool { return len(c.addrs) > 0 }) {
+		firstReservation, stale := len(f.reservations), false
+		for _, cached := range f.cached[first:] {
+			for _, addr := range cached.addrs {
+				reserved := false
+				for _, dir := range n.IPAMDirs {
+					if r, err := readReservation(n.Name, dir, addr); err == nil && r.id == a.ID {
+						f.reservations, reserved = append(f.reservations, r), true
+					}
+				}
+				stale = stale || (!reserved && len(n.IPAMDirs) > 0)
+			}
+		}
+		if stale || !slices.ContainsFunc(f.cached[first:], func(c cachedResult) bool { return len(c.addrs) > 0 }) {
+			f.reservations = f.reservations[:firstReservation] // read again, all of them
 			for _, r := range readAllReservations(v, n) {
 				if r.id == a.ID {
 					f.reservations = append(f.reservations, r)
-				}
-			}
-			continue
-		}
-		for _, cached := range f.cached[first:] {
-			for _, addr := range cached.addrs {
-				for _, dir := range n.IPAMDirs {
-					if r, err := readReservation(n.Name, dir, addr); err == nil && r.id == a.ID {
-						f.reservations = append(f.reservations, r)
-					}
 				}
 			}
 		}

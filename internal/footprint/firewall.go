@@ -61,15 +61,17 @@ func (firewallIPT) plan(v *view, set attSet, ev *evidence, p *plan) {
 // prevent withholds from the DEL every cached address the set does not
 // provably still own (prevent.go): on a network with host-local IPAM one
 // not reserved for the attachment, and any that another attachment holds
-// now — asked only where CNI-FORWARD may have a rule for it, since the
-// attachment's reservation keeps the address from anybody else of its
-// network until the DEL is over.
+// now. For an address reserved for the attachment that costs a read of
+// the other networks' reservation files and nothing else: its
+// reservation keeps it from anybody else of its network until the DEL is
+// over (see contested).
 func (firewallIPT) prevent(v *view, set attSet, pv *prevention) {
 	type candidate struct {
 		cache cachedResult
 		addr  netip.Addr
 	}
 	var candidates []candidate
+	var ask []netip.Addr
 	for _, c := range v.prior.cached {
 		n := v.nets[c.net]
 		if !set[c.att()] || !n.runs("firewall") {
@@ -81,18 +83,7 @@ func (firewallIPT) prevent(v *view, set attSet, pv *prevention) {
 				continue
 			}
 			candidates = append(candidates, candidate{c, a})
-		}
-	}
-	var ask []netip.Addr
-	for _, f := range v.families() {
-		var addrs []netip.Addr
-		for _, c := range candidates {
-			if c.addr.Is6() == f.v6 {
-				addrs = append(addrs, c.addr)
-			}
-		}
-		if len(addrs) > 0 && f.mayMention("filter", firewallChain, addrs, nil) {
-			ask = append(ask, addrs...)
+			ask = append(ask, a)
 		}
 	}
 	if len(ask) == 0 {

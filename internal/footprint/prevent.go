@@ -147,3 +147,23 @@ func (c *Cleaner) withhold(w *withholding) error {
 	}
 	return nil
 }
+
+// HostportDELReachesOnlySet reports whether portmap's nftables DEL of the
+// attachments' ids, which deletes every hostport rule carrying one of
+// them on every network, would reach only rules of the attachments
+// themselves: no rule of those ids carries an address none of them held.
+// A whole workload that leaves several networks (Teardown, a Setup's
+// rollback) then runs that DEL once for all of them, instead of proving
+// each rule by address (see the prevention rule). An error says the
+// rules could not be read: the answer is no.
+func (c *Cleaner) HostportDELReachesOnlySet(atts []Attachment) (bool, error) {
+	errs := &errList{}
+	set := c.set(atts)
+	v := newView(c.ctx, c.host, c.nets, false, errs)
+	v.prior = scanFilesOf(v, set)
+	foreign := foreignIDRules(v, set)
+	if err := errs.errExcept(ErrIPTablesMissing); err != nil {
+		return false, err
+	}
+	return len(foreign) == 0, nil
+}

@@ -39,8 +39,8 @@ func TestTeardownReadsOnlyWhatItsAttachmentCanOwnWhereTheHostCanBeProbed(t *test
 		id          string
 		hostportNFT bool
 		del         func(t *testing.T, s *scenario, p footprint.Prevention) // the plugins' DEL, as Prevent left it
-		listings    []string                                               // must be among what is listed; nil: nothing may be
-		omitted     bool                                                   // portmap is left out of the DEL
+		listings    []string                                                // must be among what is listed; nil: nothing may be
+		omitted     bool                                                    // portmap is left out of the DEL
 	}{
 		{
 			name:    "after a DEL that removed everything nothing is listed",

@@ -1,0 +1,223 @@
+package integration
+
+import (
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/netsandbox"
+)
+
+// The prevention rule, against the real plugins: while an attachment is
+// torn down, collected, disconnected or rolled back, a second goroutine
+// counts a live neighbour's rules in a loop, and the least it ever counts
+// is what the neighbour had before.
+
+// sampler counts something in a loop on a goroutine of its own until it
+// is stopped, and keeps the least count it saw.
+type sampler struct {
+	stop    chan struct{}
+	done    chan struct{}
+	least   int
+	samples int
+	err     error
+}
+
+// sample starts counting with count.
+func sample(count func() (int, error)) *sampler {
+	s := &sampler{stop: make(chan struct{}), done: make(chan struct{}), least: -1}
+	go func() {
+		defer close(s.done)
+		for {
+			n, err := count()
+			if err != nil {
+				s.err = err
+				return
+			}
+			if s.least < 0 || n < s.least {
+				s.least = n
+			}
+			s.samples++
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+		}
+	}()
+	return s
+}
+
+// assertNeverBelow stops the sampler and fails unless every sample
+// counted want.
+func (s *sampler) assertNeverBelow(t *testing.T, what string, want int) {
+	t.Helper()
+	close(s.stop)
+	<-s.done
+	if s.err != nil {
+		t.Fatalf("counting %s: %v", what, s.err)
+	}
+	if s.samples < 2 || s.least != want {
+		t.Fatalf("%s: the least of %d samples was %d, want %d at every instant", what, s.samples, s.least, want)
+	}
+	t.Logf("%s: %d in each of %d samples", what, want, s.samples)
+}
+
+// countForwardRules counts the CNI-FORWARD rules naming any of addrs as
+// a host route.
+func countForwardRules(addrs []netip.Addr) (int, error) {
+	n := 0
+	for _, v6 := range []bool{false, true} {
+		bin := map[bool]string{false: "iptables", true: "ip6tables"}[v6]
+		var prefixes []string
+		for _, a := range addrs {
+			if a.Is6() == v6 {
+				prefixes = append(prefixes, netip.PrefixFrom(a, a.BitLen()).String())
+			}
+		}
+		if len(prefixes) == 0 {
+			continue
+		}
+		out, err := exec.Command(bin, "-w", "5", "-S", "CNI-FORWARD").CombinedOutput()
+		if err != nil {
+			return 0, fmt.Errorf("%s -S CNI-FORWARD: %v: %s", bin, err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if slices.ContainsFunc(strings.Fields(line), func(f string) bool { return slices.Contains(prefixes, f) }) {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// countHostportRules counts portmap's nftables rules carrying the
+// container id whose line names addr.
+func countHostportRules(id string, addr netip.Addr) (int, error) {
+	family := map[bool]string{false: "ip", true: "ip6"}[addr.Is6()]
+	out, err := exec.Command("nft", "list", "table", family, "cni_hostport").CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("nft list table %s cni_hostport: %v: %s", family, err, out)
+	}
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, fmt.Sprintf("comment %q", id)) && strings.Contains(line, addr.String()) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// A workload on two networks whose portmap uses nftables: portmap's DEL
+// deletes every rule carrying the container id, on every network. Taking
+// one network away — by Disconnect, or by the Teardown of a Configurator
+// that knows only that one — never touches the other's hostport rules.
+func TestDetachingOneNFTablesPortmapNetworkNeverTouchesTheOthersHostportRules(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		if set.Backend != "nftables" {
+			return // portmap's iptables DEL deletes by its own network's comment and chain
+		}
+		for _, way := range []string{"Disconnect", "Teardown by a Configurator that knows only the first network"} {
+			t.Run(way, func(t *testing.T) {
+				n1, n2 := twoNetworks(t, set)
+				c := newMultiConfigurator(t, set, n1.conf, [][]byte{n2.conf}, cninet.RetryPolicy{})
+				base := baseline(t)
+				w := netsandbox.NewWorkload(t)
+				alloc := &cninet.Allocation{ID: "same-id", Ports: []cninet.Port{{Value: 28191, To: 8080}},
+					NetworkNames: []string{n1.cfg.NetworkName, n2.cfg.NetworkName}}
+				st, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				serveHTTP(t, w, 8080, "same-id")
+				addr1, addr2 := st.Networks[0].Address, st.Networks[1].Address
+				before, err := countHostportRules(alloc.ID, addr2)
+				if err != nil || before == 0 {
+					t.Fatalf("%s's hostport rules before: %d, %v", n2.cfg.NetworkName, before, err)
+				}
+				only1 := newConfigurator(t, set, n1.conf)
+				sampleWhile(t, n2.cfg.NetworkName+"'s hostport rules", before, func() (int, error) { return countHostportRules(alloc.ID, addr2) }, func() {
+					if way == "Disconnect" {
+						err = c.Disconnect(ctxFor(t, time.Minute), alloc, n1.cfg.NetworkName, w.Path)
+					} else {
+						err = only1.Teardown(ctxFor(t, time.Minute), &cninet.Allocation{ID: alloc.ID, Ports: alloc.Ports}, w.Path)
+					}
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if left, err := countHostportRules(alloc.ID, addr1); err != nil || left != 0 {
+					t.Fatalf("%s's own hostport rules left: %d, %v", n1.cfg.NetworkName, left, err)
+				}
+				if body, err := fetch(addr2, 8080); err != nil || body != "hello from same-id" {
+					t.Fatalf("at its %s address: %q, %v", n2.cfg.NetworkName, body, err)
+				}
+				if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+					t.Fatal(err)
+				}
+				w.Delete()
+				assertNoLeaks(t, base, allowBoth(n1, n2))
+			})
+		}
+	})
+}
+
+// The reboot history, then the pre-reboot allocation is set up again (a
+// restarted task) and fails: the rollback's DEL would hand the firewall
+// plugin the address of the stale cached result, which the new workload
+// holds now. Its rules never drop.
+func TestARolledBackSetupNextToTheLiveHolderOfItsStaleAddressNeverTouchesItsRules(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		nw := newNetwork(t, set, true)
+		c := newConfigurator(t, set, nw.conf)
+		base := baseline(t)
+		r := playReboot(t, c, nw)
+		serveHTTP(t, r.newNS, 8080, "new")
+		want := 2 * len(r.newAddrs)
+		if n, err := countForwardRules(r.newAddrs); err != nil || n != want {
+			t.Fatalf("new's CNI-FORWARD rules before: %d, %v; want %d", n, err, want)
+		}
+		failing := withPlugin(t, nw.conf, map[string]any{"type": "failonce", "stateDir": t.TempDir()})
+		again := newMultiConfigurator(t, set, failing, nil, cninet.RetryPolicy{Attempts: 1}, netsandbox.BuildPlugin(t, "failonce"))
+		w := netsandbox.NewWorkload(t)
+		var err error
+		sampleWhile(t, "new's CNI-FORWARD rules", want, func() (int, error) { return countForwardRules(r.newAddrs) }, func() {
+			_, err = again.Setup(ctxFor(t, time.Minute), r.old, w.Path)
+		})
+		if err == nil {
+			t.Fatal("Setup with a failing plugin succeeded")
+		}
+		assertReachable(t, "after the rollback", r.newPort, "new", nw.gw4, nw.gw6)
+		if err := c.Teardown(ctxFor(t, time.Minute), r.old, w.Path); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Teardown(ctxFor(t, time.Minute), r.new, r.newNS.Path); err != nil {
+			t.Fatal(err)
+		}
+		w.Delete()
+		r.newNS.Delete()
+		assertNoLeaks(t, base, nw.allowance())
+	})
+}
+
+// sampleWhile samples count from a second goroutine while fn runs, and
+// fails unless every sample counted want.
+func sampleWhile(t *testing.T, what string, want int, count func() (int, error), fn func()) {
+	t.Helper()
+	s := sample(count)
+	stopped := false
+	defer func() {
+		if !stopped { // fn failed the test: stop counting all the same
+			close(s.stop)
+			<-s.done
+		}
+	}()
+	fn()
+	stopped = true
+	s.assertNeverBelow(t, what, want)
+}
