@@ -315,6 +315,7 @@ func (c *Configurator) detach(ctx context.Context, att attachment, netns string,
 	cl := footprint.NewCleaner(ctx, c.footprintNetwork(n.conf, n.ifName, nil), c.host())
 	var removeErr error
 	prevention, preventErr := cl.Prevent([]string{att.id}) // also reads the proof the DEL erases
+	prevented := time.Now()
 	if preventErr == nil {
 		omit := prevention.Omit
 		if alongside && n.conf.info.footprint.HostportNFT && !slices.Contains(omit, "portmap") {
@@ -333,7 +334,8 @@ func (c *Configurator) detach(ctx context.Context, att attachment, netns string,
 	removed, cleanErr := cl.Clean([]string{att.id})
 	c.tel.cleaned(ctx, cleanSpan, n.name(), removed, cleanErr)
 	c.logRemoved(att.id, n.name(), removed, removeErr)
-	c.logger.Debug("network detached", "alloc_id", att.id, "network", n.name(), "del", delDone.Sub(start), "cleanup", time.Since(delDone))
+	c.logger.Debug("network detached", "alloc_id", att.id, "network", n.name(),
+		"prevent", prevented.Sub(start), "del", delDone.Sub(prevented), "cleanup", time.Since(delDone))
 	if cleanErr != nil {
 		cleanErr = fmt.Errorf("%w in network %q: %w", ErrCleanupFailed, n.name(), cleanErr)
 	}

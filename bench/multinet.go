@@ -21,18 +21,20 @@ type multiResult struct {
 	LibSetup, LibTeardown     sample
 	DirectSetup, DirectRemove sample
 	Add, Del, Cleanup         sample // per network, from cninet's debug log
+	Prevent                   sample // per network: the prevention before its DEL
 	LibMaxAdd, LibMaxDetach   sample // per cycle: the slowest network's ADD and DEL+cleanup
 }
 
-// multiLog reads cninet's debug log: each network's ADD, DEL and cleanup.
+// multiLog reads cninet's debug log: each network's ADD, prevention, DEL
+// and cleanup.
 type multiLog struct {
-	mu                sync.Mutex
-	add, del, cleanup sample
+	mu                         sync.Mutex
+	add, prevent, del, cleanup sample
 }
 
 var (
 	multiAttached = regexp.MustCompile(`network attached:.* duration="?([^"\s]+)`)
-	multiDetached = regexp.MustCompile(`network detached:.* del="?([^"\s]+)"? cleanup="?([^"\s]+)`)
+	multiDetached = regexp.MustCompile(`network detached:.* prevent="?([^"\s]+)"? del="?([^"\s]+)"? cleanup="?([^"\s]+)`)
 )
 
 func (l *multiLog) Write(p []byte) (int, error) {
@@ -42,19 +44,20 @@ func (l *multiLog) Write(p []byte) (int, error) {
 		d, _ := time.ParseDuration(string(m[1]))
 		l.add = append(l.add, d)
 	} else if m := multiDetached.FindSubmatch(p); m != nil {
-		d, _ := time.ParseDuration(string(m[1]))
-		c, _ := time.ParseDuration(string(m[2]))
-		l.del, l.cleanup = append(l.del, d), append(l.cleanup, c)
+		p, _ := time.ParseDuration(string(m[1]))
+		d, _ := time.ParseDuration(string(m[2]))
+		c, _ := time.ParseDuration(string(m[3]))
+		l.prevent, l.del, l.cleanup = append(l.prevent, p), append(l.del, d), append(l.cleanup, c)
 	}
 	return len(p), nil
 }
 
-func (l *multiLog) take() (add, del, cleanup sample) {
+func (l *multiLog) take() (add, prevent, del, cleanup sample) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	add, del, cleanup = l.add, l.del, l.cleanup
-	l.add, l.del, l.cleanup = nil, nil, nil
-	return add, del, cleanup
+	add, prevent, del, cleanup = l.add, l.prevent, l.del, l.cleanup
+	l.add, l.prevent, l.del, l.cleanup = nil, nil, nil, nil
+	return add, prevent, del, cleanup
 }
 
 // multiNetwork: one workload on 1, 2, 3 and 4 networks, cninet's
@@ -133,12 +136,13 @@ func measureMulti(set pluginSet, n, cycles int) (multiResult, error) {
 				return res, err
 			}
 			if useLib {
-				add, del, cleanup := log.take()
-				res.Add, res.Del, res.Cleanup = append(res.Add, add...), append(res.Del, del...), append(res.Cleanup, cleanup...)
+				add, prevent, del, cleanup := log.take()
+				res.Add, res.Prevent = append(res.Add, add...), append(res.Prevent, prevent...)
+				res.Del, res.Cleanup = append(res.Del, del...), append(res.Cleanup, cleanup...)
 				res.LibMaxAdd = append(res.LibMaxAdd, maxOf(add))
 				detach := make(sample, len(del))
 				for j := range del {
-					detach[j] = del[j] + cleanup[j]
+					detach[j] = prevent[j] + del[j] + cleanup[j]
 				}
 				res.LibMaxDetach = append(res.LibMaxDetach, maxOf(detach))
 			}
@@ -193,21 +197,21 @@ func multiCycle(c *cninet.Configurator, raw gocni.CNI, useLib bool, id string, p
 
 func (r *report) multiSection(w writer) {
 	w("## 7. Several networks: one workload on N networks\n\n")
-	w("cninet `Setup`+`Teardown` of one workload on N default-bridge networks (each its own bridge and subnet, the same port mapping and args) vs. go-cni loaded with the same N conflists, `Setup`+`Remove`. go-cni attaches the networks concurrently and removes them one after another; cninet attaches and detaches them concurrently, the networks whose portmap uses nftables too: while the workload has other networks, each network's DEL runs without portmap (whose nftables DEL deletes by the bare container id, on every network) and cninet's force cleanup removes that network's hostport rules by address (the prevention rule, `detach` in `attach.go`). Warm-up cycle, then interleaved cycles; `-multinet-n` cycles per contender and N.\n\n")
+	w("cninet `Setup`+`Teardown` of one workload on N default-bridge networks (each its own bridge and subnet, the same port mapping and args) vs. go-cni loaded with the same N conflists, `Setup`+`Remove`. go-cni attaches the networks concurrently and removes them one after another; cninet attaches and detaches them concurrently, the networks whose portmap uses nftables too: while the workload has other networks, each network's DEL runs without portmap (whose nftables DEL deletes by the bare container id, on every network); portmap's DEL runs once for the whole workload before (`delHostportsOnce` in `attach.go`), and cninet's force cleanup removes by address whatever hostport rule is left (the prevention rule). Warm-up cycle, then interleaved cycles; `-multinet-n` cycles per contender and N.\n\n")
 	w("%s", r.when("multinet"))
 	if len(r.res.Multi) == 0 {
 		w("(not measured)\n\n")
 		return
 	}
-	w("| plugin set | N | cycles | cninet median | go-cni median | ratio (median) | | cninet Setup / Teardown | go-cni Setup / Remove | cninet per network: ADD / DEL / cleanup (median) | slowest network per cycle: ADD / DEL+cleanup (median) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| plugin set | N | cycles | cninet median | go-cni median | ratio (median) | | cninet Setup / Teardown | go-cni Setup / Remove | cninet per network: ADD / prevention / DEL / cleanup (median) | slowest network per cycle: ADD / prevention+DEL+cleanup (median) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, m := range r.res.Multi {
 		q := ratio(m.Lib.median(), m.Direct.median())
-		w("| %s | %d | %d | %s | %s | **%.3f×** | %s | %s / %s | %s / %s | %s / %s / %s | %s / %s |\n", m.Set.Name, m.N, len(m.Lib),
+		w("| %s | %d | %d | %s | %s | **%.3f×** | %s | %s / %s | %s / %s | %s / %s / %s / %s | %s / %s |\n", m.Set.Name, m.N, len(m.Lib),
 			ms(m.Lib.median()), ms(m.Direct.median()), q, verdict(q <= overheadTarget),
 			ms(m.LibSetup.median()), ms(m.LibTeardown.median()), ms(m.DirectSetup.median()), ms(m.DirectRemove.median()),
-			ms(m.Add.median()), ms(m.Del.median()), ms(m.Cleanup.median()), ms(m.LibMaxAdd.median()), ms(m.LibMaxDetach.median()))
+			ms(m.Add.median()), ms(m.Prevent.median()), ms(m.Del.median()), ms(m.Cleanup.median()), ms(m.LibMaxAdd.median()), ms(m.LibMaxDetach.median()))
 	}
-	w("\nTarget: ratio of medians ≤ %.2f× at every N.\n\n", overheadTarget)
+	w("\nTarget: ratio of medians ≤ %.2f× at every N; ≤ %.2f× at N = 3 with the nftables backends.\n\n", overheadTarget, multiTargetNFT3)
 	multiWhere(w, r.res.Multi)
 }
 
@@ -216,20 +220,33 @@ func multiWhere(w writer, results []multiResult) {
 	w("Where the time goes:\n\n")
 	for _, m := range results {
 		q := ratio(m.Lib.median(), m.Direct.median())
-		w("- %s, N = %d: Setup %.2f× go-cni's, Teardown %.2f× go-cni's Remove; cninet's force cleanup after each network's DEL %s (median), the slowest network's DEL+cleanup %s of a %s Teardown. %s\n",
+		w("- %s, N = %d: Setup %.2f× go-cni's, Teardown %.2f× go-cni's Remove; cninet's prevention before each network's DEL %s and force cleanup after it %s (medians), the slowest network's prevention+DEL+cleanup %s of a %s Teardown. %s\n",
 			m.Set.Name, m.N, ratio(m.LibSetup.median(), m.DirectSetup.median()), ratio(m.LibTeardown.median(), m.DirectRemove.median()),
-			ms(m.Cleanup.median()), ms(m.LibMaxDetach.median()), ms(m.LibTeardown.median()), multiVerdict(m.N, q))
+			ms(m.Prevent.median()), ms(m.Cleanup.median()), ms(m.LibMaxDetach.median()), ms(m.LibTeardown.median()), multiVerdict(m.N, q, multiTarget(m)))
 	}
-	w("\nOn the iptables backends both attach concurrently, so Setup costs about the same; the plugins' chain per network (bridge, firewall and portmap each calling iptables) is the bulk of it, and on two cores concurrent chains compete for the CPU, so N networks cost more than one. go-cni's Remove runs the networks' DEL chains one after another; cninet's Teardown runs them (each with its cleanup) concurrently, which more than pays for the cleanup from two networks on. With one network there is nothing to overlap: the ratio is cninet's cleanup and bookkeeping against the noise of a shared machine. With portmap's nftables backend the same holds: each network's DEL runs without portmap while the others go too, and the force cleanup removes its hostport rules, so nothing waits for another network's DEL.\n\n")
+	w("\nOn the iptables backends both attach concurrently, so Setup costs about the same; the plugins' chain per network (bridge, firewall and portmap each calling iptables) is the bulk of it, and on two cores concurrent chains compete for the CPU, so N networks cost more than one. go-cni's Remove runs the networks' DEL chains one after another; cninet's Teardown runs them (each with its cleanup) concurrently, which more than pays for the cleanup from two networks on. With one network there is nothing to overlap: the ratio is cninet's cleanup and bookkeeping against the noise of a shared machine. With portmap's nftables backend the same holds: portmap's DEL runs once for the whole workload, then every network's DEL runs without it, concurrently, so nothing waits for another network's DEL.\n\n")
 }
 
-func multiVerdict(n int, q float64) string {
+// multiTargetNFT3 is the target at N = 3 with portmap's nftables
+// backend: its networks detach concurrently, as on iptables, where
+// cninet's Teardown beats go-cni's one-after-another Remove.
+const multiTargetNFT3 = 0.85
+
+// multiTarget is m's target ratio.
+func multiTarget(m multiResult) float64 {
+	if m.N == 3 && m.Set.Backend == cninet.BackendNFTables {
+		return multiTargetNFT3
+	}
+	return overheadTarget
+}
+
+func multiVerdict(n int, q, target float64) string {
 	switch {
-	case q <= overheadTarget:
-		return fmt.Sprintf("Target met (%.3f×).", q)
+	case q <= target:
+		return fmt.Sprintf("Target met (%.3f× ≤ %.2f×).", q, target)
 	case n == 1:
 		return fmt.Sprintf("Target **missed** (%.3f×): one network has nothing to overlap; what is left is cninet's bookkeeping and cleanup after DEL, and the noise of a shared machine.", q)
 	default:
-		return fmt.Sprintf("Target **missed** (%.3f×).", q)
+		return fmt.Sprintf("Target **missed** (%.3f× > %.2f×).", q, target)
 	}
 }

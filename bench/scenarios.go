@@ -58,10 +58,14 @@ func newConfigurator(conf []byte, dirs ...string) (*cninet.Configurator, error) 
 type cleanupLog struct {
 	mu        sync.Mutex
 	durations sample
+	prevent   sample // the prevention before each DEL
 	leftovers int
 }
 
-var cleanupField = regexp.MustCompile(`network detached:.* cleanup=(\S+)`)
+var (
+	cleanupField = regexp.MustCompile(`network detached:.* cleanup=(\S+)`)
+	preventField = regexp.MustCompile(`network detached:.* prevent=(\S+)`)
+)
 
 func (l *cleanupLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
@@ -71,18 +75,23 @@ func (l *cleanupLog) Write(p []byte) (int, error) {
 			l.durations = append(l.durations, d)
 		}
 	}
+	if m := preventField.FindSubmatch(p); m != nil {
+		if d, err := time.ParseDuration(string(m[1])); err == nil {
+			l.prevent = append(l.prevent, d)
+		}
+	}
 	if bytes.Contains(p, []byte("removed state the CNI plugins left behind")) {
 		l.leftovers++
 	}
 	return len(p), nil
 }
 
-func (l *cleanupLog) take() (sample, int) {
+func (l *cleanupLog) take() (cleanup, prevent sample, leftovers int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	d, n := l.durations, l.leftovers
-	l.durations, l.leftovers = nil, 0
-	return d, n
+	d, p, n := l.durations, l.prevent, l.leftovers
+	l.durations, l.prevent, l.leftovers = nil, nil, 0
+	return d, p, n
 }
 
 // recoveryLog reads cninet's debug log in the recovery scenario: per
@@ -203,18 +212,18 @@ func (b *bench) measure(n int, prefix string) (overheadResult, error) {
 	b.log.take()
 	for i := 0; i < n; i++ {
 		for _, useLib := range []bool{i%2 == 0, i%2 != 0} {
-			d, err := oneCycle(b.c, b.raw, useLib, fmt.Sprintf("%s-%d-%v", prefix, i, useLib), b.nextPort())
+			ph, err := cycle(b.c, b.raw, useLib, fmt.Sprintf("%s-%d-%v", prefix, i, useLib), b.nextPort())
 			if err != nil {
 				return res, err
 			}
 			if useLib {
-				res.Lib = append(res.Lib, d)
+				res.Lib, res.LibSetup, res.LibTeardown = append(res.Lib, ph.total()), append(res.LibSetup, ph.setup), append(res.LibTeardown, ph.teardown)
 			} else {
-				res.Direct = append(res.Direct, d)
+				res.Direct, res.DirectSetup, res.DirectTeardown = append(res.Direct, ph.total()), append(res.DirectSetup, ph.setup), append(res.DirectTeardown, ph.teardown)
 			}
 		}
 	}
-	res.Cleanup, res.Leftovers = b.log.take()
+	res.Cleanup, res.Prevent, res.Leftovers = b.log.take()
 	var err error
 	res.Procs, res.DirectProcs, err = b.countProcs(prefix)
 	return res, err
@@ -251,9 +260,21 @@ func (b *bench) countProcs(prefix string) (lib, direct procCount, err error) {
 }
 
 func oneCycle(c *cninet.Configurator, raw gocni.CNI, useLib bool, id string, port int) (time.Duration, error) {
+	ph, err := cycle(c, raw, useLib, id, port)
+	return ph.total(), err
+}
+
+// phases is one cycle's Setup and Teardown (go-cni: Setup and Remove).
+type phases struct{ setup, teardown time.Duration }
+
+func (p phases) total() time.Duration { return p.setup + p.teardown }
+
+// cycle is one Setup+Teardown through cninet (useLib) or go-cni.
+func cycle(c *cninet.Configurator, raw gocni.CNI, useLib bool, id string, port int) (phases, error) {
+	var ph phases
 	w, err := netsandbox.CreateWorkload()
 	if err != nil {
-		return 0, err
+		return ph, err
 	}
 	defer w.Delete()
 	ctx, cancel := ctxMinute()
@@ -262,23 +283,27 @@ func oneCycle(c *cninet.Configurator, raw gocni.CNI, useLib bool, id string, por
 	start := time.Now()
 	if useLib {
 		if _, err := c.Setup(ctx, alloc, w.Path); err != nil {
-			return 0, err
+			return ph, err
 		}
+		ph.setup, start = time.Since(start), time.Now()
 		if err := c.Teardown(ctx, alloc, w.Path); err != nil {
-			return 0, err
+			return ph, err
 		}
-		return time.Since(start), nil
+		ph.teardown = time.Since(start)
+		return ph, nil
 	}
 	mappings, _ := cninet.PortMappings(alloc, false)
 	opts := []gocni.NamespaceOpts{gocni.WithCapabilityPortMap(mappings), gocni.WithArgs("IgnoreUnknown", "1"),
 		gocni.WithArgs("NOMAD_ALLOC_ID", id)}
 	if _, err := raw.Setup(ctx, id, w.Path, opts...); err != nil {
-		return 0, err
+		return ph, err
 	}
+	ph.setup, start = time.Since(start), time.Now()
 	if err := raw.Remove(ctx, id, w.Path, opts...); err != nil {
-		return 0, err
+		return ph, err
 	}
-	return time.Since(start), nil
+	ph.teardown = time.Since(start)
+	return ph, nil
 }
 
 // recovery: a plugin fails the first ADD of every workload; time until

@@ -79,12 +79,16 @@ func (o options) upstreamSets() []pluginSet {
 type overheadResult struct {
 	Set         pluginSet
 	Lib, Direct sample
-	Cleanup     sample    // cninet's force cleanup after DEL, from its debug log
-	Leftovers   int       // Teardowns whose cleanup found something the plugins left
-	Procs       procCount // one cninet Setup+Teardown, plugins' and cninet's own processes
-	DirectProcs procCount // one go-cni Setup+Remove
-	RulesIPT    int       // iptables + ip6tables rules on the host while measuring
-	RulesNFT    int       // nftables rules on the host while measuring (iptables-nft's included)
+	// The cycles' halves: cninet's Setup and Teardown, go-cni's Setup and
+	// Remove.
+	LibSetup, LibTeardown, DirectSetup, DirectTeardown sample
+	Cleanup                                            sample    // cninet's force cleanup after DEL, from its debug log
+	Prevent                                            sample    // cninet's prevention before DEL, from its debug log
+	Leftovers                                          int       // Teardowns whose cleanup found something the plugins left
+	Procs                                              procCount // one cninet Setup+Teardown, plugins' and cninet's own processes
+	DirectProcs                                        procCount // one go-cni Setup+Remove
+	RulesIPT                                           int       // iptables + ip6tables rules on the host while measuring
+	RulesNFT                                           int       // nftables rules on the host while measuring (iptables-nft's included)
 }
 
 // scaleResult is one plugin set at one number of other attachments.

@@ -245,3 +245,44 @@ func TestAPreventionKilledAtAnyWriteIsFinishedByTheNextTeardown(t *testing.T) {
 		})
 	}
 }
+
+// A runner killed after libcni removed the cached result but before the
+// force cleanup leaves only the intent record: GC finds the attachment by
+// it, removes the rules of the addresses it proves, then the record.
+func TestGCFinishesWhatAnIntentRecordAloneProves(t *testing.T) {
+	s := newScenario(t, "leaked-no-del", nftnet1, "eth0", join(net1Dir3, live1Reserved, []hostFile{live1Cached}))
+	s.net = withFirewall(s.net)
+	record := filepath.Join(s.net.CacheDir, "cninet", "withheld", nftnet1, "crash-1")
+	if err := os.MkdirAll(filepath.Dir(record), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(record, []byte(`{"network":"nftnet1","id":"crash-1","addresses":["198.18.1.3"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	live := s.ipt[0].Rules("filter", "CNI-FORWARD")
+	host := s.host(s.nft)
+	host.Networks = []footprint.Network{s.net}
+	sweep := footprint.NewSweep(context.Background(), host)
+	found, err := sweep.DiscoverAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash := footprint.Attachment{Network: nftnet1, ID: "crash-1"}
+	if !slices.Contains(found, crash) {
+		t.Fatalf("DiscoverAll found %v, want crash-1 by its intent record", found)
+	}
+	if err := sweep.CleanAll([]footprint.Attachment{crash}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range s.ipt[0].Rules("filter", "CNI-FORWARD") {
+		if strings.Contains(r, "198.18.1.3/32") {
+			t.Errorf("crash-1's firewall rule is left: %s", r)
+		}
+	}
+	if n := len(s.ipt[0].Rules("filter", "CNI-FORWARD")); n != len(live)-2 {
+		t.Errorf("CNI-FORWARD has %d rules, want %d: only crash-1's 2 removed", n, len(live)-2)
+	}
+	if _, err := os.Stat(record); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the intent record is left: %v", err)
+	}
+}
