@@ -63,8 +63,9 @@ type cleanupLog struct {
 }
 
 var (
-	cleanupField = regexp.MustCompile(`network detached:.* cleanup=(\S+)`)
-	preventField = regexp.MustCompile(`network detached:.* prevent=(\S+)`)
+	// hclog quotes a value with a non-ASCII character: 512.3µs.
+	cleanupField = regexp.MustCompile(`network detached:.* cleanup="?([^"\s]+)`)
+	preventField = regexp.MustCompile(`network detached:.* prevent="?([^"\s]+)`)
 )
 
 func (l *cleanupLog) Write(p []byte) (int, error) {
