@@ -231,10 +231,12 @@ func (c *Configurator) rollback(ctx context.Context, att attachment, netns strin
 const rollbackTimeout = 30 * time.Second
 
 // Teardown detaches the namespace from every network the allocation is
-// attached to: the networks it names (the same Allocation as Setup's) and
+// attached to: the networks it names (the same Allocation as Setup's),
 // every other network of this Configurator that libcni's cache knows an
 // attachment of its ID in (networks added with Connect, even when the
-// Allocation no longer names them). It removes whatever the plugins left:
+// Allocation no longer names them), and every network where an intent
+// record says a detach of its ID was cut short (see the prevention rule
+// in internal/footprint). It removes whatever the plugins left:
 // per network, DEL with the same port mappings and args as Setup (for a
 // network only the cache knows, those it was attached with), then,
 // whatever DEL returned, a force cleanup of everything the plugins are
@@ -363,10 +365,10 @@ func (c *Configurator) detach(ctx context.Context, att attachment, netns string,
 // their cached results. Whatever it does not remove, the force cleanup
 // removes by proof; its failure is only logged.
 func (c *Configurator) delHostportsOnce(ctx context.Context, netns string, members []member) {
-	var nft []member
+	var nft []member // those whose portmap DEL would find mappings: without any it does nothing
 	var atts []footprint.Attachment
 	for _, m := range members {
-		if m.n.conf.info.footprint.HostportNFT {
+		if m.n.conf.info.footprint.HostportNFT && m.n.conf.info.portMappings && len(m.att.mappings) > 0 {
 			nft = append(nft, m)
 		}
 		atts = append(atts, footprint.Attachment{Network: m.n.name(), ID: m.att.id})

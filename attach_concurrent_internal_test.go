@@ -176,7 +176,7 @@ func (r recordingDels) del(ctx context.Context, att attachment, n netAttachment,
 // nothing needs to wait: the networks attach and detach concurrently.
 func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t *testing.T) {
 	f := newMultiFixture(t, quickRetry)
-	alloc := &Allocation{ID: "w", NetworkNames: []string{"b", "c", "a"}}
+	alloc := &Allocation{ID: "w", NetworkNames: []string{"b", "c", "a"}, Ports: []Port{{Value: 28080, To: 8080}}}
 	f.c.mu.Lock()
 	for _, name := range []string{"a", "b"} { // as if their portmap had "backend": "nftables"
 		conf := f.c.nets.byName[name]

@@ -1,6 +1,7 @@
 package cninet
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
+	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 // Connect attaches the live workload of alloc to one more network, as
@@ -191,7 +193,30 @@ func (c *Configurator) membersOf(alloc *Allocation, att attachment, forTeardown 
 			members = append(members, m)
 		}
 	}
-	return append(members, c.cachedOnly(att, cachedIfs, forTeardown)...), nil
+	members = append(members, c.cachedOnly(att, cachedIfs, forTeardown)...)
+	if forTeardown {
+		members = append(members, c.recordedOnly(att, members)...)
+	}
+	return members, nil
+}
+
+// recordedOnly turns the intent records of att's id on known networks
+// that no member covers into members: a DEL of them began (libcni's cache
+// is gone with it) and its force cleanup never finished, so a Teardown
+// or Disconnect finishes it.
+func (c *Configurator) recordedOnly(att attachment, members []member) []member {
+	var out []member
+	for _, r := range footprint.IntentRecordsOf(c.cacheDir, att.id, c.nets.names()) {
+		if slices.ContainsFunc(members, func(m member) bool { return m.n.name() == r.Network }) {
+			continue
+		}
+		conf, err := c.knownConf(r.Network, true)
+		if err != nil {
+			continue
+		}
+		out = append(out, member{n: netAttachment{conf: conf, ifName: cmp.Or(r.IfName, c.ifName)}, att: att, cached: true})
+	}
+	return out
 }
 
 // cachedOnly turns the cached attachments of networks the allocation does

@@ -275,3 +275,27 @@ func TestConnectAndDisconnectAreTracedWithTheirNetworksDetach(t *testing.T) {
 		}
 	}
 }
+
+// A Disconnect or Teardown killed after a network's DEL removed libcni's
+// cached result, before its force cleanup, leaves only the intent record
+// of that network: the next Teardown finds the network by it and
+// finishes, even though the Allocation does not name it.
+func TestTeardownFinishesANetworkOnlyAnIntentRecordStillNames(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	record := filepath.Join(f.cache, "cninet", "withheld", "b", "w")
+	if err := os.MkdirAll(filepath.Dir(record), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(record, []byte(`{"network":"b","id":"w","ifName":"eth1","addresses":["198.18.1.7"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Teardown(context.Background(), &Allocation{ID: "w", NetworkNames: []string{"a"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.drv.byNetwork(); got["b"] != "DEL eth1" {
+		t.Errorf("driver calls %v, want b's DEL on the interface its record names", got)
+	}
+	if _, err := os.Stat(record); !os.IsNotExist(err) {
+		t.Errorf("the intent record is still there: %v", err)
+	}
+}

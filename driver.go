@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
@@ -51,14 +52,16 @@ func (d cniDriver) add(ctx context.Context, att attachment, _ netAttachment, net
 // directories. An injected Config.CNI runs its plugins itself, so it
 // cannot leave one out: it gets the whole DEL (logged).
 func (d cniDriver) del(ctx context.Context, att attachment, n netAttachment, netns string, omit []string) error {
-	if len(omit) > 0 && d.c.findPlugins {
+	switch {
+	case len(omit) == 0:
+		return d.c.cni.Remove(ctx, att.id, netns, att.opts()...)
+	case d.c.findPlugins:
 		return d.c.driver.del(ctx, att, n, netns, omit)
 	}
-	if len(omit) > 0 {
-		d.c.logger.Warn("the injected CNI runs the whole DEL chain: plugins that should be left out are not",
-			"alloc_id", att.id, "network", n.name(), "plugins", omit)
-	}
-	return d.c.cni.Remove(ctx, att.id, netns, att.opts()...)
+	// An injected CNI would run the whole chain, plugins that must be
+	// left out included: no DEL, and the force cleanup removes what it
+	// can prove.
+	return fmt.Errorf("%w: %s must be left out of network %q's DEL", errWholeChainsOnly, strings.Join(omit, ", "), n.name())
 }
 
 // delHostports goes through libcni: go-cni runs whole chains only. An

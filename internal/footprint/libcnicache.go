@@ -192,11 +192,11 @@ func globEscape(s string) string {
 	return strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `\`, `\\`).Replace(s)
 }
 
-// withholdFromCache rewrites the cached result at path without the
-// addresses of drop, atomically (writeFileAtomic): the DEL that reads it
-// next hands the plugins only what is left. Every other byte of the
-// result stays as libcni wrote it.
-func withholdFromCache(path string, drop addrSet) error {
+// withholdFromCache rewrites the cached result at path, under cacheDir,
+// without the addresses of drop, atomically (writeFileAtomic): the DEL
+// that reads it next hands the plugins only what is left. Every other
+// byte of the result stays as libcni wrote it.
+func withholdFromCache(cacheDir, path string, drop addrSet) error {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return err
@@ -238,5 +238,5 @@ func withholdFromCache(path string, drop addrSet) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, out, fi.Mode().Perm())
+	return writeFileAtomic(cacheDir, path, out, fi.Mode().Perm())
 }

@@ -120,7 +120,7 @@ func apply(v *view, p *plan, rep *Report) {
 		applyFiles(v, p.files, rep)
 	}
 	applyLinks(v, p.links, rep)
-	if v.errs.err() == nil { // the record is the proof of whatever failed
+	if v.errs.errExcept(ErrIPTablesMissing) == nil { // the record is the proof of whatever failed
 		applyFiles(v, p.records, rep)
 	}
 }

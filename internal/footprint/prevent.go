@@ -101,6 +101,9 @@ func (c *Cleaner) PreventAll(atts []Attachment) (Prevention, error) {
 	if c.whole { // many attachments: reading everything once is cheapest
 		v.files = scanAllFiles(v)
 		v.prior = v.files.of(set)
+		for _, dir := range cacheDirs(c.nets) {
+			removeStaleTemps(dir)
+		}
 	} else {
 		v.prior = scanFilesOf(v, set)
 	}
@@ -137,12 +140,12 @@ func (c *Cleaner) PreventAll(atts []Attachment) (Prevention, error) {
 func (c *Cleaner) withhold(w *withholding) error {
 	addrs := sortedAddrs(w.addrs)
 	cacheDir := c.nets[w.att.Network].CacheDir
-	if err := writeRecord(cacheDir, w.att, addrs); err != nil {
+	if err := writeRecord(cacheDir, w.att, w.cache.ifName, addrs); err != nil {
 		return fmt.Errorf("withholding %v from the DEL of %s: %w", addrs, w.att, err)
 	}
-	c.prior.records = append(c.prior.records, intentRecord{net: w.att.Network, id: w.att.ID,
+	c.prior.records = append(c.prior.records, intentRecord{net: w.att.Network, id: w.att.ID, ifName: w.cache.ifName,
 		path: recordPath(cacheDir, w.att.Network, w.att.ID), addrs: addrs})
-	if err := withholdFromCache(w.cache.path, w.addrs); err != nil {
+	if err := withholdFromCache(cacheDir, w.cache.path, w.addrs); err != nil {
 		return fmt.Errorf("withholding %v from the DEL of %s: %w", addrs, w.att, err)
 	}
 	return nil
@@ -166,4 +169,15 @@ func (c *Cleaner) HostportDELReachesOnlySet(atts []Attachment) (bool, error) {
 		return false, err
 	}
 	return len(foreign) == 0, nil
+}
+
+// cacheDirs returns the cache directories of nets, each once.
+func cacheDirs(nets map[string]Network) []string {
+	var dirs []string
+	for _, n := range sortedNets(nets) {
+		if n.CacheDir != "" && !slices.Contains(dirs, n.CacheDir) {
+			dirs = append(dirs, n.CacheDir)
+		}
+	}
+	return dirs
 }

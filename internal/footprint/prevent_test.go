@@ -222,6 +222,14 @@ func TestAPreventionKilledAtAnyWriteIsFinishedByTheNextTeardown(t *testing.T) {
 			if raw, err := os.ReadFile(record); err == nil && !json.Valid(raw) {
 				t.Errorf("the intent record is cut: %q", raw)
 			}
+			entries, err := os.ReadDir(filepath.Dir(cache))
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			if want := []string{nftnet1 + "-ghost-eth0", nftnet1 + "-live-1-eth0"}; err != nil || !slices.Equal(names, want) {
+				t.Errorf("libcni's results directory holds %q (%v), want %q: libcni takes any file there for a cached attachment", names, err, want)
+			}
 			// The next Teardown: Prevent, the DEL as it is then, Clean.
 			cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
 			if _, err := cl.Prevent([]string{"ghost"}); err != nil {
@@ -284,5 +292,78 @@ func TestGCFinishesWhatAnIntentRecordAloneProves(t *testing.T) {
 	}
 	if _, err := os.Stat(record); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the intent record is left: %v", err)
+	}
+}
+
+// A stale cached result names an address host-local did not reserve for
+// the attachment; nobody else holds it either. The DEL never sees it,
+// and the runner is killed once the DEL has removed the cached result:
+// only the intent record proves the address now, and the next Teardown
+// removes its firewall rules by it.
+func TestTheIntentRecordAloneProvesAWithheldAddressAfterACrash(t *testing.T) {
+	s := newScenario(t, "leaked-no-del", nftnet1, "eth0", join(net1Dir3, live1Reserved, []hostFile{live1Cached,
+		cached(nftnet1, "eth0", "ghost", "198.18.1.9", "fd00:198:18:0:1::9")}))
+	s.net = withFirewall(s.net)
+	s.ipt[0].Load("filter", "-A CNI-FORWARD -d 198.18.1.9/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n-A CNI-FORWARD -s 198.18.1.9/32 -j ACCEPT")
+	p, err := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft)).Prevent([]string{"ghost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Withheld[footprint.Attachment{Network: nftnet1, ID: "ghost"}]; len(got) != 2 {
+		t.Fatalf("withheld %v, want both addresses: host-local reserved neither for ghost", got)
+	}
+	cache := filepath.Join(s.net.CacheDir, "results", nftnet1+"-ghost-eth0")
+	firewallDELByCache(t, s, cache)
+	if err := os.Remove(cache); err != nil { // libcni, at the end of the DEL; then the runner is killed
+		t.Fatal(err)
+	}
+	if _, err := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft)).Prevent([]string{"ghost"}); err != nil {
+		t.Fatal(err)
+	}
+	cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+	if _, err := cl.Prevent([]string{"ghost"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Clean([]string{"ghost"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range s.ipt[0].Rules("filter", "CNI-FORWARD") {
+		if strings.Contains(r, "198.18.1.9/32") {
+			t.Errorf("the withheld address's firewall rule is left: %s", r)
+		}
+	}
+	for _, f := range s.files(t) {
+		if strings.Contains(f, "ghost") {
+			t.Errorf("left %s", f)
+		}
+	}
+}
+
+// A cached result from before a reboot names an address another workload
+// holds now; a failed ADD since reserved another one for the same id,
+// and cached nothing. The prevention reads the id's reservations all the
+// same, so the cleanup after the rollback's DEL removes that reservation
+// and its firewall rules.
+func TestAStaleCachedResultStillLetsTheAttachmentsOwnReservationBeFound(t *testing.T) {
+	s := newScenario(t, "leaked-no-del", nftnet1, "eth0", join(net1Dir3, live1Reserved, []hostFile{live1Cached, ghostCached},
+		reservedBoth(nftnet1, "eth0", "ghost", "198.18.1.9", "fd00:198:18:0:1::9")))
+	s.net = withFirewall(s.net)
+	s.ipt[0].Load("filter", "-A CNI-FORWARD -d 198.18.1.9/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n-A CNI-FORWARD -s 198.18.1.9/32 -j ACCEPT")
+	cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+	if _, err := cl.Prevent([]string{"ghost"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Clean([]string{"ghost"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range s.ipt[0].Rules("filter", "CNI-FORWARD") {
+		if strings.Contains(r, "198.18.1.9/32") {
+			t.Errorf("the failed ADD's firewall rule is left: %s", r)
+		}
+	}
+	for _, f := range s.files(t) {
+		if strings.Contains(f, "198.18.1.9") || strings.Contains(f, "ghost") {
+			t.Errorf("left %s", f)
+		}
 	}
 }

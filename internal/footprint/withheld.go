@@ -1,6 +1,7 @@
 package footprint
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 )
 
 // The intent record. Before a DEL, Prevent takes out of libcni's cached
@@ -16,7 +18,7 @@ import (
 // first writes what it takes out, fsynced, to
 //
 //	<CacheDir>/cninet/withheld/<network>/<container id>
-//	{"network":"N","id":"ID","addresses":["198.18.0.5"]}
+//	{"network":"N","id":"ID","ifName":"eth0","addresses":["198.18.0.5"]}
 //
 // and only then rewrites the cached result. The record proves those
 // addresses to the force cleanup, which removes their rules by the
@@ -25,14 +27,17 @@ import (
 // the proof with it. The cleanup removes the record last, once everything
 // else went well; until then any later Teardown or GC of the attachment
 // reads it and finishes the work. A record holds no address: it speaks
-// of an attachment that was being torn down.
+// of an attachment that was being torn down. Both writes go through a
+// temporary file in <CacheDir>/cninet/tmp, never beside the files
+// themselves: libcni takes any file in its results directory for a
+// cached attachment, whatever its name.
 
 type withheld struct{}
 
 // intentRecord is one intent record.
 type intentRecord struct {
-	net, id, path string
-	addrs         []netip.Addr
+	net, id, ifName, path string
+	addrs                 []netip.Addr
 }
 
 func (r intentRecord) att() Attachment { return Attachment{r.net, r.id} }
@@ -41,6 +46,7 @@ func (r intentRecord) att() Attachment { return Attachment{r.net, r.id} }
 type intentRecordFile struct {
 	Network   string       `json:"network"`
 	ID        string       `json:"id"`
+	IfName    string       `json:"ifName,omitempty"`
 	Addresses []netip.Addr `json:"addresses"`
 }
 
@@ -126,24 +132,44 @@ func readRecord(path string) (intentRecord, error) {
 	if err := json.Unmarshal(raw, &f); err != nil || !IsContainerID(f.ID) || f.Network == "" {
 		return intentRecord{}, fmt.Errorf("%s: not a readable intent record", path)
 	}
-	return intentRecord{net: f.Network, id: f.ID, path: path, addrs: f.Addresses}, nil
+	return intentRecord{net: f.Network, id: f.ID, ifName: f.IfName, path: path, addrs: f.Addresses}, nil
 }
 
-// writeRecord records that att's addresses addrs are withheld from its
-// DEL, adding them to what an earlier record says.
-func writeRecord(cacheDir string, att Attachment, addrs []netip.Addr) error {
+// writeRecord records that att's addresses addrs, on interface ifName,
+// are withheld from its DEL, adding them to what an earlier record says.
+func writeRecord(cacheDir string, att Attachment, ifName string, addrs []netip.Addr) error {
 	path := recordPath(cacheDir, att.Network, att.ID)
 	if old, err := readRecord(path); err == nil {
 		addrs = append(slices.Clone(old.addrs), addrs...)
+		ifName = cmp.Or(ifName, old.ifName)
 	}
-	raw, err := json.Marshal(intentRecordFile{Network: att.Network, ID: att.ID, Addresses: uniqueAddrs(addrs)})
+	raw, err := json.Marshal(intentRecordFile{Network: att.Network, ID: att.ID, IfName: ifName, Addresses: uniqueAddrs(addrs)})
 	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("writing intent record: %w", err)
 	}
-	return writeFileAtomic(path, raw, 0o600)
+	return writeFileAtomic(cacheDir, path, raw, 0o600)
+}
+
+// RecordedAttachment is an attachment an intent record names: a DEL of
+// it began and its force cleanup has not finished.
+type RecordedAttachment struct {
+	Network, IfName string
+}
+
+// IntentRecordsOf returns the attachments of container id that intent
+// records under cacheDir name, among networks. A Teardown finishes them
+// even when libcni's cache, which the DEL removed, no longer knows them.
+func IntentRecordsOf(cacheDir, id string, networks []string) []RecordedAttachment {
+	var out []RecordedAttachment
+	for _, n := range networks {
+		if r, err := readRecord(recordPath(cacheDir, n, id)); err == nil && r.net == n && r.id == id {
+			out = append(out, RecordedAttachment{Network: n, IfName: r.ifName})
+		}
+	}
+	return out
 }
 
 // crashAt, when a test sets it, is called at each step of an atomic write
@@ -151,25 +177,69 @@ func writeRecord(cacheDir string, att Attachment, addrs []netip.Addr) error {
 // at that point would.
 var crashAt func(step string) error
 
+// errCrashed wraps what crashAt returns: a process killed there cleans
+// nothing up.
+var errCrashed = errors.New("crashed")
+
 func step(name string) error {
 	if crashAt == nil {
 		return nil
 	}
-	return crashAt(name)
+	if err := crashAt(name); err != nil {
+		return fmt.Errorf("%w at %s: %w", errCrashed, name, err)
+	}
+	return nil
 }
 
-// writeFileAtomic replaces path with data: a reader, or a process that
-// dies at any point, sees either the old file or the whole new one, and
-// the new one survives a crash of the host once it returns.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".cninet-tmp")
+// staleTempAge is how old a temporary file must be before a sweep takes
+// it for one a killed process left: no write takes that long.
+const staleTempAge = 10 * time.Minute
+
+// removeStaleTemps removes the temporary files killed writes left in
+// cacheDir's tmpDir.
+func removeStaleTemps(cacheDir string) {
+	entries, err := os.ReadDir(tmpDir(cacheDir))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() && time.Since(info.ModTime()) > staleTempAge {
+			os.Remove(filepath.Join(tmpDir(cacheDir), e.Name()))
+		}
+	}
+}
+
+// tmpDir is where writeFileAtomic writes before it renames: under the
+// same cache directory (one file system), apart from the files it
+// replaces.
+func tmpDir(cacheDir string) string { return filepath.Join(cacheDir, "cninet", "tmp") }
+
+// writeFileAtomic replaces path, a file under cacheDir, with data: a
+// reader, or a process that dies at any point, sees either the old file
+// or the whole new one, and the new one survives a crash of the host once
+// it returns. A temporary file a process killed halfway leaves in tmpDir
+// is removed by the next sweep (removeStaleTemps).
+func writeFileAtomic(cacheDir, path string, data []byte, perm os.FileMode) (err error) {
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("writing %s: %w", path, err)
 		}
 	}()
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err := os.MkdirAll(tmpDir(cacheDir), 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(tmpDir(cacheDir), "write-*")
 	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil && !errors.Is(err, errCrashed) {
+			os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
 		return err
 	}
 	if err := step("write"); err != nil {
