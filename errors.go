@@ -30,6 +30,11 @@ var (
 	// ErrPluginMissing: a plugin named by the conflist is not in any plugin
 	// directory. Retrying cannot help.
 	ErrPluginMissing = errors.New("cni plugin missing")
+	// ErrNoNetNS: the network namespace path given to Setup, Connect or
+	// Check does not exist or is not a network namespace (it comes wrapped
+	// in ErrInvalidArgument). No plugin ran and none is retried: create
+	// the namespace first, or pass the right path.
+	ErrNoNetNS = errors.New("no such network namespace")
 	// ErrSetupFailed: every Setup (or Connect) attempt failed, or ctx was
 	// done, or a result had no usable address; the attachment was rolled
 	// back.
