@@ -40,6 +40,7 @@ func newDaemonMetrics() (*daemonMetrics, error) {
 		return nil, err
 	}
 	if m.duration, err = meter.Float64Histogram("cninet.daemon.request.duration", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 		metric.WithDescription("how long the daemon took per CNI request, queueing included")); err != nil {
 		return nil, err
 	}

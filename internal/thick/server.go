@@ -105,7 +105,9 @@ func (s *Server) Serve(l net.Listener) error {
 	s.http = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
-		ConnContext:       func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, peerKey{}, peerUID(c)) },
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, peerKey{}, peerUID(c))
+		},
 	}
 	return s.http.Serve(l)
 }
