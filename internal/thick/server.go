@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,7 +40,12 @@ type Server struct {
 	// root only.
 	AllowPeer func(uid uint32) bool
 
+	// run serves a decoded request; nil: Serve with C. Tests replace it.
+	run func(ctx context.Context, req *Request, conf *NetConf) ([]byte, error)
+
+	once     sync.Once
 	slots    chan struct{}
+	started  atomic.Bool
 	draining atomic.Bool
 	http     *http.Server
 }
@@ -92,36 +98,43 @@ func Listen(socket string) (net.Listener, error) {
 
 // Serve serves l until Shutdown; it returns http.ErrServerClosed then.
 func (s *Server) Serve(l net.Listener) error {
-	if s.Logger == nil {
-		s.Logger = hclog.NewNullLogger()
-	}
-	n := s.MaxConcurrent
-	if n <= 0 {
-		n = DefaultMaxConcurrent
-	}
-	s.slots = make(chan struct{}, n)
-	mux := http.NewServeMux()
-	mux.HandleFunc(RequestPath, s.handle)
-	s.http = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, peerKey{}, peerUID(c))
-		},
-	}
+	s.init()
+	s.started.Store(true)
 	return s.http.Serve(l)
 }
 
-// Ready reports whether the server takes requests: false once it drains.
-func (s *Server) Ready() bool { return s.http != nil && !s.draining.Load() }
+// init prepares what Serve and Shutdown share, once.
+func (s *Server) init() {
+	s.once.Do(func() {
+		if s.Logger == nil {
+			s.Logger = hclog.NewNullLogger()
+		}
+		n := s.MaxConcurrent
+		if n <= 0 {
+			n = DefaultMaxConcurrent
+		}
+		s.slots = make(chan struct{}, n)
+		mux := http.NewServeMux()
+		mux.HandleFunc(RequestPath, s.handle)
+		s.http = &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 10 * time.Second,
+			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+				return context.WithValue(ctx, peerKey{}, peerUID(c))
+			},
+		}
+	})
+}
+
+// Ready reports whether the server takes requests: serving, and not
+// draining.
+func (s *Server) Ready() bool { return s.started.Load() && !s.draining.Load() }
 
 // Shutdown stops accepting requests and waits, until ctx is done, for
 // the requests in flight to finish.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.init()
 	s.draining.Store(true)
-	if s.http == nil {
-		return nil
-	}
 	return s.http.Shutdown(ctx)
 }
 
@@ -216,6 +229,9 @@ func (s *Server) serve(r *http.Request, command *string) ([]byte, error) {
 		defer func() { <-s.slots }()
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: no free slot within the request's deadline (%s): %w", ErrBusy, timeout, ctx.Err())
+	}
+	if s.run != nil {
+		return s.run(ctx, req, conf)
 	}
 	return Serve(ctx, s.C, req, conf)
 }
