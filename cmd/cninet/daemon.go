@@ -75,9 +75,6 @@ func (f *daemonFlags) validate() error {
 // runDaemon serves until ctx is done, then drains.
 func runDaemon(ctx context.Context, f daemonFlags, logger hclog.Logger) error {
 	info := thick.Info{ConfDir: f.confDir, CNIPath: filepath.SplitList(f.cniPath), CacheDir: f.cacheDir}
-	if err := os.MkdirAll(f.cacheDir, 0o700); err != nil {
-		return fmt.Errorf("cache directory: %w", err)
-	}
 	m, err := newDaemonMetrics()
 	if err != nil {
 		return err
@@ -87,6 +84,9 @@ func runDaemon(ctx context.Context, f daemonFlags, logger hclog.Logger) error {
 		return err
 	}
 	defer c.Close()
+	if err := os.MkdirAll(f.cacheDir, 0o700); err != nil {
+		return fmt.Errorf("cache directory: %w", err)
+	}
 	l, err := thick.Listen(f.socket)
 	if err != nil {
 		return err
