@@ -3,6 +3,8 @@ package cninet
 import (
 	"context"
 	"fmt"
+
+	"github.com/containernetworking/cni/libcni"
 )
 
 // GCOptions narrows what GCWith collects.
@@ -34,7 +36,47 @@ func (c *Configurator) GCWith(ctx context.Context, liveAllocIDs []string, opts G
 		}
 		only[name] = true
 	}
+	defer c.keepLoopbacks(only, liveAllocIDs)()
 	return c.GC(context.WithValue(ctx, gcOnlyKey{}, only), liveAllocIDs)
+}
+
+// keepLoopbacks notes the workloads that a GC narrowed to only would
+// detach from those networks while they stay attached elsewhere (per
+// libcni's cache) and whose loopback interface is up, and returns a func
+// that brings it up again where the loopback plugin's DEL took it down:
+// that DEL is right when a workload goes, wrong when it keeps a network.
+func (c *Configurator) keepLoopbacks(only map[string]bool, liveAllocIDs []string) (restore func()) {
+	cached, err := c.lib.GetCachedAttachments("")
+	if err != nil {
+		return func() {}
+	}
+	live := map[string]bool{}
+	for _, id := range liveAllocIDs {
+		live[id] = true
+	}
+	elsewhere := map[string]bool{}
+	for _, a := range cached {
+		if !only[a.Network] {
+			elsewhere[a.ContainerID] = true
+		}
+	}
+	var keep []*libcni.NetworkAttachment
+	for _, a := range cached {
+		if only[a.Network] && !live[a.ContainerID] && elsewhere[a.ContainerID] && a.NetNS != "" && loopbackUp(a.NetNS) {
+			keep = append(keep, a)
+		}
+	}
+	return func() {
+		for _, a := range keep {
+			if loopbackUp(a.NetNS) {
+				continue
+			}
+			if err := setLoopbackUp(a.NetNS); err != nil {
+				c.logger.Warn("could not bring a workload's loopback interface up again after GC detached one of its networks",
+					"alloc_id", a.ContainerID, "netns", a.NetNS, "error", err)
+			}
+		}
+	}
 }
 
 // gcOnlyKey carries GCWith's networks through GC's context, so that GC's

@@ -69,15 +69,27 @@ func (r *thickRig) name() string { return r.nw.cfg.NetworkName }
 
 // writeShimConf writes the runtime's conflist: the shim, named like the
 // delegate, passing port mappings on.
-func (r *thickRig) writeShimConf(version string) {
+func (r *thickRig) writeShimConf(version string) { r.writeShimConfOf(r.name(), version) }
+
+func (r *thickRig) writeShimConfOf(name, version string) {
 	conf := fmt.Sprintf(`{"cniVersion": %q, "name": %q, "plugins": [{"type": "cninet-shim", "socket": %q, "capabilities": {"portMappings": true}}]}`,
-		version, r.name(), r.socket)
+		version, name, r.socket)
 	if err := os.MkdirAll(r.netDir, 0o755); err != nil {
 		r.t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(r.netDir, r.name()+".conflist"), []byte(conf), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(r.netDir, name+".conflist"), []byte(conf), 0o644); err != nil {
 		r.t.Fatal(err)
 	}
+}
+
+// addNetwork gives the running daemon one more delegate network, and the
+// runtime its shim conflist.
+func (r *thickRig) addNetwork(nw network, version string) {
+	r.t.Helper()
+	if _, err := cninet.WriteConfList(r.confDir, nw.conf); err != nil {
+		r.t.Fatal(err)
+	}
+	r.writeShimConfOf(nw.cfg.NetworkName, version)
 }
 
 // start runs the daemon and waits until it answers on its socket.

@@ -51,11 +51,41 @@ func TestThickCnitoolLifecycle(t *testing.T) {
 	})
 }
 
+// A runtime's GC of one network collects everything of that network not
+// listed, and nothing of the same workload on another network of the same
+// daemon: that attachment keeps answering on its mapped port, passes
+// CHECK, and its DEL then leaves nothing.
+func TestThickGCLeavesOtherNetworks(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		r := newThickRig(t, set, "1.1.0", false)
+		other := newNetwork(t, set, false)
+		r.addNetwork(other, "1.1.0")
+		base := baseline(t)
+		w := netsandbox.NewWorkload(t)
+		stop := serveHTTP(t, w, 8080, "gc-"+set.Name)
+		eth1 := []string{"CNI_IFNAME=eth1"}
+		r.mustCnitool(portArgs(28501, 8080), "add", r.name(), w.Path)
+		r.mustCnitool(append(portArgs(28502, 8080), eth1...), "add", other.cfg.NetworkName, w.Path)
+		forgetRuntimeCache(t, r.name())
+		r.mustCnitool(nil, "gc", r.name(), w.Path)
+		if body, err := fetch(other.gw4, 28502); err != nil || body != "hello from gc-"+set.Name {
+			t.Fatalf("the other network's mapped port after GC: %q, %v", body, err)
+		}
+		r.mustCnitool(eth1, "check", other.cfg.NetworkName, w.Path)
+		r.mustCnitool(append(portArgs(28502, 8080), eth1...), "del", other.cfg.NetworkName, w.Path)
+		stop()
+		allow := r.nw.allowance()
+		allow.Chains = append(allow.Chains, other.allowance().Chains...)
+		allow.Links = append(allow.Links, other.allowance().Links...)
+		assertNoLeaks(t, base, allow)
+	})
+}
+
 // forgetRuntimeCache removes the runtime's (cnitool's) cached results of
 // network, as a runtime that lost its state would have.
 func forgetRuntimeCache(t *testing.T, network string) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("/var/lib/cni/results", network+"-*"))
+	files, err := filepath.Glob(filepath.Join("/var/lib/cni/results", network+"-cnitool-*"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no cached result of the runtime for network %s (%v)", network, err)
 	}
