@@ -2,7 +2,8 @@
 # Installs what cninet's tests and demo need, when it is missing:
 #   - Debian's iptables, iproute2, nftables (the unit tests' host-safety
 #     check plants nftables rules) and containernetworking-plugins (v1.1.1,
-#     in /usr/lib/cni), with apt-get;
+#     in /usr/lib/cni), and podman, runc and busybox-static (the thick-mode
+#     test runs a Podman container on a cninet-shim network), with apt-get;
 #   - the upstream CNI plugins, built with `go install` into
 #     .cache/cni/$UPSTREAM_VERSION of this repository;
 #   - libcni's cnitool, at the libcni version go.mod requires, into
@@ -30,7 +31,7 @@ is_installed() {
 # environment (CI) may not have on PATH, and a present binary says nothing
 # about the package that the plugins' iptables calls expect.
 missing=()
-for pkg in iptables iproute2 nftables containernetworking-plugins; do
+for pkg in iptables iproute2 nftables containernetworking-plugins podman runc busybox-static; do
 	is_installed "$pkg" || missing+=("$pkg")
 done
 reinstall=()
