@@ -174,10 +174,16 @@ func (r *thickRig) mustCnitool(env []string, args ...string) string {
 // printed; it fails the test when the shim succeeded.
 func (r *thickRig) shimError(command, id, netns string) types.Error {
 	r.t.Helper()
+	return r.shimErrorOn(r.name(), command, id, netns)
+}
+
+// shimErrorOn is shimError for the shim network named network.
+func (r *thickRig) shimErrorOn(network, command, id, netns string) types.Error {
+	r.t.Helper()
 	cmd := exec.Command(filepath.Join(r.shimDir, "cninet-shim"))
 	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+id, "CNI_NETNS="+netns,
 		"CNI_IFNAME=eth0", "CNI_PATH="+r.shimDir)
-	cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"cniVersion": "1.0.0", "name": %q, "type": "cninet-shim", "socket": %q}`, r.name(), r.socket))
+	cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "type": "cninet-shim", "socket": %q}`, network, r.socket))
 	out, err := cmd.Output()
 	if err == nil {
 		r.t.Fatalf("cninet-shim %s succeeded, want an error: %s", command, out)

@@ -248,6 +248,26 @@ func TestThickBadRequests(t *testing.T) {
 	assertNoLeaks(t, base, r.nw.allowance())
 }
 
+// STATUS of a shim network whose delegate names a plugin that is not
+// installed is "plugin not available" (50), naming the plugin; ADD on it
+// is an invalid network config and changes nothing.
+func TestThickStatusOfABrokenDelegate(t *testing.T) {
+	netsandbox.Require(t)
+	r := newThickRig(t, netsandbox.PluginSets(t)[0], "1.1.0", false)
+	writeFile(t, filepath.Join(r.confDir, "thick-broken.conflist"),
+		`{"cniVersion": "1.0.0", "name": "thick-broken", "plugins": [{"type": "no-such-plugin"}]}`)
+	base := baseline(t)
+	if cerr := r.shimErrorOn("thick-broken", "STATUS", "", ""); cerr.Code != 50 || !strings.Contains(cerr.Msg, "no-such-plugin") {
+		t.Fatalf("STATUS answered %+v, want code 50 naming no-such-plugin", cerr)
+	}
+	w := netsandbox.NewWorkload(t)
+	if cerr := r.shimErrorOn("thick-broken", "ADD", "broken-1", w.Path); cerr.Code != 7 {
+		t.Fatalf("ADD answered %+v, want code 7 (invalid network config)", cerr)
+	}
+	r.mustCnitool(nil, "status", r.name(), w.Path) // the working network stays ready
+	assertNoLeaks(t, base, r.nw.allowance())
+}
+
 func hasLine(text string, parts []string) bool {
 	for _, line := range strings.Split(text, "\n") {
 		all := true
