@@ -225,8 +225,23 @@ type attachment struct {
 }
 
 // attachmentIn validates alloc and the namespace path a call that runs
-// plugins in it (Setup, Connect, Check) needs.
+// plugins in it (Setup, Connect) needs: a path that is no network
+// namespace is a bad argument.
 func (c *Configurator) attachmentIn(alloc *Allocation, netns string) (attachment, error) {
+	return c.attachmentAt(alloc, netns, ErrInvalidArgument, c.findPlugins)
+}
+
+// attachmentToCheck is attachmentIn for Check: a namespace that is gone
+// is a verdict on the attachment (ErrCheckFailed: rebuild it).
+func (c *Configurator) attachmentToCheck(alloc *Allocation, netns string) (attachment, error) {
+	return c.attachmentAt(alloc, netns, ErrCheckFailed, c.findPlugins)
+}
+
+// attachmentAt validates alloc and netns. Where cninet runs the plugins
+// itself (runs; an injected Config.CNI, a fake in tests, decides for
+// itself what a namespace path is), a netns that is no network namespace
+// is an ErrNoNetNS error of class noNetNS.
+func (c *Configurator) attachmentAt(alloc *Allocation, netns string, noNetNS error, runs bool) (attachment, error) {
 	att, err := newAttachment(alloc, c.ignoreHostIP)
 	if err != nil {
 		return att, err
@@ -234,11 +249,9 @@ func (c *Configurator) attachmentIn(alloc *Allocation, netns string) (attachment
 	if netns == "" {
 		return att, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
 	}
-	// Only where cninet runs the plugins itself: an injected Config.CNI
-	// (a fake in tests) decides for itself what a namespace path is.
-	if c.findPlugins {
+	if runs {
 		if err := checkNetNS(netns); err != nil {
-			return att, fmt.Errorf("allocation %s: %w", att.id, err)
+			return att, fmt.Errorf("%w: allocation %s: %w", noNetNS, att.id, err)
 		}
 	}
 	return att, nil

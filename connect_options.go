@@ -33,7 +33,7 @@ func (c *Configurator) ConnectWith(ctx context.Context, alloc *Allocation, netwo
 	}
 	ctx, op := c.tel.startOp(ctx, opConnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := c.namedAttachment(alloc, network, netns, opts.IfName, true)
+	att, err := c.namedAttachment(alloc, network, netns, opts.IfName, ErrInvalidArgument)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +77,7 @@ func (c *Configurator) DisconnectWith(ctx context.Context, alloc *Allocation, ne
 	}
 	ctx, op := c.tel.startOp(ctx, opDisconnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := c.namedAttachment(alloc, network, "", opts.IfName, false)
+	att, err := c.namedAttachment(alloc, network, "", opts.IfName, nil)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func (c *Configurator) CheckWith(ctx context.Context, alloc *Allocation, network
 	}
 	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := c.namedAttachment(alloc, network, netns, opts.IfName, true)
+	att, err := c.namedAttachment(alloc, network, netns, opts.IfName, ErrCheckFailed)
 	if err != nil {
 		return err
 	}
@@ -156,32 +156,20 @@ func (c *Configurator) StatusOf(ctx context.Context, network string) (err error)
 	return nil
 }
 
-// namedAttachment validates what the *With verbs are given; withNetNS
-// also wants netns to be a network namespace, since plugins will run in
-// it.
-func (c *Configurator) namedAttachment(alloc *Allocation, network, netns, ifName string, withNetNS bool) (attachment, error) {
-	att, err := newAttachment(alloc, c.ignoreHostIP)
-	if err != nil {
-		return att, err
-	}
+// namedAttachment validates what the *With verbs are given; with a
+// noNetNS class (ErrInvalidArgument to attach, ErrCheckFailed to check)
+// netns must be a network namespace too, since plugins will run in it.
+func (c *Configurator) namedAttachment(alloc *Allocation, network, netns, ifName string, noNetNS error) (attachment, error) {
 	if err := checkNetworkName(network); err != nil {
-		return att, err
+		return attachment{}, err
 	}
 	if err := CheckIfName(ifName); err != nil {
-		return att, fmt.Errorf("allocation %s: %w", att.id, err)
+		return attachment{}, fmt.Errorf("%w (allocation %s)", err, allocID(alloc))
 	}
-	if !withNetNS {
-		return att, nil
+	if noNetNS == nil {
+		return newAttachment(alloc, c.ignoreHostIP)
 	}
-	if netns == "" {
-		return att, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
-	}
-	if c.driver.runsPlugins() {
-		if err := checkNetNS(netns); err != nil {
-			return att, fmt.Errorf("allocation %s: %w", att.id, err)
-		}
-	}
-	return att, nil
+	return c.attachmentAt(alloc, netns, noNetNS, c.driver.runsPlugins())
 }
 
 // cachedAt returns libcni's cached attachment of id in network as ifName,

@@ -11,7 +11,7 @@ import (
 // Linux can tell a network namespace from other files.
 func checkNetNS(path string) error {
 	if _, err := os.Stat(path); err != nil {
-		return fmt.Errorf("%w: %w: %s: %w", ErrInvalidArgument, ErrNoNetNS, path, err)
+		return fmt.Errorf("%w: %s: %w", ErrNoNetNS, path, err)
 	}
 	return nil
 }

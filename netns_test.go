@@ -33,22 +33,29 @@ func TestNoNetworkNamespaceIsPermanentAtOnce(t *testing.T) {
 		{"a namespace of another kind (mount)", "/proc/self/ns/mnt"},
 	}
 	alloc := &cninet.Allocation{ID: "netns-1"}
-	verbs := map[string]func(netns string) error{
-		"Setup":   func(p string) error { _, err := c.Setup(context.Background(), alloc, p); return err },
-		"Connect": func(p string) error { _, err := c.Connect(context.Background(), alloc, "nomad", p); return err },
-		"Check":   func(p string) error { return c.Check(context.Background(), alloc, p) },
-		"ConnectWith": func(p string) error {
+	verbs := []struct {
+		name  string
+		class error // what a namespace that is not there means for the verb
+		call  func(netns string) error
+	}{
+		{"Setup", cninet.ErrInvalidArgument, func(p string) error { _, err := c.Setup(context.Background(), alloc, p); return err }},
+		{"Connect", cninet.ErrInvalidArgument, func(p string) error { _, err := c.Connect(context.Background(), alloc, "nomad", p); return err }},
+		{"ConnectWith", cninet.ErrInvalidArgument, func(p string) error {
 			_, err := c.ConnectWith(context.Background(), alloc, "nomad", p, cninet.ConnectOptions{IfName: "eth3"})
 			return err
-		},
+		}},
+		{"Check", cninet.ErrCheckFailed, func(p string) error { return c.Check(context.Background(), alloc, p) }},
+		{"CheckWith", cninet.ErrCheckFailed, func(p string) error {
+			return c.CheckWith(context.Background(), alloc, "nomad", p, cninet.ConnectOptions{IfName: "eth0"})
+		}},
 	}
 	for _, p := range paths {
-		for verb, call := range verbs {
-			t.Run(verb+" with "+p.name, func(t *testing.T) {
+		for _, verb := range verbs {
+			t.Run(verb.name+" with "+p.name, func(t *testing.T) {
 				start := time.Now()
-				err := call(p.path)
-				if !errors.Is(err, cninet.ErrNoNetNS) || !errors.Is(err, cninet.ErrInvalidArgument) {
-					t.Fatalf("got %v, want ErrNoNetNS wrapped in ErrInvalidArgument", err)
+				err := verb.call(p.path)
+				if !errors.Is(err, cninet.ErrNoNetNS) || !errors.Is(err, verb.class) {
+					t.Fatalf("got %v, want ErrNoNetNS wrapped in %v", err, verb.class)
 				}
 				if d := time.Since(start); d > 50*time.Millisecond {
 					t.Fatalf("took %s: a permanent error must not be retried", d)
