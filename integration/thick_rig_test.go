@@ -231,21 +231,31 @@ func addResult(t *testing.T, out, want string) *types100.Result {
 // and returns the HTTP status and the answer's body.
 func (r *thickRig) post(method string, body []byte) (int, []byte) {
 	r.t.Helper()
-	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{
+	status, answer := r.tryPost(method, body)
+	if status == 0 {
+		r.t.Fatalf("%s to the daemon: %s", method, answer)
+	}
+	return status, answer
+}
+
+// tryPost is post for any goroutine: a request that gets no answer is
+// status 0 with the error as the body.
+func (r *thickRig) tryPost(method string, body []byte) (int, []byte) {
+	client := &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{
 		DialContext: func(context.Context, string, string) (net.Conn, error) { return net.Dial("unix", r.socket) },
 	}}
 	req, err := http.NewRequest(method, "http://cninet/cni", bytes.NewReader(body))
 	if err != nil {
-		r.t.Fatal(err)
+		return 0, []byte(err.Error())
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		r.t.Fatalf("%s to the daemon: %v", method, err)
+		return 0, []byte(err.Error())
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(resp.Body)
 	if err != nil {
-		r.t.Fatal(err)
+		return 0, []byte(err.Error())
 	}
 	return resp.StatusCode, answer
 }
