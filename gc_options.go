@@ -2,9 +2,8 @@ package cninet
 
 import (
 	"context"
+	"errors"
 	"fmt"
-
-	"github.com/containernetworking/cni/libcni"
 )
 
 // GCOptions narrows what GCWith collects.
@@ -18,7 +17,9 @@ type GCOptions struct {
 
 // GCWith is GC narrowed by opts: with opts.Networks, in those networks
 // every attachment whose allocation ID is not in liveAllocIDs is removed
-// and nothing of any other network is touched. A CNI runtime's GC verb
+// and nothing of any other network is touched, the same container's
+// attachments there included (the cached ones are detached as
+// DisconnectWith does, then GC sweeps what no cache remembers). A CNI runtime's GC verb
 // (cni.dev/valid-attachments) has this shape: it lists the live
 // attachments of one network only. An unknown network is an
 // ErrNetworkNotFound error before anything runs.
@@ -36,47 +37,45 @@ func (c *Configurator) GCWith(ctx context.Context, liveAllocIDs []string, opts G
 		}
 		only[name] = true
 	}
-	defer c.keepLoopbacks(only, liveAllocIDs)()
-	return c.GC(context.WithValue(ctx, gcOnlyKey{}, only), liveAllocIDs)
+	stale, detachErr := c.detachStale(ctx, only, liveAllocIDs)
+	report, err := c.GC(context.WithValue(ctx, gcOnlyKey{}, only), liveAllocIDs)
+	if report != nil {
+		for _, it := range stale {
+			report.addCached(it)
+		}
+	}
+	return report, errors.Join(detachErr, err)
 }
 
-// keepLoopbacks notes the workloads that a GC narrowed to only would
-// detach from those networks while they stay attached elsewhere (per
-// libcni's cache) and whose loopback interface is up, and returns a func
-// that brings it up again where the loopback plugin's DEL took it down:
-// that DEL is right when a workload goes, wrong when it keeps a network.
-func (c *Configurator) keepLoopbacks(only map[string]bool, liveAllocIDs []string) (restore func()) {
+// detachStale detaches, as DisconnectWith does, every attachment of the
+// networks in only that libcni's cache holds and whose allocation is not
+// live: before GC, whose libcni GC would DEL whole chains, and portmap's
+// nftables DEL deletes by the bare container id on every network, the
+// spared ones included. DisconnectWith's DEL never reaches the same
+// container's other attachments, and keeps its loopback interface up.
+func (c *Configurator) detachStale(ctx context.Context, only map[string]bool, liveAllocIDs []string) ([]GCItem, error) {
 	cached, err := c.lib.GetCachedAttachments("")
 	if err != nil {
-		return func() {}
+		return nil, fmt.Errorf("%w: reading libcni's cache in %s: %w", ErrCleanupFailed, c.cacheDir, err)
 	}
-	live := map[string]bool{}
+	live := make(map[string]bool, len(liveAllocIDs))
 	for _, id := range liveAllocIDs {
 		live[id] = true
 	}
-	elsewhere := map[string]bool{}
+	var detached []GCItem
+	var errs []error
 	for _, a := range cached {
-		if !only[a.Network] {
-			elsewhere[a.ContainerID] = true
+		if !only[a.Network] || live[a.ContainerID] {
+			continue
 		}
-	}
-	var keep []*libcni.NetworkAttachment
-	for _, a := range cached {
-		if only[a.Network] && !live[a.ContainerID] && elsewhere[a.ContainerID] && a.NetNS != "" && loopbackUp(a.NetNS) {
-			keep = append(keep, a)
+		err := c.DisconnectWith(ctx, &Allocation{ID: a.ContainerID}, a.Network, a.NetNS, ConnectOptions{IfName: a.IfName})
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
+		detached = append(detached, GCItem{Kind: GCCachedAttachment, ID: a.ContainerID, Network: a.Network, Detail: a.IfName})
 	}
-	return func() {
-		for _, a := range keep {
-			if loopbackUp(a.NetNS) {
-				continue
-			}
-			if err := setLoopbackUp(a.NetNS); err != nil {
-				c.logger.Warn("could not bring a workload's loopback interface up again after GC detached one of its networks",
-					"alloc_id", a.ContainerID, "netns", a.NetNS, "error", err)
-			}
-		}
-	}
+	return detached, errors.Join(errs...)
 }
 
 // gcOnlyKey carries GCWith's networks through GC's context, so that GC's
