@@ -1,6 +1,7 @@
 # cninet — see README.md. Every target installs what it needs first.
 GO        ?= go
 FUZZTIME  ?= 300000x
+THICK_FUZZTIME ?= 20000x
 SOAK_N    ?= 1000
 SOAK_C    ?= 8
 
@@ -33,6 +34,7 @@ unit:
 # can fail a clean run at the deadline (golang/go#75804).
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRule$$' -fuzztime $(FUZZTIME) ./internal/footprint
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(THICK_FUZZTIME) ./internal/thick
 
 # Unit tests (sandboxed and checked, see unit), then the integration suite
 # (in its own network and mount namespace, against every plugin set), then

@@ -32,6 +32,14 @@ type Allocation struct {
 	// Args are extra CNI args (CNI_ARGS), such as the orchestrator's identity
 	// args. Keys and values must not contain ';' or '='.
 	Args map[string]string
+	// Capabilities are CNI capability arguments besides the port mappings
+	// (which Ports gives): "aliases", "ips", "mac", "bandwidth",
+	// "ipRanges", "dns" and any other a plugin declares, each value
+	// passed to the plugins unchanged (it must marshal to JSON). A
+	// network gets only the capabilities its conflist declares, as with
+	// port mappings; libcni hands each plugin only the ones it declares.
+	// See ValidateCapabilities.
+	Capabilities map[string]any
 }
 
 // Port maps a host port to a port in the workload's namespace.
@@ -213,17 +221,38 @@ type attachment struct {
 	id       string
 	mappings []cni.PortMapping
 	args     [][2]string
+	caps     map[string]any // Allocation.Capabilities, validated
 }
 
 // attachmentIn validates alloc and the namespace path a call that runs
-// plugins in it (Setup, Connect, Check) needs.
+// plugins in it (Setup, Connect) needs: a path that is no network
+// namespace is a bad argument.
 func (c *Configurator) attachmentIn(alloc *Allocation, netns string) (attachment, error) {
+	return c.attachmentAt(alloc, netns, ErrInvalidArgument, c.findPlugins)
+}
+
+// attachmentToCheck is attachmentIn for Check: a namespace that is gone
+// is a verdict on the attachment (ErrCheckFailed: rebuild it).
+func (c *Configurator) attachmentToCheck(alloc *Allocation, netns string) (attachment, error) {
+	return c.attachmentAt(alloc, netns, ErrCheckFailed, c.findPlugins)
+}
+
+// attachmentAt validates alloc and netns. Where cninet runs the plugins
+// itself (runs; an injected Config.CNI, a fake in tests, decides for
+// itself what a namespace path is), a netns that is no network namespace
+// is an ErrNoNetNS error of class noNetNS.
+func (c *Configurator) attachmentAt(alloc *Allocation, netns string, noNetNS error, runs bool) (attachment, error) {
 	att, err := newAttachment(alloc, c.ignoreHostIP)
 	if err != nil {
 		return att, err
 	}
 	if netns == "" {
 		return att, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
+	}
+	if runs {
+		if err := checkNetNS(netns); err != nil {
+			return att, fmt.Errorf("%w: allocation %s: %w", noNetNS, att.id, err)
+		}
 	}
 	return att, nil
 }
@@ -240,13 +269,19 @@ func newAttachment(alloc *Allocation, ignoreHostIP bool) (attachment, error) {
 	if err != nil {
 		return attachment{}, err
 	}
-	return attachment{id: alloc.ID, mappings: mappings, args: args}, nil
+	if err := ValidateCapabilities(alloc.Capabilities); err != nil {
+		return attachment{}, fmt.Errorf("allocation %s: %w", alloc.ID, err)
+	}
+	return attachment{id: alloc.ID, mappings: mappings, args: args, caps: alloc.Capabilities}, nil
 }
 
 // opts returns the go-cni namespace options for this attachment.
 func (a attachment) opts() []cni.NamespaceOpts {
 	opts := make([]cni.NamespaceOpts, 0, 1+len(a.args))
 	opts = append(opts, cni.WithCapabilityPortMap(a.mappings))
+	for name, value := range a.caps {
+		opts = append(opts, cni.WithCapability(name, value))
+	}
 	for _, kv := range a.args {
 		opts = append(opts, cni.WithArgs(kv[0], kv[1]))
 	}

@@ -407,7 +407,8 @@ type networkInfo struct {
 	disableCheck bool
 	disableGC    bool
 	pluginTypes  []string
-	portMappings bool // a plugin declares the portMappings capability
+	portMappings bool            // a plugin declares the portMappings capability
+	capabilities map[string]bool // every capability a plugin declares
 }
 
 func newNetworkInfo(list *libcni.NetworkConfigList) networkInfo {
@@ -416,6 +417,14 @@ func newNetworkInfo(list *libcni.NetworkConfigList) networkInfo {
 	for i, p := range list.Plugins {
 		info.pluginTypes = append(info.pluginTypes, p.Network.Type)
 		info.portMappings = info.portMappings || p.Network.Capabilities["portMappings"]
+		for name, on := range p.Network.Capabilities {
+			if on {
+				if info.capabilities == nil {
+					info.capabilities = map[string]bool{}
+				}
+				info.capabilities[name] = true
+			}
+		}
 		plugins[i] = footprint.Plugin{Type: p.Network.Type, Bytes: p.Bytes}
 	}
 	info.footprint = footprint.NetworkOf(list.Name, plugins)

@@ -96,13 +96,11 @@ type libDriver struct {
 }
 
 // runtimeConf is what libcni is told about n's attachment: the same
-// container id and args as every network, the port mappings only where
-// the conflist declares the portMappings capability.
+// container id and args as every network, the port mappings and the
+// other capability arguments only where the conflist declares them.
 func (d libDriver) runtimeConf(att attachment, n netAttachment, netns string) *libcni.RuntimeConf {
 	rt := &libcni.RuntimeConf{ContainerID: att.id, NetNS: netns, IfName: n.ifName, Args: att.args}
-	if n.conf.info.portMappings {
-		rt.CapabilityArgs = map[string]interface{}{"portMappings": att.mappings}
-	}
+	rt.CapabilityArgs = declaredCapabilities(att, n.conf.info)
 	return rt
 }
 

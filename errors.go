@@ -30,6 +30,13 @@ var (
 	// ErrPluginMissing: a plugin named by the conflist is not in any plugin
 	// directory. Retrying cannot help.
 	ErrPluginMissing = errors.New("cni plugin missing")
+	// ErrNoNetNS: the network namespace path given to Setup, Connect or
+	// Check does not exist or is not a network namespace. It comes
+	// wrapped in ErrInvalidArgument from Setup and Connect (create the
+	// namespace first, or pass the right path) and in ErrCheckFailed from
+	// Check (the workload's namespace is gone: rebuild it). No plugin ran
+	// and nothing is retried.
+	ErrNoNetNS = errors.New("no such network namespace")
 	// ErrSetupFailed: every Setup (or Connect) attempt failed, or ctx was
 	// done, or a result had no usable address; the attachment was rolled
 	// back.

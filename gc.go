@@ -174,7 +174,8 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	if _, err := c.current(); err != nil {
 		return nil, err
 	}
-	nets, skipped := c.gcNetworks()
+	only := gcOnly(ctx)
+	nets, skipped := c.gcNetworks(only)
 	report := &GCReport{}
 	if len(nets) == 0 {
 		return report, nil
@@ -187,7 +188,7 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	defer c.adm.gc.end()
 	progress := newGCProgress(c.logger)
 	sweep := footprint.NewSweep(ctx, c.host())
-	sweep.WholeWorkload = true // a dead id is dead on every network
+	sweep.WholeWorkload = only == nil // a dead id is dead on every network, unless GCWith spares some
 	errs := []error{c.gcCached(ctx, sweep, nets, live, report)}
 	progress.step("libcni GC done", report.Len())
 	errs = append(errs, c.tel.traceSweep(ctx, names(nets), report, func() error { return c.gcSweep(sweep, nets, skipped, live, report, progress) }))
@@ -207,10 +208,14 @@ func names(confs []loadedConf) []string {
 }
 
 // gcNetworks returns the networks GC covers, and the names of those whose
-// conflist sets disableGC.
-func (c *Configurator) gcNetworks() (nets []loadedConf, skipped map[string]bool) {
+// conflist sets disableGC or that only (when not nil) leaves out.
+func (c *Configurator) gcNetworks(only map[string]bool) (nets []loadedConf, skipped map[string]bool) {
 	skipped = map[string]bool{}
 	for _, conf := range c.knownNetworks() {
+		if spared(only, conf.info.name) {
+			skipped[conf.info.name] = true
+			continue
+		}
 		if conf.info.disableGC {
 			c.logger.Debug("GC skipped: the conflist sets disableGC", "network", conf.info.name)
 			skipped[conf.info.name] = true

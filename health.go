@@ -67,13 +67,14 @@ func (c *Configurator) networkReady(ctx context.Context, conf loadedConf, isDefa
 // libcni's cache knows), for a runner that restarted and found a workload
 // running. An unhealthy attachment is an ErrCheckFailed error
 // wrapping the plugin's and naming each failing network: rebuild the
-// namespace. When no network failed but one could not be checked
-// (disableCheck, a plugin whose CHECK is known to be wrong), the error is
-// ErrCheckUnsupported.
+// namespace. A namespace that is gone (or no network namespace) is one,
+// at once: ErrCheckFailed wrapping ErrNoNetNS. When no network failed but
+// one could not be checked (disableCheck, a plugin whose CHECK is known
+// to be wrong), the error is ErrCheckUnsupported.
 func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := c.attachmentIn(alloc, netns)
+	att, err := c.attachmentToCheck(alloc, netns)
 	if err != nil {
 		return err
 	}

@@ -2,9 +2,12 @@
 # Installs what cninet's tests and demo need, when it is missing:
 #   - Debian's iptables, iproute2, nftables (the unit tests' host-safety
 #     check plants nftables rules) and containernetworking-plugins (v1.1.1,
-#     in /usr/lib/cni), with apt-get;
+#     in /usr/lib/cni), and podman, runc and busybox-static (the thick-mode
+#     test runs a Podman container on a cninet-shim network), with apt-get;
 #   - the upstream CNI plugins, built with `go install` into
-#     .cache/cni/$UPSTREAM_VERSION of this repository.
+#     .cache/cni/$UPSTREAM_VERSION of this repository;
+#   - libcni's cnitool, at the libcni version go.mod requires, into
+#     .cache/bin (the thick-mode tests drive cninet-shim with it).
 # Idempotent; prints nothing when everything is present, else one summary
 # line. apt-get needs root; the upstream build does not.
 set -euo pipefail
@@ -28,7 +31,7 @@ is_installed() {
 # environment (CI) may not have on PATH, and a present binary says nothing
 # about the package that the plugins' iptables calls expect.
 missing=()
-for pkg in iptables iproute2 nftables containernetworking-plugins; do
+for pkg in iptables iproute2 nftables containernetworking-plugins podman runc busybox-static; do
 	is_installed "$pkg" || missing+=("$pkg")
 done
 reinstall=()
@@ -91,6 +94,33 @@ if [ ! -x "$upstream_dir/bridge" ]; then
 	rm -rf "$upstream_dir"
 	mv "$tmp" "$upstream_dir"
 	installed+=("upstream CNI plugins $UPSTREAM_VERSION")
+fi
+
+# cnitool of the libcni that cninet links, so that the thick-mode tests
+# drive the shim exactly as that libcni does; a stamp file says which
+# version .cache/bin/cnitool is.
+cni_version=$(awk '$1 == "github.com/containernetworking/cni" { print $2 }' "$repo/go.mod")
+cnitool="$repo/.cache/bin/cnitool"
+if [ -z "$cni_version" ]; then
+	log "go.mod names no github.com/containernetworking/cni version"
+	exit 1
+fi
+if [ ! -x "$cnitool" ] || [ "$(cat "$cnitool.version" 2>/dev/null)" != "$cni_version" ]; then
+	if ! command -v "$GO" >/dev/null 2>&1; then
+		log "$GO not found on PATH; it builds cnitool"
+		exit 1
+	fi
+	mkdir -p "$repo/.cache/bin"
+	golog=$(mktemp)
+	scratch+=("$golog")
+	if ! GOBIN="$repo/.cache/bin" "$GO" install \
+		"github.com/containernetworking/cni/cnitool@$cni_version" >"$golog" 2>&1; then
+		cat "$golog" >&2
+		log "building cnitool $cni_version failed"
+		exit 1
+	fi
+	echo "$cni_version" >"$cnitool.version"
+	installed+=("cnitool $cni_version")
 fi
 
 if [ ${#installed[@]} -gt 0 ]; then

@@ -35,6 +35,7 @@ Commands:
   gc         remove every attachment whose id is not live, in every network
   status     report whether every network can attach workloads
   demo       run the whole story in throwaway namespaces and report
+  daemon     serve the cninet-shim CNI plugin on a unix socket (thick mode)
 
 Run 'cninet <command> --help' for a command's flags.
 `
@@ -57,7 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	commands := map[string]func([]string, io.Writer, io.Writer) error{
 		"conflist": cmdConflist, "setup": cmdSetup, "teardown": cmdTeardown,
 		"check": cmdCheck, "gc": cmdGC, "status": cmdStatus, "demo": cmdDemo,
-		"connect": cmdConnect, "disconnect": cmdDisconnect,
+		"connect": cmdConnect, "disconnect": cmdDisconnect, "daemon": cmdDaemon,
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {

@@ -59,7 +59,7 @@ func TestNetworkFlags(t *testing.T) {
 		{"status names the network that is not ready",
 			[]string{"status", "--conf-dir", dir, "--cni-path", versionOnlyPlugins(t, "loopback", "bridge", "firewall")}, 1, `network "clib"`},
 		{"an unknown --network is a failure naming the known ones",
-			[]string{"check", "--conf-dir", dir, "--cni-path", all, "--id", "a", "--netns", "/x", "--network", "clia", "--network", "nope"}, 1, "known: clia, clib"},
+			[]string{"check", "--conf-dir", dir, "--cni-path", all, "--id", "a", "--netns", "/proc/self/ns/net", "--network", "clia", "--network", "nope"}, 1, "known: clia, clib"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

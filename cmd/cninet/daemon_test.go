@@ -1,0 +1,34 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestDaemonFlags(t *testing.T) {
+	empty := t.TempDir()
+	cases := []struct {
+		name   string
+		args   []string
+		code   int
+		output string
+	}{
+		{"a relative --socket is a usage error", []string{"daemon", "--socket", "run/cninet.sock"}, 2, `--socket "run/cninet.sock", want an absolute path`},
+		{"a relative --conf-dir is a usage error", []string{"daemon", "--conf-dir", "net.d"}, 2, "--conf-dir"},
+		{"a relative --cache-dir is a usage error", []string{"daemon", "--cache-dir", "cache"}, 2, "--cache-dir"},
+		{"--max-concurrent 0 is a usage error", []string{"daemon", "--max-concurrent", "0"}, 2, "must be positive"},
+		{"an unknown --log-level is a usage error", []string{"daemon", "--log-level", "loud"}, 2, "--log-level"},
+		{"an argument is a usage error", []string{"daemon", "extra"}, 2, "unexpected argument"},
+		{"a conf dir without conflists fails to start, naming it", []string{"daemon", "--conf-dir", empty, "--socket", filepath.Join(empty, "s.sock"),
+			"--cache-dir", filepath.Join(empty, "cache")}, 1, empty},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(tc.args...)
+			if code != tc.code || !strings.Contains(stderr, tc.output) {
+				t.Fatalf("exit %d, want %d with %q in:\n%s%s", code, tc.code, tc.output, stdout, stderr)
+			}
+		})
+	}
+}

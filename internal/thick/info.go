@@ -1,0 +1,72 @@
+package thick
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Info is what the daemon writes beside its socket (InfoPath) so that a
+// shim whose daemon is down can run the DEL itself with the same
+// networks, plugins and cache.
+type Info struct {
+	ConfDir  string   `json:"confDir"`
+	CNIPath  []string `json:"cniPath"`
+	CacheDir string   `json:"cacheDir"`
+}
+
+// Defaults for a daemon started without the flags, and for a shim that
+// finds no Info.
+const (
+	DefaultConfDir  = "/etc/cninet/net.d"
+	DefaultCacheDir = "/var/lib/cninet/cache"
+)
+
+// InfoPath is where the daemon of socket writes its Info.
+func InfoPath(socket string) string { return socket + ".json" }
+
+// WriteInfo writes info beside socket, atomically (a shim may read it at
+// any moment) and readable by root only.
+func WriteInfo(socket string, info Info) error {
+	b, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	path := InfoPath(socket)
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".info-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// ReadInfo reads the Info of socket's daemon. Without one (the daemon
+// never ran), it returns the defaults with cniPath as the plugin path
+// (the runtime's CNI_PATH) and found false.
+func ReadInfo(socket string, cniPath []string) (info Info, found bool, err error) {
+	b, err := os.ReadFile(InfoPath(socket))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Info{ConfDir: DefaultConfDir, CNIPath: cniPath, CacheDir: DefaultCacheDir}, false, nil
+	}
+	if err != nil {
+		return Info{}, false, err
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return Info{}, false, fmt.Errorf("%s: %w", InfoPath(socket), err)
+	}
+	if info.ConfDir == "" || info.CacheDir == "" || len(info.CNIPath) == 0 {
+		return Info{}, false, fmt.Errorf("%s: want confDir, cniPath and cacheDir, got %s", InfoPath(socket), b)
+	}
+	return info, true, nil
+}

@@ -1,0 +1,152 @@
+// Package thick is cninet's thick mode: the request a cninet-shim plugin
+// forwards to the cninet daemon, how the daemon serves it through a
+// cninet.Configurator, and the DEL the shim runs itself when the daemon
+// is down.
+package thick
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/footprint"
+)
+
+// The CNI verbs the shim forwards.
+const (
+	CmdAdd    = "ADD"
+	CmdDel    = "DEL"
+	CmdCheck  = "CHECK"
+	CmdStatus = "STATUS"
+	CmdGC     = "GC"
+)
+
+// MaxRequestBytes bounds a request body: a runtime's config with a
+// prevResult and thousands of valid attachments fits many times over.
+const MaxRequestBytes = 1 << 20
+
+// DefaultSocket is where the daemon listens and the shim connects when
+// the shim's config names no "socket".
+const DefaultSocket = "/run/cninet/cninet.sock"
+
+// RequestPath is the HTTP path the shim posts requests to.
+const RequestPath = "/cni"
+
+// Request is one CNI invocation of the shim, as the runtime made it: the
+// CNI_* environment and the config it wrote on stdin (with its
+// runtimeConfig, prevResult and cni.dev/valid-attachments).
+type Request struct {
+	Command     string          `json:"command"`
+	ContainerID string          `json:"containerID,omitempty"`
+	NetNS       string          `json:"netns,omitempty"`
+	IfName      string          `json:"ifName,omitempty"`
+	Args        string          `json:"args,omitempty"`
+	Path        string          `json:"path,omitempty"`
+	Config      json.RawMessage `json:"config"`
+}
+
+// NetConf is what the daemon reads of the shim's config.
+type NetConf struct {
+	CNIVersion       string               `json:"cniVersion"`
+	Name             string               `json:"name"`
+	Type             string               `json:"type"`
+	Socket           string               `json:"socket,omitempty"`
+	RuntimeConfig    map[string]any       `json:"runtimeConfig,omitempty"`
+	ValidAttachments []types.GCAttachment `json:"cni.dev/valid-attachments,omitempty"`
+}
+
+// ErrBadRequest: a request the daemon cannot serve as given (malformed,
+// oversized, a field missing or unusable). Nothing on the host changed.
+var ErrBadRequest = errors.New("bad thick-mode request")
+
+// DecodeRequest reads one request of at most MaxRequestBytes from r and
+// validates it: a known command, a config with a CNI network name, and
+// for ADD, DEL and CHECK a CNI container id, an interface name, and (ADD,
+// CHECK) an absolute netns path. Every failure wraps ErrBadRequest and
+// names the field and what was expected.
+func DecodeRequest(r io.Reader) (*Request, *NetConf, error) {
+	body, err := io.ReadAll(io.LimitReader(r, MaxRequestBytes+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: reading the body: %w", ErrBadRequest, err)
+	}
+	if len(body) > MaxRequestBytes {
+		return nil, nil, fmt.Errorf("%w: body exceeds %d bytes", ErrBadRequest, MaxRequestBytes)
+	}
+	var req Request
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w: body is not a request object: %w", ErrBadRequest, errMalformed, err)
+	}
+	if dec.More() {
+		return nil, nil, fmt.Errorf("%w: %w: body holds more than one JSON value", ErrBadRequest, errMalformed)
+	}
+	var conf NetConf
+	if err := json.Unmarshal(req.Config, &conf); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w: config is not a CNI network config object: %w", ErrBadRequest, errMalformed, err)
+	}
+	if err := validate(&req, &conf); err != nil {
+		return nil, nil, err
+	}
+	return &req, &conf, nil
+}
+
+// validate checks what every command needs, then what its own needs.
+func validate(req *Request, conf *NetConf) error {
+	switch req.Command {
+	case CmdAdd, CmdDel, CmdCheck, CmdStatus, CmdGC:
+	default:
+		return fmt.Errorf("%w: command %q, want ADD, DEL, CHECK, STATUS or GC", ErrBadRequest, req.Command)
+	}
+	if err := checkName(conf.Name); err != nil {
+		return err
+	}
+	if req.Command == CmdStatus || req.Command == CmdGC {
+		return validateGC(conf)
+	}
+	if err := cninet.CheckIfName(req.IfName); err != nil {
+		return fmt.Errorf("%w: CNI_IFNAME: %w", ErrBadRequest, err)
+	}
+	if _, err := allocationID(req.ContainerID); err != nil {
+		return err
+	}
+	if req.Command == CmdDel {
+		return nil // the namespace may be gone: DEL must still clean up
+	}
+	if req.NetNS == "" || !filepath.IsAbs(req.NetNS) || filepath.Clean(req.NetNS) != req.NetNS {
+		return fmt.Errorf("%w: CNI_NETNS %q, want the clean absolute path of a network namespace", ErrBadRequest, req.NetNS)
+	}
+	return nil
+}
+
+func validateGC(conf *NetConf) error {
+	for i, a := range conf.ValidAttachments {
+		if _, err := allocationID(a.ContainerID); err != nil {
+			return fmt.Errorf("cni.dev/valid-attachments[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// checkName wants a CNI network name: no path separators or dots only,
+// since it picks a conflist from the daemon's directory.
+func checkName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, `/\`+"\x00") {
+		return fmt.Errorf("%w: network name %q, want a CNI network name (the delegate conflist's)", ErrBadRequest, name)
+	}
+	return nil
+}
+
+// allocationID checks a container id as cninet does.
+func allocationID(id string) (string, error) {
+	if !footprint.IsContainerID(id) {
+		return "", fmt.Errorf("%w: CNI_CONTAINERID %q, want ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$", ErrBadRequest, id)
+	}
+	return id, nil
+}

@@ -1,0 +1,90 @@
+package thick
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+func reqBody(command, id, netns, ifName, config string) string {
+	return `{"command":"` + command + `","containerID":"` + id + `","netns":"` + netns + `","ifName":"` + ifName + `","config":` + config + `}`
+}
+
+const shimConf = `{"cniVersion":"1.1.0","name":"web","type":"cninet-shim","runtimeConfig":{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]}}`
+
+func TestDecodeRequest(t *testing.T) {
+	cases := []struct {
+		name, body string
+		wantCode   uint // 0: valid
+	}{
+		{"an ADD with id, netns, ifname and a named config is valid", reqBody("ADD", "c1", "/run/netns/w", "eth0", shimConf), 0},
+		{"a DEL without a netns is valid (the namespace may be gone)", reqBody("DEL", "c1", "", "eth0", shimConf), 0},
+		{"a STATUS needs neither id nor netns", `{"command":"STATUS","config":` + shimConf + `}`, 0},
+		{"a GC with valid attachments is valid", `{"command":"GC","config":{"name":"web","cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}]}}`, 0},
+		{"malformed JSON is a decoding failure", `{"command":`, types.ErrDecodingFailure},
+		{"two JSON values are a decoding failure", reqBody("DEL", "c1", "", "eth0", shimConf) + `{}`, types.ErrDecodingFailure},
+		{"an unknown field is a decoding failure", `{"command":"ADD","bogus":1,"config":{}}`, types.ErrDecodingFailure},
+		{"a config that is not an object is a decoding failure", `{"command":"ADD","config":"web"}`, types.ErrDecodingFailure},
+		{"an unknown command is refused", reqBody("EXPLODE", "c1", "/run/netns/w", "eth0", shimConf), types.ErrInvalidEnvironmentVariables},
+		{"a container id with ../ is refused", reqBody("ADD", "../../etc", "/run/netns/w", "eth0", shimConf), types.ErrInvalidEnvironmentVariables},
+		{"an empty container id is refused", reqBody("DEL", "", "", "eth0", shimConf), types.ErrInvalidEnvironmentVariables},
+		{"an interface name with a slash is refused", reqBody("ADD", "c1", "/run/netns/w", "eth/0", shimConf), types.ErrInvalidEnvironmentVariables},
+		{"an interface name over 15 bytes is refused", reqBody("ADD", "c1", "/run/netns/w", "eth0123456789012", shimConf), types.ErrInvalidEnvironmentVariables},
+		{"a relative netns on ADD is refused", reqBody("ADD", "c1", "netns/w", "eth0", shimConf), types.ErrInvalidEnvironmentVariables},
+		{"a netns with .. on CHECK is refused", reqBody("CHECK", "c1", "/run/netns/../w", "eth0", shimConf), types.ErrInvalidEnvironmentVariables},
+		{"a network name with a slash is refused", reqBody("ADD", "c1", "/run/netns/w", "eth0", `{"name":"../web"}`), types.ErrInvalidEnvironmentVariables},
+		{"a config without a network name is refused", reqBody("ADD", "c1", "/run/netns/w", "eth0", `{"cniVersion":"1.0.0"}`), types.ErrInvalidEnvironmentVariables},
+		{"a GC naming a hostile valid attachment is refused", `{"command":"GC","config":{"name":"web","cni.dev/valid-attachments":[{"containerID":"../x"}]}}`, types.ErrInvalidEnvironmentVariables},
+		{"a body past the size limit is refused", `{"command":"ADD","args":"` + strings.Repeat("a", MaxRequestBytes) + `"}`, types.ErrInvalidEnvironmentVariables},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, conf, err := DecodeRequest(strings.NewReader(tc.body))
+			if tc.wantCode == 0 {
+				if err != nil || req == nil || conf == nil || conf.Name != "web" {
+					t.Fatalf("got %+v, %+v, %v; want a valid request of network web", req, conf, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("got %v, want an ErrBadRequest error", err)
+			}
+			if got := ErrorFor(err); got.Code != tc.wantCode || got.Msg == "" {
+				t.Fatalf("CNI error %+v, want code %d with a message", got, tc.wantCode)
+			}
+		})
+	}
+}
+
+// FuzzDecodeRequest: no input makes the decoder panic, and whatever it
+// accepts is a request every command's handler can rely on.
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add([]byte(reqBody("ADD", "c1", "/run/netns/w", "eth0", shimConf)))
+	f.Add([]byte(`{"command":"GC","config":{"name":"web","cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}]}}`))
+	f.Add([]byte(`{"command":"STATUS","config":{"name":"x"}}`))
+	f.Add([]byte(`{"command":`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, conf, err := DecodeRequest(bytes.NewReader(body))
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("error %v does not wrap ErrBadRequest", err)
+			}
+			return
+		}
+		if conf.Name == "" || strings.ContainsAny(conf.Name, "/\\") {
+			t.Fatalf("accepted network name %q", conf.Name)
+		}
+		switch req.Command {
+		case CmdAdd, CmdCheck, CmdDel:
+			if req.ContainerID == "" || strings.Contains(req.ContainerID, "/") || req.IfName == "" {
+				t.Fatalf("accepted %+v", req)
+			}
+		case CmdStatus, CmdGC:
+		default:
+			t.Fatalf("accepted command %q", req.Command)
+		}
+	})
+}

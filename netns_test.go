@@ -1,0 +1,90 @@
+package cninet_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/seed1280861d/cninet"
+)
+
+// A namespace path that is no network namespace fails Setup, Connect and
+// Check at once, before any plugin runs or any retry waits.
+func TestNoNetworkNamespaceIsPermanentAtOnce(t *testing.T) {
+	conf, err := cninet.BridgeConfList(cninet.DefaultBridgeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cninet.New(cninet.Config{ConfList: conf, PluginDirs: []string{t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	regular := filepath.Join(t.TempDir(), "not-a-netns")
+	if err := os.WriteFile(regular, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	paths := []struct{ name, path string }{
+		{"a path that does not exist", filepath.Join(t.TempDir(), "gone")},
+		{"a regular file", regular},
+		{"a namespace of another kind (mount)", "/proc/self/ns/mnt"},
+	}
+	alloc := &cninet.Allocation{ID: "netns-1"}
+	verbs := []struct {
+		name  string
+		class error // what a namespace that is not there means for the verb
+		call  func(netns string) error
+	}{
+		{"Setup", cninet.ErrInvalidArgument, func(p string) error { _, err := c.Setup(context.Background(), alloc, p); return err }},
+		{"Connect", cninet.ErrInvalidArgument, func(p string) error { _, err := c.Connect(context.Background(), alloc, "nomad", p); return err }},
+		{"ConnectWith", cninet.ErrInvalidArgument, func(p string) error {
+			_, err := c.ConnectWith(context.Background(), alloc, "nomad", p, cninet.ConnectOptions{IfName: "eth3"})
+			return err
+		}},
+		{"Check", cninet.ErrCheckFailed, func(p string) error { return c.Check(context.Background(), alloc, p) }},
+		{"CheckWith", cninet.ErrCheckFailed, func(p string) error {
+			return c.CheckWith(context.Background(), alloc, "nomad", p, cninet.ConnectOptions{IfName: "eth0"})
+		}},
+	}
+	for _, p := range paths {
+		for _, verb := range verbs {
+			t.Run(verb.name+" with "+p.name, func(t *testing.T) {
+				start := time.Now()
+				err := verb.call(p.path)
+				if !errors.Is(err, cninet.ErrNoNetNS) || !errors.Is(err, verb.class) {
+					t.Fatalf("got %v, want ErrNoNetNS wrapped in %v", err, verb.class)
+				}
+				if d := time.Since(start); d > 50*time.Millisecond {
+					t.Fatalf("took %s: a permanent error must not be retried", d)
+				}
+			})
+		}
+	}
+	t.Run("a network namespace passes the check (the missing plugins fail next)", func(t *testing.T) {
+		_, err := c.Setup(context.Background(), alloc, "/proc/self/ns/net")
+		if errors.Is(err, cninet.ErrNoNetNS) || !errors.Is(err, cninet.ErrPluginMissing) {
+			t.Fatalf("got %v, want ErrPluginMissing and not ErrNoNetNS", err)
+		}
+	})
+}
+
+func TestGCWithAnUnknownNetworkRunsNothing(t *testing.T) {
+	conf, err := cninet.BridgeConfList(cninet.DefaultBridgeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cninet.New(cninet.Config{ConfList: conf, PluginDirs: []string{t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, name := range []string{"no-such-network", "../etc"} {
+		if _, err := c.GCWith(context.Background(), []string{}, cninet.GCOptions{Networks: []string{name}}); err == nil ||
+			!(errors.Is(err, cninet.ErrNetworkNotFound) || errors.Is(err, cninet.ErrInvalidArgument)) {
+			t.Fatalf("GCWith network %q: %v, want ErrNetworkNotFound or ErrInvalidArgument", name, err)
+		}
+	}
+}
