@@ -14,6 +14,22 @@ type hostFiles struct {
 	records      []intentRecord
 }
 
+// claimsOfFiles returns what the set's files of one kind (of, from the
+// files read before the DEL and now) say its attachments held (addrs).
+func claimsOfFiles[F interface{ att() Attachment }](v *view, set attSet, of func(hostFiles) []F, addrs func(F) []netip.Addr) []claim {
+	var out []claim
+	for _, files := range []hostFiles{v.prior, v.files} {
+		for _, f := range of(files) {
+			if set[f.att()] {
+				for _, a := range addrs(f) {
+					out = append(out, claim{a, f.att()})
+				}
+			}
+		}
+	}
+	return out
+}
+
 // scanAllFiles reads every reservation and cached result of every known
 // network (a GC).
 func scanAllFiles(v *view) hostFiles {

@@ -49,15 +49,8 @@ type reservation struct {
 func (r reservation) att() Attachment { return Attachment{r.net, r.id} }
 
 func (hostLocal) prove(v *view, set attSet) []claim {
-	var out []claim
-	for _, f := range []hostFiles{v.prior, v.files} {
-		for _, r := range f.reservations {
-			if set[r.att()] {
-				out = append(out, claim{r.addr, r.att()})
-			}
-		}
-	}
-	return out
+	return claimsOfFiles(v, set, func(f hostFiles) []reservation { return f.reservations },
+		func(r reservation) []netip.Addr { return []netip.Addr{r.addr} })
 }
 
 // holders reads, for each address, the one file in each known network's

@@ -31,17 +31,8 @@ type cachedResult struct {
 func (c cachedResult) att() Attachment { return Attachment{c.net, c.id} }
 
 func (libcniCache) prove(v *view, set attSet) []claim {
-	var out []claim
-	for _, f := range []hostFiles{v.prior, v.files} {
-		for _, c := range f.cached {
-			if set[c.att()] {
-				for _, a := range c.addrs {
-					out = append(out, claim{a, c.att()})
-				}
-			}
-		}
-	}
-	return out
+	return claimsOfFiles(v, set, func(f hostFiles) []cachedResult { return f.cached },
+		func(c cachedResult) []netip.Addr { return c.addrs })
 }
 
 // holders reads every known network's cached results: another

@@ -317,23 +317,34 @@ func TestTheIntentRecordAloneProvesAWithheldAddressAfterACrash(t *testing.T) {
 	if err := os.Remove(cache); err != nil { // libcni, at the end of the DEL; then the runner is killed
 		t.Fatal(err)
 	}
-	if _, err := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft)).Prevent([]string{"ghost"}); err != nil {
-		t.Fatal(err)
-	}
+	teardownAfterDEL(t, s, "ghost")
+	assertNoneLeft(t, s, "198.18.1.9", "ghost")
+}
+
+// teardownAfterDEL is the force cleanup of a Teardown whose DEL ran:
+// Prevent (which reads what is left to prove), then Clean.
+func teardownAfterDEL(t *testing.T, s *scenario, id string) {
+	t.Helper()
 	cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
-	if _, err := cl.Prevent([]string{"ghost"}); err != nil {
+	if _, err := cl.Prevent([]string{id}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.Clean([]string{"ghost"}); err != nil {
+	if _, err := cl.Clean([]string{id}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// assertNoneLeft fails if a CNI-FORWARD rule of addr, or a file naming
+// addr or id, is left.
+func assertNoneLeft(t *testing.T, s *scenario, addr, id string) {
+	t.Helper()
 	for _, r := range s.ipt[0].Rules("filter", "CNI-FORWARD") {
-		if strings.Contains(r, "198.18.1.9/32") {
-			t.Errorf("the withheld address's firewall rule is left: %s", r)
+		if strings.Contains(r, addr+"/32") {
+			t.Errorf("a firewall rule of %s is left: %s", addr, r)
 		}
 	}
 	for _, f := range s.files(t) {
-		if strings.Contains(f, "ghost") {
+		if strings.Contains(f, addr) || strings.Contains(f, id) {
 			t.Errorf("left %s", f)
 		}
 	}
@@ -349,21 +360,6 @@ func TestAStaleCachedResultStillLetsTheAttachmentsOwnReservationBeFound(t *testi
 		reservedBoth(nftnet1, "eth0", "ghost", "198.18.1.9", "fd00:198:18:0:1::9")))
 	s.net = withFirewall(s.net)
 	s.ipt[0].Load("filter", "-A CNI-FORWARD -d 198.18.1.9/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n-A CNI-FORWARD -s 198.18.1.9/32 -j ACCEPT")
-	cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
-	if _, err := cl.Prevent([]string{"ghost"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.Clean([]string{"ghost"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range s.ipt[0].Rules("filter", "CNI-FORWARD") {
-		if strings.Contains(r, "198.18.1.9/32") {
-			t.Errorf("the failed ADD's firewall rule is left: %s", r)
-		}
-	}
-	for _, f := range s.files(t) {
-		if strings.Contains(f, "198.18.1.9") || strings.Contains(f, "ghost") {
-			t.Errorf("left %s", f)
-		}
-	}
+	teardownAfterDEL(t, s, "ghost")
+	assertNoneLeft(t, s, "198.18.1.9", "ghost")
 }

@@ -59,17 +59,8 @@ func recordPath(cacheDir, network, id string) string {
 }
 
 func (withheld) prove(v *view, set attSet) []claim {
-	var out []claim
-	for _, f := range []hostFiles{v.prior, v.files} {
-		for _, r := range f.records {
-			if set[r.att()] {
-				for _, a := range r.addrs {
-					out = append(out, claim{a, r.att()})
-				}
-			}
-		}
-	}
-	return out
+	return claimsOfFiles(v, set, func(f hostFiles) []intentRecord { return f.records },
+		func(r intentRecord) []netip.Addr { return r.addrs })
 }
 
 func (withheld) holders(*view, attSet, addrSet) []claim { return nil }
