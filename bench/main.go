@@ -34,6 +34,8 @@ type options struct {
 	gcScaleSizes  []int
 	scaleN        int
 	multiN        int
+	thickN        int
+	thickBurst    int
 	scaleSizes    []int
 	only          []string
 	out, svg      string
@@ -58,6 +60,7 @@ var scenarios = []scenario{
 	{"gc-10k", "10,000 leaked attachments (iptables): GC sweep time, processes, memory", gcBigScenario},
 	{"gc-nft", "1,000 leaked attachments (nftables backends): GC sweep vs. per-id cleanup", gcNFTScenario},
 	{"multinet", "one workload on 1-4 networks: Setup+Teardown, cninet vs. go-cni, Debian and upstream plugins", multiNetwork},
+	{"thick", "thick mode: cnitool ADD+DEL through the cninet-shim and daemon vs. on the delegate; a burst of concurrent ADDs and the daemon's peak RSS", thickScenario},
 	{"gc-scale", "1,000 and 10,000 leaked attachments, iptables and nftables backends: GC sweep time, processes, memory", gcScaleScenario},
 }
 
@@ -84,6 +87,8 @@ func main() {
 	flag.IntVar(&o.gcCountSample, "gc-count-sample", 100, "ids whose per-id cleanup is counted in processes (gc, gc-nft)")
 	flag.IntVar(&o.scaleN, "scale-n", 12, "Setup+Teardown cycles per contender, per size and plugin set (overhead-scale)")
 	flag.IntVar(&o.multiN, "multinet-n", 12, "Setup+Teardown cycles per contender, per plugin set and number of networks (multinet)")
+	flag.IntVar(&o.thickN, "thick-n", 30, "cnitool ADD+DEL cycles per contender (thick)")
+	flag.IntVar(&o.thickBurst, "thick-burst", 200, "concurrent ADDs through the shim in the burst (thick)")
 	flag.StringVar(&sizes, "scale-sizes", "0,250,1000", "numbers of other attachments on the host (overhead-scale)")
 	flag.StringVar(&gcSizes, "gc-scale-sizes", "1000,10000", "numbers of leaked attachments, per backend (gc-scale)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))

@@ -108,6 +108,7 @@ func (r *report) markdown() string {
 		w("(no `go test -bench` output was given)\n\n")
 	}
 	r.multiSection(w)
+	r.thickSection(w)
 	if len(r.res.Took) > 0 {
 		w("## Run time per scenario\n\n| scenario | took | measured |\n|---|---|---|\n")
 		var total time.Duration
@@ -167,6 +168,10 @@ func (r *report) targets(w writer) {
 		w("| GC, %d leaked (nftables): `nft` processes O(families) (≤ 1 listing + 1 transaction per table, 3 tables) | %d | %s |\n", g.N, n, verdict(n <= 7))
 	}
 	r.gcScaleTargets(w)
+	if t := r.res.Thick; t != nil {
+		q := ratio(t.Shim.median(), t.Direct.median())
+		w("| thick mode, %s: cnitool through the shim / on the delegate, median ≤ %.2f× | %.3f× | %s |\n", t.Set.Name, thickTarget, q, verdict(q <= thickTarget))
+	}
 	w("\n")
 }
 

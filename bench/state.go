@@ -27,6 +27,7 @@ type results struct {
 	GCScale  *gcScaleResult // both backends, gc-scale-sizes, sweep only
 
 	Multi []multiResult // multinet: per plugin set and number of networks
+	Thick *thickResult  // thick: cnitool through the shim vs. the delegate
 }
 
 func (r *results) mark(name string, start time.Time) {
