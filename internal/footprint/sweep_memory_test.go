@@ -8,9 +8,8 @@ import (
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
-// A sweep of dead workloads (WholeWorkload: nothing of theirs is ever
-// added back) lists nftables without the rules' expressions, which are
-// most of a listing's size; a Teardown, which may add a rule back, keeps
+// A sweep of dead workloads (WholeWorkload) lists nftables without the
+// rules' expressions, which are most of a listing's size; a Teardown keeps
 // them. Either way the same rules go.
 func TestASweepOfDeadWorkloadsListsNFTablesWithoutExpressions(t *testing.T) {
 	for _, tc := range []struct {
