@@ -14,15 +14,7 @@ import (
 // A namespace path that is no network namespace fails Setup, Connect and
 // Check at once, before any plugin runs or any retry waits.
 func TestNoNetworkNamespaceIsPermanentAtOnce(t *testing.T) {
-	conf, err := cninet.BridgeConfList(cninet.DefaultBridgeConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := cninet.New(cninet.Config{ConfList: conf, PluginDirs: []string{t.TempDir()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newPluginlessConfigurator(t)
 	regular := filepath.Join(t.TempDir(), "not-a-netns")
 	if err := os.WriteFile(regular, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -72,6 +64,20 @@ func TestNoNetworkNamespaceIsPermanentAtOnce(t *testing.T) {
 }
 
 func TestGCWithAnUnknownNetworkRunsNothing(t *testing.T) {
+	c := newPluginlessConfigurator(t)
+	for _, name := range []string{"no-such-network", "../etc"} {
+		if _, err := c.GCWith(context.Background(), []string{}, cninet.GCOptions{Networks: []string{name}}); err == nil ||
+			!(errors.Is(err, cninet.ErrNetworkNotFound) || errors.Is(err, cninet.ErrInvalidArgument)) {
+			t.Fatalf("GCWith network %q: %v, want ErrNetworkNotFound or ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+// newPluginlessConfigurator is a Configurator of the default bridge
+// conflist whose plugin directory is empty: nothing it is asked to do can
+// run a plugin.
+func newPluginlessConfigurator(t *testing.T) *cninet.Configurator {
+	t.Helper()
 	conf, err := cninet.BridgeConfList(cninet.DefaultBridgeConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -80,11 +86,6 @@ func TestGCWithAnUnknownNetworkRunsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	for _, name := range []string{"no-such-network", "../etc"} {
-		if _, err := c.GCWith(context.Background(), []string{}, cninet.GCOptions{Networks: []string{name}}); err == nil ||
-			!(errors.Is(err, cninet.ErrNetworkNotFound) || errors.Is(err, cninet.ErrInvalidArgument)) {
-			t.Fatalf("GCWith network %q: %v, want ErrNetworkNotFound or ErrInvalidArgument", name, err)
-		}
-	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
