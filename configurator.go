@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -87,20 +88,20 @@ type Config struct {
 // replace it with a fake through Config.IPTables. An implementation may
 // also offer TableLister, Saver and Restorer: GC's sweep uses them to list
 // and change whole tables in one process.
-type IPTables = footprint.IPTables
+type IPTables = host.IPTables
 
 // TableLister is an optional extension of IPTables: list a whole table in
 // one command (`iptables -t table -S`).
-type TableLister = footprint.TableLister
+type TableLister = host.TableLister
 
 // Saver is an optional extension of IPTables: list every table in one
 // command (iptables-save), each table's lines in `iptables -S` form.
-type Saver = footprint.Saver
+type Saver = host.Saver
 
 // Restorer is an optional extension of IPTables: apply many changes to one
 // table in one `iptables-restore --noflush` transaction, falling back to
 // one Delete per rule when the batch is refused.
-type Restorer = footprint.Restorer
+type Restorer = host.Restorer
 
 // ContextBinder is an optional extension of IPTables: the same IPTables
 // with every command bounded by a context. Teardown and GC bind their
@@ -109,27 +110,27 @@ type Restorer = footprint.Restorer
 // IPTables offers it: commands under exec.CommandContext, the lock waited
 // for (iptables -w) until the context's deadline, or DefaultLockWait in
 // all when the context has none.
-type ContextBinder = footprint.ContextBinder
+type ContextBinder = host.ContextBinder
 
 // DefaultLockWait bounds the xtables lock waits of one cleanup whose
 // context has no deadline (see ContextBinder).
-const DefaultLockWait = footprint.DefaultLockWait
+const DefaultLockWait = host.DefaultLockWait
 
 // NFTables is how cleanup reads and changes the tables the plugins'
 // nftables backends write (inet cni_plugins_masquerade, ip and ip6
 // cni_hostport). Tests replace it through Config.NFTables.
-type NFTables = footprint.NFTables
+type NFTables = host.NFTables
 
 // Links is how cleanup reaches the network devices of the host's
 // namespace. Tests replace it through Config.Links.
-type Links = footprint.Links
+type Links = host.Links
 
 // NFTable names one nftables table.
-type NFTable = footprint.NFTable
+type NFTable = host.NFTable
 
 // NFTRule is one nftables rule as cleanup sees it: where it is, its
 // comment, and the addresses it matches on or translates to.
-type NFTRule = footprint.NFTRule
+type NFTRule = host.NFTRule
 
 // Configurator attaches workloads' network namespaces to CNI networks and
 // detaches them without leaks. It knows every network of its Config (see
@@ -155,7 +156,7 @@ type Configurator struct {
 	explicit     []byte            // Config.ConfList
 	extra        [][]byte          // Config.ConfLists
 	adm          admission         // per-allocation locks and the GC guard
-	links        func() (footprint.Links, error)
+	links        func() (host.Links, error)
 	versions     pluginVersions
 	tel          *telemetry
 

@@ -3,7 +3,7 @@ package cninet
 import (
 	"errors"
 
-	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/host"
 )
 
 // Every error an exported function or method of this package returns wraps
@@ -59,7 +59,7 @@ var (
 	// ErrIPTablesMissing: the iptables (or ip6tables) command is not
 	// available, so iptables state could not be inspected. It comes wrapped
 	// in ErrCleanupFailed.
-	ErrIPTablesMissing = footprint.ErrIPTablesMissing
+	ErrIPTablesMissing = host.ErrIPTablesMissing
 	// ErrXtablesLock: an iptables command of a cleanup (Teardown, GC,
 	// Setup's retries and rollback) could not have the xtables lock, which
 	// iptables-legacy (not iptables-nft) takes for every listing and
@@ -71,7 +71,7 @@ var (
 	// the context ended. Nothing that command would have changed was
 	// changed: Teardown (or GC) again, once the lock is free, finishes the
 	// cleanup. It comes wrapped in ErrCleanupFailed.
-	ErrXtablesLock = footprint.ErrXtablesLock
+	ErrXtablesLock = host.ErrXtablesLock
 	// ErrNotReady: Status found the configurator unable to attach workloads.
 	ErrNotReady = errors.New("cni not ready")
 	// ErrClosed: the Configurator was closed.

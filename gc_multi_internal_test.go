@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -40,8 +41,8 @@ func (f multiFixture) writeCache(t *testing.T, network, id, ifName string) strin
 	return path
 }
 
-func nftMasq(network, id, ifName, addr string, handle int) footprint.NFTRule {
-	return footprint.NFTRule{Family: "inet", Table: "cni_plugins_masquerade", Chain: "masq_checks", Handle: handle,
+func nftMasq(network, id, ifName, addr string, handle int) host.NFTRule {
+	return host.NFTRule{Family: "inet", Table: "cni_plugins_masquerade", Chain: "masq_checks", Handle: handle,
 		Comment: footprint.Attachment{Network: network, ID: id}.NFTMasqComment(ifName), Saddr: netip.MustParseAddr(addr)}
 }
 

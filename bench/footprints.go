@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -239,7 +240,7 @@ func leftOf(r fakeRange, first, last int) (iptLeft, nftLeft, files int, err erro
 			}
 		}
 	}
-	if nftLeft, err = nftCommented(func(r footprint.NFTRule) bool { return ids[r.Comment] || masq[r.Comment] }); err != nil {
+	if nftLeft, err = nftCommented(func(r host.NFTRule) bool { return ids[r.Comment] || masq[r.Comment] }); err != nil {
 		return 0, 0, 0, err
 	}
 	entries, _ := os.ReadDir(filepath.Join("/run/cni", r.network))
@@ -253,7 +254,7 @@ func leftOf(r fakeRange, first, last int) (iptLeft, nftLeft, files int, err erro
 
 // nftCommented counts the rules with a comment in the plugins' tables
 // (inet cni_plugins_masquerade, ip and ip6 cni_hostport) that match.
-func nftCommented(match func(footprint.NFTRule) bool) (int, error) {
+func nftCommented(match func(host.NFTRule) bool) (int, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return 0, nil
 	}

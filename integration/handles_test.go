@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
@@ -55,7 +56,7 @@ func TestIPTablesDeletesByHandleExactlyTheChosenRules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			hd, ok := ipt.(footprint.HandleDeleter)
+			hd, ok := ipt.(host.HandleDeleter)
 			if !ok {
 				t.Fatalf("%s offers no deletion by handle: not on the nf_tables backend here", fam.bin)
 			}
@@ -100,10 +101,10 @@ func TestIPTablesDeletesByHandleExactlyTheChosenRules(t *testing.T) {
 			// Every third id is chosen; id 300's jump is taken away after the
 			// listing, so it and every jump after it are no longer where the
 			// listing had them.
-			var rules []footprint.ListedRule
+			var rules []host.ListedRule
 			var chains, gone []string
 			for i := 0; i < plantedRules; i += 3 {
-				rules = append(rules, footprint.ListedRule{Line: post[i], Position: i})
+				rules = append(rules, host.ListedRule{Line: post[i], Position: i})
 				chains = append(chains, fmt.Sprintf("CNINET-HD-%d", i))
 				gone = append(gone, post[i], fmt.Sprintf("-N CNINET-HD-%d", i))
 				for _, l := range before {
@@ -121,9 +122,9 @@ func TestIPTablesDeletesByHandleExactlyTheChosenRules(t *testing.T) {
 			var left []string // what the caller would delete by content
 			for k, o := range ruleOut {
 				i := 3 * k
-				switch want := footprint.Deleted; {
+				switch want := host.Deleted; {
 				case i >= moved:
-					want = footprint.NotDeleted
+					want = host.NotDeleted
 					left = append(left, post[i])
 					if o != want {
 						t.Errorf("rule %d (after the one taken away): %v; want NotDeleted", i, o)
@@ -133,7 +134,7 @@ func TestIPTablesDeletesByHandleExactlyTheChosenRules(t *testing.T) {
 				}
 			}
 			for k, o := range chainOut {
-				if want := footprint.Deleted; 3*k >= moved && o != footprint.NotDeleted || 3*k < moved && o != want {
+				if want := host.Deleted; 3*k >= moved && o != host.NotDeleted || 3*k < moved && o != want {
 					t.Errorf("chain %s: %v; want Deleted before id %d, NotDeleted (still jumped to) from it on", chains[k], o, moved)
 				}
 			}
@@ -185,17 +186,17 @@ func TestNFTablesDeletesByHandleExactlyTheChosenRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hd, ok := nft.(footprint.NFTHandleDeleter)
+	hd, ok := nft.(host.NFTHandleDeleter)
 	if !ok {
 		t.Fatal("the host's nftables offers no deletion by handle")
 	}
 	ctx := context.Background()
-	table := footprint.NFTable{Family: "ip", Name: "cninet_hd"}
-	before, err := nft.ListRules(ctx, []footprint.NFTable{table})
+	table := host.NFTable{Family: "ip", Name: "cninet_hd"}
+	before, err := nft.ListRules(ctx, []host.NFTable{table})
 	if err != nil || len(before) != plantedRules {
 		t.Fatalf("ListRules = %d rules, %v; want %d", len(before), err, plantedRules)
 	}
-	var chosen []footprint.NFTRule
+	var chosen []host.NFTRule
 	for i := 0; i < len(before); i += 3 {
 		chosen = append(chosen, before[i])
 	}
@@ -208,15 +209,15 @@ func TestNFTablesDeletesByHandleExactlyTheChosenRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, o := range out {
-		want := footprint.Deleted
+		want := host.Deleted
 		if k == 7 {
-			want = footprint.NotDeleted
+			want = host.NotDeleted
 		}
 		if o != want {
 			t.Errorf("rule %s: %v; want %v", chosen[k], o, want)
 		}
 	}
-	after, err := nft.ListRules(ctx, []footprint.NFTable{table})
+	after, err := nft.ListRules(ctx, []host.NFTable{table})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
@@ -60,8 +61,8 @@ func TestIPTablesProbesAgreeWithIPTables(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checker, isChecker := ipt.(footprint.ChainProber)
-			scanner, isScanner := ipt.(footprint.AddrScanner)
+			checker, isChecker := ipt.(host.ChainProber)
+			scanner, isScanner := ipt.(host.AddrScanner)
 			if nf := strings.Contains(string(version), "(nf_tables)"); nf != isChecker || nf != isScanner {
 				t.Fatalf("%s is %q; probes offered: chains %v, rules %v", fam.bin, version, isChecker, isScanner)
 			}
@@ -136,17 +137,17 @@ func TestNFTablesMatcherSeesWhatNFTLists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	matcher, ok := nft.(footprint.NFTRuleMatcher)
+	matcher, ok := nft.(host.NFTRuleMatcher)
 	if !ok {
 		t.Fatal("the host's NFTables offers no NFTRuleMatcher")
 	}
-	tables := []footprint.NFTable{{Family: "inet", Name: "cninet_probe"}, {Family: "ip", Name: "cninet_probe"}, {Family: "ip6", Name: "cninet_probe"}}
+	tables := []host.NFTable{{Family: "inet", Name: "cninet_probe"}, {Family: "ip", Name: "cninet_probe"}, {Family: "ip6", Name: "cninet_probe"}}
 	listed, err := nft.ListRules(context.Background(), tables)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sketched []footprint.NFTRuleSketch
-	found, err := matcher.AnyRule(context.Background(), tables, func(r footprint.NFTRuleSketch) bool {
+	var sketched []host.NFTRuleSketch
+	found, err := matcher.AnyRule(context.Background(), tables, func(r host.NFTRuleSketch) bool {
 		r.Raw = append([]byte(nil), r.Raw...) // valid only during the call
 		sketched = append(sketched, r)
 		return false
@@ -154,11 +155,11 @@ func TestNFTablesMatcherSeesWhatNFTLists(t *testing.T) {
 	if err != nil || found {
 		t.Fatalf("AnyRule of a match that never holds = %v, %v", found, err)
 	}
-	if found, err := matcher.AnyRule(context.Background(), tables, func(r footprint.NFTRuleSketch) bool { return r.Comment == "probe-2" }); !found || err != nil {
+	if found, err := matcher.AnyRule(context.Background(), tables, func(r host.NFTRuleSketch) bool { return r.Comment == "probe-2" }); !found || err != nil {
 		t.Fatalf("AnyRule(comment probe-2) = %v, %v", found, err)
 	}
 	last := fmt.Sprintf("many-%d", manyRules-1)
-	if found, err := matcher.AnyRule(context.Background(), tables, func(r footprint.NFTRuleSketch) bool { return r.Comment == last }); !found || err != nil {
+	if found, err := matcher.AnyRule(context.Background(), tables, func(r host.NFTRuleSketch) bool { return r.Comment == last }); !found || err != nil {
 		t.Fatalf("AnyRule(comment %s, the last rule of the dump) = %v, %v", last, found, err)
 	}
 	var want, got []string

@@ -386,7 +386,7 @@ func (p Probing) FailingWith(err error) Probing {
 	return p
 }
 
-// ProbeChain implements footprint.ChainProber.
+// ProbeChain implements host.ChainProber.
 func (p Probing) ProbeChain(table, chain string) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -398,7 +398,7 @@ func (p Probing) ProbeChain(table, chain string) (bool, error) {
 	return ok, nil
 }
 
-// MayMention implements footprint.AddrScanner: whether any rule of chain
+// MayMention implements host.AddrScanner: whether any rule of chain
 // names one of addrs, as an address or a prefix.
 func (p Probing) MayMention(table, chain string, addrs []netip.Addr) (bool, error) {
 	p.mu.Lock()
@@ -418,7 +418,7 @@ func (p Probing) MayMention(table, chain string, addrs []netip.Addr) (bool, erro
 	return false, nil
 }
 
-// MayMentionOther implements footprint.OtherAddrScanner: whether a rule of
+// MayMentionOther implements host.OtherAddrScanner: whether a rule of
 // chain names one of addrs and jumps to none of except.
 func (p Probing) MayMentionOther(table, chain string, addrs []netip.Addr, except []string) (bool, error) {
 	p.mu.Lock()

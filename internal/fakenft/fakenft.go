@@ -12,14 +12,15 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
-// NFTables is a fake footprint.NFTables. The zero value holds no table.
+// NFTables is a fake host.NFTables. The zero value holds no table.
 type NFTables struct {
 	mu     sync.Mutex
-	tables map[footprint.NFTable]bool
-	rules  []footprint.NFTRule
+	tables map[host.NFTable]bool
+	rules  []host.NFTRule
 	calls  []string
 
 	// FailList, FailDelete and FailAdd, when set, are returned by every
@@ -38,23 +39,23 @@ func (f *NFTables) Load(listing []byte) error {
 }
 
 // Add adds rules, creating their tables.
-func (f *NFTables) Add(rules ...footprint.NFTRule) {
+func (f *NFTables) Add(rules ...host.NFTRule) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.tables == nil {
-		f.tables = map[footprint.NFTable]bool{}
+		f.tables = map[host.NFTable]bool{}
 	}
 	for _, r := range rules {
-		f.tables[footprint.NFTable{Family: r.Family, Name: r.Table}] = true
+		f.tables[host.NFTable{Family: r.Family, Name: r.Table}] = true
 		f.rules = append(f.rules, r)
 	}
 }
 
 // Rules returns the rules held, in the order they were added.
-func (f *NFTables) Rules() []footprint.NFTRule {
+func (f *NFTables) Rules() []host.NFTRule {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]footprint.NFTRule(nil), f.rules...)
+	return append([]host.NFTRule(nil), f.rules...)
 }
 
 // Calls returns every call received, like "ListRules" or
@@ -65,31 +66,31 @@ func (f *NFTables) Calls() []string {
 	return append([]string(nil), f.calls...)
 }
 
-// ListRules implements footprint.NFTables.
-func (f *NFTables) ListRules(_ context.Context, tables []footprint.NFTable) ([]footprint.NFTRule, error) {
+// ListRules implements host.NFTables.
+func (f *NFTables) ListRules(_ context.Context, tables []host.NFTable) ([]host.NFTRule, error) {
 	return f.list(tables, "ListRules", true)
 }
 
-// ListRulesBrief implements footprint.NFTBriefLister: the rules without
+// ListRulesBrief implements host.NFTBriefLister: the rules without
 // their Expr, so that a caller that would add one of them back cannot.
-func (f *NFTables) ListRulesBrief(_ context.Context, tables []footprint.NFTable) ([]footprint.NFTRule, error) {
+func (f *NFTables) ListRulesBrief(_ context.Context, tables []host.NFTable) ([]host.NFTRule, error) {
 	return f.list(tables, "ListRulesBrief", false)
 }
 
-func (f *NFTables) list(tables []footprint.NFTable, call string, withExpr bool) ([]footprint.NFTRule, error) {
+func (f *NFTables) list(tables []host.NFTable, call string, withExpr bool) ([]host.NFTRule, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, call)
 	if f.FailList != nil {
 		return nil, f.FailList
 	}
-	want := map[footprint.NFTable]bool{}
+	want := map[host.NFTable]bool{}
 	for _, t := range tables {
 		want[t] = true
 	}
-	var out []footprint.NFTRule
+	var out []host.NFTRule
 	for _, r := range f.rules {
-		if want[footprint.NFTable{Family: r.Family, Name: r.Table}] {
+		if want[host.NFTable{Family: r.Family, Name: r.Table}] {
 			if !withExpr {
 				r.Expr = nil
 			}
@@ -99,9 +100,9 @@ func (f *NFTables) list(tables []footprint.NFTable, call string, withExpr bool) 
 	return out, nil
 }
 
-// DeleteRules implements footprint.NFTables: all of rules, found by
+// DeleteRules implements host.NFTables: all of rules, found by
 // table, chain and handle, or none.
-func (f *NFTables) DeleteRules(_ context.Context, table footprint.NFTable, rules []footprint.NFTRule) error {
+func (f *NFTables) DeleteRules(_ context.Context, table host.NFTable, rules []host.NFTRule) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, fmt.Sprintf("DeleteRules %s %d", table, len(rules)))
@@ -126,9 +127,9 @@ func (f *NFTables) DeleteRules(_ context.Context, table footprint.NFTable, rules
 	return nil
 }
 
-// AddRules implements footprint.NFTables: each rule gets the next handle
+// AddRules implements host.NFTables: each rule gets the next handle
 // of its table.
-func (f *NFTables) AddRules(_ context.Context, rules []footprint.NFTRule) error {
+func (f *NFTables) AddRules(_ context.Context, rules []host.NFTRule) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, fmt.Sprintf("AddRules %d", len(rules)))
@@ -147,7 +148,7 @@ func (f *NFTables) AddRules(_ context.Context, rules []footprint.NFTRule) error 
 	return nil
 }
 
-func (f *NFTables) index(table footprint.NFTable, chain string, handle int) int {
+func (f *NFTables) index(table host.NFTable, chain string, handle int) int {
 	for i, r := range f.rules {
 		if r.Family == table.Family && r.Table == table.Name && r.Chain == chain && r.Handle == handle {
 			return i
@@ -156,7 +157,7 @@ func (f *NFTables) index(table footprint.NFTable, chain string, handle int) int 
 	return -1
 }
 
-// Matching adds the footprint.NFTRuleMatcher extension to an NFTables,
+// Matching adds the host.NFTRuleMatcher extension to an NFTables,
 // like the host's, which reads nf_tables over netlink. A rule's sketch
 // carries the addresses it names.
 type Matching struct {
@@ -165,17 +166,17 @@ type Matching struct {
 	FailMatch error
 }
 
-// AnyRule implements footprint.NFTRuleMatcher.
-func (m Matching) AnyRule(_ context.Context, tables []footprint.NFTable, match func(footprint.NFTRuleSketch) bool) (bool, error) {
+// AnyRule implements host.NFTRuleMatcher.
+func (m Matching) AnyRule(_ context.Context, tables []host.NFTable, match func(host.NFTRuleSketch) bool) (bool, error) {
 	m.mu.Lock()
 	m.calls = append(m.calls, "AnyRule")
-	rules := append([]footprint.NFTRule(nil), m.rules...)
+	rules := append([]host.NFTRule(nil), m.rules...)
 	m.mu.Unlock()
 	if m.FailMatch != nil {
 		return false, m.FailMatch
 	}
 	for _, r := range rules {
-		t := footprint.NFTable{Family: r.Family, Name: r.Table}
+		t := host.NFTable{Family: r.Family, Name: r.Table}
 		if !slices.Contains(tables, t) {
 			continue
 		}
@@ -185,7 +186,7 @@ func (m Matching) AnyRule(_ context.Context, tables []footprint.NFTable, match f
 				raw = append(raw, a.AsSlice()...)
 			}
 		}
-		if match(footprint.NFTRuleSketch{Table: t, Chain: r.Chain, Comment: r.Comment, Raw: raw}) {
+		if match(host.NFTRuleSketch{Table: t, Chain: r.Chain, Comment: r.Comment, Raw: raw}) {
 			return true, nil
 		}
 	}

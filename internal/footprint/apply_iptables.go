@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // applyIPT applies one family's changes: rule deletions, then chain
@@ -59,7 +61,7 @@ func iptOrder(c iptChange) int {
 // them or, when a concurrent change makes one fail, none (then the caller
 // goes one by one).
 func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *Report) (bool, error) {
-	restorer, ok := f.ipt.(Restorer)
+	restorer, ok := f.ipt.(host.Restorer)
 	if !ok {
 		return false, nil
 	}

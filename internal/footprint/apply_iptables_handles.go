@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // applyByHandle deletes what of one table's changes (in iptOrder) the
@@ -18,17 +20,17 @@ import (
 // left, and applying those the usual way reports their own failures; the
 // error is kept for when that fails too.
 func applyByHandle(f *iptView, table string, changes []iptChange, rep *Report) ([]iptChange, error) {
-	hd, ok := f.ipt.(HandleDeleter)
+	hd, ok := f.ipt.(host.HandleDeleter)
 	if !ok || len(changes) == 0 {
 		return changes, nil
 	}
 	items := changes
 	settled := make([]bool, len(items))
-	note := func(i int, o HandleOutcome) {
-		if o == Deleted {
+	note := func(i int, o host.HandleOutcome) {
+		if o == host.Deleted {
 			rep.noteAt(items[i].att, iptEntry(f, items[i]))
 		}
-		settled[i] = o != NotDeleted
+		settled[i] = o != host.NotDeleted
 	}
 	var errs []error
 	var ruleItems, chainItems []int
@@ -52,15 +54,15 @@ func applyByHandle(f *iptView, table string, changes []iptChange, rep *Report) (
 	})
 	removed := map[string]int{} // by chain
 	for chunk := range slices.Chunk(ruleItems, iptDeleteChunk) {
-		rules := make([]ListedRule, len(chunk))
+		rules := make([]host.ListedRule, len(chunk))
 		for k, i := range chunk {
 			r := items[i].rule
-			rules[k] = ListedRule{Line: r.line, Position: int(r.pos) - removed[r.chain]}
+			rules[k] = host.ListedRule{Line: r.line, Position: int(r.pos) - removed[r.chain]}
 		}
 		out, _, err := hd.DeleteByHandle(table, rules, nil)
 		for k, o := range out {
 			note(chunk[k], o)
-			if o == Deleted || o == AlreadyGone {
+			if o == host.Deleted || o == host.AlreadyGone {
 				removed[items[chunk[k]].rule.chain]++
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // handleIPT is an IPTables with a HandleDeleter whose outcomes a test
@@ -13,10 +15,10 @@ import (
 // records what is left to it.
 type handleIPT struct {
 	lines         map[string][]string // chain: its -S listing
-	ruleOutcomes  map[string]HandleOutcome
-	chainOutcomes map[string]HandleOutcome
+	ruleOutcomes  map[string]host.HandleOutcome
+	chainOutcomes map[string]host.HandleOutcome
 	err           error
-	asked         []ListedRule
+	asked         []host.ListedRule
 	askedChains   []string
 	restored      []string
 }
@@ -28,9 +30,9 @@ func (h *handleIPT) RestoreNoFlush(_ string, lines []string) error {
 	h.restored = append(h.restored, lines...)
 	return nil
 }
-func (h *handleIPT) DeleteByHandle(_ string, rules []ListedRule, chains []string) ([]HandleOutcome, []HandleOutcome, error) {
+func (h *handleIPT) DeleteByHandle(_ string, rules []host.ListedRule, chains []string) ([]host.HandleOutcome, []host.HandleOutcome, error) {
 	h.asked, h.askedChains = append(h.asked, rules...), append(h.askedChains, chains...)
-	ruleOut, chainOut := make([]HandleOutcome, len(rules)), make([]HandleOutcome, len(chains))
+	ruleOut, chainOut := make([]host.HandleOutcome, len(rules)), make([]host.HandleOutcome, len(chains))
 	for i, r := range rules {
 		ruleOut[i] = h.ruleOutcomes[r.Line]
 	}
@@ -48,7 +50,7 @@ func TestApplyDeletesByHandleWhatMatchedAndLeavesOnlyTheRestToIPTablesRestore(t 
 	)
 	for _, tc := range []struct {
 		name         string
-		rules, chain []HandleOutcome
+		rules, chain []host.HandleOutcome
 		err          error
 		wantChains   []string // asked to delete by handle
 		wantRestored []string
@@ -56,20 +58,20 @@ func TestApplyDeletesByHandleWhatMatchedAndLeavesOnlyTheRestToIPTablesRestore(t 
 	}{
 		{
 			name:  "what matched goes by handle; what did not, and the chain it jumps to, by iptables-restore",
-			rules: []HandleOutcome{Deleted, NotDeleted}, chain: []HandleOutcome{Deleted, NotDeleted},
+			rules: []host.HandleOutcome{host.Deleted, host.NotDeleted}, chain: []host.HandleOutcome{host.Deleted, host.NotDeleted},
 			wantChains:   []string{"CNI-a"}, // b's jump stays for now: its chain is not asked about
 			wantRestored: []string{`-D POSTROUTING -s 198.18.0.7/32 -m comment --comment "b" -j CNI-b`, "-F CNI-b", "-X CNI-b"},
 			wantRemoved:  []string{"nat rule " + jumpA, "nat chain CNI-a", "nat rule " + jumpB, "nat chain CNI-b"},
 		},
 		{
 			name:  "what nf_tables no longer has is neither reported removed nor deleted another way",
-			rules: []HandleOutcome{AlreadyGone, Deleted}, chain: []HandleOutcome{AlreadyGone, Deleted},
+			rules: []host.HandleOutcome{host.AlreadyGone, host.Deleted}, chain: []host.HandleOutcome{host.AlreadyGone, host.Deleted},
 			wantChains:  []string{"CNI-a", "CNI-b"},
 			wantRemoved: []string{"nat rule " + jumpB, "nat chain CNI-b"},
 		},
 		{
 			name:  "after an error, what it did not settle goes by iptables-restore",
-			rules: []HandleOutcome{Deleted, NotDeleted}, chain: []HandleOutcome{NotDeleted, NotDeleted}, err: errGenerationChanged,
+			rules: []host.HandleOutcome{host.Deleted, host.NotDeleted}, chain: []host.HandleOutcome{host.NotDeleted, host.NotDeleted}, err: errGenerationChanged,
 			wantChains:   []string{"CNI-a"},
 			wantRestored: []string{`-D POSTROUTING -s 198.18.0.7/32 -m comment --comment "b" -j CNI-b`, "-F CNI-a", "-X CNI-a", "-F CNI-b", "-X CNI-b"},
 			wantRemoved:  []string{"nat rule " + jumpA, "nat rule " + jumpB, "nat chain CNI-a", "nat chain CNI-b"},
@@ -77,7 +79,7 @@ func TestApplyDeletesByHandleWhatMatchedAndLeavesOnlyTheRestToIPTablesRestore(t 
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ipt := &handleIPT{lines: map[string][]string{"POSTROUTING": {"-P POSTROUTING ACCEPT", jumpA, other, jumpB}},
-				ruleOutcomes: map[string]HandleOutcome{jumpA: tc.rules[0], jumpB: tc.rules[1]}, chainOutcomes: map[string]HandleOutcome{"CNI-a": tc.chain[0], "CNI-b": tc.chain[1]}, err: tc.err}
+				ruleOutcomes: map[string]host.HandleOutcome{jumpA: tc.rules[0], jumpB: tc.rules[1]}, chainOutcomes: map[string]host.HandleOutcome{"CNI-a": tc.chain[0], "CNI-b": tc.chain[1]}, err: tc.err}
 			errs, rep := &errList{}, &Report{}
 			f := &iptView{ipt: ipt, errs: errs}
 			rules, _ := f.rules("nat", "POSTROUTING")
@@ -86,7 +88,7 @@ func TestApplyDeletesByHandleWhatMatchedAndLeavesOnlyTheRestToIPTablesRestore(t 
 				{table: natTable, att: rep.attIndex(a), chain: "CNI-a"}, {table: natTable, att: rep.attIndex(b), chain: "CNI-b"},
 				{table: natTable, att: rep.attIndex(a), rule: &rules[0]}, {table: natTable, att: rep.attIndex(b), rule: &rules[2]},
 			}, errs, rep)
-			if want := []ListedRule{{jumpA, 0}, {jumpB, 2}}; !slices.Equal(ipt.asked, want) || !slices.Equal(ipt.askedChains, tc.wantChains) {
+			if want := []host.ListedRule{{jumpA, 0}, {jumpB, 2}}; !slices.Equal(ipt.asked, want) || !slices.Equal(ipt.askedChains, tc.wantChains) {
 				t.Errorf("asked to delete %v and chains %v; want %v (positions in the chain) and %v", ipt.asked, ipt.askedChains, want, tc.wantChains)
 			}
 			if !slices.Equal(ipt.restored, tc.wantRestored) {
@@ -118,10 +120,10 @@ type countingHandles struct {
 	gone                  []int // listed positions no longer in the chain
 }
 
-func (c *countingHandles) DeleteByHandle(_ string, rules []ListedRule, chains []string) ([]HandleOutcome, []HandleOutcome, error) {
+func (c *countingHandles) DeleteByHandle(_ string, rules []host.ListedRule, chains []string) ([]host.HandleOutcome, []host.HandleOutcome, error) {
 	c.calls++
 	c.most = max(c.most, len(rules))
-	ruleOut, chainOut := make([]HandleOutcome, len(rules)), make([]HandleOutcome, len(chains))
+	ruleOut, chainOut := make([]host.HandleOutcome, len(rules)), make([]host.HandleOutcome, len(chains))
 	for i, r := range rules {
 		listed := listedPosition(c.lines["POSTROUTING"], r.Line)
 		before := 0
@@ -135,20 +137,20 @@ func (c *countingHandles) DeleteByHandle(_ string, rules []ListedRule, chains []
 		}
 		switch listed {
 		case c.notThere:
-			ruleOut[i] = NotDeleted
+			ruleOut[i] = host.NotDeleted
 		case c.alreadyGone:
-			ruleOut[i] = AlreadyGone
+			ruleOut[i] = host.AlreadyGone
 		default:
-			ruleOut[i] = Deleted
+			ruleOut[i] = host.Deleted
 		}
 	}
 	for i, r := range rules {
-		if ruleOut[i] != NotDeleted {
+		if ruleOut[i] != host.NotDeleted {
 			c.gone = append(c.gone, listedPosition(c.lines["POSTROUTING"], r.Line))
 		}
 	}
 	for i := range chainOut {
-		chainOut[i] = Deleted
+		chainOut[i] = host.Deleted
 	}
 	return ruleOut, chainOut, nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // applyNFT applies the nftables changes: each table's deletions in one
@@ -19,7 +21,7 @@ func applyNFT(s *nftView, changes []nftChange, rep *Report) {
 	})
 	deletions := changes
 	for len(deletions) > 0 {
-		t := NFTable{deletions[0].rule.Family, deletions[0].rule.Table}
+		t := host.NFTable{deletions[0].rule.Family, deletions[0].rule.Table}
 		n := slices.IndexFunc(deletions, func(c nftChange) bool { return c.rule.Family != t.Family || c.rule.Table != t.Name })
 		if n < 0 {
 			n = len(deletions)
@@ -29,8 +31,8 @@ func applyNFT(s *nftView, changes []nftChange, rep *Report) {
 	}
 }
 
-func deleteNFT(s *nftView, t NFTable, changes []nftChange, rep *Report) {
-	if hd, ok := s.nft.(NFTHandleDeleter); ok { // exact outcomes per rule
+func deleteNFT(s *nftView, t host.NFTable, changes []nftChange, rep *Report) {
+	if hd, ok := s.nft.(host.NFTHandleDeleter); ok { // exact outcomes per rule
 		for chunk := range slices.Chunk(changes, nftDeleteChunk) {
 			deleteNFTByHandle(s, hd, t, chunk, rep)
 		}
@@ -43,7 +45,7 @@ func deleteNFT(s *nftView, t NFTable, changes []nftChange, rep *Report) {
 		return
 	}
 	for _, c := range changes {
-		if err := s.nft.DeleteRules(s.ctx, t, []NFTRule{*c.rule}); err != nil {
+		if err := s.nft.DeleteRules(s.ctx, t, []host.NFTRule{*c.rule}); err != nil {
 			if !isNFTNotFound(err) {
 				s.errs.add(fmt.Errorf("nftables: deleting %s: %w", c.rule, err))
 			}
@@ -59,10 +61,10 @@ func deleteNFT(s *nftView, t NFTable, changes []nftChange, rep *Report) {
 // (and what it holds to match them), at a few dumps more.
 const nftDeleteChunk = 16384
 
-func deleteNFTByHandle(s *nftView, hd NFTHandleDeleter, t NFTable, changes []nftChange, rep *Report) {
+func deleteNFTByHandle(s *nftView, hd host.NFTHandleDeleter, t host.NFTable, changes []nftChange, rep *Report) {
 	out, err := hd.DeleteByHandle(s.ctx, t, rulesOf(changes))
 	for i, o := range out {
-		if o == Deleted {
+		if o == host.Deleted {
 			rep.noteAt(changes[i].att, nftEntry(changes[i]))
 		}
 	}
@@ -72,8 +74,8 @@ func deleteNFTByHandle(s *nftView, hd NFTHandleDeleter, t NFTable, changes []nft
 }
 
 // rulesOf returns the changes' rules, as NFTables takes them.
-func rulesOf(changes []nftChange) []NFTRule {
-	rules := make([]NFTRule, len(changes))
+func rulesOf(changes []nftChange) []host.NFTRule {
+	rules := make([]host.NFTRule, len(changes))
 	for i, c := range changes {
 		rules[i] = *c.rule
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // The bridge plugin's ipMasq with "ipMasqBackend": "nftables" (and ptp's)
@@ -23,7 +25,7 @@ import (
 
 type bridgeNFT struct{}
 
-var nftMasqTable = NFTable{Family: "inet", Name: "cni_plugins_masquerade"}
+var nftMasqTable = host.NFTable{Family: "inet", Name: "cni_plugins_masquerade"}
 
 const (
 	nftMasqChain      = "masq_checks"
@@ -53,7 +55,7 @@ func (a Attachment) NFTMasqComment(ifName string) string {
 }
 
 // isNFTMasq reports whether r is any attachment's masquerade rule.
-func isNFTMasq(r NFTRule) bool {
+func isNFTMasq(r host.NFTRule) bool {
 	return r.Family == nftMasqTable.Family && r.Table == nftMasqTable.Name && r.Chain == nftMasqChain && r.Comment != ""
 }
 
@@ -102,7 +104,7 @@ func (bridgeNFT) discover(v *view, found attSet) {
 // belongs to.
 type ownedNFTRule struct {
 	att  Attachment
-	rule *NFTRule // in the view's listing
+	rule *host.NFTRule // in the view's listing
 }
 
 // ownMasqRules returns the set's masquerade rules. A Teardown lists the

@@ -2,8 +2,9 @@ package footprint
 
 import (
 	"context"
-	"errors"
 	"slices"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // Network is what the cleaner must know about one CNI network: where its
@@ -47,23 +48,19 @@ func (n Network) ifNames() []string {
 // Host is how the cleaner reaches the host; tests replace each seam.
 type Host struct {
 	// IPTables opens iptables (ipv6 false) or ip6tables.
-	IPTables func(ipv6 bool) (IPTables, error)
+	IPTables func(ipv6 bool) (host.IPTables, error)
 	// NFTables opens nftables; ErrNFTablesMissing (or a nil func) means
 	// the host has none, which is no failure.
-	NFTables func() (NFTables, error)
+	NFTables func() (host.NFTables, error)
 	// Links opens the host namespace's network devices; nil: none are
 	// looked at.
-	Links func() (Links, error)
+	Links func() (host.Links, error)
 	// Networks is every network whose state may be on the host. Evidence
 	// that another attachment holds an address is read from all of them:
 	// reservations and cached results of one network say nothing about
 	// another's.
 	Networks []Network
 }
-
-// ErrIPTablesMissing says iptables (or ip6tables) could not be opened, so
-// its state was not inspected.
-var ErrIPTablesMissing = errors.New("iptables not available")
 
 // Cleaner removes the footprint of attachments, by the ownership rule.
 // Build one per call.

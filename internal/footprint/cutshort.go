@@ -3,6 +3,8 @@ package footprint
 import (
 	"context"
 	"errors"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // cutShort reports whether a run's error says it could not finish with
@@ -14,5 +16,5 @@ import (
 // until then. A context that ends after the rules are done cuts nothing
 // short: the files go.
 func cutShort(err error) bool {
-	return errors.Is(err, ErrXtablesLock) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, host.ErrXtablesLock) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

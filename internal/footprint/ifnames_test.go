@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
@@ -15,16 +16,16 @@ import (
 
 // masq is the bridge plugin's nftables masquerade rule of (network, id) on
 // interface ifName.
-func masq(network, id, ifName, addr string, handle int) footprint.NFTRule {
-	return footprint.NFTRule{Family: "inet", Table: "cni_plugins_masquerade", Chain: "masq_checks", Handle: handle,
+func masq(network, id, ifName, addr string, handle int) host.NFTRule {
+	return host.NFTRule{Family: "inet", Table: "cni_plugins_masquerade", Chain: "masq_checks", Handle: handle,
 		Comment: footprint.Attachment{Network: network, ID: id}.NFTMasqComment(ifName), Saddr: netip.MustParseAddr(addr)}
 }
 
 func hostWith(nft *fakenft.NFTables) footprint.Host {
 	ipt := fakeipt.New()
 	return footprint.Host{
-		IPTables: func(bool) (footprint.IPTables, error) { return ipt, nil },
-		NFTables: func() (footprint.NFTables, error) { return nft, nil },
+		IPTables: func(bool) (host.IPTables, error) { return ipt, nil },
+		NFTables: func() (host.NFTables, error) { return nft, nil },
 	}
 }
 

@@ -3,35 +3,13 @@ package footprint
 import (
 	"net/netip"
 	"strings"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
-// HandleDeleter is an optional extension of IPTables: delete planned rules
-// and chains of one table in constant time each, where iptables' own -D
-// searches the chain for every rule. iptables on the nf_tables backend
-// offers it: a rule goes by its nf_tables handle, but only when the chain,
-// read again, holds at rule.Position a rule with the same comment whose
-// expressions carry every address and the jump target the line names;
-// otherwise it is left NotDeleted for the caller to delete by content
-// (iptables-restore). Chains are flushed and deleted by name after the
-// rules, except those that a rule left NotDeleted jumps to.
-//
-// The outcomes line up with rules and chains. An error says what could not
-// be done; items it left NotDeleted may be deleted the usual way.
-type HandleDeleter interface {
-	DeleteByHandle(table string, rules []ListedRule, chains []string) (ruleOutcomes, chainOutcomes []HandleOutcome, err error)
-}
-
-// ListedRule is a rule as iptables listed it, and where.
-type ListedRule struct {
-	// Line is the rule as `iptables -S` prints it: "-A <chain> <spec…>".
-	Line string
-	// Position is its index among the rules of its chain in that listing.
-	Position int
-}
-
 // DeleteByHandle implements HandleDeleter.
-func (h *nfIPTables) DeleteByHandle(table string, rules []ListedRule, chains []string) ([]HandleOutcome, []HandleOutcome, error) {
-	ruleOut, chainOut := make([]HandleOutcome, len(rules)), make([]HandleOutcome, len(chains))
+func (h *nfIPTables) DeleteByHandle(table string, rules []host.ListedRule, chains []string) ([]host.HandleOutcome, []host.HandleOutcome, error) {
+	ruleOut, chainOut := make([]host.HandleOutcome, len(rules)), make([]host.HandleOutcome, len(chains))
 	if err := h.sameBinary(); err != nil {
 		return ruleOut, chainOut, err
 	}
@@ -53,7 +31,7 @@ func (h *nfIPTables) DeleteByHandle(table string, rules []ListedRule, chains []s
 	}
 	kept := map[string]bool{} // chains a rule that stays may jump to
 	for i, lr := range rules {
-		if ruleOut[i] == NotDeleted {
+		if ruleOut[i] == host.NotDeleted {
 			if r, ok := parseRule(lr.Line); ok {
 				kept[r.target()] = true
 			}
@@ -81,7 +59,7 @@ func (h *nfIPTables) DeleteByHandle(table string, rules []ListedRule, chains []s
 // in the rule's user data), and carrying each address it names (masked to
 // its prefix, as nf_tables compares it) and the name of the chain or
 // extension it jumps to. ok is false for a line it cannot read.
-func iptablesTarget(lr ListedRule) (ruleTarget, bool) {
+func iptablesTarget(lr host.ListedRule) (ruleTarget, bool) {
 	r, ok := parseRule(lr.Line)
 	if !ok || lr.Position < 0 {
 		return ruleTarget{}, false

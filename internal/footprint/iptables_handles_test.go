@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"slices"
 	"testing"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 func TestAListedRuleIsTakenForTheDumpedRuleOnlyWithItsCommentAddressesAndTarget(t *testing.T) {
@@ -34,7 +36,7 @@ func TestAListedRuleIsTakenForTheDumpedRuleOnlyWithItsCommentAddressesAndTarget(
 		{"a prefix compares its whole bytes only", "-A CNI-0123 -d 198.18.0.0/24 -j ACCEPT", 0, nlRule{handle: 4, rawExpression: []byte{198, 18, 0}}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			target, ok := iptablesTarget(ListedRule{Line: tc.line, Position: tc.pos})
+			target, ok := iptablesTarget(host.ListedRule{Line: tc.line, Position: tc.pos})
 			if !ok {
 				t.Fatalf("iptablesTarget(%q) refused the line", tc.line)
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-iptables/iptables"
+	"github.com/seed1280861d/cninet/host"
 )
 
 // hostIPTables is the default IPTables: go-iptables plus the extensions,
@@ -39,12 +40,12 @@ type hostIPTables struct {
 type commandRunner func(ctx context.Context, bin string, stdin []byte, args ...string) (stdout, stderr string, err error)
 
 // NewHostIPTables opens the host's iptables (ipv6 false) or ip6tables.
-func NewHostIPTables(ipv6 bool) (IPTables, error) {
+func NewHostIPTables(ipv6 bool) (host.IPTables, error) {
 	proto, list, save, restore := iptables.ProtocolIPv4, "iptables", "iptables-save", "iptables-restore"
 	if ipv6 {
 		proto, list, save, restore = iptables.ProtocolIPv6, "ip6tables", "ip6tables-save", "ip6tables-restore"
 	}
-	ipt, err := iptables.New(iptables.IPFamily(proto), iptables.Timeout(int(DefaultLockWait/time.Second)))
+	ipt, err := iptables.New(iptables.IPFamily(proto), iptables.Timeout(int(host.DefaultLockWait/time.Second)))
 	if err != nil {
 		return nil, err
 	}
@@ -84,11 +85,11 @@ func onNFTables(h *hostIPTables, ipv6 bool) (*nfIPTables, error) {
 }
 
 // WithContext implements ContextBinder.
-func (h *hostIPTables) WithContext(ctx context.Context) IPTables { return h.bound(ctx) }
+func (h *hostIPTables) WithContext(ctx context.Context) host.IPTables { return h.bound(ctx) }
 
 func (h *hostIPTables) bound(ctx context.Context) *hostIPTables {
 	b := *h
-	b.ctx, b.lockEnd = ctx, time.Now().Add(DefaultLockWait)
+	b.ctx, b.lockEnd = ctx, time.Now().Add(host.DefaultLockWait)
 	if deadline, ok := ctx.Deadline(); ok {
 		b.lockEnd = deadline
 	}
@@ -138,7 +139,7 @@ func (h *hostIPTables) ClearAndDeleteChain(table, chain string) error {
 // had in ErrXtablesLock.
 func lockFailure(err error) error {
 	if err != nil && mentionsLock(err.Error()) {
-		return fmt.Errorf("%w: %s: %w", ErrXtablesLock, lockFile(), err)
+		return fmt.Errorf("%w: %s: %w", host.ErrXtablesLock, lockFile(), err)
 	}
 	return err
 }
@@ -186,7 +187,7 @@ func (h *hostIPTables) iptables(args ...string) (string, error) {
 func (h *hostIPTables) command(bin string, stdin []byte, takesLock bool, args ...string) (string, error) {
 	ctx, lockEnd := h.ctx, h.lockEnd
 	if ctx == nil {
-		ctx, lockEnd = context.Background(), time.Now().Add(DefaultLockWait)
+		ctx, lockEnd = context.Background(), time.Now().Add(host.DefaultLockWait)
 	}
 	if takesLock {
 		args = append(args, "-w", strconv.Itoa(lockWaitSeconds(time.Now(), lockEnd)))
@@ -237,7 +238,7 @@ type nfIPTables struct {
 }
 
 // WithContext implements ContextBinder, probes included.
-func (h *nfIPTables) WithContext(ctx context.Context) IPTables {
+func (h *nfIPTables) WithContext(ctx context.Context) host.IPTables {
 	b := *h
 	b.hostIPTables = h.hostIPTables.bound(ctx)
 	return &b

@@ -17,15 +17,6 @@ import (
 // copies at once; read as a stream, only the parsed rules of the tables
 // cleanup looks at are kept.
 
-// SaveStreamer is an optional extension of IPTables: iptables-save read
-// as it is written. each is called with every line of tables, in
-// `iptables -S` form (as Saver's), one at a time; line is valid only
-// during the call (it is the reader's buffer), so that a line nobody
-// keeps is never copied.
-type SaveStreamer interface {
-	SaveEach(tables []string, each func(table string, line []byte)) error
-}
-
 // maxSaveLine bounds one line of iptables-save output (a rule with a
 // 255-byte comment and many matches stays far below it).
 const maxSaveLine = 1 << 20
@@ -90,25 +81,4 @@ func readSave(r interface{ Read([]byte) (int, error) }, tables []string, each fu
 		}
 	}
 	return sc.Err()
-}
-
-// streamAll lists every table cleanup reads from one streamed
-// iptables-save, parsing each line as it comes.
-func (f *iptView) streamAll(s SaveStreamer) {
-	tables := []string{"nat", "filter"}
-	listings := map[string]*tableListing{}
-	for _, t := range tables {
-		listings[t] = newTableListing(sweptChains[t])
-	}
-	err := s.SaveEach(tables, func(table string, line []byte) { listings[table].add(line) })
-	if err != nil {
-		f.errs.add(fmt.Errorf("%s: listing all tables: %w", f.name(), err))
-		f.failed = true
-		for _, t := range tables {
-			listings[t] = newTableListing(nil) // nothing is deleted blind
-		}
-	}
-	for t, l := range listings {
-		f.listings[t] = l
-	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // iptView is one IP family's iptables as a run reads it: each listing
@@ -12,7 +14,7 @@ import (
 // TableLister); a Teardown lists single chains, and only those that
 // netlink probes (ChainProber, AddrScanner) cannot rule out.
 type iptView struct {
-	ipt   IPTables
+	ipt   host.IPTables
 	v6    bool
 	whole bool
 	errs  *errList
@@ -53,11 +55,11 @@ func (f *iptView) listing(table, chain string) *tableListing {
 		f.listings = map[string]*tableListing{}
 	}
 	if f.whole {
-		if saver, ok := f.ipt.(Saver); ok {
+		if saver, ok := f.ipt.(host.Saver); ok {
 			f.saveAll(saver)
 			return f.listings[table]
 		}
-		if lister, ok := f.ipt.(TableLister); ok {
+		if lister, ok := f.ipt.(host.TableLister); ok {
 			return f.read(table, func() ([]string, error) { return lister.ListTable(table) }, sweptChains[table])
 		}
 	}
@@ -101,12 +103,12 @@ var sweptChains = map[string]map[string]bool{
 }
 
 // saveAll lists every table at once, the first time it is called.
-func (f *iptView) saveAll(saver Saver) {
+func (f *iptView) saveAll(saver host.Saver) {
 	if f.saved {
 		return
 	}
 	f.saved = true
-	if streamer, ok := f.ipt.(SaveStreamer); ok {
+	if streamer, ok := f.ipt.(host.SaveStreamer); ok {
 		f.streamAll(streamer) // parsed as it is read: a sweep holds one copy
 		return
 	}
@@ -125,7 +127,7 @@ func (f *iptView) saveAll(saver Saver) {
 // A chain there is confirmed by iptables itself: one it cannot read
 // (written by another tool) is absent to it, and left alone.
 func (f *iptView) hasChain(table, chain string) bool {
-	prober, ok := f.ipt.(ChainProber)
+	prober, ok := f.ipt.(host.ChainProber)
 	if f.whole || !ok {
 		return f.listed(table, chain)
 	}
@@ -171,11 +173,11 @@ func (f *iptView) mayMention(table, chain string, addrs []netip.Addr, except []s
 	if f.whole {
 		return true
 	}
-	if scanner, ok := f.ipt.(OtherAddrScanner); ok && len(except) > 0 {
+	if scanner, ok := f.ipt.(host.OtherAddrScanner); ok && len(except) > 0 {
 		may, err := scanner.MayMentionOther(table, chain, addrs, except)
 		return may || err != nil
 	}
-	if scanner, ok := f.ipt.(AddrScanner); ok {
+	if scanner, ok := f.ipt.(host.AddrScanner); ok {
 		may, err := scanner.MayMention(table, chain, addrs)
 		return may || err != nil
 	}
@@ -252,10 +254,23 @@ func (f *iptView) forget(table, chain string) {
 	f.mu.Unlock()
 }
 
-// OtherAddrScanner is an optional extension of IPTables: whether any rule
-// of a chain may be about one of addrs while naming none of except (chain
-// names the caller's own rules jump to). false must prove there is no
-// such rule; true only sends the caller to the real listing.
-type OtherAddrScanner interface {
-	MayMentionOther(table, chain string, addrs []netip.Addr, except []string) (bool, error)
+// streamAll lists every table cleanup reads from one streamed
+// iptables-save, parsing each line as it comes.
+func (f *iptView) streamAll(s host.SaveStreamer) {
+	tables := []string{"nat", "filter"}
+	listings := map[string]*tableListing{}
+	for _, t := range tables {
+		listings[t] = newTableListing(sweptChains[t])
+	}
+	err := s.SaveEach(tables, func(table string, line []byte) { listings[table].add(line) })
+	if err != nil {
+		f.errs.add(fmt.Errorf("%s: listing all tables: %w", f.name(), err))
+		f.failed = true
+		for _, t := range tables {
+			listings[t] = newTableListing(nil) // nothing is deleted blind
+		}
+	}
+	for t, l := range listings {
+		f.listings[t] = l
+	}
 }

@@ -3,6 +3,7 @@ package footprint
 import (
 	"errors"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/vishvananda/netlink"
 )
 
@@ -10,7 +11,7 @@ import (
 type hostLinks struct{}
 
 // NewHostLinks opens the host's network devices.
-func NewHostLinks() (Links, error) { return hostLinks{}, nil }
+func NewHostLinks() (host.Links, error) { return hostLinks{}, nil }
 
 func (hostLinks) LinkExists(name string) (bool, error) {
 	_, err := netlink.LinkByName(name)

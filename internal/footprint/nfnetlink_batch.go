@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"syscall"
 	"time"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // Deleting rules one by one costs a search of the chain each (iptables'
@@ -56,21 +58,6 @@ const batchBackoff = 5 * time.Millisecond
 // built from were read, so the kernel refused the batch (or the read was
 // inconsistent): the rules must be read again.
 var errGenerationChanged = errors.New("nf_tables changed since its rules were read")
-
-// HandleOutcome is what became of one planned deletion by handle.
-type HandleOutcome uint8
-
-const (
-	// NotDeleted: nothing was done. The rule (or chain) was not found
-	// exactly as planned, or something else kept it; a caller may delete
-	// it by other means, which compare its content.
-	NotDeleted HandleOutcome = iota
-	// Deleted: nf_tables acked its deletion in a committed batch.
-	Deleted
-	// AlreadyGone: nf_tables said it did not exist (ENOENT); nothing was
-	// deleted in its place.
-	AlreadyGone
-)
 
 // ruleTarget is one planned rule deletion: where the rule is expected
 // and what it must contain to be taken for the planned rule.
@@ -138,12 +125,12 @@ func (t ruleTarget) matches(pos int, r nlRule) bool {
 // AlreadyGone. When nf_tables changed between the dump and a batch, the
 // targets not yet settled are matched again on a new dump, up to
 // batchAttempts times.
-func deleteRules(s nlSocket, family, table string, targets []ruleTarget) ([]HandleOutcome, error) {
+func deleteRules(s nlSocket, family, table string, targets []ruleTarget) ([]host.HandleOutcome, error) {
 	proto, ok := nfproto[family]
 	if !ok {
 		return nil, fmt.Errorf("netlink: unknown nftables family %q", family)
 	}
-	out := make([]HandleOutcome, len(targets))
+	out := make([]host.HandleOutcome, len(targets))
 	settled := make([]bool, len(targets))
 	names := attrNames{}
 	for attempt := 1; ; attempt++ {
@@ -293,12 +280,12 @@ func generation(s nlSocket) (uint32, error) {
 // deleteChains flushes and deletes chains of table of family by name, in
 // batches, and returns what became of each: a chain that does not exist
 // is AlreadyGone, one that a rule still jumps to (EBUSY) is NotDeleted.
-func deleteChains(s nlSocket, family, table string, chains []string) ([]HandleOutcome, error) {
+func deleteChains(s nlSocket, family, table string, chains []string) ([]host.HandleOutcome, error) {
 	proto, ok := nfproto[family]
 	if !ok {
 		return nil, fmt.Errorf("netlink: unknown nftables family %q", family)
 	}
-	out := make([]HandleOutcome, len(chains))
+	out := make([]host.HandleOutcome, len(chains))
 	settled := make([]bool, len(chains))
 	items := make([]int, len(chains))
 	for i := range items {
@@ -333,7 +320,7 @@ type batchMsg struct {
 // is sent again without their items; any other refusal is an error, and
 // leaves the batch's items unsettled. Messages are built a batch at a
 // time: a sweep deletes tens of thousands of rules.
-func applyDeletions(s nlSocket, proto uint8, gen uint32, items []int, build func(item int, msgs []batchMsg) []batchMsg, out []HandleOutcome, settled []bool) error {
+func applyDeletions(s nlSocket, proto uint8, gen uint32, items []int, build func(item int, msgs []batchMsg) []batchMsg, out []host.HandleOutcome, settled []bool) error {
 	msgs := make([]batchMsg, 0, batchChunk+2)
 	for len(items) > 0 {
 		msgs = msgs[:0]
@@ -364,19 +351,19 @@ func applyDeletions(s nlSocket, proto uint8, gen uint32, items []int, build func
 // batch committed and its items are Deleted; otherwise the kernel aborted
 // it, and settle settles the items that ENOENT or EBUSY answered and
 // returns the messages to send again.
-func settle(chunk []batchMsg, errs []error, out []HandleOutcome, settled []bool) (again []batchMsg, committed bool) {
+func settle(chunk []batchMsg, errs []error, out []host.HandleOutcome, settled []bool) (again []batchMsg, committed bool) {
 	if firstError(errs) == nil {
 		for _, m := range chunk {
-			out[m.item], settled[m.item] = Deleted, true
+			out[m.item], settled[m.item] = host.Deleted, true
 		}
 		return nil, true
 	}
 	for i, m := range chunk {
 		switch {
 		case errors.Is(errs[i], syscall.ENOENT):
-			out[m.item], settled[m.item] = AlreadyGone, true
+			out[m.item], settled[m.item] = host.AlreadyGone, true
 		case errors.Is(errs[i], syscall.EBUSY):
-			out[m.item], settled[m.item] = NotDeleted, true
+			out[m.item], settled[m.item] = host.NotDeleted, true
 		}
 	}
 	for _, m := range chunk {

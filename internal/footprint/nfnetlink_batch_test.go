@@ -8,6 +8,8 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // rawOf is a rule's expressions for the fake kernel: the address bytes,
@@ -40,14 +42,14 @@ func TestDeleteRulesDeletesByHandleOnlyWhatIsExactlyAsPlanned(t *testing.T) {
 		name    string
 		targets []ruleTarget
 		setup   func(k *fakeKernel)
-		want    []HandleOutcome
+		want    []host.HandleOutcome
 		wantErr error
 		left    []uint64 // handles left in POSTROUTING
 		batches int
 	}{
 		{
 			name: "rules found where and as planned are deleted by handle in one batch",
-			want: []HandleOutcome{Deleted, Deleted}, left: []uint64{11}, batches: 1,
+			want: []host.HandleOutcome{host.Deleted, host.Deleted}, left: []uint64{11}, batches: 1,
 		},
 		{
 			name: "a rule that vanished between dump and delete is AlreadyGone, and only the others go",
@@ -58,7 +60,7 @@ func TestDeleteRulesDeletesByHandleOnlyWhatIsExactlyAsPlanned(t *testing.T) {
 					}
 				}
 			},
-			want: []HandleOutcome{Deleted, AlreadyGone}, left: []uint64{11}, batches: 2,
+			want: []host.HandleOutcome{host.Deleted, host.AlreadyGone}, left: []uint64{11}, batches: 2,
 		},
 		{
 			name: "a rule whose handle changed is not deleted, nor the rule now holding its place",
@@ -67,24 +69,24 @@ func TestDeleteRulesDeletesByHandleOnlyWhatIsExactlyAsPlanned(t *testing.T) {
 			setup: func(k *fakeKernel) {
 				k.chains["POSTROUTING"][2].handle = 13 // deleted and added back
 			},
-			want: []HandleOutcome{NotDeleted}, left: []uint64{10, 11, 13}, batches: 0,
+			want: []host.HandleOutcome{host.NotDeleted}, left: []uint64{10, 11, 13}, batches: 0,
 		},
 		{
 			name: "rules that moved in their chain are left for deletion by content",
 			setup: func(k *fakeKernel) {
 				k.chains["POSTROUTING"] = append([]fakeRule{{9, "x", rawOf("198.18.0.9", "CNI-x")}}, k.chains["POSTROUTING"]...)
 			},
-			want: []HandleOutcome{NotDeleted, NotDeleted}, left: []uint64{9, 10, 11, 12}, batches: 0,
+			want: []host.HandleOutcome{host.NotDeleted, host.NotDeleted}, left: []uint64{9, 10, 11, 12}, batches: 0,
 		},
 		{
 			name:    "a rule whose comment differs is not the planned one",
 			targets: []ruleTarget{at(0, "ab", "198.18.0.5", "CNI-a")},
-			want:    []HandleOutcome{NotDeleted}, left: []uint64{10, 11, 12}, batches: 0,
+			want:    []host.HandleOutcome{host.NotDeleted}, left: []uint64{10, 11, 12}, batches: 0,
 		},
 		{
 			name:    "a rule that lacks a planned address is not the planned one",
 			targets: []ruleTarget{at(0, "a", "198.18.0.99", "CNI-a")},
-			want:    []HandleOutcome{NotDeleted}, left: []uint64{10, 11, 12}, batches: 0,
+			want:    []host.HandleOutcome{host.NotDeleted}, left: []uint64{10, 11, 12}, batches: 0,
 		},
 		{
 			name: "a ruleset changed after the dump refuses the batch; the rules are dumped and matched again",
@@ -95,7 +97,7 @@ func TestDeleteRulesDeletesByHandleOnlyWhatIsExactlyAsPlanned(t *testing.T) {
 					}
 				}
 			},
-			want: []HandleOutcome{Deleted, Deleted}, left: []uint64{11}, batches: 2,
+			want: []host.HandleOutcome{host.Deleted, host.Deleted}, left: []uint64{11}, batches: 2,
 		},
 		{
 			name: "a ruleset changed during the dump is dumped again before any batch",
@@ -106,7 +108,7 @@ func TestDeleteRulesDeletesByHandleOnlyWhatIsExactlyAsPlanned(t *testing.T) {
 					}
 				}
 			},
-			want: []HandleOutcome{Deleted, Deleted}, left: []uint64{11}, batches: 1,
+			want: []host.HandleOutcome{host.Deleted, host.Deleted}, left: []uint64{11}, batches: 1,
 		},
 		{
 			name: "a change that moved the planned rules is seen on the new dump",
@@ -118,35 +120,35 @@ func TestDeleteRulesDeletesByHandleOnlyWhatIsExactlyAsPlanned(t *testing.T) {
 					}
 				}
 			},
-			want: []HandleOutcome{NotDeleted, NotDeleted}, left: []uint64{11, 12}, batches: 0,
+			want: []host.HandleOutcome{host.NotDeleted, host.NotDeleted}, left: []uint64{11, 12}, batches: 0,
 		},
 		{
 			name:  "a ruleset that changes at every attempt is an error, and nothing is deleted",
 			setup: func(k *fakeKernel) { k.beforeBatch = func(k *fakeKernel, _ int) { k.gen++ } },
-			want:  []HandleOutcome{NotDeleted, NotDeleted}, wantErr: errGenerationChanged,
+			want:  []host.HandleOutcome{host.NotDeleted, host.NotDeleted}, wantErr: errGenerationChanged,
 			left: []uint64{10, 11, 12}, batches: batchAttempts,
 		},
 		{
 			name:  "a dump a change interrupted is taken again",
 			setup: func(k *fakeKernel) { k.interruptDumps = 1 },
-			want:  []HandleOutcome{Deleted, Deleted}, left: []uint64{11}, batches: 1,
+			want:  []host.HandleOutcome{host.Deleted, host.Deleted}, left: []uint64{11}, batches: 1,
 		},
 		{
 			name:  "EPERM for the whole batch is an error, and nothing is deleted",
 			setup: func(k *fakeKernel) { k.refuseBatch = syscall.EPERM },
-			want:  []HandleOutcome{NotDeleted, NotDeleted}, wantErr: syscall.EPERM,
+			want:  []host.HandleOutcome{host.NotDeleted, host.NotDeleted}, wantErr: syscall.EPERM,
 			left: []uint64{10, 11, 12}, batches: 1,
 		},
 		{
 			name:  "any other answer to one deletion is an error, and the batch is not applied",
 			setup: func(k *fakeKernel) { k.refuseHandle = map[uint64]syscall.Errno{12: syscall.ENOMEM} },
-			want:  []HandleOutcome{NotDeleted, NotDeleted}, wantErr: syscall.ENOMEM,
+			want:  []host.HandleOutcome{host.NotDeleted, host.NotDeleted}, wantErr: syscall.ENOMEM,
 			left: []uint64{10, 11, 12}, batches: 1,
 		},
 		{
 			name:  "a cut datagram is an error",
 			setup: func(k *fakeKernel) { k.cut = true },
-			want:  []HandleOutcome{NotDeleted, NotDeleted}, wantErr: errCut,
+			want:  []host.HandleOutcome{host.NotDeleted, host.NotDeleted}, wantErr: errCut,
 			left: []uint64{10, 11, 12}, batches: 0,
 		},
 	} {
@@ -182,12 +184,12 @@ func TestDeleteChainsFlushesAndDeletesByNameAndSaysWhatBecameOfEach(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []HandleOutcome{NotDeleted, NotDeleted, AlreadyGone}; !slices.Equal(got, want) {
+	if want := []host.HandleOutcome{host.NotDeleted, host.NotDeleted, host.AlreadyGone}; !slices.Equal(got, want) {
 		t.Errorf("outcomes = %v; want %v (a chain still jumped to is refused with EBUSY, a missing one is gone)", got, want)
 	}
 	k.chains["POSTROUTING"] = nil // the jumps gone, the chains can go
 	got, err = deleteChains(k, "ip", "nat", []string{"CNI-a", "CNI-b"})
-	if err != nil || !slices.Equal(got, []HandleOutcome{Deleted, Deleted}) {
+	if err != nil || !slices.Equal(got, []host.HandleOutcome{host.Deleted, host.Deleted}) {
 		t.Fatalf("deleteChains = %v, %v; want both deleted", got, err)
 	}
 	if _, ok := k.chains["CNI-a"]; ok {
@@ -218,7 +220,7 @@ func TestDeletionsGoInBatchesEachAtTheGenerationItsPredecessorLeft(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.ContainsFunc(got, func(o HandleOutcome) bool { return o != Deleted }) || len(k.chains["POSTROUTING"]) != 0 {
+	if slices.ContainsFunc(got, func(o host.HandleOutcome) bool { return o != host.Deleted }) || len(k.chains["POSTROUTING"]) != 0 {
 		t.Fatalf("%d rules left; outcomes %v", len(k.chains["POSTROUTING"]), got)
 	}
 	var sizes []int
@@ -285,7 +287,7 @@ func TestListTablesNamesTheTablesOfKnownFamilies(t *testing.T) {
 			joined(table(req.seq, 1, "cni_plugins_masquerade"), table(req.seq, 7, "bridged"), doneDatagram(req.seq, 0, 0))}
 	}}
 	got, err := listTables(s)
-	want := map[NFTable]bool{{"ip", "nat"}: true, {"ip6", "cni_hostport"}: true, {"inet", "cni_plugins_masquerade"}: true}
+	want := map[host.NFTable]bool{{"ip", "nat"}: true, {"ip6", "cni_hostport"}: true, {"inet", "cni_plugins_masquerade"}: true}
 	if err != nil || len(got) != len(want) {
 		t.Fatalf("listTables = %v, %v; want %v", got, err, want)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/seed1280861d/cninet/host"
 	"golang.org/x/sys/unix"
 )
 
@@ -120,12 +121,12 @@ var nfWrite sync.Mutex
 
 // nfDeleteRules deletes the rules of targets by handle, as deleteRules
 // does, over a socket of its own.
-func nfDeleteRules(family, table string, targets []ruleTarget) ([]HandleOutcome, error) {
+func nfDeleteRules(family, table string, targets []ruleTarget) ([]host.HandleOutcome, error) {
 	nfWrite.Lock()
 	defer nfWrite.Unlock()
 	c, err := openNF()
 	if err != nil {
-		return make([]HandleOutcome, len(targets)), err
+		return make([]host.HandleOutcome, len(targets)), err
 	}
 	defer c.close()
 	return deleteRules(c, family, table, targets)
@@ -133,12 +134,12 @@ func nfDeleteRules(family, table string, targets []ruleTarget) ([]HandleOutcome,
 
 // nfDeleteChains flushes and deletes chains by name, as deleteChains
 // does, over a socket of its own.
-func nfDeleteChains(family, table string, chains []string) ([]HandleOutcome, error) {
+func nfDeleteChains(family, table string, chains []string) ([]host.HandleOutcome, error) {
 	nfWrite.Lock()
 	defer nfWrite.Unlock()
 	c, err := openNF()
 	if err != nil {
-		return make([]HandleOutcome, len(chains)), err
+		return make([]host.HandleOutcome, len(chains)), err
 	}
 	defer c.close()
 	return deleteChains(c, family, table, chains)
@@ -146,7 +147,7 @@ func nfDeleteChains(family, table string, chains []string) ([]HandleOutcome, err
 
 // nfListTables lists the nf_tables tables, as listTables does, over a
 // socket of its own.
-func nfListTables() (map[NFTable]bool, error) {
+func nfListTables() (map[host.NFTable]bool, error) {
 	c, err := openNF()
 	if err != nil {
 		return nil, err

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // The wire side of nf_tables batches (see nfnetlink_batch.go), and the
@@ -90,9 +92,9 @@ var nfFamilyName = map[uint8]string{1: "inet", 2: "ip", 10: "ip6"}
 
 // listTables returns the nf_tables tables of the families cninet knows,
 // from one dump of the table list: the kernel lists names without rules.
-func listTables(s nlSocket) (map[NFTable]bool, error) {
+func listTables(s nlSocket) (map[host.NFTable]bool, error) {
 	for attempt := 1; ; attempt++ {
-		tables := map[NFTable]bool{}
+		tables := map[host.NFTable]bool{}
 		var parseErr error
 		seq := nlSeq.Add(1)
 		err := exchange(s, nftRequest(nftMsgGetTable, nlmFDump, seq, afUnspec), seq, func(m nlMessage) bool {
@@ -103,7 +105,7 @@ func listTables(s nlSocket) (map[NFTable]bool, error) {
 			family, ok := nfFamilyName[m.payload[0]]
 			parseErr = eachAttr(m.payload[nfgenmsgLen:], func(typ uint16, data []byte) {
 				if typ == nftaTableName && ok {
-					tables[NFTable{family, cString(data)}] = true
+					tables[host.NFTable{family, cString(data)}] = true
 				}
 			})
 			return parseErr == nil

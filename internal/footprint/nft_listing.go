@@ -8,40 +8,9 @@ import (
 	"io"
 	"net/netip"
 	"strings"
+
+	"github.com/seed1280861d/cninet/host"
 )
-
-// NFTRule is one rule of an nftables listing, reduced to what ownership
-// needs: where it is, its comment, and the addresses its expressions
-// match on or translate to.
-type NFTRule struct {
-	Family, Table, Chain string
-	Handle               int
-	Comment              string
-	// Saddr and Daddr are the addresses an `ip[6] saddr ==` or `ip[6]
-	// daddr ==` match names (invalid when there is none, or it is a
-	// prefix or a negation); DNAT is the address a `dnat to` translates to.
-	Saddr, Daddr, DNAT netip.Addr
-	// Expr is the rule's expressions as nft listed them (none in a brief
-	// listing).
-	Expr json.RawMessage
-}
-
-// String renders the rule for logs and reports.
-func (r NFTRule) String() string {
-	s := fmt.Sprintf("%s %s %s handle %d", r.Family, r.Table, r.Chain, r.Handle)
-	for _, a := range []struct {
-		name string
-		addr netip.Addr
-	}{{"saddr", r.Saddr}, {"daddr", r.Daddr}, {"dnat to", r.DNAT}} {
-		if a.addr.IsValid() {
-			s += " " + a.name + " " + a.addr.String()
-		}
-	}
-	if r.Comment != "" {
-		s += fmt.Sprintf(" comment %q", r.Comment)
-	}
-	return s
-}
 
 // The shape of `nft -j list ...` output that rules are read from.
 type (
@@ -75,7 +44,7 @@ type (
 // ParseNFTListing reads the rules of `nft -j list table|chain|ruleset`
 // output. Objects other than rules (tables, chains, metainfo) are skipped;
 // an expression it does not know leaves the rule's addresses as they are.
-func ParseNFTListing(out []byte) ([]NFTRule, error) {
+func ParseNFTListing(out []byte) ([]host.NFTRule, error) {
 	return readNFTListing(bytes.NewReader(out), true, nil, nil)
 }
 
@@ -86,7 +55,7 @@ func ParseNFTListing(out []byte) ([]NFTRule, error) {
 // add it back. With comments, equal comments share one copy (portmap's
 // rules of an attachment all carry its id): comments is where they are
 // kept, across the tables of one listing.
-func readNFTListing(r io.Reader, keepExpr bool, rules []NFTRule, comments map[string]string) ([]NFTRule, error) {
+func readNFTListing(r io.Reader, keepExpr bool, rules []host.NFTRule, comments map[string]string) ([]host.NFTRule, error) {
 	dec := json.NewDecoder(r)
 	if err := enterNFTObjects(dec); err != nil {
 		return nil, fmt.Errorf("reading nft JSON: %w", err)
@@ -148,21 +117,21 @@ func enterNFTObjects(dec *json.Decoder) error {
 // parseNFTRule reads the addresses of one rule's expressions, decoded in
 // one pass. An expression of another shape than the two it knows leaves
 // the rule's addresses as they are.
-func parseNFTRule(jr *nftJSONRule) (NFTRule, error) {
-	r := NFTRule{Family: nftName(jr.Family), Table: nftName(jr.Table), Chain: nftName(jr.Chain), Handle: jr.Handle, Comment: jr.Comment, Expr: jr.Expr}
+func parseNFTRule(jr *nftJSONRule) (host.NFTRule, error) {
+	r := host.NFTRule{Family: nftName(jr.Family), Table: nftName(jr.Table), Chain: nftName(jr.Chain), Handle: jr.Handle, Comment: jr.Comment, Expr: jr.Expr}
 	if len(jr.Expr) == 0 {
 		return r, nil
 	}
 	if bytes.TrimLeft(jr.Expr, " \t\r\n")[0] != '[' {
-		return NFTRule{}, fmt.Errorf("reading nft rule expressions: %s is not an array", jr.Expr)
+		return host.NFTRule{}, fmt.Errorf("reading nft rule expressions: %s is not an array", jr.Expr)
 	}
 	var exprs []nftExpr
 	var typeErr *json.UnmarshalTypeError
 	if err := json.Unmarshal(jr.Expr, &exprs); err != nil && !errors.As(err, &typeErr) {
-		return NFTRule{}, fmt.Errorf("reading nft rule expressions: %w", err)
+		return host.NFTRule{}, fmt.Errorf("reading nft rule expressions: %w", err)
 	}
 	for _, e := range exprs {
-		r.readExpr(e)
+		readExpr(&r, e)
 	}
 	return r, nil
 }
@@ -189,7 +158,7 @@ func nftName(s string) string {
 	return s
 }
 
-func (r *NFTRule) readExpr(expr nftExpr) {
+func readExpr(r *host.NFTRule, expr nftExpr) {
 	switch {
 	case expr.DNAT != nil:
 		r.DNAT, _ = jsonAddr(expr.DNAT.Addr)

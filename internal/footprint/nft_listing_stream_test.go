@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 func TestReadNFTListingTakesEachRuleAsItComes(t *testing.T) {
@@ -34,7 +36,7 @@ func TestReadNFTListingTakesEachRuleAsItComes(t *testing.T) {
 func TestReadNFTListingBriefDropsExpressionsAndKeepsWhatOwnershipReads(t *testing.T) {
 	const listing = `{"nftables": [{"rule": {"family": "ip", "table": "cni_hostport", "chain": "hostports", "handle": 7, "comment": "web-1", "expr": [
   {"dnat": {"addr": "198.18.0.2", "port": 80}}]}}]}`
-	before := []NFTRule{{Family: "inet", Table: "cni_plugins_masquerade", Chain: "masq_checks", Handle: 3}}
+	before := []host.NFTRule{{Family: "inet", Table: "cni_plugins_masquerade", Chain: "masq_checks", Handle: 3}}
 	rules, err := readNFTListing(strings.NewReader(listing), false, before, map[string]string{})
 	if err != nil || len(rules) != 2 || rules[0].Handle != 3 {
 		t.Fatalf("readNFTListing = %+v, %v; want the rule appended after the one given", rules, err)

@@ -6,68 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/seed1280861d/cninet/host"
 )
-
-// NFTable names one nftables table.
-type NFTable struct {
-	Family, Name string
-}
-
-func (t NFTable) String() string { return t.Family + " " + t.Name }
-
-// NFTables is how the cleaner reads and changes the tables the plugins'
-// nftables backends write. Tests replace it with a fake.
-type NFTables interface {
-	// ListRules returns the rules of those of tables that exist; a table
-	// that does not exist is no error.
-	ListRules(ctx context.Context, tables []NFTable) ([]NFTRule, error)
-	// DeleteRules deletes rules of one table by chain and handle, in one
-	// transaction: all of them, or none and an error.
-	DeleteRules(ctx context.Context, table NFTable, rules []NFTRule) error
-}
-
-// NFTRuleSketch is a rule as nf_tables itself reports it, without nft:
-// where it is, its comment, and its expressions undecoded.
-type NFTRuleSketch struct {
-	Table   NFTable
-	Chain   string
-	Comment string
-	// Raw is the rule's expressions as nf_tables encodes them; every
-	// address the rule matches on or rewrites to is in it, byte for byte.
-	// It is valid only during the call that is given the sketch.
-	Raw []byte
-}
-
-// Mentions reports whether any of addrs is in the rule's expressions.
-// false proves the rule is about none of them; true may be a coincidence.
-func (s NFTRuleSketch) Mentions(addrs []netip.Addr) bool {
-	return nlRule{rawExpression: s.Raw}.mentions(addrBytes(addrs))
-}
-
-// NFTRuleMatcher is an optional extension of NFTables: whether match holds
-// for a rule of those of tables that exist, read in-process and stopping
-// at the first. match is called for one rule at a time. A Teardown asks it whether anything there can be its own
-// before it lists the tables with nft; an error makes it list them.
-type NFTRuleMatcher interface {
-	AnyRule(ctx context.Context, tables []NFTable, match func(NFTRuleSketch) bool) (bool, error)
-}
-
-// NFTBriefLister is an optional extension of NFTables: ListRules without
-// the rules' Expr, which is most of their size and needed only to add a
-// rule back. A sweep of dead workloads never adds one of theirs back.
-type NFTBriefLister interface {
-	ListRulesBrief(ctx context.Context, tables []NFTable) ([]NFTRule, error)
-}
-
-// ErrNFTablesMissing says the host has no nft command. A host without
-// nftables has no nftables rules either, so the cleaner does not count it
-// as a failure.
-var ErrNFTablesMissing = errors.New("nft not available")
 
 // hostNFTables is the default NFTables: `nft -j` for listings (ownership
 // of portmap's rules needs their addresses), netlink for the list of
@@ -79,10 +24,10 @@ type hostNFTables struct {
 
 // NewHostNFTables opens the host's nftables; ErrNFTablesMissing when nft
 // is not installed.
-func NewHostNFTables() (NFTables, error) {
+func NewHostNFTables() (host.NFTables, error) {
 	bin, err := exec.LookPath("nft")
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNFTablesMissing, err)
+		return nil, fmt.Errorf("%w: %w", host.ErrNFTablesMissing, err)
 	}
 	return &hostNFTables{bin: bin}, nil
 }
@@ -91,21 +36,21 @@ func NewHostNFTables() (NFTables, error) {
 // list tables` reads every rule of the host to print their names), then
 // one `nft -j` listing per table that exists (none on a host whose plugins never used
 // their nftables backends).
-func (h *hostNFTables) ListRules(ctx context.Context, tables []NFTable) ([]NFTRule, error) {
+func (h *hostNFTables) ListRules(ctx context.Context, tables []host.NFTable) ([]host.NFTRule, error) {
 	return h.listRules(ctx, tables, true)
 }
 
 // ListRulesBrief implements NFTBriefLister.
-func (h *hostNFTables) ListRulesBrief(ctx context.Context, tables []NFTable) ([]NFTRule, error) {
+func (h *hostNFTables) ListRulesBrief(ctx context.Context, tables []host.NFTable) ([]host.NFTRule, error) {
 	return h.listRules(ctx, tables, false)
 }
 
-func (h *hostNFTables) listRules(ctx context.Context, tables []NFTable, keepExpr bool) ([]NFTRule, error) {
+func (h *hostNFTables) listRules(ctx context.Context, tables []host.NFTable, keepExpr bool) ([]host.NFTRule, error) {
 	existing, err := nfListTables()
 	if err != nil {
 		return nil, err
 	}
-	var rules []NFTRule
+	var rules []host.NFTRule
 	comments := map[string]string{}
 	for _, t := range tables {
 		if !existing[t] {
@@ -126,7 +71,7 @@ func (h *hostNFTables) listRules(ctx context.Context, tables []NFTable, keepExpr
 // AnyRule implements NFTRuleMatcher over netlink: no process, no JSON,
 // one dump per table, the tables at once (the kernel's dump of a big
 // table is the whole cost).
-func (h *hostNFTables) AnyRule(ctx context.Context, tables []NFTable, match func(NFTRuleSketch) bool) (bool, error) {
+func (h *hostNFTables) AnyRule(ctx context.Context, tables []host.NFTable, match func(host.NFTRuleSketch) bool) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -141,7 +86,7 @@ func (h *hostNFTables) AnyRule(ctx context.Context, tables []NFTable, match func
 			found[i], errs[i] = nfAnyRule(t.Family, t.Name, "", func(r nlRule) bool {
 				one.Lock()
 				defer one.Unlock()
-				return match(NFTRuleSketch{Table: t, Chain: r.chain, Comment: r.comment, Raw: r.rawExpression})
+				return match(host.NFTRuleSketch{Table: t, Chain: r.chain, Comment: r.comment, Raw: r.rawExpression})
 			})
 		}()
 	}
@@ -151,7 +96,7 @@ func (h *hostNFTables) AnyRule(ctx context.Context, tables []NFTable, match func
 
 // listTable lists one table with `nft -j`, parsing the JSON as nft
 // writes it, and appends its rules to rules.
-func (h *hostNFTables) listTable(ctx context.Context, t NFTable, keepExpr bool, rules []NFTRule, comments map[string]string) ([]NFTRule, error) {
+func (h *hostNFTables) listTable(ctx context.Context, t host.NFTable, keepExpr bool, rules []host.NFTRule, comments map[string]string) ([]host.NFTRule, error) {
 	args := []string{"-j", "list", "table", t.Family, t.Name}
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, h.bin, args...)
@@ -178,13 +123,13 @@ func (h *hostNFTables) listTable(ctx context.Context, t NFTable, keepExpr bool, 
 // Configurator. A host without nft is asked again next time (nft may have
 // been installed since); the zero value opens the host's.
 type NFTablesHandle struct {
-	Open func() (NFTables, error)
+	Open func() (host.NFTables, error)
 	mu   sync.Mutex
-	nft  NFTables
+	nft  host.NFTables
 }
 
 // Get returns the NFTables.
-func (h *NFTablesHandle) Get() (NFTables, error) {
+func (h *NFTablesHandle) Get() (host.NFTables, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.nft != nil {

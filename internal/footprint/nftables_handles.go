@@ -5,25 +5,16 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-)
 
-// NFTHandleDeleter is an optional extension of NFTables: delete listed
-// rules of one table by handle and say what became of each. A rule is
-// deleted only while the rule with its handle is still the one listed:
-// same chain and comment, and every address the listing gave it (Saddr,
-// Daddr, DNAT) in its expressions; otherwise it is left NotDeleted. A
-// rule nf_tables no longer has is AlreadyGone. The outcomes line up with
-// rules.
-type NFTHandleDeleter interface {
-	DeleteByHandle(ctx context.Context, table NFTable, rules []NFTRule) ([]HandleOutcome, error)
-}
+	"github.com/seed1280861d/cninet/host"
+)
 
 // DeleteByHandle implements NFTHandleDeleter over netlink: one dump of
 // each chain involved, then batches of deletions by handle at the
 // generation of that dump.
-func (h *hostNFTables) DeleteByHandle(ctx context.Context, table NFTable, rules []NFTRule) ([]HandleOutcome, error) {
+func (h *hostNFTables) DeleteByHandle(ctx context.Context, table host.NFTable, rules []host.NFTRule) ([]host.HandleOutcome, error) {
 	if err := ctx.Err(); err != nil {
-		return make([]HandleOutcome, len(rules)), err
+		return make([]host.HandleOutcome, len(rules)), err
 	}
 	targets := make([]ruleTarget, len(rules))
 	for i, r := range rules {
@@ -41,11 +32,11 @@ func (h *hostNFTables) DeleteByHandle(ctx context.Context, table NFTable, rules 
 // The deletions go in batches of a few hundred, each one transaction, so
 // on an error the rules of batches before it are gone; the error names
 // every rule that was not deleted.
-func (h *hostNFTables) DeleteRules(ctx context.Context, table NFTable, rules []NFTRule) error {
+func (h *hostNFTables) DeleteRules(ctx context.Context, table host.NFTable, rules []host.NFTRule) error {
 	out, err := h.DeleteByHandle(ctx, table, rules)
 	var left []string
 	for i, o := range out {
-		if o != Deleted {
+		if o != host.Deleted {
 			left = append(left, rules[i].String())
 		}
 	}

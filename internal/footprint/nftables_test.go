@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
@@ -148,7 +149,7 @@ var (
 	longIDRules = web1Rules
 )
 
-func ruleKey(r footprint.NFTRule) string {
+func ruleKey(r host.NFTRule) string {
 	return fmt.Sprintf("%s %s %d", r.Family, r.Chain, r.Handle)
 }
 
@@ -209,8 +210,8 @@ func loadIPT(t *testing.T, capture string, v6 bool) *fakeipt.IPTables {
 }
 
 // cniRules returns the rules of the plugins' tables, sorted by key.
-func cniRules(rules []footprint.NFTRule) []footprint.NFTRule {
-	var out []footprint.NFTRule
+func cniRules(rules []host.NFTRule) []host.NFTRule {
+	var out []host.NFTRule
 	for _, r := range rules {
 		if r.Table == "cni_hostport" || r.Table == "cni_plugins_masquerade" {
 			out = append(out, r)
@@ -220,7 +221,7 @@ func cniRules(rules []footprint.NFTRule) []footprint.NFTRule {
 	return out
 }
 
-func describeRules(rules []footprint.NFTRule) string {
+func describeRules(rules []host.NFTRule) string {
 	var b strings.Builder
 	for _, r := range rules {
 		b.WriteString("\n\t" + r.String())
@@ -273,15 +274,15 @@ func writeHostFiles(t *testing.T, root string, files []hostFile) {
 	}
 }
 
-func (s *scenario) host(nft footprint.NFTables) footprint.Host {
+func (s *scenario) host(nft host.NFTables) footprint.Host {
 	return footprint.Host{
-		IPTables: func(v6 bool) (footprint.IPTables, error) {
+		IPTables: func(v6 bool) (host.IPTables, error) {
 			if v6 {
 				return s.ipt[1], nil
 			}
 			return s.ipt[0], nil
 		},
-		NFTables: func() (footprint.NFTables, error) { return nft, nil },
+		NFTables: func() (host.NFTables, error) { return nft, nil },
 	}
 }
 
@@ -289,10 +290,10 @@ func (s *scenario) host(nft footprint.NFTables) footprint.Host {
 // nftables and nf_tables-backed iptables.
 func (s *scenario) probedHost() footprint.Host {
 	return footprint.Host{
-		IPTables: func(v6 bool) (footprint.IPTables, error) {
+		IPTables: func(v6 bool) (host.IPTables, error) {
 			return fakeipt.NewProbing(s.ipt[b2i(v6)]), nil
 		},
-		NFTables: func() (footprint.NFTables, error) { return fakenft.Matching{NFTables: s.nft}, nil },
+		NFTables: func() (host.NFTables, error) { return fakenft.Matching{NFTables: s.nft}, nil },
 	}
 }
 
@@ -659,7 +660,7 @@ func TestCleanNFTables(t *testing.T) {
 func (tc nftCase) run(t *testing.T, probed bool) {
 	s := newScenario(t, tc.capture, tc.network, tc.ifName, tc.files, tc.drop...)
 	before := s.nft.Rules()
-	byKey := map[string]footprint.NFTRule{}
+	byKey := map[string]host.NFTRule{}
 	for _, r := range before {
 		byKey[ruleKey(r)] = r
 	}
@@ -678,11 +679,11 @@ func (tc nftCase) run(t *testing.T, probed bool) {
 		iptBefore[i] = map[string]string{"nat": ipt.Save("nat"), "filter": ipt.Save("filter")}
 	}
 
-	host := s.host(s.nft)
+	seams := s.host(s.nft)
 	if probed {
-		host = s.probedHost()
+		seams = s.probedHost()
 	}
-	cl := footprint.NewCleaner(context.Background(), s.net, host)
+	cl := footprint.NewCleaner(context.Background(), s.net, seams)
 	if tc.gc {
 		if got, err := cl.Discover(); err != nil || !slices.Equal(got, tc.discover) {
 			t.Errorf("Discover() = %q, want %q", got, tc.discover)
@@ -698,7 +699,7 @@ func (tc nftCase) run(t *testing.T, probed bool) {
 
 	// nftables: exactly the listed rules are gone, everything else is as
 	// it was, handle, comment and addresses alike.
-	var want []footprint.NFTRule
+	var want []host.NFTRule
 	for _, r := range before {
 		if !gone[ruleKey(r)] {
 			want = append(want, r)
@@ -821,18 +822,18 @@ func assertFilesAndFirewallCleaned(t *testing.T, s *scenario) {
 func TestCleanOnAHostWithoutNFTablesCleansTheRestAndIsNoFailure(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		open func() (footprint.NFTables, error)
+		open func() (host.NFTables, error)
 	}{
-		{"NFTables says nft is missing", func() (footprint.NFTables, error) {
-			return nil, fmt.Errorf("opening nftables: %w: exec: \"nft\": executable file not found in $PATH", footprint.ErrNFTablesMissing)
+		{"NFTables says nft is missing", func() (host.NFTables, error) {
+			return nil, fmt.Errorf("opening nftables: %w: exec: \"nft\": executable file not found in $PATH", host.ErrNFTablesMissing)
 		}},
 		{"no NFTables at all", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := singleScenario(t)
-			host := s.host(nil)
-			host.NFTables = tc.open
-			cl := footprint.NewCleaner(context.Background(), s.net, host)
+			seams := s.host(nil)
+			seams.NFTables = tc.open
+			cl := footprint.NewCleaner(context.Background(), s.net, seams)
 			cl.Prevent([]string{"web-1"})
 			items, err := cl.Clean([]string{"web-1"})
 			if err != nil {
@@ -917,13 +918,13 @@ func TestCleanDeletesEachTablesRulesInOneTransaction(t *testing.T) {
 // DeleteRules call goes to first instead.
 type flakyNFT struct {
 	*fakenft.NFTables
-	first func(ctx context.Context, nft *fakenft.NFTables, table footprint.NFTable, rules []footprint.NFTRule) error
+	first func(ctx context.Context, nft *fakenft.NFTables, table host.NFTable, rules []host.NFTRule) error
 
 	mu      sync.Mutex
 	deletes []string
 }
 
-func (f *flakyNFT) DeleteRules(ctx context.Context, table footprint.NFTable, rules []footprint.NFTRule) error {
+func (f *flakyNFT) DeleteRules(ctx context.Context, table host.NFTable, rules []host.NFTRule) error {
 	f.mu.Lock()
 	n := len(f.deletes)
 	f.deletes = append(f.deletes, fmt.Sprintf("%s %d", table, len(rules)))
@@ -938,12 +939,12 @@ func TestCleanFallsBackToOneRuleAtATimeWhenATransactionFails(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		vanished int
-		first    func(ctx context.Context, nft *fakenft.NFTables, table footprint.NFTable, rules []footprint.NFTRule) error
+		first    func(ctx context.Context, nft *fakenft.NFTables, table host.NFTable, rules []host.NFTRule) error
 	}{
 		{
 			name:     "a handle of the batch vanished meanwhile",
 			vanished: 1, // removed by somebody else: not reported
-			first: func(ctx context.Context, nft *fakenft.NFTables, table footprint.NFTable, rules []footprint.NFTRule) error {
+			first: func(ctx context.Context, nft *fakenft.NFTables, table host.NFTable, rules []host.NFTRule) error {
 				// somebody else (the plugin's own DEL) deletes one rule first
 				if err := nft.DeleteRules(ctx, table, rules[:1]); err != nil {
 					return fmt.Errorf("concurrent delete: %w", err)
@@ -953,7 +954,7 @@ func TestCleanFallsBackToOneRuleAtATimeWhenATransactionFails(t *testing.T) {
 		},
 		{
 			name: "the batch was refused",
-			first: func(context.Context, *fakenft.NFTables, footprint.NFTable, []footprint.NFTRule) error {
+			first: func(context.Context, *fakenft.NFTables, host.NFTable, []host.NFTRule) error {
 				return errors.New("Error: Could not process rule: Device or resource busy")
 			},
 		},
@@ -988,4 +989,4 @@ func TestCleanFallsBackToOneRuleAtATimeWhenATransactionFails(t *testing.T) {
 }
 
 // sameNFTRule compares rules field by field, expressions included.
-func sameNFTRule(a, b footprint.NFTRule) bool { return reflect.DeepEqual(a, b) }
+func sameNFTRule(a, b host.NFTRule) bool { return reflect.DeepEqual(a, b) }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // KindNFTRule is an nftables rule removed by a run.
@@ -13,7 +15,7 @@ const KindNFTRule Kind = "nftables rule"
 // nftTables are the tables the plugins' nftables backends write. Both
 // backends are always looked at, whatever the conflist names, so an
 // operator who switched backends is not stranded with the old rules.
-var nftTables = []NFTable{nftMasqTable, nftHostportTables[0], nftHostportTables[1]}
+var nftTables = []host.NFTable{nftMasqTable, nftHostportTables[0], nftHostportTables[1]}
 
 // nftView is the plugins' nftables tables as one run reads them: listed
 // at most once, and by a Teardown only when an in-kernel look
@@ -21,11 +23,11 @@ var nftTables = []NFTable{nftMasqTable, nftHostportTables[0], nftHostportTables[
 type nftView struct {
 	ctx    context.Context
 	errs   *errList
-	nft    NFTables // nil: the host has no nftables
-	broken bool     // nftables is there but could not be opened: nothing is judged on it
+	nft    host.NFTables // nil: the host has no nftables
+	broken bool          // nftables is there but could not be opened: nothing is judged on it
 
 	once   sync.Once
-	rules  []NFTRule
+	rules  []host.NFTRule
 	listed bool // the listing succeeded
 	brief  bool // list without Expr (NFTBriefLister): no rule will be judged by its expressions
 
@@ -38,13 +40,13 @@ func (s *nftView) available() bool { return s.nft != nil }
 
 // list returns every rule of the plugins' tables, listed once; nil when
 // the listing failed (recorded), so that nothing is deleted blind.
-func (s *nftView) list() []NFTRule {
+func (s *nftView) list() []host.NFTRule {
 	if s.nft == nil {
 		return nil
 	}
 	s.once.Do(func() {
 		list := s.nft.ListRules
-		if b, ok := s.nft.(NFTBriefLister); ok && s.brief {
+		if b, ok := s.nft.(host.NFTBriefLister); ok && s.brief {
 			list = b.ListRulesBrief
 		}
 		rules, err := list(s.ctx, nftTables)
@@ -60,11 +62,11 @@ func (s *nftView) list() []NFTRule {
 // any reports whether a rule of the plugins' tables may match: asked in
 // the kernel where the NFTables can (no process, no listing), else by
 // listing. An error counts as "may".
-func (s *nftView) any(match func(NFTRuleSketch) bool, fallback func(NFTRule) bool) bool {
+func (s *nftView) any(match func(host.NFTRuleSketch) bool, fallback func(host.NFTRule) bool) bool {
 	if s.nft == nil {
 		return false
 	}
-	if matcher, ok := s.nft.(NFTRuleMatcher); ok {
+	if matcher, ok := s.nft.(host.NFTRuleMatcher); ok {
 		found, err := matcher.AnyRule(s.ctx, nftTables, match)
 		if err == nil {
 			return found
@@ -80,7 +82,7 @@ func (s *nftView) any(match func(NFTRuleSketch) bool, fallback func(NFTRule) boo
 
 // anyOnce is any, asked once per run for each question key: several
 // footprints ask the same question, and each answer costs a dump.
-func (s *nftView) anyOnce(key string, match func(NFTRuleSketch) bool, fallback func(NFTRule) bool) bool {
+func (s *nftView) anyOnce(key string, match func(host.NFTRuleSketch) bool, fallback func(host.NFTRule) bool) bool {
 	s.mu.Lock()
 	answer, done := s.answers[key]
 	s.mu.Unlock()
@@ -105,12 +107,12 @@ func ownMayBeThere(v *view, set attSet) bool {
 		return true
 	}
 	index, ids := masqIndex(v, set), set.ids()
-	own := func(table NFTable, chain, comment string) bool {
+	own := func(table host.NFTable, chain, comment string) bool {
 		_, masq := index[comment]
 		return (masq && table == nftMasqTable && chain == nftMasqChain) || (ids[comment] && isHostportChain(table, chain))
 	}
-	return v.nft.anyOnce("own", func(r NFTRuleSketch) bool { return own(r.Table, r.Chain, r.Comment) },
-		func(r NFTRule) bool { return own(NFTable{r.Family, r.Table}, r.Chain, r.Comment) })
+	return v.nft.anyOnce("own", func(r host.NFTRuleSketch) bool { return own(r.Table, r.Chain, r.Comment) },
+		func(r host.NFTRule) bool { return own(host.NFTable{r.Family, r.Table}, r.Chain, r.Comment) })
 }
 
 // othersMayMention reports whether a rule that is not the set's may name
@@ -125,20 +127,20 @@ func othersMayMention(v *view, set attSet, addrs []netip.Addr) bool {
 	for _, a := range addrs {
 		key += " " + a.String()
 	}
-	return v.nft.anyOnce(key, func(r NFTRuleSketch) bool {
+	return v.nft.anyOnce(key, func(r host.NFTRuleSketch) bool {
 		_, masq := index[r.Comment]
 		return ((r.Table == nftMasqTable && !masq) || (isHostportChain(r.Table, r.Chain) && !ids[r.Comment])) && mentions(r)
-	}, func(r NFTRule) bool { return true })
+	}, func(r host.NFTRule) bool { return true })
 }
 
 // mentionsAny is an NFTRuleSketch test for rules about one of addrs.
-func mentionsAny(addrs []netip.Addr) func(NFTRuleSketch) bool {
+func mentionsAny(addrs []netip.Addr) func(host.NFTRuleSketch) bool {
 	raw := addrBytes(addrs)
-	return func(r NFTRuleSketch) bool { return (nlRule{rawExpression: r.Raw}).mentions(raw) }
+	return func(r host.NFTRuleSketch) bool { return (nlRule{rawExpression: r.Raw}).mentions(raw) }
 }
 
 // ruleAddrs returns the addresses a listed rule names.
-func ruleAddrs(r NFTRule) []netip.Addr {
+func ruleAddrs(r host.NFTRule) []netip.Addr {
 	var out []netip.Addr
 	for _, a := range []netip.Addr{r.Saddr, r.Daddr, r.DNAT} {
 		if a.IsValid() {

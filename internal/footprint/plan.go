@@ -3,6 +3,8 @@ package footprint
 import (
 	"slices"
 	"sync"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // plan is what a run will change, by backend: planned completely before
@@ -32,7 +34,7 @@ func (c iptChange) tableName() string { return iptTables[c.table] }
 
 // nftChange deletes a rule of an attachment.
 type nftChange struct {
-	rule *NFTRule
+	rule *host.NFTRule
 	att  uint32 // the attachment's index in plan.atts
 }
 
@@ -66,7 +68,7 @@ func (p *plan) deleteChain(v6 bool, att Attachment, table, chain string) {
 	p.ipt[b2i(v6)] = append(p.ipt[b2i(v6)], iptChange{att: p.atts.attIndex(att), table: iptTableIndex(table), chain: chain})
 }
 
-func (p *plan) deleteNFTRule(att Attachment, r *NFTRule) {
+func (p *plan) deleteNFTRule(att Attachment, r *host.NFTRule) {
 	p.nft = append(p.nft, nftChange{att: p.atts.attIndex(att), rule: r})
 }
 
@@ -120,7 +122,7 @@ func apply(v *view, p *plan, rep *Report) {
 		applyFiles(v, p.files, rep)
 	}
 	applyLinks(v, p.links, rep)
-	if v.errs.errExcept(ErrIPTablesMissing) == nil { // the record is the proof of whatever failed
+	if v.errs.errExcept(host.ErrIPTablesMissing) == nil { // the record is the proof of whatever failed
 		applyFiles(v, p.records, rep)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
@@ -50,9 +51,9 @@ func (l *fakeLinks) left() []string {
 func pluginHost(links *fakeLinks, nets ...footprint.Network) footprint.Host {
 	ipt := fakeipt.New()
 	return footprint.Host{
-		IPTables: func(bool) (footprint.IPTables, error) { return ipt, nil },
-		NFTables: func() (footprint.NFTables, error) { return &fakenft.NFTables{}, nil },
-		Links:    func() (footprint.Links, error) { return links, nil },
+		IPTables: func(bool) (host.IPTables, error) { return ipt, nil },
+		NFTables: func() (host.NFTables, error) { return &fakenft.NFTables{}, nil },
+		Links:    func() (host.Links, error) { return links, nil },
 		Networks: nets,
 	}
 }

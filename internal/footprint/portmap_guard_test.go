@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
@@ -16,14 +17,14 @@ func delByID(t *testing.T, nft *fakenft.NFTables, id string) {
 	t.Helper()
 	for _, r := range nft.Rules() {
 		if r.Table == "cni_hostport" && r.Comment == id {
-			if err := nft.DeleteRules(context.Background(), footprint.NFTable{Family: r.Family, Name: r.Table}, []footprint.NFTRule{r}); err != nil {
+			if err := nft.DeleteRules(context.Background(), host.NFTable{Family: r.Family, Name: r.Table}, []host.NFTRule{r}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 }
 
-func hostportRules(rules []footprint.NFTRule, addrPrefix string) []string {
+func hostportRules(rules []host.NFTRule, addrPrefix string) []string {
 	var out []string
 	for _, r := range rules {
 		if s := r.String(); r.Table == "cni_hostport" && r.Comment != "" && strings.Contains(s, addrPrefix) {

@@ -2,6 +2,8 @@ package footprint
 
 import (
 	"net/netip"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // portmap with "backend": "nftables" writes, per attachment, in tables
@@ -37,13 +39,13 @@ func (portmapNFT) configure(n *Network) {
 	}
 }
 
-var nftHostportTables = [2]NFTable{{Family: "ip", Name: "cni_hostport"}, {Family: "ip6", Name: "cni_hostport"}}
+var nftHostportTables = [2]host.NFTable{{Family: "ip", Name: "cni_hostport"}, {Family: "ip6", Name: "cni_hostport"}}
 
 var nftHostportChains = map[string]bool{"hostports": true, "hostip_hostports": true, "masquerading": true}
 
 // nftHostportAddr returns the workload address of one of portmap's
 // per-attachment rules: the DNAT target, or the masqueraded destination.
-func nftHostportAddr(r NFTRule) (netip.Addr, bool) {
+func nftHostportAddr(r host.NFTRule) (netip.Addr, bool) {
 	if r.Table != nftHostportTables[0].Name || (r.Family != "ip" && r.Family != "ip6") || !nftHostportChains[r.Chain] {
 		return netip.Addr{}, false
 	}
@@ -57,7 +59,7 @@ func nftHostportAddr(r NFTRule) (netip.Addr, bool) {
 }
 
 // isHostportChain reports whether chain of table is one of portmap's.
-func isHostportChain(table NFTable, chain string) bool {
+func isHostportChain(table host.NFTable, chain string) bool {
 	return (table == nftHostportTables[0] || table == nftHostportTables[1]) && nftHostportChains[chain]
 }
 
@@ -113,12 +115,12 @@ func (portmapNFT) prevent(v *view, set attSet, pv *prevention) {
 
 // idRules returns the hostport rules carrying one of the set's ids, in
 // the view's listing.
-func idRules(v *view, set attSet) []*NFTRule {
+func idRules(v *view, set attSet) []*host.NFTRule {
 	if !ownMayBeThere(v, set) {
 		return nil
 	}
 	ids := set.ids()
-	var out []*NFTRule
+	var out []*host.NFTRule
 	rules := v.nft.list()
 	for i := range rules {
 		if _, ok := nftHostportAddr(rules[i]); ok && ids[rules[i].Comment] {
@@ -131,7 +133,7 @@ func idRules(v *view, set attSet) []*NFTRule {
 // foreignIDRules returns the hostport rules carrying one of the set's ids
 // (of a network whose portmap uses nftables) but none of the addresses
 // the set's files named before the DEL.
-func foreignIDRules(v *view, set attSet) []NFTRule {
+func foreignIDRules(v *view, set attSet) []host.NFTRule {
 	if v.wholeWorkload {
 		return nil // the ids' other attachments are going too: nothing to keep
 	}
@@ -149,13 +151,13 @@ func foreignIDRules(v *view, set attSet) []NFTRule {
 	for i, v6 := range []bool{false, true} {
 		ownBytes[i] = addrBytes(own.list(v6))
 	}
-	if !v.nft.any(func(r NFTRuleSketch) bool {
+	if !v.nft.any(func(r host.NFTRuleSketch) bool {
 		return ids[r.Comment] && isHostportChain(r.Table, r.Chain) &&
 			!(nlRule{rawExpression: r.Raw}).mentions(ownBytes[b2i(r.Table == nftHostportTables[1])])
-	}, func(r NFTRule) bool { return ids[r.Comment] }) {
+	}, func(r host.NFTRule) bool { return ids[r.Comment] }) {
 		return nil
 	}
-	var out []NFTRule
+	var out []host.NFTRule
 	for _, r := range v.nft.list() {
 		if addr, ok := nftHostportAddr(r); ok && ids[r.Comment] && !own[addr] {
 			out = append(out, r)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // The prevention rule. Some plugins' DEL deletes by something other than
@@ -116,7 +118,7 @@ func (c *Cleaner) PreventAll(atts []Attachment) (Prevention, error) {
 			p.prevent(v, set, pv)
 		}
 	}
-	if err := errs.errExcept(ErrIPTablesMissing); err != nil {
+	if err := errs.errExcept(host.ErrIPTablesMissing); err != nil {
 		return Prevention{}, err
 	}
 	out := Prevention{Omit: pv.omit}
@@ -165,7 +167,7 @@ func (c *Cleaner) HostportDELReachesOnlySet(atts []Attachment) (bool, error) {
 	v := newView(c.ctx, c.host, c.nets, false, errs)
 	v.prior = scanFilesOf(v, set)
 	foreign := foreignIDRules(v, set)
-	if err := errs.errExcept(ErrIPTablesMissing); err != nil {
+	if err := errs.errExcept(host.ErrIPTablesMissing); err != nil {
 		return false, err
 	}
 	return len(foreign) == 0, nil

@@ -50,13 +50,13 @@ func firewallDELByCache(t *testing.T, s *scenario, path string) {
 	t.Helper()
 	for _, addr := range cachedIPs(t, path) {
 		p := netip.MustParsePrefix(addr)
-		f, host := s.ipt[0], p.Addr().String()+"/32"
+		f, hostAddr := s.ipt[0], p.Addr().String()+"/32"
 		if p.Addr().Is6() {
-			f, host = s.ipt[1], p.Addr().String()+"/128"
+			f, hostAddr = s.ipt[1], p.Addr().String()+"/128"
 		}
 		for _, spec := range [][]string{
-			{"-d", host, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"},
-			{"-s", host, "-j", "ACCEPT"},
+			{"-d", hostAddr, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"},
+			{"-s", hostAddr, "-j", "ACCEPT"},
 		} {
 			_ = f.Delete("filter", "CNI-FORWARD", spec...) // a rule already gone is no error for the plugin
 		}
@@ -145,9 +145,9 @@ func TestAStaleCachedResultsDELNeverTouchesTheRulesOfTheAddressesNewHolder(t *te
 			var cl *footprint.Cleaner
 			var err error
 			if gc {
-				host := s.host(s.nft)
-				host.Networks = []footprint.Network{s.net}
-				cl = footprint.NewSweep(context.Background(), host)
+				seams := s.host(s.nft)
+				seams.Networks = []footprint.Network{s.net}
+				cl = footprint.NewSweep(context.Background(), seams)
 				cl.WholeWorkload = true
 				_, err = cl.PreventAll([]footprint.Attachment{ghost})
 			} else {
@@ -268,9 +268,9 @@ func TestGCFinishesWhatAnIntentRecordAloneProves(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := s.ipt[0].Rules("filter", "CNI-FORWARD")
-	host := s.host(s.nft)
-	host.Networks = []footprint.Network{s.net}
-	sweep := footprint.NewSweep(context.Background(), host)
+	seams := s.host(s.nft)
+	seams.Networks = []footprint.Network{s.net}
+	sweep := footprint.NewSweep(context.Background(), seams)
 	found, err := sweep.DiscoverAll()
 	if err != nil {
 		t.Fatal(err)

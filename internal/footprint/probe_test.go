@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
@@ -78,10 +79,10 @@ func TestTeardownReadsOnlyWhatItsAttachmentCanOwnWhereTheHostCanBeProbed(t *test
 			s := newScenario(t, tc.capture, nftnet1, "eth0", tc.files)
 			s.net.HostportNFT = tc.hostportNFT
 			cl := footprint.NewCleaner(context.Background(), s.net, footprint.Host{
-				IPTables: func(v6 bool) (footprint.IPTables, error) {
+				IPTables: func(v6 bool) (host.IPTables, error) {
 					return fakeipt.NewProbing(s.ipt[b2i(v6)]), nil
 				},
-				NFTables: func() (footprint.NFTables, error) { return fakenft.Matching{NFTables: s.nft}, nil },
+				NFTables: func() (host.NFTables, error) { return fakenft.Matching{NFTables: s.nft}, nil },
 			})
 			before := hostportRules(s.nft.Rules(), "198.18.2.")
 			p, err := cl.Prevent([]string{tc.id})
@@ -129,10 +130,10 @@ func TestFailingProbesFallBackToListing(t *testing.T) {
 	s := newScenario(t, "leaked-no-del", nftnet1, "eth0", join(net1Dir3, live1Reserved, crash1Reserved, []hostFile{live1Cached, crash1Cached}))
 	probeErr := errors.New("netlink: operation not permitted")
 	cl := footprint.NewCleaner(context.Background(), s.net, footprint.Host{
-		IPTables: func(v6 bool) (footprint.IPTables, error) {
+		IPTables: func(v6 bool) (host.IPTables, error) {
 			return fakeipt.NewProbing(s.ipt[b2i(v6)]).FailingWith(probeErr), nil
 		},
-		NFTables: func() (footprint.NFTables, error) {
+		NFTables: func() (host.NFTables, error) {
 			return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil
 		},
 	})
@@ -160,11 +161,11 @@ func TestDeferredNFTablesEvidenceStillProtectsAnotherAttachmentsFirewallRules(t 
 				cached(nftnet1, "eth0", "ghost", "198.18.1.2", "fd00:198:18:0:1::2")})
 			s := newScenario(t, "leaked-no-del", nftnet1, "eth0", files)
 			before := [2]string{s.ipt[0].Save("filter"), s.ipt[1].Save("filter")}
-			host := s.host(s.nft)
+			seams := s.host(s.nft)
 			if probed {
-				host = s.probedHost()
+				seams = s.probedHost()
 			}
-			cl := footprint.NewCleaner(context.Background(), s.net, host)
+			cl := footprint.NewCleaner(context.Background(), s.net, seams)
 			cl.Prevent([]string{"ghost"})
 			if _, err := cl.Clean([]string{"ghost"}); err != nil {
 				t.Fatal(err)
@@ -186,10 +187,10 @@ func TestAFailingMatcherMeansListing(t *testing.T) {
 	t.Run("after DEL, without any firewall evidence", func(t *testing.T) {
 		s := newScenario(t, "leaked-ns-deleted", nftnet1, "eth0", nil)
 		cl := footprint.NewCleaner(context.Background(), s.net, footprint.Host{
-			IPTables: func(v6 bool) (footprint.IPTables, error) {
+			IPTables: func(v6 bool) (host.IPTables, error) {
 				return fakeipt.NewProbing(s.ipt[b2i(v6)]).FailingWith(probeErr), nil
 			},
-			NFTables: func() (footprint.NFTables, error) { return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil },
+			NFTables: func() (host.NFTables, error) { return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil },
 		})
 		cl.Prevent([]string{"gone-1"})
 		items, err := cl.Clean([]string{"gone-1"})
@@ -204,8 +205,8 @@ func TestAFailingMatcherMeansListing(t *testing.T) {
 		s := newScenario(t, "two-networks-same-id", nftnet1, "eth0", join(same1Net1Files))
 		s.net.HostportNFT = true
 		cl := footprint.NewCleaner(context.Background(), s.net, footprint.Host{
-			IPTables: func(v6 bool) (footprint.IPTables, error) { return s.ipt[b2i(v6)], nil },
-			NFTables: func() (footprint.NFTables, error) { return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil },
+			IPTables: func(v6 bool) (host.IPTables, error) { return s.ipt[b2i(v6)], nil },
+			NFTables: func() (host.NFTables, error) { return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil },
 		})
 		before := hostportRules(s.nft.Rules(), "198.18.2.")
 		p, err := cl.Prevent([]string{"same-1"})

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sort"
 	"sync"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // Item is one piece of host state that a run removed.
@@ -31,7 +33,7 @@ type Report struct {
 // on, which a sweep holds anyway), completed by its shape when rendered.
 type entry struct {
 	detail string
-	nft    *NFTRule
+	nft    *host.NFTRule
 	att    uint32 // index in Report.atts
 	shape  shape
 	v6     bool  // iptables rules and chains: ip6tables

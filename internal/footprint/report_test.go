@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // A Report keeps each change as a compact entry and renders the same Item
@@ -11,7 +13,7 @@ import (
 func TestAReportRendersEachShapeAsItsItem(t *testing.T) {
 	a, b := Attachment{"n", "a"}, Attachment{"m", "b"}
 	jump := &rule{line: `-A POSTROUTING -s 198.18.0.2/32 -j CNI-x`, chain: postrouting}
-	nft := &NFTRule{Family: "ip", Table: "cni_hostport", Chain: "hostports", Handle: 4}
+	nft := &host.NFTRule{Family: "ip", Table: "cni_hostport", Chain: "hostports", Handle: 4}
 	v4, v6 := &iptView{}, &iptView{v6: true}
 	var rep Report
 	rep.note(a, iptEntry(v4, iptChange{table: natTable, rule: jump}))

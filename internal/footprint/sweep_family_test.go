@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
@@ -36,7 +37,7 @@ type familySweep struct {
 	onList [2]func(table string)
 }
 
-func newFamilySweep(t *testing.T, files []hostFile, nat, filter [2]string, nft ...footprint.NFTRule) *familySweep {
+func newFamilySweep(t *testing.T, files []hostFile, nat, filter [2]string, nft ...host.NFTRule) *familySweep {
 	t.Helper()
 	fs := &familySweep{s: &scenario{root: t.TempDir(), nft: &fakenft.NFTables{}}}
 	fs.s.net = scenarioNetwork(fs.s.root, "n", "eth0")
@@ -50,7 +51,7 @@ func newFamilySweep(t *testing.T, files []hostFile, nat, filter [2]string, nft .
 
 func (fs *familySweep) host() footprint.Host {
 	return footprint.Host{
-		IPTables: func(v6 bool) (footprint.IPTables, error) {
+		IPTables: func(v6 bool) (host.IPTables, error) {
 			i := b2i(v6)
 			return listHooked{&fakeipt.Batching{IPTables: fs.s.ipt[i]}, func(table string) {
 				if fs.onList[i] != nil {
@@ -58,7 +59,7 @@ func (fs *familySweep) host() footprint.Host {
 				}
 			}}, nil
 		},
-		NFTables: func() (footprint.NFTables, error) { return fs.s.nft, nil },
+		NFTables: func() (host.NFTables, error) { return fs.s.nft, nil },
 		Networks: []footprint.Network{fs.s.net},
 	}
 }
@@ -126,14 +127,14 @@ func TestASweepJudgesAFamilyListedAgainByTheFilesReadAfterIt(t *testing.T) {
 // nftables rule of an address only the other family's listing proves (or
 // shows held by somebody else) is judged on it.
 func TestASweepKeepsTheEvidenceOfAFamilyItNoLongerHolds(t *testing.T) {
-	hostport := func(id, addr string) footprint.NFTRule {
-		return footprint.NFTRule{Family: "ip6", Table: "cni_hostport", Chain: "hostports", Handle: 10 + len(addr), Comment: id, DNAT: netip.MustParseAddr(addr)}
+	hostport := func(id, addr string) host.NFTRule {
+		return host.NFTRule{Family: "ip6", Table: "cni_hostport", Chain: "hostports", Handle: 10 + len(addr), Comment: id, DNAT: netip.MustParseAddr(addr)}
 	}
 	for _, tc := range []struct {
 		name      string
 		files     []hostFile
 		nat6      string
-		rule      footprint.NFTRule
+		rule      host.NFTRule
 		wantGone  bool
 		wantChain string // a masquerade chain that must be gone
 	}{
@@ -163,7 +164,7 @@ func TestASweepKeepsTheEvidenceOfAFamilyItNoLongerHolds(t *testing.T) {
 			if ip4Listed == 0 {
 				t.Fatal("iptables was not listed again after DiscoverAll: the nftables rule was not judged without the ip6tables listing")
 			}
-			left := slices.ContainsFunc(fs.s.nft.Rules(), func(r footprint.NFTRule) bool { return r.Handle == tc.rule.Handle })
+			left := slices.ContainsFunc(fs.s.nft.Rules(), func(r host.NFTRule) bool { return r.Handle == tc.rule.Handle })
 			if left == tc.wantGone {
 				t.Errorf("hostport rule %v left: %v, want %v", tc.rule, left, !tc.wantGone)
 			}
@@ -181,7 +182,7 @@ func TestASweepKeepsTheEvidenceOfAFamilyItNoLongerHolds(t *testing.T) {
 // lists chain by chain.
 func (fs *familySweep) listOnlyHost() footprint.Host {
 	h := fs.host()
-	h.IPTables = func(v6 bool) (footprint.IPTables, error) { return fs.s.ipt[b2i(v6)], nil }
+	h.IPTables = func(v6 bool) (host.IPTables, error) { return fs.s.ipt[b2i(v6)], nil }
 	return h
 }
 
@@ -277,8 +278,8 @@ func TestASweepStopsAtAHeldXtablesLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	listedBefore := fs.s.ipt[0].Count("List ")
-	fs.s.ipt[1].FailDelete["filter/CNI-FORWARD"] = fmt.Errorf("%w: another app holds it", footprint.ErrXtablesLock)
-	if err := c.CleanAll([]footprint.Attachment{{Network: "n", ID: "dead"}}); !errors.Is(err, footprint.ErrXtablesLock) {
+	fs.s.ipt[1].FailDelete["filter/CNI-FORWARD"] = fmt.Errorf("%w: another app holds it", host.ErrXtablesLock)
+	if err := c.CleanAll([]footprint.Attachment{{Network: "n", ID: "dead"}}); !errors.Is(err, host.ErrXtablesLock) {
 		t.Errorf("CleanAll = %v, want the held lock", err)
 	}
 	if n := fs.s.ipt[0].Count("List ") - listedBefore; n != 0 {

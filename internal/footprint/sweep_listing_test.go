@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 )
 
@@ -92,7 +93,7 @@ func TestASweepHoldsOneFamilysListingsAtATime(t *testing.T) {
 	var views [2]*iptView
 	listedWhileOtherHeld := 0
 	host := Host{
-		IPTables: func(v6 bool) (IPTables, error) {
+		IPTables: func(v6 bool) (host.IPTables, error) {
 			i := b2i(v6)
 			return onListTable{&fakeipt.Batching{IPTables: ipt[i]}, func() {
 				if other := views[1-i]; other != nil && other.holdsListing() {
@@ -136,7 +137,7 @@ func TestASweepDoesNotListAgainAFamilyWhereItFoundNothing(t *testing.T) {
 	nat6 := strings.NewReplacer("CNI-aaaa", chain, "198.18.0.2/32", "fd00:198:18::2/128", "198.18.0.0/24", "fd00:198:18::/64").Replace(sweepNat)
 	ipt := [2]*fakeipt.IPTables{fakeipt.New().Load("nat", "-N CNI-HOSTPORT-SETMARK"), fakeipt.New().Load("nat", nat6)}
 	host := Host{
-		IPTables: func(v6 bool) (IPTables, error) { return &fakeipt.Batching{IPTables: ipt[b2i(v6)]}, nil },
+		IPTables: func(v6 bool) (host.IPTables, error) { return &fakeipt.Batching{IPTables: ipt[b2i(v6)]}, nil },
 		Networks: []Network{{Name: "n"}},
 	}
 	c := NewSweep(context.Background(), host)

@@ -22,11 +22,11 @@ func TestASweepOfDeadWorkloadsListsNFTablesWithoutExpressions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScenario(t, "two-networks-same-id", nftnet1, "eth0", join(same1Net1Files, same1Net2Files))
-			host := s.host(s.nft)
-			host.Networks = []footprint.Network{s.net}
+			seams := s.host(s.nft)
+			seams.Networks = []footprint.Network{s.net}
 			dead := footprint.Attachment{Network: nftnet1, ID: "same-1"}
 			if tc.sweep {
-				sweep := footprint.NewSweep(context.Background(), host)
+				sweep := footprint.NewSweep(context.Background(), seams)
 				sweep.WholeWorkload = true
 				if _, err := sweep.PreventAll([]footprint.Attachment{dead}); err != nil {
 					t.Fatal(err)
@@ -38,7 +38,7 @@ func TestASweepOfDeadWorkloadsListsNFTablesWithoutExpressions(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				cl := footprint.NewCleaner(context.Background(), s.net, host)
+				cl := footprint.NewCleaner(context.Background(), s.net, seams)
 				if _, err := cl.Prevent([]string{dead.ID}); err != nil {
 					t.Fatal(err)
 				}

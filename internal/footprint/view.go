@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // view is the host as one run reads it: every listing, dump and file is
@@ -27,7 +29,7 @@ type view struct {
 	ipt    [2]*iptView
 	allIPT [2]*iptView // ipt before a sweep narrows it to one family
 	nft    *nftView
-	links  Links
+	links  host.Links
 
 	cachedOnce sync.Once
 	cachedAll  []cachedResult // every known network's cached results (a Teardown reads them only if it must)
@@ -41,7 +43,7 @@ func newView(ctx context.Context, h Host, nets map[string]Network, whole bool, e
 		}
 		ipt, err := h.IPTables(v6)
 		if err != nil {
-			errs.add(fmt.Errorf("%s: %w: %w", familyName(v6), ErrIPTablesMissing, err))
+			errs.add(fmt.Errorf("%s: %w: %w", familyName(v6), host.ErrIPTablesMissing, err))
 			continue
 		}
 		v.ipt[i] = &iptView{ipt: bindContext(ctx, ipt), v6: v6, whole: whole, errs: errs}
@@ -51,7 +53,7 @@ func newView(ctx context.Context, h Host, nets map[string]Network, whole bool, e
 	if h.NFTables != nil {
 		nft, err := h.NFTables()
 		switch {
-		case errors.Is(err, ErrNFTablesMissing):
+		case errors.Is(err, host.ErrNFTablesMissing):
 		case err != nil:
 			errs.add(fmt.Errorf("nftables: %w", err))
 			v.nft.broken = true

@@ -2,28 +2,14 @@ package footprint
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seed1280861d/cninet/host"
 )
-
-// ErrXtablesLock says an iptables command could not have the xtables lock
-// (iptables-legacy and iptables-legacy-restore take it for every listing
-// and change; iptables-nft and iptables-save do not): another process held
-// it until the wait ran out or the caller's context ended, or the lock
-// file could not be opened. The error names the lock file, how long the
-// command waited and, where the kernel says, the holder's pid. Nothing of
-// that command was applied; running the same cleanup again once the lock
-// is free finishes it.
-var ErrXtablesLock = errors.New("xtables lock not acquired")
-
-// DefaultLockWait bounds the xtables lock waits of an IPTables bound to a
-// context without a deadline (see ContextBinder), all of its commands
-// together, and of each command of an IPTables used unbound.
-const DefaultLockWait = 30 * time.Second
 
 // defaultLockFile is where iptables keeps its lock unless XTABLES_LOCKFILE
 // names another file.
@@ -77,7 +63,7 @@ func flockHolder(lines *bufio.Scanner, major, minor uint32, ino uint64) (int, bo
 // lockWaitError is the error of a command that gave up waiting for the
 // lock, or could not open it; msg is iptables' own stderr.
 func lockWaitError(cmd string, waited time.Duration, holder func(string) (int, bool), msg string) error {
-	return fmt.Errorf("%s: %w: %s%s, waited %s: %s", cmd, ErrXtablesLock, lockFile(), heldBy(holder), round(waited), msg)
+	return fmt.Errorf("%s: %w: %s%s, waited %s: %s", cmd, host.ErrXtablesLock, lockFile(), heldBy(holder), round(waited), msg)
 }
 
 // ctxEndedError is the error of a command that ctx stopped, before it
@@ -91,7 +77,7 @@ func ctxEndedError(cmd string, started bool, waited time.Duration, ctxErr error,
 	}
 	if locking {
 		if pid, held := holder(lockFile()); held {
-			return fmt.Errorf("%s: %s: %w; %w: %s is held by pid %d", cmd, what, ctxErr, ErrXtablesLock, lockFile(), pid)
+			return fmt.Errorf("%s: %s: %w; %w: %s is held by pid %d", cmd, what, ctxErr, host.ErrXtablesLock, lockFile(), pid)
 		}
 	}
 	return fmt.Errorf("%s: %s: %w", cmd, what, ctxErr)

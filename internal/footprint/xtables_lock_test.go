@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 )
 
@@ -56,7 +57,7 @@ func TestIptablesOwnLockMessagesAreNeverAbsence(t *testing.T) {
 			if isNotExist(wrapped) || isNotExist(notExistError{wrapped.Error()}) {
 				t.Errorf("isNotExist(%q) = true: a rule behind a held lock would be counted as gone", msg)
 			}
-			if !errors.Is(lockFailure(wrapped), ErrXtablesLock) {
+			if !errors.Is(lockFailure(wrapped), host.ErrXtablesLock) {
 				t.Errorf("go-iptables' error %q is not ErrXtablesLock", msg)
 			}
 		})
@@ -71,7 +72,7 @@ func TestLockWaitSecondsEndsByTheDeadlineAndNeverAsksToWaitForever(t *testing.T)
 		want int
 	}{
 		{"whole seconds left are waited, rounded down", 4900 * time.Millisecond, 4},
-		{"DefaultLockWait without a deadline", DefaultLockWait, 30},
+		{"DefaultLockWait without a deadline", host.DefaultLockWait, 30},
 		{"under a second left is one second: -w 0 would wait forever", 300 * time.Millisecond, 1},
 		{"a deadline already past is one second too", -time.Second, 1},
 	} {
@@ -115,19 +116,19 @@ func TestBoundHostIPTablesCommands(t *testing.T) {
 		held    bool
 		block   bool // the deadline comes before iptables gives up
 		locking bool // the binary takes the lock (iptables-legacy)
-		call    func(ipt IPTables) error
+		call    func(ipt host.IPTables) error
 		want    []error // errors.Is
 		says    []string
 		ran     []string // command lines, exactly
 	}{
 		{
 			name: "a listing waits for the lock until the deadline, in whole seconds", timeout: 7500 * time.Millisecond, locking: true,
-			call: func(ipt IPTables) error { _, err := ipt.List("nat", "POSTROUTING"); return err },
+			call: func(ipt host.IPTables) error { _, err := ipt.List("nat", "POSTROUTING"); return err },
 			ran:  []string{"iptables -t nat -S POSTROUTING -w 7"},
 		},
 		{
 			name: "without a deadline all waits together last DefaultLockWait", locking: true,
-			call: func(ipt IPTables) error {
+			call: func(ipt host.IPTables) error {
 				return ipt.Delete("nat", "POSTROUTING", "-s", "198.18.0.2/32", "-j", "ACCEPT")
 			},
 			want: []error{errExit}, says: []string{"Bad rule"},
@@ -135,42 +136,42 @@ func TestBoundHostIPTablesCommands(t *testing.T) {
 		},
 		{
 			name: "iptables giving up names the lock, the wait and the holder", timeout: 3 * time.Second, held: true, locking: true,
-			call: func(ipt IPTables) error { _, err := ipt.List("nat", "POSTROUTING"); return err },
-			want: []error{ErrXtablesLock}, says: []string{"/run/test-xtables.lock held by pid 4242", "waited", "Stopped waiting after 1s"},
+			call: func(ipt host.IPTables) error { _, err := ipt.List("nat", "POSTROUTING"); return err },
+			want: []error{host.ErrXtablesLock}, says: []string{"/run/test-xtables.lock held by pid 4242", "waited", "Stopped waiting after 1s"},
 			ran: []string{"iptables -t nat -S POSTROUTING -w 2"},
 		},
 		{
 			name: "a batch refused for the lock is ErrXtablesLock", timeout: 3 * time.Second, held: true, locking: true,
-			call: func(ipt IPTables) error {
-				return ipt.(Restorer).RestoreNoFlush("nat", []string{"-F CNI-X", "-X CNI-X"})
+			call: func(ipt host.IPTables) error {
+				return ipt.(host.Restorer).RestoreNoFlush("nat", []string{"-F CNI-X", "-X CNI-X"})
 			},
-			want: []error{ErrXtablesLock}, says: []string{"iptables-restore --noflush -w 2"},
+			want: []error{host.ErrXtablesLock}, says: []string{"iptables-restore --noflush -w 2"},
 			ran: []string{"iptables-restore --noflush -w 2"},
 		},
 		{
 			name: "a deadline before iptables gives up kills it and says the lock is held", timeout: 50 * time.Millisecond, held: true, block: true, locking: true,
-			call: func(ipt IPTables) error { return ipt.ClearAndDeleteChain("nat", "CNI-X") },
-			want: []error{ErrXtablesLock, context.DeadlineExceeded}, says: []string{"stopped after", "/run/test-xtables.lock is held by pid 4242"},
+			call: func(ipt host.IPTables) error { return ipt.ClearAndDeleteChain("nat", "CNI-X") },
+			want: []error{host.ErrXtablesLock, context.DeadlineExceeded}, says: []string{"stopped after", "/run/test-xtables.lock is held by pid 4242"},
 			ran: []string{"iptables -t nat -F CNI-X -w 1"},
 		},
 		{
 			name: "a context already ended runs nothing", cancel: true, held: true, locking: true,
-			call: func(ipt IPTables) error { _, err := ipt.List("nat", "POSTROUTING"); return err },
-			want: []error{ErrXtablesLock, context.Canceled}, says: []string{"not run"},
+			call: func(ipt host.IPTables) error { _, err := ipt.List("nat", "POSTROUTING"); return err },
+			want: []error{host.ErrXtablesLock, context.Canceled}, says: []string{"not run"},
 		},
 		{
 			name: "on iptables-nft a killed command is the context's alone", timeout: 50 * time.Millisecond, held: true, block: true,
-			call: func(ipt IPTables) error { _, err := ipt.List("nat", "POSTROUTING"); return err },
+			call: func(ipt host.IPTables) error { _, err := ipt.List("nat", "POSTROUTING"); return err },
 			want: []error{context.DeadlineExceeded}, ran: []string{"iptables -t nat -S POSTROUTING -w 1"},
 		},
 		{
 			name: "iptables-save takes no lock and gets no -w", timeout: time.Minute, held: true, locking: true,
-			call: func(ipt IPTables) error { _, err := ipt.(Saver).SaveAll(); return err },
+			call: func(ipt host.IPTables) error { _, err := ipt.(host.Saver).SaveAll(); return err },
 			ran:  []string{"iptables-save "},
 		},
 		{
 			name: "deleting a chain that is not there is no error and stops at the flush", timeout: time.Minute, locking: true,
-			call: func(ipt IPTables) error { return ipt.ClearAndDeleteChain("nat", "CNI-NOPE") },
+			call: func(ipt host.IPTables) error { return ipt.ClearAndDeleteChain("nat", "CNI-NOPE") },
 			ran:  []string{"iptables -t nat -F CNI-NOPE -w 59"},
 		},
 	} {
@@ -195,7 +196,7 @@ func TestBoundHostIPTablesCommands(t *testing.T) {
 			if len(tc.want) == 0 && err != nil {
 				t.Errorf("err = %v, want nil", err)
 			}
-			if tc.locking == false && errors.Is(err, ErrXtablesLock) {
+			if tc.locking == false && errors.Is(err, host.ErrXtablesLock) {
 				t.Errorf("err = %v: iptables-nft takes no lock", err)
 			}
 			for _, s := range tc.says {
@@ -230,7 +231,7 @@ func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T)
 		}
 		emus[i] = newLegacy(t, tables)
 	}
-	host := Host{IPTables: func(v6 bool) (IPTables, error) { return emus[b2i(v6)].host(true), nil }}
+	hostTables := Host{IPTables: func(v6 bool) (host.IPTables, error) { return emus[b2i(v6)].host(true), nil }}
 	net := Network{Name: "nomad", IfName: "eth0", IPAMDirs: []string{t.TempDir()}, CacheDir: t.TempDir()}
 	reservation := filepath.Join(net.IPAMDirs[0], "198.18.0.2") // the proof of alloc-1's address
 	if err := os.WriteFile(reservation, []byte("alloc-1\r\neth0"), 0o644); err != nil {
@@ -244,10 +245,10 @@ func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	cl := NewCleaner(ctx, net, host)
+	cl := NewCleaner(ctx, net, hostTables)
 	cl.Prevent([]string{mine.ID})
 	removed, err := cl.Clean([]string{mine.ID})
-	if !errors.Is(err, ErrXtablesLock) || len(removed) > 0 {
+	if !errors.Is(err, host.ErrXtablesLock) || len(removed) > 0 {
 		t.Fatalf("behind a held lock: removed %d, err = %v; want nothing removed and ErrXtablesLock", len(removed), err)
 	}
 	for i, emu := range emus {
@@ -263,7 +264,7 @@ func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T)
 	for _, emu := range emus {
 		emu.hold(false, false)
 	}
-	cl = NewCleaner(context.Background(), net, host)
+	cl = NewCleaner(context.Background(), net, hostTables)
 	cl.Prevent([]string{mine.ID})
 	if _, err := cl.Clean([]string{mine.ID}); err != nil {
 		t.Fatalf("once the lock is free: %v", err)
@@ -295,30 +296,30 @@ func mentions(rules []string, s string) bool {
 }
 
 func TestBindingKeepsEveryExtension(t *testing.T) {
-	host := &hostIPTables{list: "iptables", run: newLegacy(t, fakeipt.New()).run}
+	hostTables := &hostIPTables{list: "iptables", run: newLegacy(t, fakeipt.New()).run}
 	for _, tc := range []struct {
 		name   string
-		ipt    ContextBinder
+		ipt    host.ContextBinder
 		probes bool
 	}{
-		{"iptables-legacy", host, false},
-		{"iptables-nft keeps its netlink probes", &nfIPTables{hostIPTables: host, family: "ip"}, true},
+		{"iptables-legacy", hostTables, false},
+		{"iptables-nft keeps its netlink probes", &nfIPTables{hostIPTables: hostTables, family: "ip"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bound := tc.ipt.WithContext(context.Background())
-			_, lists := bound.(TableLister)
-			_, saves := bound.(Saver)
-			_, restores := bound.(Restorer)
-			_, binds := bound.(ContextBinder)
+			_, lists := bound.(host.TableLister)
+			_, saves := bound.(host.Saver)
+			_, restores := bound.(host.Restorer)
+			_, binds := bound.(host.ContextBinder)
 			if !lists || !saves || !restores || !binds {
 				t.Errorf("bound: TableLister %v, Saver %v, Restorer %v, ContextBinder %v; want all", lists, saves, restores, binds)
 			}
-			_, probes := bound.(ChainProber)
-			_, scans := bound.(AddrScanner)
+			_, probes := bound.(host.ChainProber)
+			_, scans := bound.(host.AddrScanner)
 			if probes != tc.probes || scans != tc.probes {
 				t.Errorf("bound: ChainProber %v, AddrScanner %v; want %v", probes, scans, tc.probes)
 			}
-			if _, ok := bindContext(context.Background(), bound).(ChainProber); ok != tc.probes {
+			if _, ok := bindContext(context.Background(), bound).(host.ChainProber); ok != tc.probes {
 				t.Errorf("bound twice: ChainProber %v, want %v", ok, tc.probes)
 			}
 		})
@@ -332,7 +333,7 @@ func TestCleanWithAnEndedContextRunsNothingAndKeepsTheProof(t *testing.T) {
 		t.Fatal(err)
 	}
 	emu := newLegacy(t, tables.Load("nat", string(raw)))
-	host := Host{IPTables: func(bool) (IPTables, error) { return emu.host(true), nil }}
+	hostTables := Host{IPTables: func(bool) (host.IPTables, error) { return emu.host(true), nil }}
 	net := Network{Name: "nomad", IfName: "eth0", IPAMDirs: []string{t.TempDir()}, CacheDir: t.TempDir()}
 	reservation := filepath.Join(net.IPAMDirs[0], "198.18.0.2")
 	if err := os.WriteFile(reservation, []byte("alloc-1\r\neth0"), 0o644); err != nil {
@@ -340,7 +341,7 @@ func TestCleanWithAnEndedContextRunsNothingAndKeepsTheProof(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	cl := NewCleaner(ctx, net, host)
+	cl := NewCleaner(ctx, net, hostTables)
 	cl.Prevent([]string{"alloc-1"})
 	removed, err := cl.Clean([]string{"alloc-1"})
 	if !errors.Is(err, context.Canceled) || len(removed) > 0 {

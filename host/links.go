@@ -1,4 +1,4 @@
-package footprint
+package host
 
 // Links is how the cleaner reaches network devices in the host's network
 // namespace (the bandwidth plugin's ifb devices). Tests replace it.
