@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/nfnetlink"
 )
 
 // handleIPT is an IPTables with a HandleDeleter whose outcomes a test
@@ -71,7 +72,7 @@ func TestApplyDeletesByHandleWhatMatchedAndLeavesOnlyTheRestToIPTablesRestore(t 
 		},
 		{
 			name:  "after an error, what it did not settle goes by iptables-restore",
-			rules: []host.HandleOutcome{host.Deleted, host.NotDeleted}, chain: []host.HandleOutcome{host.NotDeleted, host.NotDeleted}, err: errGenerationChanged,
+			rules: []host.HandleOutcome{host.Deleted, host.NotDeleted}, chain: []host.HandleOutcome{host.NotDeleted, host.NotDeleted}, err: nfnetlink.ErrGenerationChanged,
 			wantChains:   []string{"CNI-a"},
 			wantRestored: []string{`-D POSTROUTING -s 198.18.0.7/32 -m comment --comment "b" -j CNI-b`, "-F CNI-a", "-X CNI-a", "-F CNI-b", "-X CNI-b"},
 			wantRemoved:  []string{"nat rule " + jumpA, "nat rule " + jumpB, "nat chain CNI-a", "nat chain CNI-b"},

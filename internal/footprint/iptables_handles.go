@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/nfnetlink"
 )
 
 // DeleteByHandle implements HandleDeleter.
@@ -13,7 +14,7 @@ func (h *nfIPTables) DeleteByHandle(table string, rules []host.ListedRule, chain
 	if err := h.sameBinary(); err != nil {
 		return ruleOut, chainOut, err
 	}
-	targets := make([]ruleTarget, 0, len(rules))
+	targets := make([]nfnetlink.Target, 0, len(rules))
 	of := make([]int, 0, len(rules)) // targets[k] is rules[of[k]]
 	for i, lr := range rules {
 		if t, ok := iptablesTarget(lr); ok {
@@ -21,7 +22,7 @@ func (h *nfIPTables) DeleteByHandle(table string, rules []host.ListedRule, chain
 		}
 	}
 	if len(targets) > 0 {
-		out, err := nfDeleteRules(h.family, table, targets)
+		out, err := nfnetlink.DeleteRules(h.family, table, targets)
 		for k, o := range out {
 			ruleOut[of[k]] = o
 		}
@@ -47,7 +48,7 @@ func (h *nfIPTables) DeleteByHandle(table string, rules []host.ListedRule, chain
 	if len(free) == 0 {
 		return ruleOut, chainOut, nil
 	}
-	out, err := nfDeleteChains(h.family, table, free)
+	out, err := nfnetlink.DeleteChains(h.family, table, free)
 	for k, o := range out {
 		chainOut[freeOf[k]] = o
 	}
@@ -59,22 +60,22 @@ func (h *nfIPTables) DeleteByHandle(table string, rules []host.ListedRule, chain
 // in the rule's user data), and carrying each address it names (masked to
 // its prefix, as nf_tables compares it) and the name of the chain or
 // extension it jumps to. ok is false for a line it cannot read.
-func iptablesTarget(lr host.ListedRule) (ruleTarget, bool) {
+func iptablesTarget(lr host.ListedRule) (nfnetlink.Target, bool) {
 	r, ok := parseRule(lr.Line)
 	if !ok || lr.Position < 0 {
-		return ruleTarget{}, false
+		return nfnetlink.Target{}, false
 	}
-	t := ruleTarget{chain: r.chain, pos: lr.Position, comment: r.comment, xtComment: true}
+	t := nfnetlink.Target{Chain: r.chain, Pos: lr.Position, Comment: r.comment, XtComment: true}
 	spec := r.args()
 	for i := 0; i+1 < len(spec); i++ {
 		switch spec[i] {
 		case "-s", "--source", "-d", "--destination", "--to-destination", "--to-source", "--to":
 			needle, ok := addrNeedle(spec[i+1])
 			if !ok {
-				return ruleTarget{}, false
+				return nfnetlink.Target{}, false
 			}
 			if len(needle) > 0 { // a /0 compares nothing
-				t.needles = append(t.needles, needle)
+				t.Needles = append(t.Needles, needle)
 			}
 		}
 	}
@@ -82,7 +83,7 @@ func iptablesTarget(lr host.ListedRule) (ruleTarget, bool) {
 	case "", "ACCEPT", "DROP", "RETURN", "QUEUE":
 		// verdicts are numbers in nf_tables, not names
 	default:
-		t.needles = append(t.needles, []byte(r.target()))
+		t.Needles = append(t.Needles, []byte(r.target()))
 	}
 	return t, true
 }

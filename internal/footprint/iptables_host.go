@@ -14,6 +14,7 @@ import (
 
 	"github.com/coreos/go-iptables/iptables"
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/nfnetlink"
 )
 
 // hostIPTables is the default IPTables: go-iptables plus the extensions,
@@ -273,7 +274,7 @@ func (h *nfIPTables) ProbeChain(table, chain string) (bool, error) {
 	if err := h.sameBinary(); err != nil {
 		return false, err
 	}
-	return nfProbeChain(h.family, table, chain)
+	return nfnetlink.ProbeChain(h.family, table, chain)
 }
 
 // MayMention implements AddrScanner: an address a rule matches on or
@@ -282,17 +283,7 @@ func (h *nfIPTables) MayMention(table, chain string, addrs []netip.Addr) (bool, 
 	if err := h.sameBinary(); err != nil {
 		return true, err
 	}
-	raw := addrBytes(addrs)
-	found, err := nfAnyRule(h.family, table, chain, func(r nlRule) bool { return r.mentions(raw) })
+	raw := nfnetlink.AddrBytes(addrs)
+	found, err := nfnetlink.AnyRule(h.family, table, chain, func(r nfnetlink.Rule) bool { return r.Mentions(raw) })
 	return found || err != nil, err
-}
-
-// addrBytes returns each address as it appears in a rule: 4 or 16 bytes in
-// network order.
-func addrBytes(addrs []netip.Addr) [][]byte {
-	raw := make([][]byte, len(addrs))
-	for i, a := range addrs {
-		raw[i] = a.Unmap().AsSlice()
-	}
-	return raw
 }

@@ -1,6 +1,10 @@
 package footprint
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/seed1280861d/cninet/internal/nfnetlink"
+)
 
 // MayMentionOther implements OtherAddrScanner: a rule that jumps to one of
 // except carries that chain's name in its verdict, byte for byte, so the
@@ -9,13 +13,13 @@ func (h *nfIPTables) MayMentionOther(table, chain string, addrs []netip.Addr, ex
 	if err := h.sameBinary(); err != nil {
 		return true, err
 	}
-	raw := addrBytes(addrs)
+	raw := nfnetlink.AddrBytes(addrs)
 	own := make([][]byte, len(except))
 	for i, name := range except {
 		own[i] = []byte(name)
 	}
-	found, err := nfAnyRule(h.family, table, chain, func(r nlRule) bool {
-		return r.mentions(raw) && (len(own) == 0 || !r.mentions(own))
+	found, err := nfnetlink.AnyRule(h.family, table, chain, func(r nfnetlink.Rule) bool {
+		return r.Mentions(raw) && (len(own) == 0 || !r.Mentions(own))
 	})
 	return found || err != nil, err
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/nfnetlink"
 )
 
 // hostNFTables is the default NFTables: `nft -j` for listings (ownership
@@ -46,7 +47,7 @@ func (h *hostNFTables) ListRulesBrief(ctx context.Context, tables []host.NFTable
 }
 
 func (h *hostNFTables) listRules(ctx context.Context, tables []host.NFTable, keepExpr bool) ([]host.NFTRule, error) {
-	existing, err := nfListTables()
+	existing, err := nfnetlink.ListTables()
 	if err != nil {
 		return nil, err
 	}
@@ -83,10 +84,10 @@ func (h *hostNFTables) AnyRule(ctx context.Context, tables []host.NFTable, match
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			found[i], errs[i] = nfAnyRule(t.Family, t.Name, "", func(r nlRule) bool {
+			found[i], errs[i] = nfnetlink.AnyRule(t.Family, t.Name, "", func(r nfnetlink.Rule) bool {
 				one.Lock()
 				defer one.Unlock()
-				return match(host.NFTRuleSketch{Table: t, Chain: r.chain, Comment: r.comment, Raw: r.rawExpression})
+				return match(host.NFTRuleSketch{Table: t, Chain: r.Chain, Comment: r.Comment, Raw: r.Expr})
 			})
 		}()
 	}

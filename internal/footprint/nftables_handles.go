@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/nfnetlink"
 )
 
 // DeleteByHandle implements NFTHandleDeleter over netlink: one dump of
@@ -16,16 +17,16 @@ func (h *hostNFTables) DeleteByHandle(ctx context.Context, table host.NFTable, r
 	if err := ctx.Err(); err != nil {
 		return make([]host.HandleOutcome, len(rules)), err
 	}
-	targets := make([]ruleTarget, len(rules))
+	targets := make([]nfnetlink.Target, len(rules))
 	for i, r := range rules {
-		targets[i] = ruleTarget{chain: r.Chain, pos: -1, handle: uint64(max(r.Handle, 0)), comment: r.Comment}
+		targets[i] = nfnetlink.Target{Chain: r.Chain, Pos: -1, Handle: uint64(max(r.Handle, 0)), Comment: r.Comment}
 		for _, a := range []netip.Addr{r.Saddr, r.Daddr, r.DNAT} {
 			if a.IsValid() {
-				targets[i].needles = append(targets[i].needles, a.Unmap().AsSlice())
+				targets[i].Needles = append(targets[i].Needles, a.Unmap().AsSlice())
 			}
 		}
 	}
-	return nfDeleteRules(table.Family, table.Name, targets)
+	return nfnetlink.DeleteRules(table.Family, table.Name, targets)
 }
 
 // DeleteRules implements NFTables by handle over netlink (DeleteByHandle).

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/nfnetlink"
 )
 
 // KindNFTRule is an nftables rule removed by a run.
@@ -135,8 +136,8 @@ func othersMayMention(v *view, set attSet, addrs []netip.Addr) bool {
 
 // mentionsAny is an NFTRuleSketch test for rules about one of addrs.
 func mentionsAny(addrs []netip.Addr) func(host.NFTRuleSketch) bool {
-	raw := addrBytes(addrs)
-	return func(r host.NFTRuleSketch) bool { return (nlRule{rawExpression: r.Raw}).mentions(raw) }
+	raw := nfnetlink.AddrBytes(addrs)
+	return func(r host.NFTRuleSketch) bool { return (nfnetlink.Rule{Expr: r.Raw}).Mentions(raw) }
 }
 
 // ruleAddrs returns the addresses a listed rule names.

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/nfnetlink"
 )
 
 // portmap with "backend": "nftables" writes, per attachment, in tables
@@ -149,11 +150,11 @@ func foreignIDRules(v *view, set attSet) []host.NFTRule {
 	own := newAddrSet(v.prior.addrsOf(set))
 	var ownBytes [2][][]byte // by family, so that 4 bytes never match inside an IPv6 address
 	for i, v6 := range []bool{false, true} {
-		ownBytes[i] = addrBytes(own.list(v6))
+		ownBytes[i] = nfnetlink.AddrBytes(own.list(v6))
 	}
 	if !v.nft.any(func(r host.NFTRuleSketch) bool {
 		return ids[r.Comment] && isHostportChain(r.Table, r.Chain) &&
-			!(nlRule{rawExpression: r.Raw}).mentions(ownBytes[b2i(r.Table == nftHostportTables[1])])
+			!(nfnetlink.Rule{Expr: r.Raw}).Mentions(ownBytes[b2i(r.Table == nftHostportTables[1])])
 	}, func(r host.NFTRule) bool { return ids[r.Comment] }) {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package footprint
+package nfnetlink
 
 import (
 	"encoding/binary"
@@ -31,16 +31,16 @@ func masqRuleset() map[string][]fakeRule {
 	}
 }
 
-func at(pos int, comment, addr, jump string) ruleTarget {
-	return ruleTarget{chain: "POSTROUTING", pos: pos, comment: comment,
-		needles: [][]byte{netip.MustParseAddr(addr).AsSlice(), []byte(jump)}}
+func at(pos int, comment, addr, jump string) Target {
+	return Target{Chain: "POSTROUTING", Pos: pos, Comment: comment,
+		Needles: [][]byte{netip.MustParseAddr(addr).AsSlice(), []byte(jump)}}
 }
 
 func TestDeleteRulesDeletesByHandleOnlyWhatIsExactlyAsPlanned(t *testing.T) {
-	planned := []ruleTarget{at(0, "a", "198.18.0.5", "CNI-a"), at(2, "c", "198.18.0.7", "CNI-c")}
+	planned := []Target{at(0, "a", "198.18.0.5", "CNI-a"), at(2, "c", "198.18.0.7", "CNI-c")}
 	for _, tc := range []struct {
 		name    string
-		targets []ruleTarget
+		targets []Target
 		setup   func(k *fakeKernel)
 		want    []host.HandleOutcome
 		wantErr error
@@ -64,8 +64,8 @@ func TestDeleteRulesDeletesByHandleOnlyWhatIsExactlyAsPlanned(t *testing.T) {
 		},
 		{
 			name: "a rule whose handle changed is not deleted, nor the rule now holding its place",
-			targets: []ruleTarget{{chain: "POSTROUTING", pos: -1, handle: 12, comment: "c",
-				needles: [][]byte{netip.MustParseAddr("198.18.0.7").AsSlice()}}},
+			targets: []Target{{Chain: "POSTROUTING", Pos: -1, Handle: 12, Comment: "c",
+				Needles: [][]byte{netip.MustParseAddr("198.18.0.7").AsSlice()}}},
 			setup: func(k *fakeKernel) {
 				k.chains["POSTROUTING"][2].handle = 13 // deleted and added back
 			},
@@ -80,12 +80,12 @@ func TestDeleteRulesDeletesByHandleOnlyWhatIsExactlyAsPlanned(t *testing.T) {
 		},
 		{
 			name:    "a rule whose comment differs is not the planned one",
-			targets: []ruleTarget{at(0, "ab", "198.18.0.5", "CNI-a")},
+			targets: []Target{at(0, "ab", "198.18.0.5", "CNI-a")},
 			want:    []host.HandleOutcome{host.NotDeleted}, left: []uint64{10, 11, 12}, batches: 0,
 		},
 		{
 			name:    "a rule that lacks a planned address is not the planned one",
-			targets: []ruleTarget{at(0, "a", "198.18.0.99", "CNI-a")},
+			targets: []Target{at(0, "a", "198.18.0.99", "CNI-a")},
 			want:    []host.HandleOutcome{host.NotDeleted}, left: []uint64{10, 11, 12}, batches: 0,
 		},
 		{
@@ -125,7 +125,7 @@ func TestDeleteRulesDeletesByHandleOnlyWhatIsExactlyAsPlanned(t *testing.T) {
 		{
 			name:  "a ruleset that changes at every attempt is an error, and nothing is deleted",
 			setup: func(k *fakeKernel) { k.beforeBatch = func(k *fakeKernel, _ int) { k.gen++ } },
-			want:  []host.HandleOutcome{host.NotDeleted, host.NotDeleted}, wantErr: errGenerationChanged,
+			want:  []host.HandleOutcome{host.NotDeleted, host.NotDeleted}, wantErr: ErrGenerationChanged,
 			left: []uint64{10, 11, 12}, batches: batchAttempts,
 		},
 		{
@@ -211,10 +211,10 @@ func TestDeleteChainsFlushesAndDeletesByNameAndSaysWhatBecameOfEach(t *testing.T
 func TestDeletionsGoInBatchesEachAtTheGenerationItsPredecessorLeft(t *testing.T) {
 	const n = 2*batchChunk + 88
 	k := &fakeKernel{table: "nat", gen: 41, chains: map[string][]fakeRule{}}
-	var targets []ruleTarget
+	var targets []Target
 	for i := range n {
 		k.chains["POSTROUTING"] = append(k.chains["POSTROUTING"], fakeRule{uint64(100 + i), "x", rawOf("198.18.0.5", "ACCEPT")})
-		targets = append(targets, ruleTarget{chain: "POSTROUTING", pos: i, comment: "x"})
+		targets = append(targets, Target{Chain: "POSTROUTING", Pos: i, Comment: "x"})
 	}
 	got, err := deleteRules(k, "ip", "nat", targets)
 	if err != nil {

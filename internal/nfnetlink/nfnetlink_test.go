@@ -1,4 +1,4 @@
-package footprint
+package nfnetlink
 
 import (
 	"encoding/binary"
@@ -66,7 +66,7 @@ func TestParseNLRuleReadsWhereTheRuleIsItsHandleCommentAndExpressions(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.table != "cni_plugins_masquerade" || r.chain != "masq_checks" || r.handle != 42 || r.comment != "web-1-x" || string(r.rawExpression) != string(expr) {
+	if r.Table != "cni_plugins_masquerade" || r.Chain != "masq_checks" || r.Handle != 42 || r.Comment != "web-1-x" || string(r.Expr) != string(expr) {
 		t.Errorf("rule = %+v", r)
 	}
 	if _, err := parseNLRule("inet", msgs[1]); err == nil {
@@ -85,7 +85,7 @@ func TestARuleOfADumpCountsOnlyInTheTableAndChainAsked(t *testing.T) {
 		{"nat", "CNI-FORWARD", false},
 		{"nat", "", false},
 	} {
-		if got := (nlRule{table: "filter", chain: "CNI-FORWARD"}).in(tc.table, tc.chain); got != tc.want {
+		if got := (Rule{Table: "filter", Chain: "CNI-FORWARD"}).in(tc.table, tc.chain); got != tc.want {
 			t.Errorf("in(%q, %q) = %v, want %v", tc.table, tc.chain, got, tc.want)
 		}
 	}
@@ -117,11 +117,11 @@ func TestNetlinkErrorsAndMalformedMessages(t *testing.T) {
 }
 
 func TestAnAddressIsMentionedOnlyByteForByte(t *testing.T) {
-	r := nlRule{rawExpression: []byte{0, 1, 198, 18, 0, 5, 9}}
-	if !r.mentions([][]byte{{198, 18, 0, 5}}) {
+	r := Rule{Expr: []byte{0, 1, 198, 18, 0, 5, 9}}
+	if !r.Mentions([][]byte{{198, 18, 0, 5}}) {
 		t.Error("198.18.0.5 not found")
 	}
-	if r.mentions([][]byte{{198, 18, 0, 6}, nil}) {
+	if r.Mentions([][]byte{{198, 18, 0, 6}, nil}) {
 		t.Error("198.18.0.6 found")
 	}
 }

@@ -1,4 +1,4 @@
-package footprint
+package nfnetlink
 
 import (
 	"encoding/binary"
@@ -185,7 +185,7 @@ func TestAnyRuleReadsTheKernelsDumpAsItComes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &replaySocket{script: tc.script, readErr: tc.readErr}
-			got, err := anyRule(s, "ip", table, chain, func(r nlRule) bool { return r.comment == "web-1" })
+			got, err := anyRule(s, "ip", table, chain, func(r Rule) bool { return r.Comment == "web-1" })
 			switch {
 			case tc.wantErr != nil && (!errors.Is(err, tc.wantErr) || got):
 				t.Fatalf("anyRule = %v, %v; want an error that is %v", got, err, tc.wantErr)
@@ -243,7 +243,7 @@ func TestAnyRuleWithoutAChainAsksForTheWholeTable(t *testing.T) {
 	s := &replaySocket{script: func(req nlMessage, _ int) [][]byte {
 		return [][]byte{joined(ruleDatagram(req.seq, 0, "cni_hostport", "masquerading", "web-1"), doneDatagram(req.seq, 0, 0))}
 	}}
-	got, err := anyRule(s, "inet", "cni_hostport", "", func(r nlRule) bool { return r.comment == "web-1" })
+	got, err := anyRule(s, "inet", "cni_hostport", "", func(r Rule) bool { return r.Comment == "web-1" })
 	if err != nil || !got {
 		t.Fatalf("anyRule = %v, %v; want true (a rule of any chain of the table counts)", got, err)
 	}
@@ -257,7 +257,7 @@ func TestAnUnknownFamilyIsRefusedBeforeAnythingIsSent(t *testing.T) {
 	if _, err := probeChain(s, "arp", "filter", "x"); err == nil {
 		t.Error("probeChain accepted family arp")
 	}
-	if _, err := anyRule(s, "bridge", "filter", "", func(nlRule) bool { return true }); err == nil {
+	if _, err := anyRule(s, "bridge", "filter", "", func(Rule) bool { return true }); err == nil {
 		t.Error("anyRule accepted family bridge")
 	}
 	if len(s.sent) != 0 {

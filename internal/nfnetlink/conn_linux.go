@@ -1,6 +1,6 @@
 //go:build linux
 
-package footprint
+package nfnetlink
 
 import (
 	"errors"
@@ -92,8 +92,8 @@ func (c *nfConn) receive() ([]byte, error) {
 	}
 }
 
-// nfProbeChain asks the kernel whether chain exists in table of family.
-func nfProbeChain(family, table, chain string) (bool, error) {
+// ProbeChain asks the kernel whether chain exists in table of family.
+func ProbeChain(family, table, chain string) (bool, error) {
 	c, err := openNF()
 	if err != nil {
 		return false, err
@@ -102,10 +102,10 @@ func nfProbeChain(family, table, chain string) (bool, error) {
 	return probeChain(c, family, table, chain)
 }
 
-// nfAnyRule reports whether match holds for a rule of table of family (of
+// AnyRule reports whether match holds for a rule of table of family (of
 // chain only, unless chain is ""), as anyRule does, over a socket of its
 // own.
-func nfAnyRule(family, table, chain string, match func(nlRule) bool) (bool, error) {
+func AnyRule(family, table, chain string, match func(Rule) bool) (bool, error) {
 	c, err := openNF()
 	if err != nil {
 		return false, err
@@ -119,9 +119,9 @@ func nfAnyRule(family, table, chain string, match func(nlRule) bool) (bool, erro
 // of iptables' built at the generation before, and retry.
 var nfWrite sync.Mutex
 
-// nfDeleteRules deletes the rules of targets by handle, as deleteRules
+// DeleteRules deletes the rules of targets by handle, as deleteRules
 // does, over a socket of its own.
-func nfDeleteRules(family, table string, targets []ruleTarget) ([]host.HandleOutcome, error) {
+func DeleteRules(family, table string, targets []Target) ([]host.HandleOutcome, error) {
 	nfWrite.Lock()
 	defer nfWrite.Unlock()
 	c, err := openNF()
@@ -132,9 +132,9 @@ func nfDeleteRules(family, table string, targets []ruleTarget) ([]host.HandleOut
 	return deleteRules(c, family, table, targets)
 }
 
-// nfDeleteChains flushes and deletes chains by name, as deleteChains
+// DeleteChains flushes and deletes chains by name, as deleteChains
 // does, over a socket of its own.
-func nfDeleteChains(family, table string, chains []string) ([]host.HandleOutcome, error) {
+func DeleteChains(family, table string, chains []string) ([]host.HandleOutcome, error) {
 	nfWrite.Lock()
 	defer nfWrite.Unlock()
 	c, err := openNF()
@@ -145,9 +145,9 @@ func nfDeleteChains(family, table string, chains []string) ([]host.HandleOutcome
 	return deleteChains(c, family, table, chains)
 }
 
-// nfListTables lists the nf_tables tables, as listTables does, over a
+// ListTables lists the nf_tables tables, as listTables does, over a
 // socket of its own.
-func nfListTables() (map[host.NFTable]bool, error) {
+func ListTables() (map[host.NFTable]bool, error) {
 	c, err := openNF()
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package footprint
+package nfnetlink
 
 import (
 	"encoding/binary"

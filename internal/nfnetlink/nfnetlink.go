@@ -1,10 +1,11 @@
-package footprint
+package nfnetlink
 
 import (
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync/atomic"
 	"syscall"
 )
@@ -159,7 +160,7 @@ func probeChain(s nlSocket, family, table, chain string) (bool, error) {
 // only during match. A table or chain that does not exist has no rules; a
 // dump that a change interrupted is taken again, since a rule it skipped
 // might have matched.
-func anyRule(s nlSocket, family, table, chain string, match func(nlRule) bool) (bool, error) {
+func anyRule(s nlSocket, family, table, chain string, match func(Rule) bool) (bool, error) {
 	proto, ok := nfproto[family]
 	if !ok {
 		return false, fmt.Errorf("netlink: unknown nftables family %q", family)
@@ -195,23 +196,23 @@ func anyRule(s nlSocket, family, table, chain string, match func(nlRule) bool) (
 	}
 }
 
-// nlRule is one rule as nf_tables reports it: where it is, its handle,
+// Rule is one rule as nf_tables reports it: where it is, its handle,
 // its comment, and its expressions undecoded.
-type nlRule struct {
-	family        string
-	table, chain  string
-	handle        uint64
-	comment       string
-	rawExpression []byte
+type Rule struct {
+	Family       string
+	Table, Chain string
+	Handle       uint64
+	Comment      string
+	Expr         []byte
 }
 
-// mentions reports whether any of addrs appears, byte for byte, in the
+// Mentions reports whether any of addrs appears, byte for byte, in the
 // rule's expressions. A rule that matches or rewrites an address carries
 // it in some expression's data, so false proves the rule is not about
 // any of them; true may be a coincidence and is settled by a real listing.
-func (r nlRule) mentions(addrs [][]byte) bool {
+func (r Rule) Mentions(addrs [][]byte) bool {
 	for _, a := range addrs {
-		if len(a) > 0 && bytes.Contains(r.rawExpression, a) {
+		if len(a) > 0 && bytes.Contains(r.Expr, a) {
 			return true
 		}
 	}
@@ -220,8 +221,8 @@ func (r nlRule) mentions(addrs [][]byte) bool {
 
 // in reports whether the rule is of table (and of chain, unless chain is
 // ""): a kernel that does not filter dumps sends every rule of the family.
-func (r nlRule) in(table, chain string) bool {
-	return r.table == table && (chain == "" || r.chain == chain)
+func (r Rule) in(table, chain string) bool {
+	return r.Table == table && (chain == "" || r.Chain == chain)
 }
 
 // nlAttr is one netlink attribute.
@@ -324,25 +325,25 @@ func eachAttr(b []byte, fn func(typ uint16, data []byte)) error {
 
 // parseNLRule reads a NEWRULE message of family. The rule's expressions
 // are m's bytes, not a copy.
-func parseNLRule(family string, m nlMessage) (nlRule, error) {
+func parseNLRule(family string, m nlMessage) (Rule, error) {
 	if m.typ != nfnlSubsysNFTables<<8|nftMsgNewRule || len(m.payload) < nfgenmsgLen {
-		return nlRule{}, fmt.Errorf("netlink: message type %#x: %w", m.typ, errNotARule)
+		return Rule{}, fmt.Errorf("netlink: message type %#x: %w", m.typ, errNotARule)
 	}
-	r := nlRule{family: family}
+	r := Rule{Family: family}
 	err := eachAttr(m.payload[nfgenmsgLen:], func(typ uint16, data []byte) {
 		switch typ {
 		case nftaRuleTable:
-			r.table = cString(data)
+			r.Table = cString(data)
 		case nftaRuleChain:
-			r.chain = cString(data)
+			r.Chain = cString(data)
 		case nftaRuleHandle:
 			if len(data) == 8 {
-				r.handle = binary.BigEndian.Uint64(data)
+				r.Handle = binary.BigEndian.Uint64(data)
 			}
 		case nftaRuleExpressions:
-			r.rawExpression = data
+			r.Expr = data
 		case nftaRuleUserdata:
-			r.comment = udataComment(data)
+			r.Comment = udataComment(data)
 		}
 	})
 	return r, err
@@ -370,4 +371,14 @@ func cString(b []byte) string {
 		b = b[:i]
 	}
 	return string(b)
+}
+
+// AddrBytes returns each address as it appears in a rule: 4 or 16 bytes in
+// network order.
+func AddrBytes(addrs []netip.Addr) [][]byte {
+	raw := make([][]byte, len(addrs))
+	for i, a := range addrs {
+		raw[i] = a.Unmap().AsSlice()
+	}
+	return raw
 }

@@ -1,4 +1,4 @@
-package footprint
+package nfnetlink
 
 import (
 	"encoding/binary"
@@ -70,7 +70,7 @@ func sendBatch(s nlSocket, proto uint8, gen uint32, msgs []batchMsg) ([]error, e
 			if m.seq == seq { // the batch itself was refused
 				switch err := errnoOf(m); {
 				case errors.Is(err, errnoRestart):
-					return nil, errGenerationChanged
+					return nil, ErrGenerationChanged
 				case err != nil:
 					return nil, err
 				}

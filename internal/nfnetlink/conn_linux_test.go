@@ -1,6 +1,6 @@
 //go:build linux
 
-package footprint
+package nfnetlink
 
 import (
 	"errors"

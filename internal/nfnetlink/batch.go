@@ -1,4 +1,4 @@
-package footprint
+package nfnetlink
 
 import (
 	"bytes"
@@ -54,24 +54,24 @@ const batchAttempts = 16
 // refused whenever one of them wrote in between.
 const batchBackoff = 5 * time.Millisecond
 
-// errGenerationChanged says nf_tables changed since the rules a batch was
+// ErrGenerationChanged says nf_tables changed since the rules a batch was
 // built from were read, so the kernel refused the batch (or the read was
 // inconsistent): the rules must be read again.
-var errGenerationChanged = errors.New("nf_tables changed since its rules were read")
+var ErrGenerationChanged = errors.New("nf_tables changed since its rules were read")
 
-// ruleTarget is one planned rule deletion: where the rule is expected
+// Target is one planned rule deletion: where the rule is expected
 // and what it must contain to be taken for the planned rule.
-type ruleTarget struct {
-	chain  string
-	pos    int    // its index among the chain's rules, or -1: anywhere
-	handle uint64 // its handle, or 0: whatever handle it has
-	// comment must equal the rule's comment; needles must each appear
+type Target struct {
+	Chain  string
+	Pos    int    // its index among the chain's rules, or -1: anywhere
+	Handle uint64 // its handle, or 0: whatever handle it has
+	// Comment must equal the rule's Comment; needles must each appear
 	// in its expressions.
-	comment string
-	needles [][]byte
-	// xtComment also accepts the comment as iptables-nft writes it: an
+	Comment string
+	Needles [][]byte
+	// XtComment also accepts the comment as iptables-nft writes it: an
 	// xtables "comment" match in the expressions instead of user data.
-	xtComment bool
+	XtComment bool
 }
 
 // nftaMatchInfo is NFTA_MATCH_INFO, where an xtables match keeps its
@@ -81,38 +81,38 @@ const (
 	xtCommentInfoLen = 256
 )
 
-// xtCommentNeedle is how comment begins in the expressions of a rule that
+// XtCommentNeedle is how comment begins in the expressions of a rule that
 // carries it as an xtables match: the info attribute's header, then the
 // text and its NUL, so that neither a longer comment nor one that merely
 // ends the same way matches.
-func xtCommentNeedle(comment string) []byte {
+func XtCommentNeedle(comment string) []byte {
 	b := binary.NativeEndian.AppendUint16(nil, nlaHeaderLen+xtCommentInfoLen)
 	b = binary.NativeEndian.AppendUint16(b, nftaMatchInfo)
 	return append(append(b, comment...), 0)
 }
 
 // commentMatches reports whether r carries exactly the target's comment.
-func (t ruleTarget) commentMatches(r nlRule) bool {
-	if !t.xtComment || r.comment != "" {
-		return r.comment == t.comment
+func (t Target) commentMatches(r Rule) bool {
+	if !t.XtComment || r.Comment != "" {
+		return r.Comment == t.Comment
 	}
-	if t.comment == "" {
-		return !bytes.Contains(r.rawExpression, []byte("comment\x00"))
+	if t.Comment == "" {
+		return !bytes.Contains(r.Expr, []byte("comment\x00"))
 	}
-	return bytes.Contains(r.rawExpression, xtCommentNeedle(t.comment))
+	return bytes.Contains(r.Expr, XtCommentNeedle(t.Comment))
 }
 
-// matches reports whether r, found at index pos of the chain, is the
+// Matches reports whether r, found at index pos of the chain, is the
 // planned rule.
-func (t ruleTarget) matches(pos int, r nlRule) bool {
-	if (t.pos >= 0 && t.pos != pos) || (t.handle != 0 && t.handle != r.handle) || (t.pos < 0 && t.handle == 0) {
+func (t Target) Matches(pos int, r Rule) bool {
+	if (t.Pos >= 0 && t.Pos != pos) || (t.Handle != 0 && t.Handle != r.Handle) || (t.Pos < 0 && t.Handle == 0) {
 		return false
 	}
-	if r.handle == 0 || !t.commentMatches(r) {
+	if r.Handle == 0 || !t.commentMatches(r) {
 		return false
 	}
-	for _, n := range t.needles {
-		if !r.mentions([][]byte{n}) {
+	for _, n := range t.Needles {
+		if !r.Mentions([][]byte{n}) {
 			return false
 		}
 	}
@@ -125,7 +125,7 @@ func (t ruleTarget) matches(pos int, r nlRule) bool {
 // AlreadyGone. When nf_tables changed between the dump and a batch, the
 // targets not yet settled are matched again on a new dump, up to
 // batchAttempts times.
-func deleteRules(s nlSocket, family, table string, targets []ruleTarget) ([]host.HandleOutcome, error) {
+func deleteRules(s nlSocket, family, table string, targets []Target) ([]host.HandleOutcome, error) {
 	proto, ok := nfproto[family]
 	if !ok {
 		return nil, fmt.Errorf("netlink: unknown nftables family %q", family)
@@ -148,12 +148,12 @@ func deleteRules(s nlSocket, family, table string, targets []ruleTarget) ([]host
 			}
 			err = applyDeletions(s, proto, gen, items, func(i int, msgs []batchMsg) []batchMsg {
 				return append(msgs, batchMsg{item: i, typ: nftMsgDelRule, attrs: []nlAttr{
-					{nftaRuleTable, names.strz(table)}, {nftaRuleChain, names.strz(targets[i].chain)},
+					{nftaRuleTable, names.strz(table)}, {nftaRuleChain, names.strz(targets[i].Chain)},
 					{nftaRuleHandle, binary.BigEndian.AppendUint64(nil, handles[i])}}})
 			}, out, settled)
 		}
 		switch {
-		case errors.Is(err, errGenerationChanged) && attempt < batchAttempts:
+		case errors.Is(err, ErrGenerationChanged) && attempt < batchAttempts:
 			time.Sleep(rand.N(batchBackoff * time.Duration(attempt)))
 			continue
 		case err != nil:
@@ -180,15 +180,15 @@ func (n attrNames) strz(name string) []byte {
 // not yet settled, and returns the handle of the rule each such target
 // matches (0: none), at that generation. A dump that a change interrupted,
 // or a generation that moved during the dumps, is errGenerationChanged.
-func matchHandles(s nlSocket, proto uint8, family, table string, targets []ruleTarget, settled []bool) (uint32, []uint64, error) {
+func matchHandles(s nlSocket, proto uint8, family, table string, targets []Target, settled []bool) (uint32, []uint64, error) {
 	byChain := map[string][]int{}
 	var chains []string
 	for i, t := range targets {
 		if !settled[i] {
-			if _, ok := byChain[t.chain]; !ok {
-				chains = append(chains, t.chain)
+			if _, ok := byChain[t.Chain]; !ok {
+				chains = append(chains, t.Chain)
 			}
-			byChain[t.chain] = append(byChain[t.chain], i)
+			byChain[t.Chain] = append(byChain[t.Chain], i)
 		}
 	}
 	handles := make([]uint64, len(targets))
@@ -202,20 +202,20 @@ func matchHandles(s nlSocket, proto uint8, family, table string, targets []ruleT
 		}
 	}
 	if after, err := generation(s); err != nil || after != gen {
-		return 0, nil, errors.Join(err, errGenerationChanged)
+		return 0, nil, errors.Join(err, ErrGenerationChanged)
 	}
 	return gen, handles, nil
 }
 
 // matchChain dumps one chain and records in handles which rule each of
 // its targets (idx) is. A handle is given to one target only.
-func matchChain(s nlSocket, proto uint8, family, table, chain string, targets []ruleTarget, idx []int, handles []uint64) error {
+func matchChain(s nlSocket, proto uint8, family, table, chain string, targets []Target, idx []int, handles []uint64) error {
 	byPos, byHandle := map[int][]int{}, map[uint64][]int{}
 	for _, i := range idx {
-		if targets[i].pos >= 0 {
-			byPos[targets[i].pos] = append(byPos[targets[i].pos], i)
+		if targets[i].Pos >= 0 {
+			byPos[targets[i].Pos] = append(byPos[targets[i].Pos], i)
 		} else {
-			byHandle[targets[i].handle] = append(byHandle[targets[i].handle], i)
+			byHandle[targets[i].Handle] = append(byHandle[targets[i].Handle], i)
 		}
 	}
 	var parseErr error
@@ -230,9 +230,9 @@ func matchChain(s nlSocket, proto uint8, family, table, chain string, targets []
 		if !r.in(table, chain) {
 			return true
 		}
-		for _, i := range append(byPos[pos], byHandle[r.handle]...) {
-			if handles[i] == 0 && targets[i].matches(pos, r) {
-				handles[i] = r.handle
+		for _, i := range append(byPos[pos], byHandle[r.Handle]...) {
+			if handles[i] == 0 && targets[i].Matches(pos, r) {
+				handles[i] = r.Handle
 				break
 			}
 		}
@@ -245,7 +245,7 @@ func matchChain(s nlSocket, proto uint8, family, table, chain string, targets []
 	case errors.Is(err, syscall.ENOENT):
 		return nil // no such chain: nothing matches
 	case errors.Is(err, errDumpInterrupted):
-		return errGenerationChanged
+		return ErrGenerationChanged
 	case err != nil:
 		return fmt.Errorf("reading chain %s: %w", chain, err)
 	}

@@ -1,0 +1,27 @@
+//go:build !linux
+
+package nfnetlink
+
+import (
+	"errors"
+
+	"github.com/seed1280861d/cninet/host"
+)
+
+var errNoNFNetlink = errors.New("nf_tables netlink exists on Linux only")
+
+func ProbeChain(family, table, chain string) (bool, error) { return false, errNoNFNetlink }
+
+func AnyRule(family, table, chain string, match func(Rule) bool) (bool, error) {
+	return false, errNoNFNetlink
+}
+
+func DeleteRules(family, table string, targets []Target) ([]host.HandleOutcome, error) {
+	return make([]host.HandleOutcome, len(targets)), errNoNFNetlink
+}
+
+func DeleteChains(family, table string, chains []string) ([]host.HandleOutcome, error) {
+	return make([]host.HandleOutcome, len(chains)), errNoNFNetlink
+}
+
+func ListTables() (map[host.NFTable]bool, error) { return nil, errNoNFNetlink }
