@@ -27,6 +27,7 @@ const (
 	demoPort     = 8080
 )
 
+// cmdDemo runs runDemo in a throwaway network and mount namespace.
 func cmdDemo(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("demo", "[flags]", stderr)
 	cniPath := fs.String("cni-path", defaultDemoCNIPath(), "plugin directories, separated by ':'")
