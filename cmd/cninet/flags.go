@@ -23,7 +23,7 @@ type networkFlags struct {
 	networks                   networkList
 	bridge                     bridgeFlags
 	trace                      bool
-	spans                      *spanTree // with --trace
+	tree                       *spanTree // with --trace
 }
 
 func (n *networkFlags) register(fs *flag.FlagSet) {
@@ -36,10 +36,10 @@ func (n *networkFlags) register(fs *flag.FlagSet) {
 	n.bridge.register(fs)
 }
 
-// printTrace prints the spans recorded with --trace.
+// printTrace prints the span tree recorded with --trace.
 func (n *networkFlags) printTrace(stderr io.Writer) {
-	if n.spans != nil {
-		n.spans.print(stderr)
+	if n.tree != nil {
+		n.tree.print(stderr)
 	}
 }
 
@@ -67,8 +67,8 @@ func (n *networkFlags) configurator(stderr io.Writer) (*cninet.Configurator, err
 		PluginDirs: filepath.SplitList(n.cniPath),
 	}
 	if n.trace {
-		n.spans = startTrace()
-		cfg.TracerProvider = n.spans
+		n.tree = startTrace()
+		cfg.TracerProvider = n.tree
 	}
 	if n.confDir != "" {
 		cfg.ConfDir = n.confDir
