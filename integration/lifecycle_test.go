@@ -1,6 +1,11 @@
 package integration
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,4 +50,71 @@ func TestSetupServesThroughTheMappedPortAndTeardownLeavesNothing(t *testing.T) {
 			})
 		})
 	}
+}
+
+func TestCheckPassesOnAHealthyAttachmentAndFailsOnABrokenOne(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		nw := newNetwork(t, set, false)
+		c := newConfigurator(t, set, nw.conf)
+		w := netsandbox.NewWorkload(t)
+		alloc := &cninet.Allocation{ID: "chk-1", Ports: []cninet.Port{{Value: 28084, To: 80}}}
+		if _, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+			t.Fatal(err)
+		}
+		err := c.Check(ctxFor(t, time.Minute), alloc, w.Path)
+		switch {
+		case err == nil:
+		case errors.Is(err, cninet.ErrCheckUnsupported) && strings.HasPrefix(set.Name, "debian"):
+			t.Logf("CHECK not possible with this plugin set, as expected: %v", err)
+		default:
+			t.Fatalf("healthy attachment: %v", err)
+		}
+		if err := w.Delete(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Check(ctxFor(t, time.Minute), alloc, w.Path); !errors.Is(err, cninet.ErrCheckFailed) {
+			t.Fatalf("namespace gone: %v, want ErrCheckFailed", err)
+		}
+		if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestConflistLoadedFromADirectory(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		nw := newNetwork(t, set, false)
+		dir := t.TempDir()
+		if _, err := cninet.WriteConfList(dir, nw.conf); err != nil {
+			t.Fatal(err)
+		}
+		n := networkSeq.Add(1)
+		single := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"single%d","type":"bridge","bridge":"itsb%d","isGateway":true,"ipMasq":true,
+			"ipam":{"type":"host-local","ranges":[[{"subnet":"198.18.%d.0/24"}]],"dataDir":"/run/cni"}}`, n, n, n)
+		if err := os.WriteFile(filepath.Join(dir, "50-single.conf"), []byte(single), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct{ network, bridge string }{
+			{nw.cfg.NetworkName, nw.cfg.BridgeName},
+			{fmt.Sprintf("single%d", n), fmt.Sprintf("itsb%d", n)},
+		} {
+			t.Run(tc.network, func(t *testing.T) {
+				c, err := cninet.New(cninet.Config{ConfDir: dir, NetworkName: tc.network, PluginDirs: []string{set.Dir}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				base := baseline(t)
+				w := netsandbox.NewWorkload(t)
+				alloc := &cninet.Allocation{ID: "dir-1"}
+				if _, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+					t.Fatal(err)
+				}
+				assertNoLeaks(t, base, netsandbox.Allowance{Chains: []string{nw.cfg.AdminChainName}, Links: []string{tc.bridge}})
+			})
+		}
+	})
 }

@@ -1,6 +1,3 @@
-// Package integration drives cninet against the real CNI reference plugins,
-// inside a network and mount namespace of its own (see internal/netsandbox),
-// and audits that nothing is left behind.
 package integration
 
 import (

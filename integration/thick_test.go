@@ -40,7 +40,7 @@ func TestThickCnitoolLifecycle(t *testing.T) {
 		stop()
 		assertNoLeaks(t, base, r.nw.allowance())
 
-		// The runtime loses its cache: only the GC verb can find the
+		// The runtime loses its cache: only the GC command can find the
 		// attachment now.
 		r.mustCnitool(portArgs(28302, 8080), "add", r.name(), w.Path)
 		forgetRuntimeCache(t, r.name())

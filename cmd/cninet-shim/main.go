@@ -1,12 +1,3 @@
-// Command cninet-shim is a CNI plugin (type "cninet-shim") that hands
-// every request of a CNI runtime to the cninet daemon (cninet daemon) over
-// its unix socket, so that the runtime's workloads get cninet's
-// neighbour-safe, leak-free attachments. The conflist's "socket" names
-// the daemon's socket (default /run/cninet/cninet.sock); the daemon runs
-// its own conflist of the same name. It speaks CNI 0.3.0 to 1.1.0 and
-// prints results in the version of the config it was given. A DEL while
-// the daemon is down still detaches and cleans up, in this process. See
-// the README's "Thick mode".
 package main
 
 import (

@@ -19,7 +19,7 @@ import (
 	"github.com/seed1280861d/cninet/internal/thick"
 )
 
-// shim runs the CNI verbs; its fields are the seams tests replace.
+// shim runs the CNI commands; its fields are the seams tests replace.
 type shim struct {
 	stdout io.Writer
 	// tweaks change the Config of the in-process DEL's Configurator.
@@ -163,8 +163,8 @@ func (u *unreachable) Error() string {
 
 func (u *unreachable) Unwrap() error { return u.err }
 
-// unreachableIs gives an unreachable daemon the CNI code the verb calls
-// for; other errors are returned as they are.
+// unreachableIs gives an unreachable daemon the CNI code the command
+// calls for; other errors are returned as they are.
 func unreachableIs(err error, code uint) error {
 	var down *unreachable
 	if errors.As(err, &down) {

@@ -77,11 +77,11 @@ func TestAddForwardsAndPrintsInTheConfigVersion(t *testing.T) {
 func TestDaemonErrorsReachTheRuntimeUnchanged(t *testing.T) {
 	socket, _ := fakeDaemon(t, http.StatusInternalServerError, `{"code":123,"msg":"bridge says no","details":"cninet: setup failed"}`)
 	s := newShim(&strings.Builder{})
-	verbs := map[string]func(*skel.CmdArgs) error{"ADD": s.add, "CHECK": s.check, "DEL": s.del, "STATUS": s.status, "GC": s.gc}
-	for name, verb := range verbs {
+	commands := map[string]func(*skel.CmdArgs) error{"ADD": s.add, "CHECK": s.check, "DEL": s.del, "STATUS": s.status, "GC": s.gc}
+	for name, command := range commands {
 		t.Run(name+" passes the daemon's code and message", func(t *testing.T) {
 			var cerr *types.Error
-			if err := verb(cmdArgs(socket, "1.1.0")); !errors.As(err, &cerr) || cerr.Code != 123 || cerr.Msg != "bridge says no" {
+			if err := command(cmdArgs(socket, "1.1.0")); !errors.As(err, &cerr) || cerr.Code != 123 || cerr.Msg != "bridge says no" {
 				t.Fatalf("got %v, want code 123 and the daemon's message", err)
 			}
 		})
@@ -99,9 +99,9 @@ func TestUnreachableDaemon(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "nobody.sock")
 	s := newShim(&strings.Builder{})
 	cases := []struct {
-		name string
-		verb func(*skel.CmdArgs) error
-		code uint
+		name    string
+		command func(*skel.CmdArgs) error
+		code    uint
 	}{
 		{"ADD is try again later", s.add, types.ErrTryAgainLater},
 		{"CHECK is try again later", s.check, types.ErrTryAgainLater},
@@ -111,7 +111,7 @@ func TestUnreachableDaemon(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name+", naming the socket", func(t *testing.T) {
 			var cerr *types.Error
-			if err := tc.verb(cmdArgs(socket, "1.1.0")); !errors.As(err, &cerr) || cerr.Code != tc.code || !strings.Contains(cerr.Msg, socket) {
+			if err := tc.command(cmdArgs(socket, "1.1.0")); !errors.As(err, &cerr) || cerr.Code != tc.code || !strings.Contains(cerr.Msg, socket) {
 				t.Fatalf("got %v, want code %d naming %s", err, tc.code, socket)
 			}
 		})

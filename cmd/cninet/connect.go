@@ -42,6 +42,7 @@ func connectCommand(name, synopsis string, needNetns bool, args []string, stderr
 	return fn(ctx, c, alloc, network, a.netns)
 }
 
+// cmdConnect attaches a live workload to one more network of --conf-dir.
 func cmdConnect(args []string, stdout, stderr io.Writer) error {
 	return connectCommand("connect", "--conf-dir DIR --network N --id ID --netns PATH [-p host:container[/proto]]... [flags]", true, args, stderr,
 		func(ctx context.Context, c *cninet.Configurator, alloc *cninet.Allocation, network, netns string) error {
@@ -55,6 +56,7 @@ func cmdConnect(args []string, stdout, stderr io.Writer) error {
 		})
 }
 
+// cmdDisconnect detaches a live workload from one network.
 func cmdDisconnect(args []string, stdout, stderr io.Writer) error {
 	return connectCommand("disconnect", "--conf-dir DIR --network N --id ID [--netns PATH] [-p host:container[/proto]]... [flags]", false, args, stderr,
 		func(ctx context.Context, c *cninet.Configurator, alloc *cninet.Allocation, network, netns string) error {

@@ -27,6 +27,7 @@ const (
 	demoPort     = 8080
 )
 
+// cmdDemo runs runDemo in a throwaway network and mount namespace.
 func cmdDemo(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("demo", "[flags]", stderr)
 	cniPath := fs.String("cni-path", defaultDemoCNIPath(), "plugin directories, separated by ':'")
@@ -97,15 +98,15 @@ func runDemo(pluginDirs []string, backend string, verbose, traced bool, stdout, 
 	if verbose {
 		level = hclog.Debug
 	}
-	var spans *spanTree
+	var tree *spanTree
 	if traced {
-		spans = startTrace()
-		defer spans.print(stderr)
+		tree = startTrace()
+		defer tree.print(stderr)
 	}
 	c, err := cninet.New(cninet.Config{
 		Logger:  hclog.New(&hclog.LoggerOptions{Name: "cninet", Level: level, Output: stderr}),
 		ConfDir: confDir, NetworkName: cfg.NetworkName, PluginDirs: pluginDirs,
-		TracerProvider: spans.provider(),
+		TracerProvider: tree.provider(),
 	})
 	if err != nil {
 		return err

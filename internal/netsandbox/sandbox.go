@@ -1,13 +1,3 @@
-// Package netsandbox runs integration tests in a network namespace and a
-// mount namespace of their own, so that no rule, bridge, reservation or
-// cache file they create ever reaches the host; and audits what tests
-// leave behind.
-//
-// Use it from TestMain:
-//
-//	func TestMain(m *testing.M) { netsandbox.Main(m) }
-//
-// and begin every integration test with netsandbox.Require(t).
 package netsandbox
 
 import (

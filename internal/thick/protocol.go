@@ -1,7 +1,3 @@
-// Package thick is cninet's thick mode: the request a cninet-shim plugin
-// forwards to the cninet daemon, how the daemon serves it through a
-// cninet.Configurator, and the DEL the shim runs itself when the daemon
-// is down.
 package thick
 
 import (
@@ -18,7 +14,7 @@ import (
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
-// The CNI verbs the shim forwards.
+// The CNI commands the shim forwards.
 const (
 	CmdAdd    = "ADD"
 	CmdDel    = "DEL"

@@ -1,0 +1,23 @@
+// Cninet-shim is a CNI plugin (type "cninet-shim") that hands every
+// request of a CNI runtime to the cninet daemon (cninet daemon) over its
+// unix socket, so that the runtime's workloads get cninet's
+// neighbour-safe, leak-free attachments. The conflist's "socket" names
+// the daemon's socket (default /run/cninet/cninet.sock); the daemon runs
+// its own conflist of the same name. It speaks CNI 0.3.0 to 1.1.0 and
+// prints results in the version of the config it was given. A DEL while
+// the daemon is down still detaches and cleans up, in this process. See
+// the README's "Thick mode".
+//
+// # Reading order
+//
+//   - main.go: the CNI versions the shim accepts, and main, which hands
+//     each CNI command to the shim through skel.
+//   - shim.go: the shim: its config (the "socket"), forward (one request
+//     to the daemon over HTTP on the unix socket, the daemon's CNI error
+//     passed on unchanged), the CNI code of an unreachable daemon, and
+//     del, which runs the DEL in this process (internal/thick's Del) when
+//     the daemon is down or draining.
+//
+// The request and its validation, the daemon's info file and the result
+// conversion live in internal/thick, shared with the daemon.
+package main

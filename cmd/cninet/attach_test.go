@@ -1,0 +1,94 @@
+package main
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/seed1280861d/cninet/internal/netsandbox"
+)
+
+func TestSetupCheckTeardownAndGCThroughTheCLI(t *testing.T) {
+	netsandbox.Require(t)
+	w := netsandbox.NewWorkload(t)
+	common := []string{"--cni-path", "/usr/lib/cni", "--network", "clinet", "--bridge", "clibr0", "--subnet", "198.18.200.0/24", "--ipam-data-dir", t.TempDir()}
+	code, out, stderr := runCLI(append([]string{"setup", "--id", "cli-1", "--netns", w.Path, "-p", "28090:80/tcp"}, common...)...)
+	if code != 0 {
+		t.Fatalf("setup exit %d: %s", code, stderr)
+	}
+	var status map[string]string
+	if err := json.Unmarshal([]byte(out), &status); err != nil || !strings.HasPrefix(status["address"], "198.18.200.") {
+		t.Fatalf("setup printed %q (%v)", out, err)
+	}
+	if code, _, stderr := runCLI(append([]string{"check", "--id", "cli-1", "--netns", w.Path, "-p", "28090:80/tcp"}, common...)...); code != 0 {
+		t.Fatalf("check exit %d: %s", code, stderr)
+	}
+	w.Delete() // the workload died; its runner never tore it down
+	code, out, stderr = runCLI(append([]string{"gc", "--none-live"}, common...)...)
+	if code != 0 || !strings.Contains(out, "cli-1") {
+		t.Fatalf("gc exit %d, printed %s: %s", code, out, stderr)
+	}
+	assertSnakeCaseReport(t, out)
+	if code, _, stderr := runCLI(append([]string{"teardown", "--id", "cli-1"}, common...)...); code != 0 {
+		t.Fatalf("teardown after gc exit %d: %s", code, stderr)
+	}
+}
+
+// assertSnakeCaseReport checks that a GC report printed by the CLI uses
+// the documented keys, {"removed": [{"kind", "id", "detail"}]}, and no
+// other spelling (encoding/json would read "Removed" too, so the keys are
+// compared as they are printed).
+func assertSnakeCaseReport(t *testing.T, out string) {
+	t.Helper()
+	var report map[string][]map[string]string
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("gc printed %q: %v", out, err)
+	}
+	items, ok := report["removed"]
+	if len(report) != 1 || !ok || len(items) == 0 {
+		t.Fatalf("gc report keys: %q, want one key \"removed\" with items", out)
+	}
+	for _, it := range items {
+		for key := range it {
+			if !slices.Contains([]string{"kind", "id", "network", "backend", "detail"}, key) {
+				t.Fatalf("gc report item %v has key %q, want only kind, id, network, backend and detail", it, key)
+			}
+		}
+		if it["kind"] == "" || it["id"] == "" || it["detail"] == "" {
+			t.Fatalf("gc report item %v, want kind, id and detail", it)
+		}
+	}
+}
+
+func TestTwoNetworksThroughTheCLI(t *testing.T) {
+	netsandbox.Require(t)
+	w := netsandbox.NewWorkload(t)
+	dir := confDirOf(t, "clim1", "clim2")
+	common := []string{"--cni-path", "/usr/lib/cni", "--conf-dir", dir, "--id", "cli-m"}
+	joined := append([]string{"--network", "clim1", "--network", "clim2"}, common...)
+	code, out, stderr := runCLI(append([]string{"setup", "--netns", w.Path}, joined...)...)
+	if code != 0 {
+		t.Fatalf("setup exit %d: %s", code, stderr)
+	}
+	var status struct {
+		Interface string `json:"interface"`
+		Networks  []struct{ Network, Interface, Address string }
+	}
+	if err := json.Unmarshal([]byte(out), &status); err != nil || status.Interface != "eth0" || len(status.Networks) != 2 ||
+		status.Networks[1].Network != "clim2" || status.Networks[1].Interface != "eth1" || !strings.HasPrefix(status.Networks[1].Address, "198.18.211.") {
+		t.Fatalf("setup printed %s (%v)", out, err)
+	}
+	code, out, stderr = runCLI(append([]string{"check", "--netns", w.Path}, joined...)...)
+	if code != 0 {
+		t.Fatalf("check exit %d: %s%s", code, out, stderr)
+	}
+	w.Delete()
+	code, out, stderr = runCLI("gc", "--cni-path", "/usr/lib/cni", "--conf-dir", dir, "--none-live")
+	if code != 0 || !strings.Contains(out, "cli-m") {
+		t.Fatalf("gc exit %d, printed %s: %s", code, out, stderr)
+	}
+	if code, _, stderr := runCLI(append([]string{"teardown"}, joined...)...); code != 0 {
+		t.Fatalf("teardown after gc exit %d: %s", code, stderr)
+	}
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/seed1280861d/cninet/internal/netsandbox"
+)
+
+func TestConnectAndDisconnectThroughTheCLI(t *testing.T) {
+	netsandbox.Require(t)
+	w := netsandbox.NewWorkload(t)
+	dir := confDirOf(t, "clic1", "clic2")
+	common := []string{"--cni-path", "/usr/lib/cni", "--conf-dir", dir, "--id", "cli-c", "-p", "28095:80/tcp"}
+	if code, _, stderr := runCLI(append([]string{"setup", "--netns", w.Path, "--network", "clic1"}, common...)...); code != 0 {
+		t.Fatalf("setup exit %d: %s", code, stderr)
+	}
+	code, out, stderr := runCLI(append([]string{"connect", "--netns", w.Path, "--network", "clic2"}, common...)...)
+	var status map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &status) != nil || status["interface"] != "eth1" || status["network"] != "clic2" ||
+		!strings.HasPrefix(fmt.Sprint(status["address"]), "198.18.211.") {
+		t.Fatalf("connect exit %d, printed %s: %s", code, out, stderr)
+	}
+	if code, _, stderr := runCLI(append([]string{"connect", "--netns", w.Path, "--network", "clic2"}, common...)...); code != 1 ||
+		!strings.Contains(stderr, "already attached") {
+		t.Fatalf("connecting twice: exit %d, %s; want 1 saying it is already attached", code, stderr)
+	}
+	for i := range 2 { // the second time there is nothing left to detach
+		if code, _, stderr := runCLI(append([]string{"disconnect", "--netns", w.Path, "--network", "clic2"}, common...)...); code != 0 {
+			t.Fatalf("disconnect %d: exit %d: %s", i+1, code, stderr)
+		}
+	}
+	if code, _, stderr := runCLI(append([]string{"check", "--netns", w.Path, "--network", "clic1"}, common...)...); code != 0 {
+		t.Fatalf("check of the network left: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCLI(append([]string{"connect", "--netns", w.Path, "--network", "clic2"}, common...)...); code != 0 {
+		t.Fatalf("connecting again after the disconnect: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCLI(append([]string{"teardown", "--network", "clic1"}, common...)...); code != 0 {
+		t.Fatalf("teardown exit %d: %s", code, stderr)
+	}
+	if left, _ := filepath.Glob("/var/lib/cni/results/*cli-c*"); len(left) > 0 {
+		t.Fatalf("teardown left cached attachments %v: the connected network was not detached", left)
+	}
+}
+
+func TestConnectFlags(t *testing.T) {
+	dir := confDirOf(t, "clia", "clib")
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"connect needs --conf-dir", []string{"connect", "--id", "a", "--netns", "/x", "--network", "clib"}, "--conf-dir is required"},
+		{"connect needs exactly one --network", []string{"connect", "--conf-dir", dir, "--id", "a", "--netns", "/x"}, "exactly one --network"},
+		{"connect needs --netns", []string{"connect", "--conf-dir", dir, "--id", "a", "--network", "clib"}, "--netns is required"},
+		{"disconnect needs --id", []string{"disconnect", "--conf-dir", dir, "--network", "clib"}, "--id is required"},
+		{"disconnect takes one --network", []string{"disconnect", "--conf-dir", dir, "--id", "a", "--network", "clia", "--network", "clib"}, "exactly one --network"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCLI(tc.args...)
+			if code != 2 || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want a usage error saying %q", code, stderr, tc.want)
+			}
+		})
+	}
+}

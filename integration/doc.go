@@ -1,0 +1,60 @@
+// Package integration drives cninet against the real CNI reference plugins,
+// inside a network and mount namespace of its own (see internal/netsandbox),
+// and audits that nothing is left behind.
+//
+// The package holds tests only; each file tells one story. In reading
+// order:
+//
+//   - main_test.go: TestMain (the sandbox), and what every story uses: a
+//     network of its own per test, a Configurator on it, a baseline
+//     snapshot and assertNoLeaks, a workload serving HTTP and fetch.
+//   - lifecycle_test.go: one workload on one network: Setup, served
+//     through the mapped port, CHECK of a healthy and a broken
+//     attachment, Teardown leaving nothing; networks loaded from a
+//     conf directory.
+//   - faults_test.go: what goes wrong around one workload: the namespace
+//     deleted before Teardown (and go-cni alone leaking then), Setups
+//     racing from a cold start, plugins that fail once, hang or are
+//     missing, a malformed conflist.
+//   - gc_test.go: GC removes workloads lost three ways and leaves the live
+//     one reachable.
+//   - multinetwork_test.go: a workload in two or three networks: served
+//     through each, rolled back, torn down after its namespace went, GC'd
+//     beside a live one, and concurrent Setups with a failing or retried
+//     network.
+//   - connect_test.go: Connect and Disconnect of one network of a live
+//     workload.
+//   - ownership_test.go: the same id on two networks, and ids that prefix
+//     each other, each own exactly their rules.
+//   - histories_test.go: reboot histories in which two attachments hold
+//     the same address over time: the new holder keeps its rules.
+//   - histories_gc_test.go: GC against those histories: racing Teardowns,
+//     and cache files a reboot cut short.
+//   - prevention_test.go: while an attachment is torn down, collected,
+//     disconnected or rolled back, a live neighbour's rules, counted in a
+//     loop, never drop.
+//   - crash_test.go: a runner killed in the middle of a Teardown never
+//     costs the live neighbour its rules.
+//   - xtables_lock_test.go: Setup and Teardown while another process holds
+//     the xtables lock end by their deadline and leave nothing.
+//   - plugins_test.go: plugins beyond the default conflist (bandwidth,
+//     tuning, ptp) leave nothing once the workload is gone.
+//   - backend_test.go: Status knows which installed plugins have the
+//     nftables backends.
+//   - handles_test.go: iptables and nftables rules are deleted by handle,
+//     exactly the chosen ones among many.
+//   - probe_test.go: the answers cninet gets over netlink (iptables
+//     probes, the nftables matcher) are what iptables and nft list.
+//   - telemetry_test.go: the metrics and spans of a cleanup after the
+//     namespace was deleted.
+//   - soak_test.go: many Setup and Teardown cycles at once, with
+//     namespaces deleted first, runners that "crash" and GC passes in
+//     between; then zero failures and zero leaks.
+//   - thick_rig_test.go: thick mode's rig: a daemon, shim conflists and
+//     libcni's cnitool as the runtime.
+//   - thick_test.go: thick mode through cnitool: a whole life, GC, a killed
+//     daemon, concurrent ADDs and DELs, bad requests, a broken delegate.
+//   - thick_burst_test.go: a burst of 200 concurrent ADDs and DELs on the
+//     daemon, and its peak memory.
+//   - thick_podman_test.go: Podman runs a container on a shim network.
+package integration
