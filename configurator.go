@@ -14,6 +14,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/iptables"
+	"github.com/seed1280861d/cninet/internal/links"
+	"github.com/seed1280861d/cninet/internal/nftables"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -148,8 +151,8 @@ type Configurator struct {
 	networkName  string
 	ignoreHostIP bool
 	retry        RetryPolicy
-	tables       *footprint.Tables
-	nftables     *footprint.NFTablesHandle
+	tables       *iptables.Tables
+	nftables     *nftables.Handle
 	cacheDir     string
 	lib          *libcni.CNIConfig // VERSION, GC and validation, on the same dirs and cache as the verbs
 	driver       netDriver         // attaches what go-cni cannot: any network but the default as eth0
@@ -209,8 +212,8 @@ func New(cfg Config) (*Configurator, error) {
 		networkName:  cfg.NetworkName,
 		ignoreHostIP: cfg.IgnorePortMappingHostIP,
 		retry:        cfg.Retry.withDefaults(),
-		tables:       &footprint.Tables{Open: cfg.IPTables},
-		nftables:     &footprint.NFTablesHandle{Open: cfg.NFTables},
+		tables:       &iptables.Tables{Open: cfg.IPTables},
+		nftables:     &nftables.Handle{Open: cfg.NFTables},
 		links:        cfg.Links,
 		cacheDir:     cfg.CacheDir,
 		explicit:     cfg.ConfList,
@@ -255,7 +258,7 @@ func New(cfg Config) (*Configurator, error) {
 
 func (c *Configurator) applyDefaults() {
 	if c.links == nil {
-		c.links = footprint.NewHostLinks
+		c.links = links.New
 	}
 	if c.logger == nil {
 		c.logger = hclog.NewNullLogger()

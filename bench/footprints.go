@@ -12,6 +12,7 @@ import (
 
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/nftables"
 )
 
 // fakeAttachment is one attachment whose footprint is written in bulk, in
@@ -207,7 +208,7 @@ func firstLines(s string, n int) string {
 // leftOf counts what is left of attachments first..last-1 of r: iptables
 // rules and chains naming the network, firewall rules of their addresses,
 // nftables rules whose comment names them (parsed from `nft -j list
-// ruleset` with footprint.ParseNFTListing), and reservation files.
+// ruleset` with nftables.ParseListing), and reservation files.
 func leftOf(r fakeRange, first, last int) (iptLeft, nftLeft, files int, err error) {
 	addrs := map[string]bool{}
 	ids := map[string]bool{}
@@ -262,7 +263,7 @@ func nftCommented(match func(host.NFTRule) bool) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("nft -j list ruleset: %w", err)
 	}
-	rules, err := footprint.ParseNFTListing(out)
+	rules, err := nftables.ParseListing(out)
 	if err != nil {
 		return 0, err
 	}

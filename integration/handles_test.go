@@ -9,8 +9,9 @@ import (
 	"testing"
 
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/iptables"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
+	"github.com/seed1280861d/cninet/internal/nftables"
 )
 
 const plantedRules = 600
@@ -52,7 +53,7 @@ func TestIPTablesDeletesByHandleExactlyTheChosenRules(t *testing.T) {
 		{"ip6tables", "ip6tables-restore", "fd00:198:18::%x:%x/128", true},
 	} {
 		t.Run(fam.bin, func(t *testing.T) {
-			ipt, err := footprint.NewHostIPTables(fam.v6)
+			ipt, err := iptables.New(fam.v6)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,7 +183,7 @@ func TestNFTablesDeletesByHandleExactlyTheChosenRules(t *testing.T) {
 		t.Fatalf("nft -f: %v: %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("nft", "delete table ip cninet_hd").Run() })
-	nft, err := footprint.NewHostNFTables()
+	nft, err := nftables.New()
 	if err != nil {
 		t.Fatal(err)
 	}

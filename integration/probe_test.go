@@ -10,8 +10,9 @@ import (
 	"testing"
 
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/iptables"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
+	"github.com/seed1280861d/cninet/internal/nftables"
 )
 
 const manyRules = 2000
@@ -57,7 +58,7 @@ func TestIPTablesProbesAgreeWithIPTables(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ipt, err := footprint.NewHostIPTables(fam.v6)
+			ipt, err := iptables.New(fam.v6)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +134,7 @@ func TestNFTablesMatcherSeesWhatNFTLists(t *testing.T) {
 		exec.Command("nft", "delete table ip cninet_probe").Run()
 		exec.Command("nft", "delete table inet cninet_probe").Run()
 	})
-	nft, err := footprint.NewHostNFTables()
+	nft, err := nftables.New()
 	if err != nil {
 		t.Fatal(err)
 	}

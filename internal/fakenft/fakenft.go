@@ -13,7 +13,7 @@ import (
 	"sync"
 
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/nftables"
 )
 
 // NFTables is a fake host.NFTables. The zero value holds no table.
@@ -30,7 +30,7 @@ type NFTables struct {
 
 // Load adds the tables and rules of `nft -j list ruleset|table` output.
 func (f *NFTables) Load(listing []byte) error {
-	rules, err := footprint.ParseNFTListing(listing)
+	rules, err := nftables.ParseListing(listing)
 	if err != nil {
 		return err
 	}

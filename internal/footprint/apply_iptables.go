@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
 // applyIPT applies one family's changes: rule deletions, then chain
@@ -68,7 +69,7 @@ func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *Report) (bo
 	lines := make([]string, 0, len(batch))
 	for _, c := range batch {
 		if c.rule != nil {
-			lines = append(lines, "-D"+strings.TrimPrefix(c.rule.line, "-A"))
+			lines = append(lines, "-D"+strings.TrimPrefix(c.rule.Line, "-A"))
 		} else {
 			lines = append(lines, "-F "+c.chain, "-X "+c.chain)
 		}
@@ -85,12 +86,12 @@ func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *Report) (bo
 func applyIPTOne(f *iptView, c iptChange, errs *errList, rep *Report) {
 	var err error
 	if c.rule != nil {
-		err = f.ipt.Delete(c.tableName(), c.rule.chain, c.rule.args()...)
+		err = f.ipt.Delete(c.tableName(), c.rule.Chain, c.rule.Args()...)
 	} else {
 		err = f.ipt.ClearAndDeleteChain(c.tableName(), c.chain)
 	}
 	if err != nil {
-		if isNotExist(err) {
+		if iptables.IsNotExist(err) {
 			return // gone meanwhile: not removed by this run
 		}
 		errs.add(fmt.Errorf("%s: %s: %w", f.name(), describeIPT(c), err))
@@ -105,13 +106,13 @@ func iptEntry(f *iptView, c iptChange) entry {
 	if c.rule == nil {
 		return entry{detail: c.chain, shape: shapeIPTChain, v6: f.v6, table: c.table}
 	}
-	return entry{detail: c.rule.line, shape: shapeIPTRule, v6: f.v6, table: c.table}
+	return entry{detail: c.rule.Line, shape: shapeIPTRule, v6: f.v6, table: c.table}
 }
 
 // describeIPT says what a change is, for errors.
 func describeIPT(c iptChange) string {
 	if c.rule != nil {
-		return c.tableName() + " rule " + c.rule.line
+		return c.tableName() + " rule " + c.rule.Line
 	}
 	return c.tableName() + " chain " + c.chain
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
 // applyByHandle deletes what of one table's changes (in iptOrder) the
@@ -50,20 +51,20 @@ func applyByHandle(f *iptView, table string, changes []iptChange, rep *Report) (
 	// place still jumps to.
 	slices.SortFunc(ruleItems, func(i, j int) int {
 		a, b := items[i].rule, items[j].rule
-		return cmp.Or(strings.Compare(a.chain, b.chain), cmp.Compare(a.pos, b.pos))
+		return cmp.Or(strings.Compare(a.Chain, b.Chain), cmp.Compare(a.Pos, b.Pos))
 	})
 	removed := map[string]int{} // by chain
 	for chunk := range slices.Chunk(ruleItems, iptDeleteChunk) {
 		rules := make([]host.ListedRule, len(chunk))
 		for k, i := range chunk {
 			r := items[i].rule
-			rules[k] = host.ListedRule{Line: r.line, Position: int(r.pos) - removed[r.chain]}
+			rules[k] = host.ListedRule{Line: r.Line, Position: int(r.Pos) - removed[r.Chain]}
 		}
 		out, _, err := hd.DeleteByHandle(table, rules, nil)
 		for k, o := range out {
 			note(chunk[k], o)
 			if o == host.Deleted || o == host.AlreadyGone {
-				removed[items[chunk[k]].rule.chain]++
+				removed[items[chunk[k]].rule.Chain]++
 			}
 		}
 		errs = append(errs, err)
@@ -71,7 +72,7 @@ func applyByHandle(f *iptView, table string, changes []iptChange, rep *Report) (
 	jumpedTo := map[string]bool{}
 	for _, i := range ruleItems {
 		if !settled[i] {
-			jumpedTo[items[i].rule.target()] = true
+			jumpedTo[items[i].rule.Target()] = true
 		}
 	}
 	chainItems = slices.DeleteFunc(chainItems, func(i int) bool { return jumpedTo[items[i].chain] })
@@ -107,10 +108,10 @@ const iptDeleteChunk = 8192
 // position returns r's index among the rules of its chain in the listing
 // the view holds now, or -1 when r is not of that listing (it was read
 // again since).
-func position(f *iptView, table string, r *rule) int {
-	rules, _ := f.rules(table, r.chain)
-	if int(r.pos) < len(rules) && &rules[r.pos] == r {
-		return int(r.pos)
+func position(f *iptView, table string, r *iptables.Rule) int {
+	rules, _ := f.rules(table, r.Chain)
+	if int(r.Pos) < len(rules) && &rules[r.Pos] == r {
+		return int(r.Pos)
 	}
 	return -1
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
 // The bridge plugin's ipMasq with the iptables backend (and ptp's) writes,
@@ -29,15 +31,15 @@ func (a Attachment) MasqChain() string { return a.chainName("CNI-") }
 func (a Attachment) MasqComment() string { return fmt.Sprintf("name: %q id: %q", a.Network, a.ID) }
 
 // ownsMasqJump reports whether r is this attachment's POSTROUTING jump.
-func (a Attachment) ownsMasqJump(r rule) bool {
-	return r.chain == postrouting && ownsCommented(r, a.MasqComment(), a.MasqChain())
+func (a Attachment) ownsMasqJump(r iptables.Rule) bool {
+	return r.Chain == postrouting && iptables.OwnsCommented(r, a.MasqComment(), a.MasqChain())
 }
 
 func (bridgeIPT) prove(v *view, set attSet) []claim {
 	var out []claim
 	for _, f := range v.families() {
 		for _, j := range masqJumps(v, f, set) {
-			if addr, ok := hostAddr(j.rule.source()); ok {
+			if addr, ok := iptables.HostAddr(j.rule.Source()); ok {
 				out = append(out, claim{addr, j.att})
 			}
 		}
@@ -58,11 +60,11 @@ func (bridgeIPT) holders(v *view, set attSet, addrs addrSet) []claim {
 		own := commentIndex(set, Attachment.MasqComment)
 		rules, _ := f.rules("nat", postrouting)
 		for _, r := range rules {
-			addr, ok := hostAddr(r.source())
-			if !ok || !isMasqComment(r.comment) || !addrs[addr] || ownerIn(r, own[r.comment], Attachment.ownsMasqJump) != nil {
+			addr, ok := iptables.HostAddr(r.Source())
+			if !ok || !isMasqComment(r.Comment) || !addrs[addr] || ownerIn(r, own[r.Comment], Attachment.ownsMasqJump) != nil {
 				continue
 			}
-			holder, _ := parseMasqComment(r.comment) // a cut comment names nobody for sure: held all the same
+			holder, _ := parseMasqComment(r.Comment) // a cut comment names nobody for sure: held all the same
 			out = append(out, claim{addr, holder})
 		}
 	}
@@ -90,11 +92,11 @@ func (bridgeIPT) discover(v *view, found attSet) {
 	for _, f := range v.families() {
 		rules, _ := f.rules("nat", postrouting)
 		for _, r := range rules {
-			if a, ok := parseMasqComment(r.comment); ok && v.known(a) {
+			if a, ok := parseMasqComment(r.Comment); ok && v.known(a) {
 				found[a] = true
 			}
 		}
-		f.listing("nat", postrouting).eachHead(func(chain, comment string) {
+		f.listing("nat", postrouting).EachHead(func(chain, comment string) {
 			if !strings.HasPrefix(chain, "CNI-") {
 				return
 			}
@@ -108,7 +110,7 @@ func (bridgeIPT) discover(v *view, found attSet) {
 // ownedRule is a rule and the attachment of the set it belongs to.
 type ownedRule struct {
 	att  Attachment
-	rule *rule
+	rule *iptables.Rule
 }
 
 // masqJumps returns the set's POSTROUTING jumps in family f. A Teardown
@@ -122,7 +124,7 @@ func masqJumps(v *view, f *iptView, set attSet) []ownedRule {
 	rules, _ := f.rules("nat", postrouting)
 	var out []ownedRule
 	for i := range rules {
-		if a := ownerIn(rules[i], own[rules[i].comment], Attachment.ownsMasqJump); a != nil {
+		if a := ownerIn(rules[i], own[rules[i].Comment], Attachment.ownsMasqJump); a != nil {
 			out = append(out, ownedRule{*a, &rules[i]})
 		}
 	}

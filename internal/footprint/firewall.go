@@ -2,6 +2,8 @@ package footprint
 
 import (
 	"net/netip"
+
+	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
 // The firewall plugin (iptables backend) writes, per workload address, in
@@ -100,7 +102,7 @@ func (firewallIPT) prevent(v *view, set attSet, pv *prevention) {
 
 // firewallRule is one of the firewall plugin's rules and its address.
 type firewallRule struct {
-	rule *rule
+	rule *iptables.Rule
 	addr netip.Addr
 }
 
@@ -119,12 +121,12 @@ func firewallRules(f *iptView) []firewallRule {
 
 // firewallRuleAddr returns the address of a rule exactly as the firewall
 // plugin writes it for one workload address, and nothing else.
-func firewallRuleAddr(r rule) (netip.Addr, bool) {
-	if r.chain != firewallChain {
+func firewallRuleAddr(r iptables.Rule) (netip.Addr, bool) {
+	if r.Chain != firewallChain {
 		return netip.Addr{}, false
 	}
 	var prefix string
-	switch s := r.args(); {
+	switch s := r.Args(); {
 	case len(s) == 8 && s[0] == "-d" && s[2] == "-m" && s[3] == "conntrack" && s[4] == "--ctstate" &&
 		s[5] == "RELATED,ESTABLISHED" && s[6] == "-j" && s[7] == "ACCEPT":
 		prefix = s[1]
@@ -133,7 +135,7 @@ func firewallRuleAddr(r rule) (netip.Addr, bool) {
 	default:
 		return netip.Addr{}, false
 	}
-	return hostAddr(prefix)
+	return iptables.HostAddr(prefix)
 }
 
 func sortedAddrs[V any](m map[netip.Addr]V) []netip.Addr {

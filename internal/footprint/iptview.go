@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
 // iptView is one IP family's iptables as a run reads it: each listing
@@ -20,7 +21,7 @@ type iptView struct {
 	errs  *errList
 
 	mu       sync.Mutex
-	listings map[string]*tableListing          // "table" (whole) or "table/chain"
+	listings map[string]*iptables.Listing      // "table" (whole) or "table/chain"
 	dropped  struct{ any, sweepsNothing bool } // what drop let go of
 	failed   bool                              // a listing failed: what it would show is unknown
 	saved    bool
@@ -32,27 +33,27 @@ func (f *iptView) name() string { return familyName(f.v6) }
 // rules returns the parsed rules of a chain; ok is false when the chain
 // does not exist or could not be listed (the latter is recorded). A
 // chain whose rules a sweep's listing did not keep is listed alone.
-func (f *iptView) rules(table, chain string) (rules []rule, ok bool) {
+func (f *iptView) rules(table, chain string) (rules []iptables.Rule, ok bool) {
 	l := f.listing(table, chain)
-	if exists, kept := l.has(chain); exists && !kept {
+	if exists, kept := l.Has(chain); exists && !kept {
 		l = f.listChain(table, chain)
 	}
-	rules, ok = l.chains[chain]
+	rules, ok = l.Chains[chain]
 	return rules, ok
 }
 
 // listed reports whether chain exists, by the listing that holds it.
 func (f *iptView) listed(table, chain string) bool {
-	exists, _ := f.listing(table, chain).has(chain)
+	exists, _ := f.listing(table, chain).Has(chain)
 	return exists
 }
 
 // listing returns a listing holding chain.
-func (f *iptView) listing(table, chain string) *tableListing {
+func (f *iptView) listing(table, chain string) *iptables.Listing {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.listings == nil {
-		f.listings = map[string]*tableListing{}
+		f.listings = map[string]*iptables.Listing{}
 	}
 	if f.whole {
 		if saver, ok := f.ipt.(host.Saver); ok {
@@ -67,7 +68,7 @@ func (f *iptView) listing(table, chain string) *tableListing {
 }
 
 // listChain returns a listing of chain alone.
-func (f *iptView) listChain(table, chain string) *tableListing {
+func (f *iptView) listChain(table, chain string) *iptables.Listing {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.read(table+"/"+chain, func() ([]string, error) { return f.ipt.List(table, chain) }, nil)
@@ -75,19 +76,19 @@ func (f *iptView) listChain(table, chain string) *tableListing {
 
 // read returns the listing under key, listing it the first time; f.mu is
 // held.
-func (f *iptView) read(key string, list func() ([]string, error), keep map[string]bool) *tableListing {
+func (f *iptView) read(key string, list func() ([]string, error), keep map[string]bool) *iptables.Listing {
 	if f.listings == nil {
-		f.listings = map[string]*tableListing{}
+		f.listings = map[string]*iptables.Listing{}
 	}
 	if l, done := f.listings[key]; done {
 		return l
 	}
 	lines, err := list()
-	if err != nil && !isNotExist(err) {
+	if err != nil && !iptables.IsNotExist(err) {
 		f.errs.add(fmt.Errorf("%s: listing %s: %w", f.name(), key, err))
 		f.failed = true
 	}
-	l := parseListing(lines, keep) // empty on error: nothing is deleted blind
+	l := iptables.ParseListing(lines, keep) // empty on error: nothing is deleted blind
 	f.listings[key] = l
 	return l
 }
@@ -118,7 +119,7 @@ func (f *iptView) saveAll(saver host.Saver) {
 		f.failed = true
 	}
 	for _, table := range []string{"nat", "filter"} {
-		f.listings[table] = parseListing(tables[table], sweptChains[table]) // empty on error: nothing is deleted blind
+		f.listings[table] = iptables.ParseListing(tables[table], sweptChains[table]) // empty on error: nothing is deleted blind
 	}
 }
 
@@ -213,7 +214,7 @@ func (f *iptView) dropHeads() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, l := range f.listings {
-		l.dropHeads()
+		l.DropHeads()
 	}
 }
 
@@ -237,7 +238,7 @@ func (f *iptView) sweepsNothing() bool {
 		return f.dropped.any && f.dropped.sweepsNothing
 	}
 	for _, l := range f.listings {
-		if l.keep == nil || !l.sweepsNothing() { // a chain listed alone says nothing of the others
+		if l.Keep == nil || !l.SweepsNothing(isAttachmentChain) { // a chain listed alone says nothing of the others
 			return false
 		}
 	}
@@ -258,16 +259,16 @@ func (f *iptView) forget(table, chain string) {
 // iptables-save, parsing each line as it comes.
 func (f *iptView) streamAll(s host.SaveStreamer) {
 	tables := []string{"nat", "filter"}
-	listings := map[string]*tableListing{}
+	listings := map[string]*iptables.Listing{}
 	for _, t := range tables {
-		listings[t] = newTableListing(sweptChains[t])
+		listings[t] = iptables.NewListing(sweptChains[t])
 	}
-	err := s.SaveEach(tables, func(table string, line []byte) { listings[table].add(line) })
+	err := s.SaveEach(tables, func(table string, line []byte) { listings[table].Add(line) })
 	if err != nil {
 		f.errs.add(fmt.Errorf("%s: listing all tables: %w", f.name(), err))
 		f.failed = true
 		for _, t := range tables {
-			listings[t] = newTableListing(nil) // nothing is deleted blind
+			listings[t] = iptables.NewListing(nil) // nothing is deleted blind
 		}
 	}
 	for t, l := range listings {

@@ -19,6 +19,7 @@ import (
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/nftables"
 )
 
 // The networks and ids of the captures in testdata/nftables (see its
@@ -172,7 +173,7 @@ func loadNFT(t *testing.T, capture string, drop ...string) *fakenft.NFTables {
 			t.Fatal(err)
 		}
 	} else {
-		rules, err := footprint.ParseNFTListing(raw)
+		rules, err := nftables.ParseListing(raw)
 		if err != nil {
 			t.Fatal(err)
 		}

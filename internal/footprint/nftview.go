@@ -8,6 +8,7 @@ import (
 
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/nfnetlink"
+	"github.com/seed1280861d/cninet/internal/nftables"
 )
 
 // KindNFTRule is an nftables rule removed by a run.
@@ -149,4 +150,16 @@ func ruleAddrs(r host.NFTRule) []netip.Addr {
 		}
 	}
 	return out
+}
+
+// The plugins' family, table and chain names: every listing shares one
+// copy of each.
+func init() {
+	for _, t := range nftTables {
+		nftables.ShareNames(t.Family, t.Name)
+	}
+	for chain := range nftHostportChains {
+		nftables.ShareNames(chain)
+	}
+	nftables.ShareNames(nftMasqChain)
 }

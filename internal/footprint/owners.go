@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+
+	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
 // chainsOf returns the chain name fn derives for each of the set's
@@ -22,14 +24,14 @@ func chainsOf(set attSet, fn func(Attachment) string) []string {
 func commentIndex(set attSet, comment func(Attachment) string) map[string][]Attachment {
 	index := make(map[string][]Attachment, len(set))
 	for _, a := range set.sorted() {
-		stored := storedComment(comment(a))
+		stored := iptables.StoredComment(comment(a))
 		index[stored] = append(index[stored], a)
 	}
 	return index
 }
 
 // ownerIn returns the candidate that owns r, nil when none does.
-func ownerIn(r rule, candidates []Attachment, owns func(Attachment, rule) bool) *Attachment {
+func ownerIn(r iptables.Rule, candidates []Attachment, owns func(Attachment, iptables.Rule) bool) *Attachment {
 	for i := range candidates {
 		if owns(candidates[i], r) {
 			return &candidates[i]

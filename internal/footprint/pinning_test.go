@@ -11,6 +11,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/utils"
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/nftables"
 	"sigs.k8s.io/knftables"
 )
 
@@ -159,7 +160,7 @@ func TestNFTMasqCommentIsTheOneInTheCaptures(t *testing.T) {
 		{"single-after-del", nil},
 	} {
 		t.Run(tc.capture, func(t *testing.T) {
-			rules, err := footprint.ParseNFTListing(readCapture(t, tc.capture+".json"))
+			rules, err := nftables.ParseListing(readCapture(t, tc.capture+".json"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
 // plan is what a run will change, by backend: planned completely before
@@ -24,10 +25,10 @@ type plan struct {
 
 // iptChange deletes a rule or a whole chain of an attachment.
 type iptChange struct {
-	rule  *rule  // a rule, or
-	chain string // a chain to flush and delete
-	att   uint32 // the attachment's index in plan.atts
-	table uint8  // index in iptTables
+	rule  *iptables.Rule // a rule, or
+	chain string         // a chain to flush and delete
+	att   uint32         // the attachment's index in plan.atts
+	table uint8          // index in iptTables
 }
 
 func (c iptChange) tableName() string { return iptTables[c.table] }
@@ -60,7 +61,7 @@ type linkChange struct {
 // them over and over.
 func (p *plan) growIPT(v6 bool, n int) { p.ipt[b2i(v6)] = slices.Grow(p.ipt[b2i(v6)], n) }
 
-func (p *plan) deleteRule(v6 bool, att Attachment, table string, r *rule) {
+func (p *plan) deleteRule(v6 bool, att Attachment, table string, r *iptables.Rule) {
 	p.ipt[b2i(v6)] = append(p.ipt[b2i(v6)], iptChange{att: p.atts.attIndex(att), table: iptTableIndex(table), rule: r})
 }
 

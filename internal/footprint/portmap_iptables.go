@@ -3,6 +3,8 @@ package footprint
 import (
 	"fmt"
 	"strings"
+
+	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
 // portmap with the iptables backend writes, per attachment and family, in
@@ -42,8 +44,8 @@ func (a Attachment) DNATComment() string {
 
 // ownsDNATJump reports whether r is this attachment's CNI-HOSTPORT-DNAT
 // jump.
-func (a Attachment) ownsDNATJump(r rule) bool {
-	return r.chain == hostportDNATChain && ownsCommented(r, a.DNATComment(), a.DNATChain())
+func (a Attachment) ownsDNATJump(r iptables.Rule) bool {
+	return r.Chain == hostportDNATChain && iptables.OwnsCommented(r, a.DNATComment(), a.DNATChain())
 }
 
 func (portmapIPT) prove(*view, attSet) []claim            { return nil }
@@ -56,7 +58,7 @@ func (portmapIPT) plan(v *view, set attSet, _ *evidence, p *plan) {
 			rules, _ := f.rules("nat", hostportDNATChain)
 			p.growIPT(f.v6, min(len(rules), len(set))+len(set)) // a jump and a chain each, at most
 			for i := range rules {
-				if a := ownerIn(rules[i], own[rules[i].comment], Attachment.ownsDNATJump); a != nil {
+				if a := ownerIn(rules[i], own[rules[i].Comment], Attachment.ownsDNATJump); a != nil {
 					p.deleteRule(f.v6, *a, "nat", &rules[i])
 				}
 			}
@@ -75,7 +77,7 @@ func (portmapIPT) discover(v *view, found attSet) {
 	for _, f := range v.families() {
 		rules, _ := f.rules("nat", hostportDNATChain)
 		for _, r := range rules {
-			if a, ok := parseDNATComment(v, r.comment); ok {
+			if a, ok := parseDNATComment(v, r.Comment); ok {
 				found[a] = true
 			}
 		}

@@ -6,13 +6,14 @@ import (
 	"testing"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
 // A Report keeps each change as a compact entry and renders the same Item
 // a run reported before entries were compact.
 func TestAReportRendersEachShapeAsItsItem(t *testing.T) {
 	a, b := Attachment{"n", "a"}, Attachment{"m", "b"}
-	jump := &rule{line: `-A POSTROUTING -s 198.18.0.2/32 -j CNI-x`, chain: postrouting}
+	jump := &iptables.Rule{Line: `-A POSTROUTING -s 198.18.0.2/32 -j CNI-x`, Chain: postrouting}
 	nft := &host.NFTRule{Family: "ip", Table: "cni_hostport", Chain: "hostports", Handle: 4}
 	v4, v6 := &iptView{}, &iptView{v6: true}
 	var rep Report
@@ -24,7 +25,7 @@ func TestAReportRendersEachShapeAsItsItem(t *testing.T) {
 	rep.note(a, entry{detail: "bwp0123", shape: shapeLink})
 	rep.note(b, entry{detail: "/var/lib/cni/cninet/withheld/m/b", shape: fileShape(KindIntentRecord)})
 	want := []Item{
-		{KindRule, "a", "n", "iptables", "iptables nat rule " + jump.line},
+		{KindRule, "a", "n", "iptables", "iptables nat rule " + jump.Line},
 		{KindChain, "a", "n", "ip6tables", "ip6tables nat chain CNI-x"},
 		{KindNFTRule, "b", "m", "nftables", "nftables rule ip cni_hostport hostports handle 4"},
 		{KindReservation, "b", "m", "files", "/run/cni/m/198.18.0.3"},

@@ -28,10 +28,10 @@ func TestASweepKeepsTheRulesOfSharedChainsOnly(t *testing.T) {
 	ipt := fakeipt.New().Load("nat", sweepNat)
 	f := &iptView{ipt: &fakeipt.Batching{IPTables: ipt}, whole: true, errs: &errList{}}
 	l := f.listing("nat", postrouting)
-	if got := len(l.chains[postrouting]); got != 1 {
+	if got := len(l.Chains[postrouting]); got != 1 {
 		t.Errorf("POSTROUTING kept %d rules, want 1", got)
 	}
-	if _, kept := l.chains["CNI-aaaa"]; kept {
+	if _, kept := l.Chains["CNI-aaaa"]; kept {
 		t.Error("the rules of an attachment's chain were kept by the table listing")
 	}
 	for _, chain := range []string{"CNI-aaaa", "CNI-empty", postrouting} {
@@ -43,12 +43,12 @@ func TestASweepKeepsTheRulesOfSharedChainsOnly(t *testing.T) {
 		t.Error("hasChain(CNI-none) = true for a chain that does not exist")
 	}
 	heads := map[string]string{}
-	l.eachHead(func(chain, comment string) { heads[chain] = comment })
+	l.EachHead(func(chain, comment string) { heads[chain] = comment })
 	if want := `name: "n" id: "a"`; heads["CNI-aaaa"] != want || heads["CNI-empty"] != "" || heads[postrouting] != want {
 		t.Errorf("heads = %q, want CNI-aaaa and POSTROUTING with %q, CNI-empty with none", heads, want)
 	}
 	rules, ok := f.rules("nat", "CNI-aaaa")
-	if !ok || len(rules) != 2 || !strings.Contains(rules[1].line, "MASQUERADE") {
+	if !ok || len(rules) != 2 || !strings.Contains(rules[1].Line, "MASQUERADE") {
 		t.Errorf("rules(CNI-aaaa) = %d rules, %v; want both, listed alone", len(rules), ok)
 	}
 	if calls := ipt.Calls(); !slices.Contains(calls, "List nat CNI-aaaa") {

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
 // view is the host as one run reads it: every listing, dump and file is
@@ -46,7 +47,7 @@ func newView(ctx context.Context, h Host, nets map[string]Network, whole bool, e
 			errs.add(fmt.Errorf("%s: %w: %w", familyName(v6), host.ErrIPTablesMissing, err))
 			continue
 		}
-		v.ipt[i] = &iptView{ipt: bindContext(ctx, ipt), v6: v6, whole: whole, errs: errs}
+		v.ipt[i] = &iptView{ipt: iptables.BindContext(ctx, ipt), v6: v6, whole: whole, errs: errs}
 		v.allIPT[i] = v.ipt[i]
 	}
 	v.nft = &nftView{ctx: ctx, errs: errs}

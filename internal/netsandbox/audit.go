@@ -3,12 +3,13 @@ package netsandbox
 import (
 	"fmt"
 
-	"github.com/seed1280861d/cninet/internal/footprint"
 	"io/fs"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/seed1280861d/cninet/internal/nftables"
 )
 
 // Snapshot is the state an attachment can leave on a host.
@@ -158,7 +159,7 @@ func snapshotNFT(rules map[string]bool) error {
 	if err != nil {
 		return fmt.Errorf("nft -j list ruleset: %w", err)
 	}
-	parsed, err := footprint.ParseNFTListing(out)
+	parsed, err := nftables.ParseListing(out)
 	if err != nil {
 		return err
 	}

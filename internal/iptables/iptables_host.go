@@ -1,4 +1,4 @@
-package footprint
+package iptables
 
 import (
 	"bytes"
@@ -29,19 +29,19 @@ type hostIPTables struct {
 	// locking says the binaries take the xtables lock (iptables-legacy);
 	// iptables-nft accepts -w and ignores it.
 	locking bool
-	run     commandRunner
+	run     Runner
 	holder  func(lockFile string) (pid int, held bool)
 
 	ctx     context.Context // nil: unbound
 	lockEnd time.Time       // when lock waits must be over (bound only)
 }
 
-// commandRunner runs one command under ctx and returns its stdout and
+// Runner runs one command under ctx and returns its stdout and
 // stderr; tests replace it.
-type commandRunner func(ctx context.Context, bin string, stdin []byte, args ...string) (stdout, stderr string, err error)
+type Runner func(ctx context.Context, bin string, stdin []byte, args ...string) (stdout, stderr string, err error)
 
-// NewHostIPTables opens the host's iptables (ipv6 false) or ip6tables.
-func NewHostIPTables(ipv6 bool) (host.IPTables, error) {
+// New opens the host's iptables (ipv6 false) or ip6tables.
+func New(ipv6 bool) (host.IPTables, error) {
 	proto, list, save, restore := iptables.ProtocolIPv4, "iptables", "iptables-save", "iptables-restore"
 	if ipv6 {
 		proto, list, save, restore = iptables.ProtocolIPv6, "ip6tables", "ip6tables-save", "ip6tables-restore"
@@ -61,6 +61,16 @@ func NewHostIPTables(ipv6 bool) (host.IPTables, error) {
 		return nf, nil
 	}
 	return h, nil
+}
+
+// NewEmulated returns the default IPTables over commands that run runs
+// instead of processes: iptables, iptables-save and iptables-restore,
+// taking the xtables lock as iptables-legacy does when locking, holder
+// saying who holds it. It is for tests that emulate iptables (see
+// fakeipt.Legacy); cninet itself uses New.
+func NewEmulated(run Runner, locking bool, holder func(lockFile string) (pid int, held bool)) host.IPTables {
+	return &hostIPTables{list: "iptables", save: "iptables-save", restore: "iptables-restore", locking: locking,
+		run: run, holder: holder}
 }
 
 // onNFTables returns h's iptables with netlink probes when the binary
@@ -127,7 +137,7 @@ func (h *hostIPTables) ClearAndDeleteChain(table, chain string) error {
 	}
 	for _, op := range []string{"-F", "-X"} {
 		if _, err := h.iptables("-t", table, op, chain); err != nil {
-			if isNotExist(err) {
+			if IsNotExist(err) {
 				return nil
 			}
 			return err
@@ -154,7 +164,7 @@ func (h *hostIPTables) SaveAll() (map[string][]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return saveToListings(out), nil
+	return SaveToListings(out), nil
 }
 
 // ListTable implements TableLister.

@@ -3,6 +3,8 @@ package footprint
 import (
 	"fmt"
 	"testing"
+
+	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
 // BenchmarkParseListing parses a 10,000-rule `iptables -S` listing.
@@ -17,7 +19,7 @@ func BenchmarkParseListing(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if l := parseListing(lines, nil); len(l.chains) == 0 {
+		if l := iptables.ParseListing(lines, nil); len(l.Chains) == 0 {
 			b.Fatal("nothing parsed")
 		}
 	}

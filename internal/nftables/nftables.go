@@ -1,4 +1,4 @@
-package footprint
+package nftables
 
 import (
 	"bytes"
@@ -23,9 +23,9 @@ type hostNFTables struct {
 	bin string
 }
 
-// NewHostNFTables opens the host's nftables; ErrNFTablesMissing when nft
+// New opens the host's nftables; ErrNFTablesMissing when nft
 // is not installed.
-func NewHostNFTables() (host.NFTables, error) {
+func New() (host.NFTables, error) {
 	bin, err := exec.LookPath("nft")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", host.ErrNFTablesMissing, err)
@@ -120,17 +120,17 @@ func (h *hostNFTables) listTable(ctx context.Context, t host.NFTable, keepExpr b
 	return rules, nil
 }
 
-// NFTablesHandle opens nftables once for every cleaner of one
+// Handle opens nftables once for every cleaner of one
 // Configurator. A host without nft is asked again next time (nft may have
 // been installed since); the zero value opens the host's.
-type NFTablesHandle struct {
+type Handle struct {
 	Open func() (host.NFTables, error)
 	mu   sync.Mutex
 	nft  host.NFTables
 }
 
 // Get returns the NFTables.
-func (h *NFTablesHandle) Get() (host.NFTables, error) {
+func (h *Handle) Get() (host.NFTables, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.nft != nil {
@@ -138,7 +138,7 @@ func (h *NFTablesHandle) Get() (host.NFTables, error) {
 	}
 	open := h.Open
 	if open == nil {
-		open = NewHostNFTables
+		open = New
 	}
 	nft, err := open()
 	if err != nil {

@@ -1,4 +1,4 @@
-package footprint
+package iptables
 
 import (
 	"context"
@@ -9,15 +9,15 @@ import (
 	"github.com/seed1280861d/cninet/host"
 )
 
-// bindContext returns ipt bound to ctx where it is a ContextBinder.
-func bindContext(ctx context.Context, ipt host.IPTables) host.IPTables {
+// BindContext returns ipt bound to ctx where it is a ContextBinder.
+func BindContext(ctx context.Context, ipt host.IPTables) host.IPTables {
 	if b, ok := ipt.(host.ContextBinder); ok && ctx != nil {
 		return b.WithContext(ctx)
 	}
 	return ipt
 }
 
-// isNotExist reports whether err says a chain or rule does not exist, for
+// IsNotExist reports whether err says a chain or rule does not exist, for
 // go-iptables errors and for fakes that mimic iptables' messages.
 //
 // iptables 1.8.9 with the nf_tables backend (Debian 12's) answers `-S` of
@@ -30,7 +30,7 @@ func bindContext(ctx context.Context, ipt host.IPTables) host.IPTables {
 // A failure to have the xtables lock is never absence, though go-iptables'
 // own IsNotExist says so when the lock file cannot be opened ("No such
 // file or directory").
-func isNotExist(err error) bool {
+func IsNotExist(err error) bool {
 	if errors.Is(err, host.ErrXtablesLock) || mentionsLock(err.Error()) {
 		return false
 	}
@@ -46,7 +46,7 @@ func isNotExist(err error) bool {
 
 // Tables opens iptables and ip6tables once each, for every cleaner of one
 // Configurator; a failed open (say, ip6tables missing) is retried on the
-// next use. The zero value opens the host's with NewHostIPTables.
+// next use. The zero value opens the host's with New.
 type Tables struct {
 	Open   func(ipv6 bool) (host.IPTables, error)
 	mu     sync.Mutex
@@ -69,7 +69,7 @@ func (t *Tables) Get(ipv6 bool) (host.IPTables, error) {
 	}
 	open := t.Open
 	if open == nil {
-		open = NewHostIPTables
+		open = New
 	}
 	ipt, err := open(ipv6)
 	if err != nil {

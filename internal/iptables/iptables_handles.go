@@ -1,4 +1,4 @@
-package footprint
+package iptables
 
 import (
 	"net/netip"
@@ -33,8 +33,8 @@ func (h *nfIPTables) DeleteByHandle(table string, rules []host.ListedRule, chain
 	kept := map[string]bool{} // chains a rule that stays may jump to
 	for i, lr := range rules {
 		if ruleOut[i] == host.NotDeleted {
-			if r, ok := parseRule(lr.Line); ok {
-				kept[r.target()] = true
+			if r, ok := ParseRule(lr.Line); ok {
+				kept[r.Target()] = true
 			}
 		}
 	}
@@ -61,12 +61,12 @@ func (h *nfIPTables) DeleteByHandle(table string, rules []host.ListedRule, chain
 // its prefix, as nf_tables compares it) and the name of the chain or
 // extension it jumps to. ok is false for a line it cannot read.
 func iptablesTarget(lr host.ListedRule) (nfnetlink.Target, bool) {
-	r, ok := parseRule(lr.Line)
+	r, ok := ParseRule(lr.Line)
 	if !ok || lr.Position < 0 {
 		return nfnetlink.Target{}, false
 	}
-	t := nfnetlink.Target{Chain: r.chain, Pos: lr.Position, Comment: r.comment, XtComment: true}
-	spec := r.args()
+	t := nfnetlink.Target{Chain: r.Chain, Pos: lr.Position, Comment: r.Comment, XtComment: true}
+	spec := r.Args()
 	for i := 0; i+1 < len(spec); i++ {
 		switch spec[i] {
 		case "-s", "--source", "-d", "--destination", "--to-destination", "--to-source", "--to":
@@ -79,11 +79,11 @@ func iptablesTarget(lr host.ListedRule) (nfnetlink.Target, bool) {
 			}
 		}
 	}
-	switch r.target() {
+	switch r.Target() {
 	case "", "ACCEPT", "DROP", "RETURN", "QUEUE":
 		// verdicts are numbers in nf_tables, not names
 	default:
-		t.Needles = append(t.Needles, []byte(r.target()))
+		t.Needles = append(t.Needles, []byte(r.Target()))
 	}
 	return t, true
 }

@@ -1,4 +1,4 @@
-package footprint
+package nftables
 
 import (
 	"bytes"
@@ -41,14 +41,14 @@ type (
 	}
 )
 
-// ParseNFTListing reads the rules of `nft -j list table|chain|ruleset`
+// ParseListing reads the rules of `nft -j list table|chain|ruleset`
 // output. Objects other than rules (tables, chains, metainfo) are skipped;
 // an expression it does not know leaves the rule's addresses as they are.
-func ParseNFTListing(out []byte) ([]host.NFTRule, error) {
+func ParseListing(out []byte) ([]host.NFTRule, error) {
 	return readNFTListing(bytes.NewReader(out), true, nil, nil)
 }
 
-// readNFTListing is ParseNFTListing reading from a stream, appending to
+// readNFTListing is ParseListing reading from a stream, appending to
 // rules: one object of the listing is decoded at a time, so a big table
 // is never held as text and as parsed rules at once. Without keepExpr the
 // rules' Expr is dropped once read: most of a rule's size, needed only to
@@ -136,18 +136,18 @@ func parseNFTRule(jr *nftJSONRule) (host.NFTRule, error) {
 	return r, nil
 }
 
-// nftNames are the family, table and chain names of the plugins' rules:
-// a listing of tens of thousands of rules shares one copy of each.
+// nftNames are the family, table and chain names of the plugins' rules
+// (ShareNames): a listing of tens of thousands of rules shares one copy of
+// each.
 var nftNames = map[string]string{}
 
-func init() {
-	for _, t := range nftTables {
-		nftNames[t.Family], nftNames[t.Name] = t.Family, t.Name
+// ShareNames makes every listing share one copy of each of names, which
+// it then holds for every rule that names them. It is for package
+// initialization: it must not run while a listing is read.
+func ShareNames(names ...string) {
+	for _, n := range names {
+		nftNames[n] = n
 	}
-	for chain := range nftHostportChains {
-		nftNames[chain] = chain
-	}
-	nftNames[nftMasqChain] = nftMasqChain
 }
 
 // nftName returns the shared copy of a name the plugins use, else s.

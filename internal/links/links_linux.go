@@ -1,4 +1,4 @@
-package footprint
+package links
 
 import (
 	"errors"
@@ -10,8 +10,8 @@ import (
 // hostLinks is the default Links: rtnetlink in the caller's namespace.
 type hostLinks struct{}
 
-// NewHostLinks opens the host's network devices.
-func NewHostLinks() (host.Links, error) { return hostLinks{}, nil }
+// New opens the host's network devices.
+func New() (host.Links, error) { return hostLinks{}, nil }
 
 func (hostLinks) LinkExists(name string) (bool, error) {
 	_, err := netlink.LinkByName(name)

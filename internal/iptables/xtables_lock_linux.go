@@ -1,4 +1,4 @@
-package footprint
+package iptables
 
 import (
 	"bufio"

@@ -1,37 +1,9 @@
-package footprint
+package iptables
 
 import (
 	"fmt"
-	"os"
-	"strings"
 	"testing"
 )
-
-func TestSaveToListingsReadsIPTablesSaveAsPerTableListings(t *testing.T) {
-	dump, err := os.ReadFile("../../testdata/iptables/bridge-dual.iptables-save")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tables := saveToListings(string(dump))
-	nat := parseListing(tables["nat"], nil)
-	post, ok := nat.chains["POSTROUTING"]
-	if !ok || len(post) != 3 {
-		t.Fatalf("POSTROUTING: %d rules (exists %v), want 3", len(post), ok)
-	}
-	o := Attachment{Network: "nomad", ID: "alloc-1"}
-	if rules, ok := nat.chains[o.DNATChain()]; !ok || len(rules) != 9 {
-		t.Fatalf("%s: %d rules (exists %v), want 9", o.DNATChain(), len(rules), ok)
-	}
-	if !strings.HasPrefix(tables["nat"][0], "-P PREROUTING ACCEPT") {
-		t.Errorf("built-in chain rendered as %q, want a -P line", tables["nat"][0])
-	}
-	if fwd := parseListing(tables["filter"], nil).chains[firewallChain]; len(fwd) != 5 {
-		t.Errorf("CNI-FORWARD: %d rules, want 5", len(fwd))
-	}
-	if _, ok := parseListing(tables["filter"], nil).chains["NOMAD-ADMIN"]; !ok {
-		t.Error("an empty user chain (NOMAD-ADMIN) was lost")
-	}
-}
 
 // TestIsNotExistReadsIPTablesWordsForAbsenceOnly feeds isNotExist what
 // iptables 1.8.9 (nf_tables and legacy) printed, in go-iptables' wrapping.
@@ -51,7 +23,7 @@ func TestIsNotExistReadsIPTablesWordsForAbsenceOnly(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := fmt.Errorf("running [iptables -t nat -S NOPE --wait]: exit status 1: %s", tc.stderr)
-			if got := isNotExist(err); got != tc.absent {
+			if got := IsNotExist(err); got != tc.absent {
 				t.Errorf("isNotExist = %v, want %v", got, tc.absent)
 			}
 		})

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/seed1280861d/cninet/internal/fakeipt"
+	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
 // FuzzParseRule checks the rule parser on arbitrary lines (it must not
@@ -19,12 +20,12 @@ func FuzzParseRule(f *testing.F) {
 	f.Add(`-A CNI-FORWARD -d 198.18.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`, strings.Repeat("n", 100), strings.Repeat("i", 150)+"a", strings.Repeat("n", 100), strings.Repeat("i", 150)+"b")
 	f.Add(`-A X "unterminated`, "a", "b", "a", "b\\")
 	f.Fuzz(func(t *testing.T, line, netA, idA, netB, idB string) {
-		if r, ok := parseRule(line); ok {
-			fields, _ := splitRuleLine(line)
-			if r.chain == "" {
+		if r, ok := iptables.ParseRule(line); ok {
+			fields, _ := iptables.SplitRuleLine(line)
+			if r.Chain == "" {
 				t.Fatalf("parsed %q into a rule without a chain", line)
 			}
-			for _, v := range []string{r.target(), r.source()} {
+			for _, v := range []string{r.Target(), r.Source()} {
 				if v != "" && !slices.Contains(fields, v) {
 					t.Fatalf("parsed %q with -j or -s %q, not one of its fields", line, v)
 				}
@@ -36,30 +37,30 @@ func FuzzParseRule(f *testing.F) {
 			}
 		}
 		a, b := Attachment{netA, idA}, Attachment{netB, idB}
-		masq := mustParse(t, "POSTROUTING", "-s", "198.18.0.2/32", "-m", "comment", "--comment", storedComment(a.MasqComment()), "-j", a.MasqChain())
-		dnat := mustParse(t, hostportDNATChain, "-p", "tcp", "-m", "comment", "--comment", storedComment(a.DNATComment()), "-m", "multiport", "--dports", "80", "-j", a.DNATChain())
+		masq := mustParse(t, "POSTROUTING", "-s", "198.18.0.2/32", "-m", "comment", "--comment", iptables.StoredComment(a.MasqComment()), "-j", a.MasqChain())
+		dnat := mustParse(t, hostportDNATChain, "-p", "tcp", "-m", "comment", "--comment", iptables.StoredComment(a.DNATComment()), "-m", "multiport", "--dports", "80", "-j", a.DNATChain())
 		if !a.ownsMasqJump(masq) || !a.ownsDNATJump(dnat) {
 			t.Fatalf("%+v does not own its own rules", a)
 		}
 		if a != b && (b.ownsMasqJump(masq) || b.ownsDNATJump(dnat)) {
 			t.Fatalf("%+v claims a rule of %+v", b, a)
 		}
-		if got, ok := parseMasqComment(masq.comment); ok && got != a {
+		if got, ok := parseMasqComment(masq.Comment); ok && got != a {
 			t.Fatalf("%+v's rule is attributed to %+v", a, got)
 		}
 		known := &view{nets: map[string]Network{netB: {Name: netB}}}
-		if got, ok := parseDNATComment(known, dnat.comment); ok && got != a {
+		if got, ok := parseDNATComment(known, dnat.Comment); ok && got != a {
 			t.Fatalf("network %q attributes %+v's DNAT rule to %+v", netB, a, got)
 		}
 	})
 }
 
 // mustParse formats a rule as iptables -S prints it and parses it back.
-func mustParse(t *testing.T, chain string, spec ...string) rule {
+func mustParse(t *testing.T, chain string, spec ...string) iptables.Rule {
 	line := "-A " + chain + " " + fakeipt.Format(spec)
-	r, ok := parseRule(line)
-	if !ok || !reflect.DeepEqual(r.args(), spec) {
-		t.Fatalf("%q parsed back as %q", line, r.args())
+	r, ok := iptables.ParseRule(line)
+	if !ok || !reflect.DeepEqual(r.Args(), spec) {
+		t.Fatalf("%q parsed back as %q", line, r.Args())
 	}
 	return r
 }

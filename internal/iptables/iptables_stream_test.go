@@ -1,4 +1,4 @@
-package footprint
+package iptables
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ func TestReadSaveStreamsTheLinesSaveToListingsWouldKeep(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := saveToListings(string(dump))
+			want := SaveToListings(string(dump))
 			for table, lines := range want {
 				if !slices.Contains(tc.tables, table) {
 					if len(got[table]) > 0 {

@@ -1,4 +1,4 @@
-package footprint
+package iptables
 
 import (
 	"bytes"
@@ -7,14 +7,14 @@ import (
 	"strings"
 )
 
-// rule is one line of `iptables -S` output: "-A <chain> <spec…>". A GC
-// sweep holds every rule of the host's nat and filter tables, so a rule
+// Rule is one line of `iptables -S` output: "-A <chain> <spec…>". A GC
+// sweep holds every Rule of the host's nat and filter tables, so a Rule
 // keeps only substrings of its line (and a comment that had escapes).
-type rule struct {
-	line    string // as listed, for iptables-restore
-	chain   string
-	comment string // the value of --comment, if any
-	pos     int32  // its index among the rules of its chain, in the listing
+type Rule struct {
+	Line    string // as listed, for iptables-restore
+	Chain   string
+	Comment string // the value of --comment, if any
+	Pos     int32  // its index among the rules of its chain, in the listing
 	// where in line the values of -j and -s are, if any (never quoted)
 	targetAt, sourceAt span
 }
@@ -23,8 +23,8 @@ type rule struct {
 // rules, so a rule keeps spans rather than strings.
 type span struct{ at, n uint16 }
 
-func (r rule) target() string { return r.line[r.targetAt.at:][:r.targetAt.n] }
-func (r rule) source() string { return r.line[r.sourceAt.at:][:r.sourceAt.n] }
+func (r Rule) Target() string { return r.Line[r.targetAt.at:][:r.targetAt.n] }
+func (r Rule) Source() string { return r.Line[r.sourceAt.at:][:r.sourceAt.n] }
 
 // fieldSpan is where a field is, or an empty span for a quoted one (never
 // written so by iptables for -j or -s: such a rule is attributed to
@@ -40,21 +40,21 @@ func fieldSpan(field string, at int) span {
 // beyond what iptables writes (a comment has 255 bytes at most).
 const maxRuleLine = 1<<16 - 1
 
-// args returns the arguments after "-A <chain>", as Delete wants them,
+// Args returns the arguments after "-A <chain>", as Delete wants them,
 // split from the line when asked for.
-func (r rule) args() []string {
-	fields, err := splitRuleLine(r.line)
+func (r Rule) Args() []string {
+	fields, err := SplitRuleLine(r.Line)
 	if err != nil || len(fields) < 2 {
 		return nil
 	}
 	return fields[2:]
 }
 
-// parseRule parses an append line of `iptables -S`; ok is false for chain
+// ParseRule parses an append line of `iptables -S`; ok is false for chain
 // declarations (-N, -P) and for anything it cannot read.
-func parseRule(line string) (r rule, ok bool) {
+func ParseRule(line string) (r Rule, ok bool) {
 	if len(line) > maxRuleLine {
-		return rule{}, false
+		return Rule{}, false
 	}
 	n, key, bad := 0, "", false
 	err := eachRuleField(line, func(field string, at int) {
@@ -62,9 +62,9 @@ func parseRule(line string) (r rule, ok bool) {
 		case n == 1:
 			bad = field != "-A"
 		case n == 2:
-			r.chain = field
+			r.Chain = field
 		case key == "--comment":
-			r.comment = field
+			r.Comment = field
 		case key == "-j":
 			r.targetAt = fieldSpan(field, at)
 		case key == "-s":
@@ -74,17 +74,17 @@ func parseRule(line string) (r rule, ok bool) {
 			key = field
 		}
 	})
-	if err != nil || bad || n < 2 || r.chain == "" {
-		return rule{}, false
+	if err != nil || bad || n < 2 || r.Chain == "" {
+		return Rule{}, false
 	}
-	r.line = line
+	r.Line = line
 	return r, true
 }
 
-// splitRuleLine splits like iptables-save quotes: a value containing
+// SplitRuleLine splits like iptables-save quotes: a value containing
 // anything but [A-Za-z0-9_-] is wrapped in double quotes, with `"`, `\` and
 // `'` escaped by a backslash. Fields without escapes are not copied.
-func splitRuleLine(line string) ([]string, error) {
+func SplitRuleLine(line string) ([]string, error) {
 	if !strings.ContainsRune(line, '"') {
 		return strings.Fields(line), nil // most rules: no comment, nothing quoted
 	}
@@ -148,16 +148,16 @@ func quotedField(line string, start int) (field string, next int, err error) {
 	return "", 0, errors.New("unterminated quote")
 }
 
-// tableListing is a parsed `iptables -S` listing of one chain or table.
+// Listing is a parsed `iptables -S` listing of one chain or table.
 // A sweep's listing of a whole table keeps the rules of the shared chains
 // only (keep); of every other chain it keeps that it exists and its first
 // rule's comment, which is all a sweep reads of the attachments' own
 // chains (they go whole, flushed and deleted by name). At ten thousand
 // attachments their rules are half of the table.
-type tableListing struct {
-	chains map[string][]rule    // every chain declared (-N, -P) or appended to, with its rules where kept
+type Listing struct {
+	Chains map[string][]Rule    // every chain declared (-N, -P) or appended to, with its rules where kept
 	heads  map[string]chainHead // chains whose rules are not kept
-	keep   map[string]bool      // nil: every chain's rules
+	Keep   map[string]bool      // nil: every chain's rules
 	// lines holds the kept rules' lines, which a report keeps; comments
 	// their comments unescaped; names the other chains' names and first
 	// comments, which a sweep lets go of once it has planned (dropHeads).
@@ -170,24 +170,24 @@ type chainHead struct {
 	ruled   bool   // it has a rule
 }
 
-func newTableListing(keep map[string]bool) *tableListing {
-	return &tableListing{chains: map[string][]rule{}, heads: map[string]chainHead{}, keep: keep}
+func NewListing(keep map[string]bool) *Listing {
+	return &Listing{Chains: map[string][]Rule{}, heads: map[string]chainHead{}, Keep: keep}
 }
 
-// parseListing parses lines, keeping the rules of the chains keep names
+// ParseListing parses lines, keeping the rules of the chains keep names
 // (nil: of every chain).
-func parseListing(lines []string, keep map[string]bool) *tableListing {
-	l := newTableListing(keep)
+func ParseListing(lines []string, keep map[string]bool) *Listing {
+	l := NewListing(keep)
 	for _, line := range lines {
-		l.add([]byte(line))
+		l.Add([]byte(line))
 	}
 	return l
 }
 
-// add reads one more line of the listing. line is not kept: what is kept
+// Add reads one more line of the listing. line is not kept: what is kept
 // of it is copied, and nothing of a line whose chain is not kept but for
 // the chain's name and first comment.
-func (l *tableListing) add(line []byte) {
+func (l *Listing) Add(line []byte) {
 	verb, chain, _ := cutField(line)
 	switch {
 	case len(chain) == 0:
@@ -197,13 +197,13 @@ func (l *tableListing) add(line []byte) {
 		if l.heads[string(chain)].ruled {
 			return
 		}
-		if r, ok := parseRule(string(line)); ok {
-			l.heads[l.names.keep(chain)] = chainHead{comment: l.names.keepString(r.comment), ruled: true}
+		if r, ok := ParseRule(string(line)); ok {
+			l.heads[l.names.keep(chain)] = chainHead{comment: l.names.keepString(r.Comment), ruled: true}
 		}
 	case string(verb) != "-N" && string(verb) != "-P":
 	case l.kept(chain):
-		if _, ok := l.chains[string(chain)]; !ok {
-			l.chains[l.comments.keep(chain)] = nil
+		if _, ok := l.Chains[string(chain)]; !ok {
+			l.Chains[l.comments.keep(chain)] = nil
 		}
 	default:
 		if _, seen := l.heads[string(chain)]; !seen {
@@ -213,21 +213,21 @@ func (l *tableListing) add(line []byte) {
 }
 
 // addRule adds a rule of a kept chain; line is already in l.lines.
-func (l *tableListing) addRule(line string) {
-	r, ok := parseRule(line)
+func (l *Listing) addRule(line string) {
+	r, ok := ParseRule(line)
 	if !ok {
 		return
 	}
-	if i := strings.Index(line, r.comment); i >= 0 {
-		r.comment = line[i : i+len(r.comment)]
+	if i := strings.Index(line, r.Comment); i >= 0 {
+		r.Comment = line[i : i+len(r.Comment)]
 	} else {
-		r.comment = l.comments.keepString(r.comment) // unescaped: not in the line as listed
+		r.Comment = l.comments.keepString(r.Comment) // unescaped: not in the line as listed
 	}
-	if _, ok := l.chains[r.chain]; !ok {
-		l.chains[r.chain] = nil
+	if _, ok := l.Chains[r.Chain]; !ok {
+		l.Chains[r.Chain] = nil
 	}
-	r.pos = int32(len(l.chains[r.chain]))
-	l.chains[r.chain] = append(l.chains[r.chain], r)
+	r.Pos = int32(len(l.Chains[r.Chain]))
+	l.Chains[r.Chain] = append(l.Chains[r.Chain], r)
 }
 
 // cutField returns the first two fields of line and the rest.
@@ -237,7 +237,7 @@ func cutField(line []byte) (first, second, rest []byte) {
 	return first, bytes.TrimSpace(second), rest
 }
 
-func (l *tableListing) kept(chain []byte) bool { return l.keep == nil || l.keep[string(chain)] }
+func (l *Listing) kept(chain []byte) bool { return l.Keep == nil || l.Keep[string(chain)] }
 
 // textArena keeps strings in shared blocks: a sweep keeps tens of
 // thousands of rule lines and chain names, which one allocation each
@@ -276,45 +276,46 @@ func (a *textArena) room(n int) int {
 	return a.block.Len()
 }
 
-// dropHeads lets go of what the listing keeps of the chains whose rules
+// DropHeads lets go of what the listing keeps of the chains whose rules
 // it does not keep: once a sweep has planned, only the kept rules are
 // read.
-func (l *tableListing) dropHeads() {
+func (l *Listing) DropHeads() {
 	l.heads, l.names = nil, textArena{}
 }
 
-// has reports whether chain exists, and whether its rules were kept.
-func (l *tableListing) has(chain string) (exists, rulesKept bool) {
-	if _, ok := l.chains[chain]; ok {
+// Has reports whether chain exists, and whether its rules were kept.
+func (l *Listing) Has(chain string) (exists, rulesKept bool) {
+	if _, ok := l.Chains[chain]; ok {
 		return true, true
 	}
 	_, ok := l.heads[chain]
 	return ok, false
 }
 
-// sweepsNothing reports whether a sweep could remove nothing the listing
-// holds: no rule of a kept chain, no chain named as an attachment's.
-func (l *tableListing) sweepsNothing() bool {
-	for _, rules := range l.chains {
+// SweepsNothing reports whether a sweep could remove nothing the listing
+// holds: no rule of a kept chain, no chain that ownChain says an
+// attachment could own.
+func (l *Listing) SweepsNothing(ownChain func(chain string) bool) bool {
+	for _, rules := range l.Chains {
 		if len(rules) > 0 {
 			return false
 		}
 	}
 	for chain := range l.heads {
-		if isAttachmentChain(chain) {
+		if ownChain(chain) {
 			return false
 		}
 	}
 	return true
 }
 
-// eachHead calls fn with every chain and its first rule's comment ("" for
+// EachHead calls fn with every chain and its first rule's comment ("" for
 // none, or an empty chain).
-func (l *tableListing) eachHead(fn func(chain, comment string)) {
-	for chain, rules := range l.chains {
+func (l *Listing) EachHead(fn func(chain, comment string)) {
+	for chain, rules := range l.Chains {
 		comment := ""
 		if len(rules) > 0 {
-			comment = rules[0].comment
+			comment = rules[0].Comment
 		}
 		fn(chain, comment)
 	}
@@ -323,9 +324,9 @@ func (l *tableListing) eachHead(fn func(chain, comment string)) {
 	}
 }
 
-// hostAddr parses "<ip>/32", "<ip>/128" or a bare IP; ok is false for
+// HostAddr parses "<ip>/32", "<ip>/128" or a bare IP; ok is false for
 // anything wider than one address.
-func hostAddr(s string) (netip.Addr, bool) {
+func HostAddr(s string) (netip.Addr, bool) {
 	if p, err := netip.ParsePrefix(s); err == nil {
 		return p.Addr().Unmap(), p.IsSingleIP()
 	}
@@ -337,29 +338,29 @@ func hostAddr(s string) (netip.Addr, bool) {
 // ones silently.
 const maxStoredComment = 255
 
-// storedComment is a comment as iptables lists it.
-func storedComment(c string) string {
+// StoredComment is a comment as iptables lists it.
+func StoredComment(c string) string {
 	if len(c) > maxStoredComment {
 		return c[:maxStoredComment]
 	}
 	return c
 }
 
-// ownsCommented reports whether r carries comment (as iptables stores it)
+// OwnsCommented reports whether r carries comment (as iptables stores it)
 // and, when the stored comment was cut and so names the id only partly (a
 // cut "id: \"ab" may stand for "ab" or "abc"), jumps to chain, which is
 // derived from the whole id.
-func ownsCommented(r rule, comment, chain string) bool {
-	if r.comment != storedComment(comment) {
+func OwnsCommented(r Rule, comment, chain string) bool {
+	if r.Comment != StoredComment(comment) {
 		return false
 	}
-	return len(comment) <= maxStoredComment || r.target() == chain
+	return len(comment) <= maxStoredComment || r.Target() == chain
 }
 
-// saveToListings turns iptables-save output into `iptables -S` lines per
+// SaveToListings turns iptables-save output into `iptables -S` lines per
 // table: ":CHAIN POLICY [n:m]" becomes "-P CHAIN POLICY" for built-in
 // chains and "-N CHAIN" for the others ("-" policy); rules stay as they are.
-func saveToListings(save string) map[string][]string {
+func SaveToListings(save string) map[string][]string {
 	tables := map[string][]string{}
 	table := ""
 	for _, line := range strings.Split(save, "\n") {

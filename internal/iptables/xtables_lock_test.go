@@ -1,13 +1,10 @@
-package footprint
+package iptables
 
 import (
 	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -21,18 +18,9 @@ import (
 // not have the lock, by command (testdata/iptables/xtables-lock.txt).
 func capturedLockMessages(t *testing.T) map[string]string {
 	t.Helper()
-	raw, err := os.ReadFile("../../testdata/iptables/xtables-lock.txt")
+	msgs, err := fakeipt.LockMessages("../../testdata/iptables/xtables-lock.txt")
 	if err != nil {
 		t.Fatal(err)
-	}
-	msgs, cmd := map[string]string{}, ""
-	for _, line := range strings.Split(string(raw), "\n") {
-		switch {
-		case strings.HasPrefix(line, "### "):
-			cmd = strings.TrimPrefix(line, "### ")
-		case cmd != "" && !strings.HasPrefix(line, "exit status "):
-			msgs[cmd] += line + "\n"
-		}
 	}
 	if len(msgs) != 6 {
 		t.Fatalf("%d captured messages, want 6", len(msgs))
@@ -54,7 +42,7 @@ func TestIptablesOwnLockMessagesAreNeverAbsence(t *testing.T) {
 				t.Errorf("mentionsLock(%q) = false", msg)
 			}
 			wrapped := fmt.Errorf("running [%s]: exit status 4: %s", cmd, msg)
-			if isNotExist(wrapped) || isNotExist(notExistError{wrapped.Error()}) {
+			if IsNotExist(wrapped) || IsNotExist(notExistError{wrapped.Error()}) {
 				t.Errorf("isNotExist(%q) = true: a rule behind a held lock would be counted as gone", msg)
 			}
 			if !errors.Is(lockFailure(wrapped), host.ErrXtablesLock) {
@@ -131,7 +119,7 @@ func TestBoundHostIPTablesCommands(t *testing.T) {
 			call: func(ipt host.IPTables) error {
 				return ipt.Delete("nat", "POSTROUTING", "-s", "198.18.0.2/32", "-j", "ACCEPT")
 			},
-			want: []error{errExit}, says: []string{"Bad rule"},
+			want: []error{fakeipt.ErrExit}, says: []string{"Bad rule"},
 			ran: []string{"iptables -t nat -D POSTROUTING -s 198.18.0.2/32 -j ACCEPT -w 29"},
 		},
 		{
@@ -177,7 +165,7 @@ func TestBoundHostIPTablesCommands(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			emu := newLegacy(t, fakeipt.New())
-			emu.hold(tc.held, tc.block)
+			emu.Hold(tc.held, tc.block)
 			ctx, cancel := context.Background(), context.CancelFunc(func() {})
 			if tc.timeout > 0 {
 				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
@@ -187,7 +175,7 @@ func TestBoundHostIPTablesCommands(t *testing.T) {
 				ctx, cancel = context.WithCancel(ctx)
 				cancel()
 			}
-			err := tc.call(emu.host(tc.locking).WithContext(ctx))
+			err := tc.call(legacyHost(emu, tc.locking).WithContext(ctx))
 			for _, want := range tc.want {
 				if !errors.Is(err, want) {
 					t.Errorf("err = %v, want it to wrap %v", err, want)
@@ -204,99 +192,15 @@ func TestBoundHostIPTablesCommands(t *testing.T) {
 					t.Errorf("err = %v, want it to say %q", err, s)
 				}
 			}
-			if ran := emu.commands(); !slices.Equal(ran, tc.ran) {
+			if ran := emu.Commands(); !slices.Equal(ran, tc.ran) {
 				t.Errorf("ran %q, want %q", ran, tc.ran)
 			}
 		})
 	}
 }
 
-// TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes cleans
-// alloc-1 of the captured two-attachment host through the host IPTables
-// on an emulated iptables-legacy: while another process holds the lock,
-// nothing is removed or reported removed, not even the reservation that
-// proves alloc-1's address, and the error says why; once it is free, a
-// second Clean removes alloc-1's chains, jumps and comment-less firewall
-// rules (proven by that reservation) and leaves alloc-10's.
-func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T) {
-	var emus [2]*legacyIPTables
-	for i, v := range []string{"ipv4", "ipv6"} {
-		tables := fakeipt.New()
-		for _, table := range []string{"nat", "filter"} {
-			raw, err := os.ReadFile("../../testdata/iptables/dual-" + table + "-" + v + ".txt")
-			if err != nil {
-				t.Fatal(err)
-			}
-			tables.Load(table, string(raw))
-		}
-		emus[i] = newLegacy(t, tables)
-	}
-	hostTables := Host{IPTables: func(v6 bool) (host.IPTables, error) { return emus[b2i(v6)].host(true), nil }}
-	net := Network{Name: "nomad", IfName: "eth0", IPAMDirs: []string{t.TempDir()}, CacheDir: t.TempDir()}
-	reservation := filepath.Join(net.IPAMDirs[0], "198.18.0.2") // the proof of alloc-1's address
-	if err := os.WriteFile(reservation, []byte("alloc-1\r\neth0"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mine, theirs := Attachment{"nomad", "alloc-1"}, Attachment{"nomad", "alloc-10"}
-	before := [2]string{emus[0].tables.Save("nat"), emus[1].tables.Save("nat")}
-
-	for _, emu := range emus {
-		emu.hold(true, false)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cl := NewCleaner(ctx, net, hostTables)
-	cl.Prevent([]string{mine.ID})
-	removed, err := cl.Clean([]string{mine.ID})
-	if !errors.Is(err, host.ErrXtablesLock) || len(removed) > 0 {
-		t.Fatalf("behind a held lock: removed %d, err = %v; want nothing removed and ErrXtablesLock", len(removed), err)
-	}
-	for i, emu := range emus {
-		if now := emu.tables.Save("nat"); now != before[i] {
-			t.Errorf("%s nat changed behind a held lock:\n%s", familyName(i == 1), now)
-		}
-	}
-
-	if _, err := os.Stat(reservation); err != nil {
-		t.Errorf("the reservation went with the rules it proves still there: %v", err)
-	}
-
-	for _, emu := range emus {
-		emu.hold(false, false)
-	}
-	cl = NewCleaner(context.Background(), net, hostTables)
-	cl.Prevent([]string{mine.ID})
-	if _, err := cl.Clean([]string{mine.ID}); err != nil {
-		t.Fatalf("once the lock is free: %v", err)
-	}
-	if _, err := os.Stat(reservation); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("the reservation is left once the rules are gone: %v", err)
-	}
-	for i, emu := range emus {
-		for _, chain := range []string{mine.MasqChain(), mine.DNATChain()} {
-			if emu.tables.HasChain("nat", chain) {
-				t.Errorf("%s: %s of %s is left", familyName(i == 1), chain, mine.ID)
-			}
-		}
-		if !emu.tables.HasChain("nat", theirs.MasqChain()) || !emu.tables.HasChain("nat", theirs.DNATChain()) {
-			t.Errorf("%s: %s's chains were removed", familyName(i == 1), theirs.ID)
-		}
-		if v4 := i == 0; v4 && (mentions(emu.tables.Rules("filter", firewallChain), "198.18.0.2/32") ||
-			!mentions(emu.tables.Rules("filter", firewallChain), "198.18.0.3/32")) {
-			t.Errorf("CNI-FORWARD after the second Clean: %q, want alloc-10's rules only", emu.tables.Rules("filter", firewallChain))
-		}
-		if !slices.ContainsFunc(emu.commands(), func(c string) bool { return strings.HasPrefix(c, "iptables-restore --noflush -w ") }) {
-			t.Errorf("%s: the deletions were not one iptables-restore: %q", familyName(i == 1), emu.commands())
-		}
-	}
-}
-
-func mentions(rules []string, s string) bool {
-	return slices.ContainsFunc(rules, func(r string) bool { return strings.Contains(r, s) })
-}
-
 func TestBindingKeepsEveryExtension(t *testing.T) {
-	hostTables := &hostIPTables{list: "iptables", run: newLegacy(t, fakeipt.New()).run}
+	hostTables := &hostIPTables{list: "iptables", run: newLegacy(t, fakeipt.New()).Run}
 	for _, tc := range []struct {
 		name   string
 		ipt    host.ContextBinder
@@ -319,38 +223,20 @@ func TestBindingKeepsEveryExtension(t *testing.T) {
 			if probes != tc.probes || scans != tc.probes {
 				t.Errorf("bound: ChainProber %v, AddrScanner %v; want %v", probes, scans, tc.probes)
 			}
-			if _, ok := bindContext(context.Background(), bound).(host.ChainProber); ok != tc.probes {
+			if _, ok := BindContext(context.Background(), bound).(host.ChainProber); ok != tc.probes {
 				t.Errorf("bound twice: ChainProber %v, want %v", ok, tc.probes)
 			}
 		})
 	}
 }
 
-func TestCleanWithAnEndedContextRunsNothingAndKeepsTheProof(t *testing.T) {
-	tables := fakeipt.New()
-	raw, err := os.ReadFile("../../testdata/iptables/dual-nat-ipv4.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	emu := newLegacy(t, tables.Load("nat", string(raw)))
-	hostTables := Host{IPTables: func(bool) (host.IPTables, error) { return emu.host(true), nil }}
-	net := Network{Name: "nomad", IfName: "eth0", IPAMDirs: []string{t.TempDir()}, CacheDir: t.TempDir()}
-	reservation := filepath.Join(net.IPAMDirs[0], "198.18.0.2")
-	if err := os.WriteFile(reservation, []byte("alloc-1\r\neth0"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	cl := NewCleaner(ctx, net, hostTables)
-	cl.Prevent([]string{"alloc-1"})
-	removed, err := cl.Clean([]string{"alloc-1"})
-	if !errors.Is(err, context.Canceled) || len(removed) > 0 {
-		t.Errorf("removed %d, err = %v; want nothing removed and the context's error", len(removed), err)
-	}
-	if ran := emu.commands(); len(ran) > 0 {
-		t.Errorf("ran %q after the context ended", ran)
-	}
-	if _, err := os.Stat(reservation); err != nil {
-		t.Errorf("the reservation went with the rules it proves still there: %v", err)
-	}
+// newLegacy emulates iptables-legacy over tables, giving up on a held
+// lock as iptables 1.8.9 did.
+func newLegacy(t *testing.T, tables *fakeipt.IPTables) *fakeipt.Legacy {
+	return fakeipt.NewLegacy(tables, capturedLockMessages(t)["iptables-legacy -w 1 -t nat -S POSTROUTING"])
+}
+
+// legacyHost is the default IPTables over the emulator.
+func legacyHost(l *fakeipt.Legacy, locking bool) *hostIPTables {
+	return NewEmulated(l.Run, locking, func(string) (int, bool) { return 4242, l.IsHeld() }).(*hostIPTables)
 }
