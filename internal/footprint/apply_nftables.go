@@ -21,7 +21,7 @@ func applyNFT(s *nftView, changes []nftChange, rep *Report) {
 	})
 	deletions := changes
 	for len(deletions) > 0 {
-		t := host.NFTable{deletions[0].rule.Family, deletions[0].rule.Table}
+		t := host.NFTable{Family: deletions[0].rule.Family, Name: deletions[0].rule.Table}
 		n := slices.IndexFunc(deletions, func(c nftChange) bool { return c.rule.Family != t.Family || c.rule.Table != t.Name })
 		if n < 0 {
 			n = len(deletions)

@@ -114,7 +114,9 @@ func ownMayBeThere(v *view, set attSet) bool {
 		return (masq && table == nftMasqTable && chain == nftMasqChain) || (ids[comment] && isHostportChain(table, chain))
 	}
 	return v.nft.anyOnce("own", func(r host.NFTRuleSketch) bool { return own(r.Table, r.Chain, r.Comment) },
-		func(r host.NFTRule) bool { return own(host.NFTable{r.Family, r.Table}, r.Chain, r.Comment) })
+		func(r host.NFTRule) bool {
+			return own(host.NFTable{Family: r.Family, Name: r.Table}, r.Chain, r.Comment)
+		})
 }
 
 // othersMayMention reports whether a rule that is not the set's may name

@@ -1,6 +1,8 @@
 package footprint
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"sync"
 
@@ -126,4 +128,16 @@ func apply(v *view, p *plan, rep *Report) {
 	if v.errs.errExcept(host.ErrIPTablesMissing) == nil { // the record is the proof of whatever failed
 		applyFiles(v, p.records, rep)
 	}
+}
+
+// cutShort reports whether a run's error says it could not finish with
+// the rules because its context ended or the xtables lock could not be
+// had. The attachments' reservations and cached results then stay:
+// they are the proof of the addresses that a later Teardown or GC needs to
+// judge the comment-less rules left behind, and host-local's reservation
+// keeps the address from a new workload, whose rules would look the same,
+// until then. A context that ends after the rules are done cuts nothing
+// short: the files go.
+func cutShort(err error) bool {
+	return errors.Is(err, host.ErrXtablesLock) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

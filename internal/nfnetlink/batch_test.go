@@ -287,7 +287,7 @@ func TestListTablesNamesTheTablesOfKnownFamilies(t *testing.T) {
 			joined(table(req.seq, 1, "cni_plugins_masquerade"), table(req.seq, 7, "bridged"), doneDatagram(req.seq, 0, 0))}
 	}}
 	got, err := listTables(s)
-	want := map[host.NFTable]bool{{"ip", "nat"}: true, {"ip6", "cni_hostport"}: true, {"inet", "cni_plugins_masquerade"}: true}
+	want := map[host.NFTable]bool{{Family: "ip", Name: "nat"}: true, {Family: "ip6", Name: "cni_hostport"}: true, {Family: "inet", Name: "cni_plugins_masquerade"}: true}
 	if err != nil || len(got) != len(want) {
 		t.Fatalf("listTables = %v, %v; want %v", got, err, want)
 	}

@@ -105,7 +105,7 @@ func listTables(s nlSocket) (map[host.NFTable]bool, error) {
 			family, ok := nfFamilyName[m.payload[0]]
 			parseErr = eachAttr(m.payload[nfgenmsgLen:], func(typ uint16, data []byte) {
 				if typ == nftaTableName && ok {
-					tables[host.NFTable{family, cString(data)}] = true
+					tables[host.NFTable{Family: family, Name: cString(data)}] = true
 				}
 			})
 			return parseErr == nil

@@ -29,3 +29,11 @@ func TestIsNotExistReadsIPTablesWordsForAbsenceOnly(t *testing.T) {
 		})
 	}
 }
+
+// notExistError is go-iptables' error as it reads a message with "No such
+// file or directory" in it: absent.
+type notExistError struct{ msg string }
+
+func (e notExistError) Error() string { return e.msg }
+
+func (e notExistError) IsNotExist() bool { return true }
