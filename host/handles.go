@@ -1,6 +1,7 @@
 package host
 
-// HandleOutcome is what became of one planned deletion by handle.
+// HandleOutcome is what became of one planned deletion by nf_tables rule
+// handle (HandleDeleter, NFTHandleDeleter).
 type HandleOutcome uint8
 
 const (

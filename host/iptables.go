@@ -8,9 +8,17 @@ import (
 )
 
 // IPTables is the subset of *iptables.IPTables (github.com/coreos/go-iptables)
-// that cleanup uses; *iptables.IPTables satisfies it unchanged. An
-// implementation may also offer TableLister, Saver and Restorer to save
-// processes on whole-host sweeps, and ContextBinder to bound its commands.
+// that cninet's cleanup uses; *iptables.IPTables satisfies it unchanged.
+// Config.IPTables replaces the default, one per family; tests give a fake.
+//
+// An implementation may also offer optional extensions, each found with
+// a type assertion and each only saving work: TableLister, Saver,
+// SaveStreamer and Restorer save processes on whole-host sweeps;
+// ChainProber, AddrScanner and OtherAddrScanner let a Teardown rule
+// chains out without listing them; HandleDeleter deletes by nf_tables
+// handle; ContextBinder bounds every command by a context. The default
+// offers all of them on iptables-nft, and all but the three probes and
+// HandleDeleter on iptables-legacy.
 type IPTables interface {
 	// List returns the rules of one chain as `iptables -t table -S chain`
 	// prints them, the chain's own -N or -P line first. A chain that does
@@ -62,7 +70,7 @@ type AddrScanner interface {
 // command still running when ctx ends is killed, one not yet started is
 // not started, and the xtables lock is waited for no longer than ctx's
 // deadline (DefaultLockWait for all commands together when ctx has none).
-// The cleaner binds its context to an IPTables that offers this; one that
+// Cleanup binds its context to an IPTables that offers this; one that
 // does not runs unbounded.
 type ContextBinder interface {
 	WithContext(ctx context.Context) IPTables

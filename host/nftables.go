@@ -14,10 +14,14 @@ type NFTable struct {
 	Family, Name string
 }
 
+// String renders the table as nft names it: "<family> <name>".
 func (t NFTable) String() string { return t.Family + " " + t.Name }
 
-// NFTables is how the cleaner reads and changes the tables the plugins'
-// nftables backends write. Tests replace it with a fake.
+// NFTables is how cninet's cleanup reads and changes the tables the
+// plugins' nftables backends write (inet cni_plugins_masquerade, ip and
+// ip6 cni_hostport). Config.NFTables replaces the default, which runs nft
+// and reads nf_tables over netlink; tests give a fake. An implementation
+// may also offer NFTRuleMatcher, NFTBriefLister and NFTHandleDeleter.
 type NFTables interface {
 	// ListRules returns the rules of those of tables that exist; a table
 	// that does not exist is no error.
@@ -25,6 +29,39 @@ type NFTables interface {
 	// DeleteRules deletes rules of one table by chain and handle, in one
 	// transaction: all of them, or none and an error.
 	DeleteRules(ctx context.Context, table NFTable, rules []NFTRule) error
+}
+
+// NFTRule is one rule of an nftables listing, reduced to what ownership
+// needs: where it is, its comment, and the addresses its expressions
+// match on or translate to.
+type NFTRule struct {
+	Family, Table, Chain string
+	Handle               int
+	Comment              string
+	// Saddr and Daddr are the addresses an `ip[6] saddr ==` or `ip[6]
+	// daddr ==` match names (invalid when there is none, or it is a
+	// prefix or a negation); DNAT is the address a `dnat to` translates to.
+	Saddr, Daddr, DNAT netip.Addr
+	// Expr is the rule's expressions as nft listed them (none in a brief
+	// listing); cleanup decides by the fields above and never reads it.
+	Expr json.RawMessage
+}
+
+// String renders the rule for logs and reports.
+func (r NFTRule) String() string {
+	s := fmt.Sprintf("%s %s %s handle %d", r.Family, r.Table, r.Chain, r.Handle)
+	for _, a := range []struct {
+		name string
+		addr netip.Addr
+	}{{"saddr", r.Saddr}, {"daddr", r.Daddr}, {"dnat to", r.DNAT}} {
+		if a.addr.IsValid() {
+			s += " " + a.name + " " + a.addr.String()
+		}
+	}
+	if r.Comment != "" {
+		s += fmt.Sprintf(" comment %q", r.Comment)
+	}
+	return s
 }
 
 // NFTRuleSketch is a rule as nf_tables itself reports it, without nft:
@@ -52,56 +89,24 @@ func (s NFTRuleSketch) Mentions(addrs []netip.Addr) bool {
 
 // NFTRuleMatcher is an optional extension of NFTables: whether match holds
 // for a rule of those of tables that exist, read in-process and stopping
-// at the first. match is called for one rule at a time. A Teardown asks it whether anything there can be its own
-// before it lists the tables with nft; an error makes it list them.
+// at the first. match is called for one rule at a time. A Teardown asks
+// it whether anything there can be its own before it lists the tables
+// with nft; an error makes it list them.
 type NFTRuleMatcher interface {
 	AnyRule(ctx context.Context, tables []NFTable, match func(NFTRuleSketch) bool) (bool, error)
 }
 
 // NFTBriefLister is an optional extension of NFTables: ListRules without
-// the rules' Expr, which is most of their size and needed only to add a
-// rule back. A sweep of dead workloads never adds one of theirs back.
+// the rules' Expr, which is most of their size. A GC sweep, which holds
+// the listing of every leaked attachment at once, lists with it.
 type NFTBriefLister interface {
 	ListRulesBrief(ctx context.Context, tables []NFTable) ([]NFTRule, error)
 }
 
 // ErrNFTablesMissing says the host has no nft command. A host without
-// nftables has no nftables rules either, so the cleaner does not count it
-// as a failure.
+// nftables has no nftables rules either, so cleanup does not count it as
+// a failure.
 var ErrNFTablesMissing = errors.New("nft not available")
-
-// NFTRule is one rule of an nftables listing, reduced to what ownership
-// needs: where it is, its comment, and the addresses its expressions
-// match on or translate to.
-type NFTRule struct {
-	Family, Table, Chain string
-	Handle               int
-	Comment              string
-	// Saddr and Daddr are the addresses an `ip[6] saddr ==` or `ip[6]
-	// daddr ==` match names (invalid when there is none, or it is a
-	// prefix or a negation); DNAT is the address a `dnat to` translates to.
-	Saddr, Daddr, DNAT netip.Addr
-	// Expr is the rule's expressions as nft listed them (none in a brief
-	// listing).
-	Expr json.RawMessage
-}
-
-// String renders the rule for logs and reports.
-func (r NFTRule) String() string {
-	s := fmt.Sprintf("%s %s %s handle %d", r.Family, r.Table, r.Chain, r.Handle)
-	for _, a := range []struct {
-		name string
-		addr netip.Addr
-	}{{"saddr", r.Saddr}, {"daddr", r.Daddr}, {"dnat to", r.DNAT}} {
-		if a.addr.IsValid() {
-			s += " " + a.name + " " + a.addr.String()
-		}
-	}
-	if r.Comment != "" {
-		s += fmt.Sprintf(" comment %q", r.Comment)
-	}
-	return s
-}
 
 // NFTHandleDeleter is an optional extension of NFTables: delete listed
 // rules of one table by handle and say what became of each. A rule is

@@ -1,6 +1,3 @@
-// Package fakecni is a scripted, recording cni.CNI for tests: canned
-// results, scripted failures, and the calls it received with their decoded
-// options.
 package fakecni
 
 import (

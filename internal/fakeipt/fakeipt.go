@@ -1,7 +1,3 @@
-// Package fakeipt is an in-memory iptables for tests. It holds rules as
-// `iptables -S` prints them, answers List, Delete and ClearAndDeleteChain
-// the way the real command does (including refusing to delete a chain that
-// is still jumped to), records every call, and can be told to fail.
 package fakeipt
 
 import (

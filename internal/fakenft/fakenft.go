@@ -1,8 +1,3 @@
-// Package fakenft is an in-memory nftables for tests: it holds rules as
-// the cleaner sees them (loaded from real `nft -j` captures or built by
-// hand), answers ListRules and DeleteRules the way the host's nft does —
-// a transaction that names a rule already gone fails whole — records every
-// call, and can be told to fail.
 package fakenft
 
 import (

@@ -36,25 +36,31 @@
 //	                and which of those others hold now (a value)
 //	plan            plan.go: deletions (a value)
 //	apply           apply_iptables.go, apply_nftables.go, apply_files.go:
-//	                one batched applier per backend
+//	                one batched applier per backend (and ifb devices)
 //	report          exactly what was removed
 //
 // A Teardown reads only what its attachment can own. Where the kernel
-// keeps the tables in nf_tables, it first asks over netlink
-// (nfnetlink*.go): whether the chains derived from the id exist, whether
-// a shared chain has a rule mentioning a proven address or carrying one of
+// keeps the tables in nf_tables, it first asks over netlink (package
+// nfnetlink, through the optional extensions of host.IPTables and
+// host.NFTables): whether the chains derived from the id exist, whether a
+// shared chain has a rule mentioning a proven address or carrying one of
 // the attachment's comments. Those probes only rule things out: whatever
 // they cannot rule out is listed with iptables or nft and judged by the
 // ownership rule below, exactly as without them. A clean Teardown starts
 // no process. A GC lists whole tables once and shares them among all ids.
 //
 // Applying is batched per backend. Where the tables are nf_tables', the
-// planned deletions go by rule handle over netlink (nfnetlink_batch.go):
-// each planned rule is matched on a fresh dump of its chain (position,
-// comment, addresses), deleted in an acked batch that the kernel refuses
-// if the ruleset changed since that dump, and reported only when acked.
-// What does not match exactly goes through iptables-restore, which deletes
-// by content; nothing else is ever deleted in its place.
+// planned deletions go by rule handle over netlink (host.HandleDeleter,
+// host.NFTHandleDeleter): each planned rule is matched on a fresh dump of
+// its chain (position, comment, addresses), deleted in an acked batch
+// that the kernel refuses if the ruleset changed since that dump, and
+// reported only when acked. What does not match exactly goes through
+// iptables-restore, which deletes by content; nothing else is ever
+// deleted in its place.
+//
+// The host is reached only through Host (host.IPTables, host.NFTables,
+// host.Links and the file system); packages iptables, nftables,
+// nfnetlink and links hold the defaults and the listing parsers.
 //
 // # The ownership rule
 //
@@ -104,4 +110,39 @@
 // cleanup then removes what the DEL did not see, by the ownership rule.
 // What belongs to a live attachment is never removed, at any instant,
 // whatever process dies when, and nothing is ever added back.
+//
+// # Files, in reading order
+//
+//	doc.go                this overview
+//	attachment.go         Attachment (network and container id) and the
+//	                      names the plugins derive from it
+//	cleaner.go            Network, Host, Cleaner: NewCleaner for a Teardown,
+//	                      NewSweep for a GC; Discover, Clean, CleanAll
+//	conflist.go           NetworkOf: which footprints a network can leave
+//	pipeline.go           the footprint interface, claims and evidence
+//	view.go               what one pass read of the host, read once
+//	iptview.go            iptables listings, probed or listed, per family
+//	nftview.go            nftables listings, sketched or listed
+//	files.go              reservations, cached results, tuning files and
+//	                      intent records as read for one pass
+//	owners.go             who holds an address now
+//	hostlocal.go          host-local's reservations (footprint)
+//	hostlocal_lock_unix.go host-local's directory lock, taken as it does
+//	hostlocal_lock_other.go the same off Unix: none
+//	libcnicache.go        libcni's cached results (footprint)
+//	bridge_iptables.go    the bridge's masquerade jump and chain (footprint)
+//	bridge_nftables.go    the same with "ipMasqBackend": "nftables"
+//	portmap_iptables.go   portmap's DNAT jump and chains (footprint)
+//	portmap_nftables.go   portmap's bare-id nftables rules (footprint)
+//	firewall.go           the firewall plugin's CNI-FORWARD rules (footprint)
+//	bandwidth.go          the bandwidth plugin's ifb device (footprint)
+//	tuning.go             the tuning plugin's saved settings (footprint)
+//	withheld.go           cninet's intent records (footprint)
+//	prevent.go            Prevent: what a DEL must not see, before it runs
+//	plan.go               the plan of deletions, and when files must stay
+//	apply_iptables.go     deletions by handle, then iptables-restore
+//	apply_nftables.go     deletions by handle, then one nft transaction
+//	apply_files.go        files removed under host-local's lock; devices
+//	report.go             Report and Item: exactly what was removed
+//	sweep.go              a GC's pass over every family at once
 package footprint

@@ -209,7 +209,7 @@ func (f *iptView) holdsListing() bool {
 }
 
 // dropHeads lets go of what the listings keep of chains whose rules they
-// do not keep (tableListing.dropHeads).
+// do not keep (iptables.Listing.DropHeads).
 func (f *iptView) dropHeads() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -34,7 +34,7 @@ func TestIptablesOwnLockMessagesAreNeverAbsence(t *testing.T) {
 			}
 			wrapped := fmt.Errorf("running [%s]: exit status 4: %s", cmd, msg)
 			if IsNotExist(wrapped) || IsNotExist(notExistError{wrapped.Error()}) {
-				t.Errorf("isNotExist(%q) = true: a rule behind a held lock would be counted as gone", msg)
+				t.Errorf("IsNotExist(%q) = true: a rule behind a held lock would be counted as gone", msg)
 			}
 			if !errors.Is(lockFailure(wrapped), host.ErrXtablesLock) {
 				t.Errorf("go-iptables' error %q is not ErrXtablesLock", msg)

@@ -51,7 +51,7 @@ func (h *hostIPTables) SaveEach(tables []string, each func(table string, line []
 }
 
 // readSave reads iptables-save output line by line and passes on the
-// lines of tables as saveToListings turns them: chain declarations as -P
+// lines of tables as SaveToListings turns them: chain declarations as -P
 // or -N lines, rules as they are. Lines of other tables are not copied.
 func readSave(r interface{ Read([]byte) (int, error) }, tables []string, each func(table string, line []byte)) error {
 	sc := bufio.NewScanner(r)

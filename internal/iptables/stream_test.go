@@ -35,7 +35,7 @@ func TestReadSaveStreamsTheLinesSaveToListingsWouldKeep(t *testing.T) {
 					continue
 				}
 				if len(lines) == 0 || !slices.Equal(got[table], lines) {
-					t.Errorf("table %s: streamed %d lines, saveToListings %d; first difference at %q", table, len(got[table]), len(lines), firstDifferent(got[table], lines))
+					t.Errorf("table %s: streamed %d lines, SaveToListings %d; first difference at %q", table, len(got[table]), len(lines), firstDifferent(got[table], lines))
 				}
 			}
 		})

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestIsNotExistReadsIPTablesWordsForAbsenceOnly feeds isNotExist what
+// TestIsNotExistReadsIPTablesWordsForAbsenceOnly feeds IsNotExist what
 // iptables 1.8.9 (nf_tables and legacy) printed, in go-iptables' wrapping.
 func TestIsNotExistReadsIPTablesWordsForAbsenceOnly(t *testing.T) {
 	for _, tc := range []struct {
@@ -24,7 +24,7 @@ func TestIsNotExistReadsIPTablesWordsForAbsenceOnly(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := fmt.Errorf("running [iptables -t nat -S NOPE --wait]: exit status 1: %s", tc.stderr)
 			if got := IsNotExist(err); got != tc.absent {
-				t.Errorf("isNotExist = %v, want %v", got, tc.absent)
+				t.Errorf("IsNotExist = %v, want %v", got, tc.absent)
 			}
 		})
 	}

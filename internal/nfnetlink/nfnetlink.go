@@ -18,7 +18,7 @@ import (
 // answers both questions over netlink directly: a chain by name is a
 // hash lookup in the kernel, the rules of one table come without any
 // decoding into text. This file holds the messages (read-only) and the
-// two questions; the kernel's socket is in nfnetlink_linux.go.
+// two questions; the kernel's socket is in conn_linux.go.
 
 // nf_tables netlink constants (linux/netfilter/nf_tables.h, nfnetlink.h).
 const (
@@ -78,7 +78,7 @@ var errNotARule = errors.New("not a rule")
 var errStopped = errors.New("stopped by the reader")
 
 // nlSocket is what a question to nf_tables needs of a netlink socket. The
-// kernel's is in nfnetlink_linux.go; tests replay datagrams.
+// kernel's is in conn_linux.go; tests replay datagrams.
 type nlSocket interface {
 	send(req []byte) error
 	// receive returns the next datagram, valid until the next receive.

@@ -9,7 +9,7 @@ import (
 	"github.com/seed1280861d/cninet/host"
 )
 
-// The wire side of nf_tables batches (see nfnetlink_batch.go), and the
+// The wire side of nf_tables batches (see batch.go), and the
 // table listing that replaces `nft list tables`, which reads the whole
 // ruleset to print a few names.
 

@@ -17,8 +17,7 @@ import (
 
 // hostNFTables is the default NFTables: `nft -j` for listings (ownership
 // of portmap's rules needs their addresses), netlink for the list of
-// tables and for deletions (nftables_handles.go), `nft -j -f -` to add
-// rules back.
+// tables, in-process scans and deletions by handle (handles.go).
 type hostNFTables struct {
 	bin string
 }

@@ -1,0 +1,26 @@
+// Package host holds the seams through which cninet reaches the host's
+// firewall and network devices: the interfaces Config.IPTables,
+// Config.NFTables and Config.Links take, their optional extensions, and
+// the values and errors that cross them. cninet's defaults implement
+// them against the real host; a test replaces any of them with a fake
+// (cninet's own tests use internal fakes of exactly these interfaces), and
+// an orchestrator may wrap one, for instance to log or to rate-limit.
+//
+// An optional extension is found with a type assertion on the value
+// given. Without one, cleanup lists and deletes the same things the slow
+// way (ContextBinder aside, which bounds commands by a context), so a
+// fake needs only the base interface, and a wrapper that hides an
+// extension makes cleanup slower, never wrong.
+//
+// Nothing here changes the host by itself; the package imports nothing
+// of cninet.
+//
+// # Files
+//
+//	iptables.go   IPTables, its nine optional extensions, ListedRule,
+//	              ErrXtablesLock, ErrIPTablesMissing, DefaultLockWait
+//	nftables.go   NFTables and NFTable, NFTRule, its optional extensions
+//	              and NFTRuleSketch, ErrNFTablesMissing
+//	handles.go    HandleOutcome: what became of a deletion by rule handle
+//	links.go      Links, the host's network devices
+package host

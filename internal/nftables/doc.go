@@ -1,0 +1,13 @@
+// Package nftables is cninet's default host.NFTables: `nft -j` for the
+// listings whose addresses ownership reads, netlink (package nfnetlink)
+// for the list of tables, in-process rule scans and deletions by handle.
+//
+// # Files, in reading order
+//
+//	nftables.go   New and Handle (opened once per Configurator), listings,
+//	              AnyRule's in-process scan, DeleteRules
+//	handles.go    DeleteByHandle: a listed rule deleted by handle only
+//	              while it is still the rule listed
+//	listing.go    ParseListing: `nft -j` output read as a stream into
+//	              host.NFTRule values, names and comments shared
+package nftables
