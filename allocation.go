@@ -214,69 +214,69 @@ func validateArg(k, v string) error {
 	return nil
 }
 
-// attachment is everything the plugins are told about one allocation. It is
+// request is everything the plugins are told about one allocation. It is
 // computed once per call and identical for Setup, Check and Teardown, because
 // portmap's DEL removes nothing unless it sees the same portMappings.
-type attachment struct {
+type request struct {
 	id       string
 	mappings []cni.PortMapping
 	args     [][2]string
 	caps     map[string]any // Allocation.Capabilities, validated
 }
 
-// attachmentIn validates alloc and the namespace path a call that runs
+// requestIn validates alloc and the namespace path a call that runs
 // plugins in it (Setup, Connect) needs: a path that is no network
 // namespace is a bad argument.
-func (c *Configurator) attachmentIn(alloc *Allocation, netns string) (attachment, error) {
-	return c.attachmentAt(alloc, netns, ErrInvalidArgument, c.findPlugins)
+func (c *Configurator) requestIn(alloc *Allocation, netns string) (request, error) {
+	return c.requestAt(alloc, netns, ErrInvalidArgument, c.findPlugins)
 }
 
-// attachmentToCheck is attachmentIn for Check: a namespace that is gone
+// requestToCheck is attachmentIn for Check: a namespace that is gone
 // is a verdict on the attachment (ErrCheckFailed: rebuild it).
-func (c *Configurator) attachmentToCheck(alloc *Allocation, netns string) (attachment, error) {
-	return c.attachmentAt(alloc, netns, ErrCheckFailed, c.findPlugins)
+func (c *Configurator) requestToCheck(alloc *Allocation, netns string) (request, error) {
+	return c.requestAt(alloc, netns, ErrCheckFailed, c.findPlugins)
 }
 
-// attachmentAt validates alloc and netns. Where cninet runs the plugins
+// requestAt validates alloc and netns. Where cninet runs the plugins
 // itself (runs; an injected Config.CNI, a fake in tests, decides for
 // itself what a namespace path is), a netns that is no network namespace
 // is an ErrNoNetNS error of class noNetNS.
-func (c *Configurator) attachmentAt(alloc *Allocation, netns string, noNetNS error, runs bool) (attachment, error) {
-	att, err := newAttachment(alloc, c.ignoreHostIP)
+func (c *Configurator) requestAt(alloc *Allocation, netns string, noNetNS error, runs bool) (request, error) {
+	req, err := newRequest(alloc, c.ignoreHostIP)
 	if err != nil {
-		return att, err
+		return req, err
 	}
 	if netns == "" {
-		return att, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
+		return req, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, req.id)
 	}
 	if runs {
 		if err := checkNetNS(netns); err != nil {
-			return att, fmt.Errorf("%w: allocation %s: %w", noNetNS, att.id, err)
+			return req, fmt.Errorf("%w: allocation %s: %w", noNetNS, req.id, err)
 		}
 	}
-	return att, nil
+	return req, nil
 }
 
-func newAttachment(alloc *Allocation, ignoreHostIP bool) (attachment, error) {
+func newRequest(alloc *Allocation, ignoreHostIP bool) (request, error) {
 	if err := validateAllocation(alloc); err != nil {
-		return attachment{}, err
+		return request{}, err
 	}
 	mappings, err := PortMappings(alloc, ignoreHostIP)
 	if err != nil {
-		return attachment{}, err
+		return request{}, err
 	}
 	args, err := cniArgs(alloc)
 	if err != nil {
-		return attachment{}, err
+		return request{}, err
 	}
 	if err := ValidateCapabilities(alloc.Capabilities); err != nil {
-		return attachment{}, fmt.Errorf("allocation %s: %w", alloc.ID, err)
+		return request{}, fmt.Errorf("allocation %s: %w", alloc.ID, err)
 	}
-	return attachment{id: alloc.ID, mappings: mappings, args: args, caps: alloc.Capabilities}, nil
+	return request{id: alloc.ID, mappings: mappings, args: args, caps: alloc.Capabilities}, nil
 }
 
 // opts returns the go-cni namespace options for this attachment.
-func (a attachment) opts() []cni.NamespaceOpts {
+func (a request) opts() []cni.NamespaceOpts {
 	opts := make([]cni.NamespaceOpts, 0, 1+len(a.args))
 	opts = append(opts, cni.WithCapabilityPortMap(a.mappings))
 	for name, value := range a.caps {

@@ -37,51 +37,51 @@ import (
 func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startOp(ctx, opSetup, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := c.attachmentIn(alloc, netns)
+	req, err := c.requestIn(alloc, netns)
 	if err != nil {
 		return nil, err
 	}
-	defer c.adm.enter(att.id)()
-	nets, err := c.networksOf(alloc, false)
+	defer c.adm.enter(req.id)()
+	atts, err := c.networksOf(alloc, false)
 	if err != nil {
 		return nil, err
 	}
-	for _, n := range nets {
-		if err := c.preflight(n); err != nil {
+	for _, att := range atts {
+		if err := c.preflight(att); err != nil {
 			return nil, err
 		}
 	}
-	return c.attachAll(ctx, att, netns, nets, false)
+	return c.attachAll(ctx, req, netns, atts, false)
 }
 
 // attachAll attaches nets concurrently, all or nothing (see Setup), and
 // returns their statuses in the order of nets. others says the workload
 // keeps attachments besides nets (Connect): a rollback then takes only
 // nets away, and no DEL may reach the others (see detach).
-func (c *Configurator) attachAll(ctx context.Context, att attachment, netns string, nets []netAttachment, others bool) (*NetworkStatus, error) {
-	alongside := others || len(nets) > 1
-	sts := make([]*NetworkStatus, len(nets))
-	errs := make([]error, len(nets))
+func (c *Configurator) attachAll(ctx context.Context, req request, netns string, atts []attachment, others bool) (*NetworkStatus, error) {
+	alongside := others || len(atts) > 1
+	sts := make([]*NetworkStatus, len(atts))
+	errs := make([]error, len(atts))
 	attachCtx, cancel := context.WithCancel(ctx)
-	eachNetwork(len(nets), func(i int) {
+	eachNetwork(len(atts), func(i int) {
 		if err := attachCtx.Err(); err != nil { // another network failed before this one started
-			errs[i] = fmt.Errorf("%w: allocation %s in network %q: not attempted: %w", ErrSetupFailed, att.id, nets[i].name(), err)
+			errs[i] = fmt.Errorf("%w: allocation %s in network %q: not attempted: %w", ErrSetupFailed, req.id, atts[i].name(), err)
 			return
 		}
-		if sts[i], errs[i] = c.attach(attachCtx, att, nets[i], netns, alongside); errs[i] != nil {
+		if sts[i], errs[i] = c.attach(attachCtx, req, atts[i], netns, alongside); errs[i] != nil {
 			cancel() // the others' ADDs are pointless now: all or nothing
 		}
 	})
 	cancel() // every ADD returned: nothing is still adding when the rollback runs
 	if failed := setupFailures(ctx, errs); failed != nil {
-		if rerr := c.rollback(ctx, att, netns, nets, others); rerr != nil {
+		if rerr := c.rollback(ctx, req, netns, atts, others); rerr != nil {
 			failed = fmt.Errorf("%w; rollback incomplete, Teardown the allocation to finish it: %w", failed, rerr)
 		}
 		return nil, failed
 	}
 	status := &NetworkStatus{}
-	for i, n := range nets {
-		status.add(n.name(), sts[i])
+	for i, att := range atts {
+		status.add(att.name(), sts[i])
 	}
 	return status, nil
 }
@@ -128,27 +128,27 @@ func setupFailures(ctx context.Context, errs []error) error {
 }
 
 // attach adds one network, with retries, and reads its status.
-func (c *Configurator) attach(ctx context.Context, att attachment, n netAttachment, netns string, alongside bool) (_ *NetworkStatus, err error) {
-	ctx, op := c.tel.startNetwork(ctx, opAttach, n.name(), n.ifName, att.id, netns)
+func (c *Configurator) attach(ctx context.Context, req request, att attachment, netns string, alongside bool) (_ *NetworkStatus, err error) {
+	ctx, op := c.tel.startNetwork(ctx, opAttach, att.name(), att.ifName, req.id, netns)
 	defer func() { op.end(err) }()
-	res, err := c.addWithRetry(ctx, att, n, netns, alongside)
+	res, err := c.addWithRetry(ctx, req, att, netns, alongside)
 	if err != nil {
 		return nil, err
 	}
 	st, err := StatusFromResult(res)
 	if err != nil {
-		return nil, fmt.Errorf("%w: allocation %s in network %q: %w", ErrSetupFailed, att.id, n.name(), err)
+		return nil, fmt.Errorf("%w: allocation %s in network %q: %w", ErrSetupFailed, req.id, att.name(), err)
 	}
 	return st, nil
 }
 
 // preflight fails Setup before anything runs when a plugin of n that
 // cninet would run is missing.
-func (c *Configurator) preflight(n netAttachment) error {
-	if !c.driverFor(n).runsPlugins() {
+func (c *Configurator) preflight(att attachment) error {
+	if !c.driverFor(att).runsPlugins() {
 		return nil // an injected cni.CNI finds its plugins itself
 	}
-	return c.checkPlugins(n.conf)
+	return c.checkPlugins(att.conf)
 }
 
 // pluginsFound is a conflist whose plugins were all found, and when.
@@ -161,7 +161,7 @@ type pluginsFound struct {
 // fails halfway through leaves a veth until the namespace goes, and a DEL
 // cannot run a plugin that is not there either. The answer is kept until
 // the conflist or a plugin directory changes.
-func (c *Configurator) checkPlugins(conf loadedConf) error {
+func (c *Configurator) checkPlugins(conf network) error {
 	stamp := c.pluginDirsStamp()
 	c.pluginsMu.Lock()
 	defer c.pluginsMu.Unlock()
@@ -192,7 +192,7 @@ func (c *Configurator) pluginDirsStamp() []time.Time {
 }
 
 // checkPluginsIn reports the plugins of conf missing from the plugin dirs.
-func (c *Configurator) checkPluginsIn(conf loadedConf) error {
+func (c *Configurator) checkPluginsIn(conf network) error {
 	var missing []string
 	for _, t := range conf.info.pluginTypes {
 		if _, err := invoke.FindInPath(t, c.pluginDirs); err != nil {
@@ -212,18 +212,18 @@ func (c *Configurator) checkPluginsIn(conf loadedConf) error {
 // context may be the very reason Setup failed; only its values (the
 // trace) carry over. What it could not remove (a held xtables lock, say)
 // is left for a Teardown, and its error says so.
-func (c *Configurator) rollback(ctx context.Context, att attachment, netns string, nets []netAttachment, others bool) error {
+func (c *Configurator) rollback(ctx context.Context, req request, netns string, atts []attachment, others bool) error {
 	ctx, cancel := context.WithTimeout(inSetup(context.WithoutCancel(ctx)), rollbackTimeout)
 	defer cancel()
-	members := make([]member, len(nets))
-	for i, n := range nets {
-		members[i] = member{n: n, att: att}
+	found := make([]foundAttachment, len(atts))
+	for i, att := range atts {
+		found[i] = foundAttachment{att: att, req: req}
 	}
 	ctx, span := c.tel.startSpan(ctx, spanRollback)
-	err := c.detachAll(ctx, netns, members, others)
+	err := c.detachAll(ctx, netns, found, others)
 	span.end(err)
 	if err != nil {
-		c.logger.Error("rollback of failed setup incomplete", "alloc_id", att.id, "error", err)
+		c.logger.Error("rollback of failed setup incomplete", "alloc_id", req.id, "error", err)
 	}
 	return err
 }
@@ -253,16 +253,16 @@ const rollbackTimeout = 30 * time.Second
 func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opTeardown, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := newAttachment(alloc, c.ignoreHostIP)
+	req, err := newRequest(alloc, c.ignoreHostIP)
 	if err != nil {
 		return err
 	}
-	defer c.adm.enter(att.id)()
-	members, err := c.membersOf(alloc, att, true)
+	defer c.adm.enter(req.id)()
+	found, err := c.attachmentsOf(alloc, req, true)
 	if err != nil {
 		return err
 	}
-	return c.detachAll(ctx, netns, members, false)
+	return c.detachAll(ctx, netns, found, false)
 }
 
 // detachAll detaches members concurrently; one network's failure does
@@ -272,13 +272,13 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 // DEL runs portmap's nftables backend, which deletes by the bare
 // container id on every network (see detach); when the whole workload
 // goes, that DEL runs once for all of them first (delHostportsOnce).
-func (c *Configurator) detachAll(ctx context.Context, netns string, members []member, others bool) error {
-	alongside := others || len(members) > 1
+func (c *Configurator) detachAll(ctx context.Context, netns string, found []foundAttachment, others bool) error {
+	alongside := others || len(found) > 1
 	if alongside && !others {
-		c.delHostportsOnce(ctx, netns, members)
+		c.delHostportsOnce(ctx, netns, found)
 	}
-	errs := make([]error, len(members))
-	eachNetwork(len(members), func(i int) { errs[i] = c.detach(ctx, members[i].att, netns, members[i].n, alongside) })
+	errs := make([]error, len(found))
+	eachNetwork(len(found), func(i int) { errs[i] = c.detach(ctx, found[i].req, netns, found[i].att, alongside) })
 	var failed []error
 	for i := len(errs) - 1; i >= 0; i-- {
 		if errs[i] != nil {
@@ -310,45 +310,45 @@ func joinErrors(errs []error) error {
 // cleanup runs: the error says so, and a later Teardown finishes. A
 // failed DEL is only logged when the cleanup then removed everything:
 // what matters is that nothing is left.
-func (c *Configurator) detach(ctx context.Context, att attachment, netns string, n netAttachment, alongside bool) (err error) {
-	ctx, op := c.tel.startNetwork(ctx, opDetach, n.name(), n.ifName, att.id, netns)
+func (c *Configurator) detach(ctx context.Context, req request, netns string, att attachment, alongside bool) (err error) {
+	ctx, op := c.tel.startNetwork(ctx, opDetach, att.name(), att.ifName, req.id, netns)
 	defer func() { op.end(err) }()
 	start := time.Now()
-	cl := footprint.NewCleaner(ctx, c.footprintNetwork(n.conf, n.ifName, nil), c.host())
+	cl := footprint.NewCleaner(ctx, c.footprintNetwork(att.conf, att.ifName, nil), c.host())
 	var removeErr error
-	prevention, preventErr := cl.Prevent([]string{att.id}) // also reads the proof the DEL erases
+	prevention, preventErr := cl.Prevent([]string{req.id}) // also reads the proof the DEL erases
 	prevented := time.Now()
 	if preventErr == nil {
 		omit := prevention.Omit
-		if alongside && n.conf.info.footprint.HostportNFT && !slices.Contains(omit, "portmap") {
+		if alongside && att.conf.info.footprint.HostportNFT && !slices.Contains(omit, "portmap") {
 			omit = append(omit, "portmap")
 		}
-		c.logPrevented(att.id, n.name(), prevention, omit)
+		c.logPrevented(req.id, att.name(), prevention, omit)
 		delCtx, delSpan := c.tel.startSpan(ctx, spanDel)
-		removeErr = c.driverFor(n).del(delCtx, att, n, netns, omit)
+		removeErr = c.driverFor(att).del(delCtx, req, att, netns, omit)
 		delSpan.end(removeErr)
 	} else {
 		preventErr = fmt.Errorf("%w in network %q: DEL withheld, since it could not be kept from other attachments' state: %w",
-			ErrCleanupFailed, n.name(), preventErr)
+			ErrCleanupFailed, att.name(), preventErr)
 	}
 	delDone := time.Now()
 	_, cleanSpan := c.tel.startSpan(ctx, spanCleanup)
-	removed, cleanErr := cl.Clean([]string{att.id})
-	c.tel.cleaned(ctx, cleanSpan, n.name(), removed, cleanErr)
-	c.logRemoved(att.id, n.name(), removed, removeErr)
-	c.logger.Debug("network detached", "alloc_id", att.id, "network", n.name(),
+	removed, cleanErr := cl.Clean([]string{req.id})
+	c.tel.cleaned(ctx, cleanSpan, att.name(), removed, cleanErr)
+	c.logRemoved(req.id, att.name(), removed, removeErr)
+	c.logger.Debug("network detached", "alloc_id", req.id, "network", att.name(),
 		"prevent", prevented.Sub(start), "del", delDone.Sub(prevented), "cleanup", time.Since(delDone))
 	if cleanErr != nil {
-		cleanErr = fmt.Errorf("%w in network %q: %w", ErrCleanupFailed, n.name(), cleanErr)
+		cleanErr = fmt.Errorf("%w in network %q: %w", ErrCleanupFailed, att.name(), cleanErr)
 	}
 	if err := errors.Join(preventErr, cleanErr); err != nil {
 		if removeErr != nil {
-			return fmt.Errorf("teardown of allocation %s: DEL: %w; %w", att.id, removeErr, err)
+			return fmt.Errorf("teardown of allocation %s: DEL: %w; %w", req.id, removeErr, err)
 		}
-		return fmt.Errorf("teardown of allocation %s: %w", att.id, err)
+		return fmt.Errorf("teardown of allocation %s: %w", req.id, err)
 	}
 	if removeErr != nil {
-		c.logger.Warn("CNI DEL failed; force cleanup removed what was left", "alloc_id", att.id, "network", n.name(), "error", removeErr)
+		c.logger.Warn("CNI DEL failed; force cleanup removed what was left", "alloc_id", req.id, "network", att.name(), "error", removeErr)
 	}
 	return nil
 }
@@ -364,31 +364,31 @@ func (c *Configurator) detach(ctx context.Context, att attachment, netns string,
 // runtime. It runs on no libcni cache: the networks' own DELs still need
 // their cached results. Whatever it does not remove, the force cleanup
 // removes by proof; its failure is only logged.
-func (c *Configurator) delHostportsOnce(ctx context.Context, netns string, members []member) {
-	var nft []member // those whose portmap DEL would find mappings: without any it does nothing
+func (c *Configurator) delHostportsOnce(ctx context.Context, netns string, found []foundAttachment) {
+	var nft []foundAttachment // those whose portmap DEL would find mappings: without any it does nothing
 	var atts []footprint.Attachment
-	for _, m := range members {
-		if m.n.conf.info.footprint.HostportNFT && m.n.conf.info.portMappings && len(m.att.mappings) > 0 {
-			nft = append(nft, m)
+	for _, fa := range found {
+		if fa.att.conf.info.footprint.HostportNFT && fa.att.conf.info.portMappings && len(fa.req.mappings) > 0 {
+			nft = append(nft, fa)
 		}
-		atts = append(atts, footprint.Attachment{Network: m.n.name(), ID: m.att.id})
+		atts = append(atts, footprint.Attachment{Network: fa.att.name(), ID: fa.req.id})
 	}
 	if len(nft) == 0 {
 		return
 	}
-	m := nft[0]
-	cl := footprint.NewCleaner(ctx, c.footprintNetwork(m.n.conf, m.n.ifName, nil), c.host())
+	fa := nft[0]
+	cl := footprint.NewCleaner(ctx, c.footprintNetwork(fa.att.conf, fa.att.ifName, nil), c.host())
 	if only, err := cl.HostportDELReachesOnlySet(atts); !only {
 		c.logger.Debug("portmap's nftables DEL left out: rules of the same container id are not the leaving attachments'",
-			"alloc_id", m.att.id, "error", err)
+			"alloc_id", fa.req.id, "error", err)
 		return
 	}
 	ctx, span := c.tel.startSpan(ctx, spanDel)
-	err := c.driverFor(m.n).delHostports(ctx, m.att, m.n, netns)
+	err := c.driverFor(fa.att).delHostports(ctx, fa.req, fa.att, netns)
 	span.end(err)
 	if err != nil {
 		c.logger.Warn("portmap's DEL of a leaving workload failed; the force cleanup removes its rules where it can prove them",
-			"alloc_id", m.att.id, "network", m.n.name(), "error", err)
+			"alloc_id", fa.req.id, "network", fa.att.name(), "error", err)
 	}
 }
 

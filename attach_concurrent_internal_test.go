@@ -33,7 +33,7 @@ func (e *events) index(s string) int {
 // allStarted returns a hook that holds every ADD until n of them are
 // running at once, then lets them finish in reverse allocation order; a
 // Setup that attached one network after another never gets there.
-func allStarted(t *testing.T, n int) func(context.Context, netAttachment) error {
+func allStarted(t *testing.T, n int) func(context.Context, attachment) error {
 	var mu sync.Mutex
 	started := 0
 	all := make(chan struct{})
@@ -52,7 +52,7 @@ func allStarted(t *testing.T, n int) func(context.Context, netAttachment) error 
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
-	return func(ctx context.Context, na netAttachment) error {
+	return func(ctx context.Context, na attachment) error {
 		mu.Lock()
 		if started++; started == n {
 			close(all)
@@ -106,8 +106,8 @@ func TestRollbackWaitsForAnADDStillRunningAndDetachesEveryNetwork(t *testing.T) 
 			var running sync.WaitGroup
 			running.Add(2)
 			bDone := make(chan struct{})
-			f.drv.addHook = func(ctx context.Context, n netAttachment) error {
-				switch n.name() {
+			f.drv.addHook = func(ctx context.Context, att attachment) error {
+				switch att.name() {
 				case "b":
 					close(bDone)
 					return nil
@@ -120,7 +120,7 @@ func TestRollbackWaitsForAnADDStillRunningAndDetachesEveryNetwork(t *testing.T) 
 				running.Done()
 				<-ctx.Done() // a plugin killed halfway
 				time.Sleep(20 * time.Millisecond)
-				ev.add("ADD returned " + n.name())
+				ev.add("ADD returned " + att.name())
 				return ctx.Err()
 			}
 			f.c.driver = recordingDels{f.drv, ev}
@@ -162,9 +162,9 @@ type recordingDels struct {
 	ev *events
 }
 
-func (r recordingDels) del(ctx context.Context, att attachment, n netAttachment, netns string, _ []string) error {
-	r.ev.add("DEL " + n.name())
-	return r.fakeDriver.del(ctx, att, n, netns, nil)
+func (r recordingDels) del(ctx context.Context, req request, att attachment, netns string, _ []string) error {
+	r.ev.add("DEL " + att.name())
+	return r.fakeDriver.del(ctx, req, att, netns, nil)
 }
 
 // Within a Setup, a retry's DEL of an nftables-portmap network would take
@@ -189,15 +189,15 @@ func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t 
 	adding := 0
 	var addsOverlapped bool
 	omitted := map[string][]string{} // the omit of each DEL, by network
-	f.drv.addHook = func(_ context.Context, n netAttachment) error {
-		if !n.conf.info.footprint.HostportNFT {
+	f.drv.addHook = func(_ context.Context, att attachment) error {
+		if !att.conf.info.footprint.HostportNFT {
 			return nil
 		}
 		mu.Lock()
 		adding++
 		addsOverlapped = addsOverlapped || adding > 1
 		mu.Unlock()
-		if n.name() == "a" {
+		if att.name() == "a" {
 			time.Sleep(60 * time.Millisecond) // still adding when b's first attempt has failed
 		} else {
 			time.Sleep(5 * time.Millisecond)
@@ -207,10 +207,10 @@ func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t 
 		mu.Unlock()
 		return nil
 	}
-	f.c.driver = slowDels{f.drv, func(n netAttachment, omit []string) {
+	f.c.driver = slowDels{f.drv, func(att attachment, omit []string) {
 		mu.Lock()
 		defer mu.Unlock()
-		omitted[n.name()] = append(omitted[n.name()], strings.Join(omit, ","))
+		omitted[att.name()] = append(omitted[att.name()], strings.Join(omit, ","))
 	}}
 	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
 		t.Fatal(err)
@@ -237,11 +237,11 @@ func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t 
 // told to leave out.
 type slowDels struct {
 	*fakeDriver
-	note func(n netAttachment, omit []string)
+	note func(att attachment, omit []string)
 }
 
-func (s slowDels) del(ctx context.Context, att attachment, n netAttachment, netns string, omit []string) error {
-	s.note(n, omit)
+func (s slowDels) del(ctx context.Context, req request, att attachment, netns string, omit []string) error {
+	s.note(att, omit)
 	time.Sleep(10 * time.Millisecond)
-	return s.fakeDriver.del(ctx, att, n, netns, omit)
+	return s.fakeDriver.del(ctx, req, att, netns, omit)
 }

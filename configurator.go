@@ -168,10 +168,10 @@ type Configurator struct {
 	}
 	pluginsOKByName map[string]pluginsFound // the same, per network
 
-	mu        sync.RWMutex          // guards conf, nets, retired and loaded
-	conf      loadedConf            // the default network's
-	nets      registry              // every known network, the default included
-	retired   map[string]loadedConf // networks a Reload dropped: Teardown still needs them
+	mu        sync.RWMutex       // guards conf, nets, retired and loaded
+	conf      network            // the default network's
+	nets      registry           // every known network, the default included
+	retired   map[string]network // networks a Reload dropped: Teardown still needs them
 	loaded    bool
 	watcher   *watcher
 	closed    bool
@@ -179,8 +179,8 @@ type Configurator struct {
 	closeOnce sync.Once
 }
 
-// loadedConf is one parsed conflist.
-type loadedConf struct {
+// network is one parsed conflist.
+type network struct {
 	bytes []byte
 	list  *libcni.NetworkConfigList
 	info  networkInfo
@@ -273,20 +273,20 @@ func (c *Configurator) applyDefaults() {
 }
 
 // readConf parses the explicit conflist bytes of the default network.
-func (c *Configurator) readConf(raw []byte) (loadedConf, error) {
+func (c *Configurator) readConf(raw []byte) (network, error) {
 	list, err := parseConfList(raw)
 	if err != nil {
-		return loadedConf{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return network{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.networkName != "" && list.Name != c.networkName {
-		return loadedConf{}, fmt.Errorf("%w: ConfList names network %q but NetworkName is %q", ErrInvalidConfig, list.Name, c.networkName)
+		return network{}, fmt.Errorf("%w: ConfList names network %q but NetworkName is %q", ErrInvalidConfig, list.Name, c.networkName)
 	}
-	return loadedConf{bytes: raw, list: list, info: newNetworkInfo(list)}, nil
+	return network{bytes: raw, list: list, info: newNetworkInfo(list)}, nil
 }
 
 // current returns the conflist in use and makes sure go-cni has it: go-cni
 // starts empty, and says so with ErrCNINotInitialized.
-func (c *Configurator) current() (loadedConf, error) {
+func (c *Configurator) current() (network, error) {
 	c.mu.RLock()
 	conf, loaded, closed := c.conf, c.loaded, c.closed
 	c.mu.RUnlock()
@@ -302,10 +302,10 @@ func (c *Configurator) current() (loadedConf, error) {
 		return c.conf, nil
 	}
 	if err := c.cni.Status(); err != nil && !cni.IsCNINotInitialized(err) {
-		return loadedConf{}, fmt.Errorf("%w: CNI STATUS: %w", ErrNotReady, err)
+		return network{}, fmt.Errorf("%w: CNI STATUS: %w", ErrNotReady, err)
 	} else if err != nil {
 		if err := c.cni.Load(cni.WithConfListBytes(c.conf.bytes)); err != nil {
-			return loadedConf{}, fmt.Errorf("%w: loading conflist %q: %w", ErrInvalidConfig, c.conf.list.Name, err)
+			return network{}, fmt.Errorf("%w: loading conflist %q: %w", ErrInvalidConfig, c.conf.list.Name, err)
 		}
 	}
 	c.loaded = true
@@ -314,7 +314,7 @@ func (c *Configurator) current() (loadedConf, error) {
 
 // footprintNetwork is what the cleaner must know about conf's network:
 // its attachments have interface ifName, or any of ifNames.
-func (c *Configurator) footprintNetwork(conf loadedConf, ifName string, ifNames []string) footprint.Network {
+func (c *Configurator) footprintNetwork(conf network, ifName string, ifNames []string) footprint.Network {
 	n := conf.info.footprint
 	n.IfName, n.IfNames, n.CacheDir = ifName, ifNames, c.cacheDir
 	return n

@@ -34,35 +34,35 @@ import (
 func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, netns string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startOp(ctx, opConnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := c.attachmentIn(alloc, netns)
+	req, err := c.requestIn(alloc, netns)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkNetworkName(network); err != nil {
 		return nil, err
 	}
-	defer c.adm.enter(att.id)()
+	defer c.adm.enter(req.id)()
 	conf, err := c.knownConf(network, false)
 	if err != nil {
-		return nil, fmt.Errorf("%w (connecting allocation %s)", err, att.id)
+		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
 	}
-	members, err := c.membersOf(alloc, att, false)
+	found, err := c.attachmentsOf(alloc, req, false)
 	if err != nil {
 		return nil, err
 	}
 	var used []string
-	for _, m := range c.attached(members) {
-		used = append(used, m.n.ifName)
-		if m.n.name() == network {
-			return nil, fmt.Errorf("%w: allocation %s is attached to network %q as %s", ErrAlreadyAttached, att.id, network, m.n.ifName)
+	for _, fa := range c.attached(found) {
+		used = append(used, fa.att.ifName)
+		if fa.att.name() == network {
+			return nil, fmt.Errorf("%w: allocation %s is attached to network %q as %s", ErrAlreadyAttached, req.id, network, fa.att.ifName)
 		}
 	}
-	n := netAttachment{conf: conf, ifName: c.freeIfName(used)}
-	if err := c.preflight(n); err != nil {
+	att := attachment{conf: conf, ifName: c.freeIfName(used)}
+	if err := c.preflight(att); err != nil {
 		return nil, err
 	}
-	defer c.keepLoopback(att.id, netns, []member{{n: n}})()
-	return c.attachAll(ctx, att, netns, []netAttachment{n}, len(used) > 0)
+	defer c.keepLoopback(req.id, netns, []foundAttachment{{att: att}})()
+	return c.attachAll(ctx, req, netns, []attachment{att}, len(used) > 0)
 }
 
 // Disconnect detaches the workload of alloc from one network and leaves
@@ -80,29 +80,29 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, network, netns string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opDisconnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := newAttachment(alloc, c.ignoreHostIP)
+	req, err := newRequest(alloc, c.ignoreHostIP)
 	if err != nil {
 		return err
 	}
 	if err := checkNetworkName(network); err != nil {
 		return err
 	}
-	defer c.adm.enter(att.id)()
+	defer c.adm.enter(req.id)()
 	if _, err := c.knownConf(network, true); err != nil {
-		return fmt.Errorf("%w (disconnecting allocation %s)", err, att.id)
+		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
 	}
-	members, err := c.membersOf(alloc, att, true)
+	found, err := c.attachmentsOf(alloc, req, true)
 	if err != nil {
 		return err
 	}
-	attached := c.attached(members)
-	members = slices.DeleteFunc(slices.Clone(attached), func(m member) bool { return m.n.name() != network })
-	if len(members) == 0 {
-		c.logger.Debug("disconnect: not attached", "alloc_id", att.id, "network", network)
+	attached := c.attached(found)
+	found = slices.DeleteFunc(slices.Clone(attached), func(fa foundAttachment) bool { return fa.att.name() != network })
+	if len(found) == 0 {
+		c.logger.Debug("disconnect: not attached", "alloc_id", req.id, "network", network)
 		return nil
 	}
-	defer c.keepLoopback(att.id, netns, members)()
-	return c.detachAll(ctx, netns, members, len(attached) > len(members))
+	defer c.keepLoopback(req.id, netns, found)()
+	return c.detachAll(ctx, netns, found, len(attached) > len(found))
 }
 
 // keepLoopback, when members run the loopback plugin, notes whether the
@@ -110,8 +110,8 @@ func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, networ
 // took it down meanwhile: the loopback plugin's DEL sets lo down, which
 // is right when the workload goes, wrong when it loses one network of
 // several (a Disconnect, a Connect rolled back).
-func (c *Configurator) keepLoopback(id, netns string, members []member) (restore func()) {
-	runsLoopback := slices.ContainsFunc(members, func(m member) bool { return slices.Contains(m.n.conf.info.pluginTypes, "loopback") })
+func (c *Configurator) keepLoopback(id, netns string, found []foundAttachment) (restore func()) {
+	runsLoopback := slices.ContainsFunc(found, func(fa foundAttachment) bool { return slices.Contains(fa.att.conf.info.pluginTypes, "loopback") })
 	if !runsLoopback || !loopbackUp(netns) {
 		return func() {}
 	}
@@ -126,11 +126,11 @@ func (c *Configurator) keepLoopback(id, netns string, members []member) (restore
 	}
 }
 
-// member is one network an allocation is attached to and what its
+// foundAttachment is one network an allocation is attached to and what its
 // plugins are told.
-type member struct {
-	n      netAttachment
+type foundAttachment struct {
 	att    attachment
+	req    request
 	cached bool // libcni's cache knows the attachment
 }
 
@@ -141,14 +141,14 @@ type member struct {
 // is gone is harmless there, and an ADD cut short is never cached.) A
 // network attached through an injected Config.CNI, whose cache cninet may
 // not see, is taken at its word.
-func (c *Configurator) attached(all []member) []member {
-	if !slices.ContainsFunc(all, func(m member) bool { return m.cached }) {
+func (c *Configurator) attached(all []foundAttachment) []foundAttachment {
+	if !slices.ContainsFunc(all, func(fa foundAttachment) bool { return fa.cached }) {
 		return all
 	}
-	return slices.DeleteFunc(all, func(m member) bool { return !m.cached && !(m.n.viaCNI && !c.findPlugins) })
+	return slices.DeleteFunc(all, func(fa foundAttachment) bool { return !fa.cached && !(fa.att.viaCNI && !c.findPlugins) })
 }
 
-// membersOf returns every network alloc is attached to: the networks it
+// attachmentsOf returns every network alloc is attached to: the networks it
 // names, in its order, then the other known networks that libcni's cache
 // holds an attachment of its ID in, by interface name. A named network
 // the cache knows takes the interface the cache says (Connect may have
@@ -156,15 +156,15 @@ func (c *Configurator) attached(all []member) []member {
 // ADD may have been cut short before anything was cached — unless the
 // cache proves that interface is another network's. A network only the
 // cache knows is told the args and port mappings it was attached with.
-func (c *Configurator) membersOf(alloc *Allocation, att attachment, forTeardown bool) ([]member, error) {
-	nets, err := c.networksOf(alloc, forTeardown)
+func (c *Configurator) attachmentsOf(alloc *Allocation, req request, forTeardown bool) ([]foundAttachment, error) {
+	atts, err := c.networksOf(alloc, forTeardown)
 	if err != nil {
 		return nil, err
 	}
-	cached, err := c.lib.GetCachedAttachments(att.id)
+	cached, err := c.lib.GetCachedAttachments(req.id)
 	if err != nil {
 		c.logger.Warn("reading libcni's cache failed: only the allocation's own networks are covered",
-			"alloc_id", att.id, "cache_dir", c.cacheDir, "error", err)
+			"alloc_id", req.id, "cache_dir", c.cacheDir, "error", err)
 	}
 	cachedIfs := map[string][]*libcni.NetworkAttachment{} // by network
 	ifOwner := map[string]string{}                        // interface → network, per the cache
@@ -172,49 +172,49 @@ func (c *Configurator) membersOf(alloc *Allocation, att attachment, forTeardown 
 		cachedIfs[a.Network] = append(cachedIfs[a.Network], a)
 		ifOwner[a.IfName] = a.Network
 	}
-	var members []member
-	for _, n := range nets {
-		as := cachedIfs[n.name()]
-		delete(cachedIfs, n.name())
+	var found []foundAttachment
+	for _, att := range atts {
+		as := cachedIfs[att.name()]
+		delete(cachedIfs, att.name())
 		if len(as) == 0 {
-			if owner, taken := ifOwner[n.ifName]; !taken || owner == n.name() {
-				members = append(members, member{n: n, att: att})
+			if owner, taken := ifOwner[att.ifName]; !taken || owner == att.name() {
+				found = append(found, foundAttachment{att: att, req: req})
 			}
 			continue
 		}
 		for i, a := range as {
-			m := member{n: n, att: att, cached: true}
-			if a.IfName != n.ifName {
-				m.n.ifName, m.n.viaCNI = a.IfName, false
+			fa := foundAttachment{att: att, req: req, cached: true}
+			if a.IfName != att.ifName {
+				fa.att.ifName, fa.att.viaCNI = a.IfName, false
 			}
 			if i > 0 {
-				m.att = cachedAttachment(att, a)
+				fa.req = cachedRequest(req, a)
 			}
-			members = append(members, m)
+			found = append(found, fa)
 		}
 	}
-	members = append(members, c.cachedOnly(att, cachedIfs, forTeardown)...)
+	found = append(found, c.cachedOnly(req, cachedIfs, forTeardown)...)
 	if forTeardown {
-		members = append(members, c.recordedOnly(att, members)...)
+		found = append(found, c.recordedOnly(req, found)...)
 	}
-	return members, nil
+	return found, nil
 }
 
 // recordedOnly turns the intent records of att's id on known networks
 // that no member covers into members: a DEL of them began (libcni's cache
 // is gone with it) and its force cleanup never finished, so a Teardown
 // or Disconnect finishes it.
-func (c *Configurator) recordedOnly(att attachment, members []member) []member {
-	var out []member
-	for _, r := range footprint.IntentRecordsOf(c.cacheDir, att.id, c.nets.names()) {
-		if slices.ContainsFunc(members, func(m member) bool { return m.n.name() == r.Network }) {
+func (c *Configurator) recordedOnly(req request, found []foundAttachment) []foundAttachment {
+	var out []foundAttachment
+	for _, r := range footprint.IntentRecordsOf(c.cacheDir, req.id, c.nets.names()) {
+		if slices.ContainsFunc(found, func(fa foundAttachment) bool { return fa.att.name() == r.Network }) {
 			continue
 		}
 		conf, err := c.knownConf(r.Network, true)
 		if err != nil {
 			continue
 		}
-		out = append(out, member{n: netAttachment{conf: conf, ifName: cmp.Or(r.IfName, c.ifName)}, att: att, cached: true})
+		out = append(out, foundAttachment{att: attachment{conf: conf, ifName: cmp.Or(r.IfName, c.ifName)}, req: req, cached: true})
 	}
 	return out
 }
@@ -222,51 +222,51 @@ func (c *Configurator) recordedOnly(att attachment, members []member) []member {
 // cachedOnly turns the cached attachments of networks the allocation does
 // not name into members, sorted by interface name; a network this
 // Configurator does not know is not its to detach.
-func (c *Configurator) cachedOnly(att attachment, byNetwork map[string][]*libcni.NetworkAttachment, forTeardown bool) []member {
-	var members []member
+func (c *Configurator) cachedOnly(req request, byNetwork map[string][]*libcni.NetworkAttachment, forTeardown bool) []foundAttachment {
+	var found []foundAttachment
 	for name, as := range byNetwork {
 		conf, err := c.knownConf(name, forTeardown)
 		if err != nil {
 			c.logger.Debug("cached attachment of a network this configurator does not know left alone",
-				"alloc_id", att.id, "network", name)
+				"alloc_id", req.id, "network", name)
 			continue
 		}
 		for _, a := range as {
-			members = append(members, member{n: netAttachment{conf: conf, ifName: a.IfName}, att: cachedAttachment(att, a), cached: true})
+			found = append(found, foundAttachment{att: attachment{conf: conf, ifName: a.IfName}, req: cachedRequest(req, a), cached: true})
 		}
 	}
-	slices.SortFunc(members, func(a, b member) int {
-		if d := c.ifIndex(a.n.ifName) - c.ifIndex(b.n.ifName); d != 0 {
+	slices.SortFunc(found, func(a, b foundAttachment) int {
+		if d := c.ifIndex(a.att.ifName) - c.ifIndex(b.att.ifName); d != 0 {
 			return d
 		}
-		return strings.Compare(a.n.name(), b.n.name())
+		return strings.Compare(a.att.name(), b.att.name())
 	})
-	return members
+	return found
 }
 
-// cachedAttachment is att with the args and port mappings that libcni
+// cachedRequest is att with the args and port mappings that libcni
 // cached for a, where it cached them.
-func cachedAttachment(att attachment, a *libcni.NetworkAttachment) attachment {
+func cachedRequest(req request, a *libcni.NetworkAttachment) request {
 	if len(a.CniArgs) > 0 {
-		att.args = a.CniArgs
+		req.args = a.CniArgs
 	}
 	if raw, ok := a.CapabilityArgs["portMappings"]; ok {
 		var mappings []cni.PortMapping
 		if b, err := json.Marshal(raw); err == nil && json.Unmarshal(b, &mappings) == nil {
-			att.mappings = mappings
+			req.mappings = mappings
 		}
 	}
-	return att
+	return req
 }
 
 // knownConf returns the conflist of a network this Configurator knows;
 // forTeardown also accepts one that a Reload dropped, and a closed
 // Configurator.
-func (c *Configurator) knownConf(name string, forTeardown bool) (loadedConf, error) {
+func (c *Configurator) knownConf(name string, forTeardown bool) (network, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed && !forTeardown {
-		return loadedConf{}, fmt.Errorf("%w: network %q", ErrClosed, name)
+		return network{}, fmt.Errorf("%w: network %q", ErrClosed, name)
 	}
 	if conf, ok := c.nets.byName[name]; ok {
 		return conf, nil
@@ -274,7 +274,7 @@ func (c *Configurator) knownConf(name string, forTeardown bool) (loadedConf, err
 	if conf, ok := c.retired[name]; ok && forTeardown {
 		return conf, nil
 	}
-	return loadedConf{}, fmt.Errorf("%w: no network %q (known: %s)", ErrNetworkNotFound, name, strings.Join(c.nets.names(), ", "))
+	return network{}, fmt.Errorf("%w: no network %q (known: %s)", ErrNetworkNotFound, name, strings.Join(c.nets.names(), ", "))
 }
 
 // freeIfName returns <prefix>N for the lowest N no name in used has.

@@ -33,33 +33,33 @@ func (c *Configurator) ConnectWith(ctx context.Context, alloc *Allocation, netwo
 	}
 	ctx, op := c.tel.startOp(ctx, opConnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := c.namedAttachment(alloc, network, netns, opts.IfName, ErrInvalidArgument)
+	req, err := c.namedRequest(alloc, network, netns, opts.IfName, ErrInvalidArgument)
 	if err != nil {
 		return nil, err
 	}
-	defer c.adm.enter(att.id)()
+	defer c.adm.enter(req.id)()
 	conf, err := c.knownConf(network, false)
 	if err != nil {
-		return nil, fmt.Errorf("%w (connecting allocation %s)", err, att.id)
+		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
 	}
-	cached, err := c.lib.GetCachedAttachments(att.id)
+	cached, err := c.lib.GetCachedAttachments(req.id)
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading libcni's cache in %s: %w", ErrIO, c.cacheDir, err)
 	}
 	for _, a := range cached {
 		if a.Network == network || a.IfName == opts.IfName {
 			return nil, fmt.Errorf("%w: allocation %s is attached to network %q as %s (asked: network %q as %s)",
-				ErrAlreadyAttached, att.id, a.Network, a.IfName, network, opts.IfName)
+				ErrAlreadyAttached, req.id, a.Network, a.IfName, network, opts.IfName)
 		}
 	}
-	n := netAttachment{conf: conf, ifName: opts.IfName}
-	if err := c.preflight(n); err != nil {
+	att := attachment{conf: conf, ifName: opts.IfName}
+	if err := c.preflight(att); err != nil {
 		return nil, err
 	}
-	defer c.keepLoopback(att.id, netns, []member{{n: n}})()
+	defer c.keepLoopback(req.id, netns, []foundAttachment{{att: att}})()
 	// The runtime may attach the same container to networks this
 	// Configurator never sees: always as if others were there.
-	return c.attachAll(ctx, att, netns, []netAttachment{n}, true)
+	return c.attachAll(ctx, req, netns, []attachment{att}, true)
 }
 
 // DisconnectWith is Disconnect of the attachment whose interface is
@@ -77,21 +77,21 @@ func (c *Configurator) DisconnectWith(ctx context.Context, alloc *Allocation, ne
 	}
 	ctx, op := c.tel.startOp(ctx, opDisconnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := c.namedAttachment(alloc, network, "", opts.IfName, nil)
+	req, err := c.namedRequest(alloc, network, "", opts.IfName, nil)
 	if err != nil {
 		return err
 	}
-	defer c.adm.enter(att.id)()
+	defer c.adm.enter(req.id)()
 	conf, err := c.knownConf(network, true)
 	if err != nil {
-		return fmt.Errorf("%w (disconnecting allocation %s)", err, att.id)
+		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
 	}
-	m := member{n: netAttachment{conf: conf, ifName: opts.IfName}, att: att}
-	if a := c.cachedAt(att.id, network, opts.IfName); a != nil {
-		m.att, m.cached = cachedCapabilities(cachedAttachment(att, a), a), true
+	fa := foundAttachment{att: attachment{conf: conf, ifName: opts.IfName}, req: req}
+	if a := c.cachedAt(req.id, network, opts.IfName); a != nil {
+		fa.req, fa.cached = cachedCapabilities(cachedRequest(req, a), a), true
 	}
-	defer c.keepLoopback(att.id, netns, []member{m})()
-	return c.detachAll(ctx, netns, []member{m}, true) // as in ConnectWith: others may be there unseen
+	defer c.keepLoopback(req.id, netns, []foundAttachment{fa})()
+	return c.detachAll(ctx, netns, []foundAttachment{fa}, true) // as in ConnectWith: others may be there unseen
 }
 
 // CheckWith is Check of one network's attachment, the one whose interface
@@ -103,21 +103,21 @@ func (c *Configurator) CheckWith(ctx context.Context, alloc *Allocation, network
 	}
 	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := c.namedAttachment(alloc, network, netns, opts.IfName, ErrCheckFailed)
+	req, err := c.namedRequest(alloc, network, netns, opts.IfName, ErrCheckFailed)
 	if err != nil {
 		return err
 	}
-	defer c.adm.enter(att.id)()
+	defer c.adm.enter(req.id)()
 	conf, err := c.knownConf(network, false)
 	if err != nil {
-		return fmt.Errorf("%w (checking allocation %s)", err, att.id)
+		return fmt.Errorf("%w (checking allocation %s)", err, req.id)
 	}
-	a := c.cachedAt(att.id, network, opts.IfName)
+	a := c.cachedAt(req.id, network, opts.IfName)
 	if a == nil {
 		return fmt.Errorf("%w: allocation %s is not attached to network %q as %s (libcni's cache in %s has no such attachment)",
-			ErrCheckFailed, att.id, network, opts.IfName, c.cacheDir)
+			ErrCheckFailed, req.id, network, opts.IfName, c.cacheDir)
 	}
-	return c.checkNetwork(ctx, cachedCapabilities(cachedAttachment(att, a), a), netAttachment{conf: conf, ifName: opts.IfName}, netns)
+	return c.checkNetwork(ctx, cachedCapabilities(cachedRequest(req, a), a), attachment{conf: conf, ifName: opts.IfName}, netns)
 }
 
 // CachedResult returns the CNI result libcni cached when allocation id was
@@ -156,20 +156,20 @@ func (c *Configurator) StatusOf(ctx context.Context, network string) (err error)
 	return nil
 }
 
-// namedAttachment validates what the *With verbs are given; with a
+// namedRequest validates what the *With verbs are given; with a
 // noNetNS class (ErrInvalidArgument to attach, ErrCheckFailed to check)
 // netns must be a network namespace too, since plugins will run in it.
-func (c *Configurator) namedAttachment(alloc *Allocation, network, netns, ifName string, noNetNS error) (attachment, error) {
+func (c *Configurator) namedRequest(alloc *Allocation, network, netns, ifName string, noNetNS error) (request, error) {
 	if err := checkNetworkName(network); err != nil {
-		return attachment{}, err
+		return request{}, err
 	}
 	if err := CheckIfName(ifName); err != nil {
-		return attachment{}, fmt.Errorf("%w (allocation %s)", err, allocID(alloc))
+		return request{}, fmt.Errorf("%w (allocation %s)", err, allocID(alloc))
 	}
 	if noNetNS == nil {
-		return newAttachment(alloc, c.ignoreHostIP)
+		return newRequest(alloc, c.ignoreHostIP)
 	}
-	return c.attachmentAt(alloc, netns, noNetNS, c.driver.runsPlugins())
+	return c.requestAt(alloc, netns, noNetNS, c.driver.runsPlugins())
 }
 
 // cachedAt returns libcni's cached attachment of id in network as ifName,
@@ -191,7 +191,7 @@ func (c *Configurator) cachedAt(id, network, ifName string) *libcni.NetworkAttac
 // cachedCapabilities is att with the capability arguments besides port
 // mappings that libcni cached for a, where it cached any: a DEL and a
 // CHECK must tell the plugins what the ADD told them.
-func cachedCapabilities(att attachment, a *libcni.NetworkAttachment) attachment {
+func cachedCapabilities(req request, a *libcni.NetworkAttachment) request {
 	caps := map[string]any{}
 	for name, value := range a.CapabilityArgs {
 		if name != capabilityPortMappings {
@@ -199,9 +199,9 @@ func cachedCapabilities(att attachment, a *libcni.NetworkAttachment) attachment 
 		}
 	}
 	if len(caps) > 0 {
-		att.caps = caps
+		req.caps = caps
 	}
-	return att
+	return req
 }
 
 // CheckIfName reports whether name can be a workload's interface name

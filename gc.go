@@ -199,7 +199,7 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	return report, errors.Join(errs...)
 }
 
-func names(confs []loadedConf) []string {
+func names(confs []network) []string {
 	out := make([]string, len(confs))
 	for i, conf := range confs {
 		out[i] = conf.info.name
@@ -209,7 +209,7 @@ func names(confs []loadedConf) []string {
 
 // gcNetworks returns the networks GC covers, and the names of those whose
 // conflist sets disableGC or that only (when not nil) leaves out.
-func (c *Configurator) gcNetworks(only map[string]bool) (nets []loadedConf, skipped map[string]bool) {
+func (c *Configurator) gcNetworks(only map[string]bool) (nets []network, skipped map[string]bool) {
 	skipped = map[string]bool{}
 	for _, conf := range c.knownNetworks() {
 		if spared(only, conf.info.name) {
@@ -234,7 +234,7 @@ func (c *Configurator) gcNetworks(only map[string]bool) (nets []loadedConf, skip
 // No Setup may
 // run meanwhile: the GC verb would take its half-made attachment for a
 // stale one.
-func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, nets []loadedConf, live map[string]bool, report *GCReport) (err error) {
+func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, nets []network, live map[string]bool, report *GCReport) (err error) {
 	ctx, span := c.tel.startSpan(ctx, spanGCCached)
 	defer func() { span.end(err) }()
 	c.adm.gate.Lock()
@@ -297,7 +297,7 @@ func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, n
 
 // gcSweep removes the footprint of every dead attachment of the GC'd
 // networks it can attribute.
-func (c *Configurator) gcSweep(sweep *footprint.Cleaner, nets []loadedConf, skipped, live map[string]bool, report *GCReport, progress *gcProgress) error {
+func (c *Configurator) gcSweep(sweep *footprint.Cleaner, nets []network, skipped, live map[string]bool, report *GCReport, progress *gcProgress) error {
 	found, scanErr := sweep.DiscoverAll()
 	progress.step("host scanned", len(found))
 	var dead []footprint.Attachment

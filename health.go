@@ -40,7 +40,7 @@ func (c *Configurator) Status(ctx context.Context) (err error) {
 
 // networkReady is Status for one network. The default network's STATUS
 // goes through Config.CNI, like its other verbs.
-func (c *Configurator) networkReady(ctx context.Context, conf loadedConf, isDefault bool) (err error) {
+func (c *Configurator) networkReady(ctx context.Context, conf network, isDefault bool) (err error) {
 	ctx, op := c.tel.startNetwork(ctx, opStatusNetwork, conf.info.name, "", "", "")
 	defer func() { op.end(err) }()
 	if err := c.checkPluginsIn(conf); err != nil {
@@ -74,18 +74,18 @@ func (c *Configurator) networkReady(ctx context.Context, conf loadedConf, isDefa
 func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := c.attachmentToCheck(alloc, netns)
+	req, err := c.requestToCheck(alloc, netns)
 	if err != nil {
 		return err
 	}
-	defer c.adm.enter(att.id)()
-	members, err := c.membersOf(alloc, att, false)
+	defer c.adm.enter(req.id)()
+	found, err := c.attachmentsOf(alloc, req, false)
 	if err != nil {
 		return err
 	}
 	var failed, unsupported []error
-	for _, m := range c.attached(members) {
-		switch err := c.checkNetwork(ctx, m.att, m.n, netns); {
+	for _, fa := range c.attached(found) {
+		switch err := c.checkNetwork(ctx, fa.req, fa.att, netns); {
 		case errors.Is(err, ErrCheckFailed):
 			failed = append(failed, err)
 		case err != nil:
@@ -99,18 +99,18 @@ func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns strin
 }
 
 // checkNetwork runs CHECK on one network of the attachment.
-func (c *Configurator) checkNetwork(ctx context.Context, att attachment, n netAttachment, netns string) (err error) {
-	ctx, op := c.tel.startNetwork(ctx, opCheckNetwork, n.name(), n.ifName, att.id, netns)
+func (c *Configurator) checkNetwork(ctx context.Context, req request, att attachment, netns string) (err error) {
+	ctx, op := c.tel.startNetwork(ctx, opCheckNetwork, att.name(), att.ifName, req.id, netns)
 	defer func() { op.end(err) }()
-	if n.conf.info.disableCheck {
-		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, n.name())
+	if att.conf.info.disableCheck {
+		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, att.name())
 	}
-	driver := c.driverFor(n)
-	if err := driver.check(ctx, att, n, netns); err != nil {
+	driver := c.driverFor(att)
+	if err := driver.check(ctx, req, att, netns); err != nil {
 		if why := c.knownFalseFailure(ctx, driver, err); why != "" {
-			return fmt.Errorf("%w: allocation %s in network %q: %s: %w", ErrCheckUnsupported, att.id, n.name(), why, err)
+			return fmt.Errorf("%w: allocation %s in network %q: %s: %w", ErrCheckUnsupported, req.id, att.name(), why, err)
 		}
-		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrCheckFailed, att.id, n.name(), err)
+		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrCheckFailed, req.id, att.name(), err)
 	}
 	return nil
 }

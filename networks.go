@@ -13,11 +13,11 @@ import (
 
 // registry is every network a Configurator knows, by name.
 type registry struct {
-	byName  map[string]loadedConf
+	byName  map[string]network
 	skipped []error // ConfDir files that could not be read: a network asked for may be in one
 }
 
-func newRegistry() registry { return registry{byName: map[string]loadedConf{}} }
+func newRegistry() registry { return registry{byName: map[string]network{}} }
 
 // names returns the known network names, sorted.
 func (r registry) names() []string {
@@ -29,17 +29,17 @@ func (r registry) names() []string {
 	return names
 }
 
-// netAttachment is one network of an allocation, at its place in the
+// attachment is one network of an allocation, at its place in the
 // allocation's list.
-type netAttachment struct {
-	conf   loadedConf
+type attachment struct {
+	conf   network
 	ifName string // ifPrefix + the network's index in the allocation's list
 	// viaCNI: the default network as the first interface, which go-cni (or
 	// Config.CNI) attaches — the single-network path, unchanged.
 	viaCNI bool
 }
 
-func (n netAttachment) name() string { return n.conf.info.name }
+func (att attachment) name() string { return att.conf.info.name }
 
 // confDirNetwork is one parseable network in ConfDir and the file it came from.
 type confDirNetwork struct {
@@ -52,28 +52,28 @@ type confDirNetwork struct {
 // ConfLists, whose bytes win over a ConfDir network of the same name.
 // The default network is ConfList's, else NetworkName, else the first
 // network in ConfDir (in file order), else the first of ConfLists.
-func (c *Configurator) readNets() (loadedConf, registry, error) {
+func (c *Configurator) readNets() (network, registry, error) {
 	reg := newRegistry()
-	var def loadedConf
+	var def network
 	var dirNets []confDirNetwork
 	switch {
 	case len(c.explicit) > 0:
 		conf, err := c.readConf(c.explicit)
 		if err != nil {
-			return loadedConf{}, reg, err
+			return network{}, reg, err
 		}
 		def, reg.byName[conf.info.name] = conf, conf
 	case c.confDir != "":
 		var err error
 		if dirNets, reg, err = c.readConfDir(); err != nil {
-			return loadedConf{}, reg, err
+			return network{}, reg, err
 		}
 	case len(c.extra) == 0:
-		return loadedConf{}, reg, fmt.Errorf("%w: set ConfList, ConfLists, or ConfDir (and NetworkName)", ErrInvalidConfig)
+		return network{}, reg, fmt.Errorf("%w: set ConfList, ConfLists, or ConfDir (and NetworkName)", ErrInvalidConfig)
 	}
 	extra, err := c.readExtra(reg)
 	if err != nil {
-		return loadedConf{}, reg, err
+		return network{}, reg, err
 	}
 	if def.list != nil {
 		return def, reg, nil
@@ -109,7 +109,7 @@ func (c *Configurator) readConfDir() ([]confDirNetwork, registry, error) {
 		if _, dup := reg.byName[list.Name]; dup {
 			continue
 		}
-		reg.byName[list.Name] = loadedConf{bytes: list.Bytes, list: list, info: newNetworkInfo(list)}
+		reg.byName[list.Name] = network{bytes: list.Bytes, list: list, info: newNetworkInfo(list)}
 		nets = append(nets, confDirNetwork{file: file, list: list})
 	}
 	return nets, reg, nil
@@ -133,14 +133,14 @@ func (c *Configurator) readExtra(reg registry) ([]string, error) {
 			return nil, fmt.Errorf("%w: ConfLists[%d]: network %q is given twice", ErrInvalidConfig, i, list.Name)
 		}
 		fromBytes[list.Name] = true
-		reg.byName[list.Name] = loadedConf{bytes: raw, list: list, info: newNetworkInfo(list)}
+		reg.byName[list.Name] = network{bytes: raw, list: list, info: newNetworkInfo(list)}
 		names = append(names, list.Name)
 	}
 	return names, nil
 }
 
 // pickDefault chooses the default network when ConfList does not say.
-func (c *Configurator) pickDefault(reg registry, dirNets []confDirNetwork, extra []string) (loadedConf, error) {
+func (c *Configurator) pickDefault(reg registry, dirNets []confDirNetwork, extra []string) (network, error) {
 	name := c.networkName
 	switch {
 	case name != "":
@@ -153,19 +153,19 @@ func (c *Configurator) pickDefault(reg registry, dirNets []confDirNetwork, extra
 		if len(reg.skipped) > 0 {
 			err = fmt.Errorf("%w; %d unreadable file(s) skipped: %w", err, len(reg.skipped), errors.Join(reg.skipped...))
 		}
-		return loadedConf{}, err
+		return network{}, err
 	}
 	if conf, ok := reg.byName[name]; ok {
 		return conf, nil
 	}
-	return loadedConf{}, notFoundError(c.confDir, name, reg.names(), reg.skipped)
+	return network{}, notFoundError(c.confDir, name, reg.names(), reg.skipped)
 }
 
 // networksOf resolves the networks alloc joins, in order: its
 // NetworkNames, or the default network. An unknown name fails before any
 // plugin runs. Teardown (forTeardown) may still name a network that a
 // Reload dropped, and works after Close.
-func (c *Configurator) networksOf(alloc *Allocation, forTeardown bool) ([]netAttachment, error) {
+func (c *Configurator) networksOf(alloc *Allocation, forTeardown bool) ([]attachment, error) {
 	c.mu.RLock()
 	def, reg, retired, closed := c.conf, c.nets, c.retired, c.closed
 	c.mu.RUnlock()
@@ -176,7 +176,7 @@ func (c *Configurator) networksOf(alloc *Allocation, forTeardown bool) ([]netAtt
 	if len(names) == 0 {
 		names = []string{def.info.name}
 	}
-	nets := make([]netAttachment, 0, len(names))
+	atts := make([]attachment, 0, len(names))
 	var unknown []string
 	for i, name := range names {
 		if i == 0 && name == def.info.name {
@@ -184,7 +184,7 @@ func (c *Configurator) networksOf(alloc *Allocation, forTeardown bool) ([]netAtt
 			if err != nil && !(forTeardown && errors.Is(err, ErrClosed)) {
 				return nil, err
 			}
-			nets = append(nets, netAttachment{conf: conf, ifName: c.ifName, viaCNI: true})
+			atts = append(atts, attachment{conf: conf, ifName: c.ifName, viaCNI: true})
 			continue
 		}
 		conf, ok := reg.byName[name]
@@ -194,7 +194,7 @@ func (c *Configurator) networksOf(alloc *Allocation, forTeardown bool) ([]netAtt
 		if !ok {
 			unknown = append(unknown, strconv.Quote(name))
 		}
-		nets = append(nets, netAttachment{conf: conf, ifName: c.ifPrefix + strconv.Itoa(i)})
+		atts = append(atts, attachment{conf: conf, ifName: c.ifPrefix + strconv.Itoa(i)})
 	}
 	if len(unknown) > 0 {
 		err := fmt.Errorf("%w: allocation %s: no network %s (known: %s)",
@@ -204,15 +204,15 @@ func (c *Configurator) networksOf(alloc *Allocation, forTeardown bool) ([]netAtt
 		}
 		return nil, err
 	}
-	return nets, nil
+	return atts, nil
 }
 
 // knownNetworks returns every known network, the default first, then the
 // others by name.
-func (c *Configurator) knownNetworks() []loadedConf {
+func (c *Configurator) knownNetworks() []network {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	out := []loadedConf{c.conf}
+	out := []network{c.conf}
 	for _, name := range c.nets.names() {
 		if name != c.conf.info.name {
 			out = append(out, c.nets.byName[name])
@@ -246,7 +246,7 @@ func (c *Configurator) Networks() []string {
 // detach workloads that joined them.
 func (c *Configurator) retire(next registry) {
 	if c.retired == nil {
-		c.retired = map[string]loadedConf{}
+		c.retired = map[string]network{}
 	}
 	for name, conf := range c.nets.byName {
 		if _, still := next.byName[name]; !still {

@@ -280,7 +280,7 @@ func TestCheckChecksEveryNetworkAndNamesEachFailingOne(t *testing.T) {
 
 func TestLibcniIsToldThePortMappingsOnlyWhereTheConflistDeclaresThemAndTheArgsEverywhere(t *testing.T) {
 	f := newMultiFixture(t, quickRetry)
-	att, err := newAttachment(&Allocation{ID: "w", Ports: []Port{{Value: 8080}}, Args: map[string]string{"K": "v"}}, false)
+	req, err := newRequest(&Allocation{ID: "w", Ports: []Port{{Value: 8080}}, Args: map[string]string{"K": "v"}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,11 +289,11 @@ func TestLibcniIsToldThePortMappingsOnlyWhereTheConflistDeclaresThemAndTheArgsEv
 		mappings bool
 	}{{"b", true}, {"c", false}} {
 		t.Run(tc.network, func(t *testing.T) {
-			n := netAttachment{conf: f.c.nets.byName[tc.network], ifName: "eth1"}
-			rt := libDriver{}.runtimeConf(att, n, "/x")
+			att := attachment{conf: f.c.nets.byName[tc.network], ifName: "eth1"}
+			rt := libDriver{}.runtimeConf(req, att, "/x")
 			_, has := rt.CapabilityArgs["portMappings"]
-			if has != tc.mappings || rt.IfName != "eth1" || rt.ContainerID != "w" || rt.NetNS != "/x" || !reflect.DeepEqual(rt.Args, att.args) {
-				t.Fatalf("runtime conf %+v: want port mappings %v and the args %v", rt, tc.mappings, att.args)
+			if has != tc.mappings || rt.IfName != "eth1" || rt.ContainerID != "w" || rt.NetNS != "/x" || !reflect.DeepEqual(rt.Args, req.args) {
+				t.Fatalf("runtime conf %+v: want port mappings %v and the args %v", rt, tc.mappings, req.args)
 			}
 		})
 	}
