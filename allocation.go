@@ -21,7 +21,7 @@ type Allocation struct {
 	Ports []Port
 	// Networks carries the legacy per-network ports; used only when Ports is
 	// empty.
-	Networks []Network
+	Networks []NetworkPorts
 	// NetworkNames are the CNI networks the workload joins, in order: the
 	// first gets interface <prefix>0, the next <prefix>1, and so on. Each
 	// must be a network the Configurator knows, at most once. Empty: the
@@ -57,8 +57,8 @@ type Port struct {
 	Protocol string
 }
 
-// Network is the legacy per-network port list of an allocation.
-type Network struct {
+// NetworkPorts is the legacy per-network port list of an allocation.
+type NetworkPorts struct {
 	ReservedPorts, DynamicPorts []Port
 }
 
@@ -132,7 +132,7 @@ func PortMappings(alloc *Allocation, ignoreHostIP bool) ([]cni.PortMapping, erro
 
 // legacyPorts copies into a new slice, so the caller's slices are never
 // appended to.
-func legacyPorts(networks []Network) []Port {
+func legacyPorts(networks []NetworkPorts) []Port {
 	var ports []Port
 	for _, n := range networks {
 		ports = append(ports, n.ReservedPorts...)

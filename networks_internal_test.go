@@ -113,14 +113,14 @@ func TestSetupJoinsTheNamedNetworksInOrderOneInterfaceEach(t *testing.T) {
 		networks []string
 		cni      string              // the fake go-cni's verbs
 		driver   string              // sorted: the networks attach concurrently
-		want     []NetworkAttachment // Network and InterfaceName only
+		want     []AttachmentStatus // Network and InterfaceName only
 	}{
 		{"no names: the default network through go-cni, as always", nil, "Setup", "",
-			[]NetworkAttachment{{Network: "a", InterfaceName: "eth0"}}},
+			[]AttachmentStatus{{Network: "a", InterfaceName: "eth0"}}},
 		{"the default network first: go-cni for it, libcni for the rest", []string{"a", "b", "c"}, "Setup", "ADD b/eth1, ADD c/eth2",
-			[]NetworkAttachment{{Network: "a", InterfaceName: "eth0"}, {Network: "b", InterfaceName: "eth1"}, {Network: "c", InterfaceName: "eth2"}}},
+			[]AttachmentStatus{{Network: "a", InterfaceName: "eth0"}, {Network: "b", InterfaceName: "eth1"}, {Network: "c", InterfaceName: "eth2"}}},
 		{"the default network later: libcni for all", []string{"c", "a"}, "", "ADD a/eth1, ADD c/eth0",
-			[]NetworkAttachment{{Network: "c", InterfaceName: "eth0"}, {Network: "a", InterfaceName: "eth1"}}},
+			[]AttachmentStatus{{Network: "c", InterfaceName: "eth0"}, {Network: "a", InterfaceName: "eth1"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
