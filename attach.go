@@ -41,7 +41,7 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 	if err != nil {
 		return nil, err
 	}
-	defer c.adm.enter(req.id)()
+	defer c.adm.Enter(req.id)()
 	atts, err := c.networksOf(alloc, false)
 	if err != nil {
 		return nil, err
@@ -257,7 +257,7 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 	if err != nil {
 		return err
 	}
-	defer c.adm.enter(req.id)()
+	defer c.adm.Enter(req.id)()
 	found, err := c.attachmentsOf(alloc, req, true)
 	if err != nil {
 		return err

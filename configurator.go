@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/admission"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -154,7 +155,7 @@ type Configurator struct {
 	driver       netDriver         // attaches what go-cni cannot: any network but the default as eth0
 	explicit     []byte            // Config.ConfList
 	extra        [][]byte          // Config.ConfLists
-	adm          admission         // per-allocation locks and the GC guard
+	adm          admission.Control // per-allocation locks and the GC guard
 	links        func() (footprint.Links, error)
 	versions     pluginVersions
 	tel          *telemetry

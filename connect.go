@@ -41,7 +41,7 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 	if err := checkNetworkName(network); err != nil {
 		return nil, err
 	}
-	defer c.adm.enter(req.id)()
+	defer c.adm.Enter(req.id)()
 	conf, err := c.knownConf(network, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
@@ -87,7 +87,7 @@ func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, networ
 	if err := checkNetworkName(network); err != nil {
 		return err
 	}
-	defer c.adm.enter(req.id)()
+	defer c.adm.Enter(req.id)()
 	if _, err := c.knownConf(network, true); err != nil {
 		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
 	}

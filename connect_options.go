@@ -37,7 +37,7 @@ func (c *Configurator) ConnectWith(ctx context.Context, alloc *Allocation, netwo
 	if err != nil {
 		return nil, err
 	}
-	defer c.adm.enter(req.id)()
+	defer c.adm.Enter(req.id)()
 	conf, err := c.knownConf(network, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
@@ -81,7 +81,7 @@ func (c *Configurator) DisconnectWith(ctx context.Context, alloc *Allocation, ne
 	if err != nil {
 		return err
 	}
-	defer c.adm.enter(req.id)()
+	defer c.adm.Enter(req.id)()
 	conf, err := c.knownConf(network, true)
 	if err != nil {
 		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
@@ -107,7 +107,7 @@ func (c *Configurator) CheckWith(ctx context.Context, alloc *Allocation, network
 	if err != nil {
 		return err
 	}
-	defer c.adm.enter(req.id)()
+	defer c.adm.Enter(req.id)()
 	conf, err := c.knownConf(network, false)
 	if err != nil {
 		return fmt.Errorf("%w (checking allocation %s)", err, req.id)

@@ -184,8 +184,8 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	for _, id := range liveAllocIDs {
 		live[id] = true
 	}
-	c.adm.beginGC()
-	defer c.adm.gc.end()
+	c.adm.BeginGC()
+	defer c.adm.EndGC()
 	progress := newGCProgress(c.logger)
 	sweep := footprint.NewSweep(ctx, c.host())
 	sweep.WholeWorkload = only == nil // a dead id is dead on every network, unless GCWith spares some
@@ -237,10 +237,9 @@ func (c *Configurator) gcNetworks(only map[string]bool) (nets []network, skipped
 func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, nets []network, live map[string]bool, report *GCReport) (err error) {
 	ctx, span := c.tel.startSpan(ctx, spanGCCached)
 	defer func() { span.end(err) }()
-	c.adm.gate.Lock()
-	defer c.adm.gate.Unlock()
+	defer c.adm.LockGate()()
 	ifNames := c.ifNames(len(c.knownNetworks()))
-	protected := c.adm.gc.protectedIDs()
+	protected := c.adm.Protected()
 	before, err := c.lib.GetCachedAttachments("")
 	if err != nil {
 		return fmt.Errorf("%w: reading libcni's cache: %w (libcni's GC not run)", ErrCleanupFailed, err)
@@ -308,11 +307,11 @@ func (c *Configurator) gcSweep(sweep *footprint.Cleaner, nets []network, skipped
 			ids = append(ids, a.ID)
 		}
 	}
-	protected := c.adm.gc.protectedIDs() // busy now: not ours to judge, and not to wait for
+	protected := c.adm.Protected() // busy now: not ours to judge, and not to wait for
 	ids = slices.DeleteFunc(ids, func(id string) bool { return protected[id] })
-	unlock := c.adm.lockAll(ids)
+	unlock := c.adm.LockAll(ids)
 	defer unlock()
-	protected = c.adm.gc.protectedIDs() // started after the scan: not ours to judge
+	protected = c.adm.Protected() // started after the scan: not ours to judge
 	dead = slices.DeleteFunc(dead, func(a footprint.Attachment) bool { return protected[a.ID] })
 	err := sweep.CleanAll(dead) // with nothing dead, it still reports what the scan could not read
 	report.setSwept(sweep.Report())

@@ -61,7 +61,5 @@ func TestGCNeverCollectsAnAllocationBeingSetUp(t *testing.T) {
 }
 
 func gcActive(c *Configurator) bool {
-	c.adm.gc.mu.Lock()
-	defer c.adm.gc.mu.Unlock()
-	return c.adm.gc.active > 0
+	return c.adm.GCRunning()
 }

@@ -78,7 +78,7 @@ func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns strin
 	if err != nil {
 		return err
 	}
-	defer c.adm.enter(req.id)()
+	defer c.adm.Enter(req.id)()
 	found, err := c.attachmentsOf(alloc, req, false)
 	if err != nil {
 		return err
