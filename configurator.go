@@ -180,13 +180,6 @@ type Configurator struct {
 	closeOnce sync.Once
 }
 
-// network is one parsed conflist.
-type network struct {
-	bytes []byte
-	list  *libcni.NetworkConfigList
-	info  networkInfo
-}
-
 const (
 	defaultPluginDir = "/opt/cni/bin"
 	// defaultCacheDir is where libcni, and so go-cni, caches results.
@@ -273,18 +266,6 @@ func (c *Configurator) applyDefaults() {
 	c.ifName = c.ifPrefix + "0" // go-cni's name for the first network's interface
 }
 
-// readConf parses the explicit conflist bytes of the default network.
-func (c *Configurator) readConf(raw []byte) (network, error) {
-	list, err := parseConfList(raw)
-	if err != nil {
-		return network{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	if c.networkName != "" && list.Name != c.networkName {
-		return network{}, fmt.Errorf("%w: ConfList names network %q but NetworkName is %q", ErrInvalidConfig, list.Name, c.networkName)
-	}
-	return network{bytes: raw, list: list, info: newNetworkInfo(list)}, nil
-}
-
 // current returns the conflist in use and makes sure go-cni has it: go-cni
 // starts empty, and says so with ErrCNINotInitialized.
 func (c *Configurator) current() (network, error) {
@@ -339,17 +320,21 @@ func (c *Configurator) host() footprint.Host {
 	return footprint.Host{IPTables: c.tables.Get, NFTables: c.nftables.Get, Links: c.links, Networks: nets}
 }
 
-// NetworkName returns the name of the default network: the one an
-// Allocation that names no network joins.
-func (c *Configurator) NetworkName() string {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.conf.info.name
-}
-
-// ConfList returns a copy of the default network's conflist bytes.
-func (c *Configurator) ConfList() []byte {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return append([]byte(nil), c.conf.bytes...)
+// Close stops watching ConfDir. Calls after Close fail with ErrClosed,
+// except Teardown, which still cleans up. Close is idempotent and safe to
+// call concurrently: every call returns the first one's result.
+func (c *Configurator) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		w := c.watcher
+		c.mu.Unlock()
+		c.tel.close()
+		if w != nil {
+			if err := w.stop(); err != nil {
+				c.closeErr = fmt.Errorf("%w: closing the ConfDir watcher: %w", ErrIO, err)
+			}
+		}
+	})
+	return c.closeErr
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
@@ -28,18 +27,6 @@ func (r registry) names() []string {
 	sort.Strings(names)
 	return names
 }
-
-// attachment is one network of an allocation, at its place in the
-// allocation's list.
-type attachment struct {
-	conf   network
-	ifName string // ifPrefix + the network's index in the allocation's list
-	// viaCNI: the default network as the first interface, which go-cni (or
-	// Config.CNI) attaches — the single-network path, unchanged.
-	viaCNI bool
-}
-
-func (att attachment) name() string { return att.conf.info.name }
 
 // confDirNetwork is one parseable network in ConfDir and the file it came from.
 type confDirNetwork struct {
@@ -161,52 +148,6 @@ func (c *Configurator) pickDefault(reg registry, dirNets []confDirNetwork, extra
 	return network{}, notFoundError(c.confDir, name, reg.names(), reg.skipped)
 }
 
-// networksOf resolves the networks alloc joins, in order: its
-// NetworkNames, or the default network. An unknown name fails before any
-// plugin runs. Teardown (forTeardown) may still name a network that a
-// Reload dropped, and works after Close.
-func (c *Configurator) networksOf(alloc *Allocation, forTeardown bool) ([]attachment, error) {
-	c.mu.RLock()
-	def, reg, retired, closed := c.conf, c.nets, c.retired, c.closed
-	c.mu.RUnlock()
-	if closed && !forTeardown {
-		return nil, fmt.Errorf("%w: network %q", ErrClosed, def.info.name)
-	}
-	names := alloc.NetworkNames
-	if len(names) == 0 {
-		names = []string{def.info.name}
-	}
-	atts := make([]attachment, 0, len(names))
-	var unknown []string
-	for i, name := range names {
-		if i == 0 && name == def.info.name {
-			conf, err := c.current()
-			if err != nil && !(forTeardown && errors.Is(err, ErrClosed)) {
-				return nil, err
-			}
-			atts = append(atts, attachment{conf: conf, ifName: c.ifName, viaCNI: true})
-			continue
-		}
-		conf, ok := reg.byName[name]
-		if !ok && forTeardown {
-			conf, ok = retired[name]
-		}
-		if !ok {
-			unknown = append(unknown, strconv.Quote(name))
-		}
-		atts = append(atts, attachment{conf: conf, ifName: c.ifPrefix + strconv.Itoa(i)})
-	}
-	if len(unknown) > 0 {
-		err := fmt.Errorf("%w: allocation %s: no network %s (known: %s)",
-			ErrNetworkNotFound, alloc.ID, strings.Join(unknown, ", "), strings.Join(reg.names(), ", "))
-		if len(reg.skipped) > 0 {
-			err = fmt.Errorf("%w; %d unreadable file(s) skipped: %w", err, len(reg.skipped), errors.Join(reg.skipped...))
-		}
-		return nil, err
-	}
-	return atts, nil
-}
-
 // knownNetworks returns every known network, the default first, then the
 // others by name.
 func (c *Configurator) knownNetworks() []network {
@@ -219,16 +160,6 @@ func (c *Configurator) knownNetworks() []network {
 		}
 	}
 	return out
-}
-
-// ifNames are the interface names an attachment of any network may have:
-// a workload joining n networks has <prefix>0 … <prefix>(n-1).
-func (c *Configurator) ifNames(n int) []string {
-	names := make([]string, max(n, 1))
-	for i := range names {
-		names[i] = c.ifPrefix + strconv.Itoa(i)
-	}
-	return names
 }
 
 // Networks returns the names of every network this Configurator knows:
@@ -256,4 +187,64 @@ func (c *Configurator) retire(next registry) {
 	for name := range next.byName {
 		delete(c.retired, name)
 	}
+}
+
+// network is one parsed conflist.
+type network struct {
+	bytes []byte
+	list  *libcni.NetworkConfigList
+	info  networkInfo
+}
+
+// readConf parses the explicit conflist bytes of the default network.
+func (c *Configurator) readConf(raw []byte) (network, error) {
+	list, err := parseConfList(raw)
+	if err != nil {
+		return network{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if c.networkName != "" && list.Name != c.networkName {
+		return network{}, fmt.Errorf("%w: ConfList names network %q but NetworkName is %q", ErrInvalidConfig, list.Name, c.networkName)
+	}
+	return network{bytes: raw, list: list, info: newNetworkInfo(list)}, nil
+}
+
+// knownConf returns the conflist of a network this Configurator knows;
+// forTeardown also accepts one that a Reload dropped, and a closed
+// Configurator.
+func (c *Configurator) knownConf(name string, forTeardown bool) (network, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed && !forTeardown {
+		return network{}, fmt.Errorf("%w: network %q", ErrClosed, name)
+	}
+	if conf, ok := c.nets.byName[name]; ok {
+		return conf, nil
+	}
+	if conf, ok := c.retired[name]; ok && forTeardown {
+		return conf, nil
+	}
+	return network{}, fmt.Errorf("%w: no network %q (known: %s)", ErrNetworkNotFound, name, strings.Join(c.nets.names(), ", "))
+}
+
+// checkNetworkName rejects a network name no conflist can have.
+func checkNetworkName(name string) error {
+	if !networkNameRule.MatchString(name) {
+		return fmt.Errorf("%w: network name %q does not match %s", ErrInvalidArgument, name, networkNameRule)
+	}
+	return nil
+}
+
+// NetworkName returns the name of the default network: the one an
+// Allocation that names no network joins.
+func (c *Configurator) NetworkName() string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.conf.info.name
+}
+
+// ConfList returns a copy of the default network's conflist bytes.
+func (c *Configurator) ConfList() []byte {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return append([]byte(nil), c.conf.bytes...)
 }

@@ -111,8 +111,8 @@ func TestSetupJoinsTheNamedNetworksInOrderOneInterfaceEach(t *testing.T) {
 	cases := []struct {
 		name     string
 		networks []string
-		cni      string              // the fake go-cni's verbs
-		driver   string              // sorted: the networks attach concurrently
+		cni      string             // the fake go-cni's verbs
+		driver   string             // sorted: the networks attach concurrently
 		want     []AttachmentStatus // Network and InterfaceName only
 	}{
 		{"no names: the default network through go-cni, as always", nil, "Setup", "",
