@@ -53,26 +53,3 @@ func TestRuntimeConfPassesOnlyDeclaredCapabilities(t *testing.T) {
 		t.Fatalf("runtime conf %+v: want eth1 with portMappings and bandwidth only (mac undeclared, aliases declared false)", rt)
 	}
 }
-
-func TestCheckIfName(t *testing.T) {
-	cases := []struct {
-		name, ifName string
-		ok           bool
-	}{
-		{"eth0 is valid", "eth0", true},
-		{"15 bytes are valid", "abcdefghijklmno", true},
-		{"empty is refused", "", false},
-		{"16 bytes are refused", "abcdefghijklmnop", false},
-		{"a slash is refused", "eth/0", false},
-		{"a colon is refused", "eth0:1", false},
-		{"a space is refused", "eth 0", false},
-		{"dot-dot is refused", "..", false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if err := CheckIfName(tc.ifName); tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrInvalidArgument)) {
-				t.Fatalf("got %v, want ok=%v", err, tc.ok)
-			}
-		})
-	}
-}

@@ -3,6 +3,7 @@ package cninet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -244,4 +245,125 @@ func (s slowDels) del(ctx context.Context, req request, att attachment, netns st
 	s.note(att, omit)
 	time.Sleep(10 * time.Millisecond)
 	return s.fakeDriver.del(ctx, req, att, netns, omit)
+}
+
+func TestSetupJoinsTheNamedNetworksInOrderOneInterfaceEach(t *testing.T) {
+	cases := []struct {
+		name     string
+		networks []string
+		cni      string             // the fake go-cni's verbs
+		driver   string             // sorted: the networks attach concurrently
+		want     []AttachmentStatus // Network and InterfaceName only
+	}{
+		{"no names: the default network through go-cni, as always", nil, "Setup", "",
+			[]AttachmentStatus{{Network: "a", InterfaceName: "eth0"}}},
+		{"the default network first: go-cni for it, libcni for the rest", []string{"a", "b", "c"}, "Setup", "ADD b/eth1, ADD c/eth2",
+			[]AttachmentStatus{{Network: "a", InterfaceName: "eth0"}, {Network: "b", InterfaceName: "eth1"}, {Network: "c", InterfaceName: "eth2"}}},
+		{"the default network later: libcni for all", []string{"c", "a"}, "", "ADD a/eth1, ADD c/eth0",
+			[]AttachmentStatus{{Network: "c", InterfaceName: "eth0"}, {Network: "a", InterfaceName: "eth1"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMultiFixture(t, quickRetry)
+			st, err := f.c.Setup(context.Background(), &Allocation{ID: "w", NetworkNames: tc.networks}, "/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.cniVerbs() != tc.cni || f.drv.sortedLog() != tc.driver {
+				t.Fatalf("go-cni %q, driver %q; want %q, %q", f.cniVerbs(), f.drv.sortedLog(), tc.cni, tc.driver)
+			}
+			if len(st.Networks) != len(tc.want) {
+				t.Fatalf("Networks = %+v, want %d", st.Networks, len(tc.want))
+			}
+			seen := map[string]bool{}
+			for i, got := range st.Networks {
+				if got.Network != tc.want[i].Network || got.InterfaceName != tc.want[i].InterfaceName || !got.Address.Is4() || seen[got.Address.String()] {
+					t.Errorf("Networks[%d] = %+v, want %s on %s with an address of its own", i, got, tc.want[i].Network, tc.want[i].InterfaceName)
+				}
+				seen[got.Address.String()] = true
+			}
+			first := st.Networks[0]
+			if st.InterfaceName != first.InterfaceName || st.Address != first.Address || st.AddressIPv6 != first.AddressIPv6 {
+				t.Errorf("top-level status %+v is not the first network's %+v", st, first)
+			}
+		})
+	}
+}
+
+func TestAnUnknownOrInvalidNetworkFailsBeforeAnyPluginRuns(t *testing.T) {
+	cases := []struct {
+		name     string
+		networks []string
+		want     error
+		inErr    []string
+	}{
+		{"an unknown network names it and the known ones", []string{"a", "nope"}, ErrNetworkNotFound, []string{`"nope"`, "known: a, b, c"}},
+		{"a network twice", []string{"b", "b"}, ErrInvalidAllocation, []string{`"b" twice`}},
+		{"a name no network can have", []string{"a b"}, ErrInvalidAllocation, []string{`"a b"`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMultiFixture(t, quickRetry)
+			alloc := &Allocation{ID: "w", NetworkNames: tc.networks}
+			_, setupErr := f.c.Setup(context.Background(), alloc, "/x")
+			for verb, err := range map[string]error{"Setup": setupErr,
+				"Check": f.c.Check(context.Background(), alloc, "/x"), "Teardown": f.c.Teardown(context.Background(), alloc, "/x")} {
+				if !errors.Is(err, tc.want) {
+					t.Errorf("%s: err = %v, want %v", verb, err, tc.want)
+					continue
+				}
+				for _, s := range tc.inErr {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("%s: error %q does not say %s", verb, err, s)
+					}
+				}
+			}
+			if f.cniVerbs() != "" || f.drv.log() != "" {
+				t.Fatalf("plugins ran: go-cni %q, driver %q", f.cniVerbs(), f.drv.log())
+			}
+		})
+	}
+}
+
+func TestSetupThatFailsInOneNetworkDetachesEveryNetworkAndNamesTheFailedOne(t *testing.T) {
+	errBroken := errors.New("plugin failonce said no")
+	cases := []struct {
+		name    string
+		addErrs map[string][]error
+		failed  string            // the network the error names; "" for success
+		calls   map[string]string // per network: the networks attach concurrently
+	}{
+		{"a transient failure is retried with a DEL in between", map[string][]error{"c": {errBroken}}, "",
+			map[string]string{"b": "ADD eth0", "c": "ADD eth1, DEL eth1, ADD eth1", "a": "ADD eth2"}},
+		{"the last network failing for good detaches all", map[string][]error{"a": {errBroken, errBroken}}, "a",
+			map[string]string{"b": "ADD eth0, DEL eth0", "c": "ADD eth1, DEL eth1", "a": "ADD eth2, DEL eth2, ADD eth2, DEL eth2"}},
+		{"the second network failing for good detaches the first and the third", map[string][]error{"c": {errBroken, errBroken}}, "c",
+			map[string]string{"b": "ADD eth0, DEL eth0", "c": "ADD eth1, DEL eth1, ADD eth1, DEL eth1", "a": "ADD eth2, DEL eth2"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMultiFixture(t, quickRetry)
+			f.drv.addErrs = tc.addErrs
+			f.leakMasquerade("b", "w", "198.18.1.2") // what a bridge ADD leaves when DEL cannot reach the namespace
+			_, err := f.c.Setup(context.Background(), &Allocation{ID: "w", NetworkNames: []string{"b", "c", "a"}}, "/x")
+			if got := f.drv.byNetwork(); !reflect.DeepEqual(got, tc.calls) {
+				t.Fatalf("driver calls per network:\n  %v\nwant\n  %v", got, tc.calls)
+			}
+			if tc.failed == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrSetupFailed) || !errors.Is(err, errBroken) || !strings.Contains(err.Error(), fmt.Sprintf("network %q", tc.failed)) {
+				t.Fatalf("err = %v, want ErrSetupFailed naming network %q and wrapping the plugin's error", err, tc.failed)
+			}
+			if f.hasMasquerade("b", "w") {
+				t.Fatal("the rollback of network b did not force-clean what its DEL left")
+			}
+			if left, _ := filepath.Glob(filepath.Join(f.cache, "results", "*")); len(left) > 0 {
+				t.Fatalf("cached attachments left after the rollback: %v", left)
+			}
+		})
+	}
 }
