@@ -13,8 +13,8 @@ import (
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
-// attachment is one network of an allocation, at its place in the
-// allocation's list.
+// attachment is one allocation on one network, with its interface name
+// (at first its place in the allocation's list).
 type attachment struct {
 	conf   network
 	ifName string // ifPrefix + the network's index in the allocation's list
@@ -71,8 +71,8 @@ func (c *Configurator) networksOf(alloc *Allocation, forTeardown bool) ([]attach
 	return atts, nil
 }
 
-// foundAttachment is one network an allocation is attached to and what its
-// plugins are told.
+// foundAttachment is an attachment as found in the allocation and in
+// libcni's cache, with the request its plugins are told.
 type foundAttachment struct {
 	att    attachment
 	req    request
@@ -131,7 +131,7 @@ func (c *Configurator) attachmentsOf(alloc *Allocation, req request, forTeardown
 	return found, nil
 }
 
-// attached drops from an allocation's members the networks the
+// attached drops from an allocation's found attachments the networks the
 // allocation names that are not attached any more: when libcni's cache
 // knows the workload, a network it does not know was disconnected, or its
 // Connect failed and was rolled back. (Teardown keeps them: a DEL of what
@@ -145,8 +145,8 @@ func (c *Configurator) attached(all []foundAttachment) []foundAttachment {
 	return slices.DeleteFunc(all, func(fa foundAttachment) bool { return !fa.cached && !(fa.att.viaCNI && !c.findPlugins) })
 }
 
-// recordedOnly turns the intent records of att's id on known networks
-// that no member covers into members: a DEL of them began (libcni's cache
+// recordedOnly turns the intent records of req's id on known networks
+// that no found attachment covers into found attachments: a DEL of them began (libcni's cache
 // is gone with it) and its force cleanup never finished, so a Teardown
 // or Disconnect finishes it.
 func (c *Configurator) recordedOnly(req request, found []foundAttachment) []foundAttachment {
@@ -165,7 +165,7 @@ func (c *Configurator) recordedOnly(req request, found []foundAttachment) []foun
 }
 
 // cachedOnly turns the cached attachments of networks the allocation does
-// not name into members, sorted by interface name; a network this
+// not name into found attachments, sorted by interface name; a network this
 // Configurator does not know is not its to detach.
 func (c *Configurator) cachedOnly(req request, byNetwork map[string][]*libcni.NetworkAttachment, forTeardown bool) []foundAttachment {
 	var found []foundAttachment

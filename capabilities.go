@@ -50,7 +50,7 @@ func ValidateCapabilities(caps map[string]any) error {
 }
 
 // declaredCapabilities is the capability arguments one network is given:
-// the port mappings and each of att's other capabilities that a plugin of
+// the port mappings and each of req's other capabilities that a plugin of
 // the network declares; nil when it declares none of them.
 func declaredCapabilities(req request, info networkInfo) map[string]any {
 	var out map[string]any

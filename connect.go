@@ -98,7 +98,7 @@ func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, networ
 	return c.detachAll(ctx, netns, found, len(attached) > len(found))
 }
 
-// keepLoopback, when members run the loopback plugin, notes whether the
+// keepLoopback, when found run the loopback plugin, notes whether the
 // workload's lo is up and returns a func that brings it up again if a DEL
 // took it down meanwhile: the loopback plugin's DEL sets lo down, which
 // is right when the workload goes, wrong when it loses one network of

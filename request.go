@@ -141,7 +141,7 @@ func validateArg(k, v string) error {
 	return nil
 }
 
-// cachedRequest is att with the args and port mappings that libcni
+// cachedRequest is req with the args and port mappings that libcni
 // cached for a, where it cached them.
 func cachedRequest(req request, a *libcni.NetworkAttachment) request {
 	if len(a.CniArgs) > 0 {
@@ -156,7 +156,7 @@ func cachedRequest(req request, a *libcni.NetworkAttachment) request {
 	return req
 }
 
-// cachedCapabilities is att with the capability arguments besides port
+// cachedCapabilities is req with the capability arguments besides port
 // mappings that libcni cached for a, where it cached any: a DEL and a
 // CHECK must tell the plugins what the ADD told them.
 func cachedCapabilities(req request, a *libcni.NetworkAttachment) request {

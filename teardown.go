@@ -45,10 +45,10 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 	return c.detachAll(ctx, netns, found, false)
 }
 
-// detachAll detaches members concurrently; one network's failure does
+// detachAll detaches found concurrently; one network's failure does
 // not stop the others, and the errors are joined the last network first.
-// others says the workload keeps attachments besides members (Disconnect,
-// a Connect rolled back). With several members, or others, no member's
+// others says the workload keeps attachments besides found (Disconnect,
+// a Connect rolled back). With several found attachments, or others, none's
 // DEL runs portmap's nftables backend, which deletes by the bare
 // container id on every network (see detach); when the whole workload
 // goes, that DEL runs once for all of them first (delHostportsOnce).
