@@ -3,8 +3,6 @@ package cninet
 import (
 	"fmt"
 	"net/netip"
-	"sort"
-	"strings"
 
 	cni "github.com/containerd/go-cni"
 	"github.com/seed1280861d/cninet/internal/footprint"
@@ -21,7 +19,7 @@ type Allocation struct {
 	Ports []Port
 	// Networks carries the legacy per-network ports; used only when Ports is
 	// empty.
-	Networks []Network
+	Networks []NetworkPorts
 	// NetworkNames are the CNI networks the workload joins, in order: the
 	// first gets interface <prefix>0, the next <prefix>1, and so on. Each
 	// must be a network the Configurator knows, at most once. Empty: the
@@ -57,8 +55,8 @@ type Port struct {
 	Protocol string
 }
 
-// Network is the legacy per-network port list of an allocation.
-type Network struct {
+// NetworkPorts is the legacy per-network port list of an allocation.
+type NetworkPorts struct {
 	ReservedPorts, DynamicPorts []Port
 }
 
@@ -132,7 +130,7 @@ func PortMappings(alloc *Allocation, ignoreHostIP bool) ([]cni.PortMapping, erro
 
 // legacyPorts copies into a new slice, so the caller's slices are never
 // appended to.
-func legacyPorts(networks []Network) []Port {
+func legacyPorts(networks []NetworkPorts) []Port {
 	var ports []Port
 	for _, n := range networks {
 		ports = append(ports, n.ReservedPorts...)
@@ -171,119 +169,4 @@ func onHostIP(ip string) string {
 		return ""
 	}
 	return " on " + ip
-}
-
-// ignoreUnknownArg tells plugins to accept args they do not know, so that
-// identity args meant for one plugin (or for none) do not fail the others.
-const ignoreUnknownArg = "IgnoreUnknown"
-
-// cniArgs returns the CNI args for an allocation: IgnoreUnknown=1 first, then
-// alloc.Args sorted by key, so that Setup, Check and Teardown of the same
-// allocation always send the same args.
-func cniArgs(alloc *Allocation) ([][2]string, error) {
-	keys := make([]string, 0, len(alloc.Args))
-	for k, v := range alloc.Args {
-		if err := validateArg(k, v); err != nil {
-			return nil, err
-		}
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	args := make([][2]string, 0, 1+len(keys))
-	args = append(args, [2]string{ignoreUnknownArg, "1"})
-	for _, k := range keys {
-		args = append(args, [2]string{k, alloc.Args[k]})
-	}
-	return args, nil
-}
-
-// validateArg enforces what CNI_ARGS can carry: it is a ';'-separated list
-// of key=value pairs, so either character inside a key or value would
-// silently become a different arg.
-func validateArg(k, v string) error {
-	switch {
-	case k == "":
-		return fmt.Errorf("%w: CNI arg with an empty key (value %q)", ErrInvalidAllocation, v)
-	case strings.EqualFold(k, ignoreUnknownArg):
-		return fmt.Errorf("%w: CNI arg %q is reserved: cninet always sends IgnoreUnknown=1", ErrInvalidAllocation, k)
-	case strings.ContainsAny(k, ";="):
-		return fmt.Errorf("%w: CNI arg key %q contains ';' or '=', which CNI_ARGS cannot carry", ErrInvalidAllocation, k)
-	case strings.ContainsAny(v, ";="):
-		return fmt.Errorf("%w: CNI arg %q has value %q containing ';' or '=', which CNI_ARGS cannot carry", ErrInvalidAllocation, k, v)
-	}
-	return nil
-}
-
-// attachment is everything the plugins are told about one allocation. It is
-// computed once per call and identical for Setup, Check and Teardown, because
-// portmap's DEL removes nothing unless it sees the same portMappings.
-type attachment struct {
-	id       string
-	mappings []cni.PortMapping
-	args     [][2]string
-	caps     map[string]any // Allocation.Capabilities, validated
-}
-
-// attachmentIn validates alloc and the namespace path a call that runs
-// plugins in it (Setup, Connect) needs: a path that is no network
-// namespace is a bad argument.
-func (c *Configurator) attachmentIn(alloc *Allocation, netns string) (attachment, error) {
-	return c.attachmentAt(alloc, netns, ErrInvalidArgument, c.findPlugins)
-}
-
-// attachmentToCheck is attachmentIn for Check: a namespace that is gone
-// is a verdict on the attachment (ErrCheckFailed: rebuild it).
-func (c *Configurator) attachmentToCheck(alloc *Allocation, netns string) (attachment, error) {
-	return c.attachmentAt(alloc, netns, ErrCheckFailed, c.findPlugins)
-}
-
-// attachmentAt validates alloc and netns. Where cninet runs the plugins
-// itself (runs; an injected Config.CNI, a fake in tests, decides for
-// itself what a namespace path is), a netns that is no network namespace
-// is an ErrNoNetNS error of class noNetNS.
-func (c *Configurator) attachmentAt(alloc *Allocation, netns string, noNetNS error, runs bool) (attachment, error) {
-	att, err := newAttachment(alloc, c.ignoreHostIP)
-	if err != nil {
-		return att, err
-	}
-	if netns == "" {
-		return att, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, att.id)
-	}
-	if runs {
-		if err := checkNetNS(netns); err != nil {
-			return att, fmt.Errorf("%w: allocation %s: %w", noNetNS, att.id, err)
-		}
-	}
-	return att, nil
-}
-
-func newAttachment(alloc *Allocation, ignoreHostIP bool) (attachment, error) {
-	if err := validateAllocation(alloc); err != nil {
-		return attachment{}, err
-	}
-	mappings, err := PortMappings(alloc, ignoreHostIP)
-	if err != nil {
-		return attachment{}, err
-	}
-	args, err := cniArgs(alloc)
-	if err != nil {
-		return attachment{}, err
-	}
-	if err := ValidateCapabilities(alloc.Capabilities); err != nil {
-		return attachment{}, fmt.Errorf("allocation %s: %w", alloc.ID, err)
-	}
-	return attachment{id: alloc.ID, mappings: mappings, args: args, caps: alloc.Capabilities}, nil
-}
-
-// opts returns the go-cni namespace options for this attachment.
-func (a attachment) opts() []cni.NamespaceOpts {
-	opts := make([]cni.NamespaceOpts, 0, 1+len(a.args))
-	opts = append(opts, cni.WithCapabilityPortMap(a.mappings))
-	for name, value := range a.caps {
-		opts = append(opts, cni.WithCapability(name, value))
-	}
-	for _, kv := range a.args {
-		opts = append(opts, cni.WithArgs(kv[0], kv[1]))
-	}
-	return opts
 }

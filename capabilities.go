@@ -50,9 +50,9 @@ func ValidateCapabilities(caps map[string]any) error {
 }
 
 // declaredCapabilities is the capability arguments one network is given:
-// the port mappings and each of att's other capabilities that a plugin of
+// the port mappings and each of req's other capabilities that a plugin of
 // the network declares; nil when it declares none of them.
-func declaredCapabilities(att attachment, info networkInfo) map[string]any {
+func declaredCapabilities(req request, info networkInfo) map[string]any {
 	var out map[string]any
 	set := func(name string, value any) {
 		if out == nil {
@@ -61,9 +61,9 @@ func declaredCapabilities(att attachment, info networkInfo) map[string]any {
 		out[name] = value
 	}
 	if info.portMappings {
-		set(capabilityPortMappings, att.mappings)
+		set(capabilityPortMappings, req.mappings)
 	}
-	for name, value := range att.caps {
+	for name, value := range req.caps {
 		if info.capabilities[name] {
 			set(name, value)
 		}

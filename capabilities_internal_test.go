@@ -43,36 +43,13 @@ func TestRuntimeConfPassesOnlyDeclaredCapabilities(t *testing.T) {
 	}
 	alloc := &Allocation{ID: "a1", Ports: []Port{{Value: 8080, Protocol: "tcp"}},
 		Capabilities: map[string]any{CapabilityBandwidth: map[string]int{"ingressRate": 1}, CapabilityMAC: "02:00:00:00:00:01", CapabilityAliases: []string{"x"}}}
-	att, err := newAttachment(alloc, false)
+	req, err := newRequest(alloc, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := netAttachment{conf: loadedConf{list: list, info: newNetworkInfo(list)}, ifName: "eth1"}
-	rt := libDriver{}.runtimeConf(att, n, "/proc/self/ns/net")
+	att := attachment{conf: network{list: list, info: newNetworkInfo(list)}, ifName: "eth1"}
+	rt := libDriver{}.runtimeConf(req, att, "/proc/self/ns/net")
 	if rt.IfName != "eth1" || len(rt.CapabilityArgs) != 2 || rt.CapabilityArgs["bandwidth"] == nil || rt.CapabilityArgs["portMappings"] == nil {
 		t.Fatalf("runtime conf %+v: want eth1 with portMappings and bandwidth only (mac undeclared, aliases declared false)", rt)
-	}
-}
-
-func TestCheckIfName(t *testing.T) {
-	cases := []struct {
-		name, ifName string
-		ok           bool
-	}{
-		{"eth0 is valid", "eth0", true},
-		{"15 bytes are valid", "abcdefghijklmno", true},
-		{"empty is refused", "", false},
-		{"16 bytes are refused", "abcdefghijklmnop", false},
-		{"a slash is refused", "eth/0", false},
-		{"a colon is refused", "eth0:1", false},
-		{"a space is refused", "eth 0", false},
-		{"dot-dot is refused", "..", false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if err := CheckIfName(tc.ifName); tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrInvalidArgument)) {
-				t.Fatalf("got %v, want ok=%v", err, tc.ok)
-			}
-		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/admission"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/iptables"
 	"github.com/seed1280861d/cninet/internal/links"
@@ -158,7 +159,7 @@ type Configurator struct {
 	driver       netDriver         // attaches what go-cni cannot: any network but the default as eth0
 	explicit     []byte            // Config.ConfList
 	extra        [][]byte          // Config.ConfLists
-	adm          admission         // per-allocation locks and the GC guard
+	adm          admission.Control // per-allocation locks and the GC guard
 	links        func() (host.Links, error)
 	versions     pluginVersions
 	tel          *telemetry
@@ -172,22 +173,15 @@ type Configurator struct {
 	}
 	pluginsOKByName map[string]pluginsFound // the same, per network
 
-	mu        sync.RWMutex          // guards conf, nets, retired and loaded
-	conf      loadedConf            // the default network's
-	nets      registry              // every known network, the default included
-	retired   map[string]loadedConf // networks a Reload dropped: Teardown still needs them
+	mu        sync.RWMutex       // guards conf, nets, retired and loaded
+	conf      network            // the default network's
+	nets      registry           // every known network, the default included
+	retired   map[string]network // networks a Reload dropped: Teardown still needs them
 	loaded    bool
 	watcher   *watcher
 	closed    bool
 	closeErr  error
 	closeOnce sync.Once
-}
-
-// loadedConf is one parsed conflist.
-type loadedConf struct {
-	bytes []byte
-	list  *libcni.NetworkConfigList
-	info  networkInfo
 }
 
 const (
@@ -276,21 +270,9 @@ func (c *Configurator) applyDefaults() {
 	c.ifName = c.ifPrefix + "0" // go-cni's name for the first network's interface
 }
 
-// readConf parses the explicit conflist bytes of the default network.
-func (c *Configurator) readConf(raw []byte) (loadedConf, error) {
-	list, err := parseConfList(raw)
-	if err != nil {
-		return loadedConf{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	if c.networkName != "" && list.Name != c.networkName {
-		return loadedConf{}, fmt.Errorf("%w: ConfList names network %q but NetworkName is %q", ErrInvalidConfig, list.Name, c.networkName)
-	}
-	return loadedConf{bytes: raw, list: list, info: newNetworkInfo(list)}, nil
-}
-
 // current returns the conflist in use and makes sure go-cni has it: go-cni
 // starts empty, and says so with ErrCNINotInitialized.
-func (c *Configurator) current() (loadedConf, error) {
+func (c *Configurator) current() (network, error) {
 	c.mu.RLock()
 	conf, loaded, closed := c.conf, c.loaded, c.closed
 	c.mu.RUnlock()
@@ -306,10 +288,10 @@ func (c *Configurator) current() (loadedConf, error) {
 		return c.conf, nil
 	}
 	if err := c.cni.Status(); err != nil && !cni.IsCNINotInitialized(err) {
-		return loadedConf{}, fmt.Errorf("%w: CNI STATUS: %w", ErrNotReady, err)
+		return network{}, fmt.Errorf("%w: CNI STATUS: %w", ErrNotReady, err)
 	} else if err != nil {
 		if err := c.cni.Load(cni.WithConfListBytes(c.conf.bytes)); err != nil {
-			return loadedConf{}, fmt.Errorf("%w: loading conflist %q: %w", ErrInvalidConfig, c.conf.list.Name, err)
+			return network{}, fmt.Errorf("%w: loading conflist %q: %w", ErrInvalidConfig, c.conf.list.Name, err)
 		}
 	}
 	c.loaded = true
@@ -318,7 +300,7 @@ func (c *Configurator) current() (loadedConf, error) {
 
 // footprintNetwork is what the cleaner must know about conf's network:
 // its attachments have interface ifName, or any of ifNames.
-func (c *Configurator) footprintNetwork(conf loadedConf, ifName string, ifNames []string) footprint.Network {
+func (c *Configurator) footprintNetwork(conf network, ifName string, ifNames []string) footprint.Network {
 	n := conf.info.footprint
 	n.IfName, n.IfNames, n.CacheDir = ifName, ifNames, c.cacheDir
 	return n
@@ -342,17 +324,21 @@ func (c *Configurator) host() footprint.Host {
 	return footprint.Host{IPTables: c.tables.Get, NFTables: c.nftables.Get, Links: c.links, Networks: nets}
 }
 
-// NetworkName returns the name of the default network: the one an
-// Allocation that names no network joins.
-func (c *Configurator) NetworkName() string {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.conf.info.name
-}
-
-// ConfList returns a copy of the default network's conflist bytes.
-func (c *Configurator) ConfList() []byte {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return append([]byte(nil), c.conf.bytes...)
+// Close stops watching ConfDir. Calls after Close fail with ErrClosed,
+// except Teardown, which still cleans up. Close is idempotent and safe to
+// call concurrently: every call returns the first one's result.
+func (c *Configurator) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		w := c.watcher
+		c.mu.Unlock()
+		c.tel.close()
+		if w != nil {
+			if err := w.stop(); err != nil {
+				c.closeErr = fmt.Errorf("%w: closing the ConfDir watcher: %w", ErrIO, err)
+			}
+		}
+	})
+	return c.closeErr
 }

@@ -3,13 +3,9 @@ package cninet_test
 import (
 	"context"
 	"errors"
-	"reflect"
-	"strings"
 	"testing"
 	"time"
 
-	cni "github.com/containerd/go-cni"
-	"github.com/containernetworking/cni/pkg/types"
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/fakecni"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
@@ -71,158 +67,6 @@ func webAlloc() *cninet.Allocation {
 		Args: map[string]string{"NOMAD_ALLOC_ID": "alloc-1"}}
 }
 
-func TestSetupLoadsTheConflistOnFirstUseOnly(t *testing.T) {
-	f := newFixture(t, &fakecni.CNI{}, fastRetry)
-	for i := 0; i < 2; i++ {
-		if _, err := f.c.Setup(context.Background(), webAlloc(), "/var/run/netns/w"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := strings.Count(strings.Join(f.cni.Verbs(), " "), "Load"); n != 1 {
-		t.Fatalf("Load called %d times (%v), want once", n, f.cni.Verbs())
-	}
-}
-
-func TestSetupSendsPortMappingsAndArgsAndTeardownSendsTheSame(t *testing.T) {
-	f := newFixture(t, &fakecni.CNI{}, fastRetry)
-	st, err := f.c.Setup(context.Background(), webAlloc(), "/var/run/netns/w")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Address.String() != "198.18.0.2" || st.InterfaceName != "eth0" {
-		t.Fatalf("status = %+v", st)
-	}
-	if err := f.c.Teardown(context.Background(), webAlloc(), "/var/run/netns/w"); err != nil {
-		t.Fatal(err)
-	}
-	var setup, remove *fakecni.Call
-	for _, c := range f.cni.Calls() {
-		switch c := c; c.Verb {
-		case "Setup":
-			setup = &c
-		case "Remove":
-			remove = &c
-		}
-	}
-	if setup == nil || remove == nil {
-		t.Fatalf("calls = %v, want a Setup and a Remove", f.cni.Verbs())
-	}
-	wantPM := []cni.PortMapping{pm(8080, 80, "tcp", ""), pm(8080, 80, "udp", "")}
-	wantArgs := map[string]string{"IgnoreUnknown": "1", "NOMAD_ALLOC_ID": "alloc-1"}
-	for _, c := range []*fakecni.Call{setup, remove} {
-		if c.ID != "alloc-1" || c.NetNS != "/var/run/netns/w" || !reflect.DeepEqual(c.PortMappings, wantPM) || !reflect.DeepEqual(c.Args, wantArgs) {
-			t.Errorf("%s got id=%s netns=%s mappings=%+v args=%v", c.Verb, c.ID, c.NetNS, c.PortMappings, c.Args)
-		}
-	}
-}
-
-func TestSetupRetries(t *testing.T) {
-	transient := errors.New("plugin bridge failed (add): failed to create bridge: file exists")
-	permanent := &types.Error{Code: types.ErrInvalidNetworkConfig, Msg: "bad config"}
-	cases := []struct {
-		name      string
-		errs      []error
-		wantErr   bool
-		wantVerbs string
-		wantInErr []string
-	}{
-		{
-			name:      "recovers on the second attempt with a DEL in between",
-			errs:      []error{transient},
-			wantVerbs: "Setup Remove Setup",
-		},
-		{
-			name:      "gives up after the last attempt, names the first and last cause, and rolls back",
-			errs:      []error{errors.New("first cause"), transient, errors.New("last cause")},
-			wantErr:   true,
-			wantVerbs: "Setup Remove Setup Remove Setup Remove",
-			wantInErr: []string{"first cause", "last cause", "3 attempt"},
-		},
-		{
-			name:      "a permanent error is not retried but still rolled back",
-			errs:      []error{permanent},
-			wantErr:   true,
-			wantVerbs: "Setup Remove",
-			wantInErr: []string{"bad config", "1 attempt"},
-		},
-		{
-			name:      "a missing plugin is not retried",
-			errs:      []error{errors.New(`failed to find plugin "bridge" in path [/opt/cni/bin]`)},
-			wantErr:   true,
-			wantVerbs: "Setup Remove",
-		},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, &fakecni.CNI{SetupErrs: tc.errs}, fastRetry)
-			_, err := f.c.Setup(context.Background(), webAlloc(), "/var/run/netns/w")
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
-			}
-			if err != nil && !errors.Is(err, cninet.ErrSetupFailed) {
-				t.Errorf("err = %v, want ErrSetupFailed", err)
-			}
-			for _, s := range tc.wantInErr {
-				if !strings.Contains(err.Error(), s) {
-					t.Errorf("error %q does not mention %q", err, s)
-				}
-			}
-			if got := attachVerbs(f.cni); got != tc.wantVerbs {
-				t.Errorf("calls = %q, want %q", got, tc.wantVerbs)
-			}
-		})
-	}
-}
-
-// attachVerbs drops the Status/Load bookkeeping from the recorded verbs.
-func attachVerbs(f *fakecni.CNI) string {
-	var v []string
-	for _, s := range f.Verbs() {
-		if s != "Status" && s != "Load" {
-			v = append(v, s)
-		}
-	}
-	return strings.Join(v, " ")
-}
-
-func TestSetupReturnsPromptlyWhenTheContextIsCancelledMidWaitAndRollsBack(t *testing.T) {
-	slow := cninet.RetryPolicy{Attempts: 5, BaseDelay: time.Hour, MaxDelay: time.Hour}
-	f := newFixture(t, &fakecni.CNI{SetupErrs: []error{errors.New("transient")}}, slow)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := f.c.Setup(ctx, webAlloc(), "/var/run/netns/w")
-		done <- err
-	}()
-	for attachVerbs(f.cni) != "Setup Remove" {
-		time.Sleep(time.Millisecond) // wait until Setup sits in its backoff
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) || !errors.Is(err, cninet.ErrSetupFailed) {
-			t.Fatalf("err = %v, want ErrSetupFailed and context.Canceled", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Setup still waiting an hour-long backoff after its context was cancelled")
-	}
-	if got := attachVerbs(f.cni); got != "Setup Remove Remove" {
-		t.Fatalf("calls = %q, want the rollback DEL after the cancelled wait", got)
-	}
-}
-
-func TestSetupWithoutAnAddressRollsBackAndFailsWithErrNoAddress(t *testing.T) {
-	fake := &fakecni.CNI{Result: &cni.Result{Interfaces: map[string]*cni.Config{"eth0": {Sandbox: "x"}}}}
-	f := newFixture(t, fake, fastRetry)
-	_, err := f.c.Setup(context.Background(), webAlloc(), "/var/run/netns/w")
-	if !errors.Is(err, cninet.ErrNoAddress) {
-		t.Fatalf("err = %v, want ErrNoAddress", err)
-	}
-	if got := attachVerbs(f.cni); got != "Setup Remove" {
-		t.Fatalf("calls = %q, want the rollback DEL", got)
-	}
-}
-
 func TestInvalidCallsChangeNothing(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -259,23 +103,6 @@ func TestInvalidCallsChangeNothing(t *testing.T) {
 				t.Errorf("iptables was touched: %v", calls)
 			}
 		})
-	}
-}
-
-func TestCheck(t *testing.T) {
-	f := newFixture(t, &fakecni.CNI{}, fastRetry)
-	if err := f.c.Check(context.Background(), webAlloc(), "/var/run/netns/w"); err != nil {
-		t.Fatalf("healthy: %v", err)
-	}
-	cause := errors.New("bridge: interface eth0 not found")
-	f.cni.CheckErr = cause
-	err := f.c.Check(context.Background(), webAlloc(), "/var/run/netns/w")
-	if !errors.Is(err, cninet.ErrCheckFailed) || !errors.Is(err, cause) {
-		t.Fatalf("err = %v, want ErrCheckFailed wrapping the cause", err)
-	}
-	last := f.cni.Calls()[len(f.cni.Calls())-1]
-	if last.Verb != "Check" || len(last.PortMappings) != 2 || last.Args["IgnoreUnknown"] != "1" {
-		t.Fatalf("Check sent %+v, want Setup's port mappings and args", last)
 	}
 }
 

@@ -219,3 +219,24 @@ func TestWriteConfListRejectsInvalidAndLeavesNothing(t *testing.T) {
 		t.Fatalf("a rejected write left %d files", len(entries))
 	}
 }
+
+func TestBridgeConfListWritesTheNFTablesBackendOnlyWhenAskedTo(t *testing.T) {
+	for _, tc := range []struct {
+		backend string
+		want    int // occurrences of "nftables"
+	}{{"", 0}, {cninet.BackendIPTables, 0}, {cninet.BackendNFTables, 2}} {
+		conf, err := cninet.BridgeConfList(cninet.BridgeConfig{Backend: tc.backend})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Count(string(conf), `"nftables"`); got != tc.want {
+			t.Errorf("backend %q: %d nftables fields, want %d:\n%s", tc.backend, got, tc.want, conf)
+		}
+		if tc.want > 0 && (!strings.Contains(string(conf), `"ipMasqBackend": "nftables"`) || !strings.Contains(string(conf), `"backend": "nftables"`)) {
+			t.Errorf("backend %q: want ipMasqBackend and portmap's backend set:\n%s", tc.backend, conf)
+		}
+	}
+	if _, err := cninet.BridgeConfList(cninet.BridgeConfig{Backend: "ebtables"}); !errors.Is(err, cninet.ErrInvalidConfig) {
+		t.Errorf("an unknown backend: err = %v, want ErrInvalidConfig", err)
+	}
+}

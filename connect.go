@@ -1,17 +1,10 @@
 package cninet
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
-
-	cni "github.com/containerd/go-cni"
-	"github.com/containernetworking/cni/libcni"
-	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 // Connect attaches the live workload of alloc to one more network, as
@@ -34,35 +27,35 @@ import (
 func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, netns string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startOp(ctx, opConnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := c.attachmentIn(alloc, netns)
+	req, err := c.requestIn(alloc, netns)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkNetworkName(network); err != nil {
 		return nil, err
 	}
-	defer c.adm.enter(att.id)()
+	defer c.adm.Enter(req.id)()
 	conf, err := c.knownConf(network, false)
 	if err != nil {
-		return nil, fmt.Errorf("%w (connecting allocation %s)", err, att.id)
+		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
 	}
-	members, err := c.membersOf(alloc, att, false)
+	found, err := c.attachmentsOf(alloc, req, false)
 	if err != nil {
 		return nil, err
 	}
 	var used []string
-	for _, m := range c.attached(members) {
-		used = append(used, m.n.ifName)
-		if m.n.name() == network {
-			return nil, fmt.Errorf("%w: allocation %s is attached to network %q as %s", ErrAlreadyAttached, att.id, network, m.n.ifName)
+	for _, fa := range c.attached(found) {
+		used = append(used, fa.att.ifName)
+		if fa.att.name() == network {
+			return nil, fmt.Errorf("%w: allocation %s is attached to network %q as %s", ErrAlreadyAttached, req.id, network, fa.att.ifName)
 		}
 	}
-	n := netAttachment{conf: conf, ifName: c.freeIfName(used)}
-	if err := c.preflight(n); err != nil {
+	att := attachment{conf: conf, ifName: c.freeIfName(used)}
+	if err := c.preflight(att); err != nil {
 		return nil, err
 	}
-	defer c.keepLoopback(att.id, netns, []member{{n: n}})()
-	return c.attachAll(ctx, att, netns, []netAttachment{n}, len(used) > 0)
+	defer c.keepLoopback(req.id, netns, []foundAttachment{{att: att}})()
+	return c.attachAll(ctx, req, netns, []attachment{att}, len(used) > 0)
 }
 
 // Disconnect detaches the workload of alloc from one network and leaves
@@ -80,38 +73,38 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, network, netns string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opDisconnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	att, err := newAttachment(alloc, c.ignoreHostIP)
+	req, err := newRequest(alloc, c.ignoreHostIP)
 	if err != nil {
 		return err
 	}
 	if err := checkNetworkName(network); err != nil {
 		return err
 	}
-	defer c.adm.enter(att.id)()
+	defer c.adm.Enter(req.id)()
 	if _, err := c.knownConf(network, true); err != nil {
-		return fmt.Errorf("%w (disconnecting allocation %s)", err, att.id)
+		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
 	}
-	members, err := c.membersOf(alloc, att, true)
+	found, err := c.attachmentsOf(alloc, req, true)
 	if err != nil {
 		return err
 	}
-	attached := c.attached(members)
-	members = slices.DeleteFunc(slices.Clone(attached), func(m member) bool { return m.n.name() != network })
-	if len(members) == 0 {
-		c.logger.Debug("disconnect: not attached", "alloc_id", att.id, "network", network)
+	attached := c.attached(found)
+	found = slices.DeleteFunc(slices.Clone(attached), func(fa foundAttachment) bool { return fa.att.name() != network })
+	if len(found) == 0 {
+		c.logger.Debug("disconnect: not attached", "alloc_id", req.id, "network", network)
 		return nil
 	}
-	defer c.keepLoopback(att.id, netns, members)()
-	return c.detachAll(ctx, netns, members, len(attached) > len(members))
+	defer c.keepLoopback(req.id, netns, found)()
+	return c.detachAll(ctx, netns, found, len(attached) > len(found))
 }
 
-// keepLoopback, when members run the loopback plugin, notes whether the
+// keepLoopback, when found run the loopback plugin, notes whether the
 // workload's lo is up and returns a func that brings it up again if a DEL
 // took it down meanwhile: the loopback plugin's DEL sets lo down, which
 // is right when the workload goes, wrong when it loses one network of
 // several (a Disconnect, a Connect rolled back).
-func (c *Configurator) keepLoopback(id, netns string, members []member) (restore func()) {
-	runsLoopback := slices.ContainsFunc(members, func(m member) bool { return slices.Contains(m.n.conf.info.pluginTypes, "loopback") })
+func (c *Configurator) keepLoopback(id, netns string, found []foundAttachment) (restore func()) {
+	runsLoopback := slices.ContainsFunc(found, func(fa foundAttachment) bool { return slices.Contains(fa.att.conf.info.pluginTypes, "loopback") })
 	if !runsLoopback || !loopbackUp(netns) {
 		return func() {}
 	}
@@ -126,178 +119,105 @@ func (c *Configurator) keepLoopback(id, netns string, members []member) (restore
 	}
 }
 
-// member is one network an allocation is attached to and what its
-// plugins are told.
-type member struct {
-	n      netAttachment
-	att    attachment
-	cached bool // libcni's cache knows the attachment
+// ConnectOptions say how ConnectWith, DisconnectWith and CheckWith find
+// one network's attachment.
+type ConnectOptions struct {
+	// IfName is the workload's interface in the network, as a CNI runtime
+	// names it (CNI_IFNAME): at most 15 bytes, no '/', ':' or white space,
+	// not "." or "..". The runtime then owns the naming: only libcni's
+	// cache, not Allocation.NetworkNames, says which interfaces the
+	// workload's other networks use. "": as Connect, Disconnect and Check.
+	IfName string
 }
 
-// attached drops from an allocation's members the networks the
-// allocation names that are not attached any more: when libcni's cache
-// knows the workload, a network it does not know was disconnected, or its
-// Connect failed and was rolled back. (Teardown keeps them: a DEL of what
-// is gone is harmless there, and an ADD cut short is never cached.) A
-// network attached through an injected Config.CNI, whose cache cninet may
-// not see, is taken at its word.
-func (c *Configurator) attached(all []member) []member {
-	if !slices.ContainsFunc(all, func(m member) bool { return m.cached }) {
-		return all
+// ConnectWith is Connect with the interface named by opts.IfName, for a
+// runtime that names its workloads' interfaces (a CNI plugin serving
+// runtimes does: see cninet daemon). The network must not be attached to
+// the workload yet, and no other network may hold opts.IfName, per
+// libcni's cache: either is an ErrAlreadyAttached error naming both.
+// Everything else is as Connect: retries, all or nothing, the status of
+// the new network.
+func (c *Configurator) ConnectWith(ctx context.Context, alloc *Allocation, network, netns string, opts ConnectOptions) (_ *NetworkStatus, err error) {
+	if opts.IfName == "" {
+		return c.Connect(ctx, alloc, network, netns)
 	}
-	return slices.DeleteFunc(all, func(m member) bool { return !m.cached && !(m.n.viaCNI && !c.findPlugins) })
-}
-
-// membersOf returns every network alloc is attached to: the networks it
-// names, in its order, then the other known networks that libcni's cache
-// holds an attachment of its ID in, by interface name. A named network
-// the cache knows takes the interface the cache says (Connect may have
-// put it elsewhere); one the cache does not know keeps its place — its
-// ADD may have been cut short before anything was cached — unless the
-// cache proves that interface is another network's. A network only the
-// cache knows is told the args and port mappings it was attached with.
-func (c *Configurator) membersOf(alloc *Allocation, att attachment, forTeardown bool) ([]member, error) {
-	nets, err := c.networksOf(alloc, forTeardown)
+	ctx, op := c.tel.startOp(ctx, opConnect, allocID(alloc), netns)
+	defer func() { op.end(err) }()
+	req, err := c.namedRequest(alloc, network, netns, opts.IfName, ErrInvalidArgument)
 	if err != nil {
 		return nil, err
 	}
-	cached, err := c.lib.GetCachedAttachments(att.id)
+	defer c.adm.Enter(req.id)()
+	conf, err := c.knownConf(network, false)
 	if err != nil {
-		c.logger.Warn("reading libcni's cache failed: only the allocation's own networks are covered",
-			"alloc_id", att.id, "cache_dir", c.cacheDir, "error", err)
+		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
 	}
-	cachedIfs := map[string][]*libcni.NetworkAttachment{} // by network
-	ifOwner := map[string]string{}                        // interface → network, per the cache
+	cached, err := c.lib.GetCachedAttachments(req.id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading libcni's cache in %s: %w", ErrIO, c.cacheDir, err)
+	}
 	for _, a := range cached {
-		cachedIfs[a.Network] = append(cachedIfs[a.Network], a)
-		ifOwner[a.IfName] = a.Network
-	}
-	var members []member
-	for _, n := range nets {
-		as := cachedIfs[n.name()]
-		delete(cachedIfs, n.name())
-		if len(as) == 0 {
-			if owner, taken := ifOwner[n.ifName]; !taken || owner == n.name() {
-				members = append(members, member{n: n, att: att})
-			}
-			continue
-		}
-		for i, a := range as {
-			m := member{n: n, att: att, cached: true}
-			if a.IfName != n.ifName {
-				m.n.ifName, m.n.viaCNI = a.IfName, false
-			}
-			if i > 0 {
-				m.att = cachedAttachment(att, a)
-			}
-			members = append(members, m)
+		if a.Network == network || a.IfName == opts.IfName {
+			return nil, fmt.Errorf("%w: allocation %s is attached to network %q as %s (asked: network %q as %s)",
+				ErrAlreadyAttached, req.id, a.Network, a.IfName, network, opts.IfName)
 		}
 	}
-	members = append(members, c.cachedOnly(att, cachedIfs, forTeardown)...)
-	if forTeardown {
-		members = append(members, c.recordedOnly(att, members)...)
+	att := attachment{conf: conf, ifName: opts.IfName}
+	if err := c.preflight(att); err != nil {
+		return nil, err
 	}
-	return members, nil
+	defer c.keepLoopback(req.id, netns, []foundAttachment{{att: att}})()
+	// The runtime may attach the same container to networks this
+	// Configurator never sees: always as if others were there.
+	return c.attachAll(ctx, req, netns, []attachment{att}, true)
 }
 
-// recordedOnly turns the intent records of att's id on known networks
-// that no member covers into members: a DEL of them began (libcni's cache
-// is gone with it) and its force cleanup never finished, so a Teardown
-// or Disconnect finishes it.
-func (c *Configurator) recordedOnly(att attachment, members []member) []member {
-	var out []member
-	for _, r := range footprint.IntentRecordsOf(c.cacheDir, att.id, c.nets.names()) {
-		if slices.ContainsFunc(members, func(m member) bool { return m.n.name() == r.Network }) {
-			continue
-		}
-		conf, err := c.knownConf(r.Network, true)
-		if err != nil {
-			continue
-		}
-		out = append(out, member{n: netAttachment{conf: conf, ifName: cmp.Or(r.IfName, c.ifName)}, att: att, cached: true})
+// DisconnectWith is Disconnect of the attachment whose interface is
+// opts.IfName: DEL and force cleanup of that network's attachment, with
+// the port mappings, args and capabilities libcni cached for it (else
+// alloc's). Unlike Disconnect it runs even when libcni's cache does not
+// know the attachment — an ADD cut short caches nothing yet may have
+// reserved an address — so it is the right verb for a runtime's DEL, and
+// as idempotent as Teardown. netns may be empty or already deleted. Its
+// DEL never reaches another attachment of the same container, one this
+// Configurator cannot see included (see Disconnect).
+func (c *Configurator) DisconnectWith(ctx context.Context, alloc *Allocation, network, netns string, opts ConnectOptions) (err error) {
+	if opts.IfName == "" {
+		return c.Disconnect(ctx, alloc, network, netns)
 	}
-	return out
+	ctx, op := c.tel.startOp(ctx, opDisconnect, allocID(alloc), netns)
+	defer func() { op.end(err) }()
+	req, err := c.namedRequest(alloc, network, "", opts.IfName, nil)
+	if err != nil {
+		return err
+	}
+	defer c.adm.Enter(req.id)()
+	conf, err := c.knownConf(network, true)
+	if err != nil {
+		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
+	}
+	fa := foundAttachment{att: attachment{conf: conf, ifName: opts.IfName}, req: req}
+	if a := c.cachedAt(req.id, network, opts.IfName); a != nil {
+		fa.req, fa.cached = cachedCapabilities(cachedRequest(req, a), a), true
+	}
+	defer c.keepLoopback(req.id, netns, []foundAttachment{fa})()
+	return c.detachAll(ctx, netns, []foundAttachment{fa}, true) // as in ConnectWith: others may be there unseen
 }
 
-// cachedOnly turns the cached attachments of networks the allocation does
-// not name into members, sorted by interface name; a network this
-// Configurator does not know is not its to detach.
-func (c *Configurator) cachedOnly(att attachment, byNetwork map[string][]*libcni.NetworkAttachment, forTeardown bool) []member {
-	var members []member
-	for name, as := range byNetwork {
-		conf, err := c.knownConf(name, forTeardown)
-		if err != nil {
-			c.logger.Debug("cached attachment of a network this configurator does not know left alone",
-				"alloc_id", att.id, "network", name)
-			continue
-		}
-		for _, a := range as {
-			members = append(members, member{n: netAttachment{conf: conf, ifName: a.IfName}, att: cachedAttachment(att, a), cached: true})
-		}
-	}
-	slices.SortFunc(members, func(a, b member) int {
-		if d := c.ifIndex(a.n.ifName) - c.ifIndex(b.n.ifName); d != 0 {
-			return d
-		}
-		return strings.Compare(a.n.name(), b.n.name())
-	})
-	return members
-}
-
-// cachedAttachment is att with the args and port mappings that libcni
-// cached for a, where it cached them.
-func cachedAttachment(att attachment, a *libcni.NetworkAttachment) attachment {
-	if len(a.CniArgs) > 0 {
-		att.args = a.CniArgs
-	}
-	if raw, ok := a.CapabilityArgs["portMappings"]; ok {
-		var mappings []cni.PortMapping
-		if b, err := json.Marshal(raw); err == nil && json.Unmarshal(b, &mappings) == nil {
-			att.mappings = mappings
-		}
-	}
-	return att
-}
-
-// knownConf returns the conflist of a network this Configurator knows;
-// forTeardown also accepts one that a Reload dropped, and a closed
-// Configurator.
-func (c *Configurator) knownConf(name string, forTeardown bool) (loadedConf, error) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.closed && !forTeardown {
-		return loadedConf{}, fmt.Errorf("%w: network %q", ErrClosed, name)
-	}
-	if conf, ok := c.nets.byName[name]; ok {
-		return conf, nil
-	}
-	if conf, ok := c.retired[name]; ok && forTeardown {
-		return conf, nil
-	}
-	return loadedConf{}, fmt.Errorf("%w: no network %q (known: %s)", ErrNetworkNotFound, name, strings.Join(c.nets.names(), ", "))
-}
-
-// freeIfName returns <prefix>N for the lowest N no name in used has.
-func (c *Configurator) freeIfName(used []string) string {
-	for i := 0; ; i++ {
-		if name := c.ifPrefix + strconv.Itoa(i); !slices.Contains(used, name) {
-			return name
-		}
-	}
-}
-
-// ifIndex is N of <prefix>N, or a large number for any other name.
-func (c *Configurator) ifIndex(ifName string) int {
-	if n, err := strconv.Atoi(strings.TrimPrefix(ifName, c.ifPrefix)); err == nil && strings.HasPrefix(ifName, c.ifPrefix) && n >= 0 {
-		return n
-	}
-	return 1 << 30
-}
-
-// checkNetworkName rejects a network name no conflist can have.
-func checkNetworkName(name string) error {
-	if !networkNameRule.MatchString(name) {
-		return fmt.Errorf("%w: network name %q does not match %s", ErrInvalidArgument, name, networkNameRule)
+// CheckIfName reports whether name can be a workload's interface name
+// (Linux's rules, as the CNI spec's CNI_IFNAME): 1–15 bytes, no '/', ':'
+// or white space, not "." or "..". A violation is an ErrInvalidArgument
+// error naming it.
+func CheckIfName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty interface name, want e.g. eth0", ErrInvalidArgument)
+	case len(name) > 15:
+		return fmt.Errorf("%w: interface name %q has %d bytes, want at most 15", ErrInvalidArgument, name, len(name))
+	case name == "." || name == "..":
+		return fmt.Errorf("%w: interface name %q, want a name other than . and ..", ErrInvalidArgument, name)
+	case strings.ContainsAny(name, "/: \t\n\v\f\r"):
+		return fmt.Errorf("%w: interface name %q contains '/', ':' or white space", ErrInvalidArgument, name)
 	}
 	return nil
 }

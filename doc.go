@@ -47,4 +47,64 @@
 // Calls for one allocation ID are serialised; calls for different IDs run
 // in parallel. Every error wraps one of the exported Err… sentinels and
 // keeps its cause: test them with errors.Is.
+//
+// # Vocabulary
+//
+// One noun per concept, in the documentation and in the code:
+//
+//   - allocation: the workload as the caller names it (Allocation); its ID
+//     is the CNI container ID.
+//   - network: a configured CNI network, one conflist this Configurator
+//     knows (the unexported type network; a value of it is named conf).
+//     In the exported API a network argument is a network's name. The
+//     default network is the one an Allocation that names none joins.
+//   - request: what the plugins are told about one allocation — its ID,
+//     port mappings, CNI args and capability arguments (type request,
+//     named req). It is the same for every verb of the allocation, since
+//     portmap's DEL removes nothing unless it sees the same port mappings.
+//   - attachment: one allocation on one network, with its interface name
+//     (type attachment, named att). AttachmentStatus is what Setup
+//     learned about one.
+//   - found attachment: an attachment as found in the allocation and in
+//     libcni's cache, with the request it was made with (type
+//     foundAttachment, named fa): what Teardown, Disconnect and Check act
+//     on.
+//   - footprint: what the plugins leave on the host for one attachment
+//     (rules, chains, reservations, cached results, devices), which the
+//     force cleanup and GC remove (internal/footprint).
+//
+// # Files
+//
+// In reading order; each operation's helpers are beside it, and the
+// helpers several operations share are in files named after what they
+// hold.
+//
+//	doc.go                This overview.
+//	configurator.go       Config, the cleanup seams (IPTables, NFTables, Links, …), Configurator, New, Close.
+//	allocation.go         Allocation, Port, NetworkPorts, PortMappings.
+//	networks.go           The network type and the registry of known networks, read from Config; Networks.
+//	conflist.go           Conflists: LoadConfList, BridgeConfig, BridgeConfList, WriteConfList, parsing.
+//	request.go            The request: built from an Allocation (and from libcni's cache), and its CNI args.
+//	capabilities.go       Capability arguments: ValidateCapabilities, which a network is given.
+//	attachments.go        Attachments: which networks an allocation is attached to, interface names, CachedResult.
+//	setup.go              Setup: attach every network concurrently, all or nothing, and the rollback.
+//	retry.go              RetryPolicy and the ADD retry loop.
+//	teardown.go           Teardown: DEL and force cleanup per network, by the prevention rule.
+//	connect.go            Connect, Disconnect, ConnectWith, DisconnectWith, ConnectOptions, CheckIfName.
+//	check.go              Check and CheckWith: CNI CHECK of an attachment.
+//	status.go             Status and StatusOf: whether each network can attach workloads.
+//	gc.go                 GC and GCWith: libcni's GC, then the sweep of what no cache remembers.
+//	gc_report.go          GCReport, GCItem, GCKind: what GC removed.
+//	reload.go             Reload and the ConfDir watcher.
+//	plugins.go            The plugin binaries: found before Setup, their versions, their nftables backends.
+//	driver.go             How one network's plugins run: through go-cni (Config.CNI) or libcni.
+//	result.go             NetworkStatus, AttachmentStatus, DNSConfig, StatusFromResult.
+//	errors.go             The Err… sentinels every error wraps, and joinErrors.
+//	telemetry.go          Traces: a span per operation, network, attempt, DEL and cleanup.
+//	telemetry_metrics.go  Metrics.
+//	netns_linux.go        Whether a path is a network namespace.
+//	netns_other.go        The same off Linux.
+//	loopback_linux.go     The workload's loopback interface, kept up when it loses one network of several.
+//	loopback_other.go     The same off Linux.
+//	deprecated.go         Old exported names kept as aliases.
 package cninet

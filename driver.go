@@ -16,15 +16,15 @@ import (
 // netDriver runs one network's plugins for one attachment. Setup, Check
 // and Teardown send the same port mappings and args through it.
 type netDriver interface {
-	add(ctx context.Context, att attachment, n netAttachment, netns string) (*cni.Result, error)
+	add(ctx context.Context, req request, att attachment, netns string) (*cni.Result, error)
 	// del runs n's DEL chain without the plugins of the types in omit
 	// (see detach).
-	del(ctx context.Context, att attachment, n netAttachment, netns string, omit []string) error
+	del(ctx context.Context, req request, att attachment, netns string, omit []string) error
 	// delHostports runs only n's portmap DEL, on no libcni cache: the
 	// networks' own DELs still need their cached results (see
 	// delHostportsOnce).
-	delHostports(ctx context.Context, att attachment, n netAttachment, netns string) error
-	check(ctx context.Context, att attachment, n netAttachment, netns string) error
+	delHostports(ctx context.Context, req request, att attachment, netns string) error
+	check(ctx context.Context, req request, att attachment, netns string) error
 	// runsPlugins reports whether cninet runs the plugin binaries from
 	// PluginDirs itself, so it can look for them first and ask them
 	// their versions.
@@ -32,8 +32,8 @@ type netDriver interface {
 }
 
 // driverFor returns the driver that attaches n.
-func (c *Configurator) driverFor(n netAttachment) netDriver {
-	if n.viaCNI {
+func (c *Configurator) driverFor(att attachment) netDriver {
+	if att.viaCNI {
 		return cniDriver{c}
 	}
 	return c.driver
@@ -43,42 +43,42 @@ func (c *Configurator) driverFor(n netAttachment) netDriver {
 // Config.CNI (go-cni by default): the single-network path, as it always was.
 type cniDriver struct{ c *Configurator }
 
-func (d cniDriver) add(ctx context.Context, att attachment, _ netAttachment, netns string) (*cni.Result, error) {
-	return d.c.cni.Setup(ctx, att.id, netns, att.opts()...)
+func (d cniDriver) add(ctx context.Context, req request, _ attachment, netns string) (*cni.Result, error) {
+	return d.c.cni.Setup(ctx, req.id, netns, req.opts()...)
 }
 
 // del runs go-cni's Remove, which runs the whole chain; a chain without
 // some plugins goes through libcni on the same plugin and cache
 // directories. An injected Config.CNI runs its plugins itself, so it
 // cannot leave one out: it gets the whole DEL (logged).
-func (d cniDriver) del(ctx context.Context, att attachment, n netAttachment, netns string, omit []string) error {
+func (d cniDriver) del(ctx context.Context, req request, att attachment, netns string, omit []string) error {
 	switch {
 	case len(omit) == 0:
-		return d.c.cni.Remove(ctx, att.id, netns, att.opts()...)
+		return d.c.cni.Remove(ctx, req.id, netns, req.opts()...)
 	case d.c.findPlugins:
-		return d.c.driver.del(ctx, att, n, netns, omit)
+		return d.c.driver.del(ctx, req, att, netns, omit)
 	}
 	// An injected CNI would run the whole chain, plugins that must be
 	// left out included: no DEL, and the force cleanup removes what it
 	// can prove.
-	return fmt.Errorf("%w: %s must be left out of network %q's DEL", errWholeChainsOnly, strings.Join(omit, ", "), n.name())
+	return fmt.Errorf("%w: %s must be left out of network %q's DEL", errWholeChainsOnly, strings.Join(omit, ", "), att.name())
 }
 
 // delHostports goes through libcni: go-cni runs whole chains only. An
 // injected Config.CNI runs its plugins itself: cninet runs none.
-func (d cniDriver) delHostports(ctx context.Context, att attachment, n netAttachment, netns string) error {
+func (d cniDriver) delHostports(ctx context.Context, req request, att attachment, netns string) error {
 	if !d.c.findPlugins {
 		return errWholeChainsOnly
 	}
-	return d.c.driver.delHostports(ctx, att, n, netns)
+	return d.c.driver.delHostports(ctx, req, att, netns)
 }
 
 // errWholeChainsOnly says an injected Config.CNI cannot run one plugin of
 // a chain alone.
 var errWholeChainsOnly = errors.New("the injected CNI runs whole DEL chains only")
 
-func (d cniDriver) check(ctx context.Context, att attachment, _ netAttachment, netns string) error {
-	return d.c.cni.Check(ctx, att.id, netns, att.opts()...)
+func (d cniDriver) check(ctx context.Context, req request, _ attachment, netns string) error {
+	return d.c.cni.Check(ctx, req.id, netns, req.opts()...)
 }
 
 func (d cniDriver) runsPlugins() bool { return d.c.findPlugins }
@@ -98,26 +98,26 @@ type libDriver struct {
 // runtimeConf is what libcni is told about n's attachment: the same
 // container id and args as every network, the port mappings and the
 // other capability arguments only where the conflist declares them.
-func (d libDriver) runtimeConf(att attachment, n netAttachment, netns string) *libcni.RuntimeConf {
-	rt := &libcni.RuntimeConf{ContainerID: att.id, NetNS: netns, IfName: n.ifName, Args: att.args}
-	rt.CapabilityArgs = declaredCapabilities(att, n.conf.info)
+func (d libDriver) runtimeConf(req request, att attachment, netns string) *libcni.RuntimeConf {
+	rt := &libcni.RuntimeConf{ContainerID: req.id, NetNS: netns, IfName: att.ifName, Args: req.args}
+	rt.CapabilityArgs = declaredCapabilities(req, att.conf.info)
 	return rt
 }
 
-func (d libDriver) add(ctx context.Context, att attachment, n netAttachment, netns string) (*cni.Result, error) {
-	res, err := d.lib.AddNetworkList(ctx, n.conf.list, d.runtimeConf(att, n, netns))
+func (d libDriver) add(ctx context.Context, req request, att attachment, netns string) (*cni.Result, error) {
+	res, err := d.lib.AddNetworkList(ctx, att.conf.list, d.runtimeConf(req, att, netns))
 	if err != nil {
 		return nil, err
 	}
 	r, err := types100.NewResultFromResult(res)
 	if err != nil {
-		return nil, fmt.Errorf("%w: network %q: converting the result: %w", ErrNoAddress, n.name(), err)
+		return nil, fmt.Errorf("%w: network %q: converting the result: %w", ErrNoAddress, att.name(), err)
 	}
-	return resultFromCNI(r, n.ifName)
+	return resultFromCNI(r, att.ifName)
 }
 
-func (d libDriver) del(ctx context.Context, att attachment, n netAttachment, netns string, omit []string) error {
-	return d.lib.DelNetworkList(ctx, withoutPlugins(n.conf.list, omit), d.runtimeConf(att, n, netns))
+func (d libDriver) del(ctx context.Context, req request, att attachment, netns string, omit []string) error {
+	return d.lib.DelNetworkList(ctx, withoutPlugins(att.conf.list, omit), d.runtimeConf(req, att, netns))
 }
 
 // onlyPlugin returns list with only its plugins of type typ.
@@ -142,12 +142,12 @@ func withoutPlugins(list *libcni.NetworkConfigList, omit []string) *libcni.Netwo
 	return &out
 }
 
-func (d libDriver) delHostports(ctx context.Context, att attachment, n netAttachment, netns string) error {
-	return d.noCache.DelNetworkList(ctx, onlyPlugin(n.conf.list, "portmap"), d.runtimeConf(att, n, netns))
+func (d libDriver) delHostports(ctx context.Context, req request, att attachment, netns string) error {
+	return d.noCache.DelNetworkList(ctx, onlyPlugin(att.conf.list, "portmap"), d.runtimeConf(req, att, netns))
 }
 
-func (d libDriver) check(ctx context.Context, att attachment, n netAttachment, netns string) error {
-	return d.lib.CheckNetworkList(ctx, n.conf.list, d.runtimeConf(att, n, netns))
+func (d libDriver) check(ctx context.Context, req request, att attachment, netns string) error {
+	return d.lib.CheckNetworkList(ctx, att.conf.list, d.runtimeConf(req, att, netns))
 }
 
 func (d libDriver) runsPlugins() bool { return true }

@@ -1,10 +1,9 @@
 package cninet
 
 import (
-	"context"
 	"errors"
 	"net"
-	"strings"
+	"reflect"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -49,36 +48,22 @@ func TestResultFromCNIReadsAsGoCNIDoes(t *testing.T) {
 	}
 }
 
-func TestStatusNamesEveryNetworkThatIsNotReady(t *testing.T) {
-	cases := []struct {
-		name     string
-		plugins  []string
-		notReady []string // networks the error must name
-	}{
-		{"every plugin present", []string{"loopback", "bridge", "firewall", "portmap", "ptp"}, nil},
-		{"ptp missing: network c", []string{"loopback", "bridge", "firewall", "portmap"}, []string{`network "c"`}},
-		{"portmap missing: networks a and b", []string{"loopback", "bridge", "firewall", "ptp"}, []string{`network "a"`, `network "b"`}},
+func TestLibcniIsToldThePortMappingsOnlyWhereTheConflistDeclaresThemAndTheArgsEverywhere(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	req, err := newRequest(&Allocation{ID: "w", Ports: []Port{{Value: 8080}}, Args: map[string]string{"K": "v"}}, false)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newMultiFixture(t, quickRetry, acceptAllPlugins(t, tc.plugins...))
-			err := f.c.Status(context.Background())
-			if len(tc.notReady) == 0 {
-				if err != nil {
-					t.Fatalf("Status = %v, want ready", err)
-				}
-				return
-			}
-			if !errors.Is(err, ErrNotReady) || !errors.Is(err, ErrPluginMissing) {
-				t.Fatalf("Status = %v, want ErrNotReady and ErrPluginMissing", err)
-			}
-			for _, n := range tc.notReady {
-				if !strings.Contains(err.Error(), n) {
-					t.Errorf("Status does not name %s: %v", n, err)
-				}
-			}
-			if strings.Count(err.Error(), "network \"") != len(tc.notReady) {
-				t.Errorf("Status names ready networks too: %v", err)
+	for _, tc := range []struct {
+		network  string
+		mappings bool
+	}{{"b", true}, {"c", false}} {
+		t.Run(tc.network, func(t *testing.T) {
+			att := attachment{conf: f.c.nets.byName[tc.network], ifName: "eth1"}
+			rt := libDriver{}.runtimeConf(req, att, "/x")
+			_, has := rt.CapabilityArgs["portMappings"]
+			if has != tc.mappings || rt.IfName != "eth1" || rt.ContainerID != "w" || rt.NetNS != "/x" || !reflect.DeepEqual(rt.Args, req.args) {
+				t.Fatalf("runtime conf %+v: want port mappings %v and the args %v", rt, tc.mappings, req.args)
 			}
 		})
 	}

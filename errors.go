@@ -86,3 +86,11 @@ var (
 //
 // Deprecated: use ErrInvalidArgument.
 var ErrInvalidNetNS = ErrInvalidArgument
+
+// joinErrors is errors.Join that returns a lone error as it is.
+func joinErrors(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}

@@ -33,44 +33,44 @@ type fakeDriver struct {
 	cacheDir  string
 	// addHook, if set, runs inside ADD after it is recorded; a non-nil
 	// error it returns fails the ADD.
-	addHook func(ctx context.Context, n netAttachment) error
+	addHook func(ctx context.Context, att attachment) error
 }
 
-func (f *fakeDriver) record(verb string, att attachment, n netAttachment) {
+func (f *fakeDriver) record(verb string, req request, att attachment) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, driverCall{verb, n.name(), n.ifName, att.id, att.mappings, att.args})
+	f.calls = append(f.calls, driverCall{verb, att.name(), att.ifName, req.id, req.mappings, req.args})
 }
 
-func (f *fakeDriver) add(ctx context.Context, att attachment, n netAttachment, _ string) (*cni.Result, error) {
-	f.record("ADD", att, n)
+func (f *fakeDriver) add(ctx context.Context, req request, att attachment, _ string) (*cni.Result, error) {
+	f.record("ADD", req, att)
 	if f.addHook != nil {
-		if err := f.addHook(ctx, n); err != nil {
+		if err := f.addHook(ctx, att); err != nil {
 			return nil, err
 		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if errs := f.addErrs[n.name()]; len(errs) > 0 {
-		f.addErrs[n.name()] = errs[1:]
+	if errs := f.addErrs[att.name()]; len(errs) > 0 {
+		f.addErrs[att.name()] = errs[1:]
 		if errs[0] != nil {
 			return nil, errs[0]
 		}
 	}
 	ip := net.IPv4(198, 18, byte(len(f.calls)), 2) // a different address per call
-	if err := f.cache(att, n, ip); err != nil {
+	if err := f.cache(req, att, ip); err != nil {
 		return nil, err
 	}
-	return &cni.Result{Interfaces: map[string]*cni.Config{n.ifName: {Sandbox: "/x", IPConfigs: []*cni.IPConfig{{IP: ip}}}}}, nil
+	return &cni.Result{Interfaces: map[string]*cni.Config{att.ifName: {Sandbox: "/x", IPConfigs: []*cni.IPConfig{{IP: ip}}}}}, nil
 }
 
 // cache writes libcni's cache file of the attachment, as libcni's ADD does.
-func (f *fakeDriver) cache(att attachment, n netAttachment, ip net.IP) error {
+func (f *fakeDriver) cache(req request, att attachment, ip net.IP) error {
 	if f.cacheDir == "" {
 		return nil
 	}
-	body, err := json.Marshal(map[string]any{"kind": "cniCacheV1", "containerId": att.id, "ifName": n.ifName, "networkName": n.name(),
-		"config": n.conf.bytes, "cniArgs": att.args, "capabilityArgs": map[string]any{"portMappings": att.mappings},
+	body, err := json.Marshal(map[string]any{"kind": "cniCacheV1", "containerId": req.id, "ifName": att.ifName, "networkName": att.name(),
+		"config": att.conf.bytes, "cniArgs": req.args, "capabilityArgs": map[string]any{"portMappings": req.mappings},
 		"result": map[string]any{"cniVersion": "1.0.0", "ips": []map[string]string{{"address": ip.String() + "/24"}}}})
 	if err != nil {
 		return err
@@ -78,11 +78,11 @@ func (f *fakeDriver) cache(att attachment, n netAttachment, ip net.IP) error {
 	if err := os.MkdirAll(filepath.Join(f.cacheDir, "results"), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(f.cachePath(att, n), body, 0o644)
+	return os.WriteFile(f.cachePath(req, att), body, 0o644)
 }
 
-func (f *fakeDriver) cachePath(att attachment, n netAttachment) string {
-	return filepath.Join(f.cacheDir, "results", n.name()+"-"+att.id+"-"+n.ifName)
+func (f *fakeDriver) cachePath(req request, att attachment) string {
+	return filepath.Join(f.cacheDir, "results", att.name()+"-"+req.id+"-"+att.ifName)
 }
 
 // byNetwork returns each network's calls, oldest first, as "VERB ifName".
@@ -111,26 +111,26 @@ func (f *fakeDriver) sortedLog() string {
 	return strings.Join(s, ", ")
 }
 
-func (f *fakeDriver) del(_ context.Context, att attachment, n netAttachment, _ string, _ []string) error {
-	f.record("DEL", att, n)
+func (f *fakeDriver) del(_ context.Context, req request, att attachment, _ string, _ []string) error {
+	f.record("DEL", req, att)
 	if f.cacheDir != "" {
-		if err := os.Remove(f.cachePath(att, n)); err != nil && !os.IsNotExist(err) {
+		if err := os.Remove(f.cachePath(req, att)); err != nil && !os.IsNotExist(err) {
 			return err
 		}
 	}
 	return nil
 }
 
-func (f *fakeDriver) delHostports(_ context.Context, att attachment, n netAttachment, _ string) error {
-	f.record("DEL portmap", att, n)
+func (f *fakeDriver) delHostports(_ context.Context, req request, att attachment, _ string) error {
+	f.record("DEL portmap", req, att)
 	return nil
 }
 
-func (f *fakeDriver) check(_ context.Context, att attachment, n netAttachment, _ string) error {
-	f.record("CHECK", att, n)
+func (f *fakeDriver) check(_ context.Context, req request, att attachment, _ string) error {
+	f.record("CHECK", req, att)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.checkErrs[n.name()]
+	return f.checkErrs[att.name()]
 }
 
 func (f *fakeDriver) runsPlugins() bool { return false }

@@ -2,12 +2,9 @@ package cninet
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -15,134 +12,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
-
-// GCKind says what kind of host state a GCItem was.
-type GCKind string
-
-// The kinds of state cleanup and GC remove.
-const (
-	// GCCachedAttachment: an attachment libcni still had cached, detached
-	// with CNI DEL by GC.
-	GCCachedAttachment GCKind = "cached attachment"
-	// GCRule: an iptables or ip6tables rule.
-	GCRule = GCKind(footprint.KindRule)
-	// GCChain: an iptables or ip6tables chain.
-	GCChain = GCKind(footprint.KindChain)
-	// GCReservation: a host-local IP reservation file.
-	GCReservation = GCKind(footprint.KindReservation)
-	// GCCachedResult: a libcni cached result file.
-	GCCachedResult = GCKind(footprint.KindCachedResult)
-	// GCNFTRule: an nftables rule of the plugins' nftables backends.
-	GCNFTRule = GCKind(footprint.KindNFTRule)
-	// GCLink: a network device in the host's namespace (the bandwidth
-	// plugin's ifb device).
-	GCLink = GCKind(footprint.KindLink)
-	// GCTuningFile: the tuning plugin's saved interface settings.
-	GCTuningFile = GCKind(footprint.KindTuningFile)
-)
-
-// GCItem is one piece of host state that was removed.
-type GCItem struct {
-	Kind    GCKind `json:"kind"`
-	ID      string `json:"id"`                // the allocation ID that owned it
-	Network string `json:"network,omitempty"` // its network, when the state names one
-	Backend string `json:"backend,omitempty"` // iptables, ip6tables, nftables, files or links
-	Detail  string `json:"detail"`            // the rule, chain, file or device
-}
-
-// GCReport lists what GC removed. It is kept compact — a GC after a bad
-// night removes hundreds of thousands of rules, and the report must not
-// cost more than the sweep — so its items are rendered when they are
-// read: All and Removed render them, Len, Count and IDs render none. It
-// marshals to JSON as {"removed": [GCItem...]}.
-type GCReport struct {
-	mu     sync.Mutex
-	cached []GCItem          // attachments libcni's GC detached
-	swept  *footprint.Report // what the sweep removed
-}
-
-// Len returns how many items were removed.
-func (r *GCReport) Len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.cached) + r.swept.Len()
-}
-
-// All yields every removed item: the attachments libcni's GC detached
-// first, then what the sweep removed, in the order it was removed. Each
-// item is rendered as it is yielded, so ranging over a big report holds
-// one item at a time.
-func (r *GCReport) All() iter.Seq[GCItem] {
-	return func(yield func(GCItem) bool) {
-		r.mu.Lock()
-		cached, swept := slices.Clip(r.cached), r.swept
-		r.mu.Unlock()
-		for _, it := range cached {
-			if !yield(it) {
-				return
-			}
-		}
-		swept.Each(func(it footprint.Item) bool { return yield(gcItem(it)) })
-	}
-}
-
-// Removed returns every removed item, rendered at once: for a big report
-// prefer All.
-func (r *GCReport) Removed() []GCItem {
-	out := make([]GCItem, 0, r.Len())
-	for it := range r.All() {
-		out = append(out, it)
-	}
-	return out
-}
-
-// Count returns how many removed items are of kind.
-func (r *GCReport) Count(kind GCKind) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := r.swept.Count(footprint.Kind(kind))
-	for _, it := range r.cached {
-		if it.Kind == kind {
-			n++
-		}
-	}
-	return n
-}
-
-// IDs returns the allocation IDs something was removed for, sorted.
-func (r *GCReport) IDs() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ids := r.swept.IDs()
-	for _, it := range r.cached {
-		ids = append(ids, it.ID)
-	}
-	slices.Sort(ids)
-	return slices.Compact(ids)
-}
-
-// MarshalJSON renders the report as {"removed": [...]}.
-func (r *GCReport) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Removed []GCItem `json:"removed"`
-	}{r.Removed()})
-}
-
-func (r *GCReport) addCached(it GCItem) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.cached = append(r.cached, it)
-}
-
-func (r *GCReport) setSwept(rep *footprint.Report) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.swept = rep
-}
-
-func gcItem(it footprint.Item) GCItem {
-	return GCItem{Kind: GCKind(it.Kind), ID: it.ID, Network: it.Network, Backend: it.Backend, Detail: it.Detail}
-}
 
 // GC brings the host back to what the live allocations need: in every
 // network the Configurator knows, every attachment whose allocation ID is
@@ -184,8 +53,8 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	for _, id := range liveAllocIDs {
 		live[id] = true
 	}
-	c.adm.beginGC()
-	defer c.adm.gc.end()
+	c.adm.BeginGC()
+	defer c.adm.EndGC()
 	progress := newGCProgress(c.logger)
 	sweep := footprint.NewSweep(ctx, c.host())
 	sweep.WholeWorkload = only == nil // a dead id is dead on every network, unless GCWith spares some
@@ -199,7 +68,7 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	return report, errors.Join(errs...)
 }
 
-func names(confs []loadedConf) []string {
+func names(confs []network) []string {
 	out := make([]string, len(confs))
 	for i, conf := range confs {
 		out[i] = conf.info.name
@@ -209,7 +78,7 @@ func names(confs []loadedConf) []string {
 
 // gcNetworks returns the networks GC covers, and the names of those whose
 // conflist sets disableGC or that only (when not nil) leaves out.
-func (c *Configurator) gcNetworks(only map[string]bool) (nets []loadedConf, skipped map[string]bool) {
+func (c *Configurator) gcNetworks(only map[string]bool) (nets []network, skipped map[string]bool) {
 	skipped = map[string]bool{}
 	for _, conf := range c.knownNetworks() {
 		if spared(only, conf.info.name) {
@@ -234,13 +103,12 @@ func (c *Configurator) gcNetworks(only map[string]bool) (nets []loadedConf, skip
 // No Setup may
 // run meanwhile: the GC verb would take its half-made attachment for a
 // stale one.
-func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, nets []loadedConf, live map[string]bool, report *GCReport) (err error) {
+func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, nets []network, live map[string]bool, report *GCReport) (err error) {
 	ctx, span := c.tel.startSpan(ctx, spanGCCached)
 	defer func() { span.end(err) }()
-	c.adm.gate.Lock()
-	defer c.adm.gate.Unlock()
+	defer c.adm.LockGate()()
 	ifNames := c.ifNames(len(c.knownNetworks()))
-	protected := c.adm.gc.protectedIDs()
+	protected := c.adm.Protected()
 	before, err := c.lib.GetCachedAttachments("")
 	if err != nil {
 		return fmt.Errorf("%w: reading libcni's cache: %w (libcni's GC not run)", ErrCleanupFailed, err)
@@ -297,7 +165,7 @@ func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, n
 
 // gcSweep removes the footprint of every dead attachment of the GC'd
 // networks it can attribute.
-func (c *Configurator) gcSweep(sweep *footprint.Cleaner, nets []loadedConf, skipped, live map[string]bool, report *GCReport, progress *gcProgress) error {
+func (c *Configurator) gcSweep(sweep *footprint.Cleaner, nets []network, skipped, live map[string]bool, report *GCReport, progress *gcProgress) error {
 	found, scanErr := sweep.DiscoverAll()
 	progress.step("host scanned", len(found))
 	var dead []footprint.Attachment
@@ -308,11 +176,11 @@ func (c *Configurator) gcSweep(sweep *footprint.Cleaner, nets []loadedConf, skip
 			ids = append(ids, a.ID)
 		}
 	}
-	protected := c.adm.gc.protectedIDs() // busy now: not ours to judge, and not to wait for
+	protected := c.adm.Protected() // busy now: not ours to judge, and not to wait for
 	ids = slices.DeleteFunc(ids, func(id string) bool { return protected[id] })
-	unlock := c.adm.lockAll(ids)
+	unlock := c.adm.LockAll(ids)
 	defer unlock()
-	protected = c.adm.gc.protectedIDs() // started after the scan: not ours to judge
+	protected = c.adm.Protected() // started after the scan: not ours to judge
 	dead = slices.DeleteFunc(dead, func(a footprint.Attachment) bool { return protected[a.ID] })
 	err := sweep.CleanAll(dead) // with nothing dead, it still reports what the scan could not read
 	report.setSwept(sweep.Report())
@@ -340,4 +208,91 @@ func (p *gcProgress) step(what string, n int) {
 	if elapsed := time.Since(p.start); elapsed >= gcProgressAfter {
 		p.logger.Info("GC progress: "+what, "items", n, "elapsed", elapsed.Round(time.Millisecond))
 	}
+}
+
+// GCOptions narrows what GCWith collects.
+type GCOptions struct {
+	// Networks, when not empty, are the only networks collected: what
+	// the other networks hold is left alone, whatever its allocation ID,
+	// and counts as live (nothing a DEL takes from it is lost). Each must
+	// be a network this Configurator knows. Empty: every network, as GC.
+	Networks []string
+}
+
+// GCWith is GC narrowed by opts: with opts.Networks, in those networks
+// every attachment whose allocation ID is not in liveAllocIDs is removed
+// and nothing of any other network is touched, the same container's
+// attachments there included (the cached ones are detached as
+// DisconnectWith does, then GC sweeps what no cache remembers). A CNI runtime's GC verb
+// (cni.dev/valid-attachments) has this shape: it lists the live
+// attachments of one network only. An unknown network is an
+// ErrNetworkNotFound error before anything runs.
+func (c *Configurator) GCWith(ctx context.Context, liveAllocIDs []string, opts GCOptions) (*GCReport, error) {
+	if len(opts.Networks) == 0 {
+		return c.GC(ctx, liveAllocIDs)
+	}
+	only := make(map[string]bool, len(opts.Networks))
+	for _, name := range opts.Networks {
+		if err := checkNetworkName(name); err != nil {
+			return nil, err
+		}
+		if _, err := c.knownConf(name, false); err != nil {
+			return nil, fmt.Errorf("%w (GC)", err)
+		}
+		only[name] = true
+	}
+	stale, detachErr := c.detachStale(ctx, only, liveAllocIDs)
+	report, err := c.GC(context.WithValue(ctx, gcOnlyKey{}, only), liveAllocIDs)
+	if report != nil {
+		for _, it := range stale {
+			report.addCached(it)
+		}
+	}
+	return report, errors.Join(detachErr, err)
+}
+
+// detachStale detaches, as DisconnectWith does, every attachment of the
+// networks in only that libcni's cache holds and whose allocation is not
+// live: before GC, whose libcni GC would DEL whole chains, and portmap's
+// nftables DEL deletes by the bare container id on every network, the
+// spared ones included. DisconnectWith's DEL never reaches the same
+// container's other attachments, and keeps its loopback interface up.
+func (c *Configurator) detachStale(ctx context.Context, only map[string]bool, liveAllocIDs []string) ([]GCItem, error) {
+	cached, err := c.lib.GetCachedAttachments("")
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading libcni's cache in %s: %w", ErrCleanupFailed, c.cacheDir, err)
+	}
+	live := make(map[string]bool, len(liveAllocIDs))
+	for _, id := range liveAllocIDs {
+		live[id] = true
+	}
+	var detached []GCItem
+	var errs []error
+	for _, a := range cached {
+		if !only[a.Network] || live[a.ContainerID] {
+			continue
+		}
+		err := c.DisconnectWith(ctx, &Allocation{ID: a.ContainerID}, a.Network, a.NetNS, ConnectOptions{IfName: a.IfName})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		detached = append(detached, GCItem{Kind: GCCachedAttachment, ID: a.ContainerID, Network: a.Network, Detail: a.IfName})
+	}
+	return detached, errors.Join(errs...)
+}
+
+// gcOnlyKey carries GCWith's networks through GC's context, so that GC's
+// signature stays as it is.
+type gcOnlyKey struct{}
+
+// gcOnly returns the networks a GC is narrowed to; nil: every network.
+func gcOnly(ctx context.Context) map[string]bool {
+	only, _ := ctx.Value(gcOnlyKey{}).(map[string]bool)
+	return only
+}
+
+// spared reports whether a GC narrowed to only leaves network alone.
+func spared(only map[string]bool, network string) bool {
+	return only != nil && !only[network]
 }

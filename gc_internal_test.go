@@ -3,9 +3,14 @@ package cninet
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakecni"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	"github.com/seed1280861d/cninet/internal/fakenft"
@@ -61,7 +66,85 @@ func TestGCNeverCollectsAnAllocationBeingSetUp(t *testing.T) {
 }
 
 func gcActive(c *Configurator) bool {
-	c.adm.gc.mu.Lock()
-	defer c.adm.gc.mu.Unlock()
-	return c.adm.gc.active > 0
+	return c.adm.GCRunning()
+}
+
+// acceptAllPlugins writes plugins that answer VERSION and succeed at
+// everything else without doing anything, so that libcni's GC can DEL.
+func acceptAllPlugins(t *testing.T, names ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	script := "#!/bin/sh\n[ \"$CNI_COMMAND\" = VERSION ] && echo '{\"cniVersion\":\"1.0.0\",\"supportedVersions\":[\"0.4.0\",\"1.0.0\"]}'\nexit 0\n"
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// cache writes libcni's cached result of (network, id, ifName).
+func (f multiFixture) writeCache(t *testing.T, network, id, ifName string) string {
+	t.Helper()
+	path := filepath.Join(f.cache, "results", fmt.Sprintf("%s-%s-%s", network, id, ifName))
+	body := fmt.Sprintf(`{"kind":"cniCacheV1","containerId":%q,"ifName":%q,"networkName":%q,"netns":"/gone","config":"e30="}`, id, ifName, network)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func nftMasq(network, id, ifName, addr string, handle int) host.NFTRule {
+	return host.NFTRule{Family: "inet", Table: "cni_plugins_masquerade", Chain: "masq_checks", Handle: handle,
+		Comment: footprint.Attachment{Network: network, ID: id}.NFTMasqComment(ifName), Saddr: netip.MustParseAddr(addr)}
+}
+
+func TestGCSweepsEveryNetworkAndKeepsALiveWorkloadUnderEveryInterfaceName(t *testing.T) {
+	f := newMultiFixture(t, quickRetry, acceptAllPlugins(t, "loopback", "bridge", "firewall", "portmap", "ptp"))
+	f.leakMasquerade("a", "dead", "198.18.0.2")
+	f.leakMasquerade("b", "dead", "198.18.1.2")
+	f.leakMasquerade("b", "live", "198.18.1.3")
+	f.nft.Add(nftMasq("c", "dead", "eth1", "198.18.2.2", 1), nftMasq("c", "live", "eth2", "198.18.2.3", 2))
+	liveCache := f.writeCache(t, "b", "live", "eth1")
+	deadCache := f.writeCache(t, "b", "dead", "eth1")
+	report, err := f.c.GC(context.Background(), []string{"live"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(report.IDs(), ","); got != "dead" {
+		t.Fatalf("GC collected %q, want dead only", got)
+	}
+	if f.hasMasquerade("a", "dead") || f.hasMasquerade("b", "dead") || !f.hasMasquerade("b", "live") {
+		t.Fatal("iptables: want the dead workload's masquerade gone from networks a and b, the live one's kept")
+	}
+	if rules := f.nft.Rules(); len(rules) != 1 || rules[0].Handle != 2 {
+		t.Fatalf("nftables rules left %v, want only the live workload's eth2 rule", rules)
+	}
+	if _, err := os.Stat(liveCache); err != nil {
+		t.Fatalf("libcni's GC removed the live workload's eth1 attachment: %v", err)
+	}
+	if _, err := os.Stat(deadCache); !os.IsNotExist(err) {
+		t.Fatalf("the dead workload's cached attachment survived: %v", err)
+	}
+	if report.Count(GCCachedAttachment) != 1 {
+		t.Fatalf("report %+v, want the dead cached attachment", report.Removed())
+	}
+}
+
+func TestGCKeepsALiveWorkloadsConnectedNetworkWhateverItsInterface(t *testing.T) {
+	f := newMultiFixture(t, quickRetry, acceptAllPlugins(t, "loopback", "bridge", "firewall", "portmap", "ptp"))
+	live := f.writeCache(t, "c", "live", "eth7") // beyond the three names GC derives from three networks
+	dead := f.writeCache(t, "c", "dead", "eth7")
+	if _, err := f.c.GC(context.Background(), []string{"live"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Fatalf("GC removed the live workload's attachment on eth7: %v", err)
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Fatalf("GC kept the dead workload's attachment on eth7: %v", err)
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -202,5 +204,74 @@ func TestGCFindsAMasqueradeChainWhoseJumpIsGone(t *testing.T) {
 	}
 	if cf.state() != before || report.Count(cninet.GCChain) != 1 {
 		t.Fatalf("orphan chain not collected (report %+v):\n%s", report, cf.state())
+	}
+}
+
+// GC of a dead attachment whose cached result names an address a live
+// attachment's cached result names too (static IPAM, or a reservation
+// directory wiped by a reboot) leaves the live one's firewall rules.
+func TestGCKeepsTheFirewallRulesOfAnAddressALiveCachedResultNames(t *testing.T) {
+	eachListingMode(t, func(t *testing.T, mode listingMode) {
+		cf := newCleanupFixture(t, "nomad", mode)
+		dead := cf.sweepOnlyCache(t, "nomad", "dead", "198.18.0.5")
+		cf.cache(t, "nomad", "live", "198.18.0.5")
+		cf.v4.Load("filter", footprint{network: "nomad", ip: "198.18.0.5"}.filter())
+		report, err := cf.c.GC(context.Background(), []string{"live"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := forwardRules(cf); n != 3 {
+			t.Fatalf("CNI-FORWARD has %d rules, want the admin jump and the live attachment's 2", n)
+		}
+		if _, err := os.Stat(dead); !os.IsNotExist(err) {
+			t.Errorf("the dead attachment's cached result is still there: %v", err)
+		}
+		if report.Count(cninet.GCRule) != 0 {
+			t.Errorf("GC reports rules removed: %v", report.Removed())
+		}
+	})
+}
+
+// A reboot during ADD leaves an empty cache file (containernetworking/cni#1055).
+func TestGCRemovesAnEmptyOrCutCacheFileOfADeadAttachment(t *testing.T) {
+	for _, content := range []string{"", `{"kind":"cniCacheV1","containerId":"de`} {
+		t.Run(fmt.Sprintf("%d bytes", len(content)), func(t *testing.T) {
+			cf := newCleanupFixture(t, "nomad")
+			dir := filepath.Join(cf.cacheDir, "results")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"nomad-dead-eth0", "nomad-live-eth0", "other-dead-eth0"} {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			report, err := cf.c.GC(context.Background(), []string{"live"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if report.Count(cninet.GCCachedResult) != 1 || report.IDs()[0] != "dead" {
+				t.Errorf("report = %+v, want the dead attachment's cache file", report.Removed())
+			}
+			left, _ := os.ReadDir(dir)
+			var names []string
+			for _, e := range left {
+				names = append(names, e.Name())
+			}
+			if strings.Join(names, ",") != "nomad-live-eth0,other-dead-eth0" {
+				t.Errorf("cache files left: %v, want the live one's and the unknown network's", names)
+			}
+		})
+	}
+}
+
+func TestGCSaysWhenLibcnisCacheCannotBeRead(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	if err := os.WriteFile(filepath.Join(cf.cacheDir, "results"), nil, 0o600); err != nil { // not a directory
+		t.Fatal(err)
+	}
+	_, err := cf.c.GC(context.Background(), []string{})
+	if !errors.Is(err, cninet.ErrCleanupFailed) || !strings.Contains(err.Error(), "libcni's cache") {
+		t.Fatalf("GC error = %v, want ErrCleanupFailed naming libcni's cache", err)
 	}
 }

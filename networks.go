@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
@@ -13,11 +12,11 @@ import (
 
 // registry is every network a Configurator knows, by name.
 type registry struct {
-	byName  map[string]loadedConf
+	byName  map[string]network
 	skipped []error // ConfDir files that could not be read: a network asked for may be in one
 }
 
-func newRegistry() registry { return registry{byName: map[string]loadedConf{}} }
+func newRegistry() registry { return registry{byName: map[string]network{}} }
 
 // names returns the known network names, sorted.
 func (r registry) names() []string {
@@ -28,18 +27,6 @@ func (r registry) names() []string {
 	sort.Strings(names)
 	return names
 }
-
-// netAttachment is one network of an allocation, at its place in the
-// allocation's list.
-type netAttachment struct {
-	conf   loadedConf
-	ifName string // ifPrefix + the network's index in the allocation's list
-	// viaCNI: the default network as the first interface, which go-cni (or
-	// Config.CNI) attaches — the single-network path, unchanged.
-	viaCNI bool
-}
-
-func (n netAttachment) name() string { return n.conf.info.name }
 
 // confDirNetwork is one parseable network in ConfDir and the file it came from.
 type confDirNetwork struct {
@@ -52,28 +39,28 @@ type confDirNetwork struct {
 // ConfLists, whose bytes win over a ConfDir network of the same name.
 // The default network is ConfList's, else NetworkName, else the first
 // network in ConfDir (in file order), else the first of ConfLists.
-func (c *Configurator) readNets() (loadedConf, registry, error) {
+func (c *Configurator) readNets() (network, registry, error) {
 	reg := newRegistry()
-	var def loadedConf
+	var def network
 	var dirNets []confDirNetwork
 	switch {
 	case len(c.explicit) > 0:
 		conf, err := c.readConf(c.explicit)
 		if err != nil {
-			return loadedConf{}, reg, err
+			return network{}, reg, err
 		}
 		def, reg.byName[conf.info.name] = conf, conf
 	case c.confDir != "":
 		var err error
 		if dirNets, reg, err = c.readConfDir(); err != nil {
-			return loadedConf{}, reg, err
+			return network{}, reg, err
 		}
 	case len(c.extra) == 0:
-		return loadedConf{}, reg, fmt.Errorf("%w: set ConfList, ConfLists, or ConfDir (and NetworkName)", ErrInvalidConfig)
+		return network{}, reg, fmt.Errorf("%w: set ConfList, ConfLists, or ConfDir (and NetworkName)", ErrInvalidConfig)
 	}
 	extra, err := c.readExtra(reg)
 	if err != nil {
-		return loadedConf{}, reg, err
+		return network{}, reg, err
 	}
 	if def.list != nil {
 		return def, reg, nil
@@ -109,7 +96,7 @@ func (c *Configurator) readConfDir() ([]confDirNetwork, registry, error) {
 		if _, dup := reg.byName[list.Name]; dup {
 			continue
 		}
-		reg.byName[list.Name] = loadedConf{bytes: list.Bytes, list: list, info: newNetworkInfo(list)}
+		reg.byName[list.Name] = network{bytes: list.Bytes, list: list, info: newNetworkInfo(list)}
 		nets = append(nets, confDirNetwork{file: file, list: list})
 	}
 	return nets, reg, nil
@@ -133,14 +120,14 @@ func (c *Configurator) readExtra(reg registry) ([]string, error) {
 			return nil, fmt.Errorf("%w: ConfLists[%d]: network %q is given twice", ErrInvalidConfig, i, list.Name)
 		}
 		fromBytes[list.Name] = true
-		reg.byName[list.Name] = loadedConf{bytes: raw, list: list, info: newNetworkInfo(list)}
+		reg.byName[list.Name] = network{bytes: raw, list: list, info: newNetworkInfo(list)}
 		names = append(names, list.Name)
 	}
 	return names, nil
 }
 
 // pickDefault chooses the default network when ConfList does not say.
-func (c *Configurator) pickDefault(reg registry, dirNets []confDirNetwork, extra []string) (loadedConf, error) {
+func (c *Configurator) pickDefault(reg registry, dirNets []confDirNetwork, extra []string) (network, error) {
 	name := c.networkName
 	switch {
 	case name != "":
@@ -153,82 +140,26 @@ func (c *Configurator) pickDefault(reg registry, dirNets []confDirNetwork, extra
 		if len(reg.skipped) > 0 {
 			err = fmt.Errorf("%w; %d unreadable file(s) skipped: %w", err, len(reg.skipped), errors.Join(reg.skipped...))
 		}
-		return loadedConf{}, err
+		return network{}, err
 	}
 	if conf, ok := reg.byName[name]; ok {
 		return conf, nil
 	}
-	return loadedConf{}, notFoundError(c.confDir, name, reg.names(), reg.skipped)
-}
-
-// networksOf resolves the networks alloc joins, in order: its
-// NetworkNames, or the default network. An unknown name fails before any
-// plugin runs. Teardown (forTeardown) may still name a network that a
-// Reload dropped, and works after Close.
-func (c *Configurator) networksOf(alloc *Allocation, forTeardown bool) ([]netAttachment, error) {
-	c.mu.RLock()
-	def, reg, retired, closed := c.conf, c.nets, c.retired, c.closed
-	c.mu.RUnlock()
-	if closed && !forTeardown {
-		return nil, fmt.Errorf("%w: network %q", ErrClosed, def.info.name)
-	}
-	names := alloc.NetworkNames
-	if len(names) == 0 {
-		names = []string{def.info.name}
-	}
-	nets := make([]netAttachment, 0, len(names))
-	var unknown []string
-	for i, name := range names {
-		if i == 0 && name == def.info.name {
-			conf, err := c.current()
-			if err != nil && !(forTeardown && errors.Is(err, ErrClosed)) {
-				return nil, err
-			}
-			nets = append(nets, netAttachment{conf: conf, ifName: c.ifName, viaCNI: true})
-			continue
-		}
-		conf, ok := reg.byName[name]
-		if !ok && forTeardown {
-			conf, ok = retired[name]
-		}
-		if !ok {
-			unknown = append(unknown, strconv.Quote(name))
-		}
-		nets = append(nets, netAttachment{conf: conf, ifName: c.ifPrefix + strconv.Itoa(i)})
-	}
-	if len(unknown) > 0 {
-		err := fmt.Errorf("%w: allocation %s: no network %s (known: %s)",
-			ErrNetworkNotFound, alloc.ID, strings.Join(unknown, ", "), strings.Join(reg.names(), ", "))
-		if len(reg.skipped) > 0 {
-			err = fmt.Errorf("%w; %d unreadable file(s) skipped: %w", err, len(reg.skipped), errors.Join(reg.skipped...))
-		}
-		return nil, err
-	}
-	return nets, nil
+	return network{}, notFoundError(c.confDir, name, reg.names(), reg.skipped)
 }
 
 // knownNetworks returns every known network, the default first, then the
 // others by name.
-func (c *Configurator) knownNetworks() []loadedConf {
+func (c *Configurator) knownNetworks() []network {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	out := []loadedConf{c.conf}
+	out := []network{c.conf}
 	for _, name := range c.nets.names() {
 		if name != c.conf.info.name {
 			out = append(out, c.nets.byName[name])
 		}
 	}
 	return out
-}
-
-// ifNames are the interface names an attachment of any network may have:
-// a workload joining n networks has <prefix>0 … <prefix>(n-1).
-func (c *Configurator) ifNames(n int) []string {
-	names := make([]string, max(n, 1))
-	for i := range names {
-		names[i] = c.ifPrefix + strconv.Itoa(i)
-	}
-	return names
 }
 
 // Networks returns the names of every network this Configurator knows:
@@ -246,7 +177,7 @@ func (c *Configurator) Networks() []string {
 // detach workloads that joined them.
 func (c *Configurator) retire(next registry) {
 	if c.retired == nil {
-		c.retired = map[string]loadedConf{}
+		c.retired = map[string]network{}
 	}
 	for name, conf := range c.nets.byName {
 		if _, still := next.byName[name]; !still {
@@ -256,4 +187,64 @@ func (c *Configurator) retire(next registry) {
 	for name := range next.byName {
 		delete(c.retired, name)
 	}
+}
+
+// network is one parsed conflist.
+type network struct {
+	bytes []byte
+	list  *libcni.NetworkConfigList
+	info  networkInfo
+}
+
+// readConf parses the explicit conflist bytes of the default network.
+func (c *Configurator) readConf(raw []byte) (network, error) {
+	list, err := parseConfList(raw)
+	if err != nil {
+		return network{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if c.networkName != "" && list.Name != c.networkName {
+		return network{}, fmt.Errorf("%w: ConfList names network %q but NetworkName is %q", ErrInvalidConfig, list.Name, c.networkName)
+	}
+	return network{bytes: raw, list: list, info: newNetworkInfo(list)}, nil
+}
+
+// knownConf returns the conflist of a network this Configurator knows;
+// forTeardown also accepts one that a Reload dropped, and a closed
+// Configurator.
+func (c *Configurator) knownConf(name string, forTeardown bool) (network, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed && !forTeardown {
+		return network{}, fmt.Errorf("%w: network %q", ErrClosed, name)
+	}
+	if conf, ok := c.nets.byName[name]; ok {
+		return conf, nil
+	}
+	if conf, ok := c.retired[name]; ok && forTeardown {
+		return conf, nil
+	}
+	return network{}, fmt.Errorf("%w: no network %q (known: %s)", ErrNetworkNotFound, name, strings.Join(c.nets.names(), ", "))
+}
+
+// checkNetworkName rejects a network name no conflist can have.
+func checkNetworkName(name string) error {
+	if !networkNameRule.MatchString(name) {
+		return fmt.Errorf("%w: network name %q does not match %s", ErrInvalidArgument, name, networkNameRule)
+	}
+	return nil
+}
+
+// NetworkName returns the name of the default network: the one an
+// Allocation that names no network joins.
+func (c *Configurator) NetworkName() string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.conf.info.name
+}
+
+// ConfList returns a copy of the default network's conflist bytes.
+func (c *Configurator) ConfList() []byte {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return append([]byte(nil), c.conf.bytes...)
 }

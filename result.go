@@ -28,12 +28,12 @@ type NetworkStatus struct {
 	// Networks are the workload's attachments, one per network it joined,
 	// in the allocation's order. Setup fills it; StatusFromResult, which
 	// does not know the network, leaves it nil.
-	Networks []NetworkAttachment
+	Networks []AttachmentStatus
 }
 
-// NetworkAttachment is what Setup learned about one network of the
+// AttachmentStatus is what Setup learned about one network of the
 // workload, chosen from that network's result as StatusFromResult chooses.
-type NetworkAttachment struct {
+type AttachmentStatus struct {
 	// Network is the CNI network's name.
 	Network string
 	// InterfaceName is the workload's interface in this network
@@ -54,7 +54,7 @@ func (s *NetworkStatus) add(network string, st *NetworkStatus) {
 	if len(s.Networks) == 0 {
 		s.InterfaceName, s.Address, s.AddressIPv6, s.DNS = st.InterfaceName, st.Address, st.AddressIPv6, st.DNS
 	}
-	s.Networks = append(s.Networks, NetworkAttachment{Network: network, InterfaceName: st.InterfaceName,
+	s.Networks = append(s.Networks, AttachmentStatus{Network: network, InterfaceName: st.InterfaceName,
 		Address: st.Address, AddressIPv6: st.AddressIPv6, DNS: st.DNS})
 }
 

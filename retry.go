@@ -101,37 +101,37 @@ func (p RetryPolicy) wait(ctx context.Context, n int) error {
 
 // addWithRetry runs network n's ADD until it succeeds, fails permanently,
 // runs out of attempts, or ctx is done.
-func (c *Configurator) addWithRetry(ctx context.Context, att attachment, n netAttachment, netns string, alongside bool) (*cni.Result, error) {
-	driver := c.driverFor(n)
+func (c *Configurator) addWithRetry(ctx context.Context, req request, att attachment, netns string, alongside bool) (*cni.Result, error) {
+	driver := c.driverFor(att)
 	var first error
 	var waited time.Duration // before this attempt
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		addCtx, try := c.tel.startAttempt(ctx, n, attempt, waited)
-		res, err := driver.add(addCtx, att, n, netns)
+		addCtx, try := c.tel.startAttempt(ctx, att, attempt, waited)
+		res, err := driver.add(addCtx, req, att, netns)
 		try.end(err)
 		if err == nil {
-			c.logger.Debug("network attached", "alloc_id", att.id, "network", n.name(), "attempt", attempt, "duration", time.Since(start))
+			c.logger.Debug("network attached", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "duration", time.Since(start))
 			return res, nil
 		}
-		c.logger.Warn("failed to attach network", "alloc_id", att.id, "network", n.name(), "attempt", attempt, "error", err, "duration", time.Since(start))
+		c.logger.Warn("failed to attach network", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "error", err, "duration", time.Since(start))
 		if first == nil {
 			first = err
 		}
 		if attempt >= c.retry.Attempts || isPermanent(err) || ctx.Err() != nil {
-			return nil, setupError(att.id, n.name(), attempt, first, err, ctx.Err())
+			return nil, setupError(req.id, att.name(), attempt, first, err, ctx.Err())
 		}
 		// Without this DEL the retry cannot succeed: host-local already
 		// reserved an address for this id and refuses a second ADD. The
 		// force cleanup matters too: a failed ADD is not cached, so the
 		// firewall plugin's DEL cannot know which address to clean.
-		derr := c.detach(inSetup(ctx), att, netns, n, alongside)
+		derr := c.detach(inSetup(ctx), req, netns, att, alongside)
 		if derr != nil {
-			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", att.id, "network", n.name(), "attempt", attempt, "error", derr)
+			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "error", derr)
 		}
 		waitStart := time.Now()
 		if werr := c.retry.wait(ctx, attempt); werr != nil {
-			return nil, setupError(att.id, n.name(), attempt, first, err, werr)
+			return nil, setupError(req.id, att.name(), attempt, first, err, werr)
 		}
 		waited = time.Since(waitStart)
 	}

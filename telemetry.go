@@ -292,15 +292,15 @@ func inSetup(ctx context.Context) context.Context {
 
 // startAttempt starts ADD attempt number attempt of network n, which
 // waited waited after the previous attempt failed.
-func (t *telemetry) startAttempt(ctx context.Context, n netAttachment, attempt int, waited time.Duration) (context.Context, attemptSpan) {
+func (t *telemetry) startAttempt(ctx context.Context, att attachment, attempt int, waited time.Duration) (context.Context, attemptSpan) {
 	ctx, span := t.child(ctx, "cninet.add")
 	if span.IsRecording() {
-		span.SetAttributes(attrNetwork.String(n.name()), attrIfName.String(n.ifName), attrAttempt.Int(attempt))
+		span.SetAttributes(attrNetwork.String(att.name()), attrIfName.String(att.ifName), attrAttempt.Int(attempt))
 		if attempt > 1 {
 			span.SetAttributes(attrBackoff.Float64(waited.Seconds()))
 		}
 	}
-	return ctx, attemptSpan{tel: t, ctx: ctx, span: span, network: n.name(), attempt: attempt}
+	return ctx, attemptSpan{tel: t, ctx: ctx, span: span, network: att.name(), attempt: attempt}
 }
 
 type attemptSpan struct {

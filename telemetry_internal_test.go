@@ -63,22 +63,22 @@ func TestErrorTypeNamesTheMostSpecificSentinel(t *testing.T) {
 func BenchmarkTelemetryWithoutProvider(b *testing.B) {
 	c := &Configurator{logger: hclog.NewNullLogger()}
 	t := newTelemetry(Config{}, c)
-	n := netAttachment{conf: loadedConf{info: networkInfo{name: "nomad"}}, ifName: "eth0"}
+	att := attachment{conf: network{info: networkInfo{name: "nomad"}}, ifName: "eth0"}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
 		sctx, setup := t.startOp(ctx, opSetup, "bench-1", "/var/run/netns/bench")
-		actx, attach := t.startNetwork(sctx, opAttach, n.name(), n.ifName, "bench-1", "/var/run/netns/bench")
-		_, try := t.startAttempt(actx, n, 1, 0)
+		actx, attach := t.startNetwork(sctx, opAttach, att.name(), att.ifName, "bench-1", "/var/run/netns/bench")
+		_, try := t.startAttempt(actx, att, 1, 0)
 		try.end(nil)
 		attach.end(nil)
 		setup.end(nil)
 		tctx, teardown := t.startOp(ctx, opTeardown, "bench-1", "/var/run/netns/bench")
-		dctx, detach := t.startNetwork(tctx, opDetach, n.name(), n.ifName, "bench-1", "/var/run/netns/bench")
+		dctx, detach := t.startNetwork(tctx, opDetach, att.name(), att.ifName, "bench-1", "/var/run/netns/bench")
 		_, del := t.startSpan(dctx, spanDel)
 		del.end(nil)
 		_, clean := t.startSpan(dctx, spanCleanup)
-		t.cleaned(dctx, clean, n.name(), nil, nil)
+		t.cleaned(dctx, clean, att.name(), nil, nil)
 		detach.end(nil)
 		teardown.end(nil)
 	}
@@ -90,7 +90,7 @@ func TestHooksWorkWithoutTelemetry(t *testing.T) {
 	var tel *telemetry
 	ctx, op := tel.startOp(context.Background(), opSetup, "a", "/x")
 	nctx, nop := tel.startNetwork(ctx, opAttach, "nomad", "eth0", "a", "/x")
-	_, try := tel.startAttempt(nctx, netAttachment{}, 2, 1)
+	_, try := tel.startAttempt(nctx, attachment{}, 2, 1)
 	try.end(errors.New("boom"))
 	_, span := tel.startSpan(nctx, spanCleanup)
 	tel.cleaned(nctx, span, "nomad", []footprint.Item{{Kind: footprint.KindRule, Detail: "iptables x"}}, nil)

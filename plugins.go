@@ -5,9 +5,12 @@ import (
 	"debug/buildinfo"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
@@ -118,4 +121,107 @@ func releaseNumbers(v string) ([]int, bool) {
 		nums[i] = n
 	}
 	return nums, true
+}
+
+// preflight fails Setup before anything runs when a plugin of n that
+// cninet would run is missing.
+func (c *Configurator) preflight(att attachment) error {
+	if !c.driverFor(att).runsPlugins() {
+		return nil // an injected cni.CNI finds its plugins itself
+	}
+	return c.checkPlugins(att.conf)
+}
+
+// pluginsFound is a conflist whose plugins were all found, and when.
+type pluginsFound struct {
+	list  *libcni.NetworkConfigList
+	stamp []time.Time
+}
+
+// checkPlugins fails when a plugin binary of conf is missing: a chain that
+// fails halfway through leaves a veth until the namespace goes, and a DEL
+// cannot run a plugin that is not there either. The answer is kept until
+// the conflist or a plugin directory changes.
+func (c *Configurator) checkPlugins(conf network) error {
+	stamp := c.pluginDirsStamp()
+	c.pluginsMu.Lock()
+	defer c.pluginsMu.Unlock()
+	if ok := c.pluginsOKByName[conf.info.name]; ok.list == conf.list && slices.Equal(ok.stamp, stamp) {
+		return nil
+	}
+	if err := c.checkPluginsIn(conf); err != nil {
+		return err
+	}
+	if c.pluginsOKByName == nil {
+		c.pluginsOKByName = map[string]pluginsFound{}
+	}
+	c.pluginsOKByName[conf.info.name] = pluginsFound{conf.list, stamp}
+	c.pluginsOK.list, c.pluginsOK.stamp = conf.list, stamp
+	return nil
+}
+
+// pluginDirsStamp is the modification times of the plugin directories: a
+// binary added, removed or renamed changes its directory's.
+func (c *Configurator) pluginDirsStamp() []time.Time {
+	stamp := make([]time.Time, len(c.pluginDirs))
+	for i, dir := range c.pluginDirs {
+		if fi, err := os.Stat(dir); err == nil {
+			stamp[i] = fi.ModTime()
+		}
+	}
+	return stamp
+}
+
+// checkPluginsIn reports the plugins of conf missing from the plugin dirs.
+func (c *Configurator) checkPluginsIn(conf network) error {
+	var missing []string
+	for _, t := range conf.info.pluginTypes {
+		if _, err := invoke.FindInPath(t, c.pluginDirs); err != nil {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s not found in %s (network %q)", ErrPluginMissing,
+			strings.Join(missing, ", "), strings.Join(c.pluginDirs, ":"), conf.info.name)
+	}
+	return nil
+}
+
+// pluginVersions caches the CNI spec versions each plugin binary supports,
+// for as long as the Configurator lives: a plugin is executed at most once
+// per name, outside the lock, so concurrent callers never wait on a plugin
+// that another caller is asking about something else.
+type pluginVersions struct {
+	mu    sync.Mutex
+	known map[string][]string
+}
+
+// supports reports whether plugin supports CNI spec version spec; a
+// plugin that cannot be asked counts as supporting it.
+func (p *pluginVersions) supports(ctx context.Context, c *Configurator, plugin, spec string) bool {
+	versions := p.of(ctx, c, plugin)
+	return versions == nil || slices.Contains(versions, spec)
+}
+
+// of returns the spec versions plugin supports, oldest first; nil when it
+// cannot be asked.
+func (p *pluginVersions) of(ctx context.Context, c *Configurator, plugin string) []string {
+	p.mu.Lock()
+	versions, ok := p.known[plugin]
+	p.mu.Unlock()
+	if ok {
+		return versions
+	}
+	info, err := c.lib.GetVersionInfo(ctx, plugin)
+	if err != nil {
+		return nil
+	}
+	versions = info.SupportedVersions()
+	p.mu.Lock()
+	if p.known == nil {
+		p.known = map[string][]string{}
+	}
+	p.known[plugin] = versions
+	p.mu.Unlock()
+	return versions
 }

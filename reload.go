@@ -43,25 +43,6 @@ func (c *Configurator) Reload() (err error) {
 	return nil
 }
 
-// Close stops watching ConfDir. Calls after Close fail with ErrClosed,
-// except Teardown, which still cleans up. Close is idempotent and safe to
-// call concurrently: every call returns the first one's result.
-func (c *Configurator) Close() error {
-	c.closeOnce.Do(func() {
-		c.mu.Lock()
-		c.closed = true
-		w := c.watcher
-		c.mu.Unlock()
-		c.tel.close()
-		if w != nil {
-			if err := w.stop(); err != nil {
-				c.closeErr = fmt.Errorf("%w: closing the ConfDir watcher: %w", ErrIO, err)
-			}
-		}
-	})
-	return c.closeErr
-}
-
 // watchDebounce lets an editor's write-rename-chmod burst settle into one
 // reload.
 const watchDebounce = 200 * time.Millisecond

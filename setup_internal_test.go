@@ -3,6 +3,7 @@ package cninet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -33,7 +34,7 @@ func (e *events) index(s string) int {
 // allStarted returns a hook that holds every ADD until n of them are
 // running at once, then lets them finish in reverse allocation order; a
 // Setup that attached one network after another never gets there.
-func allStarted(t *testing.T, n int) func(context.Context, netAttachment) error {
+func allStarted(t *testing.T, n int) func(context.Context, attachment) error {
 	var mu sync.Mutex
 	started := 0
 	all := make(chan struct{})
@@ -52,7 +53,7 @@ func allStarted(t *testing.T, n int) func(context.Context, netAttachment) error 
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
-	return func(ctx context.Context, na netAttachment) error {
+	return func(ctx context.Context, na attachment) error {
 		mu.Lock()
 		if started++; started == n {
 			close(all)
@@ -106,8 +107,8 @@ func TestRollbackWaitsForAnADDStillRunningAndDetachesEveryNetwork(t *testing.T) 
 			var running sync.WaitGroup
 			running.Add(2)
 			bDone := make(chan struct{})
-			f.drv.addHook = func(ctx context.Context, n netAttachment) error {
-				switch n.name() {
+			f.drv.addHook = func(ctx context.Context, att attachment) error {
+				switch att.name() {
 				case "b":
 					close(bDone)
 					return nil
@@ -120,7 +121,7 @@ func TestRollbackWaitsForAnADDStillRunningAndDetachesEveryNetwork(t *testing.T) 
 				running.Done()
 				<-ctx.Done() // a plugin killed halfway
 				time.Sleep(20 * time.Millisecond)
-				ev.add("ADD returned " + n.name())
+				ev.add("ADD returned " + att.name())
 				return ctx.Err()
 			}
 			f.c.driver = recordingDels{f.drv, ev}
@@ -162,9 +163,9 @@ type recordingDels struct {
 	ev *events
 }
 
-func (r recordingDels) del(ctx context.Context, att attachment, n netAttachment, netns string, _ []string) error {
-	r.ev.add("DEL " + n.name())
-	return r.fakeDriver.del(ctx, att, n, netns, nil)
+func (r recordingDels) del(ctx context.Context, req request, att attachment, netns string, _ []string) error {
+	r.ev.add("DEL " + att.name())
+	return r.fakeDriver.del(ctx, req, att, netns, nil)
 }
 
 // Within a Setup, a retry's DEL of an nftables-portmap network would take
@@ -189,15 +190,15 @@ func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t 
 	adding := 0
 	var addsOverlapped bool
 	omitted := map[string][]string{} // the omit of each DEL, by network
-	f.drv.addHook = func(_ context.Context, n netAttachment) error {
-		if !n.conf.info.footprint.HostportNFT {
+	f.drv.addHook = func(_ context.Context, att attachment) error {
+		if !att.conf.info.footprint.HostportNFT {
 			return nil
 		}
 		mu.Lock()
 		adding++
 		addsOverlapped = addsOverlapped || adding > 1
 		mu.Unlock()
-		if n.name() == "a" {
+		if att.name() == "a" {
 			time.Sleep(60 * time.Millisecond) // still adding when b's first attempt has failed
 		} else {
 			time.Sleep(5 * time.Millisecond)
@@ -207,10 +208,10 @@ func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t 
 		mu.Unlock()
 		return nil
 	}
-	f.c.driver = slowDels{f.drv, func(n netAttachment, omit []string) {
+	f.c.driver = slowDels{f.drv, func(att attachment, omit []string) {
 		mu.Lock()
 		defer mu.Unlock()
-		omitted[n.name()] = append(omitted[n.name()], strings.Join(omit, ","))
+		omitted[att.name()] = append(omitted[att.name()], strings.Join(omit, ","))
 	}}
 	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
 		t.Fatal(err)
@@ -237,11 +238,132 @@ func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t 
 // told to leave out.
 type slowDels struct {
 	*fakeDriver
-	note func(n netAttachment, omit []string)
+	note func(att attachment, omit []string)
 }
 
-func (s slowDels) del(ctx context.Context, att attachment, n netAttachment, netns string, omit []string) error {
-	s.note(n, omit)
+func (s slowDels) del(ctx context.Context, req request, att attachment, netns string, omit []string) error {
+	s.note(att, omit)
 	time.Sleep(10 * time.Millisecond)
-	return s.fakeDriver.del(ctx, att, n, netns, omit)
+	return s.fakeDriver.del(ctx, req, att, netns, omit)
+}
+
+func TestSetupJoinsTheNamedNetworksInOrderOneInterfaceEach(t *testing.T) {
+	cases := []struct {
+		name     string
+		networks []string
+		cni      string             // the fake go-cni's verbs
+		driver   string             // sorted: the networks attach concurrently
+		want     []AttachmentStatus // Network and InterfaceName only
+	}{
+		{"no names: the default network through go-cni, as always", nil, "Setup", "",
+			[]AttachmentStatus{{Network: "a", InterfaceName: "eth0"}}},
+		{"the default network first: go-cni for it, libcni for the rest", []string{"a", "b", "c"}, "Setup", "ADD b/eth1, ADD c/eth2",
+			[]AttachmentStatus{{Network: "a", InterfaceName: "eth0"}, {Network: "b", InterfaceName: "eth1"}, {Network: "c", InterfaceName: "eth2"}}},
+		{"the default network later: libcni for all", []string{"c", "a"}, "", "ADD a/eth1, ADD c/eth0",
+			[]AttachmentStatus{{Network: "c", InterfaceName: "eth0"}, {Network: "a", InterfaceName: "eth1"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMultiFixture(t, quickRetry)
+			st, err := f.c.Setup(context.Background(), &Allocation{ID: "w", NetworkNames: tc.networks}, "/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.cniVerbs() != tc.cni || f.drv.sortedLog() != tc.driver {
+				t.Fatalf("go-cni %q, driver %q; want %q, %q", f.cniVerbs(), f.drv.sortedLog(), tc.cni, tc.driver)
+			}
+			if len(st.Networks) != len(tc.want) {
+				t.Fatalf("Networks = %+v, want %d", st.Networks, len(tc.want))
+			}
+			seen := map[string]bool{}
+			for i, got := range st.Networks {
+				if got.Network != tc.want[i].Network || got.InterfaceName != tc.want[i].InterfaceName || !got.Address.Is4() || seen[got.Address.String()] {
+					t.Errorf("Networks[%d] = %+v, want %s on %s with an address of its own", i, got, tc.want[i].Network, tc.want[i].InterfaceName)
+				}
+				seen[got.Address.String()] = true
+			}
+			first := st.Networks[0]
+			if st.InterfaceName != first.InterfaceName || st.Address != first.Address || st.AddressIPv6 != first.AddressIPv6 {
+				t.Errorf("top-level status %+v is not the first network's %+v", st, first)
+			}
+		})
+	}
+}
+
+func TestAnUnknownOrInvalidNetworkFailsBeforeAnyPluginRuns(t *testing.T) {
+	cases := []struct {
+		name     string
+		networks []string
+		want     error
+		inErr    []string
+	}{
+		{"an unknown network names it and the known ones", []string{"a", "nope"}, ErrNetworkNotFound, []string{`"nope"`, "known: a, b, c"}},
+		{"a network twice", []string{"b", "b"}, ErrInvalidAllocation, []string{`"b" twice`}},
+		{"a name no network can have", []string{"a b"}, ErrInvalidAllocation, []string{`"a b"`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMultiFixture(t, quickRetry)
+			alloc := &Allocation{ID: "w", NetworkNames: tc.networks}
+			_, setupErr := f.c.Setup(context.Background(), alloc, "/x")
+			for verb, err := range map[string]error{"Setup": setupErr,
+				"Check": f.c.Check(context.Background(), alloc, "/x"), "Teardown": f.c.Teardown(context.Background(), alloc, "/x")} {
+				if !errors.Is(err, tc.want) {
+					t.Errorf("%s: err = %v, want %v", verb, err, tc.want)
+					continue
+				}
+				for _, s := range tc.inErr {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("%s: error %q does not say %s", verb, err, s)
+					}
+				}
+			}
+			if f.cniVerbs() != "" || f.drv.log() != "" {
+				t.Fatalf("plugins ran: go-cni %q, driver %q", f.cniVerbs(), f.drv.log())
+			}
+		})
+	}
+}
+
+func TestSetupThatFailsInOneNetworkDetachesEveryNetworkAndNamesTheFailedOne(t *testing.T) {
+	errBroken := errors.New("plugin failonce said no")
+	cases := []struct {
+		name    string
+		addErrs map[string][]error
+		failed  string            // the network the error names; "" for success
+		calls   map[string]string // per network: the networks attach concurrently
+	}{
+		{"a transient failure is retried with a DEL in between", map[string][]error{"c": {errBroken}}, "",
+			map[string]string{"b": "ADD eth0", "c": "ADD eth1, DEL eth1, ADD eth1", "a": "ADD eth2"}},
+		{"the last network failing for good detaches all", map[string][]error{"a": {errBroken, errBroken}}, "a",
+			map[string]string{"b": "ADD eth0, DEL eth0", "c": "ADD eth1, DEL eth1", "a": "ADD eth2, DEL eth2, ADD eth2, DEL eth2"}},
+		{"the second network failing for good detaches the first and the third", map[string][]error{"c": {errBroken, errBroken}}, "c",
+			map[string]string{"b": "ADD eth0, DEL eth0", "c": "ADD eth1, DEL eth1, ADD eth1, DEL eth1", "a": "ADD eth2, DEL eth2"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMultiFixture(t, quickRetry)
+			f.drv.addErrs = tc.addErrs
+			f.leakMasquerade("b", "w", "198.18.1.2") // what a bridge ADD leaves when DEL cannot reach the namespace
+			_, err := f.c.Setup(context.Background(), &Allocation{ID: "w", NetworkNames: []string{"b", "c", "a"}}, "/x")
+			if got := f.drv.byNetwork(); !reflect.DeepEqual(got, tc.calls) {
+				t.Fatalf("driver calls per network:\n  %v\nwant\n  %v", got, tc.calls)
+			}
+			if tc.failed == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrSetupFailed) || !errors.Is(err, errBroken) || !strings.Contains(err.Error(), fmt.Sprintf("network %q", tc.failed)) {
+				t.Fatalf("err = %v, want ErrSetupFailed naming network %q and wrapping the plugin's error", err, tc.failed)
+			}
+			if f.hasMasquerade("b", "w") {
+				t.Fatal("the rollback of network b did not force-clean what its DEL left")
+			}
+			if left, _ := filepath.Glob(filepath.Join(f.cache, "results", "*")); len(left) > 0 {
+				t.Fatalf("cached attachments left after the rollback: %v", left)
+			}
+		})
+	}
 }

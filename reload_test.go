@@ -95,34 +95,3 @@ func TestWatchReloadsWhenTheConfDirChanges(t *testing.T) {
 		t.Fatalf("Setup after Close: %v, want ErrClosed", err)
 	}
 }
-
-func TestStatusNamesMissingPlugins(t *testing.T) {
-	conf, _ := cninet.BridgeConfList(cninet.DefaultBridgeConfig())
-	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: &fakecni.CNI{}, PluginDirs: []string{t.TempDir()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = c.Status(context.Background())
-	if !errors.Is(err, cninet.ErrNotReady) || !errors.Is(err, cninet.ErrPluginMissing) {
-		t.Fatalf("err = %v, want ErrNotReady and ErrPluginMissing", err)
-	}
-	for _, p := range []string{"loopback", "bridge", "firewall", "portmap"} {
-		if !strings.Contains(err.Error(), p) {
-			t.Errorf("error does not name %s: %v", p, err)
-		}
-	}
-}
-
-func TestTeardownAfterCloseStillCleansUp(t *testing.T) {
-	cf := newCleanupFixture(t, "nomad")
-	cf.leak(t, footprint{network: "nomad", id: "a", ip: "198.18.0.2"})
-	if err := cf.c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cf.teardown(t, "a"); err != nil {
-		t.Fatal(err)
-	}
-	if cf.v4.HasChain("nat", chain("CNI-", "nomad", "a")) || len(cf.reservations(t)) != 1 {
-		t.Fatal("Teardown after Close left the attachment's state")
-	}
-}

@@ -1,0 +1,88 @@
+package cninet
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestTeardownWithTheOriginalAllocationDetachesConnectedNetworksToo(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	alloc := &Allocation{ID: "w", Ports: []Port{{Value: 8080}}, NetworkNames: []string{"b"}}
+	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	withPorts := &Allocation{ID: "w", Ports: []Port{{Value: 9090}}, NetworkNames: []string{"b"}}
+	if _, err := f.c.Connect(context.Background(), withPorts, "c", "/x"); err != nil {
+		t.Fatal(err)
+	}
+	f.leakMasquerade("c", "w", "198.18.2.7")
+	if err := f.c.Check(context.Background(), alloc, "/x"); err != nil || f.drv.find("CHECK", "c").ifName != "eth1" {
+		t.Fatalf("Check: %v, calls %s: want the connected network checked too", err, f.drv.log())
+	}
+	if err := f.c.Teardown(context.Background(), alloc, ""); err != nil {
+		t.Fatal(err)
+	}
+	del := f.drv.find("DEL", "c")
+	if del.ifName != "eth1" || len(del.mappings) != 2 || del.mappings[0].HostPort != 9090 {
+		t.Fatalf("DEL of the connected network %+v: want eth1 with the port mappings it was connected with", del)
+	}
+	if f.hasMasquerade("c", "w") || len(f.cached(t)) != 0 {
+		t.Fatalf("left after Teardown: masquerade of c %v, cache %v", f.hasMasquerade("c", "w"), f.cached(t))
+	}
+	if err := f.c.Teardown(context.Background(), alloc, ""); err != nil {
+		t.Fatalf("second Teardown: %v", err)
+	}
+}
+
+func TestAfterDisconnectTheAllocationMayStillNameTheNetwork(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	alloc := &Allocation{ID: "w", NetworkNames: []string{"a", "b", "c"}}
+	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Disconnect(context.Background(), alloc, "b", "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Check(context.Background(), alloc, "/x"); err != nil || f.drv.find("CHECK", "b").verb != "" || f.drv.find("CHECK", "c").verb == "" {
+		t.Fatalf("Check: %v, calls %s: want c checked and the disconnected b not", err, f.drv.log())
+	}
+	st, err := f.c.Connect(context.Background(), alloc, "b", "/x")
+	if err != nil || st.InterfaceName != "eth1" {
+		t.Fatalf("connecting b again: %+v, %v; want it back on eth1", st, err)
+	}
+	if err := f.c.Teardown(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.drv.byNetwork()["b"], "ADD eth1, DEL eth1, ADD eth1, DEL eth1"; got != want {
+		t.Fatalf("calls of b: %q, want %q", got, want)
+	}
+	if len(f.cached(t)) != 0 {
+		t.Fatalf("cache after Teardown: %v", f.cached(t))
+	}
+}
+
+// A Disconnect or Teardown killed after a network's DEL removed libcni's
+// cached result, before its force cleanup, leaves only the intent record
+// of that network: the next Teardown finds the network by it and
+// finishes, even though the Allocation does not name it.
+func TestTeardownFinishesANetworkOnlyAnIntentRecordStillNames(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	record := filepath.Join(f.cache, "cninet", "withheld", "b", "w")
+	if err := os.MkdirAll(filepath.Dir(record), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(record, []byte(`{"network":"b","id":"w","ifName":"eth1","addresses":["198.18.1.7"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Teardown(context.Background(), &Allocation{ID: "w", NetworkNames: []string{"a"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.drv.byNetwork(); got["b"] != "DEL eth1" {
+		t.Errorf("driver calls %v, want b's DEL on the interface its record names", got)
+	}
+	if _, err := os.Stat(record); !os.IsNotExist(err) {
+		t.Errorf("the intent record is still there: %v", err)
+	}
+}

@@ -1,0 +1,103 @@
+package cninet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Check runs CNI CHECK on every network of an existing attachment (the
+// same Allocation as Setup's, and every network added with Connect, which
+// libcni's cache knows), for a runner that restarted and found a workload
+// running. An unhealthy attachment is an ErrCheckFailed error
+// wrapping the plugin's and naming each failing network: rebuild the
+// namespace. A namespace that is gone (or no network namespace) is one,
+// at once: ErrCheckFailed wrapping ErrNoNetNS. When no network failed but
+// one could not be checked (disableCheck, a plugin whose CHECK is known
+// to be wrong), the error is ErrCheckUnsupported.
+func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns string) (err error) {
+	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
+	defer func() { op.end(err) }()
+	req, err := c.requestToCheck(alloc, netns)
+	if err != nil {
+		return err
+	}
+	defer c.adm.Enter(req.id)()
+	found, err := c.attachmentsOf(alloc, req, false)
+	if err != nil {
+		return err
+	}
+	var failed, unsupported []error
+	for _, fa := range c.attached(found) {
+		switch err := c.checkNetwork(ctx, fa.req, fa.att, netns); {
+		case errors.Is(err, ErrCheckFailed):
+			failed = append(failed, err)
+		case err != nil:
+			unsupported = append(unsupported, err)
+		}
+	}
+	if len(failed) > 0 {
+		return joinErrors(failed)
+	}
+	return joinErrors(unsupported)
+}
+
+// checkNetwork runs CHECK on one network of the attachment.
+func (c *Configurator) checkNetwork(ctx context.Context, req request, att attachment, netns string) (err error) {
+	ctx, op := c.tel.startNetwork(ctx, opCheckNetwork, att.name(), att.ifName, req.id, netns)
+	defer func() { op.end(err) }()
+	if att.conf.info.disableCheck {
+		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, att.name())
+	}
+	driver := c.driverFor(att)
+	if err := driver.check(ctx, req, att, netns); err != nil {
+		if why := c.knownFalseFailure(ctx, driver, err); why != "" {
+			return fmt.Errorf("%w: allocation %s in network %q: %s: %w", ErrCheckUnsupported, req.id, att.name(), why, err)
+		}
+		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrCheckFailed, req.id, att.name(), err)
+	}
+	return nil
+}
+
+// knownFalseFailure recognises CHECK failures that are plugin bugs, not
+// unhealthy attachments, and says why. portmap releases that predate CNI
+// spec 1.1 (Debian's v1.1.1 among them) check the DNAT chain of both IP
+// families for every address, so CHECK of any attachment fails on a host
+// with iptables and ip6tables; later releases check the address's family.
+func (c *Configurator) knownFalseFailure(ctx context.Context, driver netDriver, err error) string {
+	msg := err.Error()
+	if !driver.runsPlugins() || !strings.Contains(msg, "could not check ipv") || !strings.Contains(msg, "dnat") {
+		return ""
+	}
+	if c.versions.supports(ctx, c, "portmap", "1.1.0") {
+		return ""
+	}
+	return "this portmap release (before CNI spec 1.1) checks both IP families' DNAT chains for every address, so its CHECK fails on healthy attachments"
+}
+
+// CheckWith is Check of one network's attachment, the one whose interface
+// is opts.IfName. An attachment libcni's cache does not know is an
+// ErrCheckFailed error: there is nothing to check it against.
+func (c *Configurator) CheckWith(ctx context.Context, alloc *Allocation, network, netns string, opts ConnectOptions) (err error) {
+	if opts.IfName == "" {
+		return c.Check(ctx, alloc, netns)
+	}
+	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
+	defer func() { op.end(err) }()
+	req, err := c.namedRequest(alloc, network, netns, opts.IfName, ErrCheckFailed)
+	if err != nil {
+		return err
+	}
+	defer c.adm.Enter(req.id)()
+	conf, err := c.knownConf(network, false)
+	if err != nil {
+		return fmt.Errorf("%w (checking allocation %s)", err, req.id)
+	}
+	a := c.cachedAt(req.id, network, opts.IfName)
+	if a == nil {
+		return fmt.Errorf("%w: allocation %s is not attached to network %q as %s (libcni's cache in %s has no such attachment)",
+			ErrCheckFailed, req.id, network, opts.IfName, c.cacheDir)
+	}
+	return c.checkNetwork(ctx, cachedCapabilities(cachedRequest(req, a), a), attachment{conf: conf, ifName: opts.IfName}, netns)
+}

@@ -1,0 +1,138 @@
+package cninet
+
+import (
+	"encoding/json"
+	"iter"
+	"slices"
+	"sync"
+
+	"github.com/seed1280861d/cninet/internal/footprint"
+)
+
+// GCKind says what kind of host state a GCItem was.
+type GCKind string
+
+// The kinds of state cleanup and GC remove.
+const (
+	// GCCachedAttachment: an attachment libcni still had cached, detached
+	// with CNI DEL by GC.
+	GCCachedAttachment GCKind = "cached attachment"
+	// GCRule: an iptables or ip6tables rule.
+	GCRule = GCKind(footprint.KindRule)
+	// GCChain: an iptables or ip6tables chain.
+	GCChain = GCKind(footprint.KindChain)
+	// GCReservation: a host-local IP reservation file.
+	GCReservation = GCKind(footprint.KindReservation)
+	// GCCachedResult: a libcni cached result file.
+	GCCachedResult = GCKind(footprint.KindCachedResult)
+	// GCNFTRule: an nftables rule of the plugins' nftables backends.
+	GCNFTRule = GCKind(footprint.KindNFTRule)
+	// GCLink: a network device in the host's namespace (the bandwidth
+	// plugin's ifb device).
+	GCLink = GCKind(footprint.KindLink)
+	// GCTuningFile: the tuning plugin's saved interface settings.
+	GCTuningFile = GCKind(footprint.KindTuningFile)
+)
+
+// GCItem is one piece of host state that was removed.
+type GCItem struct {
+	Kind    GCKind `json:"kind"`
+	ID      string `json:"id"`                // the allocation ID that owned it
+	Network string `json:"network,omitempty"` // its network, when the state names one
+	Backend string `json:"backend,omitempty"` // iptables, ip6tables, nftables, files or links
+	Detail  string `json:"detail"`            // the rule, chain, file or device
+}
+
+// GCReport lists what GC removed. It is kept compact — a GC after a bad
+// night removes hundreds of thousands of rules, and the report must not
+// cost more than the sweep — so its items are rendered when they are
+// read: All and Removed render them, Len, Count and IDs render none. It
+// marshals to JSON as {"removed": [GCItem...]}.
+type GCReport struct {
+	mu     sync.Mutex
+	cached []GCItem          // attachments libcni's GC detached
+	swept  *footprint.Report // what the sweep removed
+}
+
+// Len returns how many items were removed.
+func (r *GCReport) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.cached) + r.swept.Len()
+}
+
+// All yields every removed item: the attachments libcni's GC detached
+// first, then what the sweep removed, in the order it was removed. Each
+// item is rendered as it is yielded, so ranging over a big report holds
+// one item at a time.
+func (r *GCReport) All() iter.Seq[GCItem] {
+	return func(yield func(GCItem) bool) {
+		r.mu.Lock()
+		cached, swept := slices.Clip(r.cached), r.swept
+		r.mu.Unlock()
+		for _, it := range cached {
+			if !yield(it) {
+				return
+			}
+		}
+		swept.Each(func(it footprint.Item) bool { return yield(gcItem(it)) })
+	}
+}
+
+// Removed returns every removed item, rendered at once: for a big report
+// prefer All.
+func (r *GCReport) Removed() []GCItem {
+	out := make([]GCItem, 0, r.Len())
+	for it := range r.All() {
+		out = append(out, it)
+	}
+	return out
+}
+
+// Count returns how many removed items are of kind.
+func (r *GCReport) Count(kind GCKind) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.swept.Count(footprint.Kind(kind))
+	for _, it := range r.cached {
+		if it.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// IDs returns the allocation IDs something was removed for, sorted.
+func (r *GCReport) IDs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := r.swept.IDs()
+	for _, it := range r.cached {
+		ids = append(ids, it.ID)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// MarshalJSON renders the report as {"removed": [...]}.
+func (r *GCReport) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Removed []GCItem `json:"removed"`
+	}{r.Removed()})
+}
+
+func (r *GCReport) addCached(it GCItem) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cached = append(r.cached, it)
+}
+
+func (r *GCReport) setSwept(rep *footprint.Report) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.swept = rep
+}
+
+func gcItem(it footprint.Item) GCItem {
+	return GCItem{Kind: GCKind(it.Kind), ID: it.ID, Network: it.Network, Backend: it.Backend, Detail: it.Detail}
+}

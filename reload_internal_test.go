@@ -1,0 +1,46 @@
+package cninet
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestReloadAddsNetworksAndTeardownStillDetachesADroppedOne(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	alloc := &Allocation{ID: "w", NetworkNames: []string{"a", "c"}}
+	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(f.dir, "c.conflist")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := BridgeConfList(BridgeConfig{NetworkName: "d", BridgeName: "br-d", IPv4Subnet: "198.18.3.0/24", IPAMDataDir: f.ipamDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WriteConfList(f.dir, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(f.c.Networks(), " "); got != "a b d" {
+		t.Fatalf("after Reload: %q", got)
+	}
+	if _, err := f.c.Setup(context.Background(), &Allocation{ID: "v", NetworkNames: []string{"c"}}, "/y"); !errors.Is(err, ErrNetworkNotFound) {
+		t.Fatalf("joining the dropped network: %v, want ErrNetworkNotFound", err)
+	}
+	if _, err := f.c.Setup(context.Background(), &Allocation{ID: "v", NetworkNames: []string{"d"}}, "/y"); err != nil {
+		t.Fatalf("joining the new network: %v", err)
+	}
+	if err := f.c.Teardown(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(f.drv.log(), "DEL c/eth1") {
+		t.Fatalf("driver calls %q: the dropped network was not detached", f.drv.log())
+	}
+}

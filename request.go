@@ -1,0 +1,173 @@
+package cninet
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	cni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/libcni"
+)
+
+// request is everything the plugins are told about one allocation. It is
+// computed once per call and identical for Setup, Check and Teardown, because
+// portmap's DEL removes nothing unless it sees the same portMappings.
+type request struct {
+	id       string
+	mappings []cni.PortMapping
+	args     [][2]string
+	caps     map[string]any // Allocation.Capabilities, validated
+}
+
+// ignoreUnknownArg tells plugins to accept args they do not know, so that
+// identity args meant for one plugin (or for none) do not fail the others.
+const ignoreUnknownArg = "IgnoreUnknown"
+
+func newRequest(alloc *Allocation, ignoreHostIP bool) (request, error) {
+	if err := validateAllocation(alloc); err != nil {
+		return request{}, err
+	}
+	mappings, err := PortMappings(alloc, ignoreHostIP)
+	if err != nil {
+		return request{}, err
+	}
+	args, err := cniArgs(alloc)
+	if err != nil {
+		return request{}, err
+	}
+	if err := ValidateCapabilities(alloc.Capabilities); err != nil {
+		return request{}, fmt.Errorf("allocation %s: %w", alloc.ID, err)
+	}
+	return request{id: alloc.ID, mappings: mappings, args: args, caps: alloc.Capabilities}, nil
+}
+
+// requestIn validates alloc and the namespace path a call that runs
+// plugins in it (Setup, Connect) needs: a path that is no network
+// namespace is a bad argument.
+func (c *Configurator) requestIn(alloc *Allocation, netns string) (request, error) {
+	return c.requestAt(alloc, netns, ErrInvalidArgument, c.findPlugins)
+}
+
+// requestToCheck is attachmentIn for Check: a namespace that is gone
+// is a verdict on the attachment (ErrCheckFailed: rebuild it).
+func (c *Configurator) requestToCheck(alloc *Allocation, netns string) (request, error) {
+	return c.requestAt(alloc, netns, ErrCheckFailed, c.findPlugins)
+}
+
+// requestAt validates alloc and netns. Where cninet runs the plugins
+// itself (runs; an injected Config.CNI, a fake in tests, decides for
+// itself what a namespace path is), a netns that is no network namespace
+// is an ErrNoNetNS error of class noNetNS.
+func (c *Configurator) requestAt(alloc *Allocation, netns string, noNetNS error, runs bool) (request, error) {
+	req, err := newRequest(alloc, c.ignoreHostIP)
+	if err != nil {
+		return req, err
+	}
+	if netns == "" {
+		return req, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, req.id)
+	}
+	if runs {
+		if err := checkNetNS(netns); err != nil {
+			return req, fmt.Errorf("%w: allocation %s: %w", noNetNS, req.id, err)
+		}
+	}
+	return req, nil
+}
+
+// namedRequest validates what the *With verbs are given; with a
+// noNetNS class (ErrInvalidArgument to attach, ErrCheckFailed to check)
+// netns must be a network namespace too, since plugins will run in it.
+func (c *Configurator) namedRequest(alloc *Allocation, network, netns, ifName string, noNetNS error) (request, error) {
+	if err := checkNetworkName(network); err != nil {
+		return request{}, err
+	}
+	if err := CheckIfName(ifName); err != nil {
+		return request{}, fmt.Errorf("%w (allocation %s)", err, allocID(alloc))
+	}
+	if noNetNS == nil {
+		return newRequest(alloc, c.ignoreHostIP)
+	}
+	return c.requestAt(alloc, netns, noNetNS, c.driver.runsPlugins())
+}
+
+// opts returns the go-cni namespace options for this attachment.
+func (a request) opts() []cni.NamespaceOpts {
+	opts := make([]cni.NamespaceOpts, 0, 1+len(a.args))
+	opts = append(opts, cni.WithCapabilityPortMap(a.mappings))
+	for name, value := range a.caps {
+		opts = append(opts, cni.WithCapability(name, value))
+	}
+	for _, kv := range a.args {
+		opts = append(opts, cni.WithArgs(kv[0], kv[1]))
+	}
+	return opts
+}
+
+// cniArgs returns the CNI args for an allocation: IgnoreUnknown=1 first, then
+// alloc.Args sorted by key, so that Setup, Check and Teardown of the same
+// allocation always send the same args.
+func cniArgs(alloc *Allocation) ([][2]string, error) {
+	keys := make([]string, 0, len(alloc.Args))
+	for k, v := range alloc.Args {
+		if err := validateArg(k, v); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	args := make([][2]string, 0, 1+len(keys))
+	args = append(args, [2]string{ignoreUnknownArg, "1"})
+	for _, k := range keys {
+		args = append(args, [2]string{k, alloc.Args[k]})
+	}
+	return args, nil
+}
+
+// validateArg enforces what CNI_ARGS can carry: it is a ';'-separated list
+// of key=value pairs, so either character inside a key or value would
+// silently become a different arg.
+func validateArg(k, v string) error {
+	switch {
+	case k == "":
+		return fmt.Errorf("%w: CNI arg with an empty key (value %q)", ErrInvalidAllocation, v)
+	case strings.EqualFold(k, ignoreUnknownArg):
+		return fmt.Errorf("%w: CNI arg %q is reserved: cninet always sends IgnoreUnknown=1", ErrInvalidAllocation, k)
+	case strings.ContainsAny(k, ";="):
+		return fmt.Errorf("%w: CNI arg key %q contains ';' or '=', which CNI_ARGS cannot carry", ErrInvalidAllocation, k)
+	case strings.ContainsAny(v, ";="):
+		return fmt.Errorf("%w: CNI arg %q has value %q containing ';' or '=', which CNI_ARGS cannot carry", ErrInvalidAllocation, k, v)
+	}
+	return nil
+}
+
+// cachedRequest is req with the args and port mappings that libcni
+// cached for a, where it cached them.
+func cachedRequest(req request, a *libcni.NetworkAttachment) request {
+	if len(a.CniArgs) > 0 {
+		req.args = a.CniArgs
+	}
+	if raw, ok := a.CapabilityArgs["portMappings"]; ok {
+		var mappings []cni.PortMapping
+		if b, err := json.Marshal(raw); err == nil && json.Unmarshal(b, &mappings) == nil {
+			req.mappings = mappings
+		}
+	}
+	return req
+}
+
+// cachedCapabilities is req with the capability arguments besides port
+// mappings that libcni cached for a, where it cached any: a DEL and a
+// CHECK must tell the plugins what the ADD told them.
+func cachedCapabilities(req request, a *libcni.NetworkAttachment) request {
+	caps := map[string]any{}
+	for name, value := range a.CapabilityArgs {
+		if name != capabilityPortMappings {
+			caps[name] = value
+		}
+	}
+	if len(caps) > 0 {
+		req.caps = caps
+	}
+	return req
+}

@@ -1,0 +1,160 @@
+package cninet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Setup attaches the network namespace at netns to the networks the
+// allocation names (Allocation.NetworkNames, in order, as <prefix>0,
+// <prefix>1, …), or to the default network, and returns the workload's
+// addresses. The networks attach concurrently, each with its own retry
+// loop: a failed ADD is retried per the RetryPolicy with a DEL in between
+// (host-local refuses a second ADD for the same id). Interface names and
+// NetworkStatus.Networks follow the allocation's order whatever order the
+// plugins finish in. Setup is all or nothing: when a network fails for
+// good, or ctx is done, or a result has no usable address, the other
+// networks' ADDs are cancelled, Setup waits for every one of them, and
+// then detaches every network of the allocation (DEL and force cleanup,
+// also of a network whose ADD was cut short) before it returns; the error
+// joins one ErrSetupFailed error per network that failed, each naming its
+// network. The rollback runs on a deadline of its own (30s), so Setup
+// returns at most that long after ctx is done; what it could not remove
+// (behind a held xtables lock, say) is named in the error, wrapped
+// (ErrCleanupFailed, ErrXtablesLock), and a Teardown of the allocation
+// finishes it. An unknown network is an ErrNetworkNotFound error before
+// any plugin runs.
+func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (_ *NetworkStatus, err error) {
+	ctx, op := c.tel.startOp(ctx, opSetup, allocID(alloc), netns)
+	defer func() { op.end(err) }()
+	req, err := c.requestIn(alloc, netns)
+	if err != nil {
+		return nil, err
+	}
+	defer c.adm.Enter(req.id)()
+	atts, err := c.networksOf(alloc, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, att := range atts {
+		if err := c.preflight(att); err != nil {
+			return nil, err
+		}
+	}
+	return c.attachAll(ctx, req, netns, atts, false)
+}
+
+// attachAll attaches nets concurrently, all or nothing (see Setup), and
+// returns their statuses in the order of nets. others says the workload
+// keeps attachments besides nets (Connect): a rollback then takes only
+// nets away, and no DEL may reach the others (see detach).
+func (c *Configurator) attachAll(ctx context.Context, req request, netns string, atts []attachment, others bool) (*NetworkStatus, error) {
+	alongside := others || len(atts) > 1
+	sts := make([]*NetworkStatus, len(atts))
+	errs := make([]error, len(atts))
+	attachCtx, cancel := context.WithCancel(ctx)
+	eachNetwork(len(atts), func(i int) {
+		if err := attachCtx.Err(); err != nil { // another network failed before this one started
+			errs[i] = fmt.Errorf("%w: allocation %s in network %q: not attempted: %w", ErrSetupFailed, req.id, atts[i].name(), err)
+			return
+		}
+		if sts[i], errs[i] = c.attach(attachCtx, req, atts[i], netns, alongside); errs[i] != nil {
+			cancel() // the others' ADDs are pointless now: all or nothing
+		}
+	})
+	cancel() // every ADD returned: nothing is still adding when the rollback runs
+	if failed := setupFailures(ctx, errs); failed != nil {
+		if rerr := c.rollback(ctx, req, netns, atts, others); rerr != nil {
+			failed = fmt.Errorf("%w; rollback incomplete, Teardown the allocation to finish it: %w", failed, rerr)
+		}
+		return nil, failed
+	}
+	status := &NetworkStatus{}
+	for i, att := range atts {
+		status.add(att.name(), sts[i])
+	}
+	return status, nil
+}
+
+// eachNetwork runs fn(i) for i in [0, n) concurrently and returns when
+// all have returned; a single network runs without a goroutine. No DEL
+// cninet runs can reach another network's state (the prevention rule,
+// see detach), so networks attach and detach in parallel.
+func eachNetwork(n int, fn func(i int)) {
+	if n == 1 {
+		fn(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// setupFailures joins the errors of the networks that failed, in the
+// allocation's order. A network whose ADD was only cancelled because
+// another one failed did not fail itself and is left out, unless the
+// caller's ctx is done: then that is every network's failure.
+func setupFailures(ctx context.Context, errs []error) error {
+	var failed, cancelled []error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, context.Canceled) && ctx.Err() == nil:
+			cancelled = append(cancelled, err)
+		default:
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) == 0 {
+		failed = cancelled // cannot happen unless a plugin itself returned context.Canceled
+	}
+	return joinErrors(failed)
+}
+
+// attach adds one network, with retries, and reads its status.
+func (c *Configurator) attach(ctx context.Context, req request, att attachment, netns string, alongside bool) (_ *NetworkStatus, err error) {
+	ctx, op := c.tel.startNetwork(ctx, opAttach, att.name(), att.ifName, req.id, netns)
+	defer func() { op.end(err) }()
+	res, err := c.addWithRetry(ctx, req, att, netns, alongside)
+	if err != nil {
+		return nil, err
+	}
+	st, err := StatusFromResult(res)
+	if err != nil {
+		return nil, fmt.Errorf("%w: allocation %s in network %q: %w", ErrSetupFailed, req.id, att.name(), err)
+	}
+	return st, nil
+}
+
+// rollback removes what a failed Setup attached: every network of the
+// allocation, the ones that failed and the ones cancelled halfway
+// included (DEL is idempotent). It runs on its own deadline: the caller's
+// context may be the very reason Setup failed; only its values (the
+// trace) carry over. What it could not remove (a held xtables lock, say)
+// is left for a Teardown, and its error says so.
+func (c *Configurator) rollback(ctx context.Context, req request, netns string, atts []attachment, others bool) error {
+	ctx, cancel := context.WithTimeout(inSetup(context.WithoutCancel(ctx)), rollbackTimeout)
+	defer cancel()
+	found := make([]foundAttachment, len(atts))
+	for i, att := range atts {
+		found[i] = foundAttachment{att: att, req: req}
+	}
+	ctx, span := c.tel.startSpan(ctx, spanRollback)
+	err := c.detachAll(ctx, netns, found, others)
+	span.end(err)
+	if err != nil {
+		c.logger.Error("rollback of failed setup incomplete", "alloc_id", req.id, "error", err)
+	}
+	return err
+}
+
+const rollbackTimeout = 30 * time.Second

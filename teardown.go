@@ -1,0 +1,193 @@
+package cninet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/seed1280861d/cninet/internal/footprint"
+)
+
+// Teardown detaches the namespace from every network the allocation is
+// attached to: the networks it names (the same Allocation as Setup's),
+// every other network of this Configurator that libcni's cache knows an
+// attachment of its ID in (networks added with Connect, even when the
+// Allocation no longer names them), and every network where an intent
+// record says a detach of its ID was cut short (see the prevention rule
+// in internal/footprint). It removes whatever the plugins left:
+// per network, DEL with the same port mappings and args as Setup (for a
+// network only the cache knows, those it was attached with), then,
+// whatever DEL returned, a force cleanup of everything the plugins are
+// known to leave (iptables and ip6tables rules and chains, nftables
+// rules, IPAM reservations, the cached result), by the ownership rule of
+// internal/footprint. Its cost follows what one attachment can own, not
+// the size of the host's ruleset. Networks are detached concurrently.
+// No DEL can take anything of another attachment (the prevention rule, see
+// detach), and a Teardown killed at any point is finished by the next
+// one. One network's failure does
+// not stop the others; the error joins each network's, the last network
+// first. It is idempotent: tearing down twice, or tearing down what was
+// never set up, returns nil. netns may be empty or already deleted.
+func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) (err error) {
+	ctx, op := c.tel.startOp(ctx, opTeardown, allocID(alloc), netns)
+	defer func() { op.end(err) }()
+	req, err := newRequest(alloc, c.ignoreHostIP)
+	if err != nil {
+		return err
+	}
+	defer c.adm.Enter(req.id)()
+	found, err := c.attachmentsOf(alloc, req, true)
+	if err != nil {
+		return err
+	}
+	return c.detachAll(ctx, netns, found, false)
+}
+
+// detachAll detaches found concurrently; one network's failure does
+// not stop the others, and the errors are joined the last network first.
+// others says the workload keeps attachments besides found (Disconnect,
+// a Connect rolled back). With several found attachments, or others, none's
+// DEL runs portmap's nftables backend, which deletes by the bare
+// container id on every network (see detach); when the whole workload
+// goes, that DEL runs once for all of them first (delHostportsOnce).
+func (c *Configurator) detachAll(ctx context.Context, netns string, found []foundAttachment, others bool) error {
+	alongside := others || len(found) > 1
+	if alongside && !others {
+		c.delHostportsOnce(ctx, netns, found)
+	}
+	errs := make([]error, len(found))
+	eachNetwork(len(found), func(i int) { errs[i] = c.detach(ctx, found[i].req, netns, found[i].att, alongside) })
+	var failed []error
+	for i := len(errs) - 1; i >= 0; i-- {
+		if errs[i] != nil {
+			failed = append(failed, errs[i])
+		}
+	}
+	return joinErrors(failed)
+}
+
+// detach is one network's DEL plus force cleanup, by the prevention rule:
+// before the DEL, the cleaner makes sure it cannot reach another
+// attachment's state (footprint.Cleaner.Prevent). The cached result the
+// firewall plugin deletes by keeps only the addresses the attachment
+// provably still owns, and portmap is left out of the DEL where its
+// nftables backend would delete by the bare container id rules of the
+// same id on another network — always when alongside (the workload has
+// other attachments meanwhile: a Setup's other networks, those a
+// Disconnect keeps). What the DEL does not see, the force cleanup removes
+// by the ownership rule. When the prevention cannot be made (a file that
+// cannot be read or written), the DEL is withheld and only the force
+// cleanup runs: the error says so, and a later Teardown finishes. A
+// failed DEL is only logged when the cleanup then removed everything:
+// what matters is that nothing is left.
+func (c *Configurator) detach(ctx context.Context, req request, netns string, att attachment, alongside bool) (err error) {
+	ctx, op := c.tel.startNetwork(ctx, opDetach, att.name(), att.ifName, req.id, netns)
+	defer func() { op.end(err) }()
+	start := time.Now()
+	cl := footprint.NewCleaner(ctx, c.footprintNetwork(att.conf, att.ifName, nil), c.host())
+	var removeErr error
+	prevention, preventErr := cl.Prevent([]string{req.id}) // also reads the proof the DEL erases
+	prevented := time.Now()
+	if preventErr == nil {
+		omit := prevention.Omit
+		if alongside && att.conf.info.footprint.HostportNFT && !slices.Contains(omit, "portmap") {
+			omit = append(omit, "portmap")
+		}
+		c.logPrevented(req.id, att.name(), prevention, omit)
+		delCtx, delSpan := c.tel.startSpan(ctx, spanDel)
+		removeErr = c.driverFor(att).del(delCtx, req, att, netns, omit)
+		delSpan.end(removeErr)
+	} else {
+		preventErr = fmt.Errorf("%w in network %q: DEL withheld, since it could not be kept from other attachments' state: %w",
+			ErrCleanupFailed, att.name(), preventErr)
+	}
+	delDone := time.Now()
+	_, cleanSpan := c.tel.startSpan(ctx, spanCleanup)
+	removed, cleanErr := cl.Clean([]string{req.id})
+	c.tel.cleaned(ctx, cleanSpan, att.name(), removed, cleanErr)
+	c.logRemoved(req.id, att.name(), removed, removeErr)
+	c.logger.Debug("network detached", "alloc_id", req.id, "network", att.name(),
+		"prevent", prevented.Sub(start), "del", delDone.Sub(prevented), "cleanup", time.Since(delDone))
+	if cleanErr != nil {
+		cleanErr = fmt.Errorf("%w in network %q: %w", ErrCleanupFailed, att.name(), cleanErr)
+	}
+	if err := errors.Join(preventErr, cleanErr); err != nil {
+		if removeErr != nil {
+			return fmt.Errorf("teardown of allocation %s: DEL: %w; %w", req.id, removeErr, err)
+		}
+		return fmt.Errorf("teardown of allocation %s: %w", req.id, err)
+	}
+	if removeErr != nil {
+		c.logger.Warn("CNI DEL failed; force cleanup removed what was left", "alloc_id", req.id, "network", att.name(), "error", removeErr)
+	}
+	return nil
+}
+
+// delHostportsOnce runs, for a whole workload leaving several networks,
+// the DEL of portmap's nftables backend once, before the networks are
+// detached (each without portmap, concurrently): that DEL deletes every
+// hostport rule carrying the container id, on every network, so one is
+// all the workload needs, and two at once make one fail halfway. It runs
+// only when every such rule is the leaving attachments' own
+// (footprint.Cleaner.HostportDELReachesOnlySet): the same id may be
+// attached to a network this Configurator does not know, by another
+// runtime. It runs on no libcni cache: the networks' own DELs still need
+// their cached results. Whatever it does not remove, the force cleanup
+// removes by proof; its failure is only logged.
+func (c *Configurator) delHostportsOnce(ctx context.Context, netns string, found []foundAttachment) {
+	var nft []foundAttachment // those whose portmap DEL would find mappings: without any it does nothing
+	var atts []footprint.Attachment
+	for _, fa := range found {
+		if fa.att.conf.info.footprint.HostportNFT && fa.att.conf.info.portMappings && len(fa.req.mappings) > 0 {
+			nft = append(nft, fa)
+		}
+		atts = append(atts, footprint.Attachment{Network: fa.att.name(), ID: fa.req.id})
+	}
+	if len(nft) == 0 {
+		return
+	}
+	fa := nft[0]
+	cl := footprint.NewCleaner(ctx, c.footprintNetwork(fa.att.conf, fa.att.ifName, nil), c.host())
+	if only, err := cl.HostportDELReachesOnlySet(atts); !only {
+		c.logger.Debug("portmap's nftables DEL left out: rules of the same container id are not the leaving attachments'",
+			"alloc_id", fa.req.id, "error", err)
+		return
+	}
+	ctx, span := c.tel.startSpan(ctx, spanDel)
+	err := c.driverFor(fa.att).delHostports(ctx, fa.req, fa.att, netns)
+	span.end(err)
+	if err != nil {
+		c.logger.Warn("portmap's DEL of a leaving workload failed; the force cleanup removes its rules where it can prove them",
+			"alloc_id", fa.req.id, "network", fa.att.name(), "error", err)
+	}
+}
+
+// logPrevented reports what a DEL was kept from: addresses withheld from
+// the cached result, plugins left out.
+func (c *Configurator) logPrevented(id, network string, p footprint.Prevention, omit []string) {
+	if len(p.Withheld) == 0 && len(omit) == 0 {
+		return
+	}
+	var withheld []string
+	for _, addrs := range p.Withheld {
+		for _, a := range addrs {
+			withheld = append(withheld, a.String())
+		}
+	}
+	c.logger.Debug("DEL kept from other attachments' state: the force cleanup removes the rest by proof",
+		"alloc_id", id, "network", network, "withheld_addresses", withheld, "plugins_left_out", omit)
+}
+
+// logRemoved reports what the plugins left behind and cleanup removed.
+func (c *Configurator) logRemoved(id, network string, removed []footprint.Item, delErr error) {
+	if len(removed) == 0 {
+		return
+	}
+	items := make([]string, len(removed))
+	for i, it := range removed {
+		items[i] = it.Detail
+	}
+	c.logger.Warn("removed state the CNI plugins left behind", "alloc_id", id, "network", network, "del_error", delErr, "items", items)
+}
