@@ -53,12 +53,12 @@ type Config struct {
 	Retry RetryPolicy
 	// IPTables opens iptables (ipv6 false) or ip6tables (ipv6 true) for
 	// cleanup. nil: github.com/coreos/go-iptables.
-	IPTables func(ipv6 bool) (IPTables, error)
+	IPTables func(ipv6 bool) (host.IPTables, error)
 	// NFTables opens nftables for cleanup: the plugins' nftables backends
 	// are cleaned whatever the conflist names. nil: the host's nft (listed
 	// with `nft -j`, changed through sigs.k8s.io/knftables); a host without
 	// nft has no nftables rules, which is no error.
-	NFTables func() (NFTables, error)
+	NFTables func() (host.NFTables, error)
 	// CNI drives the plugins. nil: go-cni built from PluginDirs and
 	// InterfacePrefix. Tests inject fakes here.
 	CNI cni.CNI
@@ -67,7 +67,7 @@ type Config struct {
 	// Links reaches the network devices of the host's namespace, where
 	// the bandwidth plugin leaves an ifb device per attachment. nil: the
 	// host's, over rtnetlink. Tests replace it.
-	Links func() (Links, error)
+	Links func() (host.Links, error)
 	// CacheDir is libcni's cache directory, where results are cached per
 	// attachment; GC, Teardown's cleanup and Status read it. "":
 	// /var/lib/cni. go-cni always caches in /var/lib/cni, so another value
@@ -86,55 +86,6 @@ type Config struct {
 	// global provider (otel.GetMeterProvider).
 	MeterProvider metric.MeterProvider
 }
-
-// IPTables is the subset of *iptables.IPTables (github.com/coreos/go-iptables)
-// that cleanup uses; *iptables.IPTables satisfies it unchanged. Tests
-// replace it with a fake through Config.IPTables. An implementation may
-// also offer TableLister, Saver and Restorer: GC's sweep uses them to list
-// and change whole tables in one process.
-type IPTables = host.IPTables
-
-// TableLister is an optional extension of IPTables: list a whole table in
-// one command (`iptables -t table -S`).
-type TableLister = host.TableLister
-
-// Saver is an optional extension of IPTables: list every table in one
-// command (iptables-save), each table's lines in `iptables -S` form.
-type Saver = host.Saver
-
-// Restorer is an optional extension of IPTables: apply many changes to one
-// table in one `iptables-restore --noflush` transaction, falling back to
-// one Delete per rule when the batch is refused.
-type Restorer = host.Restorer
-
-// ContextBinder is an optional extension of IPTables: the same IPTables
-// with every command bounded by a context. Teardown and GC bind their
-// context to an IPTables that offers it, so a held xtables lock, or a
-// command that hangs, cannot keep them past their deadline. The default
-// IPTables offers it: commands under exec.CommandContext, the lock waited
-// for (iptables -w) until the context's deadline, or DefaultLockWait in
-// all when the context has none.
-type ContextBinder = host.ContextBinder
-
-// DefaultLockWait bounds the xtables lock waits of one cleanup whose
-// context has no deadline (see ContextBinder).
-const DefaultLockWait = host.DefaultLockWait
-
-// NFTables is how cleanup reads and changes the tables the plugins'
-// nftables backends write (inet cni_plugins_masquerade, ip and ip6
-// cni_hostport). Tests replace it through Config.NFTables.
-type NFTables = host.NFTables
-
-// Links is how cleanup reaches the network devices of the host's
-// namespace. Tests replace it through Config.Links.
-type Links = host.Links
-
-// NFTable names one nftables table.
-type NFTable = host.NFTable
-
-// NFTRule is one nftables rule as cleanup sees it: where it is, its
-// comment, and the addresses it matches on or translates to.
-type NFTRule = host.NFTRule
 
 // Configurator attaches workloads' network namespaces to CNI networks and
 // detaches them without leaks. It knows every network of its Config (see

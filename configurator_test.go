@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakecni"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	"github.com/seed1280861d/cninet/internal/fakenft"
@@ -16,7 +17,7 @@ import (
 // uses, with reservations in a temporary directory.
 // noNFTables is an empty in-memory nftables: unit tests never read the
 // host's.
-func noNFTables() (cninet.NFTables, error) { return &fakenft.NFTables{}, nil }
+func noNFTables() (host.NFTables, error) { return &fakenft.NFTables{}, nil }
 
 func unitConfList(t *testing.T) []byte {
 	t.Helper()
@@ -45,7 +46,7 @@ func newFixture(t *testing.T, fake *fakecni.CNI, retry cninet.RetryPolicy) fixtu
 		ConfList: unitConfList(t),
 		CNI:      fake,
 		Retry:    retry,
-		IPTables: func(v6 bool) (cninet.IPTables, error) {
+		IPTables: func(v6 bool) (host.IPTables, error) {
 			if v6 {
 				return f.v6, nil
 			}

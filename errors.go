@@ -64,7 +64,7 @@ var (
 	// Setup's retries and rollback) could not have the xtables lock, which
 	// iptables-legacy (not iptables-nft) takes for every listing and
 	// change: another process held it until the call's deadline (without
-	// one, DefaultLockWait), or the lock file could not be opened. The
+	// one, host.DefaultLockWait), or the lock file could not be opened. The
 	// error names the lock file ($XTABLES_LOCKFILE, else
 	// /run/xtables.lock), how long the command waited and, where the
 	// kernel tells, the holder's pid; it wraps the context's error when

@@ -12,6 +12,7 @@ import (
 
 	cni "github.com/containerd/go-cni"
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakecni"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 )
@@ -32,7 +33,7 @@ func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 	conf := unitConfList(t)
 	newC := func(t *testing.T, mutate func(*cninet.Config)) *cninet.Configurator {
 		cfg := cninet.Config{ConfList: conf, CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), NFTables: noNFTables, Retry: fastRetry,
-			IPTables: func(bool) (cninet.IPTables, error) { return fakeipt.New(), nil }}
+			IPTables: func(bool) (host.IPTables, error) { return fakeipt.New(), nil }}
 		if mutate != nil {
 			mutate(&cfg)
 		}
@@ -101,19 +102,19 @@ func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 		}, cninet.ErrInvalidAllocation, nil},
 		{"Teardown without iptables", func(t *testing.T) error {
 			return newC(t, func(c *cninet.Config) {
-				c.IPTables = func(bool) (cninet.IPTables, error) { return nil, errPlugin }
+				c.IPTables = func(bool) (host.IPTables, error) { return nil, errPlugin }
 			}).Teardown(ctx, alloc, "")
 		}, cninet.ErrIPTablesMissing, errPlugin},
 		{"Teardown whose cleanup fails", func(t *testing.T) error {
 			ipt := fakeipt.New()
 			ipt.FailList["nat/"+chain("CNI-", "cninet-unit", "a")] = errPlugin
 			return newC(t, func(c *cninet.Config) {
-				c.IPTables = func(bool) (cninet.IPTables, error) { return ipt, nil }
+				c.IPTables = func(bool) (host.IPTables, error) { return ipt, nil }
 			}).Teardown(ctx, alloc, "")
 		}, cninet.ErrCleanupFailed, errPlugin},
 		{"Teardown behind a held xtables lock", func(t *testing.T) error {
 			return newC(t, func(c *cninet.Config) {
-				c.IPTables = func(bool) (cninet.IPTables, error) {
+				c.IPTables = func(bool) (host.IPTables, error) {
 					return &lockingIPTables{IPTables: fakeipt.New(), held: true}, nil
 				}
 			}).Teardown(ctx, alloc, "")
@@ -132,7 +133,7 @@ func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 			ipt := fakeipt.New()
 			ipt.FailList["nat/POSTROUTING"] = errPlugin
 			_, err := newC(t, func(c *cninet.Config) {
-				c.IPTables = func(bool) (cninet.IPTables, error) { return ipt, nil }
+				c.IPTables = func(bool) (host.IPTables, error) { return ipt, nil }
 			}).GC(ctx, []string{})
 			return err
 		}, cninet.ErrCleanupFailed, errPlugin},

@@ -28,8 +28,8 @@ func TestGCNeverCollectsAnAllocationBeingSetUp(t *testing.T) {
 		return nil
 	}}
 	conf := []byte(`{"cniVersion":"1.0.0","name":"cninet-unit","plugins":[{"type":"bridge"}]}`)
-	c, err := New(Config{ConfList: conf, CNI: fake, IPTables: func(bool) (IPTables, error) { return ipt, nil }, CacheDir: t.TempDir(),
-		NFTables: func() (NFTables, error) { return &fakenft.NFTables{}, nil }})
+	c, err := New(Config{ConfList: conf, CNI: fake, IPTables: func(bool) (host.IPTables, error) { return ipt, nil }, CacheDir: t.TempDir(),
+		NFTables: func() (host.NFTables, error) { return &fakenft.NFTables{}, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakecni"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	"github.com/seed1280861d/cninet/internal/fakenft"
@@ -50,8 +51,8 @@ func newMultiFixture(t *testing.T, retry RetryPolicy, pluginDirs ...string) mult
 		pluginDirs = []string{t.TempDir()} // no plugin ever runs from here
 	}
 	c, err := New(Config{ConfDir: f.dir, NetworkName: "a", CNI: f.cni, CacheDir: f.cache, Retry: retry, PluginDirs: pluginDirs,
-		NFTables: func() (NFTables, error) { return f.nft, nil },
-		IPTables: func(v6 bool) (IPTables, error) {
+		NFTables: func() (host.NFTables, error) { return f.nft, nil },
+		IPTables: func(v6 bool) (host.IPTables, error) {
 			if v6 {
 				return f.v6, nil
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakecni"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	"github.com/seed1280861d/cninet/internal/fakenft"
@@ -215,8 +216,8 @@ func newTelFixture(t *testing.T, fake *fakecni.CNI, retry cninet.RetryPolicy) te
 	}
 	f.c, err = cninet.New(cninet.Config{
 		ConfList: conf, CNI: fake, CacheDir: t.TempDir(), PluginDirs: []string{t.TempDir()}, Retry: retry,
-		NFTables: func() (cninet.NFTables, error) { return f.nft, nil },
-		IPTables: func(v6 bool) (cninet.IPTables, error) {
+		NFTables: func() (host.NFTables, error) { return f.nft, nil },
+		IPTables: func(v6 bool) (host.IPTables, error) {
 			if v6 {
 				return f.v6, nil
 			}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakecni"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 )
@@ -128,7 +129,7 @@ func newFixtureWithTables(t *testing.T, network string, mode listingMode, load4,
 	load4(f.v4)
 	load6(f.v6)
 	cacheDir := t.TempDir()
-	c, err := cninet.New(cninet.Config{CacheDir: cacheDir, NFTables: noNFTables, ConfList: conf, CNI: f.cni, IPTables: func(v6 bool) (cninet.IPTables, error) {
+	c, err := cninet.New(cninet.Config{CacheDir: cacheDir, NFTables: noNFTables, ConfList: conf, CNI: f.cni, IPTables: func(v6 bool) (host.IPTables, error) {
 		ipt := f.v4
 		if v6 {
 			ipt = f.v6
@@ -204,7 +205,7 @@ func (m listingMode) String() string {
 	return [...]string{"chain by chain", "table by table", "all tables at once", "probed over netlink"}[m]
 }
 
-func (m listingMode) wrap(ipt *fakeipt.IPTables) cninet.IPTables {
+func (m listingMode) wrap(ipt *fakeipt.IPTables) host.IPTables {
 	switch m {
 	case tableByTable:
 		return &fakeipt.Batching{IPTables: ipt}
@@ -405,7 +406,7 @@ func TestTeardownWithNothingLeftListsNoChainWhereChainsCanBeProbed(t *testing.T)
 func reopenProbing(t *testing.T, cf cleanupFixture, failProbe error) *cninet.Configurator {
 	t.Helper()
 	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfList: cf.c.ConfList(), CNI: cf.cni,
-		IPTables: func(v6 bool) (cninet.IPTables, error) {
+		IPTables: func(v6 bool) (host.IPTables, error) {
 			ipt := cf.v4
 			if v6 {
 				ipt = cf.v6
@@ -443,7 +444,7 @@ func TestTeardownRunsEveryStepAndReportsEachFailure(t *testing.T) {
 func TestTeardownWithoutIPTablesStillRunsDELAndSaysIPTablesIsMissing(t *testing.T) {
 	cf := newCleanupFixture(t, "nomad")
 	cf.reserve(t, "198.18.0.2", "a")
-	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfList: cf.c.ConfList(), CNI: cf.cni, IPTables: func(bool) (cninet.IPTables, error) {
+	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfList: cf.c.ConfList(), CNI: cf.cni, IPTables: func(bool) (host.IPTables, error) {
 		return nil, errors.New(`exec: "iptables": executable file not found in $PATH`)
 	}})
 	if err != nil {
@@ -722,8 +723,8 @@ func TestTeardownWithholdsTheDELWhenItsGuardCannotReadNFTables(t *testing.T) {
 	cf.leak(t, footprint{network: "nomad", id: "a", ip: "198.18.0.2"})
 	broken := errors.New("netlink: permission denied")
 	c, err := cninet.New(cninet.Config{CacheDir: cf.cacheDir, ConfList: cf.c.ConfList(), CNI: cf.cni,
-		NFTables: func() (cninet.NFTables, error) { return nil, broken },
-		IPTables: func(v6 bool) (cninet.IPTables, error) {
+		NFTables: func() (host.NFTables, error) { return nil, broken },
+		IPTables: func(v6 bool) (host.IPTables, error) {
 			if v6 {
 				return cf.v6, nil
 			}
@@ -782,7 +783,7 @@ type lockingIPTables struct {
 	bound []context.Context
 }
 
-func (l *lockingIPTables) WithContext(ctx context.Context) cninet.IPTables {
+func (l *lockingIPTables) WithContext(ctx context.Context) host.IPTables {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.bound = append(l.bound, ctx)
@@ -835,7 +836,7 @@ func (b boundIPTables) ClearAndDeleteChain(table, chain string) error {
 func newLockingConfigurator(t *testing.T, ipt *lockingIPTables, fake *fakecni.CNI) *cninet.Configurator {
 	t.Helper()
 	c, err := cninet.New(cninet.Config{ConfList: unitConfList(t), CNI: fake, CacheDir: t.TempDir(), NFTables: noNFTables,
-		Retry: fastRetry, IPTables: func(bool) (cninet.IPTables, error) { return ipt, nil }})
+		Retry: fastRetry, IPTables: func(bool) (host.IPTables, error) { return ipt, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakecni"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	footprintpkg "github.com/seed1280861d/cninet/internal/footprint"
@@ -258,8 +259,8 @@ func TestTelemetryOfStatusReportsEachNetworksReadiness(t *testing.T) {
 
 // nftMasquerade is the bridge plugin's nftables masquerade rule of one
 // attachment.
-func nftMasquerade(network, id, ifName, addr string, handle int) cninet.NFTRule {
-	return cninet.NFTRule{Family: "inet", Table: "cni_plugins_masquerade", Chain: "masq_checks", Handle: handle,
+func nftMasquerade(network, id, ifName, addr string, handle int) host.NFTRule {
+	return host.NFTRule{Family: "inet", Table: "cni_plugins_masquerade", Chain: "masq_checks", Handle: handle,
 		Comment: footprintAttachment(network, id).NFTMasqComment(ifName), Saddr: netip.MustParseAddr(addr)}
 }
 
@@ -285,7 +286,7 @@ func versionOnlyPlugins(t *testing.T, names ...string) string {
 // when the program installs them after New (as go-cni's spans need).
 func TestTelemetryGoesToTheGlobalProvidersInstalledAfterNew(t *testing.T) {
 	c, err := cninet.New(cninet.Config{ConfList: unitConfList(t), CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), NFTables: noNFTables,
-		IPTables: func(bool) (cninet.IPTables, error) { return fakeipt.New(), nil }})
+		IPTables: func(bool) (host.IPTables, error) { return fakeipt.New(), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

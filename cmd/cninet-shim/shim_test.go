@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/thick"
@@ -154,8 +155,8 @@ esac
 }
 
 func fakes(cfg *cninet.Config) {
-	cfg.IPTables = func(bool) (cninet.IPTables, error) { return fakeipt.New(), nil }
-	cfg.NFTables = func() (cninet.NFTables, error) { return &fakenft.NFTables{}, nil }
+	cfg.IPTables = func(bool) (host.IPTables, error) { return fakeipt.New(), nil }
+	cfg.NFTables = func() (host.NFTables, error) { return &fakenft.NFTables{}, nil }
 }
 
 // attach makes the attachment c1/eth0 in network web, as the daemon does.

@@ -50,7 +50,7 @@ func cmdSetup(args []string, stdout, stderr io.Writer) error {
 // for a workload in several networks, "networks": each network's, with
 // its "network" name.
 func statusJSON(st *cninet.NetworkStatus) map[string]any {
-	out := attachmentJSON(cninet.NetworkAttachment{InterfaceName: st.InterfaceName, Address: st.Address, AddressIPv6: st.AddressIPv6, DNS: st.DNS})
+	out := attachmentJSON(cninet.AttachmentStatus{InterfaceName: st.InterfaceName, Address: st.Address, AddressIPv6: st.AddressIPv6, DNS: st.DNS})
 	if len(st.Networks) > 1 {
 		nets := make([]map[string]any, len(st.Networks))
 		for i, n := range st.Networks {
@@ -62,7 +62,7 @@ func statusJSON(st *cninet.NetworkStatus) map[string]any {
 	return out
 }
 
-func attachmentJSON(n cninet.NetworkAttachment) map[string]any {
+func attachmentJSON(n cninet.AttachmentStatus) map[string]any {
 	out := map[string]any{"interface": n.InterfaceName, "address": n.Address.String()}
 	if n.AddressIPv6.IsValid() {
 		out["address_ipv6"] = n.AddressIPv6.String()

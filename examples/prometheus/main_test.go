@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakecni"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	"github.com/seed1280861d/cninet/internal/fakenft"
@@ -36,8 +37,8 @@ func TestMetricsReachPrometheusUnderTheDocumentedNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := cninet.New(cninet.Config{ConfList: conf, CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), PluginDirs: []string{t.TempDir()},
-		IPTables:      func(bool) (cninet.IPTables, error) { return fakeipt.New(), nil },
-		NFTables:      func() (cninet.NFTables, error) { return &fakenft.NFTables{}, nil },
+		IPTables:      func(bool) (host.IPTables, error) { return fakeipt.New(), nil },
+		NFTables:      func() (host.NFTables, error) { return &fakenft.NFTables{}, nil },
 		MeterProvider: mp})
 	if err != nil {
 		t.Fatal(err)

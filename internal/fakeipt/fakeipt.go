@@ -162,7 +162,7 @@ func notExist(table, chain string) error {
 	return &Error{Msg: fmt.Sprintf("running [iptables -t %s -S %s]: exit status 1: iptables: No chain/target/match by that name.", table, chain), NotExist: true}
 }
 
-// List implements cninet.IPTables.
+// List implements host.IPTables.
 func (t *IPTables) List(table, chain string) ([]string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -177,7 +177,7 @@ func (t *IPTables) List(table, chain string) ([]string, error) {
 	return append([]string{header(table, chain)}, rules...), nil
 }
 
-// Delete implements cninet.IPTables: the rule must match a listed one
+// Delete implements host.IPTables: the rule must match a listed one
 // exactly, as iptables -D requires.
 func (t *IPTables) Delete(table, chain string, spec ...string) error {
 	t.mu.Lock()
@@ -197,7 +197,7 @@ func (t *IPTables) Delete(table, chain string, spec ...string) error {
 	return &Error{Msg: fmt.Sprintf("running [iptables -t %s -D %s ...]: exit status 1: iptables: Bad rule (does a matching rule exist in that chain?).", table, chain), NotExist: true}
 }
 
-// ClearAndDeleteChain implements cninet.IPTables. Like iptables it refuses
+// ClearAndDeleteChain implements host.IPTables. Like iptables it refuses
 // to delete a chain that a rule still jumps to.
 func (t *IPTables) ClearAndDeleteChain(table, chain string) error {
 	t.mu.Lock()
@@ -260,7 +260,7 @@ type Batching struct {
 // Saving adds the Saver extension (iptables-save) to a Batching.
 type Saving struct{ *Batching }
 
-// SaveAll implements cninet.Saver.
+// SaveAll implements host.Saver.
 func (s Saving) SaveAll() (map[string][]string, error) {
 	s.mu.Lock()
 	s.calls = append(s.calls, "SaveAll")
@@ -276,7 +276,7 @@ func (s Saving) SaveAll() (map[string][]string, error) {
 	return out, nil
 }
 
-// ListTable implements cninet.TableLister.
+// ListTable implements host.TableLister.
 func (b *Batching) ListTable(table string) ([]string, error) {
 	b.mu.Lock()
 	b.calls = append(b.calls, "ListTable "+table)
@@ -284,7 +284,7 @@ func (b *Batching) ListTable(table string) ([]string, error) {
 	return strings.Split(strings.TrimRight(b.Save(table), "\n"), "\n"), nil
 }
 
-// RestoreNoFlush implements cninet.Restorer: -A, -D, -F and -X lines,
+// RestoreNoFlush implements host.Restorer: -A, -D, -F and -X lines,
 // applied all or nothing.
 func (b *Batching) RestoreNoFlush(table string, lines []string) error {
 	b.mu.Lock()
