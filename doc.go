@@ -72,6 +72,11 @@
 //   - footprint: what the plugins leave on the host for one attachment
 //     (rules, chains, reservations, cached results, devices), which the
 //     force cleanup and GC remove (internal/footprint).
+//   - intent record: cninet's record of the addresses it withheld from a
+//     DEL (the prevention rule), the proof a later cleanup reads.
+//   - seam: an interface through which cninet reaches the host
+//     (host.IPTables, host.NFTables, host.Links), replaced by fakes in
+//     tests through Config.
 //
 // # Files
 //
@@ -80,7 +85,7 @@
 // hold.
 //
 //	doc.go                This overview.
-//	configurator.go       Config, the cleanup seams (IPTables, NFTables, Links, …), Configurator, New, Close.
+//	configurator.go       Config (its seams are package host's), Configurator, New, Close.
 //	allocation.go         Allocation, Port, NetworkPorts, PortMappings.
 //	networks.go           The network type and the registry of known networks, read from Config; Networks.
 //	conflist.go           Conflists: LoadConfList, BridgeConfig, BridgeConfList, WriteConfList, parsing.
@@ -101,10 +106,11 @@
 //	result.go             NetworkStatus, AttachmentStatus, DNSConfig, StatusFromResult.
 //	errors.go             The Err… sentinels every error wraps, and joinErrors.
 //	telemetry.go          Traces: a span per operation, network, attempt, DEL and cleanup.
+//	telemetry_items.go    What a cleanup removed, grouped by kind and backend for spans.
 //	telemetry_metrics.go  Metrics.
 //	netns_linux.go        Whether a path is a network namespace.
 //	netns_other.go        The same off Linux.
 //	loopback_linux.go     The workload's loopback interface, kept up when it loses one network of several.
 //	loopback_other.go     The same off Linux.
-//	deprecated.go         Old exported names kept as aliases.
+//	deprecated.go         Old exported names kept as aliases: NetworkAttachment, Network, the seams now in package host.
 package cninet

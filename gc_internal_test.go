@@ -148,3 +148,24 @@ func TestGCKeepsALiveWorkloadsConnectedNetworkWhateverItsInterface(t *testing.T)
 		t.Fatalf("GC kept the dead workload's attachment on eth7: %v", err)
 	}
 }
+
+// Every kind of item the force cleanup reports reaches a GCReport under
+// the exported GCKind of the same name: gcItem converts kinds as they are.
+func TestEveryCleanupKindIsAnExportedGCKind(t *testing.T) {
+	for _, tc := range []struct {
+		cleanup footprint.Kind
+		gc      GCKind
+	}{
+		{footprint.KindRule, GCRule},
+		{footprint.KindChain, GCChain},
+		{footprint.KindReservation, GCReservation},
+		{footprint.KindCachedResult, GCCachedResult},
+		{footprint.KindNFTRule, GCNFTRule},
+		{footprint.KindLink, GCLink},
+		{footprint.KindTuningFile, GCTuningFile},
+	} {
+		if got := gcItem(footprint.Item{Kind: tc.cleanup}).Kind; got != tc.gc {
+			t.Errorf("cleanup kind %q reaches GC as %q, want %q", tc.cleanup, got, tc.gc)
+		}
+	}
+}

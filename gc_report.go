@@ -12,26 +12,28 @@ import (
 // GCKind says what kind of host state a GCItem was.
 type GCKind string
 
-// The kinds of state cleanup and GC remove.
+// The kinds of state cleanup and GC remove. Each names the kind of the
+// force cleanup's report item it stands for (gcItem converts one into the
+// other as it is).
 const (
 	// GCCachedAttachment: an attachment libcni still had cached, detached
 	// with CNI DEL by GC.
 	GCCachedAttachment GCKind = "cached attachment"
 	// GCRule: an iptables or ip6tables rule.
-	GCRule = GCKind(footprint.KindRule)
+	GCRule GCKind = "iptables rule"
 	// GCChain: an iptables or ip6tables chain.
-	GCChain = GCKind(footprint.KindChain)
+	GCChain GCKind = "iptables chain"
 	// GCReservation: a host-local IP reservation file.
-	GCReservation = GCKind(footprint.KindReservation)
+	GCReservation GCKind = "ip reservation"
 	// GCCachedResult: a libcni cached result file.
-	GCCachedResult = GCKind(footprint.KindCachedResult)
+	GCCachedResult GCKind = "cached result"
 	// GCNFTRule: an nftables rule of the plugins' nftables backends.
-	GCNFTRule = GCKind(footprint.KindNFTRule)
+	GCNFTRule GCKind = "nftables rule"
 	// GCLink: a network device in the host's namespace (the bandwidth
 	// plugin's ifb device).
-	GCLink = GCKind(footprint.KindLink)
+	GCLink GCKind = "network device"
 	// GCTuningFile: the tuning plugin's saved interface settings.
-	GCTuningFile = GCKind(footprint.KindTuningFile)
+	GCTuningFile GCKind = "tuning backup"
 )
 
 // GCItem is one piece of host state that was removed.

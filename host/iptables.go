@@ -12,7 +12,7 @@ import (
 // Config.IPTables replaces the default, one per family; tests give a fake.
 //
 // An implementation may also offer optional extensions, each found with
-// a type assertion and each only saving work: TableLister, Saver,
+// a type assertion: TableLister, Saver,
 // SaveStreamer and Restorer save processes on whole-host sweeps;
 // ChainProber, AddrScanner and OtherAddrScanner let a Teardown rule
 // chains out without listing them; HandleDeleter deletes by nf_tables
