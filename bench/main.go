@@ -1,10 +1,3 @@
-// Command bench measures cninet side by side with the alternatives, with
-// the real CNI plugins, inside throwaway network namespaces, and writes
-// BENCHMARKS.md and an SVG plot. Run it with `make bench` (as root).
-//
-// -only runs a subset of the scenarios; the results of the others are
-// taken from the state file (-state) of an earlier run, so the report
-// stays whole.
 package main
 
 import (

@@ -1,0 +1,25 @@
+// Command bench measures cninet side by side with the alternatives, with
+// the real CNI plugins, inside throwaway network namespaces, and writes
+// BENCHMARKS.md and an SVG plot. Run it with `make bench` (as root).
+//
+// -only runs a subset of the scenarios; the results of the others are
+// taken from the state file (-state) of an earlier run, so the report
+// stays whole.
+//
+// # Files, in reading order
+//
+//	main.go         flags, the scenarios in order, writing the results
+//	state.go        the results of every scenario, kept across runs; plugin sets
+//	scenarios.go    the default bridge conflists, Configurators, cleanup logs;
+//	                the overhead, recovery, concurrency and cold-start scenarios
+//	scale.go        Teardown's cost against the number of other workloads
+//	multinet.go     Setup and Teardown on N networks against go-cni
+//	footprints.go   leaked attachments' footprints written in bulk
+//	gc.go           GC against per-id cleanup of leaked attachments
+//	gcscale.go      one GC sweep at thousands of leaked attachments
+//	thick.go        thick mode through cnitool, and the daemon under a burst
+//	procs.go        counting the processes a cleanup starts
+//	stats.go        samples, medians, ratios
+//	report.go       BENCHMARKS.md
+//	plot.go         the SVG plot
+package main

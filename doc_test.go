@@ -1,0 +1,154 @@
+package cninet_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// maxPackageFiles is where a package becomes two (DESIGN.md, "Layout").
+const maxPackageFiles = 30
+
+// goDirs returns every directory of the repository holding Go files
+// (bench/ and examples/ included), testdata and caches left out.
+func goDirs(t *testing.T) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var dirs []string
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if dir := filepath.Dir(path); !d.IsDir() && strings.HasSuffix(path, ".go") && !seen[dir] {
+			seen[dir] = true
+			dirs = append(dirs, dir)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs
+}
+
+// goFiles returns the Go files of dir: the non-test ones, or, in a
+// package of tests only, the tests.
+func goFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var code, tests []string
+	for _, e := range entries {
+		switch name := e.Name(); {
+		case e.IsDir() || !strings.HasSuffix(name, ".go"):
+		case strings.HasSuffix(name, "_test.go"):
+			tests = append(tests, name)
+		default:
+			code = append(code, name)
+		}
+	}
+	if len(code) == 0 {
+		return tests
+	}
+	return code
+}
+
+// Every package has a doc.go whose package comment names each of its
+// files, and no package outgrows maxPackageFiles files.
+func TestEveryPackageDocNamesEachOfItsFiles(t *testing.T) {
+	for _, dir := range goDirs(t) {
+		t.Run(dir, func(t *testing.T) {
+			files := goFiles(t, dir)
+			if n := len(files); n > maxPackageFiles && !strings.HasSuffix(files[0], "_test.go") {
+				t.Errorf("%d non-test files; a package past %d files is two packages", n, maxPackageFiles)
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, "doc.go"), nil, parser.ParseComments|parser.PackageClauseOnly)
+			if err != nil {
+				t.Fatalf("no doc.go: %v", err)
+			}
+			if f.Doc == nil {
+				t.Fatal("doc.go has no package comment")
+			}
+			doc := f.Doc.Text()
+			for _, name := range files {
+				if name != "doc.go" && !strings.Contains(doc, name) {
+					t.Errorf("doc.go does not name %s", name)
+				}
+			}
+		})
+	}
+}
+
+// The root package exports no alias of an internal type, and no value
+// taken from an internal package: go doc shows a user everything it
+// exports (the seams are package host's).
+func TestTheRootPackageReexportsNothingInternal(t *testing.T) {
+	pkgs, err := parser.ParseDir(token.NewFileSet(), ".", func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range pkgs {
+		for name, file := range pkg.Files {
+			internal := map[string]bool{} // import names of internal packages
+			for _, imp := range file.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				if strings.Contains(path, "/internal/") {
+					local := filepath.Base(path)
+					if imp.Name != nil {
+						local = imp.Name.Name
+					}
+					internal[local] = true
+				}
+			}
+			for _, decl := range file.Decls {
+				gen, ok := decl.(*ast.GenDecl)
+				if !ok {
+					continue
+				}
+				for _, spec := range gen.Specs {
+					var exported []*ast.Ident
+					var from []ast.Expr
+					switch s := spec.(type) {
+					case *ast.TypeSpec:
+						if s.Assign.IsValid() {
+							exported, from = []*ast.Ident{s.Name}, []ast.Expr{s.Type}
+						}
+					case *ast.ValueSpec:
+						exported, from = s.Names, append(s.Values, s.Type)
+					}
+					for _, id := range exported {
+						if !id.IsExported() {
+							continue
+						}
+						for _, e := range from {
+							if e == nil {
+								continue
+							}
+							ast.Inspect(e, func(n ast.Node) bool {
+								if sel, ok := n.(*ast.SelectorExpr); ok {
+									if x, ok := sel.X.(*ast.Ident); ok && internal[x.Name] {
+										t.Errorf("%s: exported %s comes from internal package %s (%s.%s)", name, id.Name, x.Name, x.Name, sel.Sel.Name)
+									}
+								}
+								return true
+							})
+						}
+					}
+				}
+			}
+		}
+	}
+}
