@@ -16,7 +16,7 @@ import (
 // attachment is one allocation on one network, with its interface name
 // (at first its place in the allocation's list).
 type attachment struct {
-	conf   network
+	conf   networkConf
 	ifName string // ifPrefix + the network's index in the allocation's list
 	// viaCNI: the default network as the first interface, which go-cni (or
 	// Config.CNI) attaches — the single-network path, unchanged.

@@ -103,15 +103,15 @@ type Configurator struct {
 	networkName  string
 	ignoreHostIP bool
 	retry        RetryPolicy
-	tables       *iptables.Tables
-	nftables     *nftables.Handle
+	iptOpener    *iptables.Opener
+	nftOpener    *nftables.Opener
 	cacheDir     string
 	lib          *libcni.CNIConfig // VERSION, GC and validation, on the same dirs and cache as the verbs
 	driver       netDriver         // attaches what go-cni cannot: any network but the default as eth0
 	explicit     []byte            // Config.ConfList
 	extra        [][]byte          // Config.ConfLists
 	adm          admission.Control // per-allocation locks and the GC guard
-	links        func() (host.Links, error)
+	openLinks    func() (host.Links, error)
 	versions     pluginVersions
 	tel          *telemetry
 
@@ -124,10 +124,10 @@ type Configurator struct {
 	}
 	pluginsOKByName map[string]pluginsFound // the same, per network
 
-	mu        sync.RWMutex       // guards conf, nets, retired and loaded
-	conf      network            // the default network's
-	nets      registry           // every known network, the default included
-	retired   map[string]network // networks a Reload dropped: Teardown still needs them
+	mu        sync.RWMutex           // guards conf, nets, retired and loaded
+	conf      networkConf            // the default network's
+	nets      registry               // every known network, the default included
+	retired   map[string]networkConf // networks a Reload dropped: Teardown still needs them
 	loaded    bool
 	watcher   *watcher
 	closed    bool
@@ -157,9 +157,9 @@ func New(cfg Config) (*Configurator, error) {
 		networkName:  cfg.NetworkName,
 		ignoreHostIP: cfg.IgnorePortMappingHostIP,
 		retry:        cfg.Retry.withDefaults(),
-		tables:       &iptables.Tables{Open: cfg.IPTables},
-		nftables:     &nftables.Handle{Open: cfg.NFTables},
-		links:        cfg.Links,
+		iptOpener:    &iptables.Opener{Open: cfg.IPTables},
+		nftOpener:    &nftables.Opener{Open: cfg.NFTables},
+		openLinks:    cfg.Links,
 		cacheDir:     cfg.CacheDir,
 		explicit:     cfg.ConfList,
 		extra:        cfg.ConfLists,
@@ -202,8 +202,8 @@ func New(cfg Config) (*Configurator, error) {
 }
 
 func (c *Configurator) applyDefaults() {
-	if c.links == nil {
-		c.links = links.New
+	if c.openLinks == nil {
+		c.openLinks = links.New
 	}
 	if c.logger == nil {
 		c.logger = hclog.NewNullLogger()
@@ -223,7 +223,7 @@ func (c *Configurator) applyDefaults() {
 
 // current returns the conflist in use and makes sure go-cni has it: go-cni
 // starts empty, and says so with ErrCNINotInitialized.
-func (c *Configurator) current() (network, error) {
+func (c *Configurator) current() (networkConf, error) {
 	c.mu.RLock()
 	conf, loaded, closed := c.conf, c.loaded, c.closed
 	c.mu.RUnlock()
@@ -239,10 +239,10 @@ func (c *Configurator) current() (network, error) {
 		return c.conf, nil
 	}
 	if err := c.cni.Status(); err != nil && !cni.IsCNINotInitialized(err) {
-		return network{}, fmt.Errorf("%w: CNI STATUS: %w", ErrNotReady, err)
+		return networkConf{}, fmt.Errorf("%w: CNI STATUS: %w", ErrNotReady, err)
 	} else if err != nil {
 		if err := c.cni.Load(cni.WithConfListBytes(c.conf.bytes)); err != nil {
-			return network{}, fmt.Errorf("%w: loading conflist %q: %w", ErrInvalidConfig, c.conf.list.Name, err)
+			return networkConf{}, fmt.Errorf("%w: loading conflist %q: %w", ErrInvalidConfig, c.conf.list.Name, err)
 		}
 	}
 	c.loaded = true
@@ -251,16 +251,16 @@ func (c *Configurator) current() (network, error) {
 
 // footprintNetwork is what the cleaner must know about conf's network:
 // its attachments have interface ifName, or any of ifNames.
-func (c *Configurator) footprintNetwork(conf network, ifName string, ifNames []string) footprint.Network {
+func (c *Configurator) footprintNetwork(conf networkConf, ifName string, ifNames []string) footprint.Network {
 	n := conf.info.footprint
 	n.IfName, n.IfNames, n.CacheDir = ifName, ifNames, c.cacheDir
 	return n
 }
 
-// host is how the cleaner reaches the host, with every network whose
+// seams is how the cleaner reaches the seams, with every network whose
 // state may be there: another network's reservations and cached results
 // say that an address is held.
-func (c *Configurator) host() footprint.Host {
+func (c *Configurator) seams() footprint.Seams {
 	known := c.knownNetworks()
 	c.mu.RLock()
 	for _, conf := range c.retired {
@@ -272,7 +272,7 @@ func (c *Configurator) host() footprint.Host {
 	for i, conf := range known {
 		nets[i] = c.footprintNetwork(conf, ifNames[0], ifNames)
 	}
-	return footprint.Host{IPTables: c.tables.Get, NFTables: c.nftables.Get, Links: c.links, Networks: nets}
+	return footprint.Seams{IPTables: c.iptOpener.Get, NFTables: c.nftOpener.Get, Links: c.openLinks, Networks: nets}
 }
 
 // Close stops watching ConfDir. Calls after Close fail with ErrClosed,

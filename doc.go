@@ -55,7 +55,8 @@
 //   - allocation: the workload as the caller names it (Allocation); its ID
 //     is the CNI container ID.
 //   - network: a configured CNI network, one conflist this Configurator
-//     knows (the unexported type network; a value of it is named conf).
+//     knows, by its name. Its conf is the conflist as loaded (the
+//     unexported type networkConf; a value of it is named conf).
 //     In the exported API a network argument is a network's name. The
 //     default network is the one an Allocation that names none joins.
 //   - request: what the plugins are told about one allocation — its ID,
@@ -87,7 +88,7 @@
 //	doc.go                This overview.
 //	configurator.go       Config (its seams are package host's), Configurator, New, Close.
 //	allocation.go         Allocation, Port, NetworkPorts, PortMappings.
-//	networks.go           The network type and the registry of known networks, read from Config; Networks.
+//	networks.go           networkConf and the registry of known networks, read from Config; Networks.
 //	conflist.go           Conflists: LoadConfList, BridgeConfig, BridgeConfList, WriteConfList, parsing.
 //	request.go            The request: built from an Allocation (and from libcni's cache), and its CNI args.
 //	capabilities.go       Capability arguments: ValidateCapabilities, which a network is given.

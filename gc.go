@@ -56,7 +56,7 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	c.adm.BeginGC()
 	defer c.adm.EndGC()
 	progress := newGCProgress(c.logger)
-	sweep := footprint.NewSweep(ctx, c.host())
+	sweep := footprint.NewSweep(ctx, c.seams())
 	sweep.WholeWorkload = only == nil // a dead id is dead on every network, unless GCWith spares some
 	errs := []error{c.gcCached(ctx, sweep, nets, live, report)}
 	progress.step("libcni GC done", report.Len())
@@ -68,7 +68,7 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	return report, errors.Join(errs...)
 }
 
-func names(confs []network) []string {
+func names(confs []networkConf) []string {
 	out := make([]string, len(confs))
 	for i, conf := range confs {
 		out[i] = conf.info.name
@@ -78,7 +78,7 @@ func names(confs []network) []string {
 
 // gcNetworks returns the networks GC covers, and the names of those whose
 // conflist sets disableGC or that only (when not nil) leaves out.
-func (c *Configurator) gcNetworks(only map[string]bool) (nets []network, skipped map[string]bool) {
+func (c *Configurator) gcNetworks(only map[string]bool) (nets []networkConf, skipped map[string]bool) {
 	skipped = map[string]bool{}
 	for _, conf := range c.knownNetworks() {
 		if spared(only, conf.info.name) {
@@ -103,7 +103,7 @@ func (c *Configurator) gcNetworks(only map[string]bool) (nets []network, skipped
 // No Setup may
 // run meanwhile: the GC verb would take its half-made attachment for a
 // stale one.
-func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, nets []network, live map[string]bool, report *GCReport) (err error) {
+func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, nets []networkConf, live map[string]bool, report *GCReport) (err error) {
 	ctx, span := c.tel.startSpan(ctx, spanGCCached)
 	defer func() { span.end(err) }()
 	defer c.adm.LockGate()()
@@ -165,7 +165,7 @@ func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, n
 
 // gcSweep removes the footprint of every dead attachment of the GC'd
 // networks it can attribute.
-func (c *Configurator) gcSweep(sweep *footprint.Cleaner, nets []network, skipped, live map[string]bool, report *GCReport, progress *gcProgress) error {
+func (c *Configurator) gcSweep(sweep *footprint.Cleaner, nets []networkConf, skipped, live map[string]bool, report *GCReport, progress *gcProgress) error {
 	found, scanErr := sweep.DiscoverAll()
 	progress.step("host scanned", len(found))
 	var dead []footprint.Attachment

@@ -12,11 +12,11 @@ import (
 
 // registry is every network a Configurator knows, by name.
 type registry struct {
-	byName  map[string]network
+	byName  map[string]networkConf
 	skipped []error // ConfDir files that could not be read: a network asked for may be in one
 }
 
-func newRegistry() registry { return registry{byName: map[string]network{}} }
+func newRegistry() registry { return registry{byName: map[string]networkConf{}} }
 
 // names returns the known network names, sorted.
 func (r registry) names() []string {
@@ -39,28 +39,28 @@ type confDirNetwork struct {
 // ConfLists, whose bytes win over a ConfDir network of the same name.
 // The default network is ConfList's, else NetworkName, else the first
 // network in ConfDir (in file order), else the first of ConfLists.
-func (c *Configurator) readNets() (network, registry, error) {
+func (c *Configurator) readNets() (networkConf, registry, error) {
 	reg := newRegistry()
-	var def network
+	var def networkConf
 	var dirNets []confDirNetwork
 	switch {
 	case len(c.explicit) > 0:
 		conf, err := c.readConf(c.explicit)
 		if err != nil {
-			return network{}, reg, err
+			return networkConf{}, reg, err
 		}
 		def, reg.byName[conf.info.name] = conf, conf
 	case c.confDir != "":
 		var err error
 		if dirNets, reg, err = c.readConfDir(); err != nil {
-			return network{}, reg, err
+			return networkConf{}, reg, err
 		}
 	case len(c.extra) == 0:
-		return network{}, reg, fmt.Errorf("%w: set ConfList, ConfLists, or ConfDir (and NetworkName)", ErrInvalidConfig)
+		return networkConf{}, reg, fmt.Errorf("%w: set ConfList, ConfLists, or ConfDir (and NetworkName)", ErrInvalidConfig)
 	}
 	extra, err := c.readExtra(reg)
 	if err != nil {
-		return network{}, reg, err
+		return networkConf{}, reg, err
 	}
 	if def.list != nil {
 		return def, reg, nil
@@ -96,7 +96,7 @@ func (c *Configurator) readConfDir() ([]confDirNetwork, registry, error) {
 		if _, dup := reg.byName[list.Name]; dup {
 			continue
 		}
-		reg.byName[list.Name] = network{bytes: list.Bytes, list: list, info: newNetworkInfo(list)}
+		reg.byName[list.Name] = networkConf{bytes: list.Bytes, list: list, info: newNetworkInfo(list)}
 		nets = append(nets, confDirNetwork{file: file, list: list})
 	}
 	return nets, reg, nil
@@ -120,14 +120,14 @@ func (c *Configurator) readExtra(reg registry) ([]string, error) {
 			return nil, fmt.Errorf("%w: ConfLists[%d]: network %q is given twice", ErrInvalidConfig, i, list.Name)
 		}
 		fromBytes[list.Name] = true
-		reg.byName[list.Name] = network{bytes: raw, list: list, info: newNetworkInfo(list)}
+		reg.byName[list.Name] = networkConf{bytes: raw, list: list, info: newNetworkInfo(list)}
 		names = append(names, list.Name)
 	}
 	return names, nil
 }
 
 // pickDefault chooses the default network when ConfList does not say.
-func (c *Configurator) pickDefault(reg registry, dirNets []confDirNetwork, extra []string) (network, error) {
+func (c *Configurator) pickDefault(reg registry, dirNets []confDirNetwork, extra []string) (networkConf, error) {
 	name := c.networkName
 	switch {
 	case name != "":
@@ -140,20 +140,20 @@ func (c *Configurator) pickDefault(reg registry, dirNets []confDirNetwork, extra
 		if len(reg.skipped) > 0 {
 			err = fmt.Errorf("%w; %d unreadable file(s) skipped: %w", err, len(reg.skipped), errors.Join(reg.skipped...))
 		}
-		return network{}, err
+		return networkConf{}, err
 	}
 	if conf, ok := reg.byName[name]; ok {
 		return conf, nil
 	}
-	return network{}, notFoundError(c.confDir, name, reg.names(), reg.skipped)
+	return networkConf{}, notFoundError(c.confDir, name, reg.names(), reg.skipped)
 }
 
 // knownNetworks returns every known network, the default first, then the
 // others by name.
-func (c *Configurator) knownNetworks() []network {
+func (c *Configurator) knownNetworks() []networkConf {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	out := []network{c.conf}
+	out := []networkConf{c.conf}
 	for _, name := range c.nets.names() {
 		if name != c.conf.info.name {
 			out = append(out, c.nets.byName[name])
@@ -177,7 +177,7 @@ func (c *Configurator) Networks() []string {
 // detach workloads that joined them.
 func (c *Configurator) retire(next registry) {
 	if c.retired == nil {
-		c.retired = map[string]network{}
+		c.retired = map[string]networkConf{}
 	}
 	for name, conf := range c.nets.byName {
 		if _, still := next.byName[name]; !still {
@@ -189,33 +189,33 @@ func (c *Configurator) retire(next registry) {
 	}
 }
 
-// network is one parsed conflist.
-type network struct {
+// networkConf is one parsed conflist.
+type networkConf struct {
 	bytes []byte
 	list  *libcni.NetworkConfigList
 	info  networkInfo
 }
 
 // readConf parses the explicit conflist bytes of the default network.
-func (c *Configurator) readConf(raw []byte) (network, error) {
+func (c *Configurator) readConf(raw []byte) (networkConf, error) {
 	list, err := parseConfList(raw)
 	if err != nil {
-		return network{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return networkConf{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.networkName != "" && list.Name != c.networkName {
-		return network{}, fmt.Errorf("%w: ConfList names network %q but NetworkName is %q", ErrInvalidConfig, list.Name, c.networkName)
+		return networkConf{}, fmt.Errorf("%w: ConfList names network %q but NetworkName is %q", ErrInvalidConfig, list.Name, c.networkName)
 	}
-	return network{bytes: raw, list: list, info: newNetworkInfo(list)}, nil
+	return networkConf{bytes: raw, list: list, info: newNetworkInfo(list)}, nil
 }
 
 // knownConf returns the conflist of a network this Configurator knows;
 // forTeardown also accepts one that a Reload dropped, and a closed
 // Configurator.
-func (c *Configurator) knownConf(name string, forTeardown bool) (network, error) {
+func (c *Configurator) knownConf(name string, forTeardown bool) (networkConf, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed && !forTeardown {
-		return network{}, fmt.Errorf("%w: network %q", ErrClosed, name)
+		return networkConf{}, fmt.Errorf("%w: network %q", ErrClosed, name)
 	}
 	if conf, ok := c.nets.byName[name]; ok {
 		return conf, nil
@@ -223,7 +223,7 @@ func (c *Configurator) knownConf(name string, forTeardown bool) (network, error)
 	if conf, ok := c.retired[name]; ok && forTeardown {
 		return conf, nil
 	}
-	return network{}, fmt.Errorf("%w: no network %q (known: %s)", ErrNetworkNotFound, name, strings.Join(c.nets.names(), ", "))
+	return networkConf{}, fmt.Errorf("%w: no network %q (known: %s)", ErrNetworkNotFound, name, strings.Join(c.nets.names(), ", "))
 }
 
 // checkNetworkName rejects a network name no conflist can have.

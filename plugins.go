@@ -142,7 +142,7 @@ type pluginsFound struct {
 // fails halfway through leaves a veth until the namespace goes, and a DEL
 // cannot run a plugin that is not there either. The answer is kept until
 // the conflist or a plugin directory changes.
-func (c *Configurator) checkPlugins(conf network) error {
+func (c *Configurator) checkPlugins(conf networkConf) error {
 	stamp := c.pluginDirsStamp()
 	c.pluginsMu.Lock()
 	defer c.pluginsMu.Unlock()
@@ -173,7 +173,7 @@ func (c *Configurator) pluginDirsStamp() []time.Time {
 }
 
 // checkPluginsIn reports the plugins of conf missing from the plugin dirs.
-func (c *Configurator) checkPluginsIn(conf network) error {
+func (c *Configurator) checkPluginsIn(conf networkConf) error {
 	var missing []string
 	for _, t := range conf.info.pluginTypes {
 		if _, err := invoke.FindInPath(t, c.pluginDirs); err != nil {

@@ -49,7 +49,7 @@ func (c *Configurator) requestIn(alloc *Allocation, netns string) (request, erro
 	return c.requestAt(alloc, netns, ErrInvalidArgument, c.findPlugins)
 }
 
-// requestToCheck is attachmentIn for Check: a namespace that is gone
+// requestToCheck is requestIn for Check: a namespace that is gone
 // is a verdict on the attachment (ErrCheckFailed: rebuild it).
 func (c *Configurator) requestToCheck(alloc *Allocation, netns string) (request, error) {
 	return c.requestAt(alloc, netns, ErrCheckFailed, c.findPlugins)
@@ -91,7 +91,7 @@ func (c *Configurator) namedRequest(alloc *Allocation, network, netns, ifName st
 	return c.requestAt(alloc, netns, noNetNS, c.driver.runsPlugins())
 }
 
-// opts returns the go-cni namespace options for this attachment.
+// opts returns the go-cni namespace options for this request.
 func (a request) opts() []cni.NamespaceOpts {
 	opts := make([]cni.NamespaceOpts, 0, 1+len(a.args))
 	opts = append(opts, cni.WithCapabilityPortMap(a.mappings))

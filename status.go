@@ -36,7 +36,7 @@ func (c *Configurator) Status(ctx context.Context) (err error) {
 
 // networkReady is Status for one network. The default network's STATUS
 // goes through Config.CNI, like its other verbs.
-func (c *Configurator) networkReady(ctx context.Context, conf network, isDefault bool) (err error) {
+func (c *Configurator) networkReady(ctx context.Context, conf networkConf, isDefault bool) (err error) {
 	ctx, op := c.tel.startNetwork(ctx, opStatusNetwork, conf.info.name, "", "", "")
 	defer func() { op.end(err) }()
 	if err := c.checkPluginsIn(conf); err != nil {

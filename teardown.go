@@ -86,7 +86,7 @@ func (c *Configurator) detach(ctx context.Context, req request, netns string, at
 	ctx, op := c.tel.startNetwork(ctx, opDetach, att.name(), att.ifName, req.id, netns)
 	defer func() { op.end(err) }()
 	start := time.Now()
-	cl := footprint.NewCleaner(ctx, c.footprintNetwork(att.conf, att.ifName, nil), c.host())
+	cl := footprint.NewCleaner(ctx, c.footprintNetwork(att.conf, att.ifName, nil), c.seams())
 	var removeErr error
 	prevention, preventErr := cl.Prevent([]string{req.id}) // also reads the proof the DEL erases
 	prevented := time.Now()
@@ -149,7 +149,7 @@ func (c *Configurator) delHostportsOnce(ctx context.Context, netns string, found
 		return
 	}
 	fa := nft[0]
-	cl := footprint.NewCleaner(ctx, c.footprintNetwork(fa.att.conf, fa.att.ifName, nil), c.host())
+	cl := footprint.NewCleaner(ctx, c.footprintNetwork(fa.att.conf, fa.att.ifName, nil), c.seams())
 	if only, err := cl.HostportDELReachesOnlySet(atts); !only {
 		c.logger.Debug("portmap's nftables DEL left out: rules of the same container id are not the leaving attachments'",
 			"alloc_id", fa.req.id, "error", err)

@@ -37,7 +37,7 @@ func TestErrorTypeNamesTheMostSpecificSentinel(t *testing.T) {
 func BenchmarkTelemetryWithoutProvider(b *testing.B) {
 	c := &Configurator{logger: hclog.NewNullLogger()}
 	t := newTelemetry(Config{}, c)
-	att := attachment{conf: network{info: networkInfo{name: "nomad"}}, ifName: "eth0"}
+	att := attachment{conf: networkConf{info: networkInfo{name: "nomad"}}, ifName: "eth0"}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -45,8 +45,8 @@ func (n Network) ifNames() []string {
 	return names
 }
 
-// Host is how the cleaner reaches the host; tests replace each seam.
-type Host struct {
+// Seams is how the cleaner reaches the host; tests replace each seam.
+type Seams struct {
 	// IPTables opens iptables (ipv6 false) or ip6tables.
 	IPTables func(ipv6 bool) (host.IPTables, error)
 	// NFTables opens nftables; ErrNFTablesMissing (or a nil func) means
@@ -73,7 +73,7 @@ type Host struct {
 // family's at a time (see sweep.go).
 type Cleaner struct {
 	ctx   context.Context
-	host  Host
+	host  Seams
 	nets  map[string]Network
 	net   string // NewCleaner's network
 	whole bool   // a sweep: whole tables are listed, every file read
@@ -92,7 +92,7 @@ type Cleaner struct {
 
 // NewCleaner returns a cleaner of network n's attachments on host h; ctx
 // bounds everything it runs.
-func NewCleaner(ctx context.Context, n Network, h Host) *Cleaner {
+func NewCleaner(ctx context.Context, n Network, h Seams) *Cleaner {
 	c := NewSweep(ctx, h)
 	c.nets[n.Name], c.net, c.whole = n, n.Name, false
 	return c
@@ -100,7 +100,7 @@ func NewCleaner(ctx context.Context, n Network, h Host) *Cleaner {
 
 // NewSweep returns a cleaner of attachments of every network in
 // h.Networks.
-func NewSweep(ctx context.Context, h Host) *Cleaner {
+func NewSweep(ctx context.Context, h Seams) *Cleaner {
 	nets := make(map[string]Network, len(h.Networks))
 	for _, n := range h.Networks {
 		nets[n.Name] = n

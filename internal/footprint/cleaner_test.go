@@ -36,7 +36,7 @@ func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T)
 		}
 		emus[i] = emulateLegacy(t, tables)
 	}
-	hostTables := Host{IPTables: func(v6 bool) (host.IPTables, error) {
+	hostTables := Seams{IPTables: func(v6 bool) (host.IPTables, error) {
 		return iptables.NewEmulated(emus[b2i(v6)].Run, true, func(string) (int, bool) { return 4242, emus[b2i(v6)].IsHeld() }), nil
 	}}
 	net := Network{Name: "nomad", IfName: "eth0", IPAMDirs: []string{t.TempDir()}, CacheDir: t.TempDir()}
@@ -109,7 +109,7 @@ func TestCleanWithAnEndedContextRunsNothingAndKeepsTheProof(t *testing.T) {
 		t.Fatal(err)
 	}
 	emu := emulateLegacy(t, tables.Load("nat", string(raw)))
-	hostTables := Host{IPTables: func(bool) (host.IPTables, error) {
+	hostTables := Seams{IPTables: func(bool) (host.IPTables, error) {
 		return iptables.NewEmulated(emu.Run, true, func(string) (int, bool) { return 4242, emu.IsHeld() }), nil
 	}}
 	net := Network{Name: "nomad", IfName: "eth0", IPAMDirs: []string{t.TempDir()}, CacheDir: t.TempDir()}
@@ -141,5 +141,9 @@ func emulateLegacy(t *testing.T, tables *fakeipt.IPTables) *fakeipt.Legacy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fakeipt.NewLegacy(tables, msgs["iptables-legacy -w 1 -t nat -S POSTROUTING"])
+	giveUp, ok := msgs["iptables-legacy -w 1 -t nat -S POSTROUTING"]
+	if !ok || len(msgs) != 6 {
+		t.Fatalf("%d captured messages, none for iptables-legacy -w 1 -t nat -S POSTROUTING; want 6", len(msgs))
+	}
+	return fakeipt.NewLegacy(tables, giveUp)
 }

@@ -58,7 +58,7 @@
 // iptables-restore, which deletes by content; nothing else is ever
 // deleted in its place.
 //
-// The host is reached only through Host (host.IPTables, host.NFTables,
+// The host is reached only through Seams (host.IPTables, host.NFTables,
 // host.Links and the file system); packages iptables, nftables,
 // nfnetlink and links hold the defaults and the listing parsers.
 //

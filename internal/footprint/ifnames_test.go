@@ -21,9 +21,9 @@ func masq(network, id, ifName, addr string, handle int) host.NFTRule {
 		Comment: footprint.Attachment{Network: network, ID: id}.NFTMasqComment(ifName), Saddr: netip.MustParseAddr(addr)}
 }
 
-func hostWith(nft *fakenft.NFTables) footprint.Host {
+func hostWith(nft *fakenft.NFTables) footprint.Seams {
 	ipt := fakeipt.New()
-	return footprint.Host{
+	return footprint.Seams{
 		IPTables: func(bool) (host.IPTables, error) { return ipt, nil },
 		NFTables: func() (host.NFTables, error) { return nft, nil },
 	}

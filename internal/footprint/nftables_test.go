@@ -275,8 +275,8 @@ func writeHostFiles(t *testing.T, root string, files []hostFile) {
 	}
 }
 
-func (s *scenario) host(nft host.NFTables) footprint.Host {
-	return footprint.Host{
+func (s *scenario) seams(nft host.NFTables) footprint.Seams {
+	return footprint.Seams{
 		IPTables: func(v6 bool) (host.IPTables, error) {
 			if v6 {
 				return s.ipt[1], nil
@@ -287,10 +287,10 @@ func (s *scenario) host(nft host.NFTables) footprint.Host {
 	}
 }
 
-// probedHost is s.host with the in-process views of the host's
+// probedSeams is s.host with the in-process views of the host's
 // nftables and nf_tables-backed iptables.
-func (s *scenario) probedHost() footprint.Host {
-	return footprint.Host{
+func (s *scenario) probedSeams() footprint.Seams {
+	return footprint.Seams{
 		IPTables: func(v6 bool) (host.IPTables, error) {
 			return fakeipt.NewProbing(s.ipt[b2i(v6)]), nil
 		},
@@ -680,9 +680,9 @@ func (tc nftCase) run(t *testing.T, probed bool) {
 		iptBefore[i] = map[string]string{"nat": ipt.Save("nat"), "filter": ipt.Save("filter")}
 	}
 
-	seams := s.host(s.nft)
+	seams := s.seams(s.nft)
 	if probed {
-		seams = s.probedHost()
+		seams = s.probedSeams()
 	}
 	cl := footprint.NewCleaner(context.Background(), s.net, seams)
 	if tc.gc {
@@ -832,7 +832,7 @@ func TestCleanOnAHostWithoutNFTablesCleansTheRestAndIsNoFailure(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := singleScenario(t)
-			seams := s.host(nil)
+			seams := s.seams(nil)
 			seams.NFTables = tc.open
 			cl := footprint.NewCleaner(context.Background(), s.net, seams)
 			cl.Prevent([]string{"web-1"})
@@ -855,7 +855,7 @@ func TestCleanWhenNFTablesCannotBeListedDeletesNoNFTRuleAndSaysSo(t *testing.T) 
 	s := singleScenario(t)
 	s.nft.FailList = errors.New("netlink: Error: Could not process rule: Operation not permitted")
 	before := s.nft.Rules()
-	cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+	cl := footprint.NewCleaner(context.Background(), s.net, s.seams(s.nft))
 	cl.Prevent([]string{"web-1"})
 	items, err := cl.Clean([]string{"web-1"})
 	if err == nil || !strings.Contains(err.Error(), "nftables") || !strings.Contains(err.Error(), "Operation not permitted") {
@@ -877,7 +877,7 @@ func TestCleanWhenNFTablesRefusesEveryDeletionReportsEachRule(t *testing.T) {
 	s := singleScenario(t)
 	s.nft.FailDelete = errors.New("Error: Could not process rule: Operation not permitted")
 	before := s.nft.Rules()
-	cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+	cl := footprint.NewCleaner(context.Background(), s.net, s.seams(s.nft))
 	cl.Prevent([]string{"web-1"})
 	items, err := cl.Clean([]string{"web-1"})
 	if err == nil || !strings.Contains(err.Error(), "nftables: deleting") {
@@ -899,7 +899,7 @@ func TestCleanWhenNFTablesRefusesEveryDeletionReportsEachRule(t *testing.T) {
 
 func TestCleanDeletesEachTablesRulesInOneTransaction(t *testing.T) {
 	s := singleScenario(t)
-	cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+	cl := footprint.NewCleaner(context.Background(), s.net, s.seams(s.nft))
 	cl.Prevent([]string{"web-1"})
 	if _, err := cl.Clean([]string{"web-1"}); err != nil {
 		t.Fatal(err)
@@ -963,7 +963,7 @@ func TestCleanFallsBackToOneRuleAtATimeWhenATransactionFails(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := singleScenario(t)
 			nft := &flakyNFT{NFTables: s.nft, first: tc.first}
-			cl := footprint.NewCleaner(context.Background(), s.net, s.host(nft))
+			cl := footprint.NewCleaner(context.Background(), s.net, s.seams(nft))
 			cl.Prevent([]string{"web-1"})
 			items, err := cl.Clean([]string{"web-1"})
 			if err != nil {

@@ -48,9 +48,9 @@ func (l *fakeLinks) left() []string {
 	return out
 }
 
-func pluginHost(links *fakeLinks, nets ...footprint.Network) footprint.Host {
+func pluginHost(links *fakeLinks, nets ...footprint.Network) footprint.Seams {
 	ipt := fakeipt.New()
-	return footprint.Host{
+	return footprint.Seams{
 		IPTables: func(bool) (host.IPTables, error) { return ipt, nil },
 		NFTables: func() (host.NFTables, error) { return &fakenft.NFTables{}, nil },
 		Links:    func() (host.Links, error) { return links, nil },

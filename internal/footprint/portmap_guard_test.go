@@ -68,7 +68,7 @@ func TestTheOtherNetworksPortMappingsOfTheSameIDAreNeverTouchedByItsDEL(t *testi
 			if len(net2Before) == 0 {
 				t.Fatal("the capture has no hostport rules of network 2")
 			}
-			cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+			cl := footprint.NewCleaner(context.Background(), s.net, s.seams(s.nft))
 			cl.WholeWorkload = tc.whole
 			p, err := cl.Prevent([]string{"same-1"})
 			if err != nil {

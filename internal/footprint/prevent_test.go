@@ -98,7 +98,7 @@ func TestPreventHandsTheDELOnlyAddressesTheAttachmentProvablyStillOwns(t *testin
 			}
 			cache := filepath.Join(s.net.CacheDir, "results", nftnet1+"-"+tc.id+"-eth0")
 			before := cachedIPs(t, cache)
-			cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+			cl := footprint.NewCleaner(context.Background(), s.net, s.seams(s.nft))
 			p, err := cl.Prevent([]string{tc.id})
 			if err != nil {
 				t.Fatal(err)
@@ -145,13 +145,13 @@ func TestAStaleCachedResultsDELNeverTouchesTheRulesOfTheAddressesNewHolder(t *te
 			var cl *footprint.Cleaner
 			var err error
 			if gc {
-				seams := s.host(s.nft)
+				seams := s.seams(s.nft)
 				seams.Networks = []footprint.Network{s.net}
 				cl = footprint.NewSweep(context.Background(), seams)
 				cl.WholeWorkload = true
 				_, err = cl.PreventAll([]footprint.Attachment{ghost})
 			} else {
-				cl = footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+				cl = footprint.NewCleaner(context.Background(), s.net, s.seams(s.nft))
 				_, err = cl.Prevent([]string{ghost.ID})
 			}
 			if err != nil {
@@ -211,7 +211,7 @@ func TestAPreventionKilledAtAnyWriteIsFinishedByTheNextTeardown(t *testing.T) {
 				}
 				return nil
 			})
-			_, err := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft)).Prevent([]string{"ghost"})
+			_, err := footprint.NewCleaner(context.Background(), s.net, s.seams(s.nft)).Prevent([]string{"ghost"})
 			undo()
 			if !errors.Is(err, killed) {
 				t.Fatalf("Prevent = %v, want it cut short", err)
@@ -231,7 +231,7 @@ func TestAPreventionKilledAtAnyWriteIsFinishedByTheNextTeardown(t *testing.T) {
 				t.Errorf("libcni's results directory holds %q (%v), want %q: libcni takes any file there for a cached attachment", names, err, want)
 			}
 			// The next Teardown: Prevent, the DEL as it is then, Clean.
-			cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+			cl := footprint.NewCleaner(context.Background(), s.net, s.seams(s.nft))
 			if _, err := cl.Prevent([]string{"ghost"}); err != nil {
 				t.Fatal(err)
 			}
@@ -268,7 +268,7 @@ func TestGCFinishesWhatAnIntentRecordAloneProves(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := s.ipt[0].Rules("filter", "CNI-FORWARD")
-	seams := s.host(s.nft)
+	seams := s.seams(s.nft)
 	seams.Networks = []footprint.Network{s.net}
 	sweep := footprint.NewSweep(context.Background(), seams)
 	found, err := sweep.DiscoverAll()
@@ -305,7 +305,7 @@ func TestTheIntentRecordAloneProvesAWithheldAddressAfterACrash(t *testing.T) {
 		cached(nftnet1, "eth0", "ghost", "198.18.1.9", "fd00:198:18:0:1::9")}))
 	s.net = withFirewall(s.net)
 	s.ipt[0].Load("filter", "-A CNI-FORWARD -d 198.18.1.9/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n-A CNI-FORWARD -s 198.18.1.9/32 -j ACCEPT")
-	p, err := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft)).Prevent([]string{"ghost"})
+	p, err := footprint.NewCleaner(context.Background(), s.net, s.seams(s.nft)).Prevent([]string{"ghost"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestTheIntentRecordAloneProvesAWithheldAddressAfterACrash(t *testing.T) {
 // Prevent (which reads what is left to prove), then Clean.
 func teardownAfterDEL(t *testing.T, s *scenario, id string) {
 	t.Helper()
-	cl := footprint.NewCleaner(context.Background(), s.net, s.host(s.nft))
+	cl := footprint.NewCleaner(context.Background(), s.net, s.seams(s.nft))
 	if _, err := cl.Prevent([]string{id}); err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func TestTeardownReadsOnlyWhatItsAttachmentCanOwnWhereTheHostCanBeProbed(t *test
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScenario(t, tc.capture, nftnet1, "eth0", tc.files)
 			s.net.HostportNFT = tc.hostportNFT
-			cl := footprint.NewCleaner(context.Background(), s.net, footprint.Host{
+			cl := footprint.NewCleaner(context.Background(), s.net, footprint.Seams{
 				IPTables: func(v6 bool) (host.IPTables, error) {
 					return fakeipt.NewProbing(s.ipt[b2i(v6)]), nil
 				},
@@ -129,7 +129,7 @@ func TestTeardownReadsOnlyWhatItsAttachmentCanOwnWhereTheHostCanBeProbed(t *test
 func TestFailingProbesFallBackToListing(t *testing.T) {
 	s := newScenario(t, "leaked-no-del", nftnet1, "eth0", join(net1Dir3, live1Reserved, crash1Reserved, []hostFile{live1Cached, crash1Cached}))
 	probeErr := errors.New("netlink: operation not permitted")
-	cl := footprint.NewCleaner(context.Background(), s.net, footprint.Host{
+	cl := footprint.NewCleaner(context.Background(), s.net, footprint.Seams{
 		IPTables: func(v6 bool) (host.IPTables, error) {
 			return fakeipt.NewProbing(s.ipt[b2i(v6)]).FailingWith(probeErr), nil
 		},
@@ -161,9 +161,9 @@ func TestDeferredNFTablesEvidenceStillProtectsAnotherAttachmentsFirewallRules(t 
 				cached(nftnet1, "eth0", "ghost", "198.18.1.2", "fd00:198:18:0:1::2")})
 			s := newScenario(t, "leaked-no-del", nftnet1, "eth0", files)
 			before := [2]string{s.ipt[0].Save("filter"), s.ipt[1].Save("filter")}
-			seams := s.host(s.nft)
+			seams := s.seams(s.nft)
 			if probed {
-				seams = s.probedHost()
+				seams = s.probedSeams()
 			}
 			cl := footprint.NewCleaner(context.Background(), s.net, seams)
 			cl.Prevent([]string{"ghost"})
@@ -186,7 +186,7 @@ func TestAFailingMatcherMeansListing(t *testing.T) {
 	probeErr := errors.New("netlink: operation not permitted")
 	t.Run("after DEL, without any firewall evidence", func(t *testing.T) {
 		s := newScenario(t, "leaked-ns-deleted", nftnet1, "eth0", nil)
-		cl := footprint.NewCleaner(context.Background(), s.net, footprint.Host{
+		cl := footprint.NewCleaner(context.Background(), s.net, footprint.Seams{
 			IPTables: func(v6 bool) (host.IPTables, error) {
 				return fakeipt.NewProbing(s.ipt[b2i(v6)]).FailingWith(probeErr), nil
 			},
@@ -204,7 +204,7 @@ func TestAFailingMatcherMeansListing(t *testing.T) {
 	t.Run("before DEL, another network's hostport rules of the id keep portmap out", func(t *testing.T) {
 		s := newScenario(t, "two-networks-same-id", nftnet1, "eth0", join(same1Net1Files))
 		s.net.HostportNFT = true
-		cl := footprint.NewCleaner(context.Background(), s.net, footprint.Host{
+		cl := footprint.NewCleaner(context.Background(), s.net, footprint.Seams{
 			IPTables: func(v6 bool) (host.IPTables, error) { return s.ipt[b2i(v6)], nil },
 			NFTables: func() (host.NFTables, error) { return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil },
 		})

@@ -49,8 +49,8 @@ func newFamilySweep(t *testing.T, files []hostFile, nat, filter [2]string, nft .
 	return fs
 }
 
-func (fs *familySweep) host() footprint.Host {
-	return footprint.Host{
+func (fs *familySweep) seams() footprint.Seams {
+	return footprint.Seams{
 		IPTables: func(v6 bool) (host.IPTables, error) {
 			i := b2i(v6)
 			return listHooked{&fakeipt.Batching{IPTables: fs.s.ipt[i]}, func(table string) {
@@ -68,7 +68,7 @@ func (fs *familySweep) host() footprint.Host {
 // onClean is installed as the listing hook.
 func (fs *familySweep) sweep(t *testing.T, ids []string, onClean [2]func(table string)) {
 	t.Helper()
-	c := footprint.NewSweep(context.Background(), fs.host())
+	c := footprint.NewSweep(context.Background(), fs.seams())
 	c.WholeWorkload = true
 	if _, err := c.DiscoverAll(); err != nil {
 		t.Fatal(err)
@@ -180,8 +180,8 @@ func TestASweepKeepsTheEvidenceOfAFamilyItNoLongerHolds(t *testing.T) {
 
 // listOnlyHost is fs's host with iptables that offer List alone: a sweep
 // lists chain by chain.
-func (fs *familySweep) listOnlyHost() footprint.Host {
-	h := fs.host()
+func (fs *familySweep) listOnlyHost() footprint.Seams {
+	h := fs.seams()
 	h.IPTables = func(v6 bool) (host.IPTables, error) { return fs.s.ipt[b2i(v6)], nil }
 	return h
 }
@@ -197,7 +197,7 @@ func TestAGCDELNeverTakesANeighboursRulesInAFamilyWithNothingElse(t *testing.T) 
 	}
 	fs := newFamilySweep(t, files, [2]string{"", ""}, [2]string{"", forwardRules("fd00:198:18::5/128")})
 	fs.s.net.Plugins = []footprint.Plugin{{Type: "firewall"}}
-	c := footprint.NewSweep(context.Background(), fs.host())
+	c := footprint.NewSweep(context.Background(), fs.seams())
 	dead := []footprint.Attachment{{Network: "n", ID: "dead"}}
 	if _, err := c.PreventAll(dead); err != nil {
 		t.Fatal(err)

@@ -92,7 +92,7 @@ func TestASweepHoldsOneFamilysListingsAtATime(t *testing.T) {
 	ipt := [2]*fakeipt.IPTables{fakeipt.New().Load("nat", nat4), fakeipt.New().Load("nat", nat6)}
 	var views [2]*iptView
 	listedWhileOtherHeld := 0
-	host := Host{
+	host := Seams{
 		IPTables: func(v6 bool) (host.IPTables, error) {
 			i := b2i(v6)
 			return onListTable{&fakeipt.Batching{IPTables: ipt[i]}, func() {
@@ -136,7 +136,7 @@ func TestASweepDoesNotListAgainAFamilyWhereItFoundNothing(t *testing.T) {
 	chain := Attachment{"n", "a"}.MasqChain()
 	nat6 := strings.NewReplacer("CNI-aaaa", chain, "198.18.0.2/32", "fd00:198:18::2/128", "198.18.0.0/24", "fd00:198:18::/64").Replace(sweepNat)
 	ipt := [2]*fakeipt.IPTables{fakeipt.New().Load("nat", "-N CNI-HOSTPORT-SETMARK"), fakeipt.New().Load("nat", nat6)}
-	host := Host{
+	host := Seams{
 		IPTables: func(v6 bool) (host.IPTables, error) { return &fakeipt.Batching{IPTables: ipt[b2i(v6)]}, nil },
 		Networks: []Network{{Name: "n"}},
 	}

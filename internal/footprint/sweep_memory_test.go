@@ -22,7 +22,7 @@ func TestASweepOfDeadWorkloadsListsNFTablesWithoutExpressions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScenario(t, "two-networks-same-id", nftnet1, "eth0", join(same1Net1Files, same1Net2Files))
-			seams := s.host(s.nft)
+			seams := s.seams(s.nft)
 			seams.Networks = []footprint.Network{s.net}
 			dead := footprint.Attachment{Network: nftnet1, ID: "same-1"}
 			if tc.sweep {

@@ -18,7 +18,7 @@ import (
 // attachment can own; a GC's view (whole) lists whole tables once.
 type view struct {
 	ctx   context.Context
-	host  Host
+	host  Seams
 	nets  map[string]Network // every network whose state may be on the host
 	whole bool
 	errs  *errList
@@ -36,7 +36,7 @@ type view struct {
 	cachedAll  []cachedResult // every known network's cached results (a Teardown reads them only if it must)
 }
 
-func newView(ctx context.Context, h Host, nets map[string]Network, whole bool, errs *errList) *view {
+func newView(ctx context.Context, h Seams, nets map[string]Network, whole bool, errs *errList) *view {
 	v := &view{ctx: ctx, host: h, nets: nets, whole: whole, errs: errs}
 	for i, v6 := range []bool{false, true} {
 		if h.IPTables == nil {

@@ -12,7 +12,7 @@
 //
 // # Files, in reading order
 //
-//	tables.go        Tables (each family opened once per Configurator),
+//	tables.go        Opener (each family opened once per Configurator),
 //	                 BindContext, IsNotExist: what absence looks like
 //	iptables.go      New, the default IPTables: commands under a context,
 //	                 iptables-save and iptables-restore; NewEmulated for

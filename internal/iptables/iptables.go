@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coreos/go-iptables/iptables"
+	goiptables "github.com/coreos/go-iptables/iptables"
 	"github.com/seed1280861d/cninet/host"
 )
 
@@ -21,7 +21,7 @@ import (
 // the context's deadline; unbound, go-iptables runs List, Delete and
 // ClearAndDeleteChain with a lock wait of DefaultLockWait.
 type hostIPTables struct {
-	*iptables.IPTables
+	*goiptables.IPTables
 	list, save, restore string // binaries
 
 	// locking says the binaries take the xtables lock (iptables-legacy);
@@ -40,11 +40,11 @@ type Runner func(ctx context.Context, bin string, stdin []byte, args ...string) 
 
 // New opens the host's iptables (ipv6 false) or ip6tables.
 func New(ipv6 bool) (host.IPTables, error) {
-	proto, list, save, restore := iptables.ProtocolIPv4, "iptables", "iptables-save", "iptables-restore"
+	proto, list, save, restore := goiptables.ProtocolIPv4, "iptables", "iptables-save", "iptables-restore"
 	if ipv6 {
-		proto, list, save, restore = iptables.ProtocolIPv6, "ip6tables", "ip6tables-save", "ip6tables-restore"
+		proto, list, save, restore = goiptables.ProtocolIPv6, "ip6tables", "ip6tables-save", "ip6tables-restore"
 	}
-	ipt, err := iptables.New(iptables.IPFamily(proto), iptables.Timeout(int(host.DefaultLockWait/time.Second)))
+	ipt, err := goiptables.New(goiptables.IPFamily(proto), goiptables.Timeout(int(host.DefaultLockWait/time.Second)))
 	if err != nil {
 		return nil, err
 	}

@@ -44,17 +44,17 @@ func IsNotExist(err error) bool {
 		(strings.Contains(msg, "in table `") && strings.Contains(msg, "is incompatible, use 'nft' tool"))
 }
 
-// Tables opens iptables and ip6tables once each, for every cleaner of one
+// Opener opens iptables and ip6tables once each, for every cleaner of one
 // Configurator; a failed open (say, ip6tables missing) is retried on the
 // next use. The zero value opens the host's with New.
-type Tables struct {
+type Opener struct {
 	Open   func(ipv6 bool) (host.IPTables, error)
 	mu     sync.Mutex
 	tables [2]host.IPTables
 }
 
 // Get returns the family's IPTables.
-func (t *Tables) Get(ipv6 bool) (host.IPTables, error) {
+func (t *Opener) Get(ipv6 bool) (host.IPTables, error) {
 	i := 0
 	if ipv6 {
 		i = 1

@@ -2,8 +2,9 @@
 // chain by name, scans the rules of a table or chain without decoding
 // them into text, lists tables, and deletes rules by handle and chains
 // by name in acked batches at the generation of the dump they were
-// matched on. Packages iptables (for iptables-nft) and nftables use it;
-// nothing here knows the plugins.
+// matched on. Packages iptables (for iptables-nft), nftables and
+// footprint (its address scans of rule sketches) use it; nothing here
+// knows the plugins.
 //
 // # Files, in reading order
 //
@@ -11,7 +12,9 @@
 //	               requests, parsing what the kernel answers
 //	batch.go       Target, DeleteRules, DeleteChains: matching planned
 //	               deletions on a fresh dump, batching, settling each ack
-//	write.go       batch framing and sending; ListTables
-//	conn_linux.go  the socket, and the exported calls that open one each
+//	write.go       batch framing and sending; the table listing
+//	conn_linux.go  the socket, and the exported calls (ProbeChain,
+//	               AnyRule, DeleteRules, DeleteChains, ListTables) that
+//	               open one each
 //	conn_other.go  the same calls off Linux: an error
 package nfnetlink

@@ -119,17 +119,17 @@ func (h *hostNFTables) listTable(ctx context.Context, t host.NFTable, keepExpr b
 	return rules, nil
 }
 
-// Handle opens nftables once for every cleaner of one
+// Opener opens nftables once for every cleaner of one
 // Configurator. A host without nft is asked again next time (nft may have
 // been installed since); the zero value opens the host's.
-type Handle struct {
+type Opener struct {
 	Open func() (host.NFTables, error)
 	mu   sync.Mutex
 	nft  host.NFTables
 }
 
 // Get returns the NFTables.
-func (h *Handle) Get() (host.NFTables, error) {
+func (h *Opener) Get() (host.NFTables, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.nft != nil {
