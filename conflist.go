@@ -399,7 +399,7 @@ func syncDir(dir string) {
 	}
 }
 
-// networkInfo is what the verbs and the cleaner need to know about a
+// networkInfo is what the operations and the cleanup need to know about a
 // loaded conflist.
 type networkInfo struct {
 	name         string

@@ -177,7 +177,7 @@ func (c *Configurator) ConnectWith(ctx context.Context, alloc *Allocation, netwo
 // the port mappings, args and capabilities libcni cached for it (else
 // alloc's). Unlike Disconnect it runs even when libcni's cache does not
 // know the attachment — an ADD cut short caches nothing yet may have
-// reserved an address — so it is the right verb for a runtime's DEL, and
+// reserved an address — so it is the right operation for a runtime's DEL, and
 // as idempotent as Teardown. netns may be empty or already deleted. Its
 // DEL never reaches another attachment of the same container, one this
 // Configurator cannot see included (see Disconnect).

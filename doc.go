@@ -59,10 +59,14 @@
 //     unexported type networkConf; a value of it is named conf).
 //     In the exported API a network argument is a network's name. The
 //     default network is the one an Allocation that names none joins.
+//   - operation: one call of this package's API (Setup, Teardown,
+//     Connect, Disconnect, Check, Status, GC).
+//   - command: one CNI command a plugin runs (ADD, DEL, CHECK, STATUS, GC).
 //   - request: what the plugins are told about one allocation — its ID,
 //     port mappings, CNI args and capability arguments (type request,
-//     named req). It is the same for every verb of the allocation, since
-//     portmap's DEL removes nothing unless it sees the same port mappings.
+//     named req). It is the same for every command of the allocation,
+//     since portmap's DEL removes nothing unless it sees the same port
+//     mappings.
 //   - attachment: one allocation on one network, with its interface name
 //     (type attachment, named att). AttachmentStatus is what Setup
 //     learned about one.

@@ -17,7 +17,7 @@ import (
 // network the Configurator knows, every attachment whose allocation ID is
 // not in liveAllocIDs is removed (an attachment is live when its
 // allocation is, whatever its interface). First libcni's GC detaches
-// cached stale attachments with CNI DEL (and sends the CNI 1.1 GC verb
+// cached stale attachments with CNI DEL (and sends the CNI 1.1 GC command
 // where the conflist's version allows); then a sweep removes what no cache
 // remembers any more — the usual case after a crash or reboot — by the
 // ownership rule: rules and chains whose comment or derived name proves a
@@ -101,7 +101,7 @@ func (c *Configurator) gcNetworks(only map[string]bool) (nets []networkConf, ski
 // those DELs from live attachments' state (footprint.Cleaner.PreventAll:
 // the stale cached results keep only what their attachments still own).
 // No Setup may
-// run meanwhile: the GC verb would take its half-made attachment for a
+// run meanwhile: the GC command would take its half-made attachment for a
 // stale one.
 func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, nets []networkConf, live map[string]bool, report *GCReport) (err error) {
 	ctx, span := c.tel.startSpan(ctx, spanGCCached)
@@ -223,7 +223,7 @@ type GCOptions struct {
 // every attachment whose allocation ID is not in liveAllocIDs is removed
 // and nothing of any other network is touched, the same container's
 // attachments there included (the cached ones are detached as
-// DisconnectWith does, then GC sweeps what no cache remembers). A CNI runtime's GC verb
+// DisconnectWith does, then GC sweeps what no cache remembers). A CNI runtime's GC command
 // (cni.dev/valid-attachments) has this shape: it lists the live
 // attachments of one network only. An unknown network is an
 // ErrNetworkNotFound error before anything runs.

@@ -13,7 +13,7 @@ import (
 // namespace: it does not exist, or it is some other file (a regular
 // file, another kind of namespace). No plugin could attach it, and
 // retrying cannot make it one. The caller adds what that means for its
-// verb (ErrInvalidArgument for Setup, ErrCheckFailed for Check).
+// operation (ErrInvalidArgument for Setup, ErrCheckFailed for Check).
 func checkNetNS(path string) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {

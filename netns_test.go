@@ -25,9 +25,9 @@ func TestNoNetworkNamespaceIsPermanentAtOnce(t *testing.T) {
 		{"a namespace of another kind (mount)", "/proc/self/ns/mnt"},
 	}
 	alloc := &cninet.Allocation{ID: "netns-1"}
-	verbs := []struct {
+	operations := []struct {
 		name  string
-		class error // what a namespace that is not there means for the verb
+		class error // what a namespace that is not there means for the operation
 		call  func(netns string) error
 	}{
 		{"Setup", cninet.ErrInvalidArgument, func(p string) error { _, err := c.Setup(context.Background(), alloc, p); return err }},
@@ -42,12 +42,12 @@ func TestNoNetworkNamespaceIsPermanentAtOnce(t *testing.T) {
 		}},
 	}
 	for _, p := range paths {
-		for _, verb := range verbs {
-			t.Run(verb.name+" with "+p.name, func(t *testing.T) {
+		for _, op := range operations {
+			t.Run(op.name+" with "+p.name, func(t *testing.T) {
 				start := time.Now()
-				err := verb.call(p.path)
-				if !errors.Is(err, cninet.ErrNoNetNS) || !errors.Is(err, verb.class) {
-					t.Fatalf("got %v, want ErrNoNetNS wrapped in %v", err, verb.class)
+				err := op.call(p.path)
+				if !errors.Is(err, cninet.ErrNoNetNS) || !errors.Is(err, op.class) {
+					t.Fatalf("got %v, want ErrNoNetNS wrapped in %v", err, op.class)
 				}
 				if d := time.Since(start); d > 50*time.Millisecond {
 					t.Fatalf("took %s: a permanent error must not be retried", d)

@@ -70,7 +70,7 @@ func newMultiFixture(t *testing.T, retry RetryPolicy, pluginDirs ...string) mult
 
 var quickRetry = RetryPolicy{Attempts: 2, BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}
 
-// cniVerbs are the fake go-cni's attach verbs, without its bookkeeping.
+// cniVerbs are the fake go-cni's attach calls, without its bookkeeping.
 func (f multiFixture) cniVerbs() string {
 	var v []string
 	for _, s := range f.cni.Verbs() {

@@ -251,7 +251,7 @@ func TestSetupJoinsTheNamedNetworksInOrderOneInterfaceEach(t *testing.T) {
 	cases := []struct {
 		name     string
 		networks []string
-		cni      string             // the fake go-cni's verbs
+		cni      string             // the fake go-cni's calls
 		driver   string             // sorted: the networks attach concurrently
 		want     []AttachmentStatus // Network and InterfaceName only
 	}{
@@ -306,15 +306,15 @@ func TestAnUnknownOrInvalidNetworkFailsBeforeAnyPluginRuns(t *testing.T) {
 			f := newMultiFixture(t, quickRetry)
 			alloc := &Allocation{ID: "w", NetworkNames: tc.networks}
 			_, setupErr := f.c.Setup(context.Background(), alloc, "/x")
-			for verb, err := range map[string]error{"Setup": setupErr,
+			for call, err := range map[string]error{"Setup": setupErr,
 				"Check": f.c.Check(context.Background(), alloc, "/x"), "Teardown": f.c.Teardown(context.Background(), alloc, "/x")} {
 				if !errors.Is(err, tc.want) {
-					t.Errorf("%s: err = %v, want %v", verb, err, tc.want)
+					t.Errorf("%s: err = %v, want %v", call, err, tc.want)
 					continue
 				}
 				for _, s := range tc.inErr {
 					if !strings.Contains(err.Error(), s) {
-						t.Errorf("%s: error %q does not say %s", verb, err, s)
+						t.Errorf("%s: error %q does not say %s", call, err, s)
 					}
 				}
 			}

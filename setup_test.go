@@ -176,7 +176,7 @@ func TestSetupRetries(t *testing.T) {
 	}
 }
 
-// attachVerbs drops the Status/Load bookkeeping from the recorded verbs.
+// attachVerbs drops the Status/Load bookkeeping from the recorded calls.
 func attachVerbs(f *fakecni.CNI) string {
 	var v []string
 	for _, s := range f.Verbs() {

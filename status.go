@@ -9,7 +9,7 @@ import (
 // every network it knows: the conflists are loaded, every plugin they name
 // is in the plugin dirs and supports the conflist's cniVersion, a plugin
 // asked for an nftables backend has one (ErrInvalidConfig naming the
-// plugin otherwise), and the CNI 1.1 STATUS verb (for conflists of that
+// plugin otherwise), and the CNI 1.1 STATUS command (for conflists of that
 // version) passes. The error (ErrNotReady, plus ErrPluginMissing when a
 // plugin is absent) names each network that is not ready and what is
 // wrong with it. Suitable for a node fingerprint.
@@ -35,7 +35,7 @@ func (c *Configurator) Status(ctx context.Context) (err error) {
 }
 
 // networkReady is Status for one network. The default network's STATUS
-// goes through Config.CNI, like its other verbs.
+// goes through Config.CNI, like its other commands.
 func (c *Configurator) networkReady(ctx context.Context, conf networkConf, isDefault bool) (err error) {
 	ctx, op := c.tel.startNetwork(ctx, opStatusNetwork, conf.info.name, "", "", "")
 	defer func() { op.end(err) }()
@@ -59,7 +59,7 @@ func (c *Configurator) networkReady(ctx context.Context, conf networkConf, isDef
 }
 
 // StatusOf is Status for one network: its conflist, its plugins, their
-// nftables backends and the CNI STATUS verb. A network this Configurator
+// nftables backends and the CNI STATUS command. A network this Configurator
 // does not know is ErrNetworkNotFound; one that is not ready ErrNotReady
 // (with ErrPluginMissing when a plugin is absent).
 func (c *Configurator) StatusOf(ctx context.Context, network string) (err error) {

@@ -267,7 +267,7 @@ func (r *report) thickSection(w writer) {
 	w("| plugin set | cycles | shim median | p95 | delegate directly median | p95 | ratio (median) | |\n|---|---|---|---|---|---|---|---|\n")
 	w("| %s | %d | %s | %s | %s | %s | **%.3f×** | %s |\n\n", t.Set.Name, len(t.Shim), ms(t.Shim.median()), ms(t.Shim.p95()),
 		ms(t.Direct.median()), ms(t.Direct.p95()), q, verdict(q <= thickTarget))
-	w("Target: ratio of medians ≤ %.2f×. The shim's extra work per verb: one process exec and an HTTP request over the unix socket; the daemon runs the same plugins through cninet (prevention, DEL, force cleanup), with its own libcni cache.\n\n", thickTarget)
+	w("Target: ratio of medians ≤ %.2f×. The shim's extra work per command: one process exec and an HTTP request over the unix socket; the daemon runs the same plugins through cninet (prevention, DEL, force cleanup), with its own libcni cache.\n\n", thickTarget)
 	w("Burst: %d concurrent ADDs through the shim took %s (%d failed); the daemon's peak RSS over the whole run was %.1f MiB.\n\n",
 		t.Burst, t.BurstTook.Round(time.Millisecond), t.BurstFailed, float64(t.PeakRSS)/(1<<20))
 }
