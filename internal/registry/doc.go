@@ -1,0 +1,22 @@
+// Package registry is the host registry: one durable record per
+// attachment (one container on one network as one interface), shared by
+// every process on the host that attaches workloads through cninet — an
+// orchestrator's embedded Configurator, cninet daemon, the shim's own DEL,
+// the CLI — and the locks they all honour. A record says whose the
+// attachment is (its owner) and holds, before any DEL, every proof its
+// cleanup needs, so a process killed at any point loses nothing: the next
+// operation on the id, in any process, finishes the work. A record is
+// removed only when the cleanup finds nothing of its attachment left.
+//
+// The registry knows nothing of CNI plugins or of cninet's operations: it
+// stores records and locks ids.
+//
+// Files:
+//
+//	record.go        Record, State, Key, Plugin, Damaged: what a record holds
+//	registry.go      Registry: Open, Put, Of, All, Remove; the layout on disk
+//	write.go         Durable writes: temporary file, fsync, rename, fsync of the directory
+//	locks.go         The locking rule: LockID, TryLockID, LockGC
+//	locks_unix.go    flock(2) locks
+//	locks_other.go   No locks off unix
+package registry

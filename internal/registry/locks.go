@@ -1,0 +1,75 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// The locking rule, which every process on the host honours: every
+// operation on a container id holds the id's lock for its whole run
+// (LockID); an ADD also holds the GC lock shared, and a GC holds it alone
+// (LockGC), so that no ADD runs while a GC judges what is stale (CNI 1.1).
+// Locks are taken GC lock first, then an id lock; nobody waits for an id
+// lock while holding another one (a GC takes the ids it collects with
+// TryLockID and leaves the busy ones alone), so no two processes can wait
+// for each other. Every wait is bounded by its ctx.
+//
+// The locks are flock(2) locks on files under locks/: the kernel drops a
+// lock when its process dies, however it dies, so a killed process never
+// leaves a lock held. An id's lock file is removed when its lock is
+// released; a waiter that locked a file just removed sees that its file
+// is no longer the one at the path and tries again.
+
+// ErrBusy says a lock is held by another operation.
+var ErrBusy = errors.New("busy: another operation holds the lock")
+
+// lockPoll bounds how long a waiter sleeps between tries.
+const lockPoll = 20 * time.Millisecond
+
+func (g *Registry) idLockPath(id string) string { return filepath.Join(g.dir, "locks", "id", id) }
+
+// LockID takes container id's lock, waiting for it until ctx is done.
+func (g *Registry) LockID(ctx context.Context, id string) (unlock func(), err error) {
+	if !containerID.MatchString(id) {
+		return nil, fmt.Errorf("%w: container id %q", ErrInvalid, id)
+	}
+	return lockFile(ctx, g.idLockPath(id), true, true)
+}
+
+// TryLockID takes container id's lock if nobody holds it, else returns
+// ErrBusy at once.
+func (g *Registry) TryLockID(id string) (unlock func(), err error) {
+	if !containerID.MatchString(id) {
+		return nil, fmt.Errorf("%w: container id %q", ErrInvalid, id)
+	}
+	return tryLockFile(g.idLockPath(id), true, true)
+}
+
+// LockGC takes the host-wide GC lock, alone (a GC) or shared (an ADD),
+// waiting for it until ctx is done.
+func (g *Registry) LockGC(ctx context.Context, alone bool) (unlock func(), err error) {
+	return lockFile(ctx, filepath.Join(g.dir, "locks", "gc"), alone, false)
+}
+
+// lockFile waits for the lock at path until ctx is done, first briefly,
+// then every lockPoll.
+func lockFile(ctx context.Context, path string, exclusive, removeOnUnlock bool) (func(), error) {
+	wait := time.Millisecond
+	for {
+		unlock, err := tryLockFile(path, exclusive, removeOnUnlock)
+		if !errors.Is(err, ErrBusy) {
+			return unlock, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("waiting for the lock %s: %w: %w", path, ErrBusy, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, lockPoll)
+	}
+}

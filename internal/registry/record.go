@@ -1,0 +1,121 @@
+package registry
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// FormatVersion is the version of the record format this package writes.
+// A record of a later version is kept and reported, never rewritten or
+// removed: a newer cninet on the same host wrote it.
+const FormatVersion = 1
+
+// State is how far an attachment got.
+type State string
+
+const (
+	// Adding: the record was written before the ADD; the ADD may have run
+	// in part, all or not at all.
+	Adding State = "adding"
+	// Attached: the ADD succeeded; Addresses are the result's.
+	Attached State = "attached"
+	// Detaching: a DEL began; the record holds every proof its cleanup
+	// needs, and goes when the cleanup finds nothing left.
+	Detaching State = "detaching"
+)
+
+// Record is one attachment as the registry knows it: one container on one
+// network as one interface, whose it is, and everything a DEL and its
+// cleanup need, durably, whatever process runs them and whenever the one
+// that wrote it died.
+type Record struct {
+	// Version is the record format's (FormatVersion when written here).
+	Version int `json:"version"`
+	// Owner names whose attachment this is (Config.Owner): a GC collects
+	// only its own owner's.
+	Owner string `json:"owner"`
+	// Network, ContainerID and IfName identify the attachment.
+	Network     string `json:"network"`
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"`
+	// NetNS is the namespace path the ADD was given.
+	NetNS string `json:"netns,omitempty"`
+	// State is how far the attachment got.
+	State State `json:"state"`
+	// Addresses are what the attachment provably held: the ADD's result's,
+	// and every address a cleanup read as proof before a DEL that erases
+	// it (a reservation, a cached result).
+	Addresses []netip.Addr `json:"addresses,omitempty"`
+	// Args are the CNI args of the attachment's commands.
+	Args [][2]string `json:"args,omitempty"`
+	// Capabilities are the capability args its plugins were given
+	// (portMappings, …), as libcni passes them.
+	Capabilities map[string]json.RawMessage `json:"capabilities,omitempty"`
+	// ConfList is the exact conflist the ADD ran with: a DEL after the
+	// conflist changed or went runs with it.
+	ConfList []byte `json:"confList,omitempty"`
+	// Plugins are the conflist's plugins in order, each with the backend
+	// it really used on this host ("" where it has none).
+	Plugins []Plugin `json:"plugins,omitempty"`
+	// Since is when the record was first written; Updated when last.
+	Since   time.Time `json:"since"`
+	Updated time.Time `json:"updated"`
+
+	path string // where it was read from or written to
+}
+
+// Plugin is one plugin of a recorded attachment's chain.
+type Plugin struct {
+	Type    string `json:"type"`
+	Backend string `json:"backend,omitempty"`
+}
+
+// Key identifies an attachment.
+type Key struct {
+	Network, ContainerID, IfName string
+}
+
+func (k Key) String() string {
+	return fmt.Sprintf("%s in network %q as %s", k.ContainerID, k.Network, k.IfName)
+}
+
+// Key returns the record's key.
+func (r Record) Key() Key { return Key{r.Network, r.ContainerID, r.IfName} }
+
+// Path is the file the record was read from or written to.
+func (r Record) Path() string { return r.path }
+
+// AddAddresses adds addrs to what the record proves and reports whether
+// any was new.
+func (r *Record) AddAddresses(addrs ...netip.Addr) bool {
+	added := false
+	for _, a := range addrs {
+		if !a.IsValid() || containsAddr(r.Addresses, a) {
+			continue
+		}
+		r.Addresses = append(r.Addresses, a)
+		added = true
+	}
+	return added
+}
+
+func containsAddr(addrs []netip.Addr, a netip.Addr) bool {
+	for _, b := range addrs {
+		if a == b {
+			return true
+		}
+	}
+	return false
+}
+
+// Damaged is a file in the registry that is no record this version can
+// use: unreadable, corrupt, or of a later format. It is kept: what it
+// held may be the only proof of an attachment's state.
+type Damaged struct {
+	Path string
+	Err  error
+}
+
+func (d Damaged) Error() string { return fmt.Sprintf("registry file %s: %v", d.Path, d.Err) }

@@ -1,0 +1,259 @@
+package registry
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The layout under the state directory:
+//
+//	attachments/<container id>/<network>/<ifname>   one record, JSON
+//	locks/id/<container id>                          the id's lock file (locks.go)
+//	locks/gc                                         the host-wide GC lock
+//	tmp/                                             writes in progress
+//
+// A record is written to tmp/, fsynced, renamed into place and its
+// directory fsynced: a reader, or a process killed at any point, sees the
+// old record or the whole new one, and a written record survives a crash
+// of the host. What a killed write leaves in tmp/ is removed later
+// (RemoveStaleTemps).
+
+// DefaultDir is the state directory every process on a host shares
+// unless told otherwise.
+const DefaultDir = "/var/lib/cninet"
+
+// ErrInvalid marks an attachment key or record this package refuses.
+var ErrInvalid = errors.New("invalid registry record")
+
+// Registry is the host registry in one state directory. It holds no
+// state in memory: every call reads and writes the directory, so every
+// process on the host sees the same records.
+type Registry struct {
+	dir string
+}
+
+// Open returns the registry in dir, creating its directories (0700) when
+// missing.
+func Open(dir string) (*Registry, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: empty state directory", ErrInvalid)
+	}
+	for _, sub := range []string{"attachments", filepath.Join("locks", "id"), "tmp"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, fmt.Errorf("opening the host registry: %w", err)
+		}
+	}
+	return &Registry{dir: dir}, nil
+}
+
+// Dir is the state directory.
+func (g *Registry) Dir() string { return g.dir }
+
+// containerID and networkName are the CNI spec's rules; a record whose
+// key breaks them would escape its directory.
+var (
+	containerID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
+	networkName = containerID
+)
+
+func checkKey(k Key) error {
+	switch {
+	case !containerID.MatchString(k.ContainerID):
+		return fmt.Errorf("%w: container id %q, want ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$", ErrInvalid, k.ContainerID)
+	case !networkName.MatchString(k.Network):
+		return fmt.Errorf("%w: network name %q, want ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$", ErrInvalid, k.Network)
+	case k.IfName == "" || k.IfName == "." || k.IfName == ".." || len(k.IfName) > 15 || strings.ContainsAny(k.IfName, "/: \t\n\v\f\r"):
+		return fmt.Errorf("%w: interface name %q, want 1-15 bytes without '/', ':' or white space", ErrInvalid, k.IfName)
+	}
+	return nil
+}
+
+func (g *Registry) idDir(id string) string { return filepath.Join(g.dir, "attachments", id) }
+
+func (g *Registry) path(k Key) string { return filepath.Join(g.idDir(k.ContainerID), k.Network, k.IfName) }
+
+// Put writes r durably (see the layout), replacing the record of its
+// key. Since is kept from the first write; Updated is now. The caller
+// holds the id's lock.
+func (g *Registry) Put(r *Record) error {
+	k := r.Key()
+	if err := checkKey(k); err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	if r.Since.IsZero() {
+		r.Since = now
+	}
+	r.Version, r.Updated = FormatVersion, now
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("recording %s: %w", k, err)
+	}
+	path := g.path(k)
+	if _, err := mkdirAllSynced(filepath.Join(g.dir, "attachments"), k.ContainerID, k.Network); err != nil {
+		return fmt.Errorf("recording %s: %w", k, err)
+	}
+	if err := writeFileAtomic(filepath.Join(g.dir, "tmp"), path, raw); err != nil {
+		return fmt.Errorf("recording %s: %w", k, err)
+	}
+	r.path = path
+	return nil
+}
+
+// Of returns the records of container id, sorted by network then
+// interface, and the registry files of id that are no usable record.
+func (g *Registry) Of(id string) ([]Record, []Damaged, error) {
+	if !containerID.MatchString(id) {
+		return nil, nil, fmt.Errorf("%w: container id %q", ErrInvalid, id)
+	}
+	return g.read(g.idDir(id), id)
+}
+
+// Listing is every record of the registry and every file in it that is
+// no usable record.
+type Listing struct {
+	Records []Record
+	Damaged []Damaged
+}
+
+// All reads every record. A file that is no usable record is in
+// Damaged; an error says a directory could not be read.
+func (g *Registry) All() (Listing, error) {
+	root := filepath.Join(g.dir, "attachments")
+	ids, err := os.ReadDir(root)
+	if err != nil {
+		return Listing{}, fmt.Errorf("reading the host registry: %w", err)
+	}
+	var out Listing
+	var errs []error
+	for _, e := range ids {
+		if !e.IsDir() {
+			out.Damaged = append(out.Damaged, Damaged{filepath.Join(root, e.Name()), errors.New("not a directory")})
+			continue
+		}
+		recs, damaged, err := g.read(filepath.Join(root, e.Name()), e.Name())
+		out.Records = append(out.Records, recs...)
+		out.Damaged = append(out.Damaged, damaged...)
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
+}
+
+// read reads the records under one id's directory.
+func (g *Registry) read(idDir, id string) ([]Record, []Damaged, error) {
+	nets, err := os.ReadDir(idDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the host registry: %w", err)
+	}
+	var recs []Record
+	var damaged []Damaged
+	var errs []error
+	for _, n := range nets {
+		netDir := filepath.Join(idDir, n.Name())
+		if !n.IsDir() {
+			damaged = append(damaged, Damaged{netDir, errors.New("not a directory")})
+			continue
+		}
+		files, err := os.ReadDir(netDir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reading the host registry: %w", err))
+			continue
+		}
+		for _, f := range files {
+			k := Key{Network: n.Name(), ContainerID: id, IfName: f.Name()}
+			r, err := readRecord(filepath.Join(netDir, f.Name()), k)
+			if err != nil {
+				damaged = append(damaged, Damaged{filepath.Join(netDir, f.Name()), err})
+				continue
+			}
+			recs = append(recs, r)
+		}
+	}
+	sort.Slice(recs, func(i, j int) bool {
+		if recs[i].Network != recs[j].Network {
+			return recs[i].Network < recs[j].Network
+		}
+		return recs[i].IfName < recs[j].IfName
+	})
+	return recs, damaged, errors.Join(errs...)
+}
+
+// readRecord reads one record, which must be of this format version and
+// name the key its path does.
+func readRecord(path string, k Key) (Record, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return Record{}, err
+	}
+	var r Record
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return Record{}, fmt.Errorf("corrupt record: %w", err)
+	}
+	switch {
+	case r.Version > FormatVersion:
+		return Record{}, fmt.Errorf("record format %d, newer than this cninet's %d: written by a newer cninet", r.Version, FormatVersion)
+	case r.Version < 1:
+		return Record{}, fmt.Errorf("corrupt record: format version %d", r.Version)
+	case r.Key() != k:
+		return Record{}, fmt.Errorf("corrupt record: it names %s, its path %s", r.Key(), k)
+	}
+	r.path = path
+	return r, nil
+}
+
+// Remove removes r's record, durably, and its id's directories when they
+// are empty. A record already gone is no error. The caller holds the
+// id's lock.
+func (g *Registry) Remove(k Key) error {
+	if err := checkKey(k); err != nil {
+		return err
+	}
+	path := g.path(k)
+	if err := step("remove"); err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing the record of %s: %w", k, err)
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing the record of %s: %w", k, err)
+	}
+	// Empty directories go too; one that is not empty (another record)
+	// stays, which is no failure.
+	if os.Remove(filepath.Dir(path)) == nil {
+		if os.Remove(g.idDir(k.ContainerID)) == nil {
+			_ = syncDir(filepath.Join(g.dir, "attachments"))
+		} else {
+			_ = syncDir(g.idDir(k.ContainerID))
+		}
+	}
+	return nil
+}
+
+// staleTempAge is how old a file in tmp/ must be before it is taken for
+// one a killed write left: no write takes that long.
+const staleTempAge = 10 * time.Minute
+
+// RemoveStaleTemps removes what killed writes left in tmp/.
+func (g *Registry) RemoveStaleTemps() {
+	dir := filepath.Join(g.dir, "tmp")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() && time.Since(info.ModTime()) > staleTempAge {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
