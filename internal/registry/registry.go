@@ -77,7 +77,9 @@ func checkKey(k Key) error {
 
 func (g *Registry) idDir(id string) string { return filepath.Join(g.dir, "attachments", id) }
 
-func (g *Registry) path(k Key) string { return filepath.Join(g.idDir(k.ContainerID), k.Network, k.IfName) }
+func (g *Registry) path(k Key) string {
+	return filepath.Join(g.idDir(k.ContainerID), k.Network, k.IfName)
+}
 
 // Put writes r durably (see the layout), replacing the record of its
 // key. Since is kept from the first write; Updated is now. The caller
