@@ -12,6 +12,10 @@ import (
 // another holds it (ErrBusy). With removeOnUnlock the file is removed
 // when the lock is released, while still held, so no lock file outlives
 // its use.
+// lockOpened, when a test sets it, is called between opening a lock file
+// and locking it: where a releasing holder may remove the file.
+var lockOpened func(path string)
+
 func tryLockFile(path string, exclusive, removeOnUnlock bool) (func(), error) {
 	how := syscall.LOCK_SH
 	if exclusive {
@@ -21,6 +25,9 @@ func tryLockFile(path string, exclusive, removeOnUnlock bool) (func(), error) {
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if lockOpened != nil {
+			lockOpened(path)
 		}
 		if err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB); err != nil {
 			f.Close()

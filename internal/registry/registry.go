@@ -89,16 +89,21 @@ func (g *Registry) Put(r *Record) error {
 	if err := checkKey(k); err != nil {
 		return err
 	}
+	path := g.path(k)
 	now := time.Now().UTC()
 	if r.Since.IsZero() {
+		// A record of the key may be there already (r built afresh
+		// rather than read): Since is when the key was first recorded.
 		r.Since = now
+		if old, err := readRecord(path, k); err == nil && !old.Since.IsZero() {
+			r.Since = old.Since
+		}
 	}
 	r.Version, r.Updated = FormatVersion, now
 	raw, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("recording %s: %w", k, err)
 	}
-	path := g.path(k)
 	if _, err := mkdirAllSynced(filepath.Join(g.dir, "attachments"), k.ContainerID, k.Network); err != nil {
 		return fmt.Errorf("recording %s: %w", k, err)
 	}
@@ -199,6 +204,14 @@ func readRecord(path string, k Key) (Record, error) {
 	}
 	var r Record
 	if err := json.Unmarshal(raw, &r); err != nil {
+		// A later format may have changed a field's shape: say so when
+		// its version can be read.
+		var v struct {
+			Version int `json:"version"`
+		}
+		if json.Unmarshal(raw, &v) == nil && v.Version > FormatVersion {
+			return Record{}, fmt.Errorf("record format %d, newer than this cninet's %d: written by a newer cninet (%w)", v.Version, FormatVersion, err)
+		}
 		return Record{}, fmt.Errorf("corrupt record: %w", err)
 	}
 	switch {
