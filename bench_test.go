@@ -19,7 +19,7 @@ func BenchmarkSetupTeardown(b *testing.B) {
 	conf, _ := cninet.BridgeConfList(cninet.BridgeConfig{IPv4Subnet: "198.18.0.0/24", IPAMDataDir: b.TempDir()})
 	v4 := &fakeipt.Batching{IPTables: fakeipt.New().Load("nat", sharedNat).Load("filter", sharedFilter)}
 	v6 := &fakeipt.Batching{IPTables: fakeipt.New().Load("nat", sharedNat).Load("filter", sharedFilter)}
-	c, err := cninet.New(cninet.Config{CacheDir: b.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: &fakecni.CNI{}, IPTables: func(ipv6 bool) (host.IPTables, error) {
+	c, err := cninet.New(cninet.Config{CacheDir: b.TempDir(), StateDir: b.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: &fakecni.CNI{}, IPTables: func(ipv6 bool) (host.IPTables, error) {
 		if ipv6 {
 			return v6, nil
 		}
@@ -52,7 +52,7 @@ func BenchmarkGCSweep10kRules(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		v4 := &fakeipt.Batching{IPTables: fakeipt.New().Load("nat", sharedNat+"\n"+listing.nat).Load("filter", sharedFilter+"\n"+listing.filter)}
-		c, _ := cninet.New(cninet.Config{CacheDir: b.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: &fakecni.CNI{}, IPTables: func(ipv6 bool) (host.IPTables, error) {
+		c, _ := cninet.New(cninet.Config{CacheDir: b.TempDir(), StateDir: b.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: &fakecni.CNI{}, IPTables: func(ipv6 bool) (host.IPTables, error) {
 			if ipv6 {
 				return fakeipt.New(), nil
 			}

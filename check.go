@@ -23,7 +23,11 @@ func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns strin
 	if err != nil {
 		return err
 	}
-	defer c.adm.Enter(req.id)()
+	leave, err := c.enter(ctx, req.id, false)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	found, err := c.attachmentsOf(alloc, req, false)
 	if err != nil {
 		return err
@@ -89,7 +93,11 @@ func (c *Configurator) CheckWith(ctx context.Context, alloc *Allocation, network
 	if err != nil {
 		return err
 	}
-	defer c.adm.Enter(req.id)()
+	leave, err := c.enter(ctx, req.id, false)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	conf, err := c.knownConf(network, false)
 	if err != nil {
 		return fmt.Errorf("%w (checking allocation %s)", err, req.id)

@@ -18,6 +18,7 @@ import (
 	"github.com/seed1280861d/cninet/internal/iptables"
 	"github.com/seed1280861d/cninet/internal/links"
 	"github.com/seed1280861d/cninet/internal/nftables"
+	"github.com/seed1280861d/cninet/internal/registry"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -73,6 +74,16 @@ type Config struct {
 	// /var/lib/cni. go-cni always caches in /var/lib/cni, so another value
 	// needs Config.CNI (a fake, or a CNI that caches there too).
 	CacheDir string
+	// StateDir is the host registry: one record per attachment, whose it
+	// is and what its cleanup needs, and the locks every process on the
+	// host honours. Every process that attaches workloads on the host
+	// (orchestrators, cninet daemon, the CLI) must use the same one,
+	// whatever its CacheDir. "": /var/lib/cninet. Tests: a temp dir.
+	StateDir string
+	// Owner names whose attachments this Configurator makes: its GC
+	// collects only its own owner's dead attachments (and state no record
+	// claims), never another owner's. "": the executable's base name.
+	Owner string
 	// TracerProvider receives a span per Setup, Teardown, Check, Status,
 	// GC and Reload, with children per network, ADD attempt, DEL and
 	// force cleanup (README, "Observability"). nil: the global provider
@@ -106,11 +117,13 @@ type Configurator struct {
 	iptOpener    *iptables.Opener
 	nftOpener    *nftables.Opener
 	cacheDir     string
-	lib          *libcni.CNIConfig // VERSION, GC and validation, on the same dirs and cache as the verbs
-	driver       netDriver         // attaches what go-cni cannot: any network but the default as eth0
-	explicit     []byte            // Config.ConfList
-	extra        [][]byte          // Config.ConfLists
-	adm          admission.Control // per-allocation locks and the GC guard
+	lib          *libcni.CNIConfig  // VERSION, GC and validation, on the same dirs and cache as the verbs
+	driver       netDriver          // attaches what go-cni cannot: any network but the default as eth0
+	explicit     []byte             // Config.ConfList
+	extra        [][]byte           // Config.ConfLists
+	adm          admission.Control  // per-allocation locks and the GC guard, in this process
+	reg          *registry.Registry // the host registry: records and the locks every process honours
+	owner        string
 	openLinks    func() (host.Links, error)
 	versions     pluginVersions
 	tel          *telemetry
@@ -126,7 +139,7 @@ type Configurator struct {
 
 	mu        sync.RWMutex           // guards conf, nets, retired and loaded
 	conf      networkConf            // the default network's
-	nets      registry               // every known network, the default included
+	nets      networkSet             // every known network, the default included
 	retired   map[string]networkConf // networks a Reload dropped: Teardown still needs them
 	loaded    bool
 	watcher   *watcher
@@ -171,6 +184,17 @@ func New(cfg Config) (*Configurator, error) {
 			ErrInvalidConfig, cfg.CacheDir, defaultCacheDir)
 	}
 	c.applyDefaults()
+	stateDir := cfg.StateDir
+	if stateDir == "" {
+		stateDir = defaultStateDir
+	}
+	if c.owner = cfg.Owner; c.owner == "" {
+		c.owner = defaultOwner()
+	}
+	var err error
+	if c.reg, err = registry.Open(stateDir); err != nil {
+		return nil, fmt.Errorf("%w: StateDir: %w", ErrInvalidConfig, err)
+	}
 	// An explicit exec: given none, libcni sets one lazily on first use,
 	// unsynchronised, which races when workloads attach concurrently.
 	c.lib = libcni.NewCNIConfigWithCacheDir(c.pluginDirs, c.cacheDir,

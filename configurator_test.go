@@ -42,7 +42,7 @@ func newFixture(t *testing.T, fake *fakecni.CNI, retry cninet.RetryPolicy) fixtu
 	t.Helper()
 	f := fixture{cni: fake, v4: fakeipt.New(), v6: fakeipt.New()}
 	c, err := cninet.New(cninet.Config{
-		CacheDir: t.TempDir(), NFTables: noNFTables,
+		CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables,
 		ConfList: unitConfList(t),
 		CNI:      fake,
 		Retry:    retry,

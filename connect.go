@@ -34,13 +34,20 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 	if err := checkNetworkName(network); err != nil {
 		return nil, err
 	}
-	defer c.adm.Enter(req.id)()
+	leave, err := c.enter(ctx, req.id, true)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	conf, err := c.knownConf(network, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
 	}
 	found, err := c.attachmentsOf(alloc, req, false)
 	if err != nil {
+		return nil, err
+	}
+	if found, err = c.withRecords(req, found); err != nil {
 		return nil, err
 	}
 	var used []string
@@ -80,12 +87,19 @@ func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, networ
 	if err := checkNetworkName(network); err != nil {
 		return err
 	}
-	defer c.adm.Enter(req.id)()
+	leave, err := c.enter(ctx, req.id, false)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	if _, err := c.knownConf(network, true); err != nil {
 		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
 	}
 	found, err := c.attachmentsOf(alloc, req, true)
 	if err != nil {
+		return err
+	}
+	if found, err = c.withRecords(req, found); err != nil {
 		return err
 	}
 	attached := c.attached(found)
@@ -147,7 +161,11 @@ func (c *Configurator) ConnectWith(ctx context.Context, alloc *Allocation, netwo
 	if err != nil {
 		return nil, err
 	}
-	defer c.adm.Enter(req.id)()
+	leave, err := c.enter(ctx, req.id, true)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	conf, err := c.knownConf(network, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
@@ -191,14 +209,29 @@ func (c *Configurator) DisconnectWith(ctx context.Context, alloc *Allocation, ne
 	if err != nil {
 		return err
 	}
-	defer c.adm.Enter(req.id)()
-	conf, err := c.knownConf(network, true)
+	leave, err := c.enter(ctx, req.id, false)
 	if err != nil {
+		return err
+	}
+	defer leave()
+	rec := c.recorded(req.id, network, opts.IfName)
+	conf, err := c.knownConf(network, true)
+	if err != nil && rec == nil {
 		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
 	}
 	fa := foundAttachment{att: attachment{conf: conf, ifName: opts.IfName}, req: req}
 	if a := c.cachedAt(req.id, network, opts.IfName); a != nil {
 		fa.req, fa.cached = cachedCapabilities(cachedRequest(req, a), a), true
+	}
+	if rec != nil { // the record knows best, even when the conflist changed or went
+		if rec.Owner != c.owner {
+			return fmt.Errorf("%w: allocation %s in network %q as %s is owner %q's, not %q's", ErrInvalidArgument, req.id, network, opts.IfName, rec.Owner, c.owner)
+		}
+		conf, err := c.recordedConf(*rec)
+		if err != nil {
+			return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
+		}
+		fa.att.conf, fa.req, fa.cached = conf, recordedRequest(fa.req, *rec), true
 	}
 	defer c.keepLoopback(req.id, netns, []foundAttachment{fa})()
 	return c.detachAll(ctx, netns, []foundAttachment{fa}, true) // as in ConnectWith: others may be there unseen

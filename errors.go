@@ -54,6 +54,11 @@ var (
 	// conflist, or a plugin version whose CHECK is known to be wrong). It is
 	// not a verdict on the attachment's health.
 	ErrCheckUnsupported = errors.New("network check not possible")
+	// ErrBusy: another operation on the same allocation, in this process
+	// or another one on the host, held its lock until ctx was done (or
+	// two minutes passed), or a GC held the host's GC lock while Setup or
+	// Connect waited to ADD. Nothing on the host was changed; retry later.
+	ErrBusy = errors.New("allocation busy")
 	// ErrCleanupFailed: Teardown or GC could not remove everything it found.
 	ErrCleanupFailed = errors.New("cleanup incomplete")
 	// ErrIPTablesMissing: the iptables (or ip6tables) command is not

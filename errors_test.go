@@ -32,7 +32,7 @@ var errPlugin = errors.New("plugin said no")
 func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 	conf := unitConfList(t)
 	newC := func(t *testing.T, mutate func(*cninet.Config)) *cninet.Configurator {
-		cfg := cninet.Config{ConfList: conf, CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), NFTables: noNFTables, Retry: fastRetry,
+		cfg := cninet.Config{ConfList: conf, CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, Retry: fastRetry,
 			IPTables: func(bool) (host.IPTables, error) { return fakeipt.New(), nil }}
 		if mutate != nil {
 			mutate(&cfg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -53,12 +54,22 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	for _, id := range liveAllocIDs {
 		live[id] = true
 	}
+	unlockGC, err := c.lockGC(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockGC()
 	c.adm.BeginGC()
 	defer c.adm.EndGC()
 	progress := newGCProgress(c.logger)
+	recorded, recErr := c.gcRecorded(ctx, live, only, report)
+	progress.step("recorded attachments collected", report.Len())
 	sweep := footprint.NewSweep(ctx, c.seams())
 	sweep.WholeWorkload = only == nil // a dead id is dead on every network, unless GCWith spares some
-	errs := []error{c.gcCached(ctx, sweep, nets, live, report)}
+	for id := range recorded.others {
+		live[id] = true // another owner's, or a damaged record's: never this GC's to judge
+	}
+	errs := []error{recErr, c.gcCached(ctx, sweep, nets, live, report)}
 	progress.step("libcni GC done", report.Len())
 	errs = append(errs, c.tel.traceSweep(ctx, names(nets), report, func() error { return c.gcSweep(sweep, nets, skipped, live, report, progress) }))
 	if n := report.Len(); n > 0 {
@@ -138,6 +149,16 @@ func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, n
 			stale = append(stale, footprint.Attachment{Network: a.Network, ID: a.ContainerID})
 		}
 	}
+	// An id another process is working on is not this GC's to judge: its
+	// lock is held until libcni's GC is done, or it counts as valid.
+	unlockStale, busy := c.tryLockIDs(stale)
+	defer unlockStale()
+	for id := range busy {
+		for _, ifName := range ifNames {
+			valid = append(valid, types.GCAttachment{ContainerID: id, IfName: ifName})
+		}
+	}
+	stale = slices.DeleteFunc(stale, func(a footprint.Attachment) bool { return busy[a.ID] })
 	if _, err := sweep.PreventAll(stale); err != nil {
 		return fmt.Errorf("%w: libcni's GC could not be kept from live attachments' state, so it was not run: %w", ErrCleanupFailed, err)
 	}
@@ -156,7 +177,7 @@ func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, n
 		still[a.Network+"/"+a.ContainerID+"/"+a.IfName] = true
 	}
 	for _, a := range before {
-		if names[a.Network] && !still[a.Network+"/"+a.ContainerID+"/"+a.IfName] && !live[a.ContainerID] {
+		if names[a.Network] && !still[a.Network+"/"+a.ContainerID+"/"+a.IfName] && !live[a.ContainerID] && !busy[a.ContainerID] {
 			report.addCached(GCItem{Kind: GCCachedAttachment, ID: a.ContainerID, Network: a.Network, Detail: a.IfName})
 		}
 	}
@@ -182,6 +203,9 @@ func (c *Configurator) gcSweep(sweep *footprint.Cleaner, nets []networkConf, ski
 	defer unlock()
 	protected = c.adm.Protected() // started after the scan: not ours to judge
 	dead = slices.DeleteFunc(dead, func(a footprint.Attachment) bool { return protected[a.ID] })
+	unlockIDs, busy := c.tryLockIDs(dead) // another process works on them: not ours to judge either
+	defer unlockIDs()
+	dead = slices.DeleteFunc(dead, func(a footprint.Attachment) bool { return busy[a.ID] })
 	err := sweep.CleanAll(dead) // with nothing dead, it still reports what the scan could not read
 	report.setSwept(sweep.Report())
 	progress.step("sweep done", sweep.Report().Len())
@@ -295,4 +319,114 @@ func gcOnly(ctx context.Context) map[string]bool {
 // spared reports whether a GC narrowed to only leaves network alone.
 func spared(only map[string]bool, network string) bool {
 	return only != nil && !only[network]
+}
+
+// lockGC takes the host's GC lock alone: no ADD of any process runs while
+// this GC does (CNI 1.1). The wait is bounded by ctx.
+func (c *Configurator) lockGC(ctx context.Context) (unlock func(), err error) {
+	ctx, cancel := context.WithTimeout(ctx, lockWait)
+	defer cancel()
+	unlock, err = c.reg.LockGC(ctx, true)
+	if err != nil {
+		return nil, fmt.Errorf("%w: GC: another process's Setup or GC holds the host's GC lock: %w", ErrBusy, err)
+	}
+	return unlock, nil
+}
+
+// tryLockIDs takes, in this process and across the host, the locks of
+// the ids of atts that nobody holds, and returns those it could not take:
+// another operation is working on them. GC never waits for an id's lock
+// while it holds others.
+func (c *Configurator) tryLockIDs(atts []footprint.Attachment) (unlock func(), busy map[string]bool) {
+	busy = map[string]bool{}
+	var unlocks []func()
+	done := map[string]bool{}
+	for _, a := range atts {
+		if done[a.ID] || busy[a.ID] {
+			continue
+		}
+		u, err := c.reg.TryLockID(a.ID)
+		if err != nil {
+			busy[a.ID] = true
+			continue
+		}
+		done[a.ID] = true
+		unlocks = append(unlocks, u)
+	}
+	return func() {
+		for _, u := range unlocks {
+			u()
+		}
+	}, busy
+}
+
+// gcRecords is what the host registry says to a GC.
+type gcRecords struct {
+	// others are the ids no GC of this owner may judge: another owner's
+	// records name them, or a registry file that is no usable record does.
+	others map[string]bool
+}
+
+// gcRecorded collects this owner's recorded attachments whose allocation
+// is not live, in the networks GC covers (only; nil: every network):
+// each is detached as Teardown detaches, with its recorded conflist, args
+// and port mappings, and its record goes when nothing of it is left. An
+// id another operation holds is left for later. Another owner's records
+// are never touched: their ids are returned, for the rest of GC to count
+// as live.
+func (c *Configurator) gcRecorded(ctx context.Context, live, only map[string]bool, report *GCReport) (gcRecords, error) {
+	out := gcRecords{others: map[string]bool{}}
+	all, err := c.reg.All()
+	if err != nil {
+		return out, fmt.Errorf("%w: reading the host registry: %w (its records were not collected)", ErrCleanupFailed, err)
+	}
+	for _, d := range all.Damaged {
+		c.logger.Warn("registry file is no usable record: kept, and its id is not collected", "path", d.Path, "error", d.Err)
+		out.others[d.ContainerID] = true
+	}
+	dead := map[string]bool{}
+	for _, rec := range all.Records {
+		switch {
+		case rec.Owner != c.owner:
+			out.others[rec.ContainerID] = true
+		case !live[rec.ContainerID] && !spared(only, rec.Network):
+			dead[rec.ContainerID] = true
+		}
+	}
+	protected := c.adm.Protected()
+	var errs []error
+	for _, id := range slices.Sorted(maps.Keys(dead)) {
+		if protected[id] || out.others[id] {
+			continue
+		}
+		if err := c.collectRecorded(ctx, id, only, report); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// collectRecorded detaches the dead id's recorded attachments of this
+// owner, unless another operation holds the id.
+func (c *Configurator) collectRecorded(ctx context.Context, id string, only map[string]bool, report *GCReport) error {
+	unlockAdm := c.adm.LockAll([]string{id})
+	defer unlockAdm()
+	unlockID, err := c.reg.TryLockID(id)
+	if err != nil {
+		c.logger.Debug("GC left a busy allocation's records alone", "alloc_id", id, "error", err)
+		return nil
+	}
+	defer unlockID()
+	found, err := c.withRecords(request{id: id}, nil)
+	if err != nil {
+		return err
+	}
+	found = slices.DeleteFunc(found, func(fa foundAttachment) bool { return spared(only, fa.att.name()) })
+	if err := c.detachAll(ctx, "", found, only != nil); err != nil {
+		return err
+	}
+	for _, fa := range found {
+		report.addCached(GCItem{Kind: GCRecordedAttachment, ID: id, Network: fa.att.name(), Detail: fa.att.ifName})
+	}
+	return nil
 }

@@ -28,7 +28,7 @@ func TestGCNeverCollectsAnAllocationBeingSetUp(t *testing.T) {
 		return nil
 	}}
 	conf := []byte(`{"cniVersion":"1.0.0","name":"cninet-unit","plugins":[{"type":"bridge"}]}`)
-	c, err := New(Config{ConfList: conf, CNI: fake, IPTables: func(bool) (host.IPTables, error) { return ipt, nil }, CacheDir: t.TempDir(),
+	c, err := New(Config{ConfList: conf, CNI: fake, IPTables: func(bool) (host.IPTables, error) { return ipt, nil }, CacheDir: t.TempDir(), StateDir: t.TempDir(),
 		NFTables: func() (host.NFTables, error) { return &fakenft.NFTables{}, nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,11 @@ const (
 	// GCCachedAttachment: an attachment libcni still had cached, detached
 	// with CNI DEL by GC.
 	GCCachedAttachment GCKind = "cached attachment"
+	// GCRecordedAttachment: an attachment of this Configurator's owner
+	// that the host registry recorded and whose allocation is not live,
+	// detached with CNI DEL and force cleanup by GC (Detail: its
+	// interface).
+	GCRecordedAttachment GCKind = "recorded attachment"
 	// GCRule: an iptables or ip6tables rule.
 	GCRule GCKind = "iptables rule"
 	// GCChain: an iptables or ip6tables chain.

@@ -110,7 +110,7 @@ func TestGCFallsBackToSingleDeletesWhenTheBatchIsRefused(t *testing.T) {
 	cf.leak(t, footprint{network: "nomad", id: "dead", ip: "198.18.0.2"})
 	before := cf.v4.Save("nat")
 	batch := &fakeipt.Batching{IPTables: cf.v4, FailRestore: errors.New("iptables-restore: line 3 failed")}
-	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfList: cf.c.ConfList(), CNI: cf.cni, IPTables: func(v6 bool) (host.IPTables, error) {
+	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, ConfList: cf.c.ConfList(), CNI: cf.cni, IPTables: func(v6 bool) (host.IPTables, error) {
 		if v6 {
 			return cf.v6, nil
 		}
@@ -147,7 +147,7 @@ func TestGCHonoursDisableGC(t *testing.T) {
 	cf.leak(t, footprint{network: "nomad", id: "a", ip: "198.18.0.2"})
 	before := cf.state()
 	conf := strings.Replace(string(cf.c.ConfList()), `"name": "nomad",`, `"name": "nomad", "disableGC": true,`, 1)
-	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfList: []byte(conf), CNI: cf.cni, IPTables: func(v6 bool) (host.IPTables, error) { return cf.v4, nil }})
+	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, ConfList: []byte(conf), CNI: cf.cni, IPTables: func(v6 bool) (host.IPTables, error) { return cf.v4, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,16 +10,16 @@ import (
 	"github.com/containernetworking/cni/libcni"
 )
 
-// registry is every network a Configurator knows, by name.
-type registry struct {
+// networkSet is every network a Configurator knows, by name.
+type networkSet struct {
 	byName  map[string]networkConf
 	skipped []error // ConfDir files that could not be read: a network asked for may be in one
 }
 
-func newRegistry() registry { return registry{byName: map[string]networkConf{}} }
+func newNetworkSet() networkSet { return networkSet{byName: map[string]networkConf{}} }
 
 // names returns the known network names, sorted.
-func (r registry) names() []string {
+func (r networkSet) names() []string {
 	names := make([]string, 0, len(r.byName))
 	for n := range r.byName {
 		names = append(names, n)
@@ -39,8 +39,8 @@ type confDirNetwork struct {
 // ConfLists, whose bytes win over a ConfDir network of the same name.
 // The default network is ConfList's, else NetworkName, else the first
 // network in ConfDir (in file order), else the first of ConfLists.
-func (c *Configurator) readNets() (networkConf, registry, error) {
-	reg := newRegistry()
+func (c *Configurator) readNets() (networkConf, networkSet, error) {
+	reg := newNetworkSet()
 	var def networkConf
 	var dirNets []confDirNetwork
 	switch {
@@ -72,8 +72,8 @@ func (c *Configurator) readNets() (networkConf, registry, error) {
 // readConfDir parses every conflist in ConfDir. The first file of a name
 // wins, as with LoadConfList; unreadable files are skipped and logged,
 // unless one may be the default network's own (then the error names it).
-func (c *Configurator) readConfDir() ([]confDirNetwork, registry, error) {
-	reg := newRegistry()
+func (c *Configurator) readConfDir() ([]confDirNetwork, networkSet, error) {
+	reg := newNetworkSet()
 	if _, err := os.Stat(c.confDir); err != nil { // libcni takes a missing directory for an empty one
 		return nil, reg, fmt.Errorf("%w: conflist directory: %w", ErrInvalidConfig, err)
 	}
@@ -103,7 +103,7 @@ func (c *Configurator) readConfDir() ([]confDirNetwork, registry, error) {
 }
 
 // readExtra adds ConfLists to reg and returns their names in order.
-func (c *Configurator) readExtra(reg registry) ([]string, error) {
+func (c *Configurator) readExtra(reg networkSet) ([]string, error) {
 	fromBytes := map[string]bool{}
 	if len(c.explicit) > 0 {
 		for name := range reg.byName {
@@ -127,7 +127,7 @@ func (c *Configurator) readExtra(reg registry) ([]string, error) {
 }
 
 // pickDefault chooses the default network when ConfList does not say.
-func (c *Configurator) pickDefault(reg registry, dirNets []confDirNetwork, extra []string) (networkConf, error) {
+func (c *Configurator) pickDefault(reg networkSet, dirNets []confDirNetwork, extra []string) (networkConf, error) {
 	name := c.networkName
 	switch {
 	case name != "":
@@ -175,7 +175,7 @@ func (c *Configurator) Networks() []string {
 
 // retire keeps the networks a reload dropped, so that Teardown can still
 // detach workloads that joined them.
-func (c *Configurator) retire(next registry) {
+func (c *Configurator) retire(next networkSet) {
 	if c.retired == nil {
 		c.retired = map[string]networkConf{}
 	}

@@ -50,7 +50,7 @@ func newMultiFixture(t *testing.T, retry RetryPolicy, pluginDirs ...string) mult
 	if len(pluginDirs) == 0 {
 		pluginDirs = []string{t.TempDir()} // no plugin ever runs from here
 	}
-	c, err := New(Config{ConfDir: f.dir, NetworkName: "a", CNI: f.cni, CacheDir: f.cache, Retry: retry, PluginDirs: pluginDirs,
+	c, err := New(Config{ConfDir: f.dir, NetworkName: "a", CNI: f.cni, CacheDir: f.cache, StateDir: t.TempDir(), Retry: retry, PluginDirs: pluginDirs,
 		NFTables: func() (host.NFTables, error) { return f.nft, nil },
 		IPTables: func(v6 bool) (host.IPTables, error) {
 			if v6 {

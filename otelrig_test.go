@@ -215,7 +215,7 @@ func newTelFixture(t *testing.T, fake *fakecni.CNI, retry cninet.RetryPolicy) te
 		t.Fatal(err)
 	}
 	f.c, err = cninet.New(cninet.Config{
-		ConfList: conf, CNI: fake, CacheDir: t.TempDir(), PluginDirs: []string{t.TempDir()}, Retry: retry,
+		ConfList: conf, CNI: fake, CacheDir: t.TempDir(), StateDir: t.TempDir(), PluginDirs: []string{t.TempDir()}, Retry: retry,
 		NFTables: func() (host.NFTables, error) { return f.nft, nil },
 		IPTables: func(v6 bool) (host.IPTables, error) {
 			if v6 {

@@ -21,7 +21,7 @@ func TestPluginLookupIsKeptUntilAPluginDirectoryChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{ConfList: conf, CNI: &fakecni.CNI{}, PluginDirs: []string{dir}, CacheDir: t.TempDir()})
+	c, err := New(Config{ConfList: conf, CNI: &fakecni.CNI{}, PluginDirs: []string{dir}, CacheDir: t.TempDir(), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func confDirWith(t *testing.T, subnet string) (dir string, conf []byte) {
 
 func TestReloadPicksUpANewConflistAndKeepsTheLastGoodOneOnError(t *testing.T) {
 	dir, first := confDirWith(t, "198.18.0.0/24")
-	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfDir: dir, NetworkName: "nomad", CNI: &fakecni.CNI{}})
+	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, ConfDir: dir, NetworkName: "nomad", CNI: &fakecni.CNI{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestReloadWithoutConfDirIsAnError(t *testing.T) {
 
 func TestWatchReloadsWhenTheConfDirChanges(t *testing.T) {
 	dir, _ := confDirWith(t, "198.18.0.0/24")
-	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfDir: dir, NetworkName: "nomad", CNI: &fakecni.CNI{}, Watch: true})
+	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, ConfDir: dir, NetworkName: "nomad", CNI: &fakecni.CNI{}, Watch: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,11 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 	if err != nil {
 		return nil, err
 	}
-	defer c.adm.Enter(req.id)()
+	leave, err := c.enter(ctx, req.id, true)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	atts, err := c.networksOf(alloc, false)
 	if err != nil {
 		return nil, err
@@ -124,9 +128,16 @@ func setupFailures(ctx context.Context, errs []error) error {
 func (c *Configurator) attach(ctx context.Context, req request, att attachment, netns string, alongside bool) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startNetwork(ctx, opAttach, att.name(), att.ifName, req.id, netns)
 	defer func() { op.end(err) }()
+	rec, err := c.recordAdding(req, att, netns)
+	if err != nil {
+		return nil, fmt.Errorf("%w: allocation %s in network %q: recording the attachment before its ADD: %w", ErrSetupFailed, req.id, att.name(), err)
+	}
 	res, err := c.addWithRetry(ctx, req, att, netns, alongside)
 	if err != nil {
 		return nil, err
+	}
+	if err := c.recordAttached(rec, res); err != nil {
+		return nil, fmt.Errorf("%w: allocation %s in network %q: %w", ErrSetupFailed, req.id, att.name(), err)
 	}
 	st, err := StatusFromResult(res)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 
 func TestStatusNamesMissingPlugins(t *testing.T) {
 	conf, _ := cninet.BridgeConfList(cninet.DefaultBridgeConfig())
-	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: &fakecni.CNI{}, PluginDirs: []string{t.TempDir()}})
+	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: &fakecni.CNI{}, PluginDirs: []string{t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}

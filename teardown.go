@@ -37,9 +37,16 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 	if err != nil {
 		return err
 	}
-	defer c.adm.Enter(req.id)()
+	leave, err := c.enter(ctx, req.id, false)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	found, err := c.attachmentsOf(alloc, req, true)
 	if err != nil {
+		return err
+	}
+	if found, err = c.withRecords(req, found); err != nil {
 		return err
 	}
 	return c.detachAll(ctx, netns, found, false)
@@ -58,7 +65,11 @@ func (c *Configurator) detachAll(ctx context.Context, netns string, found []foun
 		c.delHostportsOnce(ctx, netns, found)
 	}
 	errs := make([]error, len(found))
-	eachNetwork(len(found), func(i int) { errs[i] = c.detach(ctx, found[i].req, netns, found[i].att, alongside) })
+	eachNetwork(len(found), func(i int) {
+		if errs[i] = c.detach(ctx, found[i].req, netns, found[i].att, alongside); errs[i] == nil {
+			errs[i] = c.forget(found[i].req.id, found[i].att) // nothing left: the record goes
+		}
+	})
 	var failed []error
 	for i := len(errs) - 1; i >= 0; i-- {
 		if errs[i] != nil {
@@ -86,7 +97,9 @@ func (c *Configurator) detach(ctx context.Context, req request, netns string, at
 	ctx, op := c.tel.startNetwork(ctx, opDetach, att.name(), att.ifName, req.id, netns)
 	defer func() { op.end(err) }()
 	start := time.Now()
-	cl := footprint.NewCleaner(ctx, c.footprintNetwork(att.conf, att.ifName, nil), c.seams())
+	seams := c.seams()
+	seams.Proofs = &recordProofs{c: c, fa: foundAttachment{att: att, req: req}}
+	cl := footprint.NewCleaner(ctx, c.footprintNetwork(att.conf, att.ifName, nil), seams)
 	var removeErr error
 	prevention, preventErr := cl.Prevent([]string{req.id}) // also reads the proof the DEL erases
 	prevented := time.Now()

@@ -129,7 +129,7 @@ func newFixtureWithTables(t *testing.T, network string, mode listingMode, load4,
 	load4(f.v4)
 	load6(f.v6)
 	cacheDir := t.TempDir()
-	c, err := cninet.New(cninet.Config{CacheDir: cacheDir, NFTables: noNFTables, ConfList: conf, CNI: f.cni, IPTables: func(v6 bool) (host.IPTables, error) {
+	c, err := cninet.New(cninet.Config{CacheDir: cacheDir, StateDir: t.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: f.cni, IPTables: func(v6 bool) (host.IPTables, error) {
 		ipt := f.v4
 		if v6 {
 			ipt = f.v6
@@ -405,7 +405,7 @@ func TestTeardownWithNothingLeftListsNoChainWhereChainsCanBeProbed(t *testing.T)
 // with failProbe.
 func reopenProbing(t *testing.T, cf cleanupFixture, failProbe error) *cninet.Configurator {
 	t.Helper()
-	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfList: cf.c.ConfList(), CNI: cf.cni,
+	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, ConfList: cf.c.ConfList(), CNI: cf.cni,
 		IPTables: func(v6 bool) (host.IPTables, error) {
 			ipt := cf.v4
 			if v6 {
@@ -444,7 +444,7 @@ func TestTeardownRunsEveryStepAndReportsEachFailure(t *testing.T) {
 func TestTeardownWithoutIPTablesStillRunsDELAndSaysIPTablesIsMissing(t *testing.T) {
 	cf := newCleanupFixture(t, "nomad")
 	cf.reserve(t, "198.18.0.2", "a")
-	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), NFTables: noNFTables, ConfList: cf.c.ConfList(), CNI: cf.cni, IPTables: func(bool) (host.IPTables, error) {
+	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, ConfList: cf.c.ConfList(), CNI: cf.cni, IPTables: func(bool) (host.IPTables, error) {
 		return nil, errors.New(`exec: "iptables": executable file not found in $PATH`)
 	}})
 	if err != nil {
@@ -722,7 +722,7 @@ func TestTeardownWithholdsTheDELWhenItsGuardCannotReadNFTables(t *testing.T) {
 	cf := newCleanupFixture(t, "nomad")
 	cf.leak(t, footprint{network: "nomad", id: "a", ip: "198.18.0.2"})
 	broken := errors.New("netlink: permission denied")
-	c, err := cninet.New(cninet.Config{CacheDir: cf.cacheDir, ConfList: cf.c.ConfList(), CNI: cf.cni,
+	c, err := cninet.New(cninet.Config{CacheDir: cf.cacheDir, StateDir: t.TempDir(), ConfList: cf.c.ConfList(), CNI: cf.cni,
 		NFTables: func() (host.NFTables, error) { return nil, broken },
 		IPTables: func(v6 bool) (host.IPTables, error) {
 			if v6 {
@@ -835,7 +835,7 @@ func (b boundIPTables) ClearAndDeleteChain(table, chain string) error {
 
 func newLockingConfigurator(t *testing.T, ipt *lockingIPTables, fake *fakecni.CNI) *cninet.Configurator {
 	t.Helper()
-	c, err := cninet.New(cninet.Config{ConfList: unitConfList(t), CNI: fake, CacheDir: t.TempDir(), NFTables: noNFTables,
+	c, err := cninet.New(cninet.Config{ConfList: unitConfList(t), CNI: fake, CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables,
 		Retry: fastRetry, IPTables: func(bool) (host.IPTables, error) { return ipt, nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -93,7 +93,7 @@ func itemBackend(it footprint.Item) string {
 	switch {
 	case it.Backend != "":
 		return it.Backend
-	case it.Kind == footprint.Kind(GCCachedAttachment):
+	case it.Kind == footprint.Kind(GCCachedAttachment), it.Kind == footprint.Kind(GCRecordedAttachment):
 		return "cni"
 	}
 	return "other"

@@ -237,7 +237,7 @@ func TestTelemetryOfStatusReportsEachNetworksReadiness(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newTelFixture(t, &fakecni.CNI{}, quickRetries)
-			c, err := cninet.New(cninet.Config{ConfList: f.c.ConfList(), CNI: &fakecni.CNI{}, CacheDir: t.TempDir(),
+			c, err := cninet.New(cninet.Config{ConfList: f.c.ConfList(), CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(),
 				PluginDirs: []string{versionOnlyPlugins(t, tc.plugins...)}, NFTables: noNFTables,
 				TracerProvider: f.rig.tp, MeterProvider: f.rig.mp})
 			if err != nil {
@@ -285,7 +285,7 @@ func versionOnlyPlugins(t *testing.T, names ...string) string {
 // With no provider in Config, cninet reports to the global ones, also
 // when the program installs them after New (as go-cni's spans need).
 func TestTelemetryGoesToTheGlobalProvidersInstalledAfterNew(t *testing.T) {
-	c, err := cninet.New(cninet.Config{ConfList: unitConfList(t), CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), NFTables: noNFTables,
+	c, err := cninet.New(cninet.Config{ConfList: unitConfList(t), CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables,
 		IPTables: func(bool) (host.IPTables, error) { return fakeipt.New(), nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ cd "$repo"
 log() { echo "unit-sandboxed: $*" >&2; }
 
 # The directories the tests must leave alone, as the paths code uses.
-STATE_DIRS=(/var/lib/cni /run/cni /var/run/cni /run/netns /var/run/netns)
+STATE_DIRS=(/var/lib/cni /run/cni /var/run/cni /run/netns /var/run/netns /var/lib/cninet)
 
 # ---------------------------------------------------------------------------
 # Outside: list the packages (with the network, in case a module is

@@ -151,7 +151,7 @@ esac
 	if err := os.WriteFile(filepath.Join(confs, "web.conflist"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return thick.Info{ConfDir: confs, CNIPath: []string{plugins}, CacheDir: filepath.Join(dir, "cache")}, log
+	return thick.Info{ConfDir: confs, CNIPath: []string{plugins}, CacheDir: filepath.Join(dir, "cache"), StateDir: filepath.Join(dir, "state")}, log
 }
 
 func fakes(cfg *cninet.Config) {

@@ -36,7 +36,7 @@ func TestMetricsReachPrometheusUnderTheDocumentedNames(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ipam, "nomad", "198.18.0.2"), []byte("alloc-1\r\neth0"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := cninet.New(cninet.Config{ConfList: conf, CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), PluginDirs: []string{t.TempDir()},
+	c, err := cninet.New(cninet.Config{ConfList: conf, CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(), PluginDirs: []string{t.TempDir()},
 		IPTables:      func(bool) (host.IPTables, error) { return fakeipt.New(), nil },
 		NFTables:      func() (host.NFTables, error) { return &fakenft.NFTables{}, nil },
 		MeterProvider: mp})

@@ -2,6 +2,7 @@ package footprint
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 
 	"github.com/seed1280861d/cninet/host"
@@ -55,11 +56,28 @@ type Seams struct {
 	// Links opens the host namespace's network devices; nil: none are
 	// looked at.
 	Links func() (host.Links, error)
+	// Proofs keeps, durably, the addresses attachments held, before a DEL
+	// erases the files that prove them: the host registry. nil: intent
+	// records under each network's CacheDir (withheld.go), as cninet
+	// kept them before it had a registry.
+	Proofs ProofStore
 	// Networks is every network whose state may be on the host. Evidence
 	// that another attachment holds an address is read from all of them:
 	// reservations and cached results of one network say nothing about
 	// another's.
 	Networks []Network
+}
+
+// ProofStore is where the proof of an attachment's addresses outlives a
+// DEL: Prevent records there every address the attachment's files prove
+// before the DEL erases them, and every run reads it back as proof, so a
+// process killed after the DEL loses nothing.
+type ProofStore interface {
+	// Recorded returns the addresses att provably held, as recorded.
+	Recorded(att Attachment) []netip.Addr
+	// Record adds addrs to what is recorded for att, durably, before it
+	// returns.
+	Record(att Attachment, addrs []netip.Addr) error
 }
 
 // Cleaner removes the footprint of attachments, by the ownership rule.

@@ -150,6 +150,28 @@ func (f hostFiles) addrsOf(set attSet) []netip.Addr {
 	return addrs
 }
 
+// addrsByAttachment returns the addresses the files name for each of
+// the set's attachments.
+func (f hostFiles) addrsByAttachment(set attSet) map[Attachment][]netip.Addr {
+	out := map[Attachment][]netip.Addr{}
+	for _, r := range f.reservations {
+		if set[r.att()] {
+			out[r.att()] = append(out[r.att()], r.addr)
+		}
+	}
+	for _, c := range f.cached {
+		if set[c.att()] {
+			out[c.att()] = append(out[c.att()], c.addrs...)
+		}
+	}
+	for _, r := range f.records {
+		if set[r.att()] {
+			out[r.att()] = append(out[r.att()], r.addrs...)
+		}
+	}
+	return out
+}
+
 // reserves reports whether a reservation of f names addr for att.
 func (f hostFiles) reserves(att Attachment, addr netip.Addr) bool {
 	return slices.ContainsFunc(f.reservations, func(r reservation) bool { return r.att() == att && r.addr == addr })

@@ -110,6 +110,9 @@ func (c *Cleaner) PreventAll(atts []Attachment) (Prevention, error) {
 		v.prior = scanFilesOf(v, set)
 	}
 	c.prior = v.prior
+	if err := c.recordProof(set); err != nil {
+		return Prevention{}, err
+	}
 	v.wholeWorkload = c.WholeWorkload
 	v.nft.brief = c.whole && c.WholeWorkload
 	pv := &prevention{}
@@ -137,11 +140,38 @@ func (c *Cleaner) PreventAll(atts []Attachment) (Prevention, error) {
 	return out, errors.Join(werrs...)
 }
 
-// withhold writes the intent record, then takes the addresses out of the
-// cached result; the record is also kept as proof for Clean.
+// recordProof records, before any DEL, every address the set's files
+// prove (c.prior) in the proof store: the DEL erases those files, and a
+// process killed after it must not lose the proof. Without a store the
+// intent records of withhold keep what the DEL is not shown.
+func (c *Cleaner) recordProof(set attSet) error {
+	if c.host.Proofs == nil {
+		return nil
+	}
+	byAtt := c.prior.addrsByAttachment(set)
+	var errs []error
+	for _, att := range set.sorted() {
+		if addrs := byAtt[att]; len(addrs) > 0 {
+			if err := c.host.Proofs.Record(att, uniqueAddrs(addrs)); err != nil {
+				errs = append(errs, fmt.Errorf("recording the proof of %s before its DEL: %w", att, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// withhold writes the intent record (where no proof store recorded the
+// addresses already), then takes the addresses out of the cached result;
+// the record is also kept as proof for Clean.
 func (c *Cleaner) withhold(w *withholding) error {
 	addrs := sortedAddrs(w.addrs)
 	cacheDir := c.nets[w.att.Network].CacheDir
+	if c.host.Proofs != nil {
+		if err := withholdFromCache(cacheDir, w.cache.path, w.addrs); err != nil {
+			return fmt.Errorf("withholding %v from the DEL of %s: %w", addrs, w.att, err)
+		}
+		return nil
+	}
 	if err := writeRecord(cacheDir, w.att, w.cache.ifName, addrs); err != nil {
 		return fmt.Errorf("withholding %v from the DEL of %s: %w", addrs, w.att, err)
 	}

@@ -58,9 +58,18 @@ func recordPath(cacheDir, network, id string) string {
 	return filepath.Join(recordDir(cacheDir, network), id)
 }
 
+// prove reads the intent records and the proof store (Seams.Proofs).
 func (withheld) prove(v *view, set attSet) []claim {
-	return claimsOfFiles(v, set, func(f hostFiles) []intentRecord { return f.records },
+	out := claimsOfFiles(v, set, func(f hostFiles) []intentRecord { return f.records },
 		func(r intentRecord) []netip.Addr { return r.addrs })
+	if store := v.host.Proofs; store != nil {
+		for _, att := range set.sorted() {
+			for _, a := range store.Recorded(att) {
+				out = append(out, claim{a, att})
+			}
+		}
+	}
+	return out
 }
 
 func (withheld) holders(*view, attSet, addrSet) []claim { return nil }

@@ -14,7 +14,7 @@ const marker = "CNINET_NETSANDBOX"
 
 // tmpfsDirs hide the host's CNI state and receive the sandbox's: netns
 // mounts, host-local reservations (/run/cni) and libcni's cache.
-var tmpfsDirs = []string{"/run/netns", "/run/cni", "/var/lib/cni"}
+var tmpfsDirs = []string{"/run/netns", "/run/cni", "/var/lib/cni", "/var/lib/cninet"}
 
 // unavailable says why the sandbox could not be entered; "" inside it.
 var unavailable = "netsandbox.Main was not called from TestMain"

@@ -36,6 +36,9 @@ func (g *Registry) LockID(ctx context.Context, id string) (unlock func(), err er
 	if !containerID.MatchString(id) {
 		return nil, fmt.Errorf("%w: container id %q", ErrInvalid, id)
 	}
+	if _, err := g.mkdir(filepath.Join("locks", "id")); err != nil {
+		return nil, err
+	}
 	return lockFile(ctx, g.idLockPath(id), true, true)
 }
 
@@ -45,13 +48,20 @@ func (g *Registry) TryLockID(id string) (unlock func(), err error) {
 	if !containerID.MatchString(id) {
 		return nil, fmt.Errorf("%w: container id %q", ErrInvalid, id)
 	}
+	if _, err := g.mkdir(filepath.Join("locks", "id")); err != nil {
+		return nil, err
+	}
 	return tryLockFile(g.idLockPath(id), true, true)
 }
 
 // LockGC takes the host-wide GC lock, alone (a GC) or shared (an ADD),
 // waiting for it until ctx is done.
 func (g *Registry) LockGC(ctx context.Context, alone bool) (unlock func(), err error) {
-	return lockFile(ctx, filepath.Join(g.dir, "locks", "gc"), alone, false)
+	dir, err := g.mkdir("locks")
+	if err != nil {
+		return nil, err
+	}
+	return lockFile(ctx, filepath.Join(dir, "gc"), alone, false)
 }
 
 // lockFile waits for the lock at path until ctx is done, first briefly,

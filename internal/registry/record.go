@@ -115,7 +115,11 @@ func containsAddr(addrs []netip.Addr, a netip.Addr) bool {
 // held may be the only proof of an attachment's state.
 type Damaged struct {
 	Path string
-	Err  error
+	// ContainerID is the id the file's path names: its attachment may be
+	// anyone's, so nothing of that id is judged dead while the file is
+	// there.
+	ContainerID string
+	Err         error
 }
 
 func (d Damaged) Error() string { return fmt.Sprintf("registry file %s: %v", d.Path, d.Err) }

@@ -39,18 +39,22 @@ type Registry struct {
 	dir string
 }
 
-// Open returns the registry in dir, creating its directories (0700) when
-// missing.
+// Open returns the registry in dir. Nothing is read or created until it
+// is used: its directories are created (0700) by the first write or lock.
 func Open(dir string) (*Registry, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: empty state directory", ErrInvalid)
 	}
-	for _, sub := range []string{"attachments", filepath.Join("locks", "id"), "tmp"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
-			return nil, fmt.Errorf("opening the host registry: %w", err)
-		}
-	}
 	return &Registry{dir: dir}, nil
+}
+
+// mkdir creates the registry's directory sub when missing.
+func (g *Registry) mkdir(sub string) (string, error) {
+	dir := filepath.Join(g.dir, sub)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("host registry: %w", err)
+	}
+	return dir, nil
 }
 
 // Dir is the state directory.
@@ -104,10 +108,18 @@ func (g *Registry) Put(r *Record) error {
 	if err != nil {
 		return fmt.Errorf("recording %s: %w", k, err)
 	}
-	if _, err := mkdirAllSynced(filepath.Join(g.dir, "attachments"), k.ContainerID, k.Network); err != nil {
+	root, err := g.mkdir("attachments")
+	if err != nil {
 		return fmt.Errorf("recording %s: %w", k, err)
 	}
-	if err := writeFileAtomic(filepath.Join(g.dir, "tmp"), path, raw); err != nil {
+	tmp, err := g.mkdir("tmp")
+	if err != nil {
+		return fmt.Errorf("recording %s: %w", k, err)
+	}
+	if _, err := mkdirAllSynced(root, k.ContainerID, k.Network); err != nil {
+		return fmt.Errorf("recording %s: %w", k, err)
+	}
+	if err := writeFileAtomic(tmp, path, raw); err != nil {
 		return fmt.Errorf("recording %s: %w", k, err)
 	}
 	r.path = path
@@ -135,6 +147,9 @@ type Listing struct {
 func (g *Registry) All() (Listing, error) {
 	root := filepath.Join(g.dir, "attachments")
 	ids, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return Listing{}, nil // nothing was ever recorded
+	}
 	if err != nil {
 		return Listing{}, fmt.Errorf("reading the host registry: %w", err)
 	}
@@ -142,7 +157,7 @@ func (g *Registry) All() (Listing, error) {
 	var errs []error
 	for _, e := range ids {
 		if !e.IsDir() {
-			out.Damaged = append(out.Damaged, Damaged{filepath.Join(root, e.Name()), errors.New("not a directory")})
+			out.Damaged = append(out.Damaged, Damaged{Path: filepath.Join(root, e.Name()), ContainerID: e.Name(), Err: errors.New("not a directory")})
 			continue
 		}
 		recs, damaged, err := g.read(filepath.Join(root, e.Name()), e.Name())
@@ -168,7 +183,7 @@ func (g *Registry) read(idDir, id string) ([]Record, []Damaged, error) {
 	for _, n := range nets {
 		netDir := filepath.Join(idDir, n.Name())
 		if !n.IsDir() {
-			damaged = append(damaged, Damaged{netDir, errors.New("not a directory")})
+			damaged = append(damaged, Damaged{Path: netDir, ContainerID: id, Err: errors.New("not a directory")})
 			continue
 		}
 		files, err := os.ReadDir(netDir)
@@ -180,7 +195,7 @@ func (g *Registry) read(idDir, id string) ([]Record, []Damaged, error) {
 			k := Key{Network: n.Name(), ContainerID: id, IfName: f.Name()}
 			r, err := readRecord(filepath.Join(netDir, f.Name()), k)
 			if err != nil {
-				damaged = append(damaged, Damaged{filepath.Join(netDir, f.Name()), err})
+				damaged = append(damaged, Damaged{Path: filepath.Join(netDir, f.Name()), ContainerID: id, Err: err})
 				continue
 			}
 			recs = append(recs, r)

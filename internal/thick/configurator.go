@@ -25,6 +25,8 @@ func NewConfigurator(info Info, logger hclog.Logger, meters metric.MeterProvider
 		ConfDir:       info.ConfDir,
 		PluginDirs:    info.CNIPath,
 		CacheDir:      info.CacheDir,
+		StateDir:      info.StateDir,
+		Owner:         Owner,
 		CNI:           noGoCNI{},
 		MeterProvider: meters,
 	}

@@ -16,6 +16,9 @@ type Info struct {
 	ConfDir  string   `json:"confDir"`
 	CNIPath  []string `json:"cniPath"`
 	CacheDir string   `json:"cacheDir"`
+	// StateDir is the host registry the daemon and the shim's own DEL
+	// share with every other process on the host; "": DefaultStateDir.
+	StateDir string `json:"stateDir,omitempty"`
 }
 
 // Defaults for a daemon started without the flags, and for a shim that
@@ -23,6 +26,11 @@ type Info struct {
 const (
 	DefaultConfDir  = "/etc/cninet/net.d"
 	DefaultCacheDir = "/var/lib/cninet/cache"
+	DefaultStateDir = "/var/lib/cninet"
+	// Owner owns the attachments thick mode makes, in the daemon and in
+	// the shim's own DEL alike: the registry keeps them apart from the
+	// attachments of orchestrators that embed cninet on the same host.
+	Owner = "cninet-daemon"
 )
 
 // InfoPath is where the daemon of socket writes its Info.
@@ -57,7 +65,7 @@ func WriteInfo(socket string, info Info) error {
 func ReadInfo(socket string, cniPath []string) (info Info, found bool, err error) {
 	b, err := os.ReadFile(InfoPath(socket))
 	if errors.Is(err, fs.ErrNotExist) {
-		return Info{ConfDir: DefaultConfDir, CNIPath: cniPath, CacheDir: DefaultCacheDir}, false, nil
+		return Info{ConfDir: DefaultConfDir, CNIPath: cniPath, CacheDir: DefaultCacheDir, StateDir: DefaultStateDir}, false, nil
 	}
 	if err != nil {
 		return Info{}, false, err
@@ -67,6 +75,9 @@ func ReadInfo(socket string, cniPath []string) (info Info, found bool, err error
 	}
 	if info.ConfDir == "" || info.CacheDir == "" || len(info.CNIPath) == 0 {
 		return Info{}, false, fmt.Errorf("%s: want confDir, cniPath and cacheDir, got %s", InfoPath(socket), b)
+	}
+	if info.StateDir == "" {
+		info.StateDir = DefaultStateDir
 	}
 	return info, true, nil
 }

@@ -1,0 +1,324 @@
+package cninet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	cni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/libcni"
+	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/registry"
+)
+
+// The host registry (internal/registry) holds one record per attachment,
+// shared by every process on the host: whose it is (its owner), and,
+// before any DEL, every proof its cleanup needs. Setup and Connect record
+// an attachment before its ADD and complete the record after it; a
+// detach records, before the DEL, every address the attachment's files
+// prove, and removes the record when the cleanup found nothing left; a
+// GC collects its own owner's dead records and never another owner's.
+// Every operation holds the container id's lock in the registry, which
+// every process honours; an ADD also holds the GC lock shared.
+
+// defaultStateDir is the registry every process on a host shares.
+const defaultStateDir = registry.DefaultDir
+
+// defaultOwner names a Configurator's attachments when Config.Owner is
+// empty: the executable's base name.
+func defaultOwner() string {
+	exe, err := os.Executable()
+	if err != nil || filepath.Base(exe) == "" {
+		return "cninet"
+	}
+	return filepath.Base(exe)
+}
+
+// lockWait bounds how long an operation waits for a lock another process
+// holds when its ctx has no deadline of its own.
+const lockWait = 2 * time.Minute
+
+// enter serialises operations on id in this process (admission) and
+// across the host (the registry's id lock); adding also takes the GC lock
+// shared, so that no GC runs while the ADD does. The waits are bounded
+// by ctx.
+func (c *Configurator) enter(ctx context.Context, id string, adding bool) (leave func(), err error) {
+	ctx, cancel := context.WithTimeout(ctx, lockWait)
+	defer cancel()
+	unlockGC := func() {}
+	if adding {
+		if unlockGC, err = c.reg.LockGC(ctx, false); err != nil {
+			return nil, fmt.Errorf("%w: allocation %s: a GC holds the host's GC lock: %w", ErrBusy, id, err)
+		}
+	}
+	leaveAdm := c.adm.Enter(id)
+	unlockID, err := c.reg.LockID(ctx, id)
+	if err != nil {
+		leaveAdm()
+		unlockGC()
+		return nil, fmt.Errorf("%w: allocation %s: another process holds its lock: %w", ErrBusy, id, err)
+	}
+	return func() {
+		unlockID()
+		leaveAdm()
+		unlockGC()
+	}, nil
+}
+
+// recordOf returns a new record of att for req: the exact conflist, the
+// plugins with the backends they use here, the args and capabilities.
+func (c *Configurator) recordOf(req request, att attachment, netns string) *registry.Record {
+	rec := &registry.Record{
+		Owner:       c.owner,
+		Network:     att.name(),
+		ContainerID: req.id,
+		IfName:      att.ifName,
+		NetNS:       netns,
+		State:       registry.Adding,
+		Args:        req.args,
+		ConfList:    att.conf.bytes,
+		Plugins:     att.conf.info.plugins,
+	}
+	caps := map[string]json.RawMessage{}
+	if len(req.mappings) > 0 {
+		if raw, err := json.Marshal(req.mappings); err == nil {
+			caps[capabilityPortMappings] = raw
+		}
+	}
+	for name, value := range req.caps {
+		if raw, err := json.Marshal(value); err == nil {
+			caps[name] = raw
+		}
+	}
+	if len(caps) > 0 {
+		rec.Capabilities = caps
+	}
+	return rec
+}
+
+// recordAdding records att before its first ADD: a process killed at any
+// point of the ADD leaves a record that the next Teardown or GC, in any
+// process, finishes.
+func (c *Configurator) recordAdding(req request, att attachment, netns string) (*registry.Record, error) {
+	rec := c.recordOf(req, att, netns)
+	if old := c.recorded(req.id, att.name(), att.ifName); old != nil {
+		rec.Since, rec.Addresses = old.Since, old.Addresses // a retried Setup: keep what the earlier one proved
+	}
+	if err := c.reg.Put(rec); err != nil {
+		return nil, fmt.Errorf("%w: allocation %s in network %q: %w", ErrIO, req.id, att.name(), err)
+	}
+	return rec, nil
+}
+
+// recordAttached completes rec with what the ADD returned.
+func (c *Configurator) recordAttached(rec *registry.Record, res *cni.Result) error {
+	rec.State = registry.Attached
+	if cur := c.recorded(rec.ContainerID, rec.Network, rec.IfName); cur != nil {
+		rec.AddAddresses(cur.Addresses...) // what a cleanup between attempts recorded as proof
+	}
+	rec.AddAddresses(resultAddrs(res)...)
+	if err := c.reg.Put(rec); err != nil {
+		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrIO, rec.ContainerID, rec.Network, err)
+	}
+	return nil
+}
+
+// resultAddrs returns every address of a CNI result.
+func resultAddrs(res *cni.Result) []netip.Addr {
+	var out []netip.Addr
+	if res == nil {
+		return nil
+	}
+	for _, ifc := range res.Interfaces {
+		if ifc == nil {
+			continue
+		}
+		for _, ip := range ifc.IPConfigs {
+			if ip == nil {
+				continue
+			}
+			if a, ok := netip.AddrFromSlice(ip.IP); ok && !a.Unmap().IsUnspecified() {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	return out
+}
+
+// recorded returns the record of id in network as ifName, or nil.
+func (c *Configurator) recorded(id, network, ifName string) *registry.Record {
+	recs, _, err := c.reg.Of(id)
+	if err != nil {
+		return nil
+	}
+	for i := range recs {
+		if recs[i].Network == network && recs[i].IfName == ifName {
+			return &recs[i]
+		}
+	}
+	return nil
+}
+
+// forget removes att's record once its detach left nothing.
+func (c *Configurator) forget(id string, att attachment) error {
+	if err := c.reg.Remove(registry.Key{Network: att.name(), ContainerID: id, IfName: att.ifName}); err != nil {
+		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrIO, id, att.name(), err)
+	}
+	return nil
+}
+
+// recordProofs is the proof store (footprint.ProofStore) of one detach:
+// the attachment's record, created when the registry never saw it (an
+// attachment from before the registry, found in libcni's cache).
+type recordProofs struct {
+	c    *Configurator
+	fa   foundAttachment
+	rec  *registry.Record
+	read bool
+}
+
+func (p *recordProofs) load() {
+	if !p.read {
+		p.rec, p.read = p.c.recorded(p.fa.req.id, p.fa.att.name(), p.fa.att.ifName), true
+	}
+}
+
+// Recorded returns the addresses the attachment's record proves.
+func (p *recordProofs) Recorded(att footprint.Attachment) []netip.Addr {
+	if att != (footprint.Attachment{Network: p.fa.att.name(), ID: p.fa.req.id}) {
+		return nil
+	}
+	p.load()
+	if p.rec == nil {
+		return nil
+	}
+	return p.rec.Addresses
+}
+
+// Record adds addrs to the attachment's record, durably.
+func (p *recordProofs) Record(att footprint.Attachment, addrs []netip.Addr) error {
+	if att != (footprint.Attachment{Network: p.fa.att.name(), ID: p.fa.req.id}) {
+		return fmt.Errorf("no record of %s in this detach", att)
+	}
+	p.load()
+	if p.rec == nil {
+		p.rec = p.c.recordOf(p.fa.req, p.fa.att, "")
+	}
+	if !p.rec.AddAddresses(addrs...) && p.rec.State == registry.Detaching {
+		return nil
+	}
+	p.rec.State = registry.Detaching
+	return p.c.reg.Put(p.rec)
+}
+
+// recordedRequest is req with the args and capabilities rec says its
+// ADD was given.
+func recordedRequest(req request, rec registry.Record) request {
+	a := &libcni.NetworkAttachment{CniArgs: rec.Args, CapabilityArgs: map[string]any{}}
+	for name, raw := range rec.Capabilities {
+		var v any
+		if json.Unmarshal(raw, &v) == nil {
+			a.CapabilityArgs[name] = v
+		}
+	}
+	return cachedCapabilities(cachedRequest(req, a), a)
+}
+
+// withRecords adds to found, an allocation's attachments as the
+// Allocation and libcni's cache say, those its own owner's records say:
+// the registry is the one source that outlives a DEL, so a record names
+// an attachment whose detach a killed process began. A found attachment
+// with a record is told what the record says (its conflist, args and
+// capabilities). Records of another owner are another runtime's
+// attachments: left out, and so are found attachments they name.
+func (c *Configurator) withRecords(req request, found []foundAttachment) ([]foundAttachment, error) {
+	recs, damaged, err := c.reg.Of(req.id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading the host registry: %w", ErrIO, err)
+	}
+	for _, d := range damaged {
+		c.logger.Warn("registry file is no usable record: kept, not acted on", "alloc_id", req.id, "path", d.Path, "error", d.Err)
+	}
+	for _, rec := range recs {
+		at := slices.IndexFunc(found, func(fa foundAttachment) bool {
+			return fa.att.name() == rec.Network && fa.att.ifName == rec.IfName
+		})
+		if rec.Owner != c.owner {
+			if at >= 0 {
+				c.logger.Debug("attachment of another owner left alone", "alloc_id", req.id, "network", rec.Network, "owner", rec.Owner)
+				found = slices.Delete(found, at, at+1)
+			}
+			continue
+		}
+		conf, err := c.recordedConf(rec)
+		if err != nil {
+			c.logger.Warn("recorded attachment of an unknown network left alone", "alloc_id", req.id, "network", rec.Network, "error", err)
+			continue
+		}
+		if at >= 0 {
+			found[at].att.conf, found[at].req = conf, recordedRequest(found[at].req, rec)
+			found[at].cached = true
+			continue
+		}
+		found = append(found, foundAttachment{att: attachment{conf: conf, ifName: rec.IfName}, req: recordedRequest(req, rec), cached: true})
+	}
+	return found, nil
+}
+
+// recordedConf is the conflist rec's ADD ran with, else the known
+// network's: a DEL after the conflist changed or went runs as the ADD did.
+func (c *Configurator) recordedConf(rec registry.Record) (networkConf, error) {
+	if len(rec.ConfList) > 0 {
+		list, err := parseConfList(rec.ConfList)
+		if err == nil && list.Name == rec.Network {
+			return networkConf{bytes: rec.ConfList, list: list, info: newNetworkInfo(list)}, nil
+		}
+	}
+	return c.knownConf(rec.Network, true)
+}
+
+// AttachmentRecord is one attachment as the host registry records it.
+type AttachmentRecord struct {
+	Owner, Network, ID, IfName, NetNS string
+	// State is "adding" (its ADD began), "attached" or "detaching" (its
+	// DEL began; the next Teardown or GC of its owner finishes it).
+	State     string
+	Addresses []netip.Addr
+	Ports     []cni.PortMapping
+	Since     time.Time
+}
+
+// Attachments lists the host registry: every attachment any process on
+// the host made through cninet with this StateDir, whoever its owner,
+// sorted by id, network and interface. Files in the registry that are no
+// usable record (corrupt, or of a newer cninet) are named in the error,
+// which wraps ErrIO, after the records that could be read.
+func (c *Configurator) Attachments() ([]AttachmentRecord, error) {
+	all, err := c.reg.All()
+	out := make([]AttachmentRecord, 0, len(all.Records))
+	for _, rec := range all.Records {
+		r := AttachmentRecord{Owner: rec.Owner, Network: rec.Network, ID: rec.ContainerID, IfName: rec.IfName, NetNS: rec.NetNS,
+			State: string(rec.State), Addresses: rec.Addresses, Since: rec.Since}
+		if raw, ok := rec.Capabilities[capabilityPortMappings]; ok {
+			_ = json.Unmarshal(raw, &r.Ports)
+		}
+		out = append(out, r)
+	}
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, d := range all.Damaged {
+		errs = append(errs, d)
+	}
+	if len(errs) > 0 {
+		return out, fmt.Errorf("%w: %w", ErrIO, errors.Join(errs...))
+	}
+	return out, nil
+}
