@@ -10,8 +10,9 @@
 //
 // # Reading order
 //
-//   - main.go: the CNI versions the shim accepts, and main, which hands
-//     each CNI command to the shim through skel.
+//   - main.go: the CNI versions the shim accepts (its VERSION answer
+//     names cninet's version too), and main, which hands each CNI command
+//     to the shim through skel.
 //   - shim.go: the shim: its config (the "socket"), forward (one request
 //     to the daemon over HTTP on the unix socket, the daemon's CNI error
 //     passed on unchanged), the CNI code of an unreachable daemon, and
