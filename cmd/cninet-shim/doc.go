@@ -6,7 +6,7 @@
 // its own conflist of the same name. It speaks CNI 0.3.0 to 1.1.0 and
 // prints results in the version of the config it was given. A DEL while
 // the daemon is down still detaches and cleans up, in this process. See
-// the README's "Thick mode".
+// docs/thick-mode.md.
 //
 // # Reading order
 //
