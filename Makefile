@@ -14,11 +14,32 @@ all: test
 deps:
 	@bash scripts/install-deps.sh
 
+# staticcheck (installed into .cache/bin by scripts/install-deps.sh) runs
+# every default check on every package, except that in the packages of
+# STATICCHECK_HELD_PKGS the checks in STATICCHECK_HELD_CHECKS are held
+# back until their findings are fixed:
+#   .                    SA1019 (libcni.ConfFromBytes, ConfListFromConf in
+#                        conflist.go), ST1005 (an error string in connect.go)
+#   ./internal/footprint U1000 (five unused functions)
+#   ./cmd/cninet         U1000 (an unused field in demo.go)
+# Once they are, empty both variables.
+STATICCHECK            ?= .cache/bin/staticcheck
+STATICCHECK_HELD_PKGS  ?= . ./internal/footprint ./cmd/cninet
+STATICCHECK_HELD_CHECKS ?= -SA1019,-ST1005,-U1000
+
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	cd examples/prometheus && $(GO) build -o /dev/null ./... && $(GO) vet ./...
+	@GO="$(GO)" bash scripts/install-deps.sh staticcheck
+	@held=$$(if [ -n "$(STATICCHECK_HELD_PKGS)" ]; then $(GO) list $(STATICCHECK_HELD_PKGS); fi); \
+	  rest=$$($(GO) list ./... | grep -vxF "$$held"); \
+	  echo "staticcheck ./..."; \
+	  [ -z "$$held" ] || echo "  with $(STATICCHECK_HELD_CHECKS) held back in $(STATICCHECK_HELD_PKGS)"; \
+	  $(STATICCHECK) $$rest && \
+	  { [ -z "$$held" ] || $(STATICCHECK) -checks "inherit,$(STATICCHECK_HELD_CHECKS)" $$held; }
+	cd examples/prometheus && $(abspath $(STATICCHECK)) ./...
 
 # Unit tests, every package but integration/, with the host-safety check:
 # they run in a private mount and network namespace where /var/lib/cni,

@@ -98,7 +98,7 @@ func forgetRuntimeCache(t *testing.T, network string) {
 
 // assertMetrics wants, for every entry of want, a line of the daemon's
 // /metrics holding each of its |-separated parts, and /healthz and
-// /readyz to answer 200.
+// /readyz to answer 200, /healthz with "ok" and cninet's version.
 func assertMetrics(t *testing.T, addr string, want ...string) {
 	t.Helper()
 	for _, path := range []string{"/healthz", "/readyz"} {
@@ -106,9 +106,13 @@ func assertMetrics(t *testing.T, addr string, want ...string) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("%s answered %s, want 200", path, resp.Status)
+		}
+		if f := strings.Fields(string(body)); path == "/healthz" && (len(f) != 2 || f[0] != "ok") {
+			t.Errorf("/healthz answered %q, want \"ok <version>\"", body)
 		}
 	}
 	resp, err := http.Get("http://" + addr + "/metrics")

@@ -7,12 +7,26 @@
 #   - the upstream CNI plugins, built with `go install` into
 #     .cache/cni/$UPSTREAM_VERSION of this repository;
 #   - libcni's cnitool, at the libcni version go.mod requires, into
-#     .cache/bin (the thick-mode tests drive cninet-shim with it).
+#     .cache/bin (the thick-mode tests drive cninet-shim with it);
+#   - staticcheck, at $STATICCHECK_VERSION, into .cache/bin (make lint).
+# With the argument "staticcheck", installs staticcheck only (make lint
+# needs nothing else, and no root).
 # Idempotent; prints nothing when everything is present, else one summary
-# line. apt-get needs root; the upstream build does not.
+# line. apt-get needs root; the Go builds do not.
 set -euo pipefail
 
 UPSTREAM_VERSION=${UPSTREAM_VERSION:-v1.9.1}
+# staticcheck 2026.2.2, the first release line that supports Go 1.26; a
+# newer Go toolchain may need a newer staticcheck.
+STATICCHECK_VERSION=${STATICCHECK_VERSION:-v0.8.2}
+only=${1:-all}
+case "$only" in
+all | staticcheck) ;;
+*)
+	echo "usage: $0 [staticcheck]" >&2
+	exit 2
+	;;
+esac
 GO=${GO:-go}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 upstream_dir="$repo/.cache/cni/$UPSTREAM_VERSION"
@@ -27,6 +41,7 @@ is_installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
 }
 
+install_all() {
 # Ask dpkg rather than PATH: iptables lives in /usr/sbin, which a non-login
 # environment (CI) may not have on PATH, and a present binary says nothing
 # about the package that the plugins' iptables calls expect.
@@ -122,6 +137,37 @@ if [ ! -x "$cnitool" ] || [ "$(cat "$cnitool.version" 2>/dev/null)" != "$cni_ver
 	echo "$cni_version" >"$cnitool.version"
 	installed+=("cnitool $cni_version")
 fi
+}
+
+# staticcheck, with a stamp file saying which version .cache/bin/staticcheck
+# is, as for cnitool.
+install_staticcheck() {
+	local staticcheck="$repo/.cache/bin/staticcheck"
+	if [ -x "$staticcheck" ] && [ "$(cat "$staticcheck.version" 2>/dev/null)" = "$STATICCHECK_VERSION" ]; then
+		return
+	fi
+	if ! command -v "$GO" >/dev/null 2>&1; then
+		log "$GO not found on PATH; it builds staticcheck"
+		exit 1
+	fi
+	mkdir -p "$repo/.cache/bin"
+	local golog
+	golog=$(mktemp)
+	scratch+=("$golog")
+	if ! GOBIN="$repo/.cache/bin" "$GO" install \
+		"honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" >"$golog" 2>&1; then
+		cat "$golog" >&2
+		log "building staticcheck $STATICCHECK_VERSION failed"
+		exit 1
+	fi
+	echo "$STATICCHECK_VERSION" >"$staticcheck.version"
+	installed+=("staticcheck $STATICCHECK_VERSION")
+}
+
+if [ "$only" = all ]; then
+	install_all
+fi
+install_staticcheck
 
 if [ ${#installed[@]} -gt 0 ]; then
 	joined=$(printf '%s, ' "${installed[@]}")

@@ -6,12 +6,13 @@
 // its own conflist of the same name. It speaks CNI 0.3.0 to 1.1.0 and
 // prints results in the version of the config it was given. A DEL while
 // the daemon is down still detaches and cleans up, in this process. See
-// the README's "Thick mode".
+// docs/thick-mode.md.
 //
 // # Reading order
 //
-//   - main.go: the CNI versions the shim accepts, and main, which hands
-//     each CNI command to the shim through skel.
+//   - main.go: the CNI versions the shim accepts (its VERSION answer
+//     names cninet's version too), and main, which hands each CNI command
+//     to the shim through skel.
 //   - shim.go: the shim: its config (the "socket"), forward (one request
 //     to the daemon over HTTP on the unix socket, the daemon's CNI error
 //     passed on unchanged), the CNI code of an unreachable daemon, and

@@ -4,14 +4,16 @@ import (
 	"os"
 
 	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/version"
+	"github.com/seed1280861d/cninet/internal/buildinfo"
+	"github.com/seed1280861d/cninet/internal/thick"
 )
 
-// supported are the CNI versions the shim accepts in a config.
-var supported = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+// supported are the CNI versions the shim accepts in a config; its
+// VERSION answer carries cninet's version too.
+var supported = thick.PluginInfo("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
 func main() {
 	s := newShim(os.Stdout)
 	skel.PluginMainFuncs(skel.CNIFuncs{Add: s.add, Del: s.del, Check: s.check, Status: s.status, GC: s.gc},
-		supported, "cninet-shim: forwards CNI requests to the cninet daemon")
+		supported, "cninet-shim "+buildinfo.Version()+": forwards CNI requests to the cninet daemon")
 }

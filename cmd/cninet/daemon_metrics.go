@@ -62,7 +62,7 @@ func (m *daemonMetrics) serve(addr string, srv *thick.Server) (*http.Server, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/healthz", thick.Healthz)
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !srv.Ready() {
 			http.Error(w, "not ready: draining", http.StatusServiceUnavailable)

@@ -17,7 +17,7 @@ import (
 	"github.com/seed1280861d/cninet/internal/fakenft"
 )
 
-// The exposition names the README documents, as the exporter writes them.
+// The exposition names docs/observability.md documents, as the exporter writes them.
 func TestMetricsReachPrometheusUnderTheDocumentedNames(t *testing.T) {
 	mp, err := newMeterProvider()
 	if err != nil {

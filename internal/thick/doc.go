@@ -26,4 +26,7 @@
 //     writes beside its socket, for the shim's DEL while it is down.
 //   - convert.go: ConvertResult, the daemon's result in the CNI version
 //     of the runtime's config (the shim prints it).
+//   - version.go: PluginInfo, the shim's VERSION answer with cninet's
+//     version added, and Healthz, the daemon's /healthz ("ok" and the
+//     version).
 package thick
