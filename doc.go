@@ -105,6 +105,7 @@
 //	status.go             Status and StatusOf: whether each network can attach workloads.
 //	gc.go                 GC and GCWith: libcni's GC, then the sweep of what no cache remembers.
 //	gc_report.go          GCReport, GCItem, GCKind: what GC removed.
+//	records.go            The host registry in every operation: records, owners, locks; Attachments.
 //	reload.go             Reload and the ConfDir watcher.
 //	plugins.go            The plugin binaries: found before Setup, their versions, their nftables backends.
 //	driver.go             How one network's plugins run: through go-cni (Config.CNI) or libcni.

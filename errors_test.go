@@ -68,7 +68,7 @@ func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 			return err
 		}, cninet.ErrNetworkNotFound, nil},
 		{"New with a CacheDir go-cni would not use", func(t *testing.T) error {
-			_, err := cninet.New(cninet.Config{ConfList: conf, CacheDir: t.TempDir()})
+			_, err := cninet.New(cninet.Config{ConfList: conf, CacheDir: t.TempDir(), StateDir: t.TempDir()})
 			return err
 		}, cninet.ErrInvalidConfig, nil},
 		{"Setup of a nil allocation", func(t *testing.T) error {

@@ -54,13 +54,15 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	for _, id := range liveAllocIDs {
 		live[id] = true
 	}
+	// Allocations busy in this process when GC is called are protected,
+	// the ones whose ADD it then waits for included.
+	c.adm.BeginGC()
+	defer c.adm.EndGC()
 	unlockGC, err := c.lockGC(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer unlockGC()
-	c.adm.BeginGC()
-	defer c.adm.EndGC()
 	progress := newGCProgress(c.logger)
 	recorded, recErr := c.gcRecorded(ctx, live, only, report)
 	progress.step("recorded attachments collected", report.Len())

@@ -82,7 +82,7 @@ func newPluginlessConfigurator(t *testing.T) *cninet.Configurator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := cninet.New(cninet.Config{ConfList: conf, PluginDirs: []string{t.TempDir()}})
+	c, err := cninet.New(cninet.Config{ConfList: conf, PluginDirs: []string{t.TempDir()}, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package cninet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -274,13 +275,17 @@ func (c *Configurator) withRecords(req request, found []foundAttachment) ([]foun
 // recordedConf is the conflist rec's ADD ran with, else the known
 // network's: a DEL after the conflist changed or went runs as the ADD did.
 func (c *Configurator) recordedConf(rec registry.Record) (networkConf, error) {
+	known, err := c.knownConf(rec.Network, true)
+	if err == nil && (len(rec.ConfList) == 0 || bytes.Equal(known.bytes, rec.ConfList)) {
+		return known, nil // unchanged: the conf already parsed
+	}
 	if len(rec.ConfList) > 0 {
 		list, err := parseConfList(rec.ConfList)
 		if err == nil && list.Name == rec.Network {
 			return networkConf{bytes: rec.ConfList, list: list, info: newNetworkInfo(list)}, nil
 		}
 	}
-	return c.knownConf(rec.Network, true)
+	return known, err
 }
 
 // AttachmentRecord is one attachment as the host registry records it.

@@ -99,7 +99,9 @@ const sharedFilter = `-N CNI-FORWARD
 // reservations in a temporary directory.
 type cleanupFixture struct {
 	fixture
-	network, ipamDir, cacheDir string
+	network, ipamDir, cacheDir, stateDir string
+	conf                                 []byte
+	mode                                 listingMode
 }
 
 // newCleanupFixture builds the fixture; with batching its iptables also
@@ -128,23 +130,32 @@ func newFixtureWithTables(t *testing.T, network string, mode listingMode, load4,
 	f := fixture{cni: &fakecni.CNI{}, v4: fakeipt.New(), v6: fakeipt.New()}
 	load4(f.v4)
 	load6(f.v6)
-	cacheDir := t.TempDir()
-	c, err := cninet.New(cninet.Config{CacheDir: cacheDir, StateDir: t.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: f.cni, IPTables: func(v6 bool) (host.IPTables, error) {
-		ipt := f.v4
-		if v6 {
-			ipt = f.v6
-		}
-		return mode.wrap(ipt), nil
-	}})
+	cf := cleanupFixture{fixture: f, network: network, ipamDir: filepath.Join(dataDir, network),
+		cacheDir: t.TempDir(), stateDir: t.TempDir(), conf: conf, mode: mode}
+	cf.c = cf.configurator(t, "")
+	if err := os.MkdirAll(cf.ipamDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return cf
+}
+
+// configurator returns another Configurator of owner ("": the default)
+// on the fixture's host: the same fakes, cache and host registry, as a
+// second process on the same host has.
+func (cf cleanupFixture) configurator(t *testing.T, owner string) *cninet.Configurator {
+	t.Helper()
+	c, err := cninet.New(cninet.Config{CacheDir: cf.cacheDir, StateDir: cf.stateDir, Owner: owner, NFTables: noNFTables, ConfList: cf.conf, CNI: cf.cni,
+		IPTables: func(v6 bool) (host.IPTables, error) {
+			ipt := cf.v4
+			if v6 {
+				ipt = cf.v6
+			}
+			return cf.mode.wrap(ipt), nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.c = c
-	ipamDir := filepath.Join(dataDir, network)
-	if err := os.MkdirAll(ipamDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return cleanupFixture{fixture: f, network: network, ipamDir: ipamDir, cacheDir: cacheDir}
+	return c
 }
 
 func (cf cleanupFixture) leak(t *testing.T, fp footprint) {

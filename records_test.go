@@ -1,0 +1,205 @@
+package cninet_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/registry"
+)
+
+// setUpAs sets allocation id up with c on the fixture's network (the
+// fake returns 198.18.0.2) and plants what the plugins would have left.
+func (cf cleanupFixture) setUpAs(t *testing.T, c *cninet.Configurator, id string) {
+	t.Helper()
+	if _, err := c.Setup(context.Background(), &cninet.Allocation{ID: id}, filepath.Join(t.TempDir(), "netns")); err != nil {
+		t.Fatal(err)
+	}
+	cf.leak(t, footprint{network: cf.network, id: id, ip: "198.18.0.2"})
+}
+
+func TestGCCollectsOnlyItsOwnOwnersAttachments(t *testing.T) {
+	tests := []struct {
+		name      string
+		gcOwner   string
+		wantKept  bool
+		wantItems bool
+	}{
+		{"another owner's GC leaves a live attachment whole, though its live set does not name it", "runtime-b", true, false},
+		{"the same owner's GC collects the attachment its live set does not name", "runtime-a", false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cf := newCleanupFixture(t, "nomad")
+			before := cf.state()
+			cf.setUpAs(t, cf.configurator(t, "runtime-a"), "a1")
+			live := cf.state()
+			report, err := cf.configurator(t, tt.gcOwner).GC(context.Background(), []string{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reserved := strings.Join(cf.reservations(t), ",")
+			switch after := cf.state(); {
+			case tt.wantKept && (after != live || !strings.Contains(reserved, "198.18.0.2")):
+				t.Fatalf("a1's state changed (reservations %s):\nbefore:\n%s\nafter:\n%s", reserved, live, after)
+			case !tt.wantKept && (after != before || strings.Contains(reserved, "198.18.0.2")):
+				t.Fatalf("a1's state left (reservations %s):\n%s", reserved, after)
+			}
+			if got := report.Count(cninet.GCRecordedAttachment) > 0; got != tt.wantItems {
+				t.Errorf("report has recorded attachments %v, want %v: %+v", got, tt.wantItems, report.Removed())
+			}
+			recs, _ := cf.configurator(t, "runtime-a").Attachments()
+			if kept := len(recs) == 1 && recs[0].Owner == "runtime-a"; kept != tt.wantKept {
+				t.Errorf("records after GC: %+v, want a1's kept %v", recs, tt.wantKept)
+			}
+		})
+	}
+}
+
+// The firewall plugin's rules name no attachment, only its address: after
+// host-local's DEL erased the reservation, and with no cached result, the
+// host registry's record is the only proof that the address was a1's.
+func TestTeardownFinishesFromTheRecordAfterTheDELErasedEveryOtherProof(t *testing.T) {
+	tests := []struct {
+		name        string
+		keepRecords bool
+		wantRemoved bool
+	}{
+		{"with the record, a restarted runner's Teardown removes the firewall rules", true, true},
+		{"without it (the positive control), nothing proves the address and the rules stay", false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cf := newCleanupFixture(t, "nomad")
+			before := cf.state()
+			a := cf.configurator(t, "runtime-a")
+			if _, err := a.Setup(context.Background(), &cninet.Allocation{ID: "a1"}, filepath.Join(t.TempDir(), "netns")); err != nil {
+				t.Fatal(err)
+			}
+			fp := footprint{network: "nomad", id: "a1", ip: "198.18.0.2"}
+			cf.v4.Load("filter", fp.filter()) // the DEL ran up to the firewall plugin's share, then the runner was killed
+			if !tt.keepRecords {
+				if err := os.RemoveAll(filepath.Join(cf.stateDir, "attachments")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			restarted := cf.configurator(t, "runtime-a")
+			if err := restarted.Teardown(context.Background(), &cninet.Allocation{ID: "a1"}, ""); err != nil {
+				t.Fatal(err)
+			}
+			if removed := cf.state() == before; removed != tt.wantRemoved {
+				t.Fatalf("firewall rules removed %v, want %v:\n%s", removed, tt.wantRemoved, cf.v4.Save("filter"))
+			}
+			if recs, err := restarted.Attachments(); err != nil || len(recs) != 0 {
+				t.Errorf("records after Teardown: %+v (%v), want none", recs, err)
+			}
+		})
+	}
+}
+
+func TestADamagedRecordIsKeptAndItsIDIsNeverCollected(t *testing.T) {
+	for _, content := range []string{"{not json", `{"version": 99, "owner": "future"}`} {
+		t.Run(content, func(t *testing.T) {
+			cf := newCleanupFixture(t, "nomad")
+			cf.leak(t, footprint{network: "nomad", id: "x1", ip: "198.18.0.9"})
+			path := filepath.Join(cf.stateDir, "attachments", "x1", "nomad", "eth0")
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			before := cf.state()
+			if _, err := cf.c.GC(context.Background(), []string{}); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, []byte(content)) {
+				t.Fatalf("damaged record now %q (%v), want it kept byte for byte", got, err)
+			}
+			if cf.state() != before {
+				t.Fatalf("x1's rules changed though a record nobody can read names it:\n%s", cf.state())
+			}
+			if _, err := cf.c.Attachments(); !errors.Is(err, cninet.ErrIO) || !strings.Contains(err.Error(), path) {
+				t.Errorf("Attachments error %v, want ErrIO naming %s", err, path)
+			}
+		})
+	}
+}
+
+func TestAnOperationWaitsForTheLockAnotherProcessHolds(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	cf.setUpAs(t, cf.c, "a1")
+	before := cf.state()
+	reg, err := registry.Open(cf.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := reg.LockID(context.Background(), "a1") // as another process would: its own open file
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := cf.c.Teardown(ctx, &cninet.Allocation{ID: "a1"}, ""); !errors.Is(err, cninet.ErrBusy) {
+		t.Fatalf("Teardown while another holds the lock: %v, want ErrBusy", err)
+	}
+	if cf.state() != before {
+		t.Fatal("a Teardown that never got the lock changed the host")
+	}
+	unlock()
+	if err := cf.c.Teardown(context.Background(), &cninet.Allocation{ID: "a1"}, ""); err != nil {
+		t.Fatalf("Teardown once the lock is free: %v", err)
+	}
+	if cf.state() == before {
+		t.Fatal("Teardown with the lock removed nothing")
+	}
+}
+
+func TestNoADDRunsWhileAGCHoldsTheHostsGCLock(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	reg, err := registry.Open(cf.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := reg.LockGC(context.Background(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = cf.c.Setup(ctx, &cninet.Allocation{ID: "a1"}, filepath.Join(t.TempDir(), "netns"))
+	if !errors.Is(err, cninet.ErrBusy) || len(cf.cni.Calls()) != 0 {
+		t.Fatalf("Setup during another process's GC: %v, plugin calls %v; want ErrBusy and none", err, cf.cni.Calls())
+	}
+	if _, err := cf.c.GC(ctx, []string{}); !errors.Is(err, cninet.ErrBusy) {
+		t.Fatalf("GC during another process's GC: %v, want ErrBusy", err)
+	}
+	unlock()
+	if _, err := cf.c.Setup(context.Background(), &cninet.Allocation{ID: "a1"}, filepath.Join(t.TempDir(), "netns")); err != nil {
+		t.Fatalf("Setup once the GC lock is free: %v", err)
+	}
+}
+
+func TestAttachmentsListsTheRegistry(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	a := cf.configurator(t, "runtime-a")
+	alloc := &cninet.Allocation{ID: "a1", Ports: []cninet.Port{{Label: "http", Value: 28080, To: 8080}}}
+	if _, err := a.Setup(context.Background(), alloc, filepath.Join(t.TempDir(), "netns")); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := cf.configurator(t, "runtime-b").Attachments() // any owner's Configurator lists every record
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("Attachments = %+v, %v; want a1's record", recs, err)
+	}
+	r := recs[0]
+	if r.Owner != "runtime-a" || r.Network != "nomad" || r.ID != "a1" || r.IfName != "eth0" || r.State != "attached" ||
+		len(r.Addresses) != 1 || r.Addresses[0].String() != "198.18.0.2" || len(r.Ports) != 2 || r.Ports[0].HostPort != 28080 || r.Since.IsZero() {
+		t.Errorf("record %+v", r)
+	}
+}
