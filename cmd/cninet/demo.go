@@ -15,7 +15,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
-	"github.com/seed1280861d/cninet/internal/netsandbox"
+	"github.com/seed1280861d/cninet/internal/sandbox"
 )
 
 // The demo keeps to the benchmarking range: its traffic never leaves the
@@ -40,7 +40,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) error {
 	if *backend != cninet.BackendIPTables && *backend != cninet.BackendNFTables {
 		return fmt.Errorf("%w: --backend %q: want iptables or nftables", errUsage, *backend)
 	}
-	code, err := netsandbox.Run(func() int {
+	code, err := sandbox.Run(func() int {
 		if err := runDemo(filepath.SplitList(*cniPath), *backend, *verbose, *traced, stdout, stderr); err != nil {
 			fmt.Fprintf(stderr, "cninet demo: %v\n", err)
 			return 1
@@ -120,7 +120,7 @@ func runDemo(pluginDirs []string, backend string, verbose, traced bool, stdout, 
 		return err
 	}
 	d.row("status", "ready: every plugin found in "+strings.Join(pluginDirs, ":"), 0)
-	base, err := netsandbox.TakeSnapshot()
+	base, err := sandbox.TakeSnapshot()
 	if err != nil {
 		return err
 	}
@@ -130,11 +130,11 @@ func runDemo(pluginDirs []string, backend string, verbose, traced bool, stdout, 
 	if err := d.namespaceDeletedFirst(ctx, c); err != nil {
 		return err
 	}
-	now, err := netsandbox.TakeSnapshot()
+	now, err := sandbox.TakeSnapshot()
 	if err != nil {
 		return err
 	}
-	leaks := netsandbox.Leaks(base, now, netsandbox.Allowance{Chains: []string{cfg.AdminChainName}, Links: []string{cfg.BridgeName}})
+	leaks := sandbox.Leaks(base, now, sandbox.Allowance{Chains: []string{cfg.AdminChainName}, Links: []string{cfg.BridgeName}})
 	d.row("audit", fmt.Sprintf("iptables and nftables rules, chains, reservations, cache files, veths left: %d", len(leaks)), 0)
 	if len(leaks) > 0 {
 		return fmt.Errorf("leaked:\n  %s", strings.Join(leaks, "\n  "))
@@ -146,7 +146,7 @@ func runDemo(pluginDirs []string, backend string, verbose, traced bool, stdout, 
 // serveAndFetch attaches a workload that serves HTTP, fetches it through
 // the mapped host port, and detaches it.
 func (d *demo) serveAndFetch(ctx context.Context, c *cninet.Configurator) error {
-	w, err := netsandbox.CreateWorkload()
+	w, err := sandbox.CreateWorkload()
 	if err != nil {
 		return err
 	}
@@ -180,7 +180,7 @@ func (d *demo) serveAndFetch(ctx context.Context, c *cninet.Configurator) error 
 // namespaceDeletedFirst shows the case the plugins leak in: the runtime
 // deleted the namespace before the runner tore the network down.
 func (d *demo) namespaceDeletedFirst(ctx context.Context, c *cninet.Configurator) error {
-	w, err := netsandbox.CreateWorkload()
+	w, err := sandbox.CreateWorkload()
 	if err != nil {
 		return err
 	}
@@ -200,7 +200,7 @@ func (d *demo) namespaceDeletedFirst(ctx context.Context, c *cninet.Configurator
 	return nil
 }
 
-func serve(w *netsandbox.Workload, name string) (stop func(), err error) {
+func serve(w *sandbox.Workload, name string) (stop func(), err error) {
 	var ln net.Listener
 	err = w.NS.Do(func(ns.NetNS) error {
 		var err error

@@ -27,7 +27,8 @@
 //   - conflist.go: conflist, printing or writing the default bridge
 //     conflist.
 //   - demo.go: demo, the whole story (setup, a served port, teardown, a
-//     namespace deleted first, the leak audit) in throwaway namespaces.
+//     namespace deleted first, the leak audit) in throwaway namespaces,
+//     through internal/sandbox (which does not import package testing).
 //   - trace.go: the --trace TracerProvider, which keeps the spans in
 //     memory and prints them as a tree with durations.
 //   - daemon.go: daemon, serving the cninet-shim plugin on a unix socket
