@@ -123,5 +123,6 @@ func (c *cli) finish(cmd *cobra.Command, code int, err error) {
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }

@@ -87,3 +87,11 @@ func TestTextIsTheDefaultOutput(t *testing.T) {
 		t.Fatalf("exit %d, printed %q: want text", code, out)
 	}
 }
+
+func TestTheEnvelopeKeepsArrowsAsTheyAre(t *testing.T) {
+	var out strings.Builder
+	printJSON(&out, map[string]string{"detail": "web-1 -> 198.18.0.2"})
+	if !strings.Contains(out.String(), `"web-1 -> 198.18.0.2"`) {
+		t.Fatalf("printed %s", out.String())
+	}
+}
