@@ -39,6 +39,6 @@ commands' --conf-dir.`,
 		return nil
 	})
 	b.register(cmd.Flags())
-	cmd.Flags().StringVar(&write, "write", "", "write <network>.conflist atomically into this directory instead of printing")
+	cmd.Flags().StringVar(&write, "write", "", "write <network>.conflist atomically into this `directory` instead of printing")
 	return cmd
 }

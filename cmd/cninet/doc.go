@@ -5,7 +5,8 @@
 // forwards a runtime's requests to.
 //
 // It is built on cobra: generated help, `cninet completion
-// bash|zsh|fish|powershell`, `cninet version` and `--version`.
+// bash|zsh|fish|powershell`, `cninet man --dir DIR` (the man pages),
+// `cninet version` and `--version`.
 //
 // Exit codes, for every command: 0 success, 1 the operation failed, 2 a
 // usage error (cobra's errors in reading the command line included; then
@@ -47,6 +48,9 @@
 //   - conflist.go: conflist, printing or writing the default bridge
 //     conflist.
 //   - version.go: version, cninet's version from the build info.
+//   - man.go: man, the man pages written from the command tree in roff
+//     (without cobra/doc, which would link a Markdown converter and a
+//     YAML library).
 //   - demo.go: demo, the whole story (setup, a served port, teardown, a
 //     namespace deleted first, the leak audit) in throwaway namespaces,
 //     through internal/sandbox (which does not import package testing).

@@ -28,11 +28,11 @@ type networkFlags struct {
 }
 
 func (n *networkFlags) register(fs *pflag.FlagSet, networkUsage string) {
-	fs.StringVar(&n.confDir, "conf-dir", "", "load the conflists from this directory")
-	fs.StringVar(&n.confList, "conflist", "", "load the one conflist in this file")
+	fs.StringVar(&n.confDir, "conf-dir", "", "load the conflists from this `directory`")
+	fs.StringVar(&n.confList, "conflist", "", "load the one conflist in this `file`")
 	fs.Var(&n.networks, "network", networkUsage)
-	fs.StringVar(&n.cniPath, "cni-path", defaultCNIPath(), "plugin directories, separated by ':'")
-	fs.StringVar(&n.logLevel, "log-level", "warn", "trace, debug, info, warn or error")
+	fs.StringVar(&n.cniPath, "cni-path", defaultCNIPath(), "plugin `directories`, separated by ':'")
+	fs.StringVar(&n.logLevel, "log-level", "warn", "log `level`: trace, debug, info, warn or error")
 	fs.BoolVar(&n.trace, "trace", false, "print what cninet did (its OpenTelemetry spans, go-cni's too) as a tree with durations to stderr")
 }
 
@@ -160,8 +160,8 @@ type attachFlags struct {
 
 func (a *attachFlags) register(fs *pflag.FlagSet, networkUsage string) {
 	a.networkFlags.register(fs, networkUsage)
-	fs.StringVar(&a.id, "id", "", "allocation (CNI container) id (required)")
-	fs.StringVar(&a.netns, "netns", "", "network namespace path, e.g. /var/run/netns/NAME")
+	fs.StringVar(&a.id, "id", "", "allocation (CNI container) `id` (required)")
+	fs.StringVar(&a.netns, "netns", "", "network namespace `path`, e.g. /var/run/netns/NAME")
 	fs.VarP(&a.ports, "port", "p", "port mapping host:container[/tcp|/udp] (repeatable; default both protocols)")
 }
 

@@ -83,11 +83,11 @@ which gc's sweep would also remove by the ownership rule, is not planned.`,
 	f.register(fs, "a network to collect (repeatable; default: every network of the conflists)")
 	// A long GC logs its progress at Info: show it unless told otherwise.
 	f.logLevel, fs.Lookup("log-level").DefValue = "info", "info"
-	fs.StringArrayVar(&f.live, "live", nil, "ids of the live allocations, comma-separated (repeatable)")
-	fs.StringVar(&f.liveFile, "live-file", "", "read the ids of the live allocations from this file, one a line (# comments)")
+	fs.StringArrayVar(&f.live, "live", nil, "comma-separated `ids` of the live allocations (repeatable)")
+	fs.StringVar(&f.liveFile, "live-file", "", "read the ids of the live allocations from this `file`, one a line (# comments)")
 	fs.BoolVar(&f.noneLive, "none-live", false, "nothing is live: collect every attachment of the networks")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "print the cached attachments gc would collect, and change nothing")
-	fs.StringVar(&f.cacheDir, "cache-dir", libcniCacheDir, "libcni's cache directory (another one only with --dry-run)")
+	fs.StringVar(&f.cacheDir, "cache-dir", libcniCacheDir, "libcni's cache `directory` (another one only with --dry-run)")
 	return cmd
 }
 

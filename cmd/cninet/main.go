@@ -112,7 +112,7 @@ With --output json every command prints one JSON envelope on stdout:
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	root.AddCommand(c.conflistCommand(), c.setupCommand(), c.teardownCommand(), c.checkCommand(),
 		c.connectCommand(), c.disconnectCommand(), c.gcCommand(), c.statusCommand(),
-		c.demoCommand(), c.daemonCommand(), c.versionCommand())
+		c.demoCommand(), c.daemonCommand(), c.versionCommand(), c.manCommand())
 	return root
 }
 
