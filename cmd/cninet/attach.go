@@ -103,11 +103,7 @@ func (c *cli) teardownCommand() *cobra.Command {
 			if err := cfg.Teardown(ctx, alloc, netns); err != nil {
 				return err
 			}
-			networks := alloc.NetworkNames
-			if networks == nil {
-				networks = []string{}
-			}
-			c.done(map[string]any{"id": alloc.ID, "networks": networks}, func(w io.Writer) { fmt.Fprintf(w, "%s: detached\n", alloc.ID) })
+			c.done(map[string]any{"id": alloc.ID}, func(w io.Writer) { fmt.Fprintf(w, "%s: detached\n", alloc.ID) })
 			return nil
 		})
 }

@@ -49,7 +49,7 @@ which gc's sweep would also remove by the ownership rule, is not planned.`,
 	}
 	cmd.RunE = c.runE(func(*cobra.Command) error {
 		if !f.explicit() {
-			return usageErrorf("gc needs the networks to collect: --conf-dir DIR, --conflist FILE or --network NAME (gc never sweeps a default network)")
+			return usageErrorf("name the networks to collect: --conf-dir DIR, --conflist FILE or --network NAME (gc never sweeps a default network)")
 		}
 		ids, err := f.liveSet()
 		if err != nil {

@@ -26,7 +26,7 @@ import (
 //	conflist         {"conflist": {...}} or, with --write, {"path": "..."}
 //	setup, connect   {"interface", "address", "address_ipv6"?, "dns"?, "networks"?: [...]}
 //	                 (connect adds "network")
-//	teardown,        {"id": "...", "networks": [...]} (the networks asked for; empty: all the id's)
+//	teardown         {"id": "..."}
 //	disconnect       {"id": "...", "network": "..."}
 //	check            {"id": "...", "checked": true} or "checked": false with "warning"
 //	gc               {"removed": [{"kind", "id", "network"?, "backend"?, "detail"}]}
@@ -34,6 +34,7 @@ import (
 //	status           {"ready": ["network", ...]}
 //	demo             {"steps": [{"step", "detail", "took_ms"?}], "leaks": [...]}
 //	version          {"version": "..."}
+//	man              {"written": ["path", ...]}
 //	daemon           none
 //
 // Help, shell completion and --version print text in either format: they
