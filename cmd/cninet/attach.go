@@ -16,7 +16,7 @@ import (
 func (c *cli) attachCommand(use, short string, needNetns bool,
 	fn func(ctx context.Context, cfg *cninet.Configurator, alloc *cninet.Allocation, netns string) error) *cobra.Command {
 	var a attachFlags
-	cmd := &cobra.Command{Use: use, Short: short}
+	cmd := &cobra.Command{Use: use, Short: short, Long: short + ".\n\n" + sourcesHelp}
 	cmd.RunE = c.runE(func(*cobra.Command) error {
 		alloc, err := a.allocation(needNetns)
 		if err != nil {

@@ -36,6 +36,14 @@ func (n *networkFlags) register(fs *pflag.FlagSet, networkUsage string) {
 	fs.BoolVar(&n.trace, "trace", false, "print what cninet did (its OpenTelemetry spans, go-cni's too) as a tree with durations to stderr")
 }
 
+// sourcesHelp says where the conflists come from, in the help of the
+// commands that load them.
+const sourcesHelp = `The conflists come from --conf-dir (every conflist in the directory) or
+--conflist (one file); with neither, from the embedded default bridge
+conflist, named by --network (default ` + defaultNetwork + `). To shape that one (subnet,
+bridge, backend, …), write it with 'cninet conflist --write DIR' and pass
+--conf-dir DIR.`
+
 // attachNetworkUsage is --network's help on the commands that attach.
 const attachNetworkUsage = "network to join, in order (repeatable with --conf-dir: eth0, eth1, …; default: the default network of the conflists, " +
 	defaultNetwork + " for the embedded one)"

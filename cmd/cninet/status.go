@@ -16,6 +16,10 @@ func (c *cli) statusCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [--conf-dir DIR | --conflist FILE] [--network N]...",
 		Short: "Report whether every network (or each --network) can attach workloads",
+		Long: `Report whether every network of the conflists, or each --network, can attach
+workloads: its conflist is valid and every plugin it names is found.
+
+` + sourcesHelp,
 	}
 	cmd.RunE = c.runE(func(*cobra.Command) error {
 		cfg, err := n.configurator(c.stderr)
