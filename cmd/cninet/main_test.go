@@ -79,6 +79,8 @@ func TestExitCodes(t *testing.T) {
 		{"gc with a --live-file listing no id is a usage error", dry("--live-file", noIDs), 2},
 		{"gc with another --cache-dir is a usage error without --dry-run", gc("--none-live", "--cache-dir", empty), 2},
 		{"gc --dry-run succeeds", dry("--live", "a"), 0},
+		{"gc naming the embedded network with --network succeeds", []string{"gc", "--network", "nomad", "--none-live", "--dry-run", "--cache-dir", empty}, 0},
+		{"gc of one --conflist succeeds", []string{"gc", "--conflist", filepath.Join(dir, "clia.conflist"), "--none-live", "--dry-run", "--cache-dir", empty}, 0},
 		{"gc --dry-run of a network missing from --conf-dir is a failure", dry("--none-live", "--network", "absent-net"), 1},
 		{"a network missing from --conf-dir is a failure", []string{"status", "--conf-dir", empty, "--network", "absent-net"}, 1},
 		{"a missing --conflist is a usage error", []string{"status", "--conflist", filepath.Join(empty, "absent.conflist")}, 2},
