@@ -7,42 +7,46 @@ import (
 	"io"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/spf13/cobra"
 )
 
-// attachCommand parses the flags of a command on one attachment and runs
-// fn with a Configurator, the allocation and the namespace path.
-func attachCommand(name, synopsis string, needNetns bool, args []string, stderr io.Writer,
-	fn func(ctx context.Context, c *cninet.Configurator, alloc *cninet.Allocation, netns string) error) error {
-	fs := newFlags(name, synopsis, stderr)
+// attachCommand makes a command on one attachment: it parses the flags
+// and runs fn with a Configurator, the allocation and the namespace path,
+// printing the --trace tree after it.
+func (c *cli) attachCommand(use, short string, needNetns bool,
+	fn func(ctx context.Context, cfg *cninet.Configurator, alloc *cninet.Allocation, netns string) error) *cobra.Command {
 	var a attachFlags
-	a.register(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	alloc, err := a.allocation(needNetns)
-	if err != nil {
-		return err
-	}
-	c, err := a.configurator(stderr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	defer a.printTrace(stderr)
-	ctx, cancel := signalContext()
-	defer cancel()
-	return fn(ctx, c, alloc, a.netns)
+	cmd := &cobra.Command{Use: use, Short: short, Long: short + ".\n\n" + sourcesHelp}
+	cmd.RunE = c.runE(func(*cobra.Command) error {
+		alloc, err := a.allocation(needNetns)
+		if err != nil {
+			return err
+		}
+		cfg, err := a.configurator(c.stderr)
+		if err != nil {
+			return err
+		}
+		defer cfg.Close()
+		defer a.printTrace(c.stderr)
+		ctx, cancel := signalContext()
+		defer cancel()
+		return fn(ctx, cfg, alloc, a.netns)
+	})
+	a.register(cmd.Flags(), attachNetworkUsage)
+	return cmd
 }
 
-// cmdSetup attaches a namespace to each --network and prints its status.
-func cmdSetup(args []string, stdout, stderr io.Writer) error {
-	return attachCommand("setup", "--id ID --netns PATH [-p host:container[/proto]]... [flags]", true, args, stderr,
-		func(ctx context.Context, c *cninet.Configurator, alloc *cninet.Allocation, netns string) error {
-			st, err := c.Setup(ctx, alloc, netns)
+func (c *cli) setupCommand() *cobra.Command {
+	return c.attachCommand("setup --id ID --netns PATH [-p host:container[/proto]]...",
+		"Attach a network namespace to each --network and print its addresses", true,
+		func(ctx context.Context, cfg *cninet.Configurator, alloc *cninet.Allocation, netns string) error {
+			st, err := cfg.Setup(ctx, alloc, netns)
 			if err != nil {
 				return err
 			}
-			return printJSON(stdout, statusJSON(st))
+			out := statusJSON(st)
+			c.done(out, func(w io.Writer) { printStatus(w, alloc.ID, "", st) })
+			return nil
 		})
 }
 
@@ -73,28 +77,51 @@ func attachmentJSON(n cninet.AttachmentStatus) map[string]any {
 	return out
 }
 
-// cmdTeardown detaches a namespace and removes what the plugins left.
-func cmdTeardown(args []string, stdout, stderr io.Writer) error {
-	return attachCommand("teardown", "--id ID [--netns PATH] [-p host:container[/proto]]... [flags]", false, args, stderr,
-		func(ctx context.Context, c *cninet.Configurator, alloc *cninet.Allocation, netns string) error {
-			return c.Teardown(ctx, alloc, netns)
+// printStatus writes an attachment's status for people: a line per
+// network, the interface and addresses.
+func printStatus(w io.Writer, id, network string, st *cninet.NetworkStatus) {
+	nets := st.Networks
+	if len(nets) == 0 {
+		nets = []cninet.AttachmentStatus{{Network: network, InterfaceName: st.InterfaceName, Address: st.Address, AddressIPv6: st.AddressIPv6}}
+	}
+	for _, n := range nets {
+		line := fmt.Sprintf("%s: %s %s", id, n.InterfaceName, n.Address)
+		if n.AddressIPv6.IsValid() {
+			line += " " + n.AddressIPv6.String()
+		}
+		if n.Network != "" {
+			line += fmt.Sprintf(" (network %q)", n.Network)
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+func (c *cli) teardownCommand() *cobra.Command {
+	return c.attachCommand("teardown --id ID [--netns PATH] [-p host:container[/proto]]...",
+		"Detach a network namespace and remove what the plugins left", false,
+		func(ctx context.Context, cfg *cninet.Configurator, alloc *cninet.Allocation, netns string) error {
+			if err := cfg.Teardown(ctx, alloc, netns); err != nil {
+				return err
+			}
+			c.done(map[string]any{"id": alloc.ID}, func(w io.Writer) { fmt.Fprintf(w, "%s: detached\n", alloc.ID) })
+			return nil
 		})
 }
 
-// cmdCheck runs CNI CHECK on every network of an attachment.
-func cmdCheck(args []string, stdout, stderr io.Writer) error {
-	return attachCommand("check", "--id ID --netns PATH [-p host:container[/proto]]... [flags]", true, args, stderr,
-		func(ctx context.Context, c *cninet.Configurator, alloc *cninet.Allocation, netns string) error {
-			err := c.Check(ctx, alloc, netns)
+func (c *cli) checkCommand() *cobra.Command {
+	return c.attachCommand("check --id ID --netns PATH [-p host:container[/proto]]...",
+		"Run CNI CHECK on every network of an attachment", true,
+		func(ctx context.Context, cfg *cninet.Configurator, alloc *cninet.Allocation, netns string) error {
+			err := cfg.Check(ctx, alloc, netns)
 			if errors.Is(err, cninet.ErrCheckUnsupported) {
-				fmt.Fprintf(stderr, "cninet check: warning: %v\n", err)
-				fmt.Fprintln(stdout, "not checked")
+				fmt.Fprintf(c.stderr, "cninet check: warning: %v\n", err)
+				c.done(map[string]any{"id": alloc.ID, "checked": false, "warning": err.Error()}, func(w io.Writer) { fmt.Fprintln(w, "not checked") })
 				return nil
 			}
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(stdout, "ok")
+			c.done(map[string]any{"id": alloc.ID, "checked": true}, func(w io.Writer) { fmt.Fprintln(w, "ok") })
 			return nil
 		})
 }

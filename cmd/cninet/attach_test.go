@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,20 +13,25 @@ import (
 func TestSetupCheckTeardownAndGCThroughTheCLI(t *testing.T) {
 	netsandbox.Require(t)
 	w := netsandbox.NewWorkload(t)
-	common := []string{"--cni-path", "/usr/lib/cni", "--network", "clinet", "--bridge", "clibr0", "--subnet", "198.18.200.0/24", "--ipam-data-dir", t.TempDir()}
-	code, out, stderr := runCLI(append([]string{"setup", "--id", "cli-1", "--netns", w.Path, "-p", "28090:80/tcp"}, common...)...)
+	dir := t.TempDir()
+	if code, _, stderr := runCLI("conflist", "--network", "clinet", "--bridge", "clibr0", "--subnet", "198.18.200.0/24",
+		"--ipam-data-dir", t.TempDir(), "--write", dir); code != 0 {
+		t.Fatalf("conflist exit %d: %s", code, stderr)
+	}
+	common := []string{"--cni-path", "/usr/lib/cni", "--conflist", filepath.Join(dir, "clinet.conflist")}
+	code, out, stderr := runCLI(append([]string{"setup", "-o", "json", "--id", "cli-1", "--netns", w.Path, "-p", "28090:80/tcp"}, common...)...)
 	if code != 0 {
 		t.Fatalf("setup exit %d: %s", code, stderr)
 	}
-	var status map[string]string
-	if err := json.Unmarshal([]byte(out), &status); err != nil || !strings.HasPrefix(status["address"], "198.18.200.") {
+	var status struct{ Result map[string]string }
+	if err := json.Unmarshal([]byte(out), &status); err != nil || !strings.HasPrefix(status.Result["address"], "198.18.200.") {
 		t.Fatalf("setup printed %q (%v)", out, err)
 	}
 	if code, _, stderr := runCLI(append([]string{"check", "--id", "cli-1", "--netns", w.Path, "-p", "28090:80/tcp"}, common...)...); code != 0 {
 		t.Fatalf("check exit %d: %s", code, stderr)
 	}
 	w.Delete() // the workload died; its runner never tore it down
-	code, out, stderr = runCLI(append([]string{"gc", "--none-live"}, common...)...)
+	code, out, stderr = runCLI(append([]string{"gc", "-o", "json", "--none-live"}, common...)...)
 	if code != 0 || !strings.Contains(out, "cli-1") {
 		t.Fatalf("gc exit %d, printed %s: %s", code, out, stderr)
 	}
@@ -35,16 +41,20 @@ func TestSetupCheckTeardownAndGCThroughTheCLI(t *testing.T) {
 	}
 }
 
-// assertSnakeCaseReport checks that a GC report printed by the CLI uses
-// the documented keys, {"removed": [{"kind", "id", "detail"}]}, and no
-// other spelling (encoding/json would read "Removed" too, so the keys are
-// compared as they are printed).
+// assertSnakeCaseReport checks that a GC report printed by the CLI with
+// --output json uses the documented keys, {"removed": [{"kind", "id",
+// "detail"}]} as the envelope's result, and no other spelling
+// (encoding/json would read "Removed" too, so the keys are compared as
+// they are printed).
 func assertSnakeCaseReport(t *testing.T, out string) {
 	t.Helper()
-	var report map[string][]map[string]string
-	if err := json.Unmarshal([]byte(out), &report); err != nil {
+	var env struct {
+		Result map[string][]map[string]string `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(out), &env); err != nil {
 		t.Fatalf("gc printed %q: %v", out, err)
 	}
+	report := env.Result
 	items, ok := report["removed"]
 	if len(report) != 1 || !ok || len(items) == 0 {
 		t.Fatalf("gc report keys: %q, want one key \"removed\" with items", out)
@@ -67,15 +77,18 @@ func TestTwoNetworksThroughTheCLI(t *testing.T) {
 	dir := confDirOf(t, "clim1", "clim2")
 	common := []string{"--cni-path", "/usr/lib/cni", "--conf-dir", dir, "--id", "cli-m"}
 	joined := append([]string{"--network", "clim1", "--network", "clim2"}, common...)
-	code, out, stderr := runCLI(append([]string{"setup", "--netns", w.Path}, joined...)...)
+	code, out, stderr := runCLI(append([]string{"setup", "--output=json", "--netns", w.Path}, joined...)...)
 	if code != 0 {
 		t.Fatalf("setup exit %d: %s", code, stderr)
 	}
-	var status struct {
-		Interface string `json:"interface"`
-		Networks  []struct{ Network, Interface, Address string }
+	var env struct {
+		Result struct {
+			Interface string `json:"interface"`
+			Networks  []struct{ Network, Interface, Address string }
+		}
 	}
-	if err := json.Unmarshal([]byte(out), &status); err != nil || status.Interface != "eth0" || len(status.Networks) != 2 ||
+	err := json.Unmarshal([]byte(out), &env)
+	if status := env.Result; err != nil || status.Interface != "eth0" || len(status.Networks) != 2 ||
 		status.Networks[1].Network != "clim2" || status.Networks[1].Interface != "eth1" || !strings.HasPrefix(status.Networks[1].Address, "198.18.211.") {
 		t.Fatalf("setup printed %s (%v)", out, err)
 	}

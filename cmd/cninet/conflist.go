@@ -1,34 +1,44 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/spf13/cobra"
 )
 
-// cmdConflist prints the default bridge conflist, or writes it with --write.
-func cmdConflist(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("conflist", "[flags]", stderr)
+// conflistCommand prints the default bridge conflist, or writes it with
+// --write. It is the one command with the bridge flags: the others load
+// what it wrote with --conf-dir or --conflist.
+func (c *cli) conflistCommand() *cobra.Command {
 	var b bridgeFlags
 	var write string
-	fs.StringVar(&b.name, "network", "nomad", "network name")
-	b.register(fs)
-	fs.StringVar(&write, "write", "", "write <network>.conflist atomically into this directory instead of printing")
-	if err := parse(fs, args); err != nil {
-		return err
+	cmd := &cobra.Command{
+		Use:   "conflist [--network N] [--subnet CIDR] ... [--write DIR]",
+		Short: "Print (or write) the default bridge conflist",
+		Long: `Print the default bridge conflist (loopback, bridge, firewall, portmap), shaped
+by the flags, or write it as <network>.conflist into a directory, for the other
+commands' --conf-dir.`,
 	}
-	conf, err := cninet.BridgeConfList(b.config())
-	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if write == "" {
-		_, err = stdout.Write(conf)
-		return err
-	}
-	path, err := cninet.WriteConfList(write, conf)
-	if err == nil {
-		fmt.Fprintln(stdout, path)
-	}
-	return err
+	cmd.RunE = c.runE(func(*cobra.Command) error {
+		conf, err := cninet.BridgeConfList(b.config())
+		if err != nil {
+			return usageErrorf("%v", err)
+		}
+		if write == "" {
+			c.done(map[string]any{"conflist": json.RawMessage(conf)}, func(w io.Writer) { w.Write(conf) })
+			return nil
+		}
+		path, err := cninet.WriteConfList(write, conf)
+		if err != nil {
+			return err
+		}
+		c.done(map[string]any{"path": path}, func(w io.Writer) { fmt.Fprintln(w, path) })
+		return nil
+	})
+	b.register(cmd.Flags())
+	cmd.Flags().StringVar(&write, "write", "", "write <network>.conflist atomically into this `directory` instead of printing")
+	return cmd
 }

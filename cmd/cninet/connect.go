@@ -6,60 +6,67 @@ import (
 	"io"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/spf13/cobra"
 )
 
-// connectCommand parses the flags of connect and disconnect: one network
-// of --conf-dir, on a live workload. The workload's other networks are
-// what libcni's cache knows of its id, so the command need not be told
-// them.
-func connectCommand(name, synopsis string, needNetns bool, args []string, stderr io.Writer,
-	fn func(ctx context.Context, c *cninet.Configurator, alloc *cninet.Allocation, network, netns string) error) error {
-	fs := newFlags(name, synopsis, stderr)
+// oneNetworkCommand makes connect and disconnect: one network of --conf-dir,
+// on a live workload. The workload's other networks are what libcni's
+// cache knows of its id, so the command need not be told them.
+func (c *cli) oneNetworkCommand(use, short string, needNetns bool,
+	fn func(ctx context.Context, cfg *cninet.Configurator, alloc *cninet.Allocation, network, netns string) error) *cobra.Command {
 	var a attachFlags
-	a.register(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if a.confDir == "" {
-		return fmt.Errorf("%w: --conf-dir is required (the network to %s is one of its conflists)", errUsage, name)
-	}
-	if len(a.networks) != 1 {
-		return fmt.Errorf("%w: give exactly one --network to %s (got %d)", errUsage, name, len(a.networks))
-	}
-	network := a.networks[0]
-	alloc, err := a.allocation(needNetns)
-	if err != nil {
-		return err
-	}
-	a.networks = nil // the Configurator's default network stays the first in --conf-dir
-	c, err := a.configurator(stderr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := signalContext()
-	defer cancel()
-	return fn(ctx, c, alloc, network, a.netns)
+	cmd := &cobra.Command{Use: use, Short: short}
+	cmd.RunE = c.runE(func(cmd *cobra.Command) error {
+		if a.confDir == "" {
+			return usageErrorf("--conf-dir is required (the network to %s is one of its conflists)", cmd.Name())
+		}
+		if len(a.networks) != 1 {
+			return usageErrorf("give exactly one --network to %s (got %d)", cmd.Name(), len(a.networks))
+		}
+		network := a.networks[0]
+		alloc, err := a.allocation(needNetns)
+		if err != nil {
+			return err
+		}
+		a.networks = nil // the Configurator's default network stays the first in --conf-dir
+		cfg, err := a.configurator(c.stderr)
+		if err != nil {
+			return err
+		}
+		defer cfg.Close()
+		defer a.printTrace(c.stderr)
+		ctx, cancel := signalContext()
+		defer cancel()
+		return fn(ctx, cfg, alloc, network, a.netns)
+	})
+	a.register(cmd.Flags(), "the network of --conf-dir to "+cmd.Name()+" (required, once)")
+	return cmd
 }
 
-// cmdConnect attaches a live workload to one more network of --conf-dir.
-func cmdConnect(args []string, stdout, stderr io.Writer) error {
-	return connectCommand("connect", "--conf-dir DIR --network N --id ID --netns PATH [-p host:container[/proto]]... [flags]", true, args, stderr,
-		func(ctx context.Context, c *cninet.Configurator, alloc *cninet.Allocation, network, netns string) error {
-			st, err := c.Connect(ctx, alloc, network, netns)
+func (c *cli) connectCommand() *cobra.Command {
+	return c.oneNetworkCommand("connect --conf-dir DIR --network N --id ID --netns PATH [-p host:container[/proto]]...",
+		"Attach a live workload to one more network of --conf-dir", true,
+		func(ctx context.Context, cfg *cninet.Configurator, alloc *cninet.Allocation, network, netns string) error {
+			st, err := cfg.Connect(ctx, alloc, network, netns)
 			if err != nil {
 				return err
 			}
 			out := statusJSON(st)
 			out["network"] = network
-			return printJSON(stdout, out)
+			c.done(out, func(w io.Writer) { printStatus(w, alloc.ID, network, st) })
+			return nil
 		})
 }
 
-// cmdDisconnect detaches a live workload from one network.
-func cmdDisconnect(args []string, stdout, stderr io.Writer) error {
-	return connectCommand("disconnect", "--conf-dir DIR --network N --id ID [--netns PATH] [-p host:container[/proto]]... [flags]", false, args, stderr,
-		func(ctx context.Context, c *cninet.Configurator, alloc *cninet.Allocation, network, netns string) error {
-			return c.Disconnect(ctx, alloc, network, netns)
+func (c *cli) disconnectCommand() *cobra.Command {
+	return c.oneNetworkCommand("disconnect --conf-dir DIR --network N --id ID [--netns PATH] [-p host:container[/proto]]...",
+		"Detach a live workload from one network, leaving the others", false,
+		func(ctx context.Context, cfg *cninet.Configurator, alloc *cninet.Allocation, network, netns string) error {
+			if err := cfg.Disconnect(ctx, alloc, network, netns); err != nil {
+				return err
+			}
+			c.done(map[string]any{"id": alloc.ID, "network": network},
+				func(w io.Writer) { fmt.Fprintf(w, "%s: detached from network %q\n", alloc.ID, network) })
+			return nil
 		})
 }

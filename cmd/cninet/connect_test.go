@@ -18,9 +18,10 @@ func TestConnectAndDisconnectThroughTheCLI(t *testing.T) {
 	if code, _, stderr := runCLI(append([]string{"setup", "--netns", w.Path, "--network", "clic1"}, common...)...); code != 0 {
 		t.Fatalf("setup exit %d: %s", code, stderr)
 	}
-	code, out, stderr := runCLI(append([]string{"connect", "--netns", w.Path, "--network", "clic2"}, common...)...)
-	var status map[string]any
-	if code != 0 || json.Unmarshal([]byte(out), &status) != nil || status["interface"] != "eth1" || status["network"] != "clic2" ||
+	code, out, stderr := runCLI(append([]string{"connect", "-o", "json", "--netns", w.Path, "--network", "clic2"}, common...)...)
+	var env struct{ Result map[string]any }
+	err := json.Unmarshal([]byte(out), &env)
+	if status := env.Result; code != 0 || err != nil || status["interface"] != "eth1" || status["network"] != "clic2" ||
 		!strings.HasPrefix(fmt.Sprint(status["address"]), "198.18.211.") {
 		t.Fatalf("connect exit %d, printed %s: %s", code, out, stderr)
 	}

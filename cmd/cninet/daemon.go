@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/thick"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // daemonFlags are cninet daemon's flags.
@@ -24,11 +25,7 @@ type daemonFlags struct {
 	timeout, drain                                              time.Duration
 }
 
-func (f *daemonFlags) register(fs interface {
-	StringVar(*string, string, string, string)
-	IntVar(*int, string, int, string)
-	DurationVar(*time.Duration, string, time.Duration, string)
-}) {
+func (f *daemonFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.socket, "socket", thick.DefaultSocket, "unix socket the cninet-shim plugin connects to (its directory is made 0700, the socket 0600)")
 	fs.StringVar(&f.confDir, "conf-dir", thick.DefaultConfDir, "the delegate conflists: a shim conflist named N runs the one named N here (not the runtime's conf dir)")
 	fs.StringVar(&f.cniPath, "cni-path", defaultCNIPath(), "plugin directories of the delegate conflists, separated by ':'")
@@ -40,21 +37,26 @@ func (f *daemonFlags) register(fs interface {
 	fs.DurationVar(&f.drain, "drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long requests in flight may take to finish")
 }
 
-// cmdDaemon serves the cninet-shim plugin until SIGTERM or SIGINT.
-func cmdDaemon(args []string, _, stderr io.Writer) error {
+// daemonCommand serves the cninet-shim plugin until SIGTERM or SIGINT.
+func (c *cli) daemonCommand() *cobra.Command {
 	var f daemonFlags
-	fs := newFlags("daemon", "[--socket S] [--conf-dir D] [--cni-path P] [--cache-dir C] [--metrics-listen ADDR]", stderr)
-	f.register(fs)
-	if err := parse(fs, args); err != nil {
-		return err
+	cmd := &cobra.Command{
+		Use:   "daemon [flags]",
+		Short: "Serve the cninet-shim CNI plugin on a unix socket (thick mode)",
+		Long: `Serve the cninet-shim CNI plugin on a unix socket (thick mode) until SIGTERM or
+SIGINT, then drain: requests in flight get --drain-timeout to finish.`,
 	}
-	if err := f.validate(); err != nil {
-		return err
-	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "cninet-daemon", Level: hclog.LevelFromString(f.logLevel), Output: stderr})
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	return runDaemon(ctx, f, logger)
+	cmd.RunE = c.runE(func(*cobra.Command) error {
+		if err := f.validate(); err != nil {
+			return err
+		}
+		logger := hclog.New(&hclog.LoggerOptions{Name: "cninet-daemon", Level: hclog.LevelFromString(f.logLevel), Output: c.stderr})
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		return runDaemon(ctx, f, logger)
+	})
+	f.register(cmd.Flags())
+	return cmd
 }
 
 func (f *daemonFlags) validate() error {

@@ -15,7 +15,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
-	"github.com/seed1280861d/cninet/internal/netsandbox"
+	"github.com/seed1280861d/cninet/internal/sandbox"
+	"github.com/spf13/cobra"
 )
 
 // The demo keeps to the benchmarking range: its traffic never leaves the
@@ -27,33 +28,56 @@ const (
 	demoPort     = 8080
 )
 
-// cmdDemo runs runDemo in a throwaway network and mount namespace.
-func cmdDemo(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("demo", "[flags]", stderr)
-	cniPath := fs.String("cni-path", defaultDemoCNIPath(), "plugin directories, separated by ':'")
-	backend := fs.String("backend", cninet.BackendIPTables, "masquerade and port-map with iptables or nftables (nftables needs plugins v1.6.1 or later in --cni-path)")
-	verbose := fs.Bool("v", false, "log what cninet does")
-	traced := fs.Bool("trace", false, "print what cninet did (its OpenTelemetry spans, go-cni's too) as a tree with durations to stderr")
-	if err := parse(fs, args); err != nil {
-		return err
+// demoCommand runs runDemo in throwaway network and mount namespaces.
+func (c *cli) demoCommand() *cobra.Command {
+	var cniPath, backend string
+	var verbose, traced bool
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the whole story in throwaway namespaces and report",
+		Long: `Run the whole story in throwaway network and mount namespaces (root only):
+attach a workload serving HTTP with a port mapping, fetch it through the host
+port, detach it; attach another, delete its namespace first, detach it; then
+audit iptables, nftables, reservations, cache files and links for leaks.
+Nothing reaches the host's namespaces.`,
 	}
-	if *backend != cninet.BackendIPTables && *backend != cninet.BackendNFTables {
-		return fmt.Errorf("%w: --backend %q: want iptables or nftables", errUsage, *backend)
-	}
-	code, err := netsandbox.Run(func() int {
-		if err := runDemo(filepath.SplitList(*cniPath), *backend, *verbose, *traced, stdout, stderr); err != nil {
-			fmt.Fprintf(stderr, "cninet demo: %v\n", err)
-			return 1
+	cmd.RunE = c.runE(func(*cobra.Command) error {
+		if backend != cninet.BackendIPTables && backend != cninet.BackendNFTables {
+			return usageErrorf("--backend %q: want iptables or nftables", backend)
 		}
-		return 0
+		var result *demoResult
+		var demoErr error
+		code, err := sandbox.Run(func() int {
+			// The child: it reports, as any command does.
+			result, demoErr = runDemo(filepath.SplitList(cniPath), backend, verbose, traced, c.textOut(), c.stderr)
+			return 0
+		})
+		if err != nil {
+			return fmt.Errorf("entering a throwaway network namespace: %w", err)
+		}
+		if !sandbox.Child() {
+			return exited(code) // the child reported
+		}
+		if result != nil {
+			c.done(result, nil)
+		}
+		return demoErr
 	})
-	if err != nil {
-		return fmt.Errorf("entering a throwaway network namespace: %w", err)
+	fs := cmd.Flags()
+	fs.StringVar(&cniPath, "cni-path", defaultDemoCNIPath(), "plugin directories, separated by ':'")
+	fs.StringVar(&backend, "backend", cninet.BackendIPTables, "masquerade and port-map with iptables or nftables (nftables needs plugins v1.6.1 or later in --cni-path)")
+	fs.BoolVarP(&verbose, "verbose", "v", false, "log what cninet does")
+	fs.BoolVar(&traced, "trace", false, "print what cninet did (its OpenTelemetry spans, go-cni's too) as a tree with durations to stderr")
+	return cmd
+}
+
+// textOut is where a command that reports as it goes writes its text:
+// stdout, or nowhere with --output json (the envelope holds it).
+func (c *cli) textOut() io.Writer {
+	if c.output == outputJSON {
+		return io.Discard
 	}
-	if code != 0 {
-		return fmt.Errorf("demo failed (exit %d)", code)
-	}
-	return nil
+	return c.stdout
 }
 
 func defaultDemoCNIPath() string {
@@ -64,11 +88,24 @@ func defaultDemoCNIPath() string {
 }
 
 type demo struct {
-	out   io.Writer
-	steps int
+	out    io.Writer
+	result demoResult
+}
+
+// demoResult is the demo's report in the JSON envelope.
+type demoResult struct {
+	Steps []demoStep `json:"steps"`
+	Leaks []string   `json:"leaks"`
+}
+
+type demoStep struct {
+	Step   string  `json:"step"`
+	Detail string  `json:"detail"`
+	TookMS float64 `json:"took_ms,omitempty"`
 }
 
 func (d *demo) row(step, detail string, took time.Duration) {
+	d.result.Steps = append(d.result.Steps, demoStep{Step: step, Detail: detail, TookMS: float64(took.Microseconds()) / 1000})
 	t := ""
 	if took > 0 {
 		t = fmt.Sprintf("%7.1f ms", float64(took.Microseconds())/1000)
@@ -76,8 +113,17 @@ func (d *demo) row(step, detail string, took time.Duration) {
 	fmt.Fprintln(d.out, strings.TrimRight(fmt.Sprintf("  %-14s %-64s %s", step, detail, t), " "))
 }
 
-func runDemo(pluginDirs []string, backend string, verbose, traced bool, stdout, stderr io.Writer) error {
-	d := &demo{out: stdout}
+// runDemo runs the demo in the namespaces it is in, writing its rows to
+// stdout as it goes, and returns its report: the steps it got to, and
+// the leaks.
+func runDemo(pluginDirs []string, backend string, verbose, traced bool, stdout, stderr io.Writer) (*demoResult, error) {
+	d := &demo{out: stdout, result: demoResult{Steps: []demoStep{}, Leaks: []string{}}}
+	err := d.run(pluginDirs, backend, verbose, traced, stderr)
+	return &d.result, err
+}
+
+func (d *demo) run(pluginDirs []string, backend string, verbose, traced bool, stderr io.Writer) error {
+	stdout := d.out
 	cfg := cninet.DefaultBridgeConfig()
 	cfg.IPv4Subnet = demoSubnet
 	cfg.Backend = backend
@@ -120,7 +166,7 @@ func runDemo(pluginDirs []string, backend string, verbose, traced bool, stdout, 
 		return err
 	}
 	d.row("status", "ready: every plugin found in "+strings.Join(pluginDirs, ":"), 0)
-	base, err := netsandbox.TakeSnapshot()
+	base, err := sandbox.TakeSnapshot()
 	if err != nil {
 		return err
 	}
@@ -130,11 +176,12 @@ func runDemo(pluginDirs []string, backend string, verbose, traced bool, stdout, 
 	if err := d.namespaceDeletedFirst(ctx, c); err != nil {
 		return err
 	}
-	now, err := netsandbox.TakeSnapshot()
+	now, err := sandbox.TakeSnapshot()
 	if err != nil {
 		return err
 	}
-	leaks := netsandbox.Leaks(base, now, netsandbox.Allowance{Chains: []string{cfg.AdminChainName}, Links: []string{cfg.BridgeName}})
+	leaks := sandbox.Leaks(base, now, sandbox.Allowance{Chains: []string{cfg.AdminChainName}, Links: []string{cfg.BridgeName}})
+	d.result.Leaks = append(d.result.Leaks, leaks...)
 	d.row("audit", fmt.Sprintf("iptables and nftables rules, chains, reservations, cache files, veths left: %d", len(leaks)), 0)
 	if len(leaks) > 0 {
 		return fmt.Errorf("leaked:\n  %s", strings.Join(leaks, "\n  "))
@@ -146,7 +193,7 @@ func runDemo(pluginDirs []string, backend string, verbose, traced bool, stdout, 
 // serveAndFetch attaches a workload that serves HTTP, fetches it through
 // the mapped host port, and detaches it.
 func (d *demo) serveAndFetch(ctx context.Context, c *cninet.Configurator) error {
-	w, err := netsandbox.CreateWorkload()
+	w, err := sandbox.CreateWorkload()
 	if err != nil {
 		return err
 	}
@@ -180,7 +227,7 @@ func (d *demo) serveAndFetch(ctx context.Context, c *cninet.Configurator) error 
 // namespaceDeletedFirst shows the case the plugins leak in: the runtime
 // deleted the namespace before the runner tore the network down.
 func (d *demo) namespaceDeletedFirst(ctx context.Context, c *cninet.Configurator) error {
-	w, err := netsandbox.CreateWorkload()
+	w, err := sandbox.CreateWorkload()
 	if err != nil {
 		return err
 	}
@@ -200,7 +247,7 @@ func (d *demo) namespaceDeletedFirst(ctx context.Context, c *cninet.Configurator
 	return nil
 }
 
-func serve(w *netsandbox.Workload, name string) (stop func(), err error) {
+func serve(w *sandbox.Workload, name string) (stop func(), err error) {
 	var ln net.Listener
 	err = w.NS.Do(func(ns.NetNS) error {
 		var err error

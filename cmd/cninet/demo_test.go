@@ -12,7 +12,7 @@ import (
 func TestDemoRunsTheWholeStoryWithoutLeaks(t *testing.T) {
 	netsandbox.Require(t)
 	var out, errOut bytes.Buffer
-	if err := runDemo([]string{"/usr/lib/cni"}, cninet.BackendIPTables, false, false, &out, &errOut); err != nil {
+	if _, err := runDemo([]string{"/usr/lib/cni"}, cninet.BackendIPTables, false, false, &out, &errOut); err != nil {
 		t.Fatalf("%v\n%s\n%s", err, out.String(), errOut.String())
 	}
 	for _, want := range []string{`said "hello from web-1"`, "leaks: 0"} {

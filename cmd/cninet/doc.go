@@ -4,30 +4,56 @@
 // It also runs the daemon of thick mode, which the cninet-shim CNI plugin
 // forwards a runtime's requests to.
 //
-// Exit codes: 0 success, 1 failure, 2 usage error.
+// It is built on cobra: generated help, `cninet completion
+// bash|zsh|fish|powershell`, `cninet man --dir DIR` (the man pages),
+// `cninet version` and `--version`.
+//
+// Exit codes, for every command: 0 success, 1 the operation failed, 2 a
+// usage error (cobra's errors in reading the command line included; then
+// nothing was done). With --output json every command prints one JSON
+// envelope on stdout (output.go documents it).
+//
+// Safe by default: gc collects only the networks it is pointed at
+// (--conf-dir, --conflist or --network; never a default), its live set is
+// trimmed and validated (--live, --live-file), --dry-run changes nothing;
+// the bridge flags belong to conflist alone.
 //
 // # Reading order
 //
-// Every command is a function cmdNAME(args, stdout, stderr) error; the
+// Every command is a method of cli returning its *cobra.Command; the
 // files, from where to start:
 //
-//   - main.go: the usage text, main, and run, which picks the command and
-//     turns its error into the exit code; the helpers every command
-//     shares (newFlags, parse, signalContext, printJSON).
-//   - flags.go: the flags most commands share: networkFlags (networks,
-//     plugins, log level, --trace) and how they build a
-//     cninet.Configurator, bridgeFlags (the default bridge conflist),
-//     attachFlags (one attachment: --id, --netns, -p), and the repeatable
-//     flag values -p and --network.
+//   - main.go: run, which builds the command tree (root), runs one
+//     command line and turns its error into the exit code; cli, one run,
+//     and the helpers every command shares (runE, done, usageErrorf,
+//     signalContext).
+//   - output.go: the --output flag and the JSON envelope every command
+//     prints with --output json, documented with each command's result;
+//     finish, which reports how a command ended.
+//   - flags.go: the flags most commands share: networkFlags (where the
+//     conflists come from, networks, plugins, log level, --trace) and how
+//     they build a cninet.Configurator, bridgeFlags (the conflist
+//     command's), attachFlags (one attachment: --id, --netns, -p), and the
+//     repeatable flag values -p and --network.
 //   - attach.go: setup, teardown and check, the commands on one
-//     attachment, and the JSON setup prints.
+//     attachment, and how a status is printed.
 //   - connect.go: connect and disconnect, one network of a live workload.
-//   - gc.go: gc, collecting every attachment whose id is not live.
-//   - status.go: status, whether every network can attach workloads.
+//   - gc.go: gc, collecting every attachment whose id is not live in the
+//     networks named, and its --dry-run, which lists the cached
+//     attachments it would collect.
+//   - live.go: the live set: --live values trimmed and validated,
+//     --live-file read.
+//   - status.go: status, whether every network (or each --network) can
+//     attach workloads.
 //   - conflist.go: conflist, printing or writing the default bridge
 //     conflist.
+//   - version.go: version, cninet's version from the build info.
+//   - man.go: man, the man pages written from the command tree in roff
+//     (without cobra/doc, which would link a Markdown converter and a
+//     YAML library).
 //   - demo.go: demo, the whole story (setup, a served port, teardown, a
-//     namespace deleted first, the leak audit) in throwaway namespaces.
+//     namespace deleted first, the leak audit) in throwaway namespaces,
+//     through internal/sandbox (which does not import package testing).
 //   - trace.go: the --trace TracerProvider, which keeps the spans in
 //     memory and prints them as a tree with durations.
 //   - daemon.go: daemon, serving the cninet-shim plugin on a unix socket

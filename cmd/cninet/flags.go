@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,29 +10,48 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
+	"github.com/spf13/pflag"
 )
 
 // defaultNetwork names the embedded conflist's network, and the network
-// the attach commands use when no --network is given.
+// the attach commands use when given no conflists and no --network.
 const defaultNetwork = "nomad"
 
-// networkFlags select the networks and plugins, shared by most commands.
+// networkFlags select the networks and plugins: where the conflists come
+// from (--conf-dir, --conflist, or the embedded default bridge conflist),
+// which networks (--network), the plugins, the log level and --trace.
 type networkFlags struct {
-	confDir, cniPath, logLevel string
-	networks                   networkList
-	bridge                     bridgeFlags
-	trace                      bool
-	tree                       *spanTree // with --trace
+	confDir, confList, cniPath, logLevel string
+	networks                             networkList
+	trace                                bool
+	tree                                 *spanTree // with --trace
 }
 
-func (n *networkFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&n.confDir, "conf-dir", "", "load the conflists from this directory (default: the embedded default bridge conflist)")
-	fs.Var(&n.networks, "network", "network to join, in order (repeatable with --conf-dir: eth0, eth1, …; default "+defaultNetwork+
-		"); gc and status cover every network in --conf-dir")
-	fs.StringVar(&n.cniPath, "cni-path", defaultCNIPath(), "plugin directories, separated by ':'")
-	fs.StringVar(&n.logLevel, "log-level", "warn", "trace, debug, info, warn or error")
+func (n *networkFlags) register(fs *pflag.FlagSet, networkUsage string) {
+	fs.StringVar(&n.confDir, "conf-dir", "", "load the conflists from this `directory`")
+	fs.StringVar(&n.confList, "conflist", "", "load the one conflist in this `file`")
+	fs.Var(&n.networks, "network", networkUsage)
+	fs.StringVar(&n.cniPath, "cni-path", defaultCNIPath(), "plugin `directories`, separated by ':'")
+	fs.StringVar(&n.logLevel, "log-level", "warn", "log `level`: trace, debug, info, warn or error")
 	fs.BoolVar(&n.trace, "trace", false, "print what cninet did (its OpenTelemetry spans, go-cni's too) as a tree with durations to stderr")
-	n.bridge.register(fs)
+}
+
+// sourcesHelp says where the conflists come from, in the help of the
+// commands that load them.
+const sourcesHelp = `The conflists come from --conf-dir (every conflist in the directory) or
+--conflist (one file); with neither, from the embedded default bridge
+conflist, named by --network (default ` + defaultNetwork + `). To shape that one (subnet,
+bridge, backend, …), write it with 'cninet conflist --write DIR' and pass
+--conf-dir DIR.`
+
+// attachNetworkUsage is --network's help on the commands that attach.
+const attachNetworkUsage = "network to join, in order (repeatable with --conf-dir: eth0, eth1, …; default: the default network of the conflists, " +
+	defaultNetwork + " for the embedded one)"
+
+// explicit reports whether the command line names its networks: a
+// conflist source or a --network.
+func (n *networkFlags) explicit() bool {
+	return n.confDir != "" || n.confList != "" || len(n.networks) > 0
 }
 
 // printTrace prints the span tree recorded with --trace.
@@ -50,6 +68,64 @@ func defaultCNIPath() string {
 	return "/opt/cni/bin:/usr/lib/cni"
 }
 
+// config returns the Configurator's Config. With --conf-dir it knows every
+// network there, the first --network (if any) being the default; with
+// --conflist, the one in the file; with neither, the embedded default
+// bridge conflist, named by the one --network if given.
+func (n *networkFlags) config(stderr io.Writer) (cninet.Config, error) {
+	level := hclog.LevelFromString(n.logLevel)
+	if level == hclog.NoLevel {
+		return cninet.Config{}, usageErrorf("--log-level %q, want trace, debug, info, warn or error", n.logLevel)
+	}
+	cfg := cninet.Config{
+		Logger:     hclog.New(&hclog.LoggerOptions{Name: "cninet", Level: level, Output: stderr}),
+		PluginDirs: filepath.SplitList(n.cniPath),
+	}
+	switch {
+	case n.confDir != "" && n.confList != "":
+		return cfg, usageErrorf("--conf-dir and --conflist exclude each other")
+	case n.confDir != "":
+		cfg.ConfDir = n.confDir
+		if len(n.networks) > 0 {
+			cfg.NetworkName = n.networks[0]
+		}
+	case len(n.networks) > 1:
+		return cfg, usageErrorf("several --network need --conf-dir (a conflist is one network)")
+	case n.confList != "":
+		conf, err := os.ReadFile(n.confList)
+		if err != nil {
+			return cfg, usageErrorf("--conflist: %v", err)
+		}
+		cfg.ConfList = conf
+		if len(n.networks) > 0 {
+			cfg.NetworkName = n.networks[0]
+		}
+	default:
+		b := cninet.DefaultBridgeConfig()
+		b.NetworkName = n.joined()[0]
+		conf, err := cninet.BridgeConfList(b)
+		if err != nil {
+			return cfg, usageErrorf("%v", err)
+		}
+		cfg.ConfList = conf
+	}
+	return cfg, nil
+}
+
+// configurator builds the Configurator of config, recording its spans
+// with --trace.
+func (n *networkFlags) configurator(stderr io.Writer) (*cninet.Configurator, error) {
+	cfg, err := n.config(stderr)
+	if err != nil {
+		return nil, err
+	}
+	if n.trace {
+		n.tree = startTrace()
+		cfg.TracerProvider = n.tree
+	}
+	return cninet.New(cfg)
+}
+
 // joined returns the networks an attach command joins, in order.
 func (n *networkFlags) joined() []string {
 	if len(n.networks) == 0 {
@@ -58,48 +134,18 @@ func (n *networkFlags) joined() []string {
 	return n.networks
 }
 
-// configurator builds a Configurator. With --conf-dir it knows every
-// network there, the first --network (if any) being the default; without,
-// it knows the one embedded network.
-func (n *networkFlags) configurator(stderr io.Writer) (*cninet.Configurator, error) {
-	cfg := cninet.Config{
-		Logger:     hclog.New(&hclog.LoggerOptions{Name: "cninet", Level: hclog.LevelFromString(n.logLevel), Output: stderr}),
-		PluginDirs: filepath.SplitList(n.cniPath),
-	}
-	if n.trace {
-		n.tree = startTrace()
-		cfg.TracerProvider = n.tree
-	}
-	if n.confDir != "" {
-		cfg.ConfDir = n.confDir
-		if len(n.networks) > 0 {
-			cfg.NetworkName = n.networks[0]
-		}
-	} else {
-		if len(n.networks) > 1 {
-			return nil, fmt.Errorf("%w: several --network need --conf-dir (the embedded conflist is one network)", errUsage)
-		}
-		n.bridge.name = n.joined()[0]
-		conf, err := cninet.BridgeConfList(n.bridge.config())
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
-		}
-		cfg.ConfList = conf
-	}
-	return cninet.New(cfg)
-}
-
-// bridgeFlags shape the default bridge conflist.
+// bridgeFlags shape the default bridge conflist (the conflist command's).
 type bridgeFlags struct {
 	name, bridge, subnet, subnet6, dataDir, adminChain, backend string
 	hairpin, consul                                             bool
 }
 
-func (b *bridgeFlags) register(fs *flag.FlagSet) {
+func (b *bridgeFlags) register(fs *pflag.FlagSet) {
 	d := cninet.DefaultBridgeConfig()
+	fs.StringVar(&b.name, "network", defaultNetwork, "network name")
 	fs.StringVar(&b.bridge, "bridge", d.BridgeName, "bridge interface name (at most 15 bytes)")
-	fs.StringVar(&b.subnet, "subnet", d.IPv4Subnet, "IPv4 subnet of the default conflist")
-	fs.StringVar(&b.subnet6, "ipv6-subnet", "", "IPv6 subnet of the default conflist (default: no IPv6)")
+	fs.StringVar(&b.subnet, "subnet", d.IPv4Subnet, "IPv4 subnet")
+	fs.StringVar(&b.subnet6, "ipv6-subnet", "", "IPv6 subnet (default: no IPv6)")
 	fs.StringVar(&b.dataDir, "ipam-data-dir", d.IPAMDataDir, "host-local reservation directory")
 	fs.StringVar(&b.adminChain, "admin-chain", d.AdminChainName, "firewall plugin admin chain")
 	fs.BoolVar(&b.hairpin, "hairpin", false, "enable hairpin mode on the bridge")
@@ -120,19 +166,22 @@ type attachFlags struct {
 	ports     portFlags
 }
 
-func (a *attachFlags) register(fs *flag.FlagSet) {
-	a.networkFlags.register(fs)
-	fs.StringVar(&a.id, "id", "", "allocation (CNI container) id (required)")
-	fs.StringVar(&a.netns, "netns", "", "network namespace path, e.g. /var/run/netns/NAME")
-	fs.Var(&a.ports, "p", "port mapping host:container[/tcp|/udp] (repeatable; default both protocols)")
+func (a *attachFlags) register(fs *pflag.FlagSet, networkUsage string) {
+	a.networkFlags.register(fs, networkUsage)
+	fs.StringVar(&a.id, "id", "", "allocation (CNI container) `id` (required)")
+	fs.StringVar(&a.netns, "netns", "", "network namespace `path`, e.g. /var/run/netns/NAME")
+	fs.VarP(&a.ports, "port", "p", "port mapping host:container[/tcp|/udp] (repeatable; default both protocols)")
 }
 
 func (a *attachFlags) allocation(needNetns bool) (*cninet.Allocation, error) {
 	if a.id == "" {
-		return nil, fmt.Errorf("%w: --id is required", errUsage)
+		return nil, usageErrorf("--id is required")
+	}
+	if err := checkID(a.id); err != nil {
+		return nil, usageErrorf("--id: %v", err)
 	}
 	if needNetns && a.netns == "" {
-		return nil, fmt.Errorf("%w: --netns is required", errUsage)
+		return nil, usageErrorf("--netns is required")
 	}
 	alloc := &cninet.Allocation{ID: a.id, Ports: a.ports}
 	if len(a.networks) > 1 {
@@ -151,6 +200,8 @@ func (p *portFlags) String() string {
 	}
 	return strings.Join(s, ",")
 }
+
+func (p *portFlags) Type() string { return "host:container[/proto]" }
 
 func (p *portFlags) Set(v string) error {
 	spec, proto, _ := strings.Cut(v, "/")
@@ -174,9 +225,10 @@ func (p *portFlags) Set(v string) error {
 type networkList []string
 
 func (n *networkList) String() string { return strings.Join(*n, ",") }
+func (n *networkList) Type() string   { return "name" }
 
 func (n *networkList) Set(v string) error {
-	if v == "" {
+	if v = strings.TrimSpace(v); v == "" {
 		return fmt.Errorf("empty network name")
 	}
 	*n = append(*n, v)

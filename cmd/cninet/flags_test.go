@@ -33,6 +33,8 @@ func TestNetworkFlags(t *testing.T) {
 			[]string{"setup", "--id", "a", "--netns", "/x", "--network", "clia", "--network", "clib"}, 2, "need --conf-dir"},
 		{"status covers every network in --conf-dir",
 			[]string{"status", "--conf-dir", dir, "--cni-path", all}, 0, `ready: networks "clia", "clib"`},
+		{"status --network narrows it to the networks named",
+			[]string{"status", "--conf-dir", dir, "--cni-path", all, "--network", "clib"}, 0, "ready: network \"clib\"\n"},
 		{"status names the network that is not ready",
 			[]string{"status", "--conf-dir", dir, "--cni-path", versionOnlyPlugins(t, "loopback", "bridge", "firewall")}, 1, `network "clib"`},
 		{"an unknown --network is a failure naming the known ones",

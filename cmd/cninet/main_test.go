@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sasha-s/go-deadlock"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/buildinfo"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
 
@@ -26,7 +29,20 @@ func runCLI(args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errOut.String()
 }
 
+// The exit code says how a command ended, the same for every command: 0
+// success, 1 the operation failed, 2 the command line is wrong (and
+// nothing was done).
 func TestExitCodes(t *testing.T) {
+	dir := confDirOf(t, "clia", "clib")
+	empty := t.TempDir()
+	noIDs := filepath.Join(t.TempDir(), "live")
+	if err := os.WriteFile(noIDs, []byte("# nothing runs\n\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gc := func(args ...string) []string { return append([]string{"gc", "--conf-dir", dir}, args...) }
+	// dry is a gc that, were its usage checks broken, reads an empty cache
+	// and changes nothing.
+	dry := func(args ...string) []string { return gc(append(args, "--dry-run", "--cache-dir", empty)...) }
 	cases := []struct {
 		name string
 		args []string
@@ -35,15 +51,40 @@ func TestExitCodes(t *testing.T) {
 		{"no command is a usage error", nil, 2},
 		{"an unknown command is a usage error", []string{"frobnicate"}, 2},
 		{"--help succeeds", []string{"--help"}, 0},
+		{"help succeeds", []string{"help"}, 0},
 		{"a command's --help succeeds", []string{"setup", "--help"}, 0},
+		{"--version succeeds", []string{"--version"}, 0},
+		{"version succeeds", []string{"version"}, 0},
+		{"bash completion succeeds", []string{"completion", "bash"}, 0},
+		{"conflist succeeds", []string{"conflist"}, 0},
 		{"an unknown flag is a usage error", []string{"conflist", "--nope"}, 2},
+		{"a flag without its value is a usage error", []string{"conflist", "--network"}, 2},
+		{"an unknown --output is a usage error", []string{"version", "--output", "yaml"}, 2},
+		{"an unknown --log-level is a usage error", []string{"status", "--log-level", "loud"}, 2},
+		{"a stray argument is a usage error", []string{"status", "extra"}, 2},
+		{"an invalid subnet is a usage error", []string{"conflist", "--subnet", "198.18.0.1/24"}, 2},
+		{"a bridge flag on setup is a usage error", []string{"setup", "--id", "a", "--netns", "/x", "--subnet", "198.18.0.0/24"}, 2},
+		{"a bridge flag on gc is a usage error", dry("--none-live", "--bridge", "br9"), 2},
+		{"--conf-dir and --conflist together are a usage error", []string{"status", "--conf-dir", dir, "--conflist", filepath.Join(dir, "clia.conflist")}, 2},
 		{"setup without --id is a usage error", []string{"setup", "--netns", "/var/run/netns/x"}, 2},
 		{"setup without --netns is a usage error", []string{"setup", "--id", "a"}, 2},
+		{"an --id CNI would reject is a usage error", []string{"setup", "--id", "a/b", "--netns", "/x"}, 2},
 		{"a malformed port mapping is a usage error", []string{"setup", "--id", "a", "--netns", "/x", "-p", "80:http"}, 2},
-		{"gc without a live set is a usage error", []string{"gc"}, 2},
-		{"an invalid subnet is a usage error", []string{"conflist", "--subnet", "198.18.0.1/24"}, 2},
-		{"a stray argument is a usage error", []string{"status", "extra"}, 2},
-		{"a network missing from --conf-dir is a failure", []string{"status", "--conf-dir", os.TempDir(), "--network", "absent-net"}, 1},
+		{"gc without networks is a usage error, even with --none-live", []string{"gc", "--none-live", "--dry-run", "--cache-dir", empty}, 2},
+		{"gc without a live set is a usage error", dry(), 2},
+		{"gc with --none-live and --live is a usage error", dry("--none-live", "--live", "a"), 2},
+		{"gc with an empty --live entry is a usage error", dry("--live", "a,,b"), 2},
+		{"gc with a --live id CNI would reject is a usage error", dry("--live", "a b"), 2},
+		{"gc with a missing --live-file is a usage error", dry("--live-file", filepath.Join(empty, "absent")), 2},
+		{"gc with a --live-file listing no id is a usage error", dry("--live-file", noIDs), 2},
+		{"gc with another --cache-dir is a usage error without --dry-run", gc("--none-live", "--cache-dir", empty), 2},
+		{"gc --dry-run succeeds", dry("--live", "a"), 0},
+		{"gc naming the embedded network with --network succeeds", []string{"gc", "--network", "nomad", "--none-live", "--dry-run", "--cache-dir", empty}, 0},
+		{"gc of one --conflist succeeds", []string{"gc", "--conflist", filepath.Join(dir, "clia.conflist"), "--none-live", "--dry-run", "--cache-dir", empty}, 0},
+		{"gc --dry-run of a network missing from --conf-dir is a failure", dry("--none-live", "--network", "absent-net"), 1},
+		{"a network missing from --conf-dir is a failure", []string{"status", "--conf-dir", empty, "--network", "absent-net"}, 1},
+		{"a missing --conflist is a usage error", []string{"status", "--conflist", filepath.Join(empty, "absent.conflist")}, 2},
+		{"a missing plugin is a failure", []string{"status", "--conf-dir", dir, "--cni-path", empty}, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,7 +92,38 @@ func TestExitCodes(t *testing.T) {
 			if code != tc.code {
 				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr)
 			}
+			if tc.code == 2 && len(tc.args) > 0 && !strings.Contains(stderr, "--help' for usage") {
+				t.Errorf("a usage error says where the usage is; stderr:\n%s", stderr)
+			}
 		})
+	}
+}
+
+func TestVersionPrintsCninetAndItsVersion(t *testing.T) {
+	want := "cninet " + buildinfo.Version() + "\n"
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		if code, out, stderr := runCLI(args...); code != 0 || out != want {
+			t.Errorf("%v: exit %d, printed %q (%s); want %q", args, code, out, stderr, want)
+		}
+	}
+}
+
+func TestCompletionScriptsAreGenerated(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		code, out, stderr := runCLI("completion", shell)
+		if code != 0 || !strings.Contains(out, "cninet") {
+			t.Errorf("%s: exit %d, %d bytes (%s)", shell, code, len(out), stderr)
+		}
+	}
+}
+
+func TestTheDaemonsHelpListsEveryFlag(t *testing.T) {
+	_, out, _ := runCLI("daemon", "--help")
+	for _, flag := range []string{"--socket", "--conf-dir", "--cni-path", "--cache-dir", "--metrics-listen", "--log-level",
+		"--max-concurrent", "--timeout", "--drain-timeout"} {
+		if !strings.Contains(out, flag+" ") {
+			t.Errorf("daemon --help lacks %s:\n%s", flag, out)
+		}
 	}
 }
 

@@ -5,35 +5,59 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/spf13/cobra"
 )
 
-// cmdStatus reports whether every network can attach workloads.
-func cmdStatus(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("status", "[flags]", stderr)
+// statusCommand reports whether every network, or each --network, can
+// attach workloads.
+func (c *cli) statusCommand() *cobra.Command {
 	var n networkFlags
-	n.register(fs)
-	if err := parse(fs, args); err != nil {
-		return err
+	cmd := &cobra.Command{
+		Use:   "status [--conf-dir DIR | --conflist FILE] [--network N]...",
+		Short: "Report whether every network (or each --network) can attach workloads",
+		Long: `Report whether every network of the conflists, or each --network, can attach
+workloads: its conflist is valid and every plugin it names is found.
+
+` + sourcesHelp,
 	}
-	c, err := n.configurator(stderr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	defer n.printTrace(stderr)
-	ctx, cancel := signalContext()
-	defer cancel()
-	if err := c.Status(ctx); err != nil {
-		return err
-	}
-	names := c.Networks()
+	cmd.RunE = c.runE(func(*cobra.Command) error {
+		cfg, err := n.configurator(c.stderr)
+		if err != nil {
+			return err
+		}
+		defer cfg.Close()
+		defer n.printTrace(c.stderr)
+		ctx, cancel := signalContext()
+		defer cancel()
+		names := []string(n.networks)
+		if len(names) == 0 {
+			if err := cfg.Status(ctx); err != nil {
+				return err
+			}
+			names = cfg.Networks()
+		} else {
+			for _, name := range names {
+				if err := cfg.StatusOf(ctx, name); err != nil {
+					return err
+				}
+			}
+		}
+		c.done(map[string]any{"ready": names}, func(w io.Writer) { printReady(w, names) })
+		return nil
+	})
+	n.register(cmd.Flags(), "a network to report on (repeatable; default: every network of the conflists)")
+	return cmd
+}
+
+func printReady(w io.Writer, names []string) {
+	quoted := make([]string, len(names))
 	for i, name := range names {
-		names[i] = strconv.Quote(name)
+		quoted[i] = strconv.Quote(name)
 	}
-	if len(names) == 1 {
-		fmt.Fprintf(stdout, "ready: network %s\n", names[0])
+	if len(quoted) == 1 {
+		fmt.Fprintf(w, "ready: network %s\n", quoted[0])
 	} else {
-		fmt.Fprintf(stdout, "ready: networks %s\n", strings.Join(names, ", "))
+		fmt.Fprintf(w, "ready: networks %s\n", strings.Join(quoted, ", "))
 	}
-	return nil
 }

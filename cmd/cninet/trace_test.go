@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/internal/netsandbox"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -56,13 +58,32 @@ func TestTraceIsPrintedAsATreeWithDurations(t *testing.T) {
 }
 
 func TestCommandsWithTracePrintWhatCninetDid(t *testing.T) {
-	code, _, stderr := runCLI("status", "--trace", "--cni-path", t.TempDir())
-	if code != 1 {
-		t.Fatalf("status with no plugins: exit %d, want 1; stderr:\n%s", code, stderr)
+	dir := confDirOf(t, "clia", "clib")
+	noPlugins, absent := t.TempDir(), filepath.Join(t.TempDir(), "absent-netns")
+	cases := []struct {
+		name    string
+		args    []string
+		sandbox bool // the command reaches for libcni's cache and locks
+		want    []string
+	}{
+		{"status", []string{"status", "--trace", "--cni-path", noPlugins}, false,
+			[]string{"\n  cninet.Status  ", "\n  └─ cninet.status  ", "cni.name=nomad", "ERROR: cni plugin missing"}},
+		{"connect", []string{"connect", "--trace", "--cni-path", noPlugins, "--conf-dir", dir, "--network", "clib", "--id", "tr-1", "--netns", absent}, true,
+			[]string{"\n  cninet.Connect  ", "cni.id=tr-1", "ERROR: "}},
+		{"disconnect", []string{"disconnect", "--trace", "--cni-path", noPlugins, "--conf-dir", dir, "--network", "clib", "--id", "tr-1", "--netns", absent}, true,
+			[]string{"\n  cninet.Disconnect  ", "cni.id=tr-1"}},
 	}
-	for _, want := range []string{"trace:\n", "\n  cninet.Status  ", "\n  └─ cninet.status  ", "cni.name=nomad", "ERROR: cni plugin missing"} {
-		if !strings.Contains(stderr, want) {
-			t.Errorf("stderr lacks %q:\n%s", want, stderr)
-		}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.sandbox {
+				netsandbox.Require(t)
+			}
+			_, _, stderr := runCLI(tc.args...)
+			for _, want := range append([]string{"trace:\n"}, tc.want...) {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, stderr)
+				}
+			}
+		})
 	}
 }

@@ -12,18 +12,17 @@
 // # Reading order
 //
 //   - sandbox.go: the sandbox: Main (for tests) and Run (for a program,
-//     the cninet demo) re-execute the binary in new network and mount
-//     namespaces with tmpfs over the CNI state directories; Require and
-//     Unavailable skip a test that cannot run there, or fail it when
-//     CI=true.
-//   - workload.go: Workload, a network namespace standing in for a
-//     workload, and its Delete, as a runtime does when a workload dies.
+//     the benchmark) re-execute the binary in new network and mount
+//     namespaces with tmpfs over the CNI state directories, through
+//     internal/sandbox, which does the work without package testing (the
+//     cninet demo uses it directly); Require and Unavailable skip a test
+//     that cannot run there, or fail it when CI=true.
+//   - workload.go: Workload (internal/sandbox's) and NewWorkload, a
+//     workload namespace removed when the test ends.
 //   - plugins.go: PluginSets, the installed sets of CNI reference plugins
 //     (and backends) the suite runs against.
-//   - audit.go: Snapshot of what attachments can leave on a host
-//     (iptables and nftables rules, CNI state files, links) and Leaks,
-//     what a later Snapshot holds beyond a baseline that is not shared
-//     infrastructure.
+//   - audit.go: Snapshot, TakeSnapshot and Leaks, internal/sandbox's
+//     audit of what tests leave on a host, under the names the tests use.
 //   - build.go: RepoRoot, and BuildPlugin and BuildCommand, which compile
 //     a test plugin or a command once per test binary.
 package netsandbox

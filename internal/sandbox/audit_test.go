@@ -1,4 +1,4 @@
-package netsandbox
+package sandbox
 
 import (
 	"reflect"
