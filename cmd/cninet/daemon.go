@@ -20,7 +20,7 @@ import (
 
 // daemonFlags are cninet daemon's flags.
 type daemonFlags struct {
-	socket, confDir, cniPath, cacheDir, metricsListen, logLevel string
+	socket, confDir, cniPath, cacheDir, stateDir, metricsListen, logLevel string
 	maxConcurrent                                               int
 	timeout, drain                                              time.Duration
 }
@@ -30,6 +30,7 @@ func (f *daemonFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.confDir, "conf-dir", thick.DefaultConfDir, "the delegate conflists: a shim conflist named N runs the one named N here (not the runtime's conf dir)")
 	fs.StringVar(&f.cniPath, "cni-path", defaultCNIPath(), "plugin directories of the delegate conflists, separated by ':'")
 	fs.StringVar(&f.cacheDir, "cache-dir", thick.DefaultCacheDir, "libcni cache of the delegate attachments, apart from the runtime's")
+	fs.StringVar(&f.stateDir, "state-dir", thick.DefaultStateDir, "the host registry every process on the host shares: records of the delegate attachments (owner "+thick.Owner+") and the locks")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (default: off)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent", thick.DefaultMaxConcurrent, "requests run at once; more queue until their deadline")
@@ -60,7 +61,7 @@ SIGINT, then drain: requests in flight get --drain-timeout to finish.`,
 }
 
 func (f *daemonFlags) validate() error {
-	for name, p := range map[string]string{"--socket": f.socket, "--conf-dir": f.confDir, "--cache-dir": f.cacheDir} {
+	for name, p := range map[string]string{"--socket": f.socket, "--conf-dir": f.confDir, "--cache-dir": f.cacheDir, "--state-dir": f.stateDir} {
 		if !filepath.IsAbs(p) {
 			return fmt.Errorf("%w: %s %q, want an absolute path", errUsage, name, p)
 		}
@@ -76,7 +77,7 @@ func (f *daemonFlags) validate() error {
 
 // runDaemon serves until ctx is done, then drains.
 func runDaemon(ctx context.Context, f daemonFlags, logger hclog.Logger) error {
-	info := thick.Info{ConfDir: f.confDir, CNIPath: filepath.SplitList(f.cniPath), CacheDir: f.cacheDir}
+	info := thick.Info{ConfDir: f.confDir, CNIPath: filepath.SplitList(f.cniPath), CacheDir: f.cacheDir, StateDir: f.stateDir}
 	m, err := newDaemonMetrics()
 	if err != nil {
 		return err

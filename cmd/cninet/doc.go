@@ -44,7 +44,7 @@
 //   - live.go: the live set: --live values trimmed and validated,
 //     --live-file read.
 //   - status.go: status, whether every network (or each --network) can
-//     attach workloads.
+//     attach workloads; with --attachments, the host registry's list.
 //   - conflist.go: conflist, printing or writing the default bridge
 //     conflist.
 //   - version.go: version, cninet's version from the build info.

@@ -13,6 +13,13 @@ import (
 	"github.com/spf13/pflag"
 )
 
+// defaultStateDir is the host registry every process on a host shares;
+// defaultOwner owns what the CLI attaches unless --owner says whose.
+const (
+	defaultStateDir = "/var/lib/cninet"
+	defaultOwner    = "cninet"
+)
+
 // defaultNetwork names the embedded conflist's network, and the network
 // the attach commands use when given no conflists and no --network.
 const defaultNetwork = "nomad"
@@ -22,6 +29,7 @@ const defaultNetwork = "nomad"
 // which networks (--network), the plugins, the log level and --trace.
 type networkFlags struct {
 	confDir, confList, cniPath, logLevel string
+	stateDir, owner                      string
 	networks                             networkList
 	trace                                bool
 	tree                                 *spanTree // with --trace
@@ -33,6 +41,8 @@ func (n *networkFlags) register(fs *pflag.FlagSet, networkUsage string) {
 	fs.Var(&n.networks, "network", networkUsage)
 	fs.StringVar(&n.cniPath, "cni-path", defaultCNIPath(), "plugin `directories`, separated by ':'")
 	fs.StringVar(&n.logLevel, "log-level", "warn", "log `level`: trace, debug, info, warn or error")
+	fs.StringVar(&n.stateDir, "state-dir", defaultStateDir, "the host registry `directory` every process on the host shares (records, locks)")
+	fs.StringVar(&n.owner, "owner", defaultOwner, "act for this `owner`: whose attachments setup records and gc collects (an orchestrator's, e.g. nomad)")
 	fs.BoolVar(&n.trace, "trace", false, "print what cninet did (its OpenTelemetry spans, go-cni's too) as a tree with durations to stderr")
 }
 
@@ -80,6 +90,11 @@ func (n *networkFlags) config(stderr io.Writer) (cninet.Config, error) {
 	cfg := cninet.Config{
 		Logger:     hclog.New(&hclog.LoggerOptions{Name: "cninet", Level: level, Output: stderr}),
 		PluginDirs: filepath.SplitList(n.cniPath),
+		StateDir:   n.stateDir,
+		Owner:      n.owner,
+	}
+	if n.stateDir == "" || n.owner == "" {
+		return cfg, usageErrorf("--state-dir and --owner must not be empty")
 	}
 	switch {
 	case n.confDir != "" && n.confList != "":

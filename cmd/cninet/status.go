@@ -3,8 +3,13 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/seed1280861d/cninet"
 
 	"github.com/spf13/cobra"
 )
@@ -13,11 +18,17 @@ import (
 // attach workloads.
 func (c *cli) statusCommand() *cobra.Command {
 	var n networkFlags
+	var attachments bool
 	cmd := &cobra.Command{
-		Use:   "status [--conf-dir DIR | --conflist FILE] [--network N]...",
+		Use:   "status [--conf-dir DIR | --conflist FILE] [--network N]... [--attachments]",
 		Short: "Report whether every network (or each --network) can attach workloads",
 		Long: `Report whether every network of the conflists, or each --network, can attach
 workloads: its conflist is valid and every plugin it names is found.
+
+With --attachments, list the host registry instead (--state-dir): every
+attachment any process on the host made through cninet, whoever its owner,
+with its network, interface, addresses, ports and since when; --network
+narrows the list.
 
 ` + sourcesHelp,
 	}
@@ -28,6 +39,9 @@ workloads: its conflist is valid and every plugin it names is found.
 		}
 		defer cfg.Close()
 		defer n.printTrace(c.stderr)
+		if attachments {
+			return c.listAttachments(cfg, n.networks)
+		}
 		ctx, cancel := signalContext()
 		defer cancel()
 		names := []string(n.networks)
@@ -47,7 +61,48 @@ workloads: its conflist is valid and every plugin it names is found.
 		return nil
 	})
 	n.register(cmd.Flags(), "a network to report on (repeatable; default: every network of the conflists)")
+	cmd.Flags().BoolVar(&attachments, "attachments", false, "list the host registry's attachments (owner, network, id, interface, addresses, ports, since)")
 	return cmd
+}
+
+// listAttachments prints the host registry, narrowed to networks when
+// any are named. Records it cannot read are named in the error, after
+// the list.
+func (c *cli) listAttachments(cfg *cninet.Configurator, networks []string) error {
+	recs, err := cfg.Attachments()
+	if len(networks) > 0 {
+		recs = slices.DeleteFunc(recs, func(r cninet.AttachmentRecord) bool { return !slices.Contains(networks, r.Network) })
+	}
+	if recs == nil {
+		recs = []cninet.AttachmentRecord{}
+	}
+	c.done(map[string]any{"attachments": recs}, func(w io.Writer) { printAttachments(w, recs) })
+	return err
+}
+
+func printAttachments(w io.Writer, recs []cninet.AttachmentRecord) {
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "OWNER\tNETWORK\tID\tINTERFACE\tADDRESSES\tPORTS\tSTATE\tSINCE")
+	for _, r := range recs {
+		addrs := make([]string, len(r.Addresses))
+		for i, a := range r.Addresses {
+			addrs[i] = a.String()
+		}
+		var ports []string
+		for _, p := range r.Ports {
+			ports = append(ports, fmt.Sprintf("%d:%d/%s", p.HostPort, p.ContainerPort, p.Protocol))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Owner, r.Network, r.ID, r.IfName,
+			orDash(strings.Join(addrs, ",")), orDash(strings.Join(ports, ",")), r.State, r.Since.UTC().Format(time.RFC3339))
+	}
+	tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func printReady(w io.Writer, names []string) {
