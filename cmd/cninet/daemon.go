@@ -21,8 +21,8 @@ import (
 // daemonFlags are cninet daemon's flags.
 type daemonFlags struct {
 	socket, confDir, cniPath, cacheDir, stateDir, metricsListen, logLevel string
-	maxConcurrent                                               int
-	timeout, drain                                              time.Duration
+	maxConcurrent                                                         int
+	timeout, drain                                                        time.Duration
 }
 
 func (f *daemonFlags) register(fs *pflag.FlagSet) {

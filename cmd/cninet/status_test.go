@@ -17,7 +17,7 @@ func TestStatusAttachmentsListsTheHostRegistry(t *testing.T) {
 	}
 	for _, r := range []*registry.Record{
 		{Owner: "nomad", Network: "web", ContainerID: "a1", IfName: "eth0", State: registry.Attached,
-			Addresses: []netip.Addr{netip.MustParseAddr("198.18.0.5")},
+			Addresses:    []netip.Addr{netip.MustParseAddr("198.18.0.5")},
 			Capabilities: map[string]json.RawMessage{"portMappings": json.RawMessage(`[{"hostPort":28080,"containerPort":8080,"protocol":"tcp"}]`)}},
 		{Owner: "cninet-daemon", Network: "db", ContainerID: "b2", IfName: "eth1", State: registry.Adding},
 	} {
