@@ -124,6 +124,7 @@ type Configurator struct {
 	adm          admission.Control  // per-allocation locks and the GC guard, in this process
 	reg          *registry.Registry // the host registry: records and the locks every process honours
 	owner        string
+	firewall     hostFirewall // what the plugins find on this host: iptables, nftables
 	openLinks    func() (host.Links, error)
 	versions     pluginVersions
 	tel          *telemetry
@@ -278,6 +279,8 @@ func (c *Configurator) current() (networkConf, error) {
 func (c *Configurator) footprintNetwork(conf networkConf, ifName string, ifNames []string) footprint.Network {
 	n := conf.info.footprint
 	n.IfName, n.IfNames, n.CacheDir = ifName, ifNames, c.cacheDir
+	n.HostportNFT = c.hostportNFT(conf)
+	n.NoIPTables = !c.needsIPTables(conf)
 	return n
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/seed1280861d/cninet/internal/footprint"
-	"github.com/seed1280861d/cninet/internal/registry"
 )
 
 // confExtensions are the file kinds LoadConfList reads, as libcni does.
@@ -408,9 +407,9 @@ type networkInfo struct {
 	disableCheck bool
 	disableGC    bool
 	pluginTypes  []string
-	portMappings bool            // a plugin declares the portMappings capability
-	capabilities map[string]bool // every capability a plugin declares
-	plugins      []registry.Plugin
+	portMappings bool              // a plugin declares the portMappings capability
+	capabilities map[string]bool   // every capability a plugin declares
+	netfilter    []netfilterPlugin // the plugins that write firewall rules
 }
 
 func newNetworkInfo(list *libcni.NetworkConfigList) networkInfo {
@@ -430,23 +429,6 @@ func newNetworkInfo(list *libcni.NetworkConfigList) networkInfo {
 		plugins[i] = footprint.Plugin{Type: p.Network.Type, Bytes: p.Bytes}
 	}
 	info.footprint = footprint.NetworkOf(list.Name, plugins)
-	info.plugins = recordedPlugins(list)
+	info.netfilter = netfilterPlugins(list)
 	return info
-}
-
-// recordedPlugins is the conflist's chain as the host registry records
-// it: each plugin with the backend its conf asks for.
-func recordedPlugins(list *libcni.NetworkConfigList) []registry.Plugin {
-	out := make([]registry.Plugin, len(list.Plugins))
-	for i, p := range list.Plugins {
-		out[i].Type = p.Network.Type
-	}
-	for _, req := range nftablesRequests(list) {
-		for i := range out {
-			if out[i].Type == req.plugin {
-				out[i].Backend = BackendNFTables
-			}
-		}
-	}
-	return out
 }

@@ -84,7 +84,7 @@ func (c *Configurator) recordOf(req request, att attachment, netns string) *regi
 		State:       registry.Adding,
 		Args:        req.args,
 		ConfList:    att.conf.bytes,
-		Plugins:     att.conf.info.plugins,
+		Plugins:     c.recordedPlugins(att.conf),
 	}
 	caps := map[string]json.RawMessage{}
 	if len(req.mappings) > 0 {

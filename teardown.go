@@ -105,7 +105,7 @@ func (c *Configurator) detach(ctx context.Context, req request, netns string, at
 	prevented := time.Now()
 	if preventErr == nil {
 		omit := prevention.Omit
-		if alongside && att.conf.info.footprint.HostportNFT && !slices.Contains(omit, "portmap") {
+		if alongside && c.hostportNFT(att.conf) && !slices.Contains(omit, "portmap") {
 			omit = append(omit, "portmap")
 		}
 		c.logPrevented(req.id, att.name(), prevention, omit)
@@ -153,7 +153,7 @@ func (c *Configurator) delHostportsOnce(ctx context.Context, netns string, found
 	var nft []foundAttachment // those whose portmap DEL would find mappings: without any it does nothing
 	var atts []footprint.Attachment
 	for _, fa := range found {
-		if fa.att.conf.info.footprint.HostportNFT && fa.att.conf.info.portMappings && len(fa.req.mappings) > 0 {
+		if c.hostportNFT(fa.att.conf) && fa.att.conf.info.portMappings && len(fa.req.mappings) > 0 {
 			nft = append(nft, fa)
 		}
 		atts = append(atts, footprint.Attachment{Network: fa.att.name(), ID: fa.req.id})

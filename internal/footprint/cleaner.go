@@ -29,6 +29,10 @@ type Network struct {
 	// HostportNFT says the network's portmap uses its nftables backend,
 	// whose DEL also removes other networks' rules of the same id.
 	HostportNFT bool
+	// NoIPTables says none of the network's plugins uses iptables on this
+	// host (nftables backends, no firewall plugin): a cleanup that cannot
+	// run iptables is complete all the same.
+	NoIPTables bool
 	// Plugins are the network's conflist's plugins: the footprints read
 	// what else they need from them (the firewall plugin's presence,
 	// bandwidth's, tuning's data directories).
@@ -198,7 +202,18 @@ func (c *Cleaner) CleanAll(atts []Attachment) error {
 	ev := newEvidence()
 	gatherInto(v, set, ev)
 	c.run(v, set, ev, nil, nil)
-	return v.errs.err()
+	return c.errOf(v, set)
+}
+
+// errOf is the run's error. Without iptables, the run is complete where
+// no network of the set has a plugin that uses it.
+func (c *Cleaner) errOf(v *view, set attSet) error {
+	for a := range set {
+		if !c.nets[a.Network].NoIPTables {
+			return v.errs.err()
+		}
+	}
+	return v.errs.errExcept(host.ErrIPTablesMissing)
 }
 
 // run plans on the evidence and applies; only footprints with plans (nil:
