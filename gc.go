@@ -15,26 +15,34 @@ import (
 )
 
 // GC brings the host back to what the live allocations need: in every
-// network the Configurator knows, every attachment whose allocation ID is
-// not in liveAllocIDs is removed (an attachment is live when its
-// allocation is, whatever its interface). First libcni's GC detaches
-// cached stale attachments with CNI DEL (and sends the CNI 1.1 GC command
-// where the conflist's version allows); then a sweep removes what no cache
-// remembers any more — the usual case after a crash or reboot — by the
-// ownership rule: rules and chains whose comment or derived name proves a
-// dead owner, firewall and hostport rules of addresses only a dead owner
-// held, reservations, cached results (empty or cut ones too), tuning
-// files and bandwidth devices of dead owners. No DEL of a dead
-// attachment can take anything of a live one (the prevention rule: the
-// firewall plugin deletes by the addresses of a cached result, which a
-// new workload may hold now, and those are withheld from it first).
+// network the Configurator knows, every attachment of this Configurator's
+// owner (Config.Owner) whose allocation ID is not in liveAllocIDs is
+// removed (an attachment is live when its allocation is, whatever its
+// interface). Another owner's attachments, as the host registry records
+// them, are never collected, whatever liveAllocIDs says: each process on
+// a host collects its own. First the dead attachments the registry
+// records, then those libcni's cache still holds, are detached as
+// Teardown detaches them (DEL and force cleanup; the CNI 1.1 GC command
+// is then sent where the conflist's version allows); then a sweep removes
+// what no record or cache remembers any more — the usual case after a
+// crash or reboot, or state from before the registry — by the ownership
+// rule: rules and chains whose comment or derived name proves a dead
+// owner, firewall and hostport rules of addresses only a dead owner held,
+// reservations, cached results (empty or cut ones too), tuning files and
+// bandwidth devices of dead owners. No DEL of a dead attachment can take
+// anything of a live one (the prevention rule).
 //
 // liveAllocIDs must not be nil (an empty slice means nothing is live).
 // Allocations this Configurator is setting up, checking or tearing down
-// when GC starts, or starts to while it runs, are never collected. A network whose conflist sets
-// disableGC is skipped. A sweep that runs longer than a few seconds logs
-// its progress at Info. One network's failure does not stop the others;
-// the error joins each.
+// when GC starts, or starts to while it runs, are never collected, nor
+// are those another process holds the lock of. GC holds the host's GC
+// lock: no Setup or Connect of any process runs its ADD meanwhile (GC
+// waits for those under way, until ctx is done: ErrBusy). A registry
+// file that is no usable record (corrupt, or of a newer cninet) is kept
+// and logged, and nothing of its id is collected. A network whose
+// conflist sets disableGC is skipped. A sweep that runs longer than a few
+// seconds logs its progress at Info. One network's failure does not stop
+// the others; the error joins each.
 func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCReport, err error) {
 	ctx, op := c.tel.startOp(ctx, opGC, "", "")
 	defer func() { op.end(err) }()
@@ -71,7 +79,7 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	for id := range recorded.others {
 		live[id] = true // another owner's, or a damaged record's: never this GC's to judge
 	}
-	errs := []error{recErr, c.gcCached(ctx, sweep, nets, live, report)}
+	errs := []error{recErr, c.gcCached(ctx, nets, live, report)}
 	progress.step("libcni GC done", report.Len())
 	errs = append(errs, c.tel.traceSweep(ctx, names(nets), report, func() error { return c.gcSweep(sweep, nets, skipped, live, report, progress) }))
 	if n := report.Len(); n > 0 {
@@ -108,15 +116,15 @@ func (c *Configurator) gcNetworks(only map[string]bool) (nets []networkConf, ski
 	return nets, skipped
 }
 
-// gcCached runs libcni's GC of each network with the live (and protected)
-// attachments as the valid ones, under every interface name they may have:
-// a live workload's eth1 must not look stale. Before, the sweep keeps
-// those DELs from live attachments' state (footprint.Cleaner.PreventAll:
-// the stale cached results keep only what their attachments still own).
-// No Setup may
-// run meanwhile: the GC command would take its half-made attachment for a
-// stale one.
-func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, nets []networkConf, live map[string]bool, report *GCReport) (err error) {
+// gcCached detaches every stale attachment libcni's cache holds in nets
+// (detachCached), then runs libcni's GC of each network with the live,
+// protected and busy attachments, and those that could not be detached,
+// as the valid ones, under every interface name they may have (a live
+// workload's eth1 must not look stale): it DELs nothing cninet did not
+// detach itself, and sends the CNI 1.1 GC command where the conflist's
+// version allows. No Setup may run meanwhile: the GC command would take
+// its half-made attachment for a stale one.
+func (c *Configurator) gcCached(ctx context.Context, nets []networkConf, live map[string]bool, report *GCReport) (err error) {
 	ctx, span := c.tel.startSpan(ctx, spanGCCached)
 	defer func() { span.end(err) }()
 	defer c.adm.LockGate()()
@@ -160,9 +168,14 @@ func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, n
 			valid = append(valid, types.GCAttachment{ContainerID: id, IfName: ifName})
 		}
 	}
-	stale = slices.DeleteFunc(stale, func(a footprint.Attachment) bool { return busy[a.ID] })
-	if _, err := sweep.PreventAll(stale); err != nil {
-		return fmt.Errorf("%w: libcni's GC could not be kept from live attachments' state, so it was not run: %w", ErrCleanupFailed, err)
+	// Every stale attachment is detached as Teardown detaches it (the
+	// prevention rule, its proof recorded in the registry first), not by
+	// libcni's GC, whose DEL runs the whole chain: portmap's nftables DEL
+	// would take the same id's rules on a network this GC spares. What
+	// could not be detached is left for the next GC: libcni's GC is told
+	// it is valid.
+	for _, a := range c.detachCached(ctx, before, names, live, protected, busy, report) {
+		valid = append(valid, types.GCAttachment{ContainerID: a.ContainerID, IfName: a.IfName})
 	}
 	var errs []error
 	for _, conf := range nets {
@@ -170,20 +183,45 @@ func (c *Configurator) gcCached(ctx context.Context, sweep *footprint.Cleaner, n
 			errs = append(errs, fmt.Errorf("%w: CNI GC of network %q: %w", ErrCleanupFailed, conf.info.name, err))
 		}
 	}
-	after, err := c.lib.GetCachedAttachments("")
-	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("%w: reading libcni's cache after its GC: %w", ErrCleanupFailed, err))...)
-	}
-	still := map[string]bool{}
-	for _, a := range after {
-		still[a.Network+"/"+a.ContainerID+"/"+a.IfName] = true
-	}
+	return errors.Join(errs...)
+}
+
+// detachCached detaches the stale attachments in before (of the networks
+// in names, whose id is neither live, protected nor busy), id by id, as
+// Teardown does, and reports each. It returns those it could not detach.
+func (c *Configurator) detachCached(ctx context.Context, before []*libcni.NetworkAttachment, names, live, protected, busy map[string]bool, report *GCReport) (failed []*libcni.NetworkAttachment) {
+	byID := map[string][]*libcni.NetworkAttachment{}
 	for _, a := range before {
-		if names[a.Network] && !still[a.Network+"/"+a.ContainerID+"/"+a.IfName] && !live[a.ContainerID] && !busy[a.ContainerID] {
-			report.addCached(GCItem{Kind: GCCachedAttachment, ID: a.ContainerID, Network: a.Network, Detail: a.IfName})
+		if names[a.Network] && !live[a.ContainerID] && !protected[a.ContainerID] && !busy[a.ContainerID] {
+			byID[a.ContainerID] = append(byID[a.ContainerID], a)
 		}
 	}
-	return errors.Join(errs...)
+	spares := len(names) < len(c.knownNetworks()) // the id may be attached to a network this GC spares
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		var found []foundAttachment
+		for _, a := range byID[id] {
+			conf, err := c.knownConf(a.Network, true)
+			if err != nil {
+				continue
+			}
+			req := cachedCapabilities(cachedRequest(request{id: id}, a), a)
+			found = append(found, foundAttachment{att: attachment{conf: conf, ifName: a.IfName}, req: req, cached: true})
+		}
+		found, err := c.withRecords(request{id: id}, found)
+		if err == nil {
+			found = slices.DeleteFunc(found, func(fa foundAttachment) bool { return !names[fa.att.name()] })
+			err = c.detachAll(ctx, "", found, spares)
+		}
+		if err != nil {
+			c.logger.Warn("GC could not detach a stale attachment; the next GC tries again", "alloc_id", id, "error", err)
+			failed = append(failed, byID[id]...)
+			continue
+		}
+		for _, a := range byID[id] {
+			report.addCached(GCItem{Kind: GCCachedAttachment, ID: id, Network: a.Network, Detail: a.IfName})
+		}
+	}
+	return failed
 }
 
 // gcSweep removes the footprint of every dead attachment of the GC'd
@@ -248,8 +286,9 @@ type GCOptions struct {
 // GCWith is GC narrowed by opts: with opts.Networks, in those networks
 // every attachment whose allocation ID is not in liveAllocIDs is removed
 // and nothing of any other network is touched, the same container's
-// attachments there included (the cached ones are detached as
-// DisconnectWith does, then GC sweeps what no cache remembers). A CNI runtime's GC command
+// attachments there included (the cached and recorded ones are detached
+// as DisconnectWith does, whose DEL never reaches the container's other
+// attachments; then GC sweeps what no cache remembers). A CNI runtime's GC command
 // (cni.dev/valid-attachments) has this shape: it lists the live
 // attachments of one network only. An unknown network is an
 // ErrNetworkNotFound error before anything runs.
@@ -267,45 +306,7 @@ func (c *Configurator) GCWith(ctx context.Context, liveAllocIDs []string, opts G
 		}
 		only[name] = true
 	}
-	stale, detachErr := c.detachStale(ctx, only, liveAllocIDs)
-	report, err := c.GC(context.WithValue(ctx, gcOnlyKey{}, only), liveAllocIDs)
-	if report != nil {
-		for _, it := range stale {
-			report.addCached(it)
-		}
-	}
-	return report, errors.Join(detachErr, err)
-}
-
-// detachStale detaches, as DisconnectWith does, every attachment of the
-// networks in only that libcni's cache holds and whose allocation is not
-// live: before GC, whose libcni GC would DEL whole chains, and portmap's
-// nftables DEL deletes by the bare container id on every network, the
-// spared ones included. DisconnectWith's DEL never reaches the same
-// container's other attachments, and keeps its loopback interface up.
-func (c *Configurator) detachStale(ctx context.Context, only map[string]bool, liveAllocIDs []string) ([]GCItem, error) {
-	cached, err := c.lib.GetCachedAttachments("")
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading libcni's cache in %s: %w", ErrCleanupFailed, c.cacheDir, err)
-	}
-	live := make(map[string]bool, len(liveAllocIDs))
-	for _, id := range liveAllocIDs {
-		live[id] = true
-	}
-	var detached []GCItem
-	var errs []error
-	for _, a := range cached {
-		if !only[a.Network] || live[a.ContainerID] {
-			continue
-		}
-		err := c.DisconnectWith(ctx, &Allocation{ID: a.ContainerID}, a.Network, a.NetNS, ConnectOptions{IfName: a.IfName})
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		detached = append(detached, GCItem{Kind: GCCachedAttachment, ID: a.ContainerID, Network: a.Network, Detail: a.IfName})
-	}
-	return detached, errors.Join(errs...)
+	return c.GC(context.WithValue(ctx, gcOnlyKey{}, only), liveAllocIDs)
 }
 
 // gcOnlyKey carries GCWith's networks through GC's context, so that GC's
