@@ -44,8 +44,9 @@
 // own rules or files prove it held and nobody else holds now. The rule in
 // full is in the documentation of internal/footprint.
 //
-// Calls for one allocation ID are serialised; calls for different IDs run
-// in parallel. Every error wraps one of the exported Err… sentinels and
+// Calls for one allocation ID are serialised, across every process on the
+// host that shares the StateDir (a lock file per ID); calls for different
+// IDs run in parallel. Every error wraps one of the exported Err… sentinels and
 // keeps its cause: test them with errors.Is.
 //
 // # Vocabulary
@@ -77,8 +78,19 @@
 //   - footprint: what the plugins leave on the host for one attachment
 //     (rules, chains, reservations, cached results, devices), which the
 //     force cleanup and GC remove (internal/footprint).
-//   - intent record: cninet's record of the addresses it withheld from a
-//     DEL (the prevention rule), the proof a later cleanup reads.
+//   - registry: the host registry (Config.StateDir), shared by every
+//     process on the host that attaches workloads through cninet, and the
+//     locks they all honour (internal/registry).
+//   - record: the registry's durable account of one attachment — its
+//     owner, conflist, args, port mappings, backends and every address it
+//     provably held — written before its ADD and, before any DEL, holding
+//     every proof its cleanup needs; removed when the cleanup found
+//     nothing left (Attachments lists them).
+//   - owner: whose attachments a Configurator makes (Config.Owner); a GC
+//     collects only its own owner's.
+//   - intent record: what cninet wrote before it had a registry, the
+//     addresses it withheld from a DEL; still read as proof, and removed
+//     with the attachment.
 //   - seam: an interface through which cninet reaches the host
 //     (host.IPTables, host.NFTables, host.Links), replaced by fakes in
 //     tests through Config.

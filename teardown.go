@@ -14,9 +14,12 @@ import (
 // attached to: the networks it names (the same Allocation as Setup's),
 // every other network of this Configurator that libcni's cache knows an
 // attachment of its ID in (networks added with Connect, even when the
-// Allocation no longer names them), and every network where an intent
-// record says a detach of its ID was cut short (see the prevention rule
-// in internal/footprint). It removes whatever the plugins left:
+// Allocation no longer names them), and every attachment of its ID that
+// the host registry records for this Configurator's owner — with the
+// conflist, args and port mappings recorded at its ADD, even when the
+// conflist changed or went since; a detach that a killed process began
+// included (intent records of older versions too). Another owner's
+// attachments of the same ID are left alone. It removes whatever the plugins left:
 // per network, DEL with the same port mappings and args as Setup (for a
 // network only the cache knows, those it was attached with), then,
 // whatever DEL returned, a force cleanup of everything the plugins are
@@ -26,8 +29,8 @@ import (
 // the size of the host's ruleset. Networks are detached concurrently.
 // No DEL can take anything of another attachment (the prevention rule, see
 // detach), and a Teardown killed at any point is finished by the next
-// one. One network's failure does
-// not stop the others; the error joins each network's, the last network
+// one, in any process. Each attachment's record goes once nothing of it
+// is left. One network's failure does not stop the others; the error joins each network's, the last network
 // first. It is idempotent: tearing down twice, or tearing down what was
 // never set up, returns nil. netns may be empty or already deleted.
 func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) (err error) {
