@@ -103,9 +103,12 @@
 // (stale after a reboot that kept libcni's cache but not host-local's
 // reservations), portmap's nftables backend by the bare id, on every
 // network. No such DEL is run as it is: before it, Prevent (prevent.go)
-// withholds from the cached result every address the attachment does
-// not provably still own — recording them first in an intent record
-// (withheld.go), each write atomic — and leaves portmap out of the DEL
+// records every address the attachment's files prove in the proof store
+// (Seams.Proofs: cninet's host registry), since the DEL erases those
+// files; withholds from the cached result every address the attachment
+// does not provably still own — without a proof store, recording them
+// first in an intent record (withheld.go), each write atomic — and
+// leaves portmap out of the DEL
 // where rules of the same id belong to another attachment. The force
 // cleanup then removes what the DEL did not see, by the ownership rule.
 // What belongs to a live attachment is never removed, at any instant,
@@ -116,7 +119,7 @@
 //	doc.go                this overview
 //	attachment.go         Attachment (network and container id) and the
 //	                      names the plugins derive from it
-//	cleaner.go            Network, Host, Cleaner: NewCleaner for a Teardown,
+//	cleaner.go            Network, Seams, ProofStore, Cleaner: NewCleaner for a Teardown,
 //	                      NewSweep for a GC; Discover, Clean, CleanAll
 //	conflist.go           NetworkOf: which footprints a network can leave
 //	pipeline.go           the footprint interface, claims and evidence
