@@ -35,6 +35,11 @@
 //     loop, never drop.
 //   - crash_test.go: a runner killed in the middle of a Teardown never
 //     costs the live neighbour its rules.
+//   - owners_test.go: one host, many owners: another owner's GC (in this
+//     process or another, sharing libcni's cache or not) never touches a
+//     live attachment; a host without iptables gets nftables from the
+//     plugins, and a Disconnect keeps the other network's port mappings;
+//     two processes tearing down one id take turns.
 //   - xtables_lock_test.go: Setup and Teardown while another process holds
 //     the xtables lock end by their deadline and leave nothing.
 //   - plugins_test.go: plugins beyond the default conflist (bandwidth,

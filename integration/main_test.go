@@ -28,6 +28,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(crashRunnerEnv); spec != "" { // a runner child of crash_test.go, already in the sandbox
 		os.Exit(runCrashRunner(spec))
 	}
+	runOwnersRunnerIfAsked() // a runner child of owners_test.go, already in the sandbox
 	netsandbox.Main(m)
 }
 
