@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
@@ -26,6 +27,11 @@ type sampler struct {
 	least   int
 	samples int
 	err     error
+	// taken is when each sample began and ended, to tell the samples
+	// taken while the operation ran (see during).
+	taken [][2]time.Time
+	// opStart and opEnd bound the operation sampled; set by sampleWhile.
+	opStart, opEnd time.Time
 }
 
 // sample starts counting with count.
@@ -34,11 +40,13 @@ func sample(count func() (int, error)) *sampler {
 	go func() {
 		defer close(s.done)
 		for {
+			began := time.Now()
 			n, err := count()
 			if err != nil {
 				s.err = err
 				return
 			}
+			s.taken = append(s.taken, [2]time.Time{began, time.Now()})
 			if s.least < 0 || n < s.least {
 				s.least = n
 			}
@@ -53,19 +61,58 @@ func sample(count func() (int, error)) *sampler {
 	return s
 }
 
-// assertNeverBelow stops the sampler and fails unless every sample
-// counted want.
-func (s *sampler) assertNeverBelow(t *testing.T, what string, want int) {
+// during is how many samples were taken wholly while the operation ran:
+// begun after it started, ended before it returned. Call it once the
+// sampler is stopped.
+func (s *sampler) during() int {
+	n := 0
+	for _, tk := range s.taken {
+		if !tk[0].Before(s.opStart) && !tk[1].After(s.opEnd) {
+			n++
+		}
+	}
+	return n
+}
+
+// halt stops the sampler and fails if counting failed, or if no sample
+// was taken while the operation ran: a sampler that never looked during
+// it proves nothing.
+func (s *sampler) halt(t *testing.T, what string) {
 	t.Helper()
 	close(s.stop)
 	<-s.done
 	if s.err != nil {
 		t.Fatalf("counting %s: %v", what, s.err)
 	}
+	if d := s.during(); d < 1 {
+		t.Fatalf("%s: none of the %d samples was taken while the operation ran (%s): the sampler saw nothing of it",
+			what, s.samples, s.opEnd.Sub(s.opStart))
+	}
+}
+
+// assertNeverBelow stops the sampler and fails unless every sample
+// counted want and at least one was taken during the operation.
+func (s *sampler) assertNeverBelow(t *testing.T, what string, want int) {
+	t.Helper()
+	s.halt(t, what)
 	if s.samples < 2 || s.least != want {
 		t.Fatalf("%s: the least of %d samples was %d, want %d at every instant", what, s.samples, s.least, want)
 	}
-	t.Logf("%s: %d in each of %d samples", what, want, s.samples)
+	t.Logf("%s: %d in each of %d samples, %d of them during the operation", what, want, s.samples, s.during())
+}
+
+// assertDropped is assertNeverBelow's positive control: it stops the
+// sampler and fails unless some sample counted less than before (and at
+// least one was taken during the operation), proving that this sampler,
+// in this situation, sees the drop the prevention exists to stop.
+func (s *sampler) assertDropped(t *testing.T, what string, before int) {
+	t.Helper()
+	s.halt(t, what)
+	if s.least < 0 || s.least >= before {
+		t.Fatalf("%s: the unprevented DEL left the count at %d or more in each of %d samples: the sampler cannot see a drop",
+			what, before, s.samples)
+	}
+	t.Logf("%s: the unprevented DEL dropped it from %d to %d (%d samples, %d during the DEL)", what, before, s.least, s.samples, s.during())
 }
 
 // countForwardRules counts the CNI-FORWARD rules naming any of addrs as
@@ -220,8 +267,25 @@ func eachNFTablesPluginSet(t *testing.T, test func(t *testing.T, set netsandbox.
 }
 
 // sampleWhile samples count from a second goroutine while fn runs, and
-// fails unless every sample counted want.
+// fails unless every sample counted want and at least one sample was
+// taken while fn ran.
 func sampleWhile(t *testing.T, what string, want int, count func() (int, error), fn func()) {
+	t.Helper()
+	s := sampleAround(t, count, fn)
+	s.assertNeverBelow(t, what, want)
+}
+
+// sampleDropWhile is sampleWhile's positive control: fn is the
+// unprevented operation, and some sample must count less than before.
+func sampleDropWhile(t *testing.T, what string, before int, count func() (int, error), fn func()) {
+	t.Helper()
+	s := sampleAround(t, count, fn)
+	s.assertDropped(t, what, before)
+}
+
+// sampleAround starts sampling, runs fn, and returns the sampler still
+// running, with the operation's bounds set.
+func sampleAround(t *testing.T, count func() (int, error), fn func()) *sampler {
 	t.Helper()
 	s := sample(count)
 	stopped := false
@@ -231,7 +295,96 @@ func sampleWhile(t *testing.T, what string, want int, count func() (int, error),
 			<-s.done
 		}
 	}()
+	s.opStart = time.Now()
 	fn()
+	s.opEnd = time.Now()
 	stopped = true
-	s.assertNeverBelow(t, what, want)
+	return s
+}
+
+// unpreventedDEL runs network conf's whole DEL chain for id through
+// libcni, as a runtime without cninet would: no address withheld from the
+// cached result the firewall plugin deletes by, portmap not left out.
+// It is the positive control of the samplers: the DEL cninet prevents.
+func unpreventedDEL(t *testing.T, set netsandbox.PluginSet, conf []byte, id, netns, ifName string, ports []cninet.Port) error {
+	t.Helper()
+	list, err := libcni.ConfListFromBytes(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mappings, err := cninet.PortMappings(&cninet.Allocation{ID: id, Ports: ports}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &libcni.RuntimeConf{ContainerID: id, NetNS: netns, IfName: ifName,
+		CapabilityArgs: map[string]any{"portMappings": mappings}}
+	return libcni.NewCNIConfigWithCacheDir([]string{set.Dir}, "/var/lib/cni", nil).DelNetworkList(ctxFor(t, time.Minute), list, rt)
+}
+
+// The positive control of every CNI-FORWARD sampler (prevention, crash,
+// histories): in the reboot history those tests build, the old
+// allocation's DEL run without cninet (the firewall plugin given the
+// stale cached result naming the new holder's addresses) does drop the
+// new holder's count, and the sampler sees it drop while the DEL runs.
+func TestTheForwardRuleSamplerSeesAnUnpreventedDELDropTheNeighboursRules(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		nw := newNetwork(t, set, true)
+		c := newConfigurator(t, set, nw.conf)
+		base := baseline(t)
+		r := playReboot(t, c, nw)
+		want := 2 * len(r.newAddrs)
+		if n, err := countForwardRules(r.newAddrs); err != nil || n != want {
+			t.Fatalf("new's CNI-FORWARD rules before: %d, %v; want %d", n, err, want)
+		}
+		var err error
+		sampleDropWhile(t, "new's CNI-FORWARD rules", want, func() (int, error) { return countForwardRules(r.newAddrs) }, func() {
+			err = unpreventedDEL(t, set, nw.conf, r.old.ID, r.oldNetns, "eth0", r.old.Ports)
+		})
+		if err != nil {
+			t.Fatalf("the unprevented DEL: %v", err)
+		}
+		if err := c.Teardown(ctxFor(t, time.Minute), r.old, r.oldNetns); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Teardown(ctxFor(t, time.Minute), r.new, r.newNS.Path); err != nil {
+			t.Fatal(err)
+		}
+		r.newNS.Delete()
+		assertNoLeaks(t, base, nw.allowance())
+	})
+}
+
+// The positive control of the hostport-rule sampler: a workload on two
+// networks whose portmap uses nftables, and the first network's DEL run
+// without cninet (portmap in it): the second network's hostport rules of
+// the same id drop, and the sampler sees them drop while the DEL runs.
+func TestTheHostportRuleSamplerSeesAnUnpreventedDELDropTheOtherNetworksRules(t *testing.T) {
+	eachNFTablesPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		n1, n2 := twoNetworks(t, set)
+		c := newMultiConfigurator(t, set, n1.conf, [][]byte{n2.conf}, cninet.RetryPolicy{})
+		base := baseline(t)
+		w := netsandbox.NewWorkload(t)
+		alloc := &cninet.Allocation{ID: "same-id-control", Ports: []cninet.Port{{Value: hostPort(n1.cfg.NetworkName, 0), To: 8080}},
+			NetworkNames: []string{n1.cfg.NetworkName, n2.cfg.NetworkName}}
+		st, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr2 := st.Networks[1].Address
+		before, err := countHostportRules(alloc.ID, addr2)
+		if err != nil || before == 0 {
+			t.Fatalf("%s's hostport rules before: %d, %v", n2.cfg.NetworkName, before, err)
+		}
+		sampleDropWhile(t, n2.cfg.NetworkName+"'s hostport rules", before, func() (int, error) { return countHostportRules(alloc.ID, addr2) }, func() {
+			err = unpreventedDEL(t, set, n1.conf, alloc.ID, w.Path, "eth0", alloc.Ports)
+		})
+		if err != nil {
+			t.Fatalf("the unprevented DEL: %v", err)
+		}
+		if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+			t.Fatal(err)
+		}
+		w.Delete()
+		assertNoLeaks(t, base, allowBoth(n1, n2))
+	})
 }
