@@ -66,22 +66,30 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	// the ones whose ADD it then waits for included.
 	c.adm.BeginGC()
 	defer c.adm.EndGC()
-	unlockGC, err := c.lockGC(ctx)
-	if err != nil {
-		return nil, err
+	dry := gcDryRun(ctx)
+	if !dry { // a plan changes nothing: no ADD need wait for it
+		unlockGC, err := c.lockGC(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer unlockGC()
 	}
-	defer unlockGC()
 	progress := newGCProgress(c.logger)
-	recorded, recErr := c.gcRecorded(ctx, live, only, report)
+	recorded, recErr := c.gcRecorded(ctx, live, only, report, dry)
 	progress.step("recorded attachments collected", report.Len())
 	sweep := footprint.NewSweep(ctx, c.seams())
 	sweep.WholeWorkload = only == nil // a dead id is dead on every network, unless GCWith spares some
+	sweep.DryRun = dry
 	for id := range recorded.others {
 		live[id] = true // another owner's, or a damaged record's: never this GC's to judge
 	}
-	errs := []error{recErr, c.gcCached(ctx, nets, live, report)}
+	errs := []error{recErr, c.gcCached(ctx, nets, live, report, dry)}
 	progress.step("libcni GC done", report.Len())
 	errs = append(errs, c.tel.traceSweep(ctx, names(nets), report, func() error { return c.gcSweep(sweep, nets, skipped, live, report, progress) }))
+	if dry {
+		c.logger.Info("GC dry run: nothing changed", "networks", len(nets), "would_remove", report.Len(), "alloc_ids", report.IDs())
+		return report, errors.Join(errs...)
+	}
 	if n := report.Len(); n > 0 {
 		c.logger.Info("GC removed stale attachments", "networks", len(nets), "items", n, "alloc_ids", report.IDs())
 	}
@@ -124,7 +132,7 @@ func (c *Configurator) gcNetworks(only map[string]bool) (nets []networkConf, ski
 // detach itself, and sends the CNI 1.1 GC command where the conflist's
 // version allows. No Setup may run meanwhile: the GC command would take
 // its half-made attachment for a stale one.
-func (c *Configurator) gcCached(ctx context.Context, nets []networkConf, live map[string]bool, report *GCReport) (err error) {
+func (c *Configurator) gcCached(ctx context.Context, nets []networkConf, live map[string]bool, report *GCReport, dry bool) (err error) {
 	ctx, span := c.tel.startSpan(ctx, spanGCCached)
 	defer func() { span.end(err) }()
 	defer c.adm.LockGate()()
@@ -174,6 +182,14 @@ func (c *Configurator) gcCached(ctx context.Context, nets []networkConf, live ma
 	// would take the same id's rules on a network this GC spares. What
 	// could not be detached is left for the next GC: libcni's GC is told
 	// it is valid.
+	if dry { // the plan: what would be detached
+		for _, a := range before {
+			if names[a.Network] && !live[a.ContainerID] && !protected[a.ContainerID] && !busy[a.ContainerID] {
+				report.addCached(GCItem{Kind: GCCachedAttachment, ID: a.ContainerID, Network: a.Network, Detail: a.IfName})
+			}
+		}
+		return nil
+	}
 	for _, a := range c.detachCached(ctx, before, names, live, protected, busy, report) {
 		valid = append(valid, types.GCAttachment{ContainerID: a.ContainerID, IfName: a.IfName})
 	}
@@ -281,6 +297,12 @@ type GCOptions struct {
 	// and counts as live (nothing a DEL takes from it is lost). Each must
 	// be a network this Configurator knows. Empty: every network, as GC.
 	Networks []string
+	// DryRun plans and changes nothing: the report lists what GC would
+	// remove — the recorded and cached attachments it would detach, then
+	// every rule, chain, file and device its sweep would remove (some of
+	// which the detaches' DELs would remove first) — and no plugin runs.
+	// It does not hold the host's GC lock.
+	DryRun bool
 }
 
 // GCWith is GC narrowed by opts: with opts.Networks, in those networks
@@ -293,6 +315,9 @@ type GCOptions struct {
 // attachments of one network only. An unknown network is an
 // ErrNetworkNotFound error before anything runs.
 func (c *Configurator) GCWith(ctx context.Context, liveAllocIDs []string, opts GCOptions) (*GCReport, error) {
+	if opts.DryRun {
+		ctx = context.WithValue(ctx, gcDryRunKey{}, true)
+	}
 	if len(opts.Networks) == 0 {
 		return c.GC(ctx, liveAllocIDs)
 	}
@@ -312,6 +337,15 @@ func (c *Configurator) GCWith(ctx context.Context, liveAllocIDs []string, opts G
 // gcOnlyKey carries GCWith's networks through GC's context, so that GC's
 // signature stays as it is.
 type gcOnlyKey struct{}
+
+// gcDryRunKey carries GCOptions.DryRun through GC's context.
+type gcDryRunKey struct{}
+
+// gcDryRun reports whether a GC only plans.
+func gcDryRun(ctx context.Context) bool {
+	dry, _ := ctx.Value(gcDryRunKey{}).(bool)
+	return dry
+}
 
 // gcOnly returns the networks a GC is narrowed to; nil: every network.
 func gcOnly(ctx context.Context) map[string]bool {
@@ -377,7 +411,7 @@ type gcRecords struct {
 // id another operation holds is left for later. Another owner's records
 // are never touched: their ids are returned, for the rest of GC to count
 // as live.
-func (c *Configurator) gcRecorded(ctx context.Context, live, only map[string]bool, report *GCReport) (gcRecords, error) {
+func (c *Configurator) gcRecorded(ctx context.Context, live, only map[string]bool, report *GCReport, dry bool) (gcRecords, error) {
 	out := gcRecords{others: map[string]bool{}}
 	all, err := c.reg.All()
 	if err != nil {
@@ -402,7 +436,7 @@ func (c *Configurator) gcRecorded(ctx context.Context, live, only map[string]boo
 		if protected[id] || out.others[id] {
 			continue
 		}
-		if err := c.collectRecorded(ctx, id, only, report); err != nil {
+		if err := c.collectRecorded(ctx, id, only, report, dry); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -411,7 +445,7 @@ func (c *Configurator) gcRecorded(ctx context.Context, live, only map[string]boo
 
 // collectRecorded detaches the dead id's recorded attachments of this
 // owner, unless another operation holds the id.
-func (c *Configurator) collectRecorded(ctx context.Context, id string, only map[string]bool, report *GCReport) error {
+func (c *Configurator) collectRecorded(ctx context.Context, id string, only map[string]bool, report *GCReport, dry bool) error {
 	unlockAdm := c.adm.LockAll([]string{id})
 	defer unlockAdm()
 	unlockID, err := c.reg.TryLockID(id)
@@ -425,8 +459,10 @@ func (c *Configurator) collectRecorded(ctx context.Context, id string, only map[
 		return err
 	}
 	found = slices.DeleteFunc(found, func(fa foundAttachment) bool { return spared(only, fa.att.name()) })
-	if err := c.detachAll(ctx, "", found, only != nil); err != nil {
-		return err
+	if !dry {
+		if err := c.detachAll(ctx, "", found, only != nil); err != nil {
+			return err
+		}
 	}
 	for _, fa := range found {
 		report.addCached(GCItem{Kind: GCRecordedAttachment, ID: id, Network: fa.att.name(), Detail: fa.att.ifName})

@@ -276,3 +276,35 @@ func TestGCSaysWhenLibcnisCacheCannotBeRead(t *testing.T) {
 		t.Fatalf("GC error = %v, want ErrCleanupFailed naming libcni's cache", err)
 	}
 }
+
+func TestGCDryRunPlansWhatGCRemovesAndChangesNothing(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	cf.setUpAs(t, cf.c, "recorded-dead") // a record of this owner's, and what its plugins left
+	cf.leak(t, footprint{network: "nomad", id: "live-1", ip: "198.18.0.10"})
+	cf.leak(t, footprint{network: "nomad", id: "swept-dead", ip: "198.18.0.11"})
+	before, reserved := cf.state(), strings.Join(cf.reservations(t), ",")
+	recs, err := cf.c.Attachments()
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("records before: %+v, %v", recs, err)
+	}
+	plan, err := cf.c.GCWith(context.Background(), []string{"live-1"}, cninet.GCOptions{DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.state() != before || strings.Join(cf.reservations(t), ",") != reserved || attachVerbs(cf.cni) != "Setup" {
+		t.Fatalf("a dry run changed the host (plugin calls %v):\n%s", cf.cni.Calls(), cf.state())
+	}
+	if after, _ := cf.c.Attachments(); len(after) != 1 {
+		t.Fatalf("a dry run changed the registry: %+v", after)
+	}
+	if got := strings.Join(plan.IDs(), ","); got != "recorded-dead,swept-dead" || plan.Count(cninet.GCRecordedAttachment) != 1 || plan.Count(cninet.GCRule) == 0 {
+		t.Fatalf("plan: ids %s, %d recorded attachments, %d rules; want both dead ids, the record and their rules", got, plan.Count(cninet.GCRecordedAttachment), plan.Count(cninet.GCRule))
+	}
+	report, err := cf.c.GC(context.Background(), []string{"live-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(report.IDs(), ","), strings.Join(plan.IDs(), ","); got != want || cf.state() == before {
+		t.Fatalf("GC removed ids %s, the plan said %s", got, want)
+	}
+}

@@ -39,8 +39,8 @@
 //     attachment, and how a status is printed.
 //   - connect.go: connect and disconnect, one network of a live workload.
 //   - gc.go: gc, collecting every attachment whose id is not live in the
-//     networks named, and its --dry-run, which lists the cached
-//     attachments it would collect.
+//     networks named (only --owner's), and its --dry-run, which prints
+//     the library's plan (GCOptions.DryRun) and changes nothing.
 //   - live.go: the live set: --live values trimmed and validated,
 //     --live-file read.
 //   - status.go: status, whether every network (or each --network) can

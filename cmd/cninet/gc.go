@@ -3,17 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"path/filepath"
 	"slices"
-	"strings"
 
-	"github.com/containernetworking/cni/libcni"
 	"github.com/seed1280861d/cninet"
 	"github.com/spf13/cobra"
 )
-
-// libcniCacheDir is where go-cni, and so cninet's gc, caches results.
-const libcniCacheDir = "/var/lib/cni"
 
 // gcFlags are gc's own flags, beside the network flags.
 type gcFlags struct {
@@ -22,11 +16,10 @@ type gcFlags struct {
 	liveFile string
 	noneLive bool
 	dryRun   bool
-	cacheDir string
 }
 
 // gcCommand removes every attachment whose id is not live, in the
-// networks named, or with --dry-run prints what it would collect.
+// networks named, or with --dry-run prints what it would remove.
 func (c *cli) gcCommand() *cobra.Command {
 	var f gcFlags
 	cmd := &cobra.Command{
@@ -42,10 +35,13 @@ The live ids come from --live (comma-separated, repeatable) and --live-file
 (one id a line; blank lines and lines starting with # are ignored); each must
 be a valid CNI container id. --none-live says that nothing is live.
 
---dry-run removes nothing: it lists the attachments libcni's cache holds in
-those networks whose id is not live, which gc would detach. What no cache
-remembers (rules, reservations and files of attachments cached nowhere),
-which gc's sweep would also remove by the ownership rule, is not planned.`,
+gc collects only --owner's attachments (the host registry in --state-dir
+says whose each is), plus state no record claims that the ownership rule
+proves dead; another owner's are never touched.
+
+--dry-run removes nothing and runs no plugin: it prints the plan — the
+recorded and cached attachments gc would detach, then every rule, chain,
+file and device its sweep would remove.`,
 	}
 	cmd.RunE = c.runE(func(*cobra.Command) error {
 		if !f.explicit() {
@@ -55,28 +51,34 @@ which gc's sweep would also remove by the ownership rule, is not planned.`,
 		if err != nil {
 			return err
 		}
-		if !f.dryRun && filepath.Clean(f.cacheDir) != libcniCacheDir {
-			return usageErrorf("--cache-dir %q needs --dry-run: gc runs the plugins through go-cni, which caches in %s", f.cacheDir, libcniCacheDir)
-		}
 		cfg, err := f.configurator(c.stderr)
 		if err != nil {
 			return err
 		}
 		defer cfg.Close()
 		defer f.printTrace(c.stderr)
-		if f.dryRun {
-			return c.gcPlan(cfg, &f, ids)
-		}
 		ctx, cancel := signalContext()
 		defer cancel()
-		var opts cninet.GCOptions
+		opts := cninet.GCOptions{DryRun: f.dryRun}
 		if f.confDir != "" { // a --conflist, or the embedded one, is the one network named
 			opts.Networks = f.networks
 		}
 		report, err := cfg.GCWith(ctx, ids, opts)
-		if report != nil {
-			c.done(report, func(w io.Writer) { printGCItems(w, "removed", slices.Collect(report.All())) })
+		if report == nil {
+			return err
 		}
+		if f.dryRun {
+			items := slices.Collect(report.All())
+			if items == nil {
+				items = []cninet.GCItem{}
+			}
+			c.done(map[string]any{"dry_run": true, "would_remove": items}, func(w io.Writer) {
+				printGCItems(w, "would remove", items)
+				fmt.Fprintln(w, "dry run: nothing changed")
+			})
+			return err
+		}
+		c.done(report, func(w io.Writer) { printGCItems(w, "removed", slices.Collect(report.All())) })
 		return err
 	})
 	fs := cmd.Flags()
@@ -86,8 +88,7 @@ which gc's sweep would also remove by the ownership rule, is not planned.`,
 	fs.StringArrayVar(&f.live, "live", nil, "comma-separated `ids` of the live allocations (repeatable)")
 	fs.StringVar(&f.liveFile, "live-file", "", "read the ids of the live allocations from this `file`, one a line (# comments)")
 	fs.BoolVar(&f.noneLive, "none-live", false, "nothing is live: collect every attachment of the networks")
-	fs.BoolVar(&f.dryRun, "dry-run", false, "print the cached attachments gc would collect, and change nothing")
-	fs.StringVar(&f.cacheDir, "cache-dir", libcniCacheDir, "libcni's cache `directory` (another one only with --dry-run)")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "print what gc would remove, and change nothing")
 	return cmd
 }
 
@@ -118,42 +119,6 @@ func (f *gcFlags) liveSet() ([]string, error) {
 		ids = append(ids, fromFile...)
 	}
 	return ids, nil
-}
-
-// gcPlan prints what gc would collect of libcni's cache: the attachments
-// in the networks collected whose id is not live. It changes nothing.
-func (c *cli) gcPlan(cfg *cninet.Configurator, f *gcFlags, ids []string) error {
-	networks := cfg.Networks()
-	if len(f.networks) > 0 {
-		for _, n := range f.networks {
-			if !slices.Contains(networks, n) {
-				return fmt.Errorf("%w: %q (known: %s)", cninet.ErrNetworkNotFound, n, strings.Join(networks, ", "))
-			}
-		}
-		networks = f.networks
-	}
-	cached, err := libcni.NewCNIConfigWithCacheDir(nil, f.cacheDir, nil).GetCachedAttachments("")
-	if err != nil {
-		return fmt.Errorf("reading libcni's cache in %s: %w", f.cacheDir, err)
-	}
-	var items []cninet.GCItem
-	for _, a := range cached {
-		if slices.Contains(networks, a.Network) && !slices.Contains(ids, a.ContainerID) {
-			items = append(items, cninet.GCItem{Kind: cninet.GCCachedAttachment, ID: a.ContainerID, Network: a.Network, Detail: a.IfName})
-		}
-	}
-	slices.SortFunc(items, func(a, b cninet.GCItem) int {
-		return strings.Compare(a.Network+"\x00"+a.ID+"\x00"+a.Detail, b.Network+"\x00"+b.ID+"\x00"+b.Detail)
-	})
-	if items == nil {
-		items = []cninet.GCItem{}
-	}
-	const notPlanned = "state no cache remembers (rules, reservations, files), which gc's sweep also removes, is not planned by --dry-run"
-	c.done(map[string]any{"dry_run": true, "would_collect": items, "not_planned": notPlanned}, func(w io.Writer) {
-		printGCItems(w, "would collect", items)
-		fmt.Fprintf(w, "dry run: nothing changed; %s\n", notPlanned)
-	})
-	return nil
 }
 
 // printGCItems writes one line per item for people, then a count.

@@ -42,7 +42,7 @@ func TestExitCodes(t *testing.T) {
 	gc := func(args ...string) []string { return append([]string{"gc", "--conf-dir", dir}, args...) }
 	// dry is a gc that, were its usage checks broken, reads an empty cache
 	// and changes nothing.
-	dry := func(args ...string) []string { return gc(append(args, "--dry-run", "--cache-dir", empty)...) }
+	dry := func(args ...string) []string { return gc(append(args, "--dry-run", "--state-dir", empty)...) }
 	cases := []struct {
 		name string
 		args []string
@@ -70,17 +70,16 @@ func TestExitCodes(t *testing.T) {
 		{"setup without --netns is a usage error", []string{"setup", "--id", "a"}, 2},
 		{"an --id CNI would reject is a usage error", []string{"setup", "--id", "a/b", "--netns", "/x"}, 2},
 		{"a malformed port mapping is a usage error", []string{"setup", "--id", "a", "--netns", "/x", "-p", "80:http"}, 2},
-		{"gc without networks is a usage error, even with --none-live", []string{"gc", "--none-live", "--dry-run", "--cache-dir", empty}, 2},
+		{"gc without networks is a usage error, even with --none-live", []string{"gc", "--none-live", "--dry-run", "--state-dir", empty}, 2},
 		{"gc without a live set is a usage error", dry(), 2},
 		{"gc with --none-live and --live is a usage error", dry("--none-live", "--live", "a"), 2},
 		{"gc with an empty --live entry is a usage error", dry("--live", "a,,b"), 2},
 		{"gc with a --live id CNI would reject is a usage error", dry("--live", "a b"), 2},
 		{"gc with a missing --live-file is a usage error", dry("--live-file", filepath.Join(empty, "absent")), 2},
 		{"gc with a --live-file listing no id is a usage error", dry("--live-file", noIDs), 2},
-		{"gc with another --cache-dir is a usage error without --dry-run", gc("--none-live", "--cache-dir", empty), 2},
 		{"gc --dry-run succeeds", dry("--live", "a"), 0},
-		{"gc naming the embedded network with --network succeeds", []string{"gc", "--network", "nomad", "--none-live", "--dry-run", "--cache-dir", empty}, 0},
-		{"gc of one --conflist succeeds", []string{"gc", "--conflist", filepath.Join(dir, "clia.conflist"), "--none-live", "--dry-run", "--cache-dir", empty}, 0},
+		{"gc naming the embedded network with --network succeeds", []string{"gc", "--network", "nomad", "--none-live", "--dry-run", "--state-dir", empty}, 0},
+		{"gc of one --conflist succeeds", []string{"gc", "--conflist", filepath.Join(dir, "clia.conflist"), "--none-live", "--dry-run", "--state-dir", empty}, 0},
 		{"gc --dry-run of a network missing from --conf-dir is a failure", dry("--none-live", "--network", "absent-net"), 1},
 		{"a network missing from --conf-dir is a failure", []string{"status", "--conf-dir", empty, "--network", "absent-net"}, 1},
 		{"a missing --conflist is a usage error", []string{"status", "--conflist", filepath.Join(empty, "absent.conflist")}, 2},
@@ -119,7 +118,7 @@ func TestCompletionScriptsAreGenerated(t *testing.T) {
 
 func TestTheDaemonsHelpListsEveryFlag(t *testing.T) {
 	_, out, _ := runCLI("daemon", "--help")
-	for _, flag := range []string{"--socket", "--conf-dir", "--cni-path", "--cache-dir", "--metrics-listen", "--log-level",
+	for _, flag := range []string{"--socket", "--conf-dir", "--cni-path", "--cache-dir", "--state-dir", "--metrics-listen", "--log-level",
 		"--max-concurrent", "--timeout", "--drain-timeout"} {
 		if !strings.Contains(out, flag+" ") {
 			t.Errorf("daemon --help lacks %s:\n%s", flag, out)

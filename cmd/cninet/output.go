@@ -30,8 +30,9 @@ import (
 //	disconnect       {"id": "...", "network": "..."}
 //	check            {"id": "...", "checked": true} or "checked": false with "warning"
 //	gc               {"removed": [{"kind", "id", "network"?, "backend"?, "detail"}]}
-//	gc --dry-run     {"dry_run": true, "would_collect": [items as gc's], "not_planned": "..."}
+//	gc --dry-run     {"dry_run": true, "would_remove": [items as gc's]}
 //	status           {"ready": ["network", ...]}
+//	status --attachments {"attachments": [{"Owner", "Network", "ID", "IfName", "NetNS", "State", "Addresses", "Ports", "Since"}, ...]}
 //	demo             {"steps": [{"step", "detail", "took_ms"?}], "leaks": [...]}
 //	version          {"version": "..."}
 //	man              {"written": ["path", ...]}

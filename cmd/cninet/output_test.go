@@ -35,8 +35,8 @@ func TestEveryCommandPrintsOneEnvelopeWithOutputJSON(t *testing.T) {
 	}{
 		{"conflist's result is the conflist", []string{"conflist", "--network", "edge"}, "conflist", 0, []string{"result"}, `"conflist":{"cniVersion"`},
 		{"version's result is the version", []string{"version"}, "version", 0, []string{"result"}, `"version":"`},
-		{"gc --dry-run's result lists what it would collect", []string{"gc", "--conf-dir", dir, "--none-live", "--dry-run", "--cache-dir", t.TempDir()},
-			"gc", 0, []string{"result"}, `"would_collect":[]`},
+		{"gc --dry-run's result lists what it would remove", []string{"gc", "--conf-dir", dir, "--none-live", "--dry-run", "--state-dir", t.TempDir()},
+			"gc", 0, []string{"result"}, `"would_remove":[]`},
 		{"a usage error has an error and no result", []string{"gc", "--none-live"}, "gc", 2, []string{"error"}, ""},
 		{"an unknown flag is reported in the envelope too", []string{"status", "--bridge", "br9"}, "status", 2, []string{"error"}, ""},
 		{"a failure has an error", []string{"status", "--conf-dir", dir, "--cni-path", t.TempDir()}, "status", 1, []string{"error"}, ""},

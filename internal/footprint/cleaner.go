@@ -110,6 +110,9 @@ type Cleaner struct {
 	// Teardown cannot say so: the same id may be attached to a network
 	// this Configurator does not know, by another.
 	WholeWorkload bool
+	// DryRun plans and reports what a run would remove, and changes
+	// nothing: Report lists the planned items.
+	DryRun bool
 }
 
 // NewCleaner returns a cleaner of network n's attachments on host h; ctx
@@ -227,10 +230,15 @@ func (c *Cleaner) run(v *view, set attSet, ev *evidence, plans func(footprint) b
 		}
 		fp.plan(v, set, ev, &p)
 	}
+	if c.DryRun {
+		notePlanned(v, &p, &c.rep)
+	}
 	if planned != nil {
 		planned()
 	}
-	apply(v, &p, &c.rep)
+	if !c.DryRun {
+		apply(v, &p, &c.rep)
+	}
 }
 
 // Report returns what was removed so far, compact: a sweep can remove

@@ -130,6 +130,25 @@ func apply(v *view, p *plan, rep *Report) {
 	}
 }
 
+// notePlanned reports every change of p as apply would once made (a dry
+// run), and makes none.
+func notePlanned(v *view, p *plan, rep *Report) {
+	for _, f := range v.families() {
+		for _, c := range p.ipt[b2i(f.v6)] {
+			rep.noteAt(c.att, iptEntry(f, c))
+		}
+	}
+	for _, c := range p.nft {
+		rep.noteAt(c.att, nftEntry(c))
+	}
+	for _, c := range append(slices.Clip(p.files), p.records...) {
+		rep.note(c.att, entry{detail: c.path, shape: fileShape(c.kind)})
+	}
+	for _, c := range p.links {
+		rep.note(c.att, entry{detail: c.name, shape: shapeLink})
+	}
+}
+
 // cutShort reports whether a run's error says it could not finish with
 // the rules because its context ended or the xtables lock could not be
 // had. The attachments' reservations and cached results then stay:
