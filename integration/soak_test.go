@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -24,9 +25,13 @@ func envInt(name string, def int) int {
 // TestSoak runs SOAK_N Setup/Teardown cycles (default 200) at concurrency
 // SOAK_C (default 8) against each plugin set: normal teardowns, namespaces
 // deleted before teardown, runners that "crash" and leave their workloads to
-// GC, and GC passes in between. Then it audits: zero failures, zero leaks.
+// GC, and GC passes in between (every 50 cycles, or every SOAK_N/4 when
+// fewer than 200). Workloads that stay live the whole soak serve HTTP
+// through their mapped ports, and answer through both gateways after each
+// GC. Then it audits: zero failures, zero leaks.
 func TestSoak(t *testing.T) {
 	n, conc := envInt("SOAK_N", 200), envInt("SOAK_C", 8)
+	gcEvery := max(1, min(50, n/4))
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		nw := newNetwork(t, set, true)
 		c := newConfigurator(t, set, nw.conf)
@@ -34,6 +39,7 @@ func TestSoak(t *testing.T) {
 		var failures, crashed atomic.Int64
 		var mu sync.Mutex
 		live := map[string]bool{}
+		staying := soakStaying(t, c, nw)
 		liveIDs := func() []string {
 			mu.Lock()
 			defer mu.Unlock()
@@ -41,8 +47,25 @@ func TestSoak(t *testing.T) {
 			for id := range live {
 				ids = append(ids, id)
 			}
+			for _, s := range staying {
+				ids = append(ids, s.alloc.ID)
+			}
 			return ids
 		}
+		// answering fails unless every staying workload answers through
+		// each gateway; it reports instead of failing: workers call it.
+		answering := func(when string) {
+			for _, s := range staying {
+				for _, gw := range []netip.Addr{nw.gw4, nw.gw6} {
+					port := s.alloc.Ports[0].Value
+					if body, err := fetch(gw, port); err != nil || body != "hello from "+s.alloc.ID {
+						failures.Add(1)
+						t.Errorf("%s: %s via %s:%d answered %q, %v", when, s.alloc.ID, gw, port, body, err)
+					}
+				}
+			}
+		}
+		answering("before the soak")
 		jobs := make(chan int)
 		var wg sync.WaitGroup
 		start := time.Now()
@@ -55,11 +78,12 @@ func TestSoak(t *testing.T) {
 						failures.Add(1)
 						t.Errorf("cycle %d: %v", i, err)
 					}
-					if i%50 == 49 {
+					if i%gcEvery == gcEvery-1 {
 						if _, err := c.GC(ctxFor(t, time.Minute), liveIDs()); err != nil {
 							failures.Add(1)
 							t.Errorf("GC after cycle %d: %v", i, err)
 						}
+						answering(fmt.Sprintf("after the GC after cycle %d", i))
 					}
 				}
 			}()
@@ -69,14 +93,44 @@ func TestSoak(t *testing.T) {
 		}
 		close(jobs)
 		wg.Wait()
-		if _, err := c.GC(ctxFor(t, time.Minute), []string{}); err != nil {
+		if _, err := c.GC(ctxFor(t, time.Minute), liveIDs()); err != nil {
 			t.Errorf("final GC: %v", err)
+		}
+		answering("after the final GC")
+		for _, s := range staying {
+			if err := c.Teardown(ctxFor(t, time.Minute), s.alloc, s.w.Path); err != nil {
+				t.Errorf("teardown of %s: %v", s.alloc.ID, err)
+			}
+			s.w.Delete()
 		}
 		elapsed := time.Since(start)
 		t.Logf("%d cycles at concurrency %d in %s (%.1f cycles/s); %d left to GC; failures %d",
 			n, conc, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), crashed.Load(), failures.Load())
 		assertNoLeaks(t, base, nw.allowance())
 	})
+}
+
+// soakLive is a workload that stays live for the whole soak.
+type soakLive struct {
+	alloc *cninet.Allocation
+	w     *netsandbox.Workload
+}
+
+// soakStaying sets up the workloads that stay live the whole soak, each
+// serving HTTP on 8080 through its own mapped port.
+func soakStaying(t *testing.T, c *cninet.Configurator, nw network) []soakLive {
+	t.Helper()
+	var out []soakLive
+	for i := range 2 {
+		s := soakLive{alloc: &cninet.Allocation{ID: fmt.Sprintf("soak-live-%d", i),
+			Ports: []cninet.Port{{Value: hostPort(nw.cfg.NetworkName, i), To: 8080}}}, w: netsandbox.NewWorkload(t)}
+		if _, err := c.Setup(ctxFor(t, time.Minute), s.alloc, s.w.Path); err != nil {
+			t.Fatal(err)
+		}
+		serveHTTP(t, s.w, 8080, s.alloc.ID)
+		out = append(out, s)
+	}
+	return out
 }
 
 // soakCycle sets one workload up and takes it down one of three ways.
