@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	goiptables "github.com/coreos/go-iptables/iptables"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
@@ -541,6 +542,11 @@ func pathWithoutIPTables(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Fatalf("nft is not on PATH: %v", err)
 	}
+	for _, proto := range []goiptables.Protocol{goiptables.ProtocolIPv4, goiptables.ProtocolIPv6} {
+		if _, err := goiptables.NewWithProtocol(proto); err == nil { // the cleaner's default opener
+			t.Fatalf("go-iptables still finds iptables (protocol %v)", proto)
+		}
+	}
 }
 
 // On a host without iptables, upstream's bridge and portmap, told no
@@ -661,10 +667,11 @@ func TestWithoutIPTablesOnPATHDisconnectKeepsTheOtherNetworksPortMappingsAtEvery
 	assertNoLeaks(t, base, allowBoth(n1, n2))
 }
 
-// stampPlugin is a CNI plugin (a shell script) chained last: ADD passes
-// the previous result through; each DEL appends "begin <pid> <ns>" to
-// the file its conf names as "log", sleeps half a second, and appends
-// "end <pid> <ns>", pid being the process that ran the plugin.
+// stampPlugin is a CNI plugin (a shell script) chained last, so first
+// in a DEL: ADD passes the previous result through; each DEL appends
+// "begin <pid> <ns>" to the file its conf names as "log", sleeps two
+// seconds (long enough that two DELs not serialised overlap), and
+// appends "end <pid> <ns>", pid being the process that ran the plugin.
 const stampPlugin = `#!/bin/sh
 conf=$(cat)
 case "$CNI_COMMAND" in
@@ -672,7 +679,7 @@ ADD) printf '%s' "$conf" | jq -c '.prevResult + {cniVersion: .cniVersion}' ;;
 DEL)
 	log=$(printf '%s' "$conf" | jq -r .log)
 	echo "begin $PPID $(date +%s%N)" >>"$log"
-	sleep 0.5
+	sleep 2
 	echo "end $PPID $(date +%s%N)" >>"$log"
 	;;
 VERSION) echo '{"cniVersion":"1.0.0","supportedVersions":["0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]}' ;;
