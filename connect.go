@@ -47,7 +47,7 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 	if err != nil {
 		return nil, err
 	}
-	if found, err = c.withRecords(req, found); err != nil {
+	if found, err = c.withRecords(c.ownerOf(ctx), req, found); err != nil {
 		return nil, err
 	}
 	var used []string
@@ -99,7 +99,7 @@ func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, networ
 	if err != nil {
 		return err
 	}
-	if found, err = c.withRecords(req, found); err != nil {
+	if found, err = c.withRecords(c.ownerOf(ctx), req, found); err != nil {
 		return err
 	}
 	attached := c.attached(found)
@@ -224,8 +224,12 @@ func (c *Configurator) DisconnectWith(ctx context.Context, alloc *Allocation, ne
 		fa.req, fa.cached = cachedCapabilities(cachedRequest(req, a), a), true
 	}
 	if rec != nil { // the record knows best, even when the conflist changed or went
-		if rec.Owner != c.owner {
-			return fmt.Errorf("%w: allocation %s in network %q as %s is owner %q's, not %q's", ErrInvalidArgument, req.id, network, opts.IfName, rec.Owner, c.owner)
+		// The caller names the attachment exactly (a runtime's DEL): it is
+		// detached whoever recorded it — a runtime's DEL that cannot
+		// succeed leaves a pod stuck — and the record says whose it was.
+		if owner := c.ownerOf(ctx); rec.Owner != owner {
+			c.logger.Info("detaching an attachment another owner recorded: the caller named it exactly",
+				"alloc_id", req.id, "network", network, "if_name", opts.IfName, "recorded_owner", rec.Owner, "owner", owner)
 		}
 		conf, err := c.recordedConf(*rec)
 		if err != nil {

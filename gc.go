@@ -223,7 +223,7 @@ func (c *Configurator) detachCached(ctx context.Context, before []*libcni.Networ
 			req := cachedCapabilities(cachedRequest(request{id: id}, a), a)
 			found = append(found, foundAttachment{att: attachment{conf: conf, ifName: a.IfName}, req: req, cached: true})
 		}
-		found, err := c.withRecords(request{id: id}, found)
+		found, err := c.withRecords(c.ownerOf(ctx), request{id: id}, found)
 		if err == nil {
 			found = slices.DeleteFunc(found, func(fa foundAttachment) bool { return !names[fa.att.name()] })
 			err = c.detachAll(ctx, "", found, spares)
@@ -424,7 +424,7 @@ func (c *Configurator) gcRecorded(ctx context.Context, live, only map[string]boo
 	dead := map[string]bool{}
 	for _, rec := range all.Records {
 		switch {
-		case rec.Owner != c.owner:
+		case rec.Owner != c.ownerOf(ctx):
 			out.others[rec.ContainerID] = true
 		case !live[rec.ContainerID] && !spared(only, rec.Network):
 			dead[rec.ContainerID] = true
@@ -454,7 +454,7 @@ func (c *Configurator) collectRecorded(ctx context.Context, id string, only map[
 		return nil
 	}
 	defer unlockID()
-	found, err := c.withRecords(request{id: id}, nil)
+	found, err := c.withRecords(c.ownerOf(ctx), request{id: id}, nil)
 	if err != nil {
 		return err
 	}

@@ -74,9 +74,9 @@ func (c *Configurator) enter(ctx context.Context, id string, adding bool) (leave
 
 // recordOf returns a new record of att for req: the exact conflist, the
 // plugins with the backends they use here, the args and capabilities.
-func (c *Configurator) recordOf(req request, att attachment, netns string) *registry.Record {
+func (c *Configurator) recordOf(owner string, req request, att attachment, netns string) *registry.Record {
 	rec := &registry.Record{
-		Owner:       c.owner,
+		Owner:       owner,
 		Network:     att.name(),
 		ContainerID: req.id,
 		IfName:      att.ifName,
@@ -106,8 +106,8 @@ func (c *Configurator) recordOf(req request, att attachment, netns string) *regi
 // recordAdding records att before its first ADD: a process killed at any
 // point of the ADD leaves a record that the next Teardown or GC, in any
 // process, finishes.
-func (c *Configurator) recordAdding(req request, att attachment, netns string) (*registry.Record, error) {
-	rec := c.recordOf(req, att, netns)
+func (c *Configurator) recordAdding(owner string, req request, att attachment, netns string) (*registry.Record, error) {
+	rec := c.recordOf(owner, req, att, netns)
 	if old := c.recorded(req.id, att.name(), att.ifName); old != nil {
 		rec.Since, rec.Addresses = old.Since, old.Addresses // a retried Setup: keep what the earlier one proved
 	}
@@ -178,10 +178,11 @@ func (c *Configurator) forget(id string, att attachment) error {
 // the attachment's record, created when the registry never saw it (an
 // attachment from before the registry, found in libcni's cache).
 type recordProofs struct {
-	c    *Configurator
-	fa   foundAttachment
-	rec  *registry.Record
-	read bool
+	c     *Configurator
+	owner string
+	fa    foundAttachment
+	rec   *registry.Record
+	read  bool
 }
 
 func (p *recordProofs) load() {
@@ -209,7 +210,7 @@ func (p *recordProofs) Record(att footprint.Attachment, addrs []netip.Addr) erro
 	}
 	p.load()
 	if p.rec == nil {
-		p.rec = p.c.recordOf(p.fa.req, p.fa.att, "")
+		p.rec = p.c.recordOf(p.owner, p.fa.req, p.fa.att, "")
 	}
 	if !p.rec.AddAddresses(addrs...) && p.rec.State == registry.Detaching {
 		return nil
@@ -238,7 +239,7 @@ func recordedRequest(req request, rec registry.Record) request {
 // with a record is told what the record says (its conflist, args and
 // capabilities). Records of another owner are another runtime's
 // attachments: left out, and so are found attachments they name.
-func (c *Configurator) withRecords(req request, found []foundAttachment) ([]foundAttachment, error) {
+func (c *Configurator) withRecords(owner string, req request, found []foundAttachment) ([]foundAttachment, error) {
 	recs, damaged, err := c.reg.Of(req.id)
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading the host registry: %w", ErrIO, err)
@@ -250,7 +251,7 @@ func (c *Configurator) withRecords(req request, found []foundAttachment) ([]foun
 		at := slices.IndexFunc(found, func(fa foundAttachment) bool {
 			return fa.att.name() == rec.Network && fa.att.ifName == rec.IfName
 		})
-		if rec.Owner != c.owner {
+		if rec.Owner != owner {
 			if at >= 0 {
 				c.logger.Debug("attachment of another owner left alone", "alloc_id", req.id, "network", rec.Network, "owner", rec.Owner)
 				found = slices.Delete(found, at, at+1)
@@ -297,6 +298,29 @@ type AttachmentRecord struct {
 	Addresses []netip.Addr
 	Ports     []cni.PortMapping
 	Since     time.Time
+}
+
+// ownerKey carries WithOwner's owner through an operation's context.
+type ownerKey struct{}
+
+// WithOwner returns ctx for operations on behalf of owner instead of
+// Config.Owner: what they record is owner's, and a GC under it collects
+// only owner's attachments. A program that serves several owners with one
+// Configurator (cninet daemon serves each CNI runtime as an owner of its
+// own) uses it; others set Config.Owner. An empty owner changes nothing.
+func WithOwner(ctx context.Context, owner string) context.Context {
+	if owner == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, ownerKey{}, owner)
+}
+
+// ownerOf is the owner an operation under ctx acts for.
+func (c *Configurator) ownerOf(ctx context.Context) string {
+	if owner, ok := ctx.Value(ownerKey{}).(string); ok {
+		return owner
+	}
+	return c.owner
 }
 
 // Attachments lists the host registry: every attachment any process on

@@ -203,3 +203,30 @@ func TestAttachmentsListsTheRegistry(t *testing.T) {
 		t.Errorf("record %+v", r)
 	}
 }
+
+// One Configurator serving several owners (as cninet daemon serves each
+// runtime): WithOwner says whose an operation's attachments are.
+func TestWithOwnerMakesEachOperationsAttachmentsItsOwners(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	ctxA := cninet.WithOwner(context.Background(), "runtime-a")
+	if _, err := cf.c.Setup(ctxA, &cninet.Allocation{ID: "a1"}, filepath.Join(t.TempDir(), "netns")); err != nil {
+		t.Fatal(err)
+	}
+	cf.leak(t, footprint{network: "nomad", id: "a1", ip: "198.18.0.2"})
+	live := cf.state()
+	if recs, _ := cf.c.Attachments(); len(recs) != 1 || recs[0].Owner != "runtime-a" {
+		t.Fatalf("records %+v, want a1 as runtime-a's", recs)
+	}
+	if _, err := cf.c.GC(cninet.WithOwner(context.Background(), "runtime-b"), []string{}); err != nil {
+		t.Fatal(err)
+	}
+	if cf.state() != live {
+		t.Fatalf("runtime-b's GC took runtime-a's attachment:\n%s", cf.state())
+	}
+	if _, err := cf.c.GC(ctxA, []string{}); err != nil {
+		t.Fatal(err)
+	}
+	if cf.state() == live {
+		t.Fatal("runtime-a's own GC left its dead attachment")
+	}
+}

@@ -128,7 +128,7 @@ func setupFailures(ctx context.Context, errs []error) error {
 func (c *Configurator) attach(ctx context.Context, req request, att attachment, netns string, alongside bool) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startNetwork(ctx, opAttach, att.name(), att.ifName, req.id, netns)
 	defer func() { op.end(err) }()
-	rec, err := c.recordAdding(req, att, netns)
+	rec, err := c.recordAdding(c.ownerOf(ctx), req, att, netns)
 	if err != nil {
 		return nil, fmt.Errorf("%w: allocation %s in network %q: recording the attachment before its ADD: %w", ErrSetupFailed, req.id, att.name(), err)
 	}

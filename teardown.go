@@ -49,7 +49,7 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 	if err != nil {
 		return err
 	}
-	if found, err = c.withRecords(req, found); err != nil {
+	if found, err = c.withRecords(c.ownerOf(ctx), req, found); err != nil {
 		return err
 	}
 	return c.detachAll(ctx, netns, found, false)
@@ -101,7 +101,7 @@ func (c *Configurator) detach(ctx context.Context, req request, netns string, at
 	defer func() { op.end(err) }()
 	start := time.Now()
 	seams := c.seams()
-	seams.Proofs = &recordProofs{c: c, fa: foundAttachment{att: att, req: req}}
+	seams.Proofs = &recordProofs{c: c, owner: c.ownerOf(ctx), fa: foundAttachment{att: att, req: req}}
 	cl := footprint.NewCleaner(ctx, c.footprintNetwork(att.conf, att.ifName, nil), seams)
 	var removeErr error
 	prevention, preventErr := cl.Prevent([]string{req.id}) // also reads the proof the DEL erases

@@ -9,7 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -52,7 +54,22 @@ func config(args *skel.CmdArgs) (*thick.NetConf, string, error) {
 
 func request(command string, args *skel.CmdArgs) thick.Request {
 	return thick.Request{Command: command, ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName,
-		Args: args.Args, Path: args.Path, Config: args.StdinData}
+		Args: args.Args, Path: args.Path, Config: args.StdinData, Owner: runtimeName()}
+}
+
+// runtimeName is the calling runtime's executable name (containerd,
+// crio, podman, cnitool …): the owner of its attachments when the shim's
+// config names none. "" when it cannot be told.
+func runtimeName() string {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", os.Getppid()))
+	if err != nil {
+		return ""
+	}
+	name := strings.TrimSuffix(filepath.Base(exe), " (deleted)")
+	if thick.CheckOwner(name) != nil {
+		return ""
+	}
+	return name
 }
 
 func (s *shim) add(args *skel.CmdArgs) error {

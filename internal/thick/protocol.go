@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -45,6 +46,33 @@ type Request struct {
 	Args        string          `json:"args,omitempty"`
 	Path        string          `json:"path,omitempty"`
 	Config      json.RawMessage `json:"config"`
+	// Owner is whose attachments these are when the config names no
+	// "owner": the shim sends the calling runtime's executable name.
+	Owner string `json:"owner,omitempty"`
+}
+
+// OwnerOf is the owner a request acts for: the shim config's "owner",
+// else the runtime the shim found, else Owner. Each runtime's GC then
+// collects only its own attachments.
+func OwnerOf(req *Request, conf *NetConf) string {
+	switch {
+	case conf.Owner != "":
+		return conf.Owner
+	case req.Owner != "":
+		return req.Owner
+	}
+	return Owner
+}
+
+// ownerName is what an owner may be: a name, as executables have.
+var ownerName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
+
+// CheckOwner says whether owner can name an owner ("" can: none).
+func CheckOwner(owner string) error {
+	if owner != "" && !ownerName.MatchString(owner) {
+		return fmt.Errorf("%w: owner %q, want 1-64 letters, digits, '.', '_', '+' or '-'", ErrBadRequest, owner)
+	}
+	return nil
 }
 
 // NetConf is what the daemon reads of the shim's config.
@@ -53,6 +81,7 @@ type NetConf struct {
 	Name             string               `json:"name"`
 	Type             string               `json:"type"`
 	Socket           string               `json:"socket,omitempty"`
+	Owner            string               `json:"owner,omitempty"`
 	RuntimeConfig    map[string]any       `json:"runtimeConfig,omitempty"`
 	ValidAttachments []types.GCAttachment `json:"cni.dev/valid-attachments,omitempty"`
 }
@@ -101,6 +130,9 @@ func validate(req *Request, conf *NetConf) error {
 		return fmt.Errorf("%w: command %q, want ADD, DEL, CHECK, STATUS or GC", ErrBadRequest, req.Command)
 	}
 	if err := checkName(conf.Name); err != nil {
+		return err
+	}
+	if err := errors.Join(CheckOwner(conf.Owner), CheckOwner(req.Owner)); err != nil {
 		return err
 	}
 	if req.Command == CmdStatus || req.Command == CmdGC {

@@ -88,3 +88,38 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestTheOwnerOfARequest(t *testing.T) {
+	tests := []struct {
+		name      string
+		confOwner string
+		reqOwner  string
+		want      string
+	}{
+		{"the shim config's owner wins", "nomad", "containerd", "nomad"},
+		{"else the runtime the shim found", "", "containerd", "containerd"},
+		{"else the daemon's own", "", "", Owner},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := OwnerOf(&Request{Owner: tt.reqOwner}, &NetConf{Owner: tt.confOwner}); got != tt.want {
+				t.Errorf("OwnerOf = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestAnOwnerThatIsNoNameIsABadRequest(t *testing.T) {
+	for _, body := range []string{
+		`{"command":"GC","config":{"cniVersion":"1.1.0","name":"web","type":"cninet-shim","owner":"../x"}}`,
+		`{"command":"GC","owner":"a b","config":{"cniVersion":"1.1.0","name":"web","type":"cninet-shim"}}`,
+		`{"command":"GC","owner":"` + strings.Repeat("a", 65) + `","config":{"cniVersion":"1.1.0","name":"web","type":"cninet-shim"}}`,
+	} {
+		if _, _, err := DecodeRequest(strings.NewReader(body)); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("%s: %v, want ErrBadRequest", body, err)
+		}
+	}
+	if _, conf, err := DecodeRequest(strings.NewReader(`{"command":"GC","owner":"containerd","config":{"cniVersion":"1.1.0","name":"web","type":"cninet-shim","owner":"nomad"}}`)); err != nil || conf.Owner != "nomad" {
+		t.Fatalf("a good owner: %v, %+v", err, conf)
+	}
+}

@@ -10,7 +10,7 @@ import (
 	"github.com/seed1280861d/cninet"
 )
 
-// Serve runs one request through c: ADD is ConnectWith (then the cached
+// Serve runs one request through c, for the request's owner (OwnerOf): ADD is ConnectWith (then the cached
 // result, in the delegate's CNI version, is returned as JSON), DEL is
 // DisconnectWith (DEL plus force cleanup), CHECK is CheckWith, STATUS is
 // StatusOf and GC is GCWith narrowed to the request's network, with the
@@ -18,6 +18,7 @@ import (
 // names the delegate network, which c must know; an unknown name makes c
 // read its conf dir again once, so that a conflist added since is found.
 func Serve(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) ([]byte, error) {
+	ctx = cninet.WithOwner(ctx, OwnerOf(req, conf))
 	if err := knowNetwork(c, conf.Name); err != nil && req.Command != CmdDel {
 		return nil, err
 	}
@@ -82,6 +83,7 @@ func Del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 	if err != nil {
 		alloc = &cninet.Allocation{ID: req.ContainerID}
 	}
+	ctx = cninet.WithOwner(ctx, OwnerOf(req, conf))
 	return c.DisconnectWith(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName})
 }
 
