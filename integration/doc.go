@@ -35,6 +35,11 @@
 //     loop, never drop.
 //   - crash_test.go: a runner killed in the middle of a Teardown never
 //     costs the live neighbour its rules.
+//   - crashmatrix_test.go: the crash matrix: Setup (with a retry),
+//     Teardown, Connect, Disconnect and GC, each in a runner killed right
+//     after its k-th plugin command (the killwrap plugin), for every k;
+//     then a restarted runner's Teardown and GC leave nothing of the
+//     departed allocation, and live neighbours never lose a rule.
 //   - owners_test.go: one host, many owners: another owner's GC (in this
 //     process or another, sharing libcni's cache or not) never touches a
 //     live attachment; a host without iptables gets nftables from the

@@ -1,0 +1,397 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/sasha-s/go-deadlock"
+	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/netsandbox"
+)
+
+// The crash matrix (issue 31): for each of Setup (with a retry),
+// Teardown, Connect, Disconnect and GC, a runner child process is killed
+// with SIGKILL right after its k-th plugin command completes, for k from
+// 1 to the number of plugin commands the operation runs. The killwrap
+// test plugin stands in for every plugin of the chains (loopback, bridge,
+// firewall, portmap, failonce; not the IPAM plugin bridge runs itself),
+// runs the real one, counts the command and kills its parent, the runner,
+// at the k-th. While the runner runs and dies, a goroutine counts the
+// rules of two live neighbours (one per network, each with a port
+// mapping, of the same owner) and never sees fewer. After each kill a
+// restarted runner — a new Configurator in the test process, with the
+// child's Owner — runs the Teardown of the departed allocation, then GC
+// with the neighbours live (still counted); then nothing of the departed
+// allocation is left (the host against a baseline that holds the
+// neighbours, and the registry), and the neighbours still answer on their
+// mapped ports.
+//
+// k = 0 is the uninterrupted run that counts the commands (the log of
+// killwrap names each: Setup runs 19 — the first network's four ADDs, the
+// second's five whose last fails, its five DELs and five ADDs again;
+// Teardown and GC 9, Connect and Disconnect 5). Teardown and Disconnect
+// run every k on every plugin set. Setup, Connect and GC run k = 1, the
+// last k, and every third k in between, rotating with the plugin set
+// (the i-th set runs the ks ≡ i mod 3), so that across the three sets
+// every k runs; CNINET_CRASH_MATRIX=full runs every k of every operation
+// on every set. Nothing is skipped, under CI or not.
+
+// crashMatrixRunnerEnv, set in a child's environment, makes the test
+// binary a runner that does what it names (a matrixRunner as JSON) and
+// exits; init looks for it, so TestMain is not involved.
+const crashMatrixRunnerEnv = "CNINET_CRASH_MATRIX_RUNNER"
+
+func init() {
+	if spec := os.Getenv(crashMatrixRunnerEnv); spec != "" { // a runner child, already in the sandbox
+		deadlock.Opts.Disable = true // see TestMain
+		os.Exit(runMatrixRunner(spec))
+	}
+}
+
+// matrixRunner is what a runner child process is asked to do.
+type matrixRunner struct {
+	Op         string // Setup, Teardown, Connect, Disconnect or GC
+	ConfList   []byte
+	ConfLists  [][]byte
+	PluginDirs []string
+	Owner      string
+	Alloc      cninet.Allocation
+	Netns      string
+	Network    string   // Connect, Disconnect
+	Live       []string // GC
+}
+
+func matrixConfig(r matrixRunner) cninet.Config {
+	return cninet.Config{ConfList: r.ConfList, ConfLists: r.ConfLists, PluginDirs: r.PluginDirs, Owner: r.Owner,
+		Retry: cninet.RetryPolicy{Attempts: 3, BaseDelay: 10 * time.Millisecond, MaxDelay: 100 * time.Millisecond}}
+}
+
+// runMatrixRunner is the child's whole life; it returns its exit code.
+func runMatrixRunner(spec string) int {
+	var r matrixRunner
+	if err := json.Unmarshal([]byte(spec), &r); err != nil {
+		fmt.Fprintln(os.Stderr, "matrix runner:", err)
+		return 2
+	}
+	c, err := cninet.New(matrixConfig(r))
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		err = r.do(ctx, c)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "matrix runner:", err)
+		return 1
+	}
+	return 0
+}
+
+func (r matrixRunner) do(ctx context.Context, c *cninet.Configurator) error {
+	switch r.Op {
+	case "Setup":
+		_, err := c.Setup(ctx, &r.Alloc, r.Netns)
+		return err
+	case "Teardown":
+		return c.Teardown(ctx, &r.Alloc, r.Netns)
+	case "Connect":
+		_, err := c.Connect(ctx, &r.Alloc, r.Network, r.Netns)
+		return err
+	case "Disconnect":
+		return c.Disconnect(ctx, &r.Alloc, r.Network, r.Netns)
+	case "GC":
+		_, err := c.GC(ctx, r.Live)
+		return err
+	}
+	return fmt.Errorf("unknown operation %q", r.Op)
+}
+
+// crashMatrixOps are the operations of the matrix, in order.
+var crashMatrixOps = []string{"Setup", "Teardown", "Connect", "Disconnect", "GC"}
+
+// crashMatrixKs are the ks run for op when it runs n plugin commands, on
+// the i-th plugin set: every k for Teardown and Disconnect; for the others
+// the first and the last, and every third k in between, rotating with i
+// (so that across the three plugin sets every k runs somewhere), unless
+// CNINET_CRASH_MATRIX=full asks for every k of every operation.
+func crashMatrixKs(op string, n, i int) []int {
+	var ks []int
+	full := os.Getenv("CNINET_CRASH_MATRIX") == "full" || op == "Teardown" || op == "Disconnect"
+	for k := 1; k <= n; k++ {
+		if full || k == 1 || k == n || k%3 == i%3 {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+// crashMatrix is one plugin set's rig: two networks, the plugins wrapped
+// by killwrap, and the live neighbours.
+type crashMatrix struct {
+	t          *testing.T
+	n1, n2     network
+	pluginDirs []string
+	failDir    string // failonce's state: a file per id whose first ADD passes
+	owner      string
+	nft        bool // the plugins use their nftables backends
+	neighbours []*cninet.Allocation
+	nbPorts    []int
+	nbAddrs    []string
+	base       netsandbox.Snapshot
+}
+
+// killwrapDir is a directory of plugins that are killwrap under the names
+// of the chains' plugins, finding the real ones in realDirs.
+func killwrapDir(t *testing.T, realDirs []string) string {
+	t.Helper()
+	bin := filepath.Join(netsandbox.BuildPlugin(t, "killwrap"), "killwrap")
+	dir := t.TempDir()
+	for _, name := range []string{"loopback", "bridge", "firewall", "portmap", "failonce"} {
+		if err := os.Symlink(bin, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "killwrap.path"), []byte(strings.Join(realDirs, ":")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func newCrashMatrix(t *testing.T, set netsandbox.PluginSet) *crashMatrix {
+	t.Helper()
+	m := &crashMatrix{t: t, failDir: t.TempDir(), owner: "crash-matrix", nft: set.Backend == "nftables"}
+	m.n1, m.n2 = twoNetworks(t, set)
+	m.n2.conf = withPlugin(t, m.n2.conf, map[string]any{"type": "failonce", "stateDir": m.failDir})
+	realDirs := []string{set.Dir, netsandbox.BuildPlugin(t, "failonce")}
+	m.pluginDirs = append([]string{killwrapDir(t, realDirs)}, realDirs...)
+
+	c := m.configurator(t)
+	for i, nw := range []network{m.n1, m.n2} {
+		id := fmt.Sprintf("cm-neighbour-%d", i+1)
+		m.passFailonce(id)
+		w := netsandbox.NewWorkload(t)
+		port := hostPort(nw.cfg.NetworkName, 0)
+		alloc := &cninet.Allocation{ID: id, Ports: []cninet.Port{{Value: port, To: 8080}}, NetworkNames: []string{nw.cfg.NetworkName}}
+		st, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serveHTTP(t, w, 8080, id)
+		m.neighbours = append(m.neighbours, alloc)
+		m.nbPorts = append(m.nbPorts, port)
+		m.nbAddrs = append(m.nbAddrs, st.Address.String())
+		t.Cleanup(func() {
+			if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	m.assertNeighboursServed(t, "before the matrix")
+	m.base = baseline(t)
+	return m
+}
+
+// configurator is a Configurator of the matrix's owner knowing both
+// networks (the first the default), as the runner child's.
+func (m *crashMatrix) configurator(t *testing.T) *cninet.Configurator {
+	t.Helper()
+	cfg := matrixConfig(matrixRunner{ConfList: m.n1.conf, ConfLists: [][]byte{m.n2.conf}, PluginDirs: m.pluginDirs, Owner: m.owner})
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "cninet", Level: hclog.Warn, Output: testWriter{t}})
+	c, err := cninet.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// passFailonce makes failonce pass the first ADD of id.
+func (m *crashMatrix) passFailonce(id string) {
+	m.t.Helper()
+	if err := os.WriteFile(filepath.Join(m.failDir, id), nil, 0o644); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+// neighbourLines counts the lines of iptables-save, and with the
+// nftables backends of the nftables ruleset, that name a neighbour's id or
+// address: their masquerade, firewall and hostport rules.
+func (m *crashMatrix) neighbourLines() (int, error) {
+	var pats []string
+	for i, nb := range m.neighbours {
+		pats = append(pats, regexp.QuoteMeta(nb.ID), `(^|[^0-9.])`+regexp.QuoteMeta(m.nbAddrs[i])+`($|[^0-9])`)
+	}
+	re := regexp.MustCompile(strings.Join(pats, "|"))
+	cmds := [][]string{{"iptables-save"}} // the networks are IPv4 only
+	if m.nft {
+		cmds = append(cmds, []string{"nft", "list", "ruleset"})
+	}
+	time.Sleep(20 * time.Millisecond) // leave the runner the CPU between samples
+	n := 0
+	for _, cmd := range cmds {
+		out, err := exec.Command(cmd[0], cmd[1:]...).Output()
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", strings.Join(cmd, " "), err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if re.MatchString(line) {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+func (m *crashMatrix) assertNeighboursServed(t *testing.T, when string) {
+	t.Helper()
+	for i, nw := range []network{m.n1, m.n2} {
+		assertReachable(t, when, m.nbPorts[i], m.neighbours[i].ID, nw.gw4)
+	}
+}
+
+// departed is the allocation op acts on, set up (and, for GC, left dead)
+// by the test process before the runner starts.
+func (m *crashMatrix) departed(t *testing.T, op string, k int) (*cninet.Allocation, *netsandbox.Workload) {
+	t.Helper()
+	id := fmt.Sprintf("cm-%s-%d", strings.ToLower(op), k)
+	alloc := &cninet.Allocation{ID: id, Ports: []cninet.Port{{Value: hostPort(m.n1.cfg.NetworkName, 1), To: 8080}},
+		NetworkNames: []string{m.n1.cfg.NetworkName, m.n2.cfg.NetworkName}}
+	if op == "Connect" {
+		alloc.NetworkNames = nil // the default network, then Connect of the second
+	}
+	w := netsandbox.NewWorkload(t)
+	if op == "Setup" {
+		return alloc, w // failonce fails its first ADD on the second network: Setup retries
+	}
+	m.passFailonce(id)
+	if _, err := m.configurator(t).Setup(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+		t.Fatal(err)
+	}
+	if op == "GC" {
+		if err := w.Delete(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return alloc, w
+}
+
+// cell runs op in a runner killed after its k-th plugin command (never
+// when k is 0), then the restarted runner's Teardown and GC, and checks
+// that nothing of the departed allocation is left and the neighbours
+// never lost a rule. It returns how many plugin commands the runner ran.
+func (m *crashMatrix) cell(t *testing.T, op string, k int) int {
+	t.Helper()
+	alloc, w := m.departed(t, op, k)
+	want, err := m.neighbourLines()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want == 0 {
+		t.Fatal("no rule names the neighbours")
+	}
+
+	wrapDir := t.TempDir()
+	spec, err := json.Marshal(matrixRunner{Op: op, ConfList: m.n1.conf, ConfLists: [][]byte{m.n2.conf}, PluginDirs: m.pluginDirs,
+		Owner: m.owner, Alloc: *alloc, Netns: w.Path, Network: m.n2.cfg.NetworkName,
+		Live: []string{m.neighbours[0].ID, m.neighbours[1].ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner := exec.Command(os.Args[0], "-test.run=^$")
+	runner.Env = append(os.Environ(), crashMatrixRunnerEnv+"="+string(spec), "KILLWRAP_DIR="+wrapDir, "KILLWRAP_KILL_AT="+strconv.Itoa(k))
+	var stderr bytes.Buffer
+	runner.Stderr = &stderr
+	var runErr error
+	sampleWhile(t, "the neighbours' rules while the runner runs "+op, want, m.neighbourLines, func() { runErr = runner.Run() })
+	waitForPlugins(t, wrapDir)
+	log, _ := os.ReadFile(filepath.Join(wrapDir, "log"))
+	commands := strings.Count(string(log), "\n")
+	var exit *exec.ExitError
+	switch {
+	case k == 0 && runErr != nil:
+		t.Fatalf("the uninterrupted %s failed: %v; stderr:\n%s", op, runErr, stderr.String())
+	case k > 0 && (!errors.As(runErr, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL):
+		t.Fatalf("the runner ended with %v, want killed by SIGKILL after plugin command %d; plugin commands:\n%s\nstderr:\n%s", runErr, k, log, stderr.String())
+	case k > 0:
+		t.Logf("killed after command %d of %s: %s", k, op, strings.Split(string(log), "\n")[k-1])
+	}
+	m.assertNeighboursServed(t, fmt.Sprintf("after the runner's %s (k=%d)", op, k))
+
+	c := m.configurator(t)
+	sampleWhile(t, "the neighbours' rules during the restarted runner's Teardown and GC", want, m.neighbourLines, func() {
+		if runErr = c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); runErr != nil {
+			return
+		}
+		_, runErr = c.GC(ctxFor(t, time.Minute), []string{m.neighbours[0].ID, m.neighbours[1].ID})
+	})
+	if runErr != nil {
+		t.Fatalf("the restarted runner: %v", runErr)
+	}
+	if err := w.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	atts, err := c.Attachments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range atts {
+		if a.ID == alloc.ID {
+			t.Errorf("the registry still records %s in %s (%s)", a.ID, a.Network, a.State)
+		}
+	}
+	assertNoLeaks(t, m.base, allowBoth(m.n1, m.n2))
+	m.assertNeighboursServed(t, fmt.Sprintf("after the restarted runner (%s, k=%d)", op, k))
+	return commands
+}
+
+// waitForPlugins waits until no plugin a killed runner started still runs.
+func waitForPlugins(t *testing.T, wrapDir string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		running, err := filepath.Glob(filepath.Join(wrapDir, "running-*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(running) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("plugins still running a minute after the runner ended: %v", running)
+		}
+	}
+}
+
+func TestCrashMatrixARunnerKilledAfterAnyPluginCommandLeavesNothingAndNeverCostsANeighbourARule(t *testing.T) {
+	setIndex := -1
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		m := newCrashMatrix(t, set)
+		setIndex++
+		for _, op := range crashMatrixOps {
+			t.Run(op, func(t *testing.T) {
+				start := time.Now()
+				var n int
+				t.Run("k=0", func(t *testing.T) { n = m.cell(t, op, 0) })
+				if n == 0 {
+					t.Fatalf("the uninterrupted %s ran no plugin command", op)
+				}
+				ks := crashMatrixKs(op, n, setIndex)
+				for _, k := range ks {
+					t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { m.cell(t, op, k) })
+				}
+				t.Logf("%s: %d plugin commands, killed after each of %v, in %v", op, n, ks, time.Since(start).Round(time.Millisecond))
+			})
+		}
+	})
+}

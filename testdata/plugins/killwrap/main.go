@@ -1,0 +1,132 @@
+// Command killwrap stands in for a CNI plugin, for crash tests that kill
+// the runner after its k-th plugin command. Installed (as a symlink or a
+// copy) under a plugin's name in a directory that comes first in
+// CNI_PATH, it runs the real plugin of that name (the next one in
+// CNI_PATH that is not killwrap itself) with the same arguments, input
+// and environment.
+//
+// Without KILLWRAP_DIR in its environment it only execs the real plugin:
+// a runner that is not under test sees the plugins unchanged. With it,
+// after the real plugin of an ADD, DEL, CHECK, GC or STATUS has exited
+// (its result written), killwrap counts the command in KILLWRAP_DIR/count
+// (under a file lock: networks attach in parallel), appends a line to
+// KILLWRAP_DIR/log ("<n> <command> <plugin> <container id> <exit code>"),
+// and when the count reaches KILLWRAP_KILL_AT kills its parent, the
+// runner, with SIGKILL — before the runner could read the result, as an
+// OOM kill or an agent restart would. It then exits as the real plugin
+// did. While it runs it holds KILLWRAP_DIR/running-<pid>, so a test can
+// wait until the plugins a killed runner left behind have finished.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	name := filepath.Base(os.Args[0])
+	real, err := findReal(name)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, `{"cniVersion":"1.0.0","code":999,"msg":"killwrap: %s"}`+"\n", err)
+		os.Exit(1)
+	}
+	dir := os.Getenv("KILLWRAP_DIR")
+	command := os.Getenv("CNI_COMMAND")
+	counted := command == "ADD" || command == "DEL" || command == "CHECK" || command == "GC" || command == "STATUS"
+	if dir == "" || !counted {
+		err := syscall.Exec(real, append([]string{real}, os.Args[1:]...), os.Environ())
+		fmt.Fprintf(os.Stderr, "killwrap: exec %s: %v\n", real, err)
+		os.Exit(1)
+	}
+	running := filepath.Join(dir, fmt.Sprintf("running-%d", os.Getpid()))
+	if err := os.WriteFile(running, nil, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "killwrap:", err)
+		os.Exit(1)
+	}
+	code := run(dir, name, real, command)
+	os.Remove(running)
+	os.Exit(code)
+}
+
+// run runs the real plugin, counts the command and kills the runner when
+// the count says so; it returns the real plugin's exit code.
+func run(dir, name, real, command string) int {
+	cmd := exec.Command(real, os.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	code := 0
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			fmt.Fprintln(os.Stderr, "killwrap:", err)
+			return 1
+		}
+		code = exit.ExitCode()
+	}
+	n, err := count(dir, fmt.Sprintf("%s %s %s %d", command, name, os.Getenv("CNI_CONTAINERID"), code))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "killwrap:", err)
+		return 1
+	}
+	if at, _ := strconv.Atoi(os.Getenv("KILLWRAP_KILL_AT")); at > 0 && n == at {
+		syscall.Kill(os.Getppid(), syscall.SIGKILL)
+	}
+	return code
+}
+
+// count adds one to dir/count and logs line; it returns the new count.
+func count(dir, line string) (int, error) {
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return 0, err
+	}
+	path := filepath.Join(dir, "count")
+	n := 0
+	if b, err := os.ReadFile(path); err == nil {
+		n, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	n++
+	if err := os.WriteFile(path, []byte(strconv.Itoa(n)), 0o644); err != nil {
+		return 0, err
+	}
+	log, err := os.OpenFile(filepath.Join(dir, "log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer log.Close()
+	_, err = fmt.Fprintf(log, "%d %s\n", n, line)
+	return n, err
+}
+
+// findReal is the first plugin called name that is not this program, in
+// the directories killwrap.path lists, else in CNI_PATH.
+func findReal(name string) (string, error) {
+	self, err := os.Stat("/proc/self/exe")
+	if err != nil {
+		return "", err
+	}
+	dirs := os.Getenv("CNI_PATH")
+	if b, err := os.ReadFile(filepath.Join(filepath.Dir(os.Args[0]), "killwrap.path")); err == nil {
+		dirs = strings.TrimSpace(string(b))
+	}
+	for _, dir := range filepath.SplitList(dirs) {
+		path := filepath.Join(dir, name)
+		info, err := os.Stat(path)
+		if err != nil || info.IsDir() || os.SameFile(info, self) {
+			continue
+		}
+		return path, nil
+	}
+	return "", fmt.Errorf("no plugin %q in %q besides killwrap", name, dirs)
+}
