@@ -13,12 +13,13 @@ import (
 func TestSetupCheckTeardownAndGCThroughTheCLI(t *testing.T) {
 	netsandbox.Require(t)
 	w := netsandbox.NewWorkload(t)
-	dir := t.TempDir()
+	dir, ipam := t.TempDir(), t.TempDir()
 	if code, _, stderr := runCLI("conflist", "--network", "clinet", "--bridge", "clibr0", "--subnet", "198.18.200.0/24",
-		"--ipam-data-dir", t.TempDir(), "--write", dir); code != 0 {
+		"--ipam-data-dir", ipam, "--write", dir); code != 0 {
 		t.Fatalf("conflist exit %d: %s", code, stderr)
 	}
 	common := []string{"--cni-path", "/usr/lib/cni", "--conflist", filepath.Join(dir, "clinet.conflist")}
+	host := newHostCheck(t, "clibr0")
 	code, out, stderr := runCLI(append([]string{"setup", "-o", "json", "--id", "cli-1", "--netns", w.Path, "-p", "28090:80/tcp"}, common...)...)
 	if code != 0 {
 		t.Fatalf("setup exit %d: %s", code, stderr)
@@ -27,6 +28,8 @@ func TestSetupCheckTeardownAndGCThroughTheCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &status); err != nil || !strings.HasPrefix(status.Result["address"], "198.18.200.") {
 		t.Fatalf("setup printed %q (%v)", out, err)
 	}
+	addr := status.Result["address"]
+	host.assertAttached(t, "after setup", addr, ipam, "clinet", "80")
 	if code, _, stderr := runCLI(append([]string{"check", "--id", "cli-1", "--netns", w.Path, "-p", "28090:80/tcp"}, common...)...); code != 0 {
 		t.Fatalf("check exit %d: %s", code, stderr)
 	}
@@ -36,9 +39,12 @@ func TestSetupCheckTeardownAndGCThroughTheCLI(t *testing.T) {
 		t.Fatalf("gc exit %d, printed %s: %s", code, out, stderr)
 	}
 	assertSnakeCaseReport(t, out)
+	host.assertDetached(t, "after gc", addr, ipam, "clinet")
+	host.assertNothingLeft(t, "after gc")
 	if code, _, stderr := runCLI(append([]string{"teardown", "--id", "cli-1"}, common...)...); code != 0 {
 		t.Fatalf("teardown after gc exit %d: %s", code, stderr)
 	}
+	host.assertNothingLeft(t, "after the teardown after gc")
 }
 
 // assertSnakeCaseReport checks that a GC report printed by the CLI with
@@ -74,9 +80,10 @@ func assertSnakeCaseReport(t *testing.T, out string) {
 func TestTwoNetworksThroughTheCLI(t *testing.T) {
 	netsandbox.Require(t)
 	w := netsandbox.NewWorkload(t)
-	dir := confDirOf(t, "clim1", "clim2")
+	dir, ipam := confDirWithIPAM(t, "clim1", "clim2")
 	common := []string{"--cni-path", "/usr/lib/cni", "--conf-dir", dir, "--id", "cli-m"}
 	joined := append([]string{"--network", "clim1", "--network", "clim2"}, common...)
+	host := newHostCheck(t, "clibr-clim1", "clibr-clim2")
 	code, out, stderr := runCLI(append([]string{"setup", "--output=json", "--netns", w.Path}, joined...)...)
 	if code != 0 {
 		t.Fatalf("setup exit %d: %s", code, stderr)
@@ -92,6 +99,9 @@ func TestTwoNetworksThroughTheCLI(t *testing.T) {
 		status.Networks[1].Network != "clim2" || status.Networks[1].Interface != "eth1" || !strings.HasPrefix(status.Networks[1].Address, "198.18.211.") {
 		t.Fatalf("setup printed %s (%v)", out, err)
 	}
+	for _, n := range env.Result.Networks {
+		host.assertAttached(t, "after setup", n.Address, ipam, n.Network, "")
+	}
 	code, out, stderr = runCLI(append([]string{"check", "--netns", w.Path}, joined...)...)
 	if code != 0 {
 		t.Fatalf("check exit %d: %s%s", code, out, stderr)
@@ -101,7 +111,12 @@ func TestTwoNetworksThroughTheCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "cli-m") {
 		t.Fatalf("gc exit %d, printed %s: %s", code, out, stderr)
 	}
+	for _, n := range env.Result.Networks {
+		host.assertDetached(t, "after gc", n.Address, ipam, n.Network)
+	}
+	host.assertNothingLeft(t, "after gc")
 	if code, _, stderr := runCLI(append([]string{"teardown"}, joined...)...); code != 0 {
 		t.Fatalf("teardown after gc exit %d: %s", code, stderr)
 	}
+	host.assertNothingLeft(t, "after the teardown after gc")
 }

@@ -13,18 +13,31 @@ import (
 func TestConnectAndDisconnectThroughTheCLI(t *testing.T) {
 	netsandbox.Require(t)
 	w := netsandbox.NewWorkload(t)
-	dir := confDirOf(t, "clic1", "clic2")
+	dir, ipam := confDirWithIPAM(t, "clic1", "clic2")
 	common := []string{"--cni-path", "/usr/lib/cni", "--conf-dir", dir, "--id", "cli-c", "-p", "28095:80/tcp"}
-	if code, _, stderr := runCLI(append([]string{"setup", "--netns", w.Path, "--network", "clic1"}, common...)...); code != 0 {
-		t.Fatalf("setup exit %d: %s", code, stderr)
+	host := newHostCheck(t, "clibr-clic1", "clibr-clic2")
+	// connect attaches clic2 and returns its address, checked on the host.
+	connect := func(when string) string {
+		t.Helper()
+		code, out, stderr := runCLI(append([]string{"connect", "-o", "json", "--netns", w.Path, "--network", "clic2"}, common...)...)
+		var env struct{ Result map[string]any }
+		err := json.Unmarshal([]byte(out), &env)
+		if status := env.Result; code != 0 || err != nil || status["interface"] != "eth1" || status["network"] != "clic2" ||
+			!strings.HasPrefix(fmt.Sprint(status["address"]), "198.18.211.") {
+			t.Fatalf("%s: connect exit %d, printed %s: %s", when, code, out, stderr)
+		}
+		addr := fmt.Sprint(env.Result["address"])
+		host.assertAttached(t, when, addr, ipam, "clic2", "80")
+		return addr
 	}
-	code, out, stderr := runCLI(append([]string{"connect", "-o", "json", "--netns", w.Path, "--network", "clic2"}, common...)...)
-	var env struct{ Result map[string]any }
-	err := json.Unmarshal([]byte(out), &env)
-	if status := env.Result; code != 0 || err != nil || status["interface"] != "eth1" || status["network"] != "clic2" ||
-		!strings.HasPrefix(fmt.Sprint(status["address"]), "198.18.211.") {
-		t.Fatalf("connect exit %d, printed %s: %s", code, out, stderr)
+	code, out, stderr := runCLI(append([]string{"setup", "-o", "json", "--netns", w.Path, "--network", "clic1"}, common...)...)
+	var setup struct{ Result map[string]any }
+	if err := json.Unmarshal([]byte(out), &setup); code != 0 || err != nil {
+		t.Fatalf("setup exit %d, printed %s (%v): %s", code, out, err, stderr)
 	}
+	addr1 := fmt.Sprint(setup.Result["address"])
+	host.assertAttached(t, "after setup", addr1, ipam, "clic1", "80")
+	addr2 := connect("after connect")
 	if code, _, stderr := runCLI(append([]string{"connect", "--netns", w.Path, "--network", "clic2"}, common...)...); code != 1 ||
 		!strings.Contains(stderr, "already attached") {
 		t.Fatalf("connecting twice: exit %d, %s; want 1 saying it is already attached", code, stderr)
@@ -33,16 +46,17 @@ func TestConnectAndDisconnectThroughTheCLI(t *testing.T) {
 		if code, _, stderr := runCLI(append([]string{"disconnect", "--netns", w.Path, "--network", "clic2"}, common...)...); code != 0 {
 			t.Fatalf("disconnect %d: exit %d: %s", i+1, code, stderr)
 		}
+		host.assertDetached(t, fmt.Sprintf("after disconnect %d", i+1), addr2, ipam, "clic2")
+		host.assertAttached(t, fmt.Sprintf("after disconnect %d", i+1), addr1, ipam, "clic1", "80")
 	}
 	if code, _, stderr := runCLI(append([]string{"check", "--netns", w.Path, "--network", "clic1"}, common...)...); code != 0 {
 		t.Fatalf("check of the network left: exit %d: %s", code, stderr)
 	}
-	if code, _, stderr := runCLI(append([]string{"connect", "--netns", w.Path, "--network", "clic2"}, common...)...); code != 0 {
-		t.Fatalf("connecting again after the disconnect: exit %d: %s", code, stderr)
-	}
-	if code, _, stderr := runCLI(append([]string{"teardown", "--network", "clic1"}, common...)...); code != 0 {
+	connect("connecting again after the disconnect")
+	if code, _, stderr := runCLI(append([]string{"teardown", "--netns", w.Path, "--network", "clic1"}, common...)...); code != 0 {
 		t.Fatalf("teardown exit %d: %s", code, stderr)
 	}
+	host.assertNothingLeft(t, "after teardown")
 	if left, _ := filepath.Glob("/var/lib/cni/results/*cli-c*"); len(left) > 0 {
 		t.Fatalf("teardown left cached attachments %v: the connected network was not detached", left)
 	}

@@ -130,7 +130,15 @@ func TestTheDaemonsHelpListsEveryFlag(t *testing.T) {
 // and subnet (198.18.210+i.0/24), into a new directory.
 func confDirOf(t *testing.T, names ...string) string {
 	t.Helper()
-	dir, ipam := t.TempDir(), t.TempDir()
+	dir, _ := confDirWithIPAM(t, names...)
+	return dir
+}
+
+// confDirWithIPAM is confDirOf, also returning the networks' host-local
+// data directory (a reservation is ipam/<network>/<address>).
+func confDirWithIPAM(t *testing.T, names ...string) (dir, ipam string) {
+	t.Helper()
+	dir, ipam = t.TempDir(), t.TempDir()
 	for i, name := range names {
 		conf, err := cninet.BridgeConfList(cninet.BridgeConfig{NetworkName: name, BridgeName: "clibr-" + name,
 			IPv4Subnet: fmt.Sprintf("198.18.%d.0/24", 210+i), IPAMDataDir: ipam})
@@ -141,5 +149,5 @@ func confDirOf(t *testing.T, names ...string) string {
 			t.Fatal(err)
 		}
 	}
-	return dir
+	return dir, ipam
 }
