@@ -55,6 +55,9 @@ func (c *Configurator) networksOf(alloc *Allocation, forTeardown bool) ([]attach
 		if !ok && forTeardown {
 			conf, ok = retired[name]
 		}
+		if !ok && forTeardown && c.recordedIn(alloc.ID, name) {
+			continue // its conflist went: the record has it (withRecords)
+		}
 		if !ok {
 			unknown = append(unknown, strconv.Quote(name))
 		}

@@ -26,6 +26,10 @@ type multiFixture struct {
 	dir     string
 	ipamDir string
 	cache   string
+	state   string
+
+	retry      RetryPolicy
+	pluginDirs []string
 }
 
 func newMultiFixture(t *testing.T, retry RetryPolicy, pluginDirs ...string) multiFixture {
@@ -50,7 +54,17 @@ func newMultiFixture(t *testing.T, retry RetryPolicy, pluginDirs ...string) mult
 	if len(pluginDirs) == 0 {
 		pluginDirs = []string{t.TempDir()} // no plugin ever runs from here
 	}
-	c, err := New(Config{ConfDir: f.dir, NetworkName: "a", CNI: f.cni, CacheDir: f.cache, StateDir: t.TempDir(), Retry: retry, PluginDirs: pluginDirs,
+	f.state, f.retry, f.pluginDirs = t.TempDir(), retry, pluginDirs
+	f.drv.cacheDir = f.cache
+	f.c = f.configurator(t)
+	return f
+}
+
+// configurator returns a Configurator of the fixture's host: its conf
+// dir, fakes, cache and registry, as a restarted runner has them.
+func (f multiFixture) configurator(t *testing.T) *Configurator {
+	t.Helper()
+	c, err := New(Config{ConfDir: f.dir, NetworkName: "a", CNI: f.cni, CacheDir: f.cache, StateDir: f.state, Retry: f.retry, PluginDirs: f.pluginDirs,
 		NFTables: func() (host.NFTables, error) { return f.nft, nil },
 		IPTables: func(v6 bool) (host.IPTables, error) {
 			if v6 {
@@ -62,10 +76,8 @@ func newMultiFixture(t *testing.T, retry RetryPolicy, pluginDirs ...string) mult
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	f.drv.cacheDir = f.cache
 	c.driver = f.drv
-	f.c = c
-	return f
+	return c
 }
 
 var quickRetry = RetryPolicy{Attempts: 2, BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}

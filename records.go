@@ -166,6 +166,21 @@ func (c *Configurator) recorded(id, network, ifName string) *registry.Record {
 	return nil
 }
 
+// recordedIn reports whether the registry records an attachment of id in
+// network.
+func (c *Configurator) recordedIn(id, network string) bool {
+	recs, _, err := c.reg.Of(id)
+	if err != nil {
+		return false
+	}
+	for _, rec := range recs {
+		if rec.Network == network {
+			return true
+		}
+	}
+	return false
+}
+
 // forget removes att's record once its detach left nothing.
 func (c *Configurator) forget(id string, att attachment) error {
 	if err := c.reg.Remove(registry.Key{Network: att.name(), ContainerID: id, IfName: att.ifName}); err != nil {
