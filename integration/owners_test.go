@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -299,6 +301,53 @@ func (s *timedSampler) assertNeverBelow(t *testing.T, what string, want int, fro
 	t.Logf("%s: %d in each of %d samples, %d of them within the %s it ran", what, want, len(s.samples), within, to.Sub(from).Round(time.Millisecond))
 }
 
+// fetchNew is fetch over a connection of its own each time: a connection
+// an earlier fetch left idle in http.DefaultTransport's pool is still
+// translated by its conntrack entry after the port mapping is gone, and
+// would answer for a mapping that no longer exists.
+func fetchNew(addr netip.Addr, port int) (string, error) {
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Timeout: 2 * time.Second, Transport: tr}
+	url := "http://" + netip.AddrPortFrom(addr, uint16(port)).String() + "/"
+	var lastErr error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := client.Get(url)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return string(body), err
+	}
+	return "", lastErr
+}
+
+// assertNoLeaksSettled is assertNoLeaks that gives a deleted namespace's
+// veths a few seconds to go: the kernel destroys a network namespace, and
+// the devices in it, asynchronously (here after a GC, whose DEL runs
+// without the namespace, left them to go with it).
+func assertNoLeaksSettled(t *testing.T, base netsandbox.Snapshot, allow netsandbox.Allowance) {
+	t.Helper()
+	var leaks []string
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		now, err := netsandbox.TakeSnapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if leaks = netsandbox.Leaks(base, now, allow); len(leaks) == 0 || time.Now().After(end) {
+			break
+		}
+		if slices.ContainsFunc(leaks, func(l string) bool { return !strings.HasPrefix(l, "link veth") }) {
+			break // only a veth may still be on its way out
+		}
+	}
+	if len(leaks) > 0 {
+		t.Fatalf("%d item(s) leaked:\n  %s", len(leaks), strings.Join(leaks, "\n  "))
+	}
+}
+
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
@@ -333,7 +382,7 @@ func TestAnotherOwnersGCNeverTouchesALiveAttachmentOfTheSameNetwork(t *testing.T
 					t.Fatal(err)
 				}
 				stopA1 := serveHTTP(t, wa, 8080, "a1")
-				if body, err := fetch(nw.gw4, port); err != nil || body != "hello from a1" {
+				if body, err := fetchNew(nw.gw4, port); err != nil || body != "hello from a1" {
 					t.Fatalf("a1 through its host port before: %q, %v", body, err)
 				}
 				addrs := []netip.Addr{st.Address, st.AddressIPv6}
@@ -381,7 +430,7 @@ func TestAnotherOwnersGCNeverTouchesALiveAttachmentOfTheSameNetwork(t *testing.T
 					if got := strings.Join(report.IDs(), ","); got != "b-dead" {
 						t.Fatalf("runtime-b's GC collected %q, want its own b-dead only", got)
 					}
-					if body, err := fetch(nw.gw4, port+1); err != nil || body != "hello from b1" {
+					if body, err := fetchNew(nw.gw4, port+1); err != nil || body != "hello from b1" {
 						t.Fatalf("b1 through its host port after its owner's GC: %q, %v", body, err)
 					}
 				} else {
@@ -417,10 +466,10 @@ func TestAnotherOwnersGCNeverTouchesALiveAttachmentOfTheSameNetwork(t *testing.T
 				if !fileExists(reservation) {
 					t.Fatalf("a1's reservation %s is gone after runtime-b's GC", reservation)
 				}
-				if body, err := fetch(nw.gw4, port); err != nil || body != "hello from a1" {
+				if body, err := fetchNew(nw.gw4, port); err != nil || body != "hello from a1" {
 					t.Fatalf("a1 through its host port after runtime-b's GC: %q, %v", body, err)
 				}
-				if body, err := fetch(nw.gw6, port); err != nil || body != "hello from a1" {
+				if body, err := fetchNew(nw.gw6, port); err != nil || body != "hello from a1" {
 					t.Fatalf("a1 through its host port after runtime-b's GC (IPv6): %q, %v", body, err)
 				}
 				assertRecordedAs(t, a, "after runtime-b's GC", "a1", nw.cfg.NetworkName, "orchestrator-a", true)
@@ -450,7 +499,7 @@ func TestAnotherOwnersGCNeverTouchesALiveAttachmentOfTheSameNetwork(t *testing.T
 					assertRecordedAs(t, a, "after orchestrator-a's GC", "a1", nw.cfg.NetworkName, "", false)
 				})
 				if b != nil {
-					if body, err := fetch(nw.gw4, port+1); err != nil || body != "hello from b1" {
+					if body, err := fetchNew(nw.gw4, port+1); err != nil || body != "hello from b1" {
 						t.Fatalf("b1 after orchestrator-a's GC: %q, %v", body, err)
 					}
 					assertRecordedAs(t, b, "after orchestrator-a's GC", "b1", nw.cfg.NetworkName, "runtime-b", true)
@@ -462,7 +511,7 @@ func TestAnotherOwnersGCNeverTouchesALiveAttachmentOfTheSameNetwork(t *testing.T
 				wDead.Delete()
 				stopA1()
 				wa.Delete()
-				assertNoLeaks(t, base, nw.allowance())
+				assertNoLeaksSettled(t, base, nw.allowance())
 			})
 		}
 	})
@@ -587,7 +636,7 @@ func TestWithoutIPTablesOnPATHDisconnectKeepsTheOtherNetworksPortMappingsAtEvery
 			nw   network
 			port int
 		}{{n1, port1}, {n2, port2}} {
-			if body, err := fetch(via.nw.gw4, via.port); err != nil || body != "hello from "+id {
+			if body, err := fetchNew(via.nw.gw4, via.port); err != nil || body != "hello from "+id {
 				t.Fatalf("through %s's gateway port %d: %q, %v", via.nw.cfg.NetworkName, via.port, body, err)
 			}
 		}
@@ -621,7 +670,7 @@ func TestWithoutIPTablesOnPATHDisconnectKeepsTheOtherNetworksPortMappingsAtEvery
 		if n, err := countHostportRules(id, addr1); err != nil || n != 0 {
 			t.Fatalf("%s's hostport rules after the Disconnect: %d, %v; want 0", n1.cfg.NetworkName, n, err)
 		}
-		if body, err := fetch(n2.gw4, port2); err != nil || body != "hello from "+id {
+		if body, err := fetchNew(n2.gw4, port2); err != nil || body != "hello from "+id {
 			t.Fatalf("through %s's gateway port %d after the Disconnect: %q, %v", n2.cfg.NetworkName, port2, body, err)
 		}
 
