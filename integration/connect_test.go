@@ -30,10 +30,11 @@ func loopbackUp(t *testing.T, w *netsandbox.Workload) bool {
 func TestAConnectedNetworkIsDetachedByTeardownWithTheOriginalAllocationAfterTheNamespaceWentAway(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		n1, n2 := twoNetworks(t, set)
+		ports := ownPorts(t, 28186, 8080, &n1, &n2) // n1's port would answer on n2's gateway too
 		c := newMultiConfigurator(t, set, n1.conf, [][]byte{n2.conf}, cninet.RetryPolicy{})
 		base := baseline(t)
 		w := netsandbox.NewWorkload(t)
-		alloc := &cninet.Allocation{ID: "connect-gone", Ports: []cninet.Port{{Value: 28186, To: 8080}}} // the default network only
+		alloc := &cninet.Allocation{ID: "connect-gone", Ports: []cninet.Port{{Value: ports[0], To: 8080}}} // the default network only
 		if _, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
 			t.Fatal(err)
 		}
@@ -45,8 +46,8 @@ func TestAConnectedNetworkIsDetachedByTeardownWithTheOriginalAllocationAfterTheN
 			t.Fatalf("connect status %+v, want %s on eth1", st, n2.cfg.NetworkName)
 		}
 		stop := serveHTTP(t, w, 8080, "connect-gone")
-		if body, err := fetch(n2.gw4, 28186); err != nil || body != "hello from connect-gone" {
-			t.Fatalf("through the connected network's mapped port: %q, %v", body, err)
+		if body, err := fetch(n2.gw4, ports[1]); err != nil || body != "hello from connect-gone" {
+			t.Fatalf("through the connected network's own mapped port %d: %q, %v", ports[1], body, err)
 		}
 		stop()
 		if err := w.Delete(); err != nil {
@@ -62,17 +63,18 @@ func TestAConnectedNetworkIsDetachedByTeardownWithTheOriginalAllocationAfterTheN
 func TestDisconnectKeepsTheOtherNetworkReachableThroughItsMappedPort(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		n1, n2 := twoNetworks(t, set)
+		ports := ownPorts(t, 28187, 8080, &n1, &n2)
 		c := newMultiConfigurator(t, set, n1.conf, [][]byte{n2.conf}, cninet.RetryPolicy{})
 		base := baseline(t)
 		w := netsandbox.NewWorkload(t)
-		alloc := &cninet.Allocation{ID: "disconnect-1", Ports: []cninet.Port{{Value: 28187, To: 8080}},
+		alloc := &cninet.Allocation{ID: "disconnect-1", Ports: []cninet.Port{{Value: ports[0], To: 8080}},
 			NetworkNames: []string{n1.cfg.NetworkName, n2.cfg.NetworkName}}
 		st, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		serveHTTP(t, w, 8080, "disconnect-1")
-		assertServed(t, st, []network{n1, n2}, 28187, 8080, "hello from disconnect-1")
+		assertServed(t, st, []network{n1, n2}, ports, 8080, "hello from disconnect-1")
 		for i := range 2 { // the second time: not attached any more, nil
 			if err := c.Disconnect(ctxFor(t, time.Minute), alloc, n2.cfg.NetworkName, w.Path); err != nil {
 				t.Fatalf("disconnect %d: %v", i+1, err)
@@ -81,7 +83,7 @@ func TestDisconnectKeepsTheOtherNetworkReachableThroughItsMappedPort(t *testing.
 		if !loopbackUp(t, w) {
 			t.Fatal("the workload's lo is down after the disconnect: the loopback plugin's DEL took it down and nothing brought it back")
 		}
-		if body, err := fetch(n1.gw4, 28187); err != nil || body != "hello from disconnect-1" {
+		if body, err := fetch(n1.gw4, ports[0]); err != nil || body != "hello from disconnect-1" {
 			t.Fatalf("through %s's mapped port after disconnecting %s: %q, %v", n1.cfg.NetworkName, n2.cfg.NetworkName, body, err)
 		}
 		if body, err := fetch(st.Networks[0].Address, 8080); err != nil || body != "hello from disconnect-1" {

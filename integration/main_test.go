@@ -145,9 +145,13 @@ func serveHTTP(t *testing.T, w *netsandbox.Workload, port int, name string) (sto
 }
 
 // fetch GETs http://addr:port/ from the sandbox's host side, retrying
-// briefly while the path settles (IPv6 duplicate address detection).
+// briefly while the path settles (IPv6 duplicate address detection). Each
+// try opens a connection of its own: one an earlier fetch left idle in
+// http.DefaultTransport's pool would still answer through its conntrack
+// entry after the DNAT rule that made it was deleted, so a check after a
+// teardown, a GC or a Disconnect could not fail.
 func fetch(addr netip.Addr, port int) (string, error) {
-	client := &http.Client{Timeout: 2 * time.Second}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	url := "http://" + netip.AddrPortFrom(addr, uint16(port)).String() + "/"
 	var lastErr error
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {

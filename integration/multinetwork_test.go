@@ -62,20 +62,71 @@ func newMultiConfigurator(t *testing.T, set netsandbox.PluginSet, first []byte, 
 	return c
 }
 
-// assertServed fetches the workload through each network: the gateway's
-// mapped port, and the workload's own address on that network.
-func assertServed(t *testing.T, st *cninet.NetworkStatus, nets []network, hostPort, port int, want string) {
+// ownPort makes a network's portmap map a host port of its own, to →
+// port in the workload, whatever the allocation's ports: a static mapping
+// in the plugin's runtimeConfig, with the portMappings capability dropped
+// (libcni then hands the plugin its conf's runtimeConfig unchanged).
+// cninet maps an allocation's ports on every network that declares the
+// capability, so with one port for all, one network's surviving DNAT
+// rule answers on every gateway (portmap's rules match any local
+// address): a test of several networks gives each but the first (which
+// maps the allocation's ports) a port of its own, and asks each network's
+// port on that network's gateway, so that a lost mapping on any network
+// fails it.
+func ownPort(t *testing.T, conf []byte, hostPort, port int) []byte {
 	t.Helper()
-	if len(st.Networks) != len(nets) {
-		t.Fatalf("status has %d networks, want %d: %+v", len(st.Networks), len(nets), st.Networks)
+	var list map[string]any
+	if err := json.Unmarshal(conf, &list); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, p := range list["plugins"].([]any) {
+		if plugin := p.(map[string]any); plugin["type"] == "portmap" {
+			found = true
+			delete(plugin, "capabilities")
+			plugin["runtimeConfig"] = map[string]any{"portMappings": []map[string]any{
+				{"hostPort": hostPort, "containerPort": port, "protocol": "tcp"}}}
+		}
+	}
+	if !found {
+		t.Fatal("the conflist has no portmap")
+	}
+	out, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// ownPorts gives every network of nets but the first its own host port
+// (hostPort(name, 0), mapped to port; see ownPort), and returns each
+// network's host port: the first's is the allocation's, first.
+func ownPorts(t *testing.T, first int, port int, nets ...*network) []int {
+	t.Helper()
+	ports := []int{first}
+	for _, nw := range nets[1:] {
+		p := hostPort(nw.cfg.NetworkName, 0)
+		nw.conf = ownPort(t, nw.conf, p, port)
+		ports = append(ports, p)
+	}
+	return ports
+}
+
+// assertServed fetches the workload through each network: network i's own
+// host port hostPorts[i] on its gateway, and the workload's own address
+// on that network.
+func assertServed(t *testing.T, st *cninet.NetworkStatus, nets []network, hostPorts []int, port int, want string) {
+	t.Helper()
+	if len(st.Networks) != len(nets) || len(hostPorts) != len(nets) {
+		t.Fatalf("status has %d networks, %d host ports given, want %d: %+v", len(st.Networks), len(hostPorts), len(nets), st.Networks)
 	}
 	for i, nw := range nets {
 		att := st.Networks[i]
 		if att.Network != nw.cfg.NetworkName || att.InterfaceName != fmt.Sprintf("eth%d", i) {
 			t.Fatalf("network %d: %+v, want %s on eth%d", i, att, nw.cfg.NetworkName, i)
 		}
-		if body, err := fetch(nw.gw4, hostPort); err != nil || body != want {
-			t.Fatalf("through %s's gateway %s:%d: %q, %v", att.Network, nw.gw4, hostPort, body, err)
+		if body, err := fetch(nw.gw4, hostPorts[i]); err != nil || body != want {
+			t.Fatalf("through %s's gateway %s:%d, its own port: %q, %v", att.Network, nw.gw4, hostPorts[i], body, err)
 		}
 		if body, err := fetch(att.Address, port); err != nil || body != want {
 			t.Fatalf("at its %s address %s:%d: %q, %v", att.Network, att.Address, port, body, err)
@@ -86,10 +137,11 @@ func assertServed(t *testing.T, st *cninet.NetworkStatus, nets []network, hostPo
 func TestAWorkloadInTwoNetworksIsServedThroughBothAndTeardownLeavesNothing(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		n1, n2 := twoNetworks(t, set)
+		ports := ownPorts(t, 28180, 8080, &n1, &n2)
 		c := newMultiConfigurator(t, set, n1.conf, [][]byte{n2.conf}, cninet.RetryPolicy{})
 		base := baseline(t)
 		w := netsandbox.NewWorkload(t)
-		alloc := &cninet.Allocation{ID: "multi-1", Ports: []cninet.Port{{Value: 28180, To: 8080}},
+		alloc := &cninet.Allocation{ID: "multi-1", Ports: []cninet.Port{{Value: ports[0], To: 8080}},
 			NetworkNames: []string{n1.cfg.NetworkName, n2.cfg.NetworkName}}
 		st, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path)
 		if err != nil {
@@ -99,7 +151,7 @@ func TestAWorkloadInTwoNetworksIsServedThroughBothAndTeardownLeavesNothing(t *te
 			t.Fatalf("top-level status %+v is not the first network's", st)
 		}
 		serveHTTP(t, w, 8080, "multi-1")
-		assertServed(t, st, []network{n1, n2}, 28180, 8080, "hello from multi-1")
+		assertServed(t, st, []network{n1, n2}, ports, 8080, "hello from multi-1")
 		if err := c.Check(ctxFor(t, time.Minute), alloc, w.Path); err != nil && !(errors.Is(err, cninet.ErrCheckUnsupported) && strings.HasPrefix(set.Name, "debian")) {
 			t.Fatalf("Check of a healthy two-network attachment: %v", err)
 		}
@@ -205,10 +257,11 @@ func setupServeTeardown(t *testing.T, c *cninet.Configurator, i int, nets []netw
 func TestGCOfADeadWorkloadInTwoNetworksKeepsTheLiveOne(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		n1, n2 := twoNetworks(t, set)
+		ports := ownPorts(t, 28183, 8080, &n1, &n2) // the dead one maps n2's port too, to its own address: GC must take that rule, not the live one's
 		c := newMultiConfigurator(t, set, n1.conf, [][]byte{n2.conf}, cninet.RetryPolicy{})
 		base := baseline(t)
 		live := netsandbox.NewWorkload(t)
-		liveAlloc := &cninet.Allocation{ID: "live-multi", Ports: []cninet.Port{{Value: 28183, To: 8080}},
+		liveAlloc := &cninet.Allocation{ID: "live-multi", Ports: []cninet.Port{{Value: ports[0], To: 8080}},
 			NetworkNames: []string{n1.cfg.NetworkName, n2.cfg.NetworkName}}
 		st, err := c.Setup(ctxFor(t, time.Minute), liveAlloc, live.Path)
 		if err != nil {
@@ -230,7 +283,7 @@ func TestGCOfADeadWorkloadInTwoNetworksKeepsTheLiveOne(t *testing.T) {
 		if got := strings.Join(report.IDs(), ","); got != "dead-multi" {
 			t.Fatalf("GC collected %q", got)
 		}
-		assertServed(t, st, []network{n1, n2}, 28183, 8080, "hello from live-multi")
+		assertServed(t, st, []network{n1, n2}, ports, 8080, "hello from live-multi")
 		if err := c.Teardown(ctxFor(t, time.Minute), liveAlloc, live.Path); err != nil {
 			t.Fatal(err)
 		}
@@ -302,11 +355,12 @@ func TestConcurrentAttachWithTheMiddleNetworkFailingLeavesNothingOnAnyNetwork(t 
 func TestARetryOnOneNetworkKeepsTheOtherNetworksMappedPorts(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		n1, n2, n3 := threeNetworks(t, set)
+		ports := ownPorts(t, 28188, 8080, &n1, &n2, &n3) // a DEL that took another network's rules leaves its port unanswered
 		failing := withPlugin(t, n2.conf, map[string]any{"type": "failonce", "stateDir": t.TempDir()})
 		c := newMultiConfigurator(t, set, n1.conf, [][]byte{failing, n3.conf}, cninet.RetryPolicy{}, netsandbox.BuildPlugin(t, "failonce"))
 		base := baseline(t)
 		w := netsandbox.NewWorkload(t)
-		alloc := &cninet.Allocation{ID: "retry-keeps", Ports: []cninet.Port{{Value: 28188, To: 8080}},
+		alloc := &cninet.Allocation{ID: "retry-keeps", Ports: []cninet.Port{{Value: ports[0], To: 8080}},
 			NetworkNames: []string{n1.cfg.NetworkName, n2.cfg.NetworkName, n3.cfg.NetworkName}}
 		st, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path)
 		if err != nil {
@@ -314,7 +368,7 @@ func TestARetryOnOneNetworkKeepsTheOtherNetworksMappedPorts(t *testing.T) {
 		}
 		serveHTTP(t, w, 8080, "retry-keeps")
 		// n2's retry ran a DEL of the same container id while n1 and n3 were attaching or attached.
-		assertServed(t, st, []network{n1, n2, n3}, 28188, 8080, "hello from retry-keeps")
+		assertServed(t, st, []network{n1, n2, n3}, ports, 8080, "hello from retry-keeps")
 		if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
 			t.Fatal(err)
 		}
