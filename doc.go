@@ -119,8 +119,7 @@
 //	gc_report.go          GCReport, GCItem, GCKind: what GC removed.
 //	records.go            The host registry in every operation: records, owners, locks; Attachments.
 //	reload.go             Reload and the ConfDir watcher.
-//	plugins.go            The plugin binaries: found before Setup, their versions, their nftables backends.
-//	backends.go           The firewall backend each plugin really uses on this host, named or picked by itself.
+//	plugins.go            The plugin binaries: found before Setup, their versions, the firewall backend each really uses here.
 //	driver.go             How one network's plugins run: through go-cni (Config.CNI) or libcni.
 //	result.go             NetworkStatus, AttachmentStatus, DNSConfig, StatusFromResult.
 //	errors.go             The Err… sentinels every error wraps, and joinErrors.
