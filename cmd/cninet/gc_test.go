@@ -51,6 +51,7 @@ func TestGCDryRunListsWhatGCWouldRemoveAndChangesNothing(t *testing.T) {
 		}
 	})
 	state := t.TempDir()
+	host := newHostCheck(t) // the planted entries in: the host must stay exactly so
 	cases := []struct {
 		name string
 		args []string
@@ -100,6 +101,7 @@ func TestGCDryRunListsWhatGCWouldRemoveAndChangesNothing(t *testing.T) {
 			t.Errorf("%s changed: %v", path, err)
 		}
 	}
+	host.assertUnchanged(t, "after the dry runs")
 }
 
 func TestGCRefusesWithoutNetworksNamed(t *testing.T) {

@@ -126,3 +126,23 @@ func (h hostCheck) assertNothingLeft(t *testing.T, when string) {
 		}
 	}
 }
+
+// assertUnchanged fails unless the host holds exactly what it held at the
+// baseline: nothing added, nothing removed.
+func (h hostCheck) assertUnchanged(t *testing.T, when string) {
+	t.Helper()
+	now, err := netsandbox.TakeSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changed []string
+	for _, l := range netsandbox.Leaks(h.base, now, netsandbox.Allowance{}) {
+		changed = append(changed, "added "+l)
+	}
+	for _, l := range netsandbox.Leaks(now, h.base, netsandbox.Allowance{}) {
+		changed = append(changed, "removed "+l)
+	}
+	if len(changed) > 0 {
+		t.Fatalf("%s: the host changed:\n  %s", when, strings.Join(changed, "\n  "))
+	}
+}
