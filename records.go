@@ -50,6 +50,7 @@ const lockWait = 2 * time.Minute
 // shared, so that no GC runs while the ADD does. The waits are bounded
 // by ctx.
 func (c *Configurator) enter(ctx context.Context, id string, adding bool) (leave func(), err error) {
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, lockWait)
 	defer cancel()
 	unlockGC := func() {}
@@ -65,6 +66,7 @@ func (c *Configurator) enter(ctx context.Context, id string, adding bool) (leave
 		unlockGC()
 		return nil, fmt.Errorf("%w: allocation %s: another process holds its lock: %w", ErrBusy, id, err)
 	}
+	c.logger.Trace("allocation locked", "alloc_id", id, "lock", time.Since(start))
 	return func() {
 		unlockID()
 		leaveAdm()
@@ -183,6 +185,10 @@ func (c *Configurator) recordedIn(id, network string) bool {
 
 // forget removes att's record once its detach left nothing.
 func (c *Configurator) forget(id string, att attachment) error {
+	start := time.Now()
+	defer func() {
+		c.logger.Debug("attachment forgotten", "alloc_id", id, "network", att.name(), "record", time.Since(start))
+	}()
 	if err := c.reg.Remove(registry.Key{Network: att.name(), ContainerID: id, IfName: att.ifName}); err != nil {
 		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrIO, id, att.name(), err)
 	}
@@ -195,6 +201,7 @@ func (c *Configurator) forget(id string, att attachment) error {
 type recordProofs struct {
 	c     *Configurator
 	owner string
+	spent time.Duration // in the registry: the registry's share of a detach
 	fa    foundAttachment
 	rec   *registry.Record
 	read  bool
@@ -202,7 +209,9 @@ type recordProofs struct {
 
 func (p *recordProofs) load() {
 	if !p.read {
+		start := time.Now()
 		p.rec, p.read = p.c.recorded(p.fa.req.id, p.fa.att.name(), p.fa.att.ifName), true
+		p.spent += time.Since(start)
 	}
 }
 
@@ -231,6 +240,8 @@ func (p *recordProofs) Record(att footprint.Attachment, addrs []netip.Addr) erro
 		return nil
 	}
 	p.rec.State = registry.Detaching
+	start := time.Now()
+	defer func() { p.spent += time.Since(start) }()
 	return p.c.reg.Put(p.rec)
 }
 

@@ -128,17 +128,21 @@ func setupFailures(ctx context.Context, errs []error) error {
 func (c *Configurator) attach(ctx context.Context, req request, att attachment, netns string, alongside bool) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startNetwork(ctx, opAttach, att.name(), att.ifName, req.id, netns)
 	defer func() { op.end(err) }()
+	recordStart := time.Now()
 	rec, err := c.recordAdding(c.ownerOf(ctx), req, att, netns)
 	if err != nil {
 		return nil, fmt.Errorf("%w: allocation %s in network %q: recording the attachment before its ADD: %w", ErrSetupFailed, req.id, att.name(), err)
 	}
+	recorded := time.Since(recordStart)
 	res, err := c.addWithRetry(ctx, req, att, netns, alongside)
 	if err != nil {
 		return nil, err
 	}
+	recordStart = time.Now()
 	if err := c.recordAttached(rec, res); err != nil {
 		return nil, fmt.Errorf("%w: allocation %s in network %q: %w", ErrSetupFailed, req.id, att.name(), err)
 	}
+	c.logger.Debug("attachment recorded", "alloc_id", req.id, "network", att.name(), "record", recorded+time.Since(recordStart))
 	st, err := StatusFromResult(res)
 	if err != nil {
 		return nil, fmt.Errorf("%w: allocation %s in network %q: %w", ErrSetupFailed, req.id, att.name(), err)

@@ -101,7 +101,8 @@ func (c *Configurator) detach(ctx context.Context, req request, netns string, at
 	defer func() { op.end(err) }()
 	start := time.Now()
 	seams := c.seams()
-	seams.Proofs = &recordProofs{c: c, owner: c.ownerOf(ctx), fa: foundAttachment{att: att, req: req}}
+	proofs := &recordProofs{c: c, owner: c.ownerOf(ctx), fa: foundAttachment{att: att, req: req}}
+	seams.Proofs = proofs
 	cl := footprint.NewCleaner(ctx, c.footprintNetwork(att.conf, att.ifName, nil), seams)
 	var removeErr error
 	prevention, preventErr := cl.Prevent([]string{req.id}) // also reads the proof the DEL erases
@@ -124,8 +125,10 @@ func (c *Configurator) detach(ctx context.Context, req request, netns string, at
 	removed, cleanErr := cl.Clean([]string{req.id})
 	c.tel.cleaned(ctx, cleanSpan, att.name(), removed, cleanErr)
 	c.logRemoved(req.id, att.name(), removed, removeErr)
+	// prevent includes record: the registry's share, writing the proof
+	// before the DEL.
 	c.logger.Debug("network detached", "alloc_id", req.id, "network", att.name(),
-		"prevent", prevented.Sub(start), "del", delDone.Sub(prevented), "cleanup", time.Since(delDone))
+		"prevent", prevented.Sub(start), "del", delDone.Sub(prevented), "cleanup", time.Since(delDone), "record", proofs.spent)
 	if cleanErr != nil {
 		cleanErr = fmt.Errorf("%w in network %q: %w", ErrCleanupFailed, att.name(), cleanErr)
 	}
