@@ -19,7 +19,8 @@
 //   - gc_test.go: GC removes workloads lost three ways and leaves the live
 //     one reachable.
 //   - multinetwork_test.go: a workload in two or three networks: served
-//     through each, rolled back, torn down after its namespace went, GC'd
+//     through each (each network maps a host port of its own, asked on its
+//     own gateway), rolled back, torn down after its namespace went, GC'd
 //     beside a live one, and concurrent Setups with a failing or retried
 //     network.
 //   - connect_test.go: Connect and Disconnect of one network of a live
@@ -32,7 +33,10 @@
 //     and cache files a reboot cut short.
 //   - prevention_test.go: while an attachment is torn down, collected,
 //     disconnected or rolled back, a live neighbour's rules, counted in a
-//     loop, never drop.
+//     loop, never drop; every sampler proves it sampled while the
+//     operation ran, and the positive controls show, on each plugin set,
+//     that the DEL run without cninet (through libcni) does drop the
+//     counts the samplers watch.
 //   - crash_test.go: a runner killed in the middle of a Teardown never
 //     costs the live neighbour its rules.
 //   - crashmatrix_test.go: the crash matrix: Setup (with a retry),
@@ -59,7 +63,8 @@
 //     namespace was deleted.
 //   - soak_test.go: many Setup and Teardown cycles at once, with
 //     namespaces deleted first, runners that "crash" and GC passes in
-//     between; then zero failures and zero leaks.
+//     between, while workloads that stay live answer after each GC; then
+//     zero failures and zero leaks.
 //   - thick_rig_test.go: thick mode's rig: a daemon, shim conflists and
 //     libcni's cnitool as the runtime.
 //   - thick_test.go: thick mode through cnitool: a whole life, GC, a killed
