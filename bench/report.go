@@ -248,21 +248,61 @@ func (r *report) scaleSection(w writer) {
 // each contender, and of cninet's Teardown the prevention before the DEL
 // and the force cleanup after it, as cninet logs them; what is left of
 // the Teardown difference is the DEL itself and the noise of the machine.
+// The host registry's share is cut across: in Setup, the record around
+// the ADD; in Teardown, the proof before the DEL (inside the prevention,
+// not counted again) and the record's removal after the detach (a column
+// of its own, taken out of the rest).
 func phaseTable(w writer, rs []overheadResult, labels []string) {
 	if len(rs) == 0 || len(rs[0].LibSetup) == 0 {
 		return
 	}
 	w("Per half of a cycle (medians): cninet's Setup against go-cni's, cninet's Teardown against go-cni's Remove, and what cninet adds to a Teardown: the prevention before the DEL (it reads the attachment's files and, where needed, asks who else holds its addresses) and the force cleanup after it (`network detached … prevent= … cleanup=`).\n\n")
-	w("| | Setup: cninet / go-cni | Teardown: cninet / go-cni | Teardown − Remove | of it: prevention before DEL | cleanup after DEL | the rest (the DEL itself, noise) |\n|---|---|---|---|---|---|---|\n")
+	w("The host registry's share, as cninet logs it (`record=`), per cycle: in Setup, the record written and fsynced before the ADD and completed after it (`attachment recorded`); in Teardown, the proof written before the DEL (`network detached … record=`) and the record's removal after the detach (`attachment forgotten`). The proof write happens inside the prevention, so it is part of \"prevention before DEL\" and not added again; the removal is outside the prevention and the cleanup and has its own column, taken out of the rest: prevention + cleanup + removal + the rest = Teardown − Remove (each a median, so the sum holds only roughly). The last column is the registry in all, Setup + Teardown (proof + removal), and its share of cninet's median cycle.\n\n")
+	w("| | Setup: cninet / go-cni | of it: registry (record before ADD + after) | Teardown: cninet / go-cni | Teardown − Remove | of it: prevention before DEL | cleanup after DEL | registry: removal after the detach | the rest (the DEL itself, noise) | of it: registry (record before ADD + after, proof before DEL, removal) |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, o := range rs {
 		diff := o.LibTeardown.median() - o.DirectTeardown.median()
-		rest := diff - o.Prevent.median() - o.Cleanup.median()
-		w("| %s | %s / %s (%.3f×) | %s / %s (%.3f×) | %+.1f ms | %s | %s | %+.1f ms |\n", labels[i],
-			ms(o.LibSetup.median()), ms(o.DirectSetup.median()), ratio(o.LibSetup.median(), o.DirectSetup.median()),
+		rest := diff - o.Prevent.median() - o.Cleanup.median() - o.RecordRemoval.median()
+		w("| %s | %s / %s (%.3f×) | %s | %s / %s (%.3f×) | %+.1f ms | %s | %s | %s | %+.1f ms | %s |\n", labels[i],
+			ms(o.LibSetup.median()), ms(o.DirectSetup.median()), ratio(o.LibSetup.median(), o.DirectSetup.median()), registryMs(o.RecordSetup),
 			ms(o.LibTeardown.median()), ms(o.DirectTeardown.median()), ratio(o.LibTeardown.median(), o.DirectTeardown.median()),
-			float64(diff.Microseconds())/1000, ms(o.Prevent.median()), ms(o.Cleanup.median()), float64(rest.Microseconds())/1000)
+			float64(diff.Microseconds())/1000, ms(o.Prevent.median()), ms(o.Cleanup.median()), registryMs(o.RecordRemoval),
+			float64(rest.Microseconds())/1000, registryShare(o))
 	}
 	w("\n")
+}
+
+// msFine is d in milliseconds to the hundredth: the registry's writes
+// are fractions of one.
+func msFine(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+
+// registryMs is s's median, or a dash where an earlier run did not read
+// the registry's share.
+func registryMs(s sample) string {
+	if len(s) == 0 {
+		return "–"
+	}
+	return msFine(s.median())
+}
+
+// registryTotal is the registry's time per cycle, Setup and Teardown.
+func registryTotal(o overheadResult) sample {
+	var all sample
+	for i := range min(len(o.RecordSetup), len(o.RecordTeardown)) {
+		all = append(all, o.RecordSetup[i]+o.RecordTeardown[i])
+	}
+	return all
+}
+
+// registryShare is the registry's median time per cycle, Setup and
+// Teardown, and its share of cninet's median cycle.
+func registryShare(o overheadResult) string {
+	all := registryTotal(o)
+	if len(all) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%s + %s (proof %s, removal %s) = **%s**, %.1f%% of the cycle",
+		msFine(o.RecordSetup.median()), msFine(o.RecordTeardown.median()), msFine(o.RecordProof.median()), msFine(o.RecordRemoval.median()),
+		msFine(all.median()), 100*ratio(all.median(), o.Lib.median()))
 }
 
 // whyMissed says, for each result over the target, where cninet's extra
@@ -278,9 +318,13 @@ func whyMissed(w writer, rs []overheadResult, labels []string) {
 			any = true
 		}
 		diff := s.Lib.median() - s.Direct.median()
-		own := s.Cleanup.median() + s.Prevent.median()
-		w("- %s: cninet's median is %s (%.1f%%) above go-cni's. cninet's prevention before DEL took %s and its force cleanup after DEL %s (medians; together %.1f%% of go-cni's median cycle), and it started %d processes of its own per Teardown: %s.",
+		// The registry's time outside the prevention: the record around
+		// the ADD, and its removal after the detach.
+		registry := s.RecordSetup.median() + s.RecordRemoval.median()
+		own := s.Cleanup.median() + s.Prevent.median() + registry
+		w("- %s: cninet's median is %s (%.1f%%) above go-cni's. cninet's prevention before DEL took %s, its force cleanup after DEL %s and the host registry outside the prevention %s (the record around the ADD %s, its removal after the detach %s; the proof before the DEL, %s, is in the prevention) — medians, together %.1f%% of go-cni's median cycle — and it started %d processes of its own per Teardown: %s.",
 			labels[i], ms(diff), 100*float64(diff)/float64(s.Direct.median()), ms(s.Prevent.median()), ms(s.Cleanup.median()),
+			msFine(registry), msFine(s.RecordSetup.median()), msFine(s.RecordRemoval.median()), msFine(s.RecordProof.median()),
 			100*float64(own)/float64(s.Direct.median()), s.Procs.Own, s.Procs.OwnTimes())
 		if own >= diff {
 			w(" They alone account for the difference.\n")

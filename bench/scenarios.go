@@ -54,32 +54,65 @@ func newConfigurator(conf []byte, dirs ...string) (*cninet.Configurator, error) 
 }
 
 // cleanupLog reads cninet's debug log: how long each Teardown's force
-// cleanup after DEL took, and whether it found anything left.
+// cleanup after DEL took, and whether it found anything left; and the
+// host registry's share of each cycle, summed over the cycle's networks
+// until cycleRecords takes it.
 type cleanupLog struct {
 	mu        sync.Mutex
 	durations sample
 	prevent   sample // the prevention before each DEL
 	leftovers int
+	records   registryTime // since the last cycleRecords
 }
+
+// registryTime is the host registry's share of one cycle, as cninet logs
+// it (record=): writing the record before each ADD and completing it
+// after (attachment recorded), writing the proof before each DEL (network
+// detached; inside its prevent=), and removing the record after the
+// detach (attachment forgotten).
+type registryTime struct {
+	Setup, Proof, Removal time.Duration
+}
+
+func (r registryTime) teardown() time.Duration { return r.Proof + r.Removal }
 
 var (
 	// hclog quotes a value with a non-ASCII character: 512.3µs.
 	cleanupField = regexp.MustCompile(`network detached:.* cleanup="?([^"\s]+)`)
 	preventField = regexp.MustCompile(`network detached:.* prevent="?([^"\s]+)`)
+	// The registry's share: record= of each line.
+	recordedField  = regexp.MustCompile(`attachment recorded:.* record="?([^"\s]+)`)
+	proofField     = regexp.MustCompile(`network detached:.* record="?([^"\s]+)`)
+	forgottenField = regexp.MustCompile(`attachment forgotten:.* record="?([^"\s]+)`)
 )
+
+// logDuration is the duration re's first group reads in p, if any.
+func logDuration(re *regexp.Regexp, p []byte) (time.Duration, bool) {
+	m := re.FindSubmatch(p)
+	if m == nil {
+		return 0, false
+	}
+	d, err := time.ParseDuration(string(m[1]))
+	return d, err == nil
+}
 
 func (l *cleanupLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if m := cleanupField.FindSubmatch(p); m != nil {
-		if d, err := time.ParseDuration(string(m[1])); err == nil {
-			l.durations = append(l.durations, d)
-		}
+	if d, ok := logDuration(cleanupField, p); ok {
+		l.durations = append(l.durations, d)
 	}
-	if m := preventField.FindSubmatch(p); m != nil {
-		if d, err := time.ParseDuration(string(m[1])); err == nil {
-			l.prevent = append(l.prevent, d)
-		}
+	if d, ok := logDuration(preventField, p); ok {
+		l.prevent = append(l.prevent, d)
+	}
+	if d, ok := logDuration(recordedField, p); ok {
+		l.records.Setup += d
+	}
+	if d, ok := logDuration(proofField, p); ok {
+		l.records.Proof += d
+	}
+	if d, ok := logDuration(forgottenField, p); ok {
+		l.records.Removal += d
 	}
 	if bytes.Contains(p, []byte("removed state the CNI plugins left behind")) {
 		l.leftovers++
@@ -91,8 +124,18 @@ func (l *cleanupLog) take() (cleanup, prevent sample, leftovers int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d, p, n := l.durations, l.prevent, l.leftovers
-	l.durations, l.prevent, l.leftovers = nil, nil, 0
+	l.durations, l.prevent, l.leftovers, l.records = nil, nil, 0, registryTime{}
 	return d, p, n
+}
+
+// cycleRecords is the registry's share of the cycle that just ended: what
+// the log said since the last call (or take).
+func (l *cleanupLog) cycleRecords() registryTime {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.records
+	l.records = registryTime{}
+	return r
 }
 
 // recoveryLog reads cninet's debug log in the recovery scenario: per
@@ -219,6 +262,9 @@ func (b *bench) measure(n int, prefix string) (overheadResult, error) {
 			}
 			if useLib {
 				res.Lib, res.LibSetup, res.LibTeardown = append(res.Lib, ph.total()), append(res.LibSetup, ph.setup), append(res.LibTeardown, ph.teardown)
+				rec := b.log.cycleRecords()
+				res.RecordSetup, res.RecordProof = append(res.RecordSetup, rec.Setup), append(res.RecordProof, rec.Proof)
+				res.RecordRemoval, res.RecordTeardown = append(res.RecordRemoval, rec.Removal), append(res.RecordTeardown, rec.teardown())
 			} else {
 				res.Direct, res.DirectSetup, res.DirectTeardown = append(res.Direct, ph.total()), append(res.DirectSetup, ph.setup), append(res.DirectTeardown, ph.teardown)
 			}

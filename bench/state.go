@@ -90,6 +90,13 @@ type overheadResult struct {
 	DirectProcs                                        procCount // one go-cni Setup+Remove
 	RulesIPT                                           int       // iptables + ip6tables rules on the host while measuring
 	RulesNFT                                           int       // nftables rules on the host while measuring (iptables-nft's included)
+
+	// The host registry's share per cycle, from cninet's debug log
+	// (record=): in Setup, the record before each ADD and its completion
+	// after; in Teardown, the proof written before each DEL (part of
+	// Prevent) and the record's removal after the detach (outside Prevent
+	// and Cleanup); RecordTeardown is the two together.
+	RecordSetup, RecordProof, RecordRemoval, RecordTeardown sample
 }
 
 // scaleResult is one plugin set at one number of other attachments.
