@@ -1,7 +1,10 @@
 package integration
 
 import (
+	"io"
 	"net"
+	"net/http"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -83,6 +86,9 @@ func TestDisconnectKeepsTheOtherNetworkReachableThroughItsMappedPort(t *testing.
 		if !loopbackUp(t, w) {
 			t.Fatal("the workload's lo is down after the disconnect: the loopback plugin's DEL took it down and nothing brought it back")
 		}
+		if body, err := fetchOnce(n2.gw4, ports[1]); err == nil {
+			t.Fatalf("%s's own port %d still answers on its gateway after the disconnect: %q", n2.cfg.NetworkName, ports[1], body)
+		}
 		if body, err := fetch(n1.gw4, ports[0]); err != nil || body != "hello from disconnect-1" {
 			t.Fatalf("through %s's mapped port after disconnecting %s: %q, %v", n1.cfg.NetworkName, n2.cfg.NetworkName, body, err)
 		}
@@ -95,4 +101,17 @@ func TestDisconnectKeepsTheOtherNetworkReachableThroughItsMappedPort(t *testing.
 		w.Delete()
 		assertNoLeaks(t, base, allowBoth(n1, n2))
 	})
+}
+
+// fetchOnce is one try of fetch, on a connection of its own: for a port
+// that must no longer answer.
+func fetchOnce(addr netip.Addr, port int) (string, error) {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get("http://" + netip.AddrPortFrom(addr, uint16(port)).String() + "/")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
 }
