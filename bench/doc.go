@@ -18,6 +18,7 @@
 //	gc.go           GC against per-id cleanup of leaked attachments
 //	gcscale.go      one GC sweep at thousands of leaked attachments
 //	thick.go        thick mode through cnitool, and the daemon under a burst
+//	registry.go     cninet status --attachments over a host registry of 10,000 records
 //	procs.go        counting the processes a cleanup starts
 //	stats.go        samples, medians, ratios
 //	report.go       BENCHMARKS.md

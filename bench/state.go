@@ -28,6 +28,8 @@ type results struct {
 
 	Multi []multiResult // multinet: per plugin set and number of networks
 	Thick *thickResult  // thick: cnitool through the shim vs. the delegate
+
+	Status *statusResult // registry-status: cninet status --attachments over the host registry
 }
 
 func (r *results) mark(name string, start time.Time) {
