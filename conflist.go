@@ -105,18 +105,25 @@ func readConfFile(file string) (*libcni.NetworkConfigList, error) {
 	if strings.HasSuffix(file, ".conflist") || hasPluginsKey(raw) {
 		return parseConfList(raw)
 	}
-	conf, err := libcni.ConfFromBytes(raw)
+	conf, err := libcni.NetworkPluginConfFromBytes(raw)
 	if err != nil {
 		return nil, err
 	}
 	if conf.Network.Type == "" {
 		return nil, errors.New(`single-plugin config has no "type"`)
 	}
-	list, err := libcni.ConfListFromConf(conf)
+	// A list of the one plugin, whose conf is the file as written (not
+	// re-encoded from the parsed struct, which would add every field's
+	// zero value).
+	list, err := json.Marshal(map[string]any{
+		"name":       conf.Network.Name,
+		"cniVersion": conf.Network.CNIVersion,
+		"plugins":    []json.RawMessage{conf.Bytes},
+	})
 	if err != nil {
 		return nil, err
 	}
-	return list, validateConfList(list)
+	return parseConfList(list)
 }
 
 func hasPluginsKey(raw []byte) bool {

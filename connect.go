@@ -252,7 +252,7 @@ func CheckIfName(name string) error {
 	case len(name) > 15:
 		return fmt.Errorf("%w: interface name %q has %d bytes, want at most 15", ErrInvalidArgument, name, len(name))
 	case name == "." || name == "..":
-		return fmt.Errorf("%w: interface name %q, want a name other than . and ..", ErrInvalidArgument, name)
+		return fmt.Errorf("%w: interface name %q names a directory entry (. or ..), want another name", ErrInvalidArgument, name)
 	case strings.ContainsAny(name, "/: \t\n\v\f\r"):
 		return fmt.Errorf("%w: interface name %q contains '/', ':' or white space", ErrInvalidArgument, name)
 	}

@@ -56,14 +56,6 @@ func IsContainerID(id string) bool { return containerID.MatchString(id) }
 // idSet is a set of container ids.
 type idSet map[string]bool
 
-func newIDSet(ids []string) idSet {
-	s := make(idSet, len(ids))
-	for _, id := range ids {
-		s[id] = true
-	}
-	return s
-}
-
 // attSet is a set of attachments: the ones a run removes.
 type attSet map[Attachment]bool
 
@@ -72,17 +64,6 @@ func (s attSet) ids() idSet {
 	ids := make(idSet, len(s))
 	for a := range s {
 		ids[a.ID] = true
-	}
-	return ids
-}
-
-// of returns the set's attachments in network, by id.
-func (s attSet) of(network string) idSet {
-	ids := idSet{}
-	for a := range s {
-		if a.Network == network {
-			ids[a.ID] = true
-		}
 	}
 	return ids
 }

@@ -143,17 +143,6 @@ func mentionsAny(addrs []netip.Addr) func(host.NFTRuleSketch) bool {
 	return func(r host.NFTRuleSketch) bool { return (nfnetlink.Rule{Expr: r.Raw}).Mentions(raw) }
 }
 
-// ruleAddrs returns the addresses a listed rule names.
-func ruleAddrs(r host.NFTRule) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range []netip.Addr{r.Saddr, r.Daddr, r.DNAT} {
-		if a.IsValid() {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
 // The plugins' family, table and chain names: every listing shares one
 // copy of each.
 func init() {

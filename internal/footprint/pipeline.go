@@ -67,18 +67,6 @@ type evidence struct {
 	asked map[netip.Addr]bool
 }
 
-// heldBy returns the holders of addr that live (live nil: all) and, with
-// id, carry that container id.
-func (ev *evidence) heldBy(addr netip.Addr, id string, live func(Attachment) bool) []Attachment {
-	var out []Attachment
-	for _, h := range ev.held[addr] {
-		if (id == "" || h.ID == id) && (live == nil || live(h)) {
-			out = append(out, h)
-		}
-	}
-	return out
-}
-
 // askedAny reports whether an address of the family was asked about.
 func (ev *evidence) askedAny(v6 bool) bool {
 	for a := range ev.asked {

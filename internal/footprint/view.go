@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"sync"
 
 	"github.com/seed1280861d/cninet/host"
@@ -83,9 +82,6 @@ func (v *view) families() []*iptView {
 	}
 	return fs
 }
-
-// family returns the view of addr's family, nil when it could not be opened.
-func (v *view) family(addr netip.Addr) *iptView { return v.ipt[b2i(addr.Is6())] }
 
 // errList collects a run's failures; every step runs even when another
 // failed, and the run's error joins them all.
