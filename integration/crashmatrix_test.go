@@ -216,16 +216,30 @@ func (m *crashMatrix) passFailonce(id string) {
 // nftables backends of the nftables ruleset, that name a neighbour's id or
 // address: their masquerade, firewall and hostport rules.
 func (m *crashMatrix) neighbourLines() (int, error) {
+	var ids []string
+	for _, nb := range m.neighbours {
+		ids = append(ids, nb.ID)
+	}
+	time.Sleep(20 * time.Millisecond) // leave the runner the CPU between samples
+	return m.linesNaming(ids, m.nbAddrs)
+}
+
+// linesNaming counts the lines of iptables-save (the networks are IPv4
+// only), and with the nftables backends of the nftables ruleset, that
+// name any of ids or addrs.
+func (m *crashMatrix) linesNaming(ids, addrs []string) (int, error) {
 	var pats []string
-	for i, nb := range m.neighbours {
-		pats = append(pats, regexp.QuoteMeta(nb.ID), `(^|[^0-9.])`+regexp.QuoteMeta(m.nbAddrs[i])+`($|[^0-9])`)
+	for _, id := range ids {
+		pats = append(pats, regexp.QuoteMeta(id))
+	}
+	for _, a := range addrs {
+		pats = append(pats, `(^|[^0-9.])`+regexp.QuoteMeta(a)+`($|[^0-9])`)
 	}
 	re := regexp.MustCompile(strings.Join(pats, "|"))
-	cmds := [][]string{{"iptables-save"}} // the networks are IPv4 only
+	cmds := [][]string{{"iptables-save"}}
 	if m.nft {
 		cmds = append(cmds, []string{"nft", "list", "ruleset"})
 	}
-	time.Sleep(20 * time.Millisecond) // leave the runner the CPU between samples
 	n := 0
 	for _, cmd := range cmds {
 		out, err := exec.Command(cmd[0], cmd[1:]...).Output()
@@ -250,9 +264,12 @@ func (m *crashMatrix) assertNeighboursServed(t *testing.T, when string) {
 
 // departed is the allocation op acts on, set up (and, for GC, left dead)
 // by the test process before the runner starts.
-func (m *crashMatrix) departed(t *testing.T, op string, k int) (*cninet.Allocation, *netsandbox.Workload) {
+func (m *crashMatrix) departed(t *testing.T, op string, k int) (*cninet.Allocation, *netsandbox.Workload, string) {
 	t.Helper()
 	id := fmt.Sprintf("cm-%s-%d", strings.ToLower(op), k)
+	if k < 0 {
+		id = fmt.Sprintf("cm-%s-returned", strings.ToLower(op))
+	}
 	alloc := &cninet.Allocation{ID: id, Ports: []cninet.Port{{Value: hostPort(m.n1.cfg.NetworkName, 1), To: 8080}},
 		NetworkNames: []string{m.n1.cfg.NetworkName, m.n2.cfg.NetworkName}}
 	if op == "Connect" {
@@ -260,28 +277,41 @@ func (m *crashMatrix) departed(t *testing.T, op string, k int) (*cninet.Allocati
 	}
 	w := netsandbox.NewWorkload(t)
 	if op == "Setup" {
-		return alloc, w // failonce fails its first ADD on the second network: Setup retries
+		return alloc, w, "" // failonce fails its first ADD on the second network: Setup retries
 	}
 	m.passFailonce(id)
-	if _, err := m.configurator(t).Setup(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+	st, err := m.configurator(t).Setup(ctxFor(t, time.Minute), alloc, w.Path)
+	if err != nil {
 		t.Fatal(err)
+	}
+	second := ""
+	if len(st.Networks) == 2 {
+		second = st.Networks[1].Address.String()
 	}
 	if op == "GC" {
 		if err := w.Delete(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return alloc, w
+	return alloc, w, second
 }
 
 // cell runs op in a runner killed after its k-th plugin command (never
-// when k is 0), then the restarted runner's Teardown and GC, and checks
+// when k is 0; for a Disconnect, k = -n is its last command n, with
+// libcni's cache of the departed network dropped as libcni does when the
+// DEL returned, and the restarted runner first disconnects again and
+// finds no rule naming the departed network's address left), then the
+// restarted runner's Teardown and GC, and checks
 // that nothing of the departed allocation is left and the neighbours
 // never lost a rule. It returns the log of the plugin commands the runner
 // ran.
 func (m *crashMatrix) cell(t *testing.T, op string, k int) []string {
 	t.Helper()
-	alloc, w := m.departed(t, op, k)
+	alloc, w, second := m.departed(t, op, k)
+	returned := k < 0
+	if returned {
+		k = -k
+	}
 	want, err := m.neighbourLines()
 	if err != nil {
 		t.Fatal(err)
@@ -299,6 +329,9 @@ func (m *crashMatrix) cell(t *testing.T, op string, k int) []string {
 	}
 	runner := exec.Command(os.Args[0], "-test.run=^$")
 	runner.Env = append(os.Environ(), crashMatrixRunnerEnv+"="+string(spec), "KILLWRAP_DIR="+wrapDir, "KILLWRAP_KILL_AT="+strconv.Itoa(k))
+	if returned {
+		runner.Env = append(runner.Env, "KILLWRAP_DROP_CACHE=1")
+	}
 	var stderr bytes.Buffer
 	runner.Stderr = &stderr
 	var runErr error
@@ -321,6 +354,17 @@ func (m *crashMatrix) cell(t *testing.T, op string, k int) []string {
 	m.assertNeighboursServed(t, fmt.Sprintf("after the runner's %s (k=%d)", op, k))
 
 	c := m.configurator(t)
+	if returned {
+		sampleWhile(t, "the neighbours' rules during the restarted runner's Disconnect", want, m.neighbourLines, func() {
+			runErr = c.Disconnect(ctxFor(t, time.Minute), alloc, m.n2.cfg.NetworkName, w.Path)
+		})
+		if runErr != nil {
+			t.Fatalf("the restarted runner's Disconnect: %v", runErr)
+		}
+		if left, err := m.linesNaming(nil, []string{second}); err != nil || left != 0 {
+			t.Fatalf("after the restarted runner's Disconnect, %d rule line(s) still name %s's address %s in %s (%v)", left, alloc.ID, second, m.n2.cfg.NetworkName, err)
+		}
+	}
 	sampleWhile(t, "the neighbours' rules during the restarted runner's Teardown and GC", want, m.neighbourLines, func() {
 		if runErr = c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); runErr != nil {
 			return
@@ -395,6 +439,16 @@ func waitForPlugins(t *testing.T, wrapDir string) {
 // command, and for Setup the failed ADD and its retry's first DEL;
 // CNINET_CRASH_MATRIX=full runs every k of every operation. Nothing is
 // skipped, under CI or not.
+//
+// One more Disconnect cell, "after-the-DEL-returned", kills the runner
+// after its last plugin command with libcni's cached result of the
+// departed network removed first (killwrap's KILLWRAP_DROP_CACHE), as
+// libcni removes it once the chain's DEL returned: the runner dies after
+// the DEL and before its cleanup, with the registry record the only
+// proof left. The restarted runner disconnects again first, and then no
+// rule may name the departed network's address (with the nftables
+// backends, portmap was left out of that DEL: its rules carry only the
+// bare container id).
 func TestCrashMatrixARunnerKilledAfterAnyPluginCommandLeavesNothingAndNeverCostsANeighbourARule(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		m := newCrashMatrix(t, set)
@@ -411,6 +465,9 @@ func TestCrashMatrixARunnerKilledAfterAnyPluginCommandLeavesNothingAndNeverCosts
 				ks := crashMatrixKs(op, log)
 				for _, k := range ks {
 					t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { m.cell(t, op, k) })
+				}
+				if op == "Disconnect" {
+					t.Run(fmt.Sprintf("k=%d,after-the-DEL-returned", n), func(t *testing.T) { m.cell(t, op, -n) })
 				}
 				t.Logf("%s: %d plugin commands, killed after each of %v, in %v", op, n, ks, time.Since(start).Round(time.Millisecond))
 			})

@@ -14,13 +14,20 @@
 // and when the count reaches KILLWRAP_KILL_AT kills its parent, the
 // runner, with SIGKILL — before the runner could read the result, as an
 // OOM kill or an agent restart would. It then exits as the real plugin
-// did. While it runs it holds KILLWRAP_DIR/running-<pid>, so a test can
-// wait until the plugins a killed runner left behind have finished.
+// did. With KILLWRAP_DROP_CACHE set, a kill after a DEL first removes
+// libcni's cached result of that attachment, as libcni does once the
+// chain's last DEL returned: the runner then dies after the DEL returned
+// and before its cleanup. While it runs it holds
+// KILLWRAP_DIR/running-<pid>, so a test can wait until the plugins a
+// killed runner left behind have finished.
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,8 +64,13 @@ func main() {
 // run runs the real plugin, counts the command and kills the runner when
 // the count says so; it returns the real plugin's exit code.
 func run(dir, name, real, command string) int {
+	stdin, err := io.ReadAll(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "killwrap:", err)
+		return 1
+	}
 	cmd := exec.Command(real, os.Args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(stdin), os.Stdout, os.Stderr
 	code := 0
 	if err := cmd.Run(); err != nil {
 		var exit *exec.ExitError
@@ -74,9 +86,24 @@ func run(dir, name, real, command string) int {
 		return 1
 	}
 	if at, _ := strconv.Atoi(os.Getenv("KILLWRAP_KILL_AT")); at > 0 && n == at {
+		if os.Getenv("KILLWRAP_DROP_CACHE") != "" && command == "DEL" && code == 0 {
+			dropCache(stdin)
+		}
 		syscall.Kill(os.Getppid(), syscall.SIGKILL)
 	}
 	return code
+}
+
+// dropCache removes libcni's cached result of the attachment a DEL was
+// for, as libcni does once the chain's last DEL has returned: a kill then
+// finds the DEL done and its proof gone.
+func dropCache(stdin []byte) {
+	var conf struct {
+		Name string `json:"name"`
+	}
+	if json.Unmarshal(stdin, &conf) == nil && conf.Name != "" {
+		os.Remove(filepath.Join("/var/lib/cni/results", conf.Name+"-"+os.Getenv("CNI_CONTAINERID")+"-"+os.Getenv("CNI_IFNAME")))
+	}
 }
 
 // count adds one to dir/count and logs line; it returns the new count.
