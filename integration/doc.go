@@ -41,8 +41,9 @@
 //     costs the live neighbour its rules.
 //   - crashmatrix_test.go: the crash matrix: Setup (with a retry),
 //     Teardown, Connect, Disconnect and GC, each in a runner killed right
-//     after its k-th plugin command (the killwrap plugin), for every k;
-//     then a restarted runner's Teardown and GC leave nothing of the
+//     after its k-th plugin command (the killwrap plugin), for every k
+//     (a subset for Setup, Connect and GC), and a Disconnect killed after
+//     its DEL returned; then a restarted runner leaves nothing of the
 //     departed allocation, and live neighbours never lose a rule.
 //   - owners_test.go: one host, many owners: another owner's GC (in this
 //     process or another, sharing libcni's cache or not) never touches a
