@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -220,7 +221,6 @@ func (m *crashMatrix) neighbourLines() (int, error) {
 	for _, nb := range m.neighbours {
 		ids = append(ids, nb.ID)
 	}
-	time.Sleep(20 * time.Millisecond) // leave the runner the CPU between samples
 	return m.linesNaming(ids, m.nbAddrs)
 }
 
@@ -240,17 +240,33 @@ func (m *crashMatrix) linesNaming(ids, addrs []string) (int, error) {
 	if m.nft {
 		cmds = append(cmds, []string{"nft", "list", "ruleset"})
 	}
-	n := 0
-	for _, cmd := range cmds {
-		out, err := exec.Command(cmd[0], cmd[1:]...).Output()
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", strings.Join(cmd, " "), err)
-		}
-		for _, line := range strings.Split(string(out), "\n") {
-			if re.MatchString(line) {
-				n++
+	// Both listings at once: a sample must fit in the shortest runner's
+	// life (one plugin command) to count as taken while it ran.
+	counts, errs := make([]int, len(cmds)), make([]error, len(cmds))
+	var wg sync.WaitGroup
+	for i, cmd := range cmds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := exec.Command(cmd[0], cmd[1:]...).Output()
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", strings.Join(cmd, " "), err)
+				return
 			}
+			for _, line := range strings.Split(string(out), "\n") {
+				if re.MatchString(line) {
+					counts[i]++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	n := 0
+	for i := range cmds {
+		if errs[i] != nil {
+			return 0, errs[i]
 		}
+		n += counts[i]
 	}
 	return n, nil
 }
