@@ -27,6 +27,8 @@ type statusResult struct {
 	Text, JSON  sample        // wall time per run, start to exit
 	TextCPU     sample        // user + system time per run
 	JSONCPU     sample
+	TextSys     sample // of it, system time per run
+	JSONSys     sample
 }
 
 // slowest is the slower format's median.
@@ -73,11 +75,12 @@ func registryStatus(r *report) error {
 			if err := cmd.Run(); err != nil {
 				return fmt.Errorf("cninet %v: %w", a, err)
 			}
-			d, cpu := time.Since(start), cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime()
+			d, sys := time.Since(start), cmd.ProcessState.SystemTime()
+			cpu := cmd.ProcessState.UserTime() + sys
 			if asJSON {
-				res.JSON, res.JSONCPU = append(res.JSON, d), append(res.JSONCPU, cpu)
+				res.JSON, res.JSONCPU, res.JSONSys = append(res.JSON, d), append(res.JSONCPU, cpu), append(res.JSONSys, sys)
 			} else {
-				res.Text, res.TextCPU = append(res.Text, d), append(res.TextCPU, cpu)
+				res.Text, res.TextCPU, res.TextSys = append(res.Text, d), append(res.TextCPU, cpu), append(res.TextSys, sys)
 			}
 		}
 	}
@@ -187,16 +190,20 @@ func (r *report) statusSection(w writer) {
 	}
 	w("A host registry of %d records (attached, spread over %d networks and %d owners), written in the registry's layout (`attachments/<id>/<network>/<ifname>`, one JSON record each, as Setup writes them: owner, network, id, interface, netns, state, addresses, CNI args, port mappings, the conflist bytes (the default bridge conflist, %d bytes), the plugins with their backends; %d bytes a record on average), then listed by the `cninet` binary built from this repository: `cninet status --attachments --state-dir DIR`, as a table and with `-o json`, output to /dev/null. One unmeasured `-o json` run first checks that the listing holds every record (and warms the page cache for all runs alike); then %d runs per format, interleaved. Wall time from start to exit; CPU is the process's user + system time.\n\n",
 		s.N, len(statusNetworks), len(statusOwners), statusConfBytes(), s.RecordBytes, len(s.Text))
-	w("| command | records | median wall time | min | max | CPU (median) | target | |\n|---|---|---|---|---|---|---|---|\n")
+	w("| command | records | median wall time | min | max | CPU (median) | of it system time (median) | target | |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range []struct {
-		name      string
-		wall, cpu sample
-	}{{"`cninet status --attachments`", s.Text, s.TextCPU}, {"`cninet status --attachments -o json`", s.JSON, s.JSONCPU}} {
+		name           string
+		wall, cpu, sys sample
+	}{{"`cninet status --attachments`", s.Text, s.TextCPU, s.TextSys}, {"`cninet status --attachments -o json`", s.JSON, s.JSONCPU, s.JSONSys}} {
 		sorted := f.wall.sorted()
-		w("| %s | %d | **%s** | %s | %s | %s | < %s | %s |\n", f.name, s.N, ms(f.wall.median()), ms(sorted[0]), ms(sorted[len(sorted)-1]),
-			ms(f.cpu.median()), seconds(statusTarget), verdict(f.wall.median() < statusTarget))
+		w("| %s | %d | **%s** | %s | %s | %s | %s | < %s | %s |\n", f.name, s.N, ms(f.wall.median()), ms(sorted[0]), ms(sorted[len(sorted)-1]),
+			ms(f.cpu.median()), registryMs(f.sys), seconds(statusTarget), verdict(f.wall.median() < statusTarget))
 	}
-	w("\nTarget: < %s over %d records, in either format.\n\n", seconds(statusTarget), s.N)
+	w("\nTarget: < %s over %d records, in either format.", seconds(statusTarget), s.N)
+	if s.slowest() >= statusTarget {
+		w(" Missed: the listing reads the registry's layout whole, one directory per id, one per network under it and one file per record, each record decoded whole (its conflist too), one after another; the system time above is that walk's (opening and listing %d directories and reading %d files), the rest of the CPU is decoding and the Go runtime (allocation, collection).", 2*s.N, s.N)
+	}
+	w("\n\n")
 }
 
 func seconds(d time.Duration) string { return fmt.Sprintf("%g s", d.Seconds()) }
