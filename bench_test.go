@@ -7,9 +7,8 @@ import (
 	"testing"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakecni"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
 )
 
 // BenchmarkSetupTeardown measures cninet's own work per workload: the
@@ -17,9 +16,9 @@ import (
 // a host), and every Teardown runs the force cleanup.
 func BenchmarkSetupTeardown(b *testing.B) {
 	conf, _ := cninet.BridgeConfList(cninet.BridgeConfig{IPv4Subnet: "198.18.0.0/24", IPAMDataDir: b.TempDir()})
-	v4 := &fakeipt.Batching{IPTables: fakeipt.New().Load("nat", sharedNat).Load("filter", sharedFilter)}
-	v6 := &fakeipt.Batching{IPTables: fakeipt.New().Load("nat", sharedNat).Load("filter", sharedFilter)}
-	c, err := cninet.New(cninet.Config{CacheDir: b.TempDir(), StateDir: b.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: &fakecni.CNI{}, IPTables: func(ipv6 bool) (host.IPTables, error) {
+	v4 := &fakes.Batching{IPTables: fakes.NewIPTables().Load("nat", sharedNat).Load("filter", sharedFilter)}
+	v6 := &fakes.Batching{IPTables: fakes.NewIPTables().Load("nat", sharedNat).Load("filter", sharedFilter)}
+	c, err := cninet.New(cninet.Config{CacheDir: b.TempDir(), StateDir: b.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: &fakes.CNI{}, IPTables: func(ipv6 bool) (host.IPTables, error) {
 		if ipv6 {
 			return v6, nil
 		}
@@ -51,10 +50,10 @@ func BenchmarkGCSweep10kRules(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
-		v4 := &fakeipt.Batching{IPTables: fakeipt.New().Load("nat", sharedNat+"\n"+listing.nat).Load("filter", sharedFilter+"\n"+listing.filter)}
-		c, _ := cninet.New(cninet.Config{CacheDir: b.TempDir(), StateDir: b.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: &fakecni.CNI{}, IPTables: func(ipv6 bool) (host.IPTables, error) {
+		v4 := &fakes.Batching{IPTables: fakes.NewIPTables().Load("nat", sharedNat+"\n"+listing.nat).Load("filter", sharedFilter+"\n"+listing.filter)}
+		c, _ := cninet.New(cninet.Config{CacheDir: b.TempDir(), StateDir: b.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: &fakes.CNI{}, IPTables: func(ipv6 bool) (host.IPTables, error) {
 			if ipv6 {
-				return fakeipt.New(), nil
+				return fakes.NewIPTables(), nil
 			}
 			return v4, nil
 		}})

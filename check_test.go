@@ -6,11 +6,11 @@ import (
 	"testing"
 
 	"github.com/seed1280861d/cninet"
-	"github.com/seed1280861d/cninet/internal/fakecni"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 )
 
 func TestCheck(t *testing.T) {
-	f := newFixture(t, &fakecni.CNI{}, fastRetry)
+	f := newFixture(t, &fakes.CNI{}, fastRetry)
 	if err := f.c.Check(context.Background(), webAlloc(), "/var/run/netns/w"); err != nil {
 		t.Fatalf("healthy: %v", err)
 	}

@@ -7,17 +7,15 @@ import (
 	"time"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakecni"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
-	"github.com/seed1280861d/cninet/internal/fakenft"
 )
 
 // unitConfList is the default bridge conflist under a network name no host
 // uses, with reservations in a temporary directory.
 // noNFTables is an empty in-memory nftables: unit tests never read the
 // host's.
-func noNFTables() (host.NFTables, error) { return &fakenft.NFTables{}, nil }
+func noNFTables() (host.NFTables, error) { return &fakes.NFTables{}, nil }
 
 func unitConfList(t *testing.T) []byte {
 	t.Helper()
@@ -34,13 +32,13 @@ func unitConfList(t *testing.T) []byte {
 
 type fixture struct {
 	c      *cninet.Configurator
-	cni    *fakecni.CNI
-	v4, v6 *fakeipt.IPTables
+	cni    *fakes.CNI
+	v4, v6 *fakes.IPTables
 }
 
-func newFixture(t *testing.T, fake *fakecni.CNI, retry cninet.RetryPolicy) fixture {
+func newFixture(t *testing.T, fake *fakes.CNI, retry cninet.RetryPolicy) fixture {
 	t.Helper()
-	f := fixture{cni: fake, v4: fakeipt.New(), v6: fakeipt.New()}
+	f := fixture{cni: fake, v4: fakes.NewIPTables(), v6: fakes.NewIPTables()}
 	c, err := cninet.New(cninet.Config{
 		CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables,
 		ConfList: unitConfList(t),
@@ -85,7 +83,7 @@ func TestInvalidCallsChangeNothing(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, &fakecni.CNI{}, fastRetry)
+			f := newFixture(t, &fakes.CNI{}, fastRetry)
 			if _, err := f.c.Setup(context.Background(), tc.alloc, tc.netns); !errors.Is(err, tc.want) {
 				t.Errorf("Setup err = %v, want %v", err, tc.want)
 			}
@@ -118,7 +116,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 	for name, cfg := range cases {
 		t.Run(name, func(t *testing.T) {
-			cfg.CNI, cfg.CacheDir, cfg.NFTables = &fakecni.CNI{}, t.TempDir(), noNFTables
+			cfg.CNI, cfg.CacheDir, cfg.NFTables = &fakes.CNI{}, t.TempDir(), noNFTables
 			if _, err := cninet.New(cfg); !errors.Is(err, cninet.ErrInvalidConfig) {
 				t.Fatalf("err = %v, want ErrInvalidConfig", err)
 			}

@@ -12,9 +12,8 @@ import (
 
 	cni "github.com/containerd/go-cni"
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakecni"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
 )
 
 // sentinels are every exported sentinel; the contract in errors.go says
@@ -32,8 +31,8 @@ var errPlugin = errors.New("plugin said no")
 func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 	conf := unitConfList(t)
 	newC := func(t *testing.T, mutate func(*cninet.Config)) *cninet.Configurator {
-		cfg := cninet.Config{ConfList: conf, CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, Retry: fastRetry,
-			IPTables: func(bool) (host.IPTables, error) { return fakeipt.New(), nil }}
+		cfg := cninet.Config{ConfList: conf, CNI: &fakes.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, Retry: fastRetry,
+			IPTables: func(bool) (host.IPTables, error) { return fakes.NewIPTables(), nil }}
 		if mutate != nil {
 			mutate(&cfg)
 		}
@@ -56,15 +55,15 @@ func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 		cause error // reachable through errors.Is, when the failure has one
 	}{
 		{"New without a network", func(t *testing.T) error {
-			_, err := cninet.New(cninet.Config{CNI: &fakecni.CNI{}})
+			_, err := cninet.New(cninet.Config{CNI: &fakes.CNI{}})
 			return err
 		}, cninet.ErrInvalidConfig, nil},
 		{"New with a ConfDir that does not exist", func(t *testing.T) error {
-			_, err := cninet.New(cninet.Config{ConfDir: filepath.Join(t.TempDir(), "absent"), NetworkName: "n", CNI: &fakecni.CNI{}})
+			_, err := cninet.New(cninet.Config{ConfDir: filepath.Join(t.TempDir(), "absent"), NetworkName: "n", CNI: &fakes.CNI{}})
 			return err
 		}, cninet.ErrInvalidConfig, fs.ErrNotExist},
 		{"New with an unknown network", func(t *testing.T) error {
-			_, err := cninet.New(cninet.Config{ConfDir: t.TempDir(), NetworkName: "n", CNI: &fakecni.CNI{}})
+			_, err := cninet.New(cninet.Config{ConfDir: t.TempDir(), NetworkName: "n", CNI: &fakes.CNI{}})
 			return err
 		}, cninet.ErrNetworkNotFound, nil},
 		{"New with a CacheDir go-cni would not use", func(t *testing.T) error {
@@ -80,15 +79,15 @@ func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 			return err
 		}, cninet.ErrInvalidArgument, nil},
 		{"Setup whose every ADD fails", func(t *testing.T) error {
-			_, err := newC(t, func(c *cninet.Config) { c.CNI = &fakecni.CNI{SetupErrs: []error{errPlugin, errPlugin, errPlugin}} }).Setup(ctx, alloc, "/x")
+			_, err := newC(t, func(c *cninet.Config) { c.CNI = &fakes.CNI{SetupErrs: []error{errPlugin, errPlugin, errPlugin}} }).Setup(ctx, alloc, "/x")
 			return err
 		}, cninet.ErrSetupFailed, errPlugin},
 		{"Setup whose result has no address", func(t *testing.T) error {
-			_, err := newC(t, func(c *cninet.Config) { c.CNI = &fakecni.CNI{Result: &cni.Result{}} }).Setup(ctx, alloc, "/x")
+			_, err := newC(t, func(c *cninet.Config) { c.CNI = &fakes.CNI{Result: &cni.Result{}} }).Setup(ctx, alloc, "/x")
 			return err
 		}, cninet.ErrNoAddress, nil},
 		{"Setup when go-cni refuses the conflist", func(t *testing.T) error {
-			_, err := newC(t, func(c *cninet.Config) { c.CNI = &fakecni.CNI{LoadErr: errPlugin} }).Setup(ctx, alloc, "/x")
+			_, err := newC(t, func(c *cninet.Config) { c.CNI = &fakes.CNI{LoadErr: errPlugin} }).Setup(ctx, alloc, "/x")
 			return err
 		}, cninet.ErrInvalidConfig, errPlugin},
 		{"Setup after Close", func(t *testing.T) error {
@@ -106,7 +105,7 @@ func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 			}).Teardown(ctx, alloc, "")
 		}, cninet.ErrIPTablesMissing, errPlugin},
 		{"Teardown whose cleanup fails", func(t *testing.T) error {
-			ipt := fakeipt.New()
+			ipt := fakes.NewIPTables()
 			ipt.FailList["nat/"+chain("CNI-", "cninet-unit", "a")] = errPlugin
 			return newC(t, func(c *cninet.Config) {
 				c.IPTables = func(bool) (host.IPTables, error) { return ipt, nil }
@@ -115,7 +114,7 @@ func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 		{"Teardown behind a held xtables lock", func(t *testing.T) error {
 			return newC(t, func(c *cninet.Config) {
 				c.IPTables = func(bool) (host.IPTables, error) {
-					return &lockingIPTables{IPTables: fakeipt.New(), held: true}, nil
+					return &lockingIPTables{IPTables: fakes.NewIPTables(), held: true}, nil
 				}
 			}).Teardown(ctx, alloc, "")
 		}, cninet.ErrXtablesLock, nil},
@@ -123,14 +122,14 @@ func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 			return newC(t, nil).Check(ctx, alloc, "")
 		}, cninet.ErrInvalidArgument, nil},
 		{"Check of an unhealthy attachment", func(t *testing.T) error {
-			return newC(t, func(c *cninet.Config) { c.CNI = &fakecni.CNI{CheckErr: errPlugin} }).Check(ctx, alloc, "/x")
+			return newC(t, func(c *cninet.Config) { c.CNI = &fakes.CNI{CheckErr: errPlugin} }).Check(ctx, alloc, "/x")
 		}, cninet.ErrCheckFailed, errPlugin},
 		{"GC with a nil live set", func(t *testing.T) error {
 			_, err := newC(t, nil).GC(ctx, nil)
 			return err
 		}, cninet.ErrInvalidArgument, nil},
 		{"GC whose sweep cannot list", func(t *testing.T) error {
-			ipt := fakeipt.New()
+			ipt := fakes.NewIPTables()
 			ipt.FailList["nat/POSTROUTING"] = errPlugin
 			_, err := newC(t, func(c *cninet.Config) {
 				c.IPTables = func(bool) (host.IPTables, error) { return ipt, nil }
@@ -142,7 +141,7 @@ func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 		}, cninet.ErrPluginMissing, nil},
 		{"Status when CNI STATUS fails", func(t *testing.T) error {
 			return newC(t, func(c *cninet.Config) {
-				c.CNI, c.PluginDirs = &fakecni.CNI{StatusErr: errPlugin}, []string{specPlugins(t, `"0.4.0","1.0.0"`, "loopback", "bridge", "firewall", "portmap")}
+				c.CNI, c.PluginDirs = &fakes.CNI{StatusErr: errPlugin}, []string{specPlugins(t, `"0.4.0","1.0.0"`, "loopback", "bridge", "firewall", "portmap")}
 			}).Status(ctx)
 		}, cninet.ErrNotReady, errPlugin},
 		{"Reload without a ConfDir", func(t *testing.T) error {

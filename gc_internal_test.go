@@ -10,26 +10,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakecni"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
-	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 func TestGCNeverCollectsAnAllocationBeingSetUp(t *testing.T) {
 	o := footprint.Attachment{Network: "cninet-unit", ID: "busy"}
-	ipt := fakeipt.New().Load("nat", fmt.Sprintf("-N %s\n-A POSTROUTING -s 198.18.0.2/32 %s\n",
-		o.MasqChain(), fakeipt.Format([]string{"-m", "comment", "--comment", o.MasqComment(), "-j", o.MasqChain()})))
+	ipt := fakes.NewIPTables().Load("nat", fmt.Sprintf("-N %s\n-A POSTROUTING -s 198.18.0.2/32 %s\n",
+		o.MasqChain(), fakes.FormatRule([]string{"-m", "comment", "--comment", o.MasqComment(), "-j", o.MasqChain()})))
 	entered, release := make(chan struct{}), make(chan struct{})
-	fake := &fakecni.CNI{SetupHook: func(ctx context.Context, id string) error {
+	fake := &fakes.CNI{SetupHook: func(ctx context.Context, id string) error {
 		close(entered)
 		<-release
 		return nil
 	}}
 	conf := []byte(`{"cniVersion":"1.0.0","name":"cninet-unit","plugins":[{"type":"bridge"}]}`)
 	c, err := New(Config{ConfList: conf, CNI: fake, IPTables: func(bool) (host.IPTables, error) { return ipt, nil }, CacheDir: t.TempDir(), StateDir: t.TempDir(),
-		NFTables: func() (host.NFTables, error) { return &fakenft.NFTables{}, nil }})
+		NFTables: func() (host.NFTables, error) { return &fakes.NFTables{}, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
 )
 
 func TestGCRemovesEveryDeadAttachmentAndNothingLive(t *testing.T) {
@@ -86,7 +86,7 @@ func TestGCBatchesDeletionsPerTableAndFamily(t *testing.T) {
 	}
 	// A sweep holds one family at a time: the family it searched first is
 	// listed again when it is cleaned.
-	for i, ipt := range []*fakeipt.IPTables{cf.v4, cf.v6} {
+	for i, ipt := range []*fakes.IPTables{cf.v4, cf.v6} {
 		listings, restores := 0, 0
 		for _, call := range ipt.Calls() {
 			switch {
@@ -109,7 +109,7 @@ func TestGCFallsBackToSingleDeletesWhenTheBatchIsRefused(t *testing.T) {
 	cf := newCleanupFixture(t, "nomad")
 	cf.leak(t, footprint{network: "nomad", id: "dead", ip: "198.18.0.2"})
 	before := cf.v4.Save("nat")
-	batch := &fakeipt.Batching{IPTables: cf.v4, FailRestore: errors.New("iptables-restore: line 3 failed")}
+	batch := &fakes.Batching{IPTables: cf.v4, FailRestore: errors.New("iptables-restore: line 3 failed")}
 	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, ConfList: cf.c.ConfList(), CNI: cf.cni, IPTables: func(v6 bool) (host.IPTables, error) {
 		if v6 {
 			return cf.v6, nil

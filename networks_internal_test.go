@@ -6,10 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakecni"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
-	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -19,10 +17,10 @@ import (
 // through the fake driver.
 type multiFixture struct {
 	c       *Configurator
-	cni     *fakecni.CNI
+	cni     *fakes.CNI
 	drv     *fakeDriver
-	v4, v6  *fakeipt.IPTables
-	nft     *fakenft.NFTables
+	v4, v6  *fakes.IPTables
+	nft     *fakes.NFTables
 	dir     string
 	ipamDir string
 	cache   string
@@ -34,8 +32,8 @@ type multiFixture struct {
 
 func newMultiFixture(t *testing.T, retry RetryPolicy, pluginDirs ...string) multiFixture {
 	t.Helper()
-	f := multiFixture{cni: &fakecni.CNI{}, drv: &fakeDriver{addErrs: map[string][]error{}, checkErrs: map[string]error{}},
-		v4: fakeipt.New(), v6: fakeipt.New(), nft: &fakenft.NFTables{}, dir: t.TempDir(), ipamDir: t.TempDir(), cache: t.TempDir()}
+	f := multiFixture{cni: &fakes.CNI{}, drv: &fakeDriver{addErrs: map[string][]error{}, checkErrs: map[string]error{}},
+		v4: fakes.NewIPTables(), v6: fakes.NewIPTables(), nft: &fakes.NFTables{}, dir: t.TempDir(), ipamDir: t.TempDir(), cache: t.TempDir()}
 	for i, name := range []string{"a", "b"} {
 		conf, err := BridgeConfList(BridgeConfig{NetworkName: name, BridgeName: "br-" + name,
 			IPv4Subnet: fmt.Sprintf("198.18.%d.0/24", i), IPAMDataDir: f.ipamDir})
@@ -98,7 +96,7 @@ func (f multiFixture) cniVerbs() string {
 func (f multiFixture) leakMasquerade(network, id, ip string) {
 	o := footprint.Attachment{Network: network, ID: id}
 	f.v4.Load("nat", fmt.Sprintf("-N %s\n-A POSTROUTING -s %s/32 %s\n", o.MasqChain(), ip,
-		fakeipt.Format([]string{"-m", "comment", "--comment", o.MasqComment(), "-j", o.MasqChain()})))
+		fakes.FormatRule([]string{"-m", "comment", "--comment", o.MasqComment(), "-j", o.MasqChain()})))
 }
 
 func (f multiFixture) hasMasquerade(network, id string) bool {

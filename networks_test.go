@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/seed1280861d/cninet"
-	"github.com/seed1280861d/cninet/internal/fakecni"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 )
 
 func namedConfList(name string) []byte {
@@ -41,7 +41,7 @@ func TestTheKnownNetworksAndTheDefault(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.CNI, tc.cfg.CacheDir, tc.cfg.NFTables = &fakecni.CNI{}, t.TempDir(), noNFTables
+			tc.cfg.CNI, tc.cfg.CacheDir, tc.cfg.NFTables = &fakes.CNI{}, t.TempDir(), noNFTables
 			c, err := cninet.New(tc.cfg)
 			if tc.want != nil {
 				if !errors.Is(err, tc.want) {

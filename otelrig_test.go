@@ -10,10 +10,8 @@ import (
 	"testing"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakecni"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
-	"github.com/seed1280861d/cninet/internal/fakenft"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -195,10 +193,10 @@ func (r otelRig) points(t *testing.T, name string, keys ...string) []string {
 type telFixture struct {
 	cleanupFixture
 	rig otelRig
-	nft *fakenft.NFTables
+	nft *fakes.NFTables
 }
 
-func newTelFixture(t *testing.T, fake *fakecni.CNI, retry cninet.RetryPolicy) telFixture {
+func newTelFixture(t *testing.T, fake *fakes.CNI, retry cninet.RetryPolicy) telFixture {
 	t.Helper()
 	dataDir := t.TempDir()
 	cfg := cninet.DefaultBridgeConfig()
@@ -207,9 +205,9 @@ func newTelFixture(t *testing.T, fake *fakecni.CNI, retry cninet.RetryPolicy) te
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := telFixture{rig: newOtelRig(t), nft: &fakenft.NFTables{}}
-	f.fixture = fixture{cni: fake, v4: fakeipt.New().Load("nat", sharedNat).Load("filter", sharedFilter),
-		v6: fakeipt.New().Load("nat", sharedNat).Load("filter", sharedFilter)}
+	f := telFixture{rig: newOtelRig(t), nft: &fakes.NFTables{}}
+	f.fixture = fixture{cni: fake, v4: fakes.NewIPTables().Load("nat", sharedNat).Load("filter", sharedFilter),
+		v6: fakes.NewIPTables().Load("nat", sharedNat).Load("filter", sharedFilter)}
 	f.network, f.ipamDir = "nomad", filepath.Join(dataDir, "nomad")
 	if err := os.MkdirAll(f.ipamDir, 0o755); err != nil {
 		t.Fatal(err)

@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakecni"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
-	"github.com/seed1280861d/cninet/internal/fakenft"
 )
 
 func TestPluginLookupIsKeptUntilAPluginDirectoryChanges(t *testing.T) {
@@ -26,7 +24,7 @@ func TestPluginLookupIsKeptUntilAPluginDirectoryChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{ConfList: conf, CNI: &fakecni.CNI{}, PluginDirs: []string{dir}, CacheDir: t.TempDir(), StateDir: t.TempDir()})
+	c, err := New(Config{ConfList: conf, CNI: &fakes.CNI{}, PluginDirs: []string{dir}, CacheDir: t.TempDir(), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +59,8 @@ func TestTheBackendAPluginUsesOnThisHost(t *testing.T) {
 	noIPT := func(bool) (host.IPTables, error) {
 		return nil, errors.New(`exec: "iptables": executable file not found in $PATH`)
 	}
-	withIPT := func(bool) (host.IPTables, error) { return fakeipt.New(), nil }
-	withNFT := func() (host.NFTables, error) { return &fakenft.NFTables{}, nil }
+	withIPT := func(bool) (host.IPTables, error) { return fakes.NewIPTables(), nil }
+	withNFT := func() (host.NFTables, error) { return &fakes.NFTables{}, nil }
 	noNFT := func() (host.NFTables, error) { return nil, host.ErrNFTablesMissing }
 	tests := []struct {
 		name         string
@@ -83,7 +81,7 @@ func TestTheBackendAPluginUsesOnThisHost(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := New(Config{ConfList: tt.conf, CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(),
+			c, err := New(Config{ConfList: tt.conf, CNI: &fakes.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(),
 				PluginDirs: []string{t.TempDir()}, IPTables: tt.ipt, NFTables: tt.nft})
 			if err != nil {
 				t.Fatal(err)
@@ -118,9 +116,9 @@ func TestTeardownWithoutIPTablesIsCompleteWhereNoPluginUsesIt(t *testing.T) {
 		{"with the firewall plugin: iptables is missing", firewall, ErrIPTablesMissing},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := New(Config{ConfList: tt.conf, CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(), PluginDirs: []string{t.TempDir()},
+			c, err := New(Config{ConfList: tt.conf, CNI: &fakes.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(), PluginDirs: []string{t.TempDir()},
 				IPTables: func(bool) (host.IPTables, error) { return nil, errors.New("iptables: not found") },
-				NFTables: func() (host.NFTables, error) { return &fakenft.NFTables{}, nil }})
+				NFTables: func() (host.NFTables, error) { return &fakes.NFTables{}, nil }})
 			if err != nil {
 				t.Fatal(err)
 			}

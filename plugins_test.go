@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/seed1280861d/cninet"
-	"github.com/seed1280861d/cninet/internal/fakecni"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 )
 
 // specPlugins writes plugins that answer only VERSION, supporting the CNI
@@ -44,7 +44,7 @@ func TestStatusRefusesAnNFTablesBackendThePluginsCannotProvide(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := cninet.New(cninet.Config{ConfList: conf, CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables,
+			c, err := cninet.New(cninet.Config{ConfList: conf, CNI: &fakes.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables,
 				PluginDirs: []string{specPlugins(t, tc.versions, plugins...)}})
 			if err != nil {
 				t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/seed1280861d/cninet"
-	"github.com/seed1280861d/cninet/internal/fakecni"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 )
 
 func confDirWith(t *testing.T, subnet string) (dir string, conf []byte) {
@@ -30,7 +30,7 @@ func confDirWith(t *testing.T, subnet string) (dir string, conf []byte) {
 
 func TestReloadPicksUpANewConflistAndKeepsTheLastGoodOneOnError(t *testing.T) {
 	dir, first := confDirWith(t, "198.18.0.0/24")
-	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, ConfDir: dir, NetworkName: "nomad", CNI: &fakecni.CNI{}})
+	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, ConfDir: dir, NetworkName: "nomad", CNI: &fakes.CNI{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestReloadPicksUpANewConflistAndKeepsTheLastGoodOneOnError(t *testing.T) {
 }
 
 func TestReloadWithoutConfDirIsAnError(t *testing.T) {
-	f := newFixture(t, &fakecni.CNI{}, fastRetry)
+	f := newFixture(t, &fakes.CNI{}, fastRetry)
 	if err := f.c.Reload(); !errors.Is(err, cninet.ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}
@@ -67,7 +67,7 @@ func TestReloadWithoutConfDirIsAnError(t *testing.T) {
 
 func TestWatchReloadsWhenTheConfDirChanges(t *testing.T) {
 	dir, _ := confDirWith(t, "198.18.0.0/24")
-	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, ConfDir: dir, NetworkName: "nomad", CNI: &fakecni.CNI{}, Watch: true})
+	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, ConfDir: dir, NetworkName: "nomad", CNI: &fakes.CNI{}, Watch: true})
 	if err != nil {
 		t.Fatal(err)
 	}

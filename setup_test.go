@@ -11,8 +11,7 @@ import (
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/seed1280861d/cninet"
-	"github.com/seed1280861d/cninet/internal/fakecni"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 )
 
 func TestEveryCleanupOfSetupIsBoundedByADeadline(t *testing.T) {
@@ -28,9 +27,9 @@ func TestEveryCleanupOfSetupIsBoundedByADeadline(t *testing.T) {
 			func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ipt := &lockingIPTables{IPTables: fakeipt.New()}
+			ipt := &lockingIPTables{IPTables: fakes.NewIPTables()}
 			errPlugin := errors.New("plugin said no")
-			c := newLockingConfigurator(t, ipt, &fakecni.CNI{SetupErrs: []error{errPlugin, errPlugin, errPlugin}})
+			c := newLockingConfigurator(t, ipt, &fakes.CNI{SetupErrs: []error{errPlugin, errPlugin, errPlugin}})
 			ctx, cancel := tc.ctx()
 			defer cancel()
 			if _, err := c.Setup(ctx, &cninet.Allocation{ID: "failing-1"}, "/x"); !errors.Is(err, cninet.ErrSetupFailed) {
@@ -58,8 +57,8 @@ func TestEveryCleanupOfSetupIsBoundedByADeadline(t *testing.T) {
 }
 
 func TestSetupBehindAHeldXtablesLockSaysTheRollbackIsIncomplete(t *testing.T) {
-	ipt := &lockingIPTables{IPTables: fakeipt.New(), held: true}
-	c := newLockingConfigurator(t, ipt, &fakecni.CNI{SetupHook: func(ctx context.Context, _ string) error {
+	ipt := &lockingIPTables{IPTables: fakes.NewIPTables(), held: true}
+	c := newLockingConfigurator(t, ipt, &fakes.CNI{SetupHook: func(ctx context.Context, _ string) error {
 		<-ctx.Done() // a plugin waiting for the lock until it is killed
 		return ctx.Err()
 	}})
@@ -74,7 +73,7 @@ func TestSetupBehindAHeldXtablesLockSaysTheRollbackIsIncomplete(t *testing.T) {
 }
 
 func TestSetupLoadsTheConflistOnFirstUseOnly(t *testing.T) {
-	f := newFixture(t, &fakecni.CNI{}, fastRetry)
+	f := newFixture(t, &fakes.CNI{}, fastRetry)
 	for i := 0; i < 2; i++ {
 		if _, err := f.c.Setup(context.Background(), webAlloc(), "/var/run/netns/w"); err != nil {
 			t.Fatal(err)
@@ -86,7 +85,7 @@ func TestSetupLoadsTheConflistOnFirstUseOnly(t *testing.T) {
 }
 
 func TestSetupSendsPortMappingsAndArgsAndTeardownSendsTheSame(t *testing.T) {
-	f := newFixture(t, &fakecni.CNI{}, fastRetry)
+	f := newFixture(t, &fakes.CNI{}, fastRetry)
 	st, err := f.c.Setup(context.Background(), webAlloc(), "/var/run/netns/w")
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +96,7 @@ func TestSetupSendsPortMappingsAndArgsAndTeardownSendsTheSame(t *testing.T) {
 	if err := f.c.Teardown(context.Background(), webAlloc(), "/var/run/netns/w"); err != nil {
 		t.Fatal(err)
 	}
-	var setup, remove *fakecni.Call
+	var setup, remove *fakes.Call
 	for _, c := range f.cni.Calls() {
 		switch c := c; c.Verb {
 		case "Setup":
@@ -111,7 +110,7 @@ func TestSetupSendsPortMappingsAndArgsAndTeardownSendsTheSame(t *testing.T) {
 	}
 	wantPM := []cni.PortMapping{pm(8080, 80, "tcp", ""), pm(8080, 80, "udp", "")}
 	wantArgs := map[string]string{"IgnoreUnknown": "1", "NOMAD_ALLOC_ID": "alloc-1"}
-	for _, c := range []*fakecni.Call{setup, remove} {
+	for _, c := range []*fakes.Call{setup, remove} {
 		if c.ID != "alloc-1" || c.NetNS != "/var/run/netns/w" || !reflect.DeepEqual(c.PortMappings, wantPM) || !reflect.DeepEqual(c.Args, wantArgs) {
 			t.Errorf("%s got id=%s netns=%s mappings=%+v args=%v", c.Verb, c.ID, c.NetNS, c.PortMappings, c.Args)
 		}
@@ -156,7 +155,7 @@ func TestSetupRetries(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, &fakecni.CNI{SetupErrs: tc.errs}, fastRetry)
+			f := newFixture(t, &fakes.CNI{SetupErrs: tc.errs}, fastRetry)
 			_, err := f.c.Setup(context.Background(), webAlloc(), "/var/run/netns/w")
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
@@ -177,7 +176,7 @@ func TestSetupRetries(t *testing.T) {
 }
 
 // attachVerbs drops the Status/Load bookkeeping from the recorded calls.
-func attachVerbs(f *fakecni.CNI) string {
+func attachVerbs(f *fakes.CNI) string {
 	var v []string
 	for _, s := range f.Verbs() {
 		if s != "Status" && s != "Load" {
@@ -189,7 +188,7 @@ func attachVerbs(f *fakecni.CNI) string {
 
 func TestSetupReturnsPromptlyWhenTheContextIsCancelledMidWaitAndRollsBack(t *testing.T) {
 	slow := cninet.RetryPolicy{Attempts: 5, BaseDelay: time.Hour, MaxDelay: time.Hour}
-	f := newFixture(t, &fakecni.CNI{SetupErrs: []error{errors.New("transient")}}, slow)
+	f := newFixture(t, &fakes.CNI{SetupErrs: []error{errors.New("transient")}}, slow)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -214,7 +213,7 @@ func TestSetupReturnsPromptlyWhenTheContextIsCancelledMidWaitAndRollsBack(t *tes
 }
 
 func TestSetupWithoutAnAddressRollsBackAndFailsWithErrNoAddress(t *testing.T) {
-	fake := &fakecni.CNI{Result: &cni.Result{Interfaces: map[string]*cni.Config{"eth0": {Sandbox: "x"}}}}
+	fake := &fakes.CNI{Result: &cni.Result{Interfaces: map[string]*cni.Config{"eth0": {Sandbox: "x"}}}}
 	f := newFixture(t, fake, fastRetry)
 	_, err := f.c.Setup(context.Background(), webAlloc(), "/var/run/netns/w")
 	if !errors.Is(err, cninet.ErrNoAddress) {

@@ -7,12 +7,12 @@ import (
 	"testing"
 
 	"github.com/seed1280861d/cninet"
-	"github.com/seed1280861d/cninet/internal/fakecni"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 )
 
 func TestStatusNamesMissingPlugins(t *testing.T) {
 	conf, _ := cninet.BridgeConfList(cninet.DefaultBridgeConfig())
-	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: &fakecni.CNI{}, PluginDirs: []string{t.TempDir()}})
+	c, err := cninet.New(cninet.Config{CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables, ConfList: conf, CNI: &fakes.CNI{}, PluginDirs: []string{t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,14 +15,15 @@ import (
 	"testing"
 	"time"
 
+	cni "github.com/containerd/go-cni"
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakecni"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
 )
 
-// footprint writes what the bridge, portmap and firewall plugins and
-// host-local leave for one attachment, in the plugins' exact formats.
+// footprint is what the bridge, portmap and firewall plugins and
+// host-local leave for one attachment: masquerade, port 8080 to 80 and
+// the firewall's rules, in the plugins' exact formats.
 type footprint struct {
 	network, id, ip string // ip without prefix length
 	v6              bool
@@ -32,68 +34,22 @@ func chain(prefix, network, id string) string {
 	return (prefix + hex.EncodeToString(sum[:]))[:28]
 }
 
-func (f footprint) host() string {
+func (f footprint) plugins() fakes.Footprint {
+	bits := 24
 	if f.v6 {
-		return f.ip + "/128"
+		bits = 64
 	}
-	return f.ip + "/32"
+	return fakes.Footprint{Network: f.network, ID: f.id, Addr: netip.PrefixFrom(netip.MustParseAddr(f.ip), bits),
+		Masquerade: true, Firewall: true, Ports: []cni.PortMapping{{HostPort: 8080, ContainerPort: 80, Protocol: "tcp"}}}
 }
 
-// The comments as iptables stores them: the first 255 bytes.
-func (f footprint) masqComment() string {
-	return cut255(fmt.Sprintf("name: %q id: %q", f.network, f.id))
-}
+func (f footprint) nat() string    { return f.plugins().NAT() }
+func (f footprint) filter() string { return f.plugins().Filter() }
 
-func (f footprint) dnatComment() string {
-	c := fmt.Sprintf(`dnat name: "%s" id: "%s"`, f.network, f.id)
-	if len(c) > 255 {
-		c = c[:253] + "..." // portmap's own cut
-	}
-	return cut255(c)
-}
-
-func cut255(s string) string {
-	if len(s) > 255 {
-		return s[:255]
-	}
-	return s
-}
-
-func (f footprint) nat() string {
-	masq, dn := chain("CNI-", f.network, f.id), chain("CNI-DN-", f.network, f.id)
-	multicast := "224.0.0.0/4"
-	if f.v6 {
-		multicast = "ff00::/8"
-	}
-	lines := []string{
-		"-N " + masq, "-N " + dn,
-		"-A POSTROUTING -s " + f.host() + " " + fakeipt.Format([]string{"-m", "comment", "--comment", f.masqComment(), "-j", masq}),
-		"-A " + masq + " -d " + f.host() + " " + fakeipt.Format([]string{"-m", "comment", "--comment", f.masqComment(), "-j", "ACCEPT"}),
-		"-A " + masq + " ! -d " + multicast + " " + fakeipt.Format([]string{"-m", "comment", "--comment", f.masqComment(), "-j", "MASQUERADE"}),
-		"-A CNI-HOSTPORT-DNAT -p tcp " + fakeipt.Format([]string{"-m", "comment", "--comment", f.dnatComment(), "-m", "multiport", "--dports", "8080", "-j", dn}),
-		"-A " + dn + " -s " + f.host() + " -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK",
-		"-A " + dn + " -p tcp -m tcp --dport 8080 -j DNAT --to-destination " + f.ip + ":80",
-	}
-	return strings.Join(lines, "\n")
-}
-
-func (f footprint) filter() string {
-	return "-A CNI-FORWARD -d " + f.host() + " -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n" +
-		"-A CNI-FORWARD -s " + f.host() + " -j ACCEPT"
-}
-
-const sharedNat = `-N CNI-HOSTPORT-DNAT
--N CNI-HOSTPORT-SETMARK
--N CNI-HOSTPORT-MASQ
--A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
--A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
--A POSTROUTING -m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ
--A CNI-HOSTPORT-SETMARK -m comment --comment "CNI portfwd masquerade mark" -j MARK --set-xmark 0x2000/0x2000`
-
-const sharedFilter = `-N CNI-FORWARD
--N CNI-ADMIN
--A FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD
--A CNI-FORWARD -m comment --comment "CNI firewall plugin admin overrides" -j CNI-ADMIN`
+var (
+	sharedNat    = fakes.SharedNAT
+	sharedFilter = fakes.SharedFilter("")
+)
 
 // cleanupFixture is a Configurator over fakes whose conflist keeps
 // reservations in a temporary directory.
@@ -112,13 +68,13 @@ func newCleanupFixture(t *testing.T, network string, mode ...listingMode) cleanu
 	if len(mode) > 0 {
 		m = mode[0]
 	}
-	shared := func(ipt *fakeipt.IPTables) { ipt.Load("nat", sharedNat).Load("filter", sharedFilter) }
+	shared := func(ipt *fakes.IPTables) { ipt.Load("nat", sharedNat).Load("filter", sharedFilter) }
 	return newFixtureWithTables(t, network, m, shared, shared)
 }
 
 // newFixtureWithTables builds the fixture with iptables and ip6tables
 // filled by load4 and load6.
-func newFixtureWithTables(t *testing.T, network string, mode listingMode, load4, load6 func(*fakeipt.IPTables)) cleanupFixture {
+func newFixtureWithTables(t *testing.T, network string, mode listingMode, load4, load6 func(*fakes.IPTables)) cleanupFixture {
 	t.Helper()
 	dataDir := t.TempDir()
 	cfg := cninet.DefaultBridgeConfig()
@@ -127,7 +83,7 @@ func newFixtureWithTables(t *testing.T, network string, mode listingMode, load4,
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := fixture{cni: &fakecni.CNI{}, v4: fakeipt.New(), v6: fakeipt.New()}
+	f := fixture{cni: &fakes.CNI{}, v4: fakes.NewIPTables(), v6: fakes.NewIPTables()}
 	load4(f.v4)
 	load6(f.v6)
 	cf := cleanupFixture{fixture: f, network: network, ipamDir: filepath.Join(dataDir, network),
@@ -216,14 +172,14 @@ func (m listingMode) String() string {
 	return [...]string{"chain by chain", "table by table", "all tables at once", "probed over netlink"}[m]
 }
 
-func (m listingMode) wrap(ipt *fakeipt.IPTables) host.IPTables {
+func (m listingMode) wrap(ipt *fakes.IPTables) host.IPTables {
 	switch m {
 	case tableByTable:
-		return &fakeipt.Batching{IPTables: ipt}
+		return &fakes.Batching{IPTables: ipt}
 	case allTables:
-		return fakeipt.Saving{Batching: &fakeipt.Batching{IPTables: ipt}}
+		return fakes.Saving{Batching: &fakes.Batching{IPTables: ipt}}
 	case probed:
-		return fakeipt.NewProbing(ipt)
+		return fakes.NewProbing(ipt)
 	}
 	return ipt
 }
@@ -422,7 +378,7 @@ func reopenProbing(t *testing.T, cf cleanupFixture, failProbe error) *cninet.Con
 			if v6 {
 				ipt = cf.v6
 			}
-			return fakeipt.NewProbing(ipt).FailingWith(failProbe), nil
+			return fakes.NewProbing(ipt).FailingWith(failProbe), nil
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -487,8 +443,8 @@ func TestTeardownOnRealPluginRules(t *testing.T) {
 	}
 	eachListingMode(t, func(t *testing.T, mode listingMode) {
 		cf := newFixtureWithTables(t, "nomad", mode,
-			func(ipt *fakeipt.IPTables) { ipt.LoadSave(string(dump4)) },
-			func(ipt *fakeipt.IPTables) { ipt.LoadSave(string(dump6)) })
+			func(ipt *fakes.IPTables) { ipt.LoadSave(string(dump4)) },
+			func(ipt *fakes.IPTables) { ipt.LoadSave(string(dump6)) })
 		for _, r := range [][2]string{{"198.18.0.2", "alloc-1"}, {"fd00:198:18::2", "alloc-1"}, {"198.18.0.3", "alloc-10"}, {"fd00:198:18::3", "alloc-10"}} {
 			cf.reserve(t, r[0], r[1])
 		}
@@ -499,7 +455,7 @@ func TestTeardownOnRealPluginRules(t *testing.T) {
 		for _, pair := range []struct {
 			family string
 			before []byte
-			ipt    *fakeipt.IPTables
+			ipt    *fakes.IPTables
 		}{{"iptables", dump4, cf.v4}, {"ip6tables", dump6, cf.v6}} {
 			after := pair.ipt.Save("nat") + pair.ipt.Save("filter")
 			for _, g := range gone {
@@ -559,8 +515,8 @@ func TestTeardownOnRealCutComments(t *testing.T) {
 			}
 			eachListingMode(t, func(t *testing.T, mode listingMode) {
 				cf := newFixtureWithTables(t, tc.network, mode,
-					func(ipt *fakeipt.IPTables) { ipt.Load("nat", string(nat)).Load("filter", string(filter)) },
-					func(*fakeipt.IPTables) {})
+					func(ipt *fakes.IPTables) { ipt.Load("nat", string(nat)).Load("filter", string(filter)) },
+					func(*fakes.IPTables) {})
 				cf.reserve(t, "198.18.0.2", tc.id1)
 				cf.reserve(t, "198.18.0.3", tc.id10)
 				if err := cf.teardown(t, tc.id1); err != nil {
@@ -659,7 +615,7 @@ func (cf cleanupFixture) firewallDEL(t *testing.T, after func()) {
 			for _, line := range strings.Split(fp.filter(), "\n") {
 				spec := strings.Fields(strings.TrimPrefix(line, "-A CNI-FORWARD "))
 				if err := cf.v4.Delete("filter", "CNI-FORWARD", spec...); err != nil {
-					var fe *fakeipt.Error
+					var fe *fakes.IPTablesError
 					if !errors.As(err, &fe) || !fe.NotExist {
 						return err
 					}
@@ -787,7 +743,7 @@ func TestTeardownWithAnEmptyCacheFileStillRemovesTheFirewallRulesTheReservationP
 // either at once (iptables' own wait ran out) or, with block, when its
 // context ends. It records every context it is bound to.
 type lockingIPTables struct {
-	*fakeipt.IPTables
+	*fakes.IPTables
 	held  bool
 	block bool
 	mu    sync.Mutex
@@ -844,7 +800,7 @@ func (b boundIPTables) ClearAndDeleteChain(table, chain string) error {
 	return b.l.ClearAndDeleteChain(table, chain)
 }
 
-func newLockingConfigurator(t *testing.T, ipt *lockingIPTables, fake *fakecni.CNI) *cninet.Configurator {
+func newLockingConfigurator(t *testing.T, ipt *lockingIPTables, fake *fakes.CNI) *cninet.Configurator {
 	t.Helper()
 	c, err := cninet.New(cninet.Config{ConfList: unitConfList(t), CNI: fake, CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables,
 		Retry: fastRetry, IPTables: func(bool) (host.IPTables, error) { return ipt, nil }})
@@ -855,8 +811,8 @@ func newLockingConfigurator(t *testing.T, ipt *lockingIPTables, fake *fakecni.CN
 }
 
 func TestTeardownBehindAHeldXtablesLockEndsWithItsContext(t *testing.T) {
-	ipt := &lockingIPTables{IPTables: fakeipt.New(), held: true, block: true}
-	c := newLockingConfigurator(t, ipt, &fakecni.CNI{})
+	ipt := &lockingIPTables{IPTables: fakes.NewIPTables(), held: true, block: true}
+	c := newLockingConfigurator(t, ipt, &fakes.CNI{})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)

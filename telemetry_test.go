@@ -12,9 +12,8 @@ import (
 	"time"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakecni"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
 	footprintpkg "github.com/seed1280861d/cninet/internal/footprint"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
@@ -28,7 +27,7 @@ const telNetNS = "/var/run/netns/tel"
 var quickRetries = cninet.RetryPolicy{Attempts: 3, BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}
 
 func TestTelemetryOfASuccessfulSetupAndTeardown(t *testing.T) {
-	f := newTelFixture(t, &fakecni.CNI{}, quickRetries)
+	f := newTelFixture(t, &fakes.CNI{}, quickRetries)
 	alloc := &cninet.Allocation{ID: "alloc-1"}
 	if _, err := f.c.Setup(context.Background(), alloc, telNetNS); err != nil {
 		t.Fatal(err)
@@ -83,7 +82,7 @@ func TestTelemetryOfASuccessfulSetupAndTeardown(t *testing.T) {
 }
 
 func TestTelemetryOfARetriedADD(t *testing.T) {
-	f := newTelFixture(t, &fakecni.CNI{SetupErrs: []error{errors.New("bridge: device or resource busy")}}, quickRetries)
+	f := newTelFixture(t, &fakes.CNI{SetupErrs: []error{errors.New("bridge: device or resource busy")}}, quickRetries)
 	if _, err := f.c.Setup(context.Background(), &cninet.Allocation{ID: "alloc-1"}, telNetNS); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +126,7 @@ func TestTelemetryOfARetriedADD(t *testing.T) {
 }
 
 func TestTelemetryOfAFailedSetupAndItsRollback(t *testing.T) {
-	f := newTelFixture(t, &fakecni.CNI{SetupErrs: []error{errors.New("portmap: boom")}}, cninet.RetryPolicy{Attempts: 1})
+	f := newTelFixture(t, &fakes.CNI{SetupErrs: []error{errors.New("portmap: boom")}}, cninet.RetryPolicy{Attempts: 1})
 	// What the failed ADD left behind: the rollback's cleanup removes it.
 	f.leak(t, footprint{network: "nomad", id: "alloc-1", ip: "198.18.0.2"})
 	_, err := f.c.Setup(context.Background(), &cninet.Allocation{ID: "alloc-1"}, telNetNS)
@@ -167,7 +166,7 @@ func TestTelemetryOfAFailedSetupAndItsRollback(t *testing.T) {
 }
 
 func TestTelemetryOfATeardownWhoseCleanupFoundLeftovers(t *testing.T) {
-	f := newTelFixture(t, &fakecni.CNI{}, quickRetries)
+	f := newTelFixture(t, &fakes.CNI{}, quickRetries)
 	// The namespace is gone and DEL left everything: both families'
 	// rules and chains, both reservations, the nftables masquerade rule.
 	f.leak(t, footprint{network: "nomad", id: "alloc-1", ip: "198.18.0.2"})
@@ -199,7 +198,7 @@ func TestTelemetryOfATeardownWhoseCleanupFoundLeftovers(t *testing.T) {
 }
 
 func TestTelemetryOfGC(t *testing.T) {
-	f := newTelFixture(t, &fakecni.CNI{}, quickRetries)
+	f := newTelFixture(t, &fakes.CNI{}, quickRetries)
 	f.leak(t, footprint{network: "nomad", id: "dead-1", ip: "198.18.0.3"})
 	f.leak(t, footprint{network: "nomad", id: "live-1", ip: "198.18.0.4"})
 	f.nft.Add(nftMasquerade("nomad", "dead-1", "eth0", "198.18.0.3", 3))
@@ -236,8 +235,8 @@ func TestTelemetryOfStatusReportsEachNetworksReadiness(t *testing.T) {
 		{"a plugin missing: not ready, and the error says why", []string{"loopback", "bridge", "firewall"}, 0, "plugin_missing"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newTelFixture(t, &fakecni.CNI{}, quickRetries)
-			c, err := cninet.New(cninet.Config{ConfList: f.c.ConfList(), CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(),
+			f := newTelFixture(t, &fakes.CNI{}, quickRetries)
+			c, err := cninet.New(cninet.Config{ConfList: f.c.ConfList(), CNI: &fakes.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(),
 				PluginDirs: []string{versionOnlyPlugins(t, tc.plugins...)}, NFTables: noNFTables,
 				TracerProvider: f.rig.tp, MeterProvider: f.rig.mp})
 			if err != nil {
@@ -285,8 +284,8 @@ func versionOnlyPlugins(t *testing.T, names ...string) string {
 // With no provider in Config, cninet reports to the global ones, also
 // when the program installs them after New (as go-cni's spans need).
 func TestTelemetryGoesToTheGlobalProvidersInstalledAfterNew(t *testing.T) {
-	c, err := cninet.New(cninet.Config{ConfList: unitConfList(t), CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables,
-		IPTables: func(bool) (host.IPTables, error) { return fakeipt.New(), nil }})
+	c, err := cninet.New(cninet.Config{ConfList: unitConfList(t), CNI: &fakes.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables,
+		IPTables: func(bool) (host.IPTables, error) { return fakes.NewIPTables(), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/seed1280861d/cninet"
-	"github.com/seed1280861d/cninet/internal/fakecni"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 )
 
 // The leaked attachments of the GC scenarios: dead runners' attachments
@@ -28,7 +28,7 @@ func gcConfigurator(r fakeRange, backend string) (*cninet.Configurator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cninet.New(cninet.Config{ConfList: conf, CNI: &fakecni.CNI{}})
+	return cninet.New(cninet.Config{ConfList: conf, CNI: &fakes.CNI{}})
 }
 
 // collect removes leaked attachments of r: by one GC (sweep), which must

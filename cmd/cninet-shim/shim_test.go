@@ -16,9 +16,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
-	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/thick"
 )
 
@@ -154,15 +153,15 @@ esac
 	return thick.Info{ConfDir: confs, CNIPath: []string{plugins}, CacheDir: filepath.Join(dir, "cache"), StateDir: filepath.Join(dir, "state")}, log
 }
 
-func fakes(cfg *cninet.Config) {
-	cfg.IPTables = func(bool) (host.IPTables, error) { return fakeipt.New(), nil }
-	cfg.NFTables = func() (host.NFTables, error) { return &fakenft.NFTables{}, nil }
+func useFakes(cfg *cninet.Config) {
+	cfg.IPTables = func(bool) (host.IPTables, error) { return fakes.NewIPTables(), nil }
+	cfg.NFTables = func() (host.NFTables, error) { return &fakes.NFTables{}, nil }
 }
 
 // attach makes the attachment c1/eth0 in network web, as the daemon does.
 func attach(t *testing.T, info thick.Info) {
 	t.Helper()
-	c, err := thick.NewConfigurator(info, hclog.NewNullLogger(), nil, fakes)
+	c, err := thick.NewConfigurator(info, hclog.NewNullLogger(), nil, useFakes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +194,7 @@ func TestDelWithTheDaemonDownRunsInProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := newShim(&strings.Builder{})
-			s.tweaks = []func(*cninet.Config){fakes}
+			s.tweaks = []func(*cninet.Config){useFakes}
 			args := cmdArgs(socket, "1.1.0")
 			args.Netns = "" // the namespace is gone
 			if err := s.del(args); err != nil {
@@ -205,7 +204,7 @@ func TestDelWithTheDaemonDownRunsInProcess(t *testing.T) {
 			if !strings.Contains(string(calls), "DEL c1 eth0") {
 				t.Fatalf("the delegate saw %q, want a DEL of c1 eth0", calls)
 			}
-			c, err := thick.NewConfigurator(info, nil, nil, fakes)
+			c, err := thick.NewConfigurator(info, nil, nil, useFakes)
 			if err != nil {
 				t.Fatal(err)
 			}

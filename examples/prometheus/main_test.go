@@ -11,10 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakecni"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
-	"github.com/seed1280861d/cninet/internal/fakenft"
 )
 
 // The exposition names docs/observability.md documents, as the exporter writes them.
@@ -36,9 +34,9 @@ func TestMetricsReachPrometheusUnderTheDocumentedNames(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ipam, "nomad", "198.18.0.2"), []byte("alloc-1\r\neth0"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := cninet.New(cninet.Config{ConfList: conf, CNI: &fakecni.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(), PluginDirs: []string{t.TempDir()},
-		IPTables:      func(bool) (host.IPTables, error) { return fakeipt.New(), nil },
-		NFTables:      func() (host.NFTables, error) { return &fakenft.NFTables{}, nil },
+	c, err := cninet.New(cninet.Config{ConfList: conf, CNI: &fakes.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(), PluginDirs: []string{t.TempDir()},
+		IPTables:      func(bool) (host.IPTables, error) { return fakes.NewIPTables(), nil },
+		NFTables:      func() (host.NFTables, error) { return &fakes.NFTables{}, nil },
 		MeterProvider: mp})
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,8 @@
-// Package fakeipt is an in-memory iptables for tests. It holds rules as
-// `iptables -S` prints them, answers List, Delete and ClearAndDeleteChain
-// the way the real command does (including refusing to delete a chain that
-// is still jumped to), records every call, and can be told to fail.
+// Package fakeipt emulates iptables-legacy for the tests of cninet's
+// iptables runner: its commands, answered from the in-memory tables of
+// cninettest/fakes, and the xtables lock, held or let go by the test.
 //
 // # Files
 //
-//	fakeipt.go   IPTables: the tables, the fake calls, failures, Batching
 //	legacy.go    Legacy: iptables-legacy's commands and xtables lock emulated
 package fakeipt

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"os"
 	"slices"
 	"strconv"
@@ -18,8 +19,8 @@ import (
 // ran out (from the captured messages), or, with block set, waits until
 // ctx kills it, as it does when the deadline comes first.
 type Legacy struct {
-	Tables  *Batching // the tables it changes
-	giveUp  string    // iptables' message when its wait runs out
+	Tables  *fakes.Batching // the tables it changes
+	giveUp  string          // iptables' message when its wait runs out
 	mu      sync.Mutex
 	held    bool
 	block   bool
@@ -30,8 +31,8 @@ type Legacy struct {
 // what iptables prints when its lock wait runs out (tests read it from
 // testdata/iptables/xtables-lock.txt); give Run to
 // iptables.NewEmulated as the command runner.
-func NewLegacy(tables *IPTables, giveUp string) *Legacy {
-	return &Legacy{Tables: &Batching{IPTables: tables}, giveUp: giveUp}
+func NewLegacy(tables *fakes.IPTables, giveUp string) *Legacy {
+	return &Legacy{Tables: &fakes.Batching{IPTables: tables}, giveUp: giveUp}
 }
 
 // Hold makes another process hold the xtables lock (held) or let it go;

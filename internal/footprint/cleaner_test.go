@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 	"github.com/seed1280861d/cninet/internal/iptables"
@@ -26,7 +27,7 @@ import (
 func TestCleanBehindAHeldLockChangesNothingAndTheNextCleanFinishes(t *testing.T) {
 	var emus [2]*fakeipt.Legacy
 	for i, v := range []string{"ipv4", "ipv6"} {
-		tables := fakeipt.New()
+		tables := fakes.NewIPTables()
 		for _, table := range []string{"nat", "filter"} {
 			raw, err := os.ReadFile("../../testdata/iptables/dual-" + table + "-" + v + ".txt")
 			if err != nil {
@@ -103,7 +104,7 @@ func mentions(rules []string, s string) bool {
 }
 
 func TestCleanWithAnEndedContextRunsNothingAndKeepsTheProof(t *testing.T) {
-	tables := fakeipt.New()
+	tables := fakes.NewIPTables()
 	raw, err := os.ReadFile("../../testdata/iptables/dual-nat-ipv4.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +136,7 @@ func TestCleanWithAnEndedContextRunsNothingAndKeepsTheProof(t *testing.T) {
 
 // emulateLegacy emulates iptables-legacy over tables, giving up on a held
 // lock as iptables 1.8.9 did (testdata/iptables/xtables-lock.txt).
-func emulateLegacy(t *testing.T, tables *fakeipt.IPTables) *fakeipt.Legacy {
+func emulateLegacy(t *testing.T, tables *fakes.IPTables) *fakeipt.Legacy {
 	t.Helper()
 	msgs, err := fakeipt.LockMessages("../../testdata/iptables/xtables-lock.txt")
 	if err != nil {

@@ -8,9 +8,8 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
-	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -21,8 +20,8 @@ func masq(network, id, ifName, addr string, handle int) host.NFTRule {
 		Comment: footprint.Attachment{Network: network, ID: id}.NFTMasqComment(ifName), Saddr: netip.MustParseAddr(addr)}
 }
 
-func hostWith(nft *fakenft.NFTables) footprint.Seams {
-	ipt := fakeipt.New()
+func hostWith(nft *fakes.NFTables) footprint.Seams {
+	ipt := fakes.NewIPTables()
 	return footprint.Seams{
 		IPTables: func(bool) (host.IPTables, error) { return ipt, nil },
 		NFTables: func() (host.NFTables, error) { return nft, nil },
@@ -44,7 +43,7 @@ func TestGCScanOfANetworkFindsAttachmentsUnderEveryCandidateInterfaceName(t *tes
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			nft := &fakenft.NFTables{}
+			nft := &fakes.NFTables{}
 			nft.Add(masq("n", "dead-0", "eth0", "198.18.0.2", 1), masq("n", "dead-1", "eth1", "198.18.0.3", 2),
 				masq("n", "live", "eth1", "198.18.0.4", 3), masq("other", "dead-2", "eth1", "198.18.1.2", 4))
 			cl := footprint.NewCleaner(context.Background(),
@@ -94,7 +93,7 @@ func TestTeardownScanFindsTheCachedResultUnderTheAttachmentsInterfaceName(t *tes
 			if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			cl := footprint.NewCleaner(context.Background(), footprint.Network{Name: "n", IfName: ifName, CacheDir: cache}, hostWith(&fakenft.NFTables{}))
+			cl := footprint.NewCleaner(context.Background(), footprint.Network{Name: "n", IfName: ifName, CacheDir: cache}, hostWith(&fakes.NFTables{}))
 			cl.Prevent([]string{"a"})
 			if _, err := cl.Clean([]string{"a"}); err != nil {
 				t.Fatal(err)

@@ -15,9 +15,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
-	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/nftables"
 )
@@ -164,10 +163,10 @@ func readCapture(t *testing.T, name string) []byte {
 }
 
 // loadNFT returns a fake holding the capture's ruleset, less drop.
-func loadNFT(t *testing.T, capture string, drop ...string) *fakenft.NFTables {
+func loadNFT(t *testing.T, capture string, drop ...string) *fakes.NFTables {
 	t.Helper()
 	raw := readCapture(t, capture+".json")
-	nft := &fakenft.NFTables{}
+	nft := &fakes.NFTables{}
 	if len(drop) == 0 {
 		if err := nft.Load(raw); err != nil {
 			t.Fatal(err)
@@ -201,13 +200,13 @@ func loadNFT(t *testing.T, capture string, drop ...string) *fakenft.NFTables {
 
 // loadIPT returns a fake iptables (ipv6 false) or ip6tables holding the
 // capture's iptables-save.
-func loadIPT(t *testing.T, capture string, v6 bool) *fakeipt.IPTables {
+func loadIPT(t *testing.T, capture string, v6 bool) *fakes.IPTables {
 	t.Helper()
 	name := capture + ".iptables-save"
 	if v6 {
 		name = capture + ".ip6tables-save"
 	}
-	return fakeipt.New().LoadSave(string(readCapture(t, name)))
+	return fakes.NewIPTables().LoadSave(string(readCapture(t, name)))
 }
 
 // cniRules returns the rules of the plugins' tables, sorted by key.
@@ -235,8 +234,8 @@ func describeRules(rules []host.NFTRule) string {
 type scenario struct {
 	root string
 	net  footprint.Network
-	nft  *fakenft.NFTables
-	ipt  [2]*fakeipt.IPTables
+	nft  *fakes.NFTables
+	ipt  [2]*fakes.IPTables
 }
 
 func newScenario(t *testing.T, capture, network, ifName string, files []hostFile, drop ...string) *scenario {
@@ -244,7 +243,7 @@ func newScenario(t *testing.T, capture, network, ifName string, files []hostFile
 	s := &scenario{
 		root: t.TempDir(),
 		nft:  loadNFT(t, capture, drop...),
-		ipt:  [2]*fakeipt.IPTables{loadIPT(t, capture, false), loadIPT(t, capture, true)},
+		ipt:  [2]*fakes.IPTables{loadIPT(t, capture, false), loadIPT(t, capture, true)},
 	}
 	s.net = scenarioNetwork(s.root, network, ifName)
 	writeHostFiles(t, s.root, files)
@@ -292,9 +291,9 @@ func (s *scenario) seams(nft host.NFTables) footprint.Seams {
 func (s *scenario) probedSeams() footprint.Seams {
 	return footprint.Seams{
 		IPTables: func(v6 bool) (host.IPTables, error) {
-			return fakeipt.NewProbing(s.ipt[b2i(v6)]), nil
+			return fakes.NewProbing(s.ipt[b2i(v6)]), nil
 		},
-		NFTables: func() (host.NFTables, error) { return fakenft.Matching{NFTables: s.nft}, nil },
+		NFTables: func() (host.NFTables, error) { return fakes.Matching{NFTables: s.nft}, nil },
 	}
 }
 
@@ -918,8 +917,8 @@ func TestCleanDeletesEachTablesRulesInOneTransaction(t *testing.T) {
 // flakyNFT passes everything to a fake, except that the first
 // DeleteRules call goes to first instead.
 type flakyNFT struct {
-	*fakenft.NFTables
-	first func(ctx context.Context, nft *fakenft.NFTables, table host.NFTable, rules []host.NFTRule) error
+	*fakes.NFTables
+	first func(ctx context.Context, nft *fakes.NFTables, table host.NFTable, rules []host.NFTRule) error
 
 	mu      sync.Mutex
 	deletes []string
@@ -940,12 +939,12 @@ func TestCleanFallsBackToOneRuleAtATimeWhenATransactionFails(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		vanished int
-		first    func(ctx context.Context, nft *fakenft.NFTables, table host.NFTable, rules []host.NFTRule) error
+		first    func(ctx context.Context, nft *fakes.NFTables, table host.NFTable, rules []host.NFTRule) error
 	}{
 		{
 			name:     "a handle of the batch vanished meanwhile",
 			vanished: 1, // removed by somebody else: not reported
-			first: func(ctx context.Context, nft *fakenft.NFTables, table host.NFTable, rules []host.NFTRule) error {
+			first: func(ctx context.Context, nft *fakes.NFTables, table host.NFTable, rules []host.NFTRule) error {
 				// somebody else (the plugin's own DEL) deletes one rule first
 				if err := nft.DeleteRules(ctx, table, rules[:1]); err != nil {
 					return fmt.Errorf("concurrent delete: %w", err)
@@ -955,7 +954,7 @@ func TestCleanFallsBackToOneRuleAtATimeWhenATransactionFails(t *testing.T) {
 		},
 		{
 			name: "the batch was refused",
-			first: func(context.Context, *fakenft.NFTables, host.NFTable, []host.NFTRule) error {
+			first: func(context.Context, *fakes.NFTables, host.NFTable, []host.NFTRule) error {
 				return errors.New("Error: Could not process rule: Device or resource busy")
 			},
 		},

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seed1280861d/cninet/internal/fakeipt"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
@@ -57,7 +57,7 @@ func FuzzParseRule(f *testing.F) {
 
 // mustParse formats a rule as iptables -S prints it and parses it back.
 func mustParse(t *testing.T, chain string, spec ...string) iptables.Rule {
-	line := "-A " + chain + " " + fakeipt.Format(spec)
+	line := "-A " + chain + " " + fakes.FormatRule(spec)
 	r, ok := iptables.ParseRule(line)
 	if !ok || !reflect.DeepEqual(r.Args(), spec) {
 		t.Fatalf("%q parsed back as %q", line, r.Args())

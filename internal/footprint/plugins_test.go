@@ -11,9 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
-	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -49,10 +48,10 @@ func (l *fakeLinks) left() []string {
 }
 
 func pluginHost(links *fakeLinks, nets ...footprint.Network) footprint.Seams {
-	ipt := fakeipt.New()
+	ipt := fakes.NewIPTables()
 	return footprint.Seams{
 		IPTables: func(bool) (host.IPTables, error) { return ipt, nil },
-		NFTables: func() (host.NFTables, error) { return &fakenft.NFTables{}, nil },
+		NFTables: func() (host.NFTables, error) { return &fakes.NFTables{}, nil },
 		Links:    func() (host.Links, error) { return links, nil },
 		Networks: nets,
 	}

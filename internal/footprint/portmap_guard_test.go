@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 // delByID does what portmap's nftables DEL does: it deletes every hostport
 // rule whose comment is id, of whatever network.
-func delByID(t *testing.T, nft *fakenft.NFTables, id string) {
+func delByID(t *testing.T, nft *fakes.NFTables, id string) {
 	t.Helper()
 	for _, r := range nft.Rules() {
 		if r.Table == "cni_hostport" && r.Comment == id {

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
-	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -56,7 +55,7 @@ func TestTeardownReadsOnlyWhatItsAttachmentCanOwnWhereTheHostCanBeProbed(t *test
 					t.Errorf("Prevent listed the hostport tables: %q", s.nft.Calls())
 				}
 				s.nft = loadNFT(t, "single-after-del")
-				s.ipt = [2]*fakeipt.IPTables{loadIPT(t, "single-after-del", false), loadIPT(t, "single-after-del", true)}
+				s.ipt = [2]*fakes.IPTables{loadIPT(t, "single-after-del", false), loadIPT(t, "single-after-del", true)}
 				s.remove(t, paths(web1Files))
 			},
 		},
@@ -80,9 +79,9 @@ func TestTeardownReadsOnlyWhatItsAttachmentCanOwnWhereTheHostCanBeProbed(t *test
 			s.net.HostportNFT = tc.hostportNFT
 			cl := footprint.NewCleaner(context.Background(), s.net, footprint.Seams{
 				IPTables: func(v6 bool) (host.IPTables, error) {
-					return fakeipt.NewProbing(s.ipt[b2i(v6)]), nil
+					return fakes.NewProbing(s.ipt[b2i(v6)]), nil
 				},
-				NFTables: func() (host.NFTables, error) { return fakenft.Matching{NFTables: s.nft}, nil },
+				NFTables: func() (host.NFTables, error) { return fakes.Matching{NFTables: s.nft}, nil },
 			})
 			before := hostportRules(s.nft.Rules(), "198.18.2.")
 			p, err := cl.Prevent([]string{tc.id})
@@ -131,10 +130,10 @@ func TestFailingProbesFallBackToListing(t *testing.T) {
 	probeErr := errors.New("netlink: operation not permitted")
 	cl := footprint.NewCleaner(context.Background(), s.net, footprint.Seams{
 		IPTables: func(v6 bool) (host.IPTables, error) {
-			return fakeipt.NewProbing(s.ipt[b2i(v6)]).FailingWith(probeErr), nil
+			return fakes.NewProbing(s.ipt[b2i(v6)]).FailingWith(probeErr), nil
 		},
 		NFTables: func() (host.NFTables, error) {
-			return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil
+			return fakes.Matching{NFTables: s.nft, FailMatch: probeErr}, nil
 		},
 	})
 	cl.Prevent([]string{"crash-1"})
@@ -188,9 +187,9 @@ func TestAFailingMatcherMeansListing(t *testing.T) {
 		s := newScenario(t, "leaked-ns-deleted", nftnet1, "eth0", nil)
 		cl := footprint.NewCleaner(context.Background(), s.net, footprint.Seams{
 			IPTables: func(v6 bool) (host.IPTables, error) {
-				return fakeipt.NewProbing(s.ipt[b2i(v6)]).FailingWith(probeErr), nil
+				return fakes.NewProbing(s.ipt[b2i(v6)]).FailingWith(probeErr), nil
 			},
-			NFTables: func() (host.NFTables, error) { return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil },
+			NFTables: func() (host.NFTables, error) { return fakes.Matching{NFTables: s.nft, FailMatch: probeErr}, nil },
 		})
 		cl.Prevent([]string{"gone-1"})
 		items, err := cl.Clean([]string{"gone-1"})
@@ -206,7 +205,7 @@ func TestAFailingMatcherMeansListing(t *testing.T) {
 		s.net.HostportNFT = true
 		cl := footprint.NewCleaner(context.Background(), s.net, footprint.Seams{
 			IPTables: func(v6 bool) (host.IPTables, error) { return s.ipt[b2i(v6)], nil },
-			NFTables: func() (host.NFTables, error) { return fakenft.Matching{NFTables: s.nft, FailMatch: probeErr}, nil },
+			NFTables: func() (host.NFTables, error) { return fakes.Matching{NFTables: s.nft, FailMatch: probeErr}, nil },
 		})
 		before := hostportRules(s.nft.Rules(), "198.18.2.")
 		p, err := cl.Prevent([]string{"same-1"})

@@ -10,16 +10,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
-	"github.com/seed1280861d/cninet/internal/fakenft"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 // listHooked is an iptables family that calls onList before each whole
 // table it lists.
 type listHooked struct {
-	*fakeipt.Batching
+	*fakes.Batching
 	onList func(table string)
 }
 
@@ -39,11 +38,11 @@ type familySweep struct {
 
 func newFamilySweep(t *testing.T, files []hostFile, nat, filter [2]string, nft ...host.NFTRule) *familySweep {
 	t.Helper()
-	fs := &familySweep{s: &scenario{root: t.TempDir(), nft: &fakenft.NFTables{}}}
+	fs := &familySweep{s: &scenario{root: t.TempDir(), nft: &fakes.NFTables{}}}
 	fs.s.net = scenarioNetwork(fs.s.root, "n", "eth0")
 	writeHostFiles(t, fs.s.root, files)
 	for i := range fs.s.ipt {
-		fs.s.ipt[i] = fakeipt.New().Load("nat", nat[i]).Load("filter", filter[i])
+		fs.s.ipt[i] = fakes.NewIPTables().Load("nat", nat[i]).Load("filter", filter[i])
 	}
 	fs.s.nft.Add(nft...)
 	return fs
@@ -53,7 +52,7 @@ func (fs *familySweep) seams() footprint.Seams {
 	return footprint.Seams{
 		IPTables: func(v6 bool) (host.IPTables, error) {
 			i := b2i(v6)
-			return listHooked{&fakeipt.Batching{IPTables: fs.s.ipt[i]}, func(table string) {
+			return listHooked{&fakes.Batching{IPTables: fs.s.ipt[i]}, func(table string) {
 				if fs.onList[i] != nil {
 					fs.onList[i](table)
 				}

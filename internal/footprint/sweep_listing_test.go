@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/fakeipt"
 )
 
 // sweepNat is a nat table with a shared chain (POSTROUTING) and two
@@ -25,8 +25,8 @@ const sweepNat = `-P POSTROUTING ACCEPT
 // rule's comment. A footprint that reads such a chain rule by rule gets
 // every rule, listed alone.
 func TestASweepKeepsTheRulesOfSharedChainsOnly(t *testing.T) {
-	ipt := fakeipt.New().Load("nat", sweepNat)
-	f := &iptView{ipt: &fakeipt.Batching{IPTables: ipt}, whole: true, errs: &errList{}}
+	ipt := fakes.NewIPTables().Load("nat", sweepNat)
+	f := &iptView{ipt: &fakes.Batching{IPTables: ipt}, whole: true, errs: &errList{}}
 	l := f.listing("nat", postrouting)
 	if got := len(l.Chains[postrouting]); got != 1 {
 		t.Errorf("POSTROUTING kept %d rules, want 1", got)
@@ -59,7 +59,7 @@ func TestASweepKeepsTheRulesOfSharedChainsOnly(t *testing.T) {
 // A rule's position is its index in its chain, and only a rule of the
 // listing the view holds now has one.
 func TestAPositionIsOfTheListingHeldNow(t *testing.T) {
-	ipt := fakeipt.New().Load("nat", sweepNat)
+	ipt := fakes.NewIPTables().Load("nat", sweepNat)
 	f := &iptView{ipt: ipt, errs: &errList{}}
 	rules, _ := f.rules("nat", "CNI-aaaa")
 	if p := position(f, "nat", &rules[1]); p != 1 {
@@ -73,7 +73,7 @@ func TestAPositionIsOfTheListingHeldNow(t *testing.T) {
 
 // onListTable is a table lister that calls before first.
 type onListTable struct {
-	*fakeipt.Batching
+	*fakes.Batching
 	before func()
 }
 
@@ -89,13 +89,13 @@ func TestASweepHoldsOneFamilysListingsAtATime(t *testing.T) {
 	chain := Attachment{"n", "a"}.MasqChain()
 	nat4 := strings.ReplaceAll(sweepNat, "CNI-aaaa", chain)
 	nat6 := strings.NewReplacer("198.18.0.2/32", "fd00:198:18::2/128", "198.18.0.0/24", "fd00:198:18::/64").Replace(nat4)
-	ipt := [2]*fakeipt.IPTables{fakeipt.New().Load("nat", nat4), fakeipt.New().Load("nat", nat6)}
+	ipt := [2]*fakes.IPTables{fakes.NewIPTables().Load("nat", nat4), fakes.NewIPTables().Load("nat", nat6)}
 	var views [2]*iptView
 	listedWhileOtherHeld := 0
 	host := Seams{
 		IPTables: func(v6 bool) (host.IPTables, error) {
 			i := b2i(v6)
-			return onListTable{&fakeipt.Batching{IPTables: ipt[i]}, func() {
+			return onListTable{&fakes.Batching{IPTables: ipt[i]}, func() {
 				if other := views[1-i]; other != nil && other.holdsListing() {
 					listedWhileOtherHeld++
 				}
@@ -135,9 +135,9 @@ func TestASweepHoldsOneFamilysListingsAtATime(t *testing.T) {
 func TestASweepDoesNotListAgainAFamilyWhereItFoundNothing(t *testing.T) {
 	chain := Attachment{"n", "a"}.MasqChain()
 	nat6 := strings.NewReplacer("CNI-aaaa", chain, "198.18.0.2/32", "fd00:198:18::2/128", "198.18.0.0/24", "fd00:198:18::/64").Replace(sweepNat)
-	ipt := [2]*fakeipt.IPTables{fakeipt.New().Load("nat", "-N CNI-HOSTPORT-SETMARK"), fakeipt.New().Load("nat", nat6)}
+	ipt := [2]*fakes.IPTables{fakes.NewIPTables().Load("nat", "-N CNI-HOSTPORT-SETMARK"), fakes.NewIPTables().Load("nat", nat6)}
 	host := Seams{
-		IPTables: func(v6 bool) (host.IPTables, error) { return &fakeipt.Batching{IPTables: ipt[b2i(v6)]}, nil },
+		IPTables: func(v6 bool) (host.IPTables, error) { return &fakes.Batching{IPTables: ipt[b2i(v6)]}, nil },
 		Networks: []Network{{Name: "n"}},
 	}
 	c := NewSweep(context.Background(), host)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 )
@@ -82,7 +83,7 @@ func TestBoundHostIPTablesCommands(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			emu := newLegacy(t, fakeipt.New())
+			emu := newLegacy(t, fakes.NewIPTables())
 			emu.Hold(tc.held, tc.block)
 			ctx, cancel := context.Background(), context.CancelFunc(func() {})
 			if tc.timeout > 0 {
@@ -118,7 +119,7 @@ func TestBoundHostIPTablesCommands(t *testing.T) {
 }
 
 func TestBindingKeepsEveryExtension(t *testing.T) {
-	hostTables := &hostIPTables{list: "iptables", run: newLegacy(t, fakeipt.New()).Run}
+	hostTables := &hostIPTables{list: "iptables", run: newLegacy(t, fakes.NewIPTables()).Run}
 	for _, tc := range []struct {
 		name   string
 		ipt    host.ContextBinder

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/fakeipt"
 )
@@ -88,7 +89,7 @@ func TestFlockHolderReadsProcLocks(t *testing.T) {
 
 // newLegacy emulates iptables-legacy over tables, giving up on a held
 // lock as iptables 1.8.9 did.
-func newLegacy(t *testing.T, tables *fakeipt.IPTables) *fakeipt.Legacy {
+func newLegacy(t *testing.T, tables *fakes.IPTables) *fakeipt.Legacy {
 	return fakeipt.NewLegacy(tables, capturedLockMessages(t)["iptables-legacy -w 1 -t nat -S POSTROUTING"])
 }
 

@@ -1,9 +1,11 @@
-package fakecni
+package fakes
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"os"
 	"reflect"
 	"sync"
 	"unsafe"
@@ -19,11 +21,30 @@ type Call struct {
 	Args         map[string]string
 }
 
-// CNI is a fake cni.CNI. Zero value: not initialised until Load; Setup
-// returns Result (or a one-interface default); nothing fails.
+// CNI is a fake go-cni cni.CNI, for Config.CNI. The zero value is not
+// initialised until Load, returns DefaultResult from every Setup, fails
+// nothing and changes nothing: it records calls and fails as scripted.
+//
+// With Host set it also acts as the loaded conflist's plugins would on
+// that host: Setup hands out addresses as host-local does (from .2 of
+// each range on, reserved in the range's dataDir, or in memory when the
+// conflist names none) and writes the iptables rules of bridge's ipMasq,
+// portmap and firewall (see Footprint); Remove takes them back, unless
+// LeakOnRemove. With CacheDir set, Setup caches each result there as
+// libcni does and Remove deletes it.
 type CNI struct {
 	mu    sync.Mutex
 	calls []Call
+
+	// Host, when set before the first Load, is where Setup and Remove act
+	// as the plugins.
+	Host *Host
+	// CacheDir, when set, is libcni's cache directory: Config.CacheDir.
+	CacheDir string
+	// LeakOnRemove makes Remove leave the host, reservations and cache as
+	// they are, as a DEL does that lost its cached result or was killed:
+	// what Setup wrote is then for Teardown's cleanup to find.
+	LeakOnRemove bool
 
 	// Result is returned by every successful Setup; nil means DefaultResult.
 	Result *cni.Result
@@ -41,29 +62,32 @@ type CNI struct {
 	// LoadErr is returned by Load.
 	LoadErr error
 
-	loaded bool
+	loaded   bool
+	net      *network               // the loaded conflist, as the plugins read it
+	memory   map[netip.Addr]string  // reservations without a dataDir: address -> id
+	attached map[string][]Footprint // what Setup wrote per id
 }
 
-// DefaultResult is a bridge-like result: a host-side veth, the bridge, and
-// eth0 in the sandbox with 198.18.0.2.
+// DefaultResult is the result of Setup without Host: eth0 in the sandbox
+// with 198.18.0.2.
 func DefaultResult() *cni.Result {
 	return &cni.Result{Interfaces: map[string]*cni.Config{
 		"eth0": {Sandbox: "/var/run/netns/x", IPConfigs: []*cni.IPConfig{{IP: []byte{198, 18, 0, 2}}}},
 	}}
 }
 
-func (f *CNI) record(verb, id, netns string, opts []cni.NamespaceOpts) error {
+func (f *CNI) record(verb, id, netns string, opts []cni.NamespaceOpts) (Call, error) {
 	c := Call{Verb: verb, ID: id, NetNS: netns}
 	if len(opts) > 0 {
 		var err error
 		if c.PortMappings, c.Args, err = DecodeOpts(opts); err != nil {
-			return err
+			return c, err
 		}
 	}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)
 	f.mu.Unlock()
-	return nil
+	return c, nil
 }
 
 // Calls returns the recorded calls, oldest first.
@@ -82,9 +106,11 @@ func (f *CNI) Verbs() []string {
 	return v
 }
 
-// Setup implements cni.CNI.
+// Setup implements cni.CNI: the scripted outcome, then, with Host set,
+// the plugins' ADD (unless Result is set, which is returned as it is).
 func (f *CNI) Setup(ctx context.Context, id, path string, opts ...cni.NamespaceOpts) (*cni.Result, error) {
-	if err := f.record("Setup", id, path, opts); err != nil {
+	call, err := f.record("Setup", id, path, opts)
+	if err != nil {
 		return nil, err
 	}
 	if f.SetupHook != nil {
@@ -93,19 +119,73 @@ func (f *CNI) Setup(ctx context.Context, id, path string, opts ...cni.NamespaceO
 		}
 	}
 	f.mu.Lock()
-	var err error
+	defer f.mu.Unlock()
 	if len(f.SetupErrs) > 0 {
 		err, f.SetupErrs = f.SetupErrs[0], f.SetupErrs[1:]
 	}
-	res := f.Result
-	f.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	if res == nil {
-		res = DefaultResult()
+	switch {
+	case f.Result != nil:
+		return f.Result, nil
+	case f.Host != nil && f.net != nil:
+		return f.add(call)
 	}
-	return res, nil
+	return DefaultResult(), nil
+}
+
+// add is the plugins' ADD: addresses, rules, cache. Called with f.mu held.
+func (f *CNI) add(call Call) (*cni.Result, error) {
+	n := f.net
+	addrs, err := f.reserve(n, call.ID)
+	if err != nil {
+		return nil, err
+	}
+	if f.attached == nil {
+		f.attached = map[string][]Footprint{}
+	}
+	for _, fp := range n.footprints(call.ID, addrs, call.PortMappings) {
+		f.Host.plant(fp)
+		f.attached[call.ID] = append(f.attached[call.ID], fp)
+	}
+	if f.CacheDir != "" {
+		if err := f.cache(n, call, addrs); err != nil {
+			return nil, err
+		}
+	}
+	return result(n.ifName, call.NetNS, addrs), nil
+}
+
+// del is the plugins' DEL. Called with f.mu held.
+func (f *CNI) del(id string) error {
+	n := f.net
+	if n == nil || f.LeakOnRemove {
+		return nil
+	}
+	if f.Host != nil {
+		for _, fp := range f.attached[id] {
+			f.Host.uproot(fp)
+		}
+		delete(f.attached, id)
+		if err := f.release(n, id); err != nil {
+			return err
+		}
+	}
+	if f.CacheDir != "" {
+		if err := os.Remove(f.cachePath(n, id)); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Footprints returns what Setup wrote on Host for id and Remove has not
+// taken back: one Footprint per address.
+func (f *CNI) Footprints(id string) []Footprint {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Footprint(nil), f.attached[id]...)
 }
 
 // SetupSerially implements cni.CNI.
@@ -113,9 +193,10 @@ func (f *CNI) SetupSerially(ctx context.Context, id, path string, opts ...cni.Na
 	return f.Setup(ctx, id, path, opts...)
 }
 
-// Remove implements cni.CNI.
+// Remove implements cni.CNI: RemoveHook, then RemoveErr if set, else,
+// with Host or CacheDir set, the plugins' DEL.
 func (f *CNI) Remove(ctx context.Context, id, path string, opts ...cni.NamespaceOpts) error {
-	if err := f.record("Remove", id, path, opts); err != nil {
+	if _, err := f.record("Remove", id, path, opts); err != nil {
 		return err
 	}
 	if f.RemoveHook != nil {
@@ -123,24 +204,38 @@ func (f *CNI) Remove(ctx context.Context, id, path string, opts ...cni.Namespace
 			return err
 		}
 	}
-	return f.RemoveErr
+	if f.RemoveErr != nil {
+		return f.RemoveErr
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.del(id)
 }
 
 // Check implements cni.CNI.
 func (f *CNI) Check(ctx context.Context, id, path string, opts ...cni.NamespaceOpts) error {
-	if err := f.record("Check", id, path, opts); err != nil {
+	if _, err := f.record("Check", id, path, opts); err != nil {
 		return err
 	}
 	return f.CheckErr
 }
 
-// Load implements cni.CNI; the options are applied to nothing.
+// Load implements cni.CNI: the options are parsed by a go-cni of the
+// fake's own, which runs nothing, and the first network's conflist is
+// what the emulated plugins read.
 func (f *CNI) Load(opts ...cni.Opt) error {
 	f.record("Load", "", "", nil)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.LoadErr != nil {
 		return f.LoadErr
+	}
+	if f.Host != nil || f.CacheDir != "" { // only the emulated plugins read the conflist
+		n, err := decodeNetwork(opts)
+		if err != nil {
+			return err
+		}
+		f.net = n
 	}
 	f.loaded = true
 	return nil
@@ -169,7 +264,7 @@ func DecodeOpts(opts []cni.NamespaceOpts) ([]cni.PortMapping, map[string]string,
 	caps := field(v, "capabilityArgs")
 	args := field(v, "args")
 	if !caps.IsValid() || !args.IsValid() {
-		return nil, nil, errors.New("fakecni: go-cni Namespace layout changed")
+		return nil, nil, errors.New("fake CNI: go-cni Namespace layout changed")
 	}
 	caps.Set(reflect.ValueOf(map[string]interface{}{}))
 	args.Set(reflect.ValueOf(map[string]string{}))

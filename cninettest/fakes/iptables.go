@@ -1,4 +1,4 @@
-package fakeipt
+package fakes
 
 import (
 	"fmt"
@@ -10,22 +10,26 @@ import (
 	"sync"
 )
 
-// Error mimics go-iptables' error: IsNotExist says whether the chain or
-// rule was missing.
-type Error struct {
+// IPTablesError mimics go-iptables' error: IsNotExist says whether the
+// chain or rule was missing, which cleanup takes as already clean.
+type IPTablesError struct {
 	Msg      string
 	NotExist bool
 }
 
-func (e *Error) Error() string    { return e.Msg }
-func (e *Error) IsNotExist() bool { return e.NotExist }
+// Error implements error.
+func (e *IPTablesError) Error() string { return e.Msg }
+
+// IsNotExist is what go-iptables' error answers.
+func (e *IPTablesError) IsNotExist() bool { return e.NotExist }
 
 var builtin = map[string][]string{
 	"nat":    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
 	"filter": {"INPUT", "FORWARD", "OUTPUT"},
 }
 
-// IPTables is one family's tables. Create it with New.
+// IPTables is a fake host.IPTables: one family's nat and filter tables,
+// held as `iptables -S` prints them. Create it with NewIPTables.
 type IPTables struct {
 	mu     sync.Mutex
 	tables map[string]map[string][]string // table -> chain -> "-A ..." lines
@@ -36,8 +40,8 @@ type IPTables struct {
 	FailList, FailDelete map[string]error
 }
 
-// New returns tables holding only the built-in chains.
-func New() *IPTables {
+// NewIPTables returns tables holding only the built-in chains.
+func NewIPTables() *IPTables {
 	t := &IPTables{tables: map[string]map[string][]string{},
 		FailList: map[string]error{}, FailDelete: map[string]error{}}
 	for table, chains := range builtin {
@@ -70,6 +74,46 @@ func (t *IPTables) Load(table, listing string) *IPTables {
 		case "-A":
 			t.tables[table][f[1]] = append(t.tables[table][f[1]], strings.TrimSpace(line))
 		}
+	}
+	return t
+}
+
+// Ensure is Load for lines that must be there once: a -A line already in
+// its chain is not added again, as the plugins check before they append
+// the rules they share.
+func (t *IPTables) Ensure(table, listing string) *IPTables {
+	for _, line := range strings.Split(listing, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "-A" && slices.Contains(t.Rules(table, f[1]), strings.TrimSpace(line)) {
+			continue
+		}
+		t.Load(table, line)
+	}
+	return t
+}
+
+// Unload takes away what Load added: the -A lines, then the -N chains,
+// left empty and unreferenced, as a plugin's DEL deletes its own rules
+// and chains. What is not there is passed over.
+func (t *IPTables) Unload(table, listing string) *IPTables {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var chains []string
+	for _, line := range strings.Split(listing, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) < 2:
+		case f[0] == "-N":
+			chains = append(chains, f[1])
+		case f[0] == "-A":
+			rules := t.tables[table][f[1]]
+			if i := slices.Index(rules, strings.TrimSpace(line)); i >= 0 {
+				t.tables[table][f[1]] = append(rules[:i:i], rules[i+1:]...)
+			}
+		}
+	}
+	for _, c := range chains {
+		delete(t.tables[table], c)
 	}
 	return t
 }
@@ -159,7 +203,7 @@ func (t *IPTables) HasChain(table, chain string) bool {
 }
 
 func notExist(table, chain string) error {
-	return &Error{Msg: fmt.Sprintf("running [iptables -t %s -S %s]: exit status 1: iptables: No chain/target/match by that name.", table, chain), NotExist: true}
+	return &IPTablesError{Msg: fmt.Sprintf("running [iptables -t %s -S %s]: exit status 1: iptables: No chain/target/match by that name.", table, chain), NotExist: true}
 }
 
 // List implements host.IPTables.
@@ -186,7 +230,7 @@ func (t *IPTables) Delete(table, chain string, spec ...string) error {
 	if err := t.FailDelete[table+"/"+chain]; err != nil {
 		return err
 	}
-	want := "-A " + chain + " " + Format(spec)
+	want := "-A " + chain + " " + FormatRule(spec)
 	rules := t.tables[table][chain]
 	for i, r := range rules {
 		if r == want {
@@ -194,7 +238,7 @@ func (t *IPTables) Delete(table, chain string, spec ...string) error {
 			return nil
 		}
 	}
-	return &Error{Msg: fmt.Sprintf("running [iptables -t %s -D %s ...]: exit status 1: iptables: Bad rule (does a matching rule exist in that chain?).", table, chain), NotExist: true}
+	return &IPTablesError{Msg: fmt.Sprintf("running [iptables -t %s -D %s ...]: exit status 1: iptables: Bad rule (does a matching rule exist in that chain?).", table, chain), NotExist: true}
 }
 
 // ClearAndDeleteChain implements host.IPTables. Like iptables it refuses
@@ -212,7 +256,7 @@ func (t *IPTables) ClearAndDeleteChain(table, chain string) error {
 	for c, rules := range t.tables[table] {
 		for _, r := range rules {
 			if strings.HasSuffix(r, " -j "+chain) || strings.Contains(r, " -j "+chain+" ") {
-				return &Error{Msg: fmt.Sprintf("iptables: Too many links: chain %s is referenced from %s", chain, c)}
+				return &IPTablesError{Msg: fmt.Sprintf("iptables: Too many links: chain %s is referenced from %s", chain, c)}
 			}
 		}
 	}
@@ -227,18 +271,18 @@ func (t *IPTables) Append(table, chain string, spec ...string) error {
 	t.calls = append(t.calls, "Append "+table+" "+chain+" "+strings.Join(spec, " "))
 	rules, ok := t.tables[table][chain]
 	if !ok {
-		return &Error{Msg: "iptables: No chain/target/match by that name.", NotExist: true}
+		return &IPTablesError{Msg: "iptables: No chain/target/match by that name.", NotExist: true}
 	}
-	t.tables[table][chain] = append(rules, "-A "+chain+" "+Format(spec))
+	t.tables[table][chain] = append(rules, "-A "+chain+" "+FormatRule(spec))
 	return nil
 }
 
 var plain = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-// Format renders a rule specification as iptables -S does: the comment
+// FormatRule renders a rule specification as iptables -S does: the comment
 // value is quoted (with ", \ and ' escaped) unless it is plain; the other
 // values are printed as they are.
-func Format(spec []string) string {
+func FormatRule(spec []string) string {
 	out := make([]string, len(spec))
 	for i, s := range spec {
 		if i > 0 && spec[i-1] == "--comment" && !plain.MatchString(s) {
@@ -328,7 +372,7 @@ func applyRestoreLine(work map[string][]string, refs map[string]int, line string
 	chain := f[1]
 	rules, ok := work[chain]
 	if !ok {
-		return &Error{Msg: "No chain/target/match by that name.", NotExist: true}
+		return &IPTablesError{Msg: "No chain/target/match by that name.", NotExist: true}
 	}
 	switch f[0] {
 	case "-D":
@@ -340,7 +384,7 @@ func applyRestoreLine(work map[string][]string, refs map[string]int, line string
 				return nil
 			}
 		}
-		return &Error{Msg: "Bad rule (does a matching rule exist in that chain?).", NotExist: true}
+		return &IPTablesError{Msg: "Bad rule (does a matching rule exist in that chain?).", NotExist: true}
 	case "-A":
 		work[chain] = append(rules, line)
 		refs[jumpTarget(line)]++

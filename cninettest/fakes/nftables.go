@@ -1,4 +1,4 @@
-package fakenft
+package fakes
 
 import (
 	"context"

@@ -1,0 +1,29 @@
+// Package fakes holds in-memory stand-ins for everything cninet reaches
+// on the host, for tests: the seams of package host (iptables, nftables,
+// network devices) and go-cni's cni.CNI. Each records the calls it gets
+// and can be told to fail; none needs root or changes the host.
+//
+// Host bundles one of each seam, with methods that fit cninet.Config
+// (IPTables, NFTables, Links). CNI, given a Host, emulates the plugins of
+// the conflist it is loaded with: it hands out addresses as host-local
+// does and writes the rules bridge, portmap and firewall write (a
+// Footprint per address), and its Remove takes them back as their DEL
+// does, or, with LeakOnRemove, leaves them for cninet's cleanup to find.
+// Package cninettest wires all of it into a ready Config.
+//
+// IPTables answers List, Delete and ClearAndDeleteChain as the iptables
+// command does (it refuses to delete a chain still jumped to); Batching,
+// Saving and NewProbing add the optional extensions the host's iptables
+// has. NFTables answers as nft does (a transaction naming a rule already
+// gone fails whole); Matching adds the netlink matcher.
+//
+// # Files
+//
+//	host.go        Host: both families' iptables, nftables and devices; Dump, Leftovers
+//	iptables.go    IPTables: the tables, the fake calls, failures; Batching, Saving, Probing
+//	nftables.go    NFTables: the tables, the fake calls, failures; Matching
+//	links.go       Links: the host's network devices
+//	cni.go         CNI: canned results, scripted failures, recorded calls, the plugins' ADD and DEL
+//	plugins.go     what the emulated plugins read of the conflist, host-local's reservations, libcni's cache
+//	footprint.go   Footprint: the rules bridge, portmap and firewall write for one address; SharedNAT, SharedFilter
+package fakes
