@@ -93,7 +93,7 @@
 //     with the attachment.
 //   - seam: an interface through which cninet reaches the host
 //     (host.IPTables, host.NFTables, host.Links), replaced by fakes in
-//     tests through Config.
+//     tests through Config (package cninettest).
 //
 // # Files
 //

@@ -20,8 +20,8 @@ const (
 
 // Env is a fake host, a fake CNI that acts on it as the plugins of
 // Config's network would, and a Config wired to both: a Configurator
-// made from it touches neither the host nor its files, and needs
-// neither root nor plugins.
+// made from it reaches the host through none of its seams and writes
+// only under New's directory, so it needs neither root nor plugins.
 type Env struct {
 	// Config is ready for cninet.New: change any field before.
 	Config cninet.Config

@@ -3,7 +3,8 @@
 // Config.NFTables and Config.Links take, their optional extensions, and
 // the values and errors that cross them. cninet's defaults implement
 // them against the real host; a test replaces any of them with a fake
-// (cninet's own tests use internal fakes of exactly these interfaces), and
+// (package cninettest/fakes has fakes of exactly these interfaces, which
+// cninet's own tests use too), and
 // an orchestrator may wrap one, for instance to log or to rate-limit.
 //
 // An optional extension is found with a type assertion on the value

@@ -25,7 +25,7 @@ func TestNoProductionBinaryLinksTestHelpers(t *testing.T) {
 			}
 			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 				f := strings.Fields(line)
-				if strings.Contains(f[0], "netsandbox") || strings.Contains(f[0], "/internal/fake") {
+				if strings.Contains(f[0], "netsandbox") || strings.Contains(f[0], "/internal/fake") || strings.Contains(f[0], "/cninettest") {
 					t.Errorf("%s links the test helper %s", pkg, f[0])
 				}
 				if slices.Contains(f[1:], "testing") && !slices.Contains(importersOfTesting, f[0]) {

@@ -108,7 +108,6 @@ func (f *NFTables) DeleteRules(_ context.Context, table host.NFTable, rules []ho
 	for _, r := range rules {
 		i := f.index(table, r.Chain, r.Handle)
 		if i < 0 {
-			//lint:ignore ST1005 nft's own message, word for word: callers match it
 			return fmt.Errorf("Error: Could not process rule: No such file or directory: delete rule %s %s handle %d", table, r.Chain, r.Handle)
 		}
 		drop[i] = true
