@@ -69,7 +69,7 @@
 //     since portmap's DEL removes nothing unless it sees the same port
 //     mappings.
 //   - attachment: one allocation on one network, with its interface name
-//     (type attachment, named att). AttachmentStatus is what Setup
+//     (type attachment, named att). Attachment is what Setup
 //     learned about one.
 //   - found attachment: an attachment as found in the allocation and in
 //     libcni's cache, with the request it was made with (type
@@ -112,16 +112,16 @@
 //	setup.go              Setup: attach every network concurrently, all or nothing, and the rollback.
 //	retry.go              RetryPolicy and the ADD retry loop.
 //	teardown.go           Teardown: DEL and force cleanup per network, by the prevention rule.
-//	connect.go            Connect, Disconnect, ConnectWith, DisconnectWith, ConnectOptions, CheckIfName.
-//	check.go              Check and CheckWith: CNI CHECK of an attachment.
-//	status.go             Status and StatusOf: whether each network can attach workloads.
-//	gc.go                 GC and GCWith: libcni's GC, then the sweep of what no cache remembers.
+//	connect.go            Connect, Disconnect, ConnectOptions, CheckIfName.
+//	check.go              Check: CNI CHECK of an attachment, or of one named.
+//	status.go             Status: whether each network (or each one named) can attach workloads.
+//	gc.go                 GC: the dead attachments detached, then the sweep of what no record or cache remembers.
 //	gc_report.go          GCReport, GCItem, GCKind: what GC removed.
 //	records.go            The host registry in every operation: records, owners, locks; Attachments.
 //	reload.go             Reload and the ConfDir watcher.
 //	plugins.go            The plugin binaries: found before Setup, their versions, the firewall backend each really uses here.
 //	driver.go             How one network's plugins run: through go-cni (Config.CNI) or libcni.
-//	result.go             NetworkStatus, AttachmentStatus, DNSConfig, StatusFromResult.
+//	result.go             NetworkStatus, Attachment, DNSConfig, StatusFromResult.
 //	errors.go             The Err… sentinels every error wraps, and joinErrors.
 //	telemetry.go          Traces: a span per operation, network, attempt, DEL and cleanup.
 //	telemetry_items.go    What a cleanup removed, grouped by kind and backend for spans.
@@ -130,5 +130,4 @@
 //	netns_other.go        The same off Linux.
 //	loopback_linux.go     The workload's loopback interface, kept up when it loses one network of several.
 //	loopback_other.go     The same off Linux.
-//	deprecated.go         Old exported names kept as aliases: NetworkAttachment, Network, the seams now in package host.
 package cninet

@@ -32,13 +32,13 @@ func TestNoNetworkNamespaceIsPermanentAtOnce(t *testing.T) {
 	}{
 		{"Setup", cninet.ErrInvalidArgument, func(p string) error { _, err := c.Setup(context.Background(), alloc, p); return err }},
 		{"Connect", cninet.ErrInvalidArgument, func(p string) error { _, err := c.Connect(context.Background(), alloc, "nomad", p); return err }},
-		{"ConnectWith", cninet.ErrInvalidArgument, func(p string) error {
-			_, err := c.ConnectWith(context.Background(), alloc, "nomad", p, cninet.ConnectOptions{IfName: "eth3"})
+		{"Connect with an interface name", cninet.ErrInvalidArgument, func(p string) error {
+			_, err := c.Connect(context.Background(), alloc, "nomad", p, cninet.ConnectOptions{IfName: "eth3"})
 			return err
 		}},
 		{"Check", cninet.ErrCheckFailed, func(p string) error { return c.Check(context.Background(), alloc, p) }},
-		{"CheckWith", cninet.ErrCheckFailed, func(p string) error {
-			return c.CheckWith(context.Background(), alloc, "nomad", p, cninet.ConnectOptions{IfName: "eth0"})
+		{"Check of one named attachment", cninet.ErrCheckFailed, func(p string) error {
+			return c.Check(context.Background(), alloc, p, cninet.CheckOptions{Network: "nomad", IfName: "eth0"})
 		}},
 	}
 	for _, p := range paths {
@@ -63,12 +63,12 @@ func TestNoNetworkNamespaceIsPermanentAtOnce(t *testing.T) {
 	})
 }
 
-func TestGCWithAnUnknownNetworkRunsNothing(t *testing.T) {
+func TestGCOfAnUnknownNetworkRunsNothing(t *testing.T) {
 	c := newPluginlessConfigurator(t)
 	for _, name := range []string{"no-such-network", "../etc"} {
-		if _, err := c.GCWith(context.Background(), []string{}, cninet.GCOptions{Networks: []string{name}}); err == nil ||
+		if _, err := c.GC(context.Background(), []string{}, cninet.GCOptions{Networks: []string{name}}); err == nil ||
 			!(errors.Is(err, cninet.ErrNetworkNotFound) || errors.Is(err, cninet.ErrInvalidArgument)) {
-			t.Fatalf("GCWith network %q: %v, want ErrNetworkNotFound or ErrInvalidArgument", name, err)
+			t.Fatalf("GC of network %q: %v, want ErrNetworkNotFound or ErrInvalidArgument", name, err)
 		}
 	}
 }
