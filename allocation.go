@@ -17,9 +17,9 @@ type Allocation struct {
 	// Ports are the group's ports. When non-empty they are the only ports
 	// mapped.
 	Ports []Port
-	// Networks carries the legacy per-network ports; used only when Ports is
-	// empty.
-	Networks []NetworkPorts
+	// NetworkPorts are the legacy per-network ports (Nomad's
+	// NetworkResource); used only when Ports is empty.
+	NetworkPorts []NetworkPorts
 	// NetworkNames are the CNI networks the workload joins, in order: the
 	// first gets interface <prefix>0, the next <prefix>1, and so on. Each
 	// must be a network the Configurator knows, at most once. Empty: the
@@ -97,7 +97,7 @@ func PortMappings(alloc *Allocation, ignoreHostIP bool) ([]cni.PortMapping, erro
 	}
 	ports, withHostIP := alloc.Ports, !ignoreHostIP
 	if len(ports) == 0 {
-		ports, withHostIP = legacyPorts(alloc.Networks), false
+		ports, withHostIP = legacyPorts(alloc.NetworkPorts), false
 	}
 	mappings := make([]cni.PortMapping, 0, 2*len(ports))
 	seen := make(map[cni.PortMapping]string, 2*len(ports))

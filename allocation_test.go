@@ -44,12 +44,12 @@ func TestPortMappings(t *testing.T) {
 		{
 			name: "group ports win over legacy networks",
 			alloc: cninet.Allocation{ID: "a", Ports: []cninet.Port{{Value: 1000}},
-				Networks: []cninet.NetworkPorts{{ReservedPorts: []cninet.Port{{Value: 2000}}}}},
+				NetworkPorts: []cninet.NetworkPorts{{ReservedPorts: []cninet.Port{{Value: 2000}}}}},
 			want: []cni.PortMapping{pm(1000, 1000, "tcp", ""), pm(1000, 1000, "udp", "")},
 		},
 		{
 			name: "legacy networks map reserved then dynamic ports, without host IP",
-			alloc: cninet.Allocation{ID: "a", Networks: []cninet.NetworkPorts{
+			alloc: cninet.Allocation{ID: "a", NetworkPorts: []cninet.NetworkPorts{
 				{ReservedPorts: []cninet.Port{{Value: 2000, To: 20, HostIP: "198.18.0.1"}}, DynamicPorts: []cninet.Port{{Value: 3000}}},
 				{DynamicPorts: []cninet.Port{{Value: 4000}}},
 			}},
@@ -86,7 +86,7 @@ func TestPortMappingsRejects(t *testing.T) {
 		"container port above 65535":                  {Ports: []cninet.Port{{Value: 80, To: 70000}}},
 		"an unparsable host IP":                       {Ports: []cninet.Port{{Value: 80, HostIP: "nope"}}},
 		"the same host port twice":                    {Ports: []cninet.Port{{Value: 80}, {Value: 80, To: 8080}}},
-		"the same host port once per legacy net":      {Networks: []cninet.NetworkPorts{{ReservedPorts: []cninet.Port{{Value: 80}}}, {DynamicPorts: []cninet.Port{{Value: 80}}}}},
+		"the same host port once per legacy net":      {NetworkPorts: []cninet.NetworkPorts{{ReservedPorts: []cninet.Port{{Value: 80}}}, {DynamicPorts: []cninet.Port{{Value: 80}}}}},
 		"the same port and IP once the IP is ignored": {Ports: []cninet.Port{{Value: 80, HostIP: "198.18.0.1"}, {Value: 80}}},
 	}
 	for name, alloc := range cases {
@@ -106,7 +106,7 @@ func TestPortMappingsNeverMutatesTheCallersSlices(t *testing.T) {
 	reserved := make([]cninet.Port, 1, 4) // spare capacity an append would write into
 	reserved[0] = cninet.Port{Value: 2000}
 	dynamic := []cninet.Port{{Value: 3000, To: 0}}
-	alloc := &cninet.Allocation{ID: "a", Networks: []cninet.NetworkPorts{{ReservedPorts: reserved, DynamicPorts: dynamic}}}
+	alloc := &cninet.Allocation{ID: "a", NetworkPorts: []cninet.NetworkPorts{{ReservedPorts: reserved, DynamicPorts: dynamic}}}
 	if _, err := cninet.PortMappings(alloc, false); err != nil {
 		t.Fatal(err)
 	}

@@ -236,7 +236,7 @@ func (c *Configurator) cachedAt(id, network, ifName string) *libcni.NetworkAttac
 }
 
 // CachedResult returns the CNI result libcni cached when allocation id was
-// attached to network as ifName (by Setup, Connect or ConnectWith), in the
+// attached to network as ifName (by Setup or Connect), in the
 // network's CNI version: every interface, address, route and DNS setting
 // the plugins reported. It is nil, with a nil error, when the cache holds
 // none. A network this Configurator does not know is ErrNetworkNotFound.

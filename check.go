@@ -16,7 +16,35 @@ import (
 // at once: ErrCheckFailed wrapping ErrNoNetNS. When no network failed but
 // one could not be checked (disableCheck, a plugin whose CHECK is known
 // to be wrong), the error is ErrCheckUnsupported.
-func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns string) (err error) {
+//
+// CheckOptions narrow it to one attachment, named as a CNI runtime's
+// CHECK names it; an attachment libcni's cache does not know is then an
+// ErrCheckFailed error (there is nothing to check it against). At most
+// one CheckOptions may be given (ErrInvalidArgument).
+func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns string, opts ...CheckOptions) error {
+	o, err := optionsOf("Check", opts)
+	if err != nil {
+		return err
+	}
+	switch {
+	case o.Network == "" && o.IfName == "":
+		return c.checkAll(ctx, alloc, netns)
+	case o.Network == "" || o.IfName == "":
+		return fmt.Errorf("%w: CheckOptions names network %q as interface %q: give both, or neither to check every network",
+			ErrInvalidArgument, o.Network, o.IfName)
+	}
+	return c.checkOne(ctx, alloc, o.Network, netns, o.IfName)
+}
+
+// CheckOptions name the one attachment Check checks: the workload's
+// interface IfName in Network (CNI_IFNAME and the network's name, as a
+// runtime's CHECK gives them). Both, or neither for every network.
+type CheckOptions struct {
+	Network, IfName string
+}
+
+// checkAll is Check of every network of the workload.
+func (c *Configurator) checkAll(ctx context.Context, alloc *Allocation, netns string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
 	defer func() { op.end(err) }()
 	req, err := c.requestToCheck(alloc, netns)
@@ -80,16 +108,12 @@ func (c *Configurator) knownFalseFailure(ctx context.Context, driver netDriver, 
 	return "this portmap release (before CNI spec 1.1) checks both IP families' DNAT chains for every address, so its CHECK fails on healthy attachments"
 }
 
-// CheckWith is Check of one network's attachment, the one whose interface
-// is opts.IfName. An attachment libcni's cache does not know is an
-// ErrCheckFailed error: there is nothing to check it against.
-func (c *Configurator) CheckWith(ctx context.Context, alloc *Allocation, network, netns string, opts ConnectOptions) (err error) {
-	if opts.IfName == "" {
-		return c.Check(ctx, alloc, netns)
-	}
+// checkOne is Check of the attachment of ifName in network
+// (CheckOptions).
+func (c *Configurator) checkOne(ctx context.Context, alloc *Allocation, network, netns, ifName string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	req, err := c.namedRequest(alloc, network, netns, opts.IfName, ErrCheckFailed)
+	req, err := c.namedRequest(alloc, network, netns, ifName, ErrCheckFailed)
 	if err != nil {
 		return err
 	}
@@ -102,10 +126,10 @@ func (c *Configurator) CheckWith(ctx context.Context, alloc *Allocation, network
 	if err != nil {
 		return fmt.Errorf("%w (checking allocation %s)", err, req.id)
 	}
-	a := c.cachedAt(req.id, network, opts.IfName)
+	a := c.cachedAt(req.id, network, ifName)
 	if a == nil {
 		return fmt.Errorf("%w: allocation %s is not attached to network %q as %s (libcni's cache in %s has no such attachment)",
-			ErrCheckFailed, req.id, network, opts.IfName, c.cacheDir)
+			ErrCheckFailed, req.id, network, ifName, c.cacheDir)
 	}
-	return c.checkNetwork(ctx, cachedCapabilities(cachedRequest(req, a), a), attachment{conf: conf, ifName: opts.IfName}, netns)
+	return c.checkNetwork(ctx, cachedCapabilities(cachedRequest(req, a), a), attachment{conf: conf, ifName: ifName}, netns)
 }

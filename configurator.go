@@ -98,6 +98,12 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 }
 
+// IPTables is the seam through which cleanup reads and deletes iptables
+// rules (Config.IPTables opens one per IP family). go-iptables'
+// *iptables.IPTables satisfies it unchanged; package host documents it
+// and the optional extensions a faster implementation may add.
+type IPTables = host.IPTables
+
 // Configurator attaches workloads' network namespaces to CNI networks and
 // detaches them without leaks. It knows every network of its Config (see
 // ConfDir and ConfLists); each Allocation names the networks it joins, or

@@ -79,7 +79,7 @@ func TestInvalidCallsChangeNothing(t *testing.T) {
 		{"an id starting with a dash", &cninet.Allocation{ID: "-a"}, "/var/run/netns/w", cninet.ErrInvalidAllocation},
 		{"a port out of range", &cninet.Allocation{ID: "a", Ports: []cninet.Port{{Value: 70000}}}, "/var/run/netns/w", cninet.ErrInvalidAllocation},
 		{"an arg with ';'", &cninet.Allocation{ID: "a", Args: map[string]string{"K": "v;X=y"}}, "/var/run/netns/w", cninet.ErrInvalidAllocation},
-		{"an empty netns path", &cninet.Allocation{ID: "a"}, "", cninet.ErrInvalidNetNS},
+		{"an empty netns path", &cninet.Allocation{ID: "a"}, "", cninet.ErrInvalidArgument},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,7 +24,28 @@ import (
 // (Networks holds it alone). A connected network is always attached
 // through libcni. Teardown, Check and GC cover it from then on, whether or
 // not the caller's Allocation names it.
-func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, netns string) (_ *NetworkStatus, err error) {
+//
+// With ConnectOptions.IfName the workload gets that interface instead,
+// for a runtime that names its workloads' interfaces (cninet daemon
+// does, for the CNI runtimes it serves): the network must not be
+// attached to the workload yet and no other network may hold the name,
+// per libcni's cache; either is an ErrAlreadyAttached error naming both.
+// The runtime may attach the container to networks this Configurator
+// never sees, so the new network is attached as if others were there.
+// At most one ConnectOptions may be given (ErrInvalidArgument).
+func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, netns string, opts ...ConnectOptions) (*NetworkStatus, error) {
+	o, err := optionsOf("Connect", opts)
+	if err != nil {
+		return nil, err
+	}
+	if o.IfName != "" {
+		return c.connectAs(ctx, alloc, network, netns, o.IfName)
+	}
+	return c.connectNext(ctx, alloc, network, netns)
+}
+
+// connectNext is Connect on the next free interface name.
+func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, network, netns string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startOp(ctx, opConnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
 	req, err := c.requestIn(alloc, netns)
@@ -77,7 +98,30 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 // Configurator does not know at all is an ErrNetworkNotFound error.
 // The Allocation may go on naming a disconnected network: Check skips
 // it, Connect attaches it again, Teardown finds nothing of it.
-func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, network, netns string) (err error) {
+//
+// With ConnectOptions.IfName, Disconnect detaches exactly that
+// interface's attachment, with the port mappings, args and capabilities
+// the host registry recorded or libcni cached for it (else alloc's), and
+// runs even when neither knows it — an ADD cut short records or caches
+// little yet may have reserved an address — so it is the right operation
+// for a runtime's DEL, and as idempotent as Teardown. Its DEL never
+// reaches another attachment of the same container, one this
+// Configurator cannot see included. At most one ConnectOptions may be
+// given (ErrInvalidArgument).
+func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, network, netns string, opts ...ConnectOptions) error {
+	o, err := optionsOf("Disconnect", opts)
+	if err != nil {
+		return err
+	}
+	if o.IfName != "" {
+		return c.disconnectAs(ctx, alloc, network, netns, o.IfName)
+	}
+	return c.disconnectNetwork(ctx, alloc, network, netns)
+}
+
+// disconnectNetwork is Disconnect of whichever interface the workload
+// has in network.
+func (c *Configurator) disconnectNetwork(ctx context.Context, alloc *Allocation, network, netns string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opDisconnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
 	req, err := newRequest(alloc, c.ignoreHostIP)
@@ -133,31 +177,23 @@ func (c *Configurator) keepLoopback(id, netns string, found []foundAttachment) (
 	}
 }
 
-// ConnectOptions say how ConnectWith, DisconnectWith and CheckWith find
-// one network's attachment.
+// ConnectOptions name the interface of the attachment that Connect makes
+// or Disconnect removes.
 type ConnectOptions struct {
 	// IfName is the workload's interface in the network, as a CNI runtime
 	// names it (CNI_IFNAME): at most 15 bytes, no '/', ':' or white space,
 	// not "." or "..". The runtime then owns the naming: only libcni's
 	// cache, not Allocation.NetworkNames, says which interfaces the
-	// workload's other networks use. "": as Connect, Disconnect and Check.
+	// workload's other networks use. "": the next free <prefix>N for
+	// Connect; whichever interface the network has for Disconnect.
 	IfName string
 }
 
-// ConnectWith is Connect with the interface named by opts.IfName, for a
-// runtime that names its workloads' interfaces (a CNI plugin serving
-// runtimes does: see cninet daemon). The network must not be attached to
-// the workload yet, and no other network may hold opts.IfName, per
-// libcni's cache: either is an ErrAlreadyAttached error naming both.
-// Everything else is as Connect: retries, all or nothing, the status of
-// the new network.
-func (c *Configurator) ConnectWith(ctx context.Context, alloc *Allocation, network, netns string, opts ConnectOptions) (_ *NetworkStatus, err error) {
-	if opts.IfName == "" {
-		return c.Connect(ctx, alloc, network, netns)
-	}
+// connectAs is Connect as ifName (ConnectOptions.IfName).
+func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network, netns, ifName string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startOp(ctx, opConnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	req, err := c.namedRequest(alloc, network, netns, opts.IfName, ErrInvalidArgument)
+	req, err := c.namedRequest(alloc, network, netns, ifName, ErrInvalidArgument)
 	if err != nil {
 		return nil, err
 	}
@@ -175,12 +211,12 @@ func (c *Configurator) ConnectWith(ctx context.Context, alloc *Allocation, netwo
 		return nil, fmt.Errorf("%w: reading libcni's cache in %s: %w", ErrIO, c.cacheDir, err)
 	}
 	for _, a := range cached {
-		if a.Network == network || a.IfName == opts.IfName {
+		if a.Network == network || a.IfName == ifName {
 			return nil, fmt.Errorf("%w: allocation %s is attached to network %q as %s (asked: network %q as %s)",
-				ErrAlreadyAttached, req.id, a.Network, a.IfName, network, opts.IfName)
+				ErrAlreadyAttached, req.id, a.Network, a.IfName, network, ifName)
 		}
 	}
-	att := attachment{conf: conf, ifName: opts.IfName}
+	att := attachment{conf: conf, ifName: ifName}
 	if err := c.preflight(att); err != nil {
 		return nil, err
 	}
@@ -190,22 +226,11 @@ func (c *Configurator) ConnectWith(ctx context.Context, alloc *Allocation, netwo
 	return c.attachAll(ctx, req, netns, []attachment{att}, true)
 }
 
-// DisconnectWith is Disconnect of the attachment whose interface is
-// opts.IfName: DEL and force cleanup of that network's attachment, with
-// the port mappings, args and capabilities libcni cached for it (else
-// alloc's). Unlike Disconnect it runs even when libcni's cache does not
-// know the attachment — an ADD cut short caches nothing yet may have
-// reserved an address — so it is the right operation for a runtime's DEL, and
-// as idempotent as Teardown. netns may be empty or already deleted. Its
-// DEL never reaches another attachment of the same container, one this
-// Configurator cannot see included (see Disconnect).
-func (c *Configurator) DisconnectWith(ctx context.Context, alloc *Allocation, network, netns string, opts ConnectOptions) (err error) {
-	if opts.IfName == "" {
-		return c.Disconnect(ctx, alloc, network, netns)
-	}
+// disconnectAs is Disconnect of ifName (ConnectOptions.IfName).
+func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, network, netns, ifName string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opDisconnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	req, err := c.namedRequest(alloc, network, "", opts.IfName, nil)
+	req, err := c.namedRequest(alloc, network, "", ifName, nil)
 	if err != nil {
 		return err
 	}
@@ -214,13 +239,13 @@ func (c *Configurator) DisconnectWith(ctx context.Context, alloc *Allocation, ne
 		return err
 	}
 	defer leave()
-	rec := c.recorded(req.id, network, opts.IfName)
+	rec := c.recorded(req.id, network, ifName)
 	conf, err := c.knownConf(network, true)
 	if err != nil && rec == nil {
 		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
 	}
-	fa := foundAttachment{att: attachment{conf: conf, ifName: opts.IfName}, req: req}
-	if a := c.cachedAt(req.id, network, opts.IfName); a != nil {
+	fa := foundAttachment{att: attachment{conf: conf, ifName: ifName}, req: req}
+	if a := c.cachedAt(req.id, network, ifName); a != nil {
 		fa.req, fa.cached = cachedCapabilities(cachedRequest(req, a), a), true
 	}
 	if rec != nil { // the record knows best, even when the conflist changed or went
@@ -229,7 +254,7 @@ func (c *Configurator) DisconnectWith(ctx context.Context, alloc *Allocation, ne
 		// succeed leaves a pod stuck — and the record says whose it was.
 		if owner := c.ownerOf(ctx); rec.Owner != owner {
 			c.logger.Info("detaching an attachment another owner recorded: the caller named it exactly",
-				"alloc_id", req.id, "network", network, "if_name", opts.IfName, "recorded_owner", rec.Owner, "owner", owner)
+				"alloc_id", req.id, "network", network, "if_name", ifName, "recorded_owner", rec.Owner, "owner", owner)
 		}
 		conf, err := c.recordedConf(*rec)
 		if err != nil {
@@ -238,7 +263,7 @@ func (c *Configurator) DisconnectWith(ctx context.Context, alloc *Allocation, ne
 		fa.att.conf, fa.req, fa.cached = conf, recordedRequest(fa.req, *rec), true
 	}
 	defer c.keepLoopback(req.id, netns, []foundAttachment{fa})()
-	return c.detachAll(ctx, netns, []foundAttachment{fa}, true) // as in ConnectWith: others may be there unseen
+	return c.detachAll(ctx, netns, []foundAttachment{fa}, true) // as in connectAs: others may be there unseen
 }
 
 // CheckIfName reports whether name can be a workload's interface name

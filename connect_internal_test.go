@@ -40,7 +40,7 @@ func TestConnectAttachesOneMoreNetworkUnderTheLowestFreeInterfaceName(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.InterfaceName != "eth2" || len(st.Networks) != 1 || st.Networks[0].Network != "c" || !st.Address.IsValid() {
+	if st.InterfaceName != "eth2" || len(st.Attachments) != 1 || st.Attachments[0].Network != "c" || !st.Address.IsValid() {
 		t.Fatalf("status %+v, want network c alone, on eth2, with an address", st)
 	}
 	add := f.drv.find("ADD", "c")

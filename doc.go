@@ -1,134 +1,135 @@
 // Package cninet gives a workload's network namespace CNI networking the way
 // an orchestrator's allocation runner needs it: load or generate a conflist,
 // attach the namespace with port mappings, report the address, and detach it
-// again without leaving iptables rules, chains or IP reservations behind.
+// again without leaving iptables or nftables rules, chains, IP reservations
+// or cache entries behind — and without touching anything of a neighbour.
 //
-// Build one Configurator with New, from conflist bytes (BridgeConfList
-// generates the default bridge network; Config.ConfLists adds more) or
-// from a directory (every network in it is known; Config.NetworkName is
-// the default). Then, per workload:
+// Build one Configurator per program with New, from conflist bytes
+// (BridgeConfList generates the default bridge network; Config.ConfLists
+// adds more) or from a directory (every network in it is known;
+// Config.NetworkName is the default), and Close it at exit. Then, per
+// workload:
 //
 //   - Setup attaches the namespace and returns its address. An Allocation
 //     joins the networks its NetworkNames lists, in order, as eth0, eth1,
-//     …, or the default network; the networks attach concurrently and
-//     NetworkStatus.Networks has each network's addresses in the
-//     allocation's order. Failed ADDs are retried per Config.Retry, with
-//     a DEL and a force cleanup in between; a Setup that fails leaves
-//     nothing behind, in any network.
-//   - Connect attaches a live workload to one more network (the lowest
-//     free interface name), Disconnect detaches it from one, leaving the
-//     others.
+//     …, or the default network; the networks attach concurrently, all or
+//     nothing, and NetworkStatus.Attachments has each one's addresses.
+//     Failed ADDs are retried per Config.Retry.
 //   - Teardown detaches it: CNI DEL with the same port mappings and args,
-//     then a force cleanup of everything the plugins are known to leave (the
-//     bridge's masquerade rules, portmap's DNAT rules and chains, the
-//     firewall plugin's rules, host-local's reservations, libcni's cache),
-//     for IPv4 and IPv6, with the plugins' iptables and nftables backends.
-//     Its cost follows what one attachment can own, not the host's
-//     ruleset. It is idempotent.
-//   - Check verifies an attachment after a runner restart.
+//     then a force cleanup of everything the plugins are known to leave,
+//     for IPv4 and IPv6, on the plugins' iptables and nftables backends.
+//     It is idempotent and works when the namespace is already gone.
+//   - Connect attaches a live workload to one more network, Disconnect
+//     detaches it from one (ConnectOptions name the interface, as a CNI
+//     runtime does).
+//   - Check verifies an attachment after a runner restart (CheckOptions
+//     narrow it to one).
 //
-// Teardown and Check act on every network the allocation joined, those
-// added with Connect included (libcni's cache knows them). GC
-// removes every attachment, in every known network, whose allocation is
-// not live; Status reports whether each network can attach workloads; and
-// Reload (or Config.Watch) picks up changed conflists.
+// Once per program start, GC removes every attachment of this
+// Configurator's owner (Config.Owner) whose allocation is not live, and
+// what no one's record or cache remembers (GCOptions narrow it or make it
+// a dry run). Status reports whether each network can attach workloads;
+// Reload (or Config.Watch) picks up changed conflists; Attachments lists
+// the host registry (Config.StateDir), which every process on the host
+// that uses cninet shares.
 //
-// The default network, as a workload's first interface, is attached
-// through go-cni (or Config.CNI); every other network and position
-// through libcni directly, on the same plugin and cache directories.
+// Cleanup deletes only what provably belongs to the attachment: rules
+// whose comment names exactly its network and id, chains under the names
+// the plugins derive from them, and rules that name no network only for
+// an address the attachment provably held and nobody else holds now
+// (docs/design.md).
 //
-// Cleanup deletes only what provably belongs to the attachment: rules whose
-// comment names exactly its network and id, chains under the names the
-// plugins derive from them, and rules that name no network (the firewall
-// plugin's, portmap's nftables rules) only for an address the attachment's
-// own rules or files prove it held and nobody else holds now. The rule in
-// full is in the documentation of internal/footprint.
-//
-// Calls for one allocation ID are serialised, across every process on the
-// host that shares the StateDir (a lock file per ID); calls for different
-// IDs run in parallel. Every error wraps one of the exported Err… sentinels and
-// keeps its cause: test them with errors.Is.
-//
-// # Vocabulary
-//
-// One noun per concept, in the documentation and in the code:
-//
-//   - allocation: the workload as the caller names it (Allocation); its ID
-//     is the CNI container ID.
-//   - network: a configured CNI network, one conflist this Configurator
-//     knows, by its name. Its conf is the conflist as loaded (the
-//     unexported type networkConf; a value of it is named conf).
-//     In the exported API a network argument is a network's name. The
-//     default network is the one an Allocation that names none joins.
-//   - operation: one call of this package's API (Setup, Teardown,
-//     Connect, Disconnect, Check, Status, GC).
-//   - command: one CNI command a plugin runs (ADD, DEL, CHECK, STATUS, GC).
-//   - request: what the plugins are told about one allocation — its ID,
-//     port mappings, CNI args and capability arguments (type request,
-//     named req). It is the same for every command of the allocation,
-//     since portmap's DEL removes nothing unless it sees the same port
-//     mappings.
-//   - attachment: one allocation on one network, with its interface name
-//     (type attachment, named att). AttachmentStatus is what Setup
-//     learned about one.
-//   - found attachment: an attachment as found in the allocation and in
-//     libcni's cache, with the request it was made with (type
-//     foundAttachment, named fa): what Teardown, Disconnect and Check act
-//     on.
-//   - footprint: what the plugins leave on the host for one attachment
-//     (rules, chains, reservations, cached results, devices), which the
-//     force cleanup and GC remove (internal/footprint).
-//   - registry: the host registry (Config.StateDir), shared by every
-//     process on the host that attaches workloads through cninet, and the
-//     locks they all honour (internal/registry).
-//   - record: the registry's durable account of one attachment — its
-//     owner, conflist, args, port mappings, backends and every address it
-//     provably held — written before its ADD and, before any DEL, holding
-//     every proof its cleanup needs; removed when the cleanup found
-//     nothing left (Attachments lists them).
-//   - owner: whose attachments a Configurator makes (Config.Owner); a GC
-//     collects only its own owner's.
-//   - intent record: what cninet wrote before it had a registry, the
-//     addresses it withheld from a DEL; still read as proof, and removed
-//     with the attachment.
-//   - seam: an interface through which cninet reaches the host
-//     (host.IPTables, host.NFTables, host.Links), replaced by fakes in
-//     tests through Config (package cninettest).
-//
-// # Files
-//
-// In reading order; each operation's helpers are beside it, and the
-// helpers several operations share are in files named after what they
-// hold.
-//
-//	doc.go                This overview.
-//	configurator.go       Config (its seams are package host's), Configurator, New, Close.
-//	allocation.go         Allocation, Port, NetworkPorts, PortMappings.
-//	networks.go           networkConf and the registry of known networks, read from Config; Networks.
-//	conflist.go           Conflists: LoadConfList, BridgeConfig, BridgeConfList, WriteConfList, parsing.
-//	request.go            The request: built from an Allocation (and from libcni's cache), and its CNI args.
-//	capabilities.go       Capability arguments: ValidateCapabilities, which a network is given.
-//	attachments.go        Attachments: which networks an allocation is attached to, interface names, CachedResult.
-//	setup.go              Setup: attach every network concurrently, all or nothing, and the rollback.
-//	retry.go              RetryPolicy and the ADD retry loop.
-//	teardown.go           Teardown: DEL and force cleanup per network, by the prevention rule.
-//	connect.go            Connect, Disconnect, ConnectWith, DisconnectWith, ConnectOptions, CheckIfName.
-//	check.go              Check and CheckWith: CNI CHECK of an attachment.
-//	status.go             Status and StatusOf: whether each network can attach workloads.
-//	gc.go                 GC and GCWith: libcni's GC, then the sweep of what no cache remembers.
-//	gc_report.go          GCReport, GCItem, GCKind: what GC removed.
-//	records.go            The host registry in every operation: records, owners, locks; Attachments.
-//	reload.go             Reload and the ConfDir watcher.
-//	plugins.go            The plugin binaries: found before Setup, their versions, the firewall backend each really uses here.
-//	driver.go             How one network's plugins run: through go-cni (Config.CNI) or libcni.
-//	result.go             NetworkStatus, AttachmentStatus, DNSConfig, StatusFromResult.
-//	errors.go             The Err… sentinels every error wraps, and joinErrors.
-//	telemetry.go          Traces: a span per operation, network, attempt, DEL and cleanup.
-//	telemetry_items.go    What a cleanup removed, grouped by kind and backend for spans.
-//	telemetry_metrics.go  Metrics.
-//	netns_linux.go        Whether a path is a network namespace.
-//	netns_other.go        The same off Linux.
-//	loopback_linux.go     The workload's loopback interface, kept up when it loses one network of several.
-//	loopback_other.go     The same off Linux.
-//	deprecated.go         Old exported names kept as aliases: NetworkAttachment, Network, the seams now in package host.
+// Calls for one allocation ID are serialised across every process on the
+// host that shares the StateDir; calls for different IDs run in parallel.
+// Every error wraps one of the exported Err… sentinels and keeps its
+// cause: test them with errors.Is. Package cninettest has fakes for an
+// importer's unit tests; package host documents the seams (IPTables,
+// NFTables, Links) through which cninet reaches the host.
 package cninet
+
+/*
+For the developers of cninet: the vocabulary and the files of this
+package. The layers and the other packages are in docs/architecture.md.
+
+# Vocabulary
+
+One noun per concept, in the documentation and in the code:
+
+  - allocation: the workload as the caller names it (Allocation); its ID
+    is the CNI container ID.
+  - network: a configured CNI network, one conflist this Configurator
+    knows, by its name. Its conf is the conflist as loaded (the
+    unexported type networkConf; a value of it is named conf).
+    In the exported API a network argument is a network's name. The
+    default network is the one an Allocation that names none joins.
+  - operation: one call of this package's API (Setup, Teardown,
+    Connect, Disconnect, Check, Status, GC).
+  - command: one CNI command a plugin runs (ADD, DEL, CHECK, STATUS, GC).
+  - request: what the plugins are told about one allocation — its ID,
+    port mappings, CNI args and capability arguments (type request,
+    named req). It is the same for every command of the allocation,
+    since portmap's DEL removes nothing unless it sees the same port
+    mappings.
+  - attachment: one allocation on one network, with its interface name
+    (type attachment, named att). Attachment is what Setup
+    learned about one.
+  - found attachment: an attachment as found in the allocation and in
+    libcni's cache, with the request it was made with (type
+    foundAttachment, named fa): what Teardown, Disconnect and Check act
+    on.
+  - footprint: what the plugins leave on the host for one attachment
+    (rules, chains, reservations, cached results, devices), which the
+    force cleanup and GC remove (internal/footprint).
+  - registry: the host registry (Config.StateDir), shared by every
+    process on the host that attaches workloads through cninet, and the
+    locks they all honour (internal/registry).
+  - record: the registry's durable account of one attachment — its
+    owner, conflist, args, port mappings, backends and every address it
+    provably held — written before its ADD and, before any DEL, holding
+    every proof its cleanup needs; removed when the cleanup found
+    nothing left (Attachments lists them).
+  - owner: whose attachments a Configurator makes (Config.Owner); a GC
+    collects only its own owner's.
+  - intent record: what cninet wrote before it had a registry, the
+    addresses it withheld from a DEL; still read as proof, and removed
+    with the attachment.
+  - seam: an interface through which cninet reaches the host
+    (host.IPTables, host.NFTables, host.Links), replaced by fakes in
+    tests through Config (package cninettest).
+
+# Files
+
+In reading order; each operation's helpers are beside it, and the
+helpers several operations share are in files named after what they
+hold.
+
+	doc.go                This overview.
+	configurator.go       Config (its seams are package host's), Configurator, New, Close.
+	allocation.go         Allocation, Port, NetworkPorts, PortMappings.
+	networks.go           networkConf and the registry of known networks, read from Config; Networks.
+	conflist.go           Conflists: LoadConfList, BridgeConfig, BridgeConfList, WriteConfList, parsing.
+	request.go            The request: built from an Allocation (and from libcni's cache), and its CNI args.
+	capabilities.go       Capability arguments: ValidateCapabilities, which a network is given.
+	attachments.go        Attachments: which networks an allocation is attached to, interface names, CachedResult.
+	setup.go              Setup: attach every network concurrently, all or nothing, and the rollback.
+	retry.go              RetryPolicy and the ADD retry loop.
+	teardown.go           Teardown: DEL and force cleanup per network, by the prevention rule.
+	connect.go            Connect, Disconnect, ConnectOptions, CheckIfName.
+	check.go              Check: CNI CHECK of an attachment, or of one named.
+	status.go             Status: whether each network (or each one named) can attach workloads.
+	gc.go                 GC: the dead attachments detached, then the sweep of what no record or cache remembers.
+	gc_report.go          GCReport, GCItem, GCKind: what GC removed.
+	records.go            The host registry in every operation: records, owners, locks; Attachments.
+	reload.go             Reload and the ConfDir watcher.
+	plugins.go            The plugin binaries: found before Setup, their versions, the firewall backend each really uses here.
+	driver.go             How one network's plugins run: through go-cni (Config.CNI) or libcni.
+	result.go             NetworkStatus, Attachment, DNSConfig, StatusFromResult.
+	errors.go             The Err… sentinels every error wraps, and joinErrors.
+	telemetry.go          Traces: a span per operation, network, attempt, DEL and cleanup.
+	telemetry_items.go    What a cleanup removed, grouped by kind and backend for spans.
+	telemetry_metrics.go  Metrics.
+	netns_linux.go        Whether a path is a network namespace.
+	netns_other.go        The same off Linux.
+	loopback_linux.go     The workload's loopback interface, kept up when it loses one network of several.
+	loopback_other.go     The same off Linux.
+*/

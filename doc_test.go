@@ -64,8 +64,10 @@ func goFiles(t *testing.T, dir string) []string {
 	return code
 }
 
-// Every package has a doc.go whose package comment names each of its
-// files, and no package outgrows maxPackageFiles files.
+// Every package has a doc.go with a package comment, whose comments name
+// each of the package's files, and no package outgrows maxPackageFiles
+// files. (The root's file list is in a comment of its own, for its
+// developers: its package comment is what go doc shows a user.)
 func TestEveryPackageDocNamesEachOfItsFiles(t *testing.T) {
 	for _, dir := range goDirs(t) {
 		t.Run(dir, func(t *testing.T) {
@@ -73,20 +75,39 @@ func TestEveryPackageDocNamesEachOfItsFiles(t *testing.T) {
 			if n := len(files); n > maxPackageFiles && !strings.HasSuffix(files[0], "_test.go") {
 				t.Errorf("%d non-test files; a package past %d files is two packages", n, maxPackageFiles)
 			}
-			f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, "doc.go"), nil, parser.ParseComments|parser.PackageClauseOnly)
+			f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, "doc.go"), nil, parser.ParseComments)
 			if err != nil {
 				t.Fatalf("no doc.go: %v", err)
 			}
 			if f.Doc == nil {
 				t.Fatal("doc.go has no package comment")
 			}
-			doc := f.Doc.Text()
+			var doc strings.Builder
+			for _, c := range f.Comments {
+				doc.WriteString(c.Text())
+			}
 			for _, name := range files {
-				if name != "doc.go" && !strings.Contains(doc, name) {
+				if name != "doc.go" && !strings.Contains(doc.String(), name) {
 					t.Errorf("doc.go does not name %s", name)
 				}
 			}
 		})
+	}
+}
+
+// The root package's comment, the summary go doc shows first, fits one
+// screen.
+func TestTheRootPackageSummaryFitsOneScreen(t *testing.T) {
+	const screen = 50 // lines
+	f, err := parser.ParseFile(token.NewFileSet(), "doc.go", nil, parser.ParseComments|parser.PackageClauseOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Doc == nil {
+		t.Fatal("doc.go has no package comment")
+	}
+	if n := strings.Count(f.Doc.Text(), "\n"); n > screen {
+		t.Errorf("the package comment has %d lines; go doc's summary should fit %d", n, screen)
 	}
 }
 

@@ -86,12 +86,6 @@ var (
 	ErrIO = errors.New("host i/o failed")
 )
 
-// ErrInvalidNetNS is ErrInvalidArgument: a caller handles an unusable
-// namespace path like any other unusable argument.
-//
-// Deprecated: use ErrInvalidArgument.
-var ErrInvalidNetNS = ErrInvalidArgument
-
 // joinErrors is errors.Join that returns a lone error as it is.
 func joinErrors(errs []error) error {
 	if len(errs) == 1 {

@@ -76,7 +76,7 @@ func ExampleConfigurator_Setup_twoNetworks() {
 	if err != nil {
 		log.Fatal(err) // names the network that failed; the other one was detached again
 	}
-	for _, n := range status.Networks {
+	for _, n := range status.Attachments {
 		fmt.Println(n.Network, n.InterfaceName, n.Address)
 	}
 	if err := c.Teardown(ctx, alloc, "/var/run/netns/6b235529"); err != nil {

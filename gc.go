@@ -43,7 +43,35 @@ import (
 // conflist sets disableGC is skipped. A sweep that runs longer than a few
 // seconds logs its progress at Info. One network's failure does not stop
 // the others; the error joins each.
-func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCReport, err error) {
+//
+// GCOptions narrow it to some networks, or make it a dry run; at most one
+// may be given (ErrInvalidArgument).
+func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string, opts ...GCOptions) (*GCReport, error) {
+	o, err := optionsOf("GC", opts)
+	if err != nil {
+		return nil, err
+	}
+	if o.DryRun {
+		ctx = context.WithValue(ctx, gcDryRunKey{}, true)
+	}
+	if len(o.Networks) == 0 {
+		return c.gc(ctx, liveAllocIDs)
+	}
+	only := make(map[string]bool, len(o.Networks))
+	for _, name := range o.Networks {
+		if err := checkNetworkName(name); err != nil {
+			return nil, err
+		}
+		if _, err := c.knownConf(name, false); err != nil {
+			return nil, fmt.Errorf("%w (GC)", err)
+		}
+		only[name] = true
+	}
+	return c.gc(context.WithValue(ctx, gcOnlyKey{}, only), liveAllocIDs)
+}
+
+// gc is GC, narrowed and dry or not as ctx says (gcOnly, gcDryRun).
+func (c *Configurator) gc(ctx context.Context, liveAllocIDs []string) (_ *GCReport, err error) {
 	ctx, op := c.tel.startOp(ctx, opGC, "", "")
 	defer func() { op.end(err) }()
 	if liveAllocIDs == nil {
@@ -78,7 +106,7 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	recorded, recErr := c.gcRecorded(ctx, live, only, report, dry)
 	progress.step("recorded attachments collected", report.Len())
 	sweep := footprint.NewSweep(ctx, c.seams())
-	sweep.WholeWorkload = only == nil // a dead id is dead on every network, unless GCWith spares some
+	sweep.WholeWorkload = only == nil // a dead id is dead on every network, unless GCOptions.Networks spares some
 	sweep.DryRun = dry
 	for id := range recorded.others {
 		live[id] = true // another owner's, or a damaged record's: never this GC's to judge
@@ -290,12 +318,19 @@ func (p *gcProgress) step(what string, n int) {
 	}
 }
 
-// GCOptions narrows what GCWith collects.
+// GCOptions narrow what GC collects, or make it a dry run.
 type GCOptions struct {
-	// Networks, when not empty, are the only networks collected: what
-	// the other networks hold is left alone, whatever its allocation ID,
-	// and counts as live (nothing a DEL takes from it is lost). Each must
-	// be a network this Configurator knows. Empty: every network, as GC.
+	// Networks, when not empty, are the only networks collected: in
+	// them every attachment whose allocation ID is not live is removed,
+	// and what the other networks hold is left alone, whatever its
+	// allocation ID, and counts as live — the same container's
+	// attachments there included (the dead ones here are detached as
+	// Disconnect with ConnectOptions.IfName detaches, whose DEL never
+	// reaches the container's other attachments). A CNI runtime's GC
+	// command (cni.dev/valid-attachments) has this shape: it lists the
+	// live attachments of one network. Each must be a network this
+	// Configurator knows (ErrNetworkNotFound before anything runs).
+	// Empty: every network.
 	Networks []string
 	// DryRun plans and changes nothing: the report lists what GC would
 	// remove — the recorded and cached attachments it would detach, then
@@ -305,40 +340,10 @@ type GCOptions struct {
 	DryRun bool
 }
 
-// GCWith is GC narrowed by opts: with opts.Networks, in those networks
-// every attachment whose allocation ID is not in liveAllocIDs is removed
-// and nothing of any other network is touched, the same container's
-// attachments there included (the cached and recorded ones are detached
-// as DisconnectWith does, whose DEL never reaches the container's other
-// attachments; then GC sweeps what no cache remembers). A CNI runtime's GC command
-// (cni.dev/valid-attachments) has this shape: it lists the live
-// attachments of one network only. An unknown network is an
-// ErrNetworkNotFound error before anything runs.
-func (c *Configurator) GCWith(ctx context.Context, liveAllocIDs []string, opts GCOptions) (*GCReport, error) {
-	if opts.DryRun {
-		ctx = context.WithValue(ctx, gcDryRunKey{}, true)
-	}
-	if len(opts.Networks) == 0 {
-		return c.GC(ctx, liveAllocIDs)
-	}
-	only := make(map[string]bool, len(opts.Networks))
-	for _, name := range opts.Networks {
-		if err := checkNetworkName(name); err != nil {
-			return nil, err
-		}
-		if _, err := c.knownConf(name, false); err != nil {
-			return nil, fmt.Errorf("%w (GC)", err)
-		}
-		only[name] = true
-	}
-	return c.GC(context.WithValue(ctx, gcOnlyKey{}, only), liveAllocIDs)
-}
-
-// gcOnlyKey carries GCWith's networks through GC's context, so that GC's
-// signature stays as it is.
+// gcOnlyKey carries GCOptions.Networks through the context to gc.
 type gcOnlyKey struct{}
 
-// gcDryRunKey carries GCOptions.DryRun through GC's context.
+// gcDryRunKey carries GCOptions.DryRun through the context to gc.
 type gcDryRunKey struct{}
 
 // gcDryRun reports whether a GC only plans.

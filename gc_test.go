@@ -287,7 +287,7 @@ func TestGCDryRunPlansWhatGCRemovesAndChangesNothing(t *testing.T) {
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("records before: %+v, %v", recs, err)
 	}
-	plan, err := cf.c.GCWith(context.Background(), []string{"live-1"}, cninet.GCOptions{DryRun: true})
+	plan, err := cf.c.GC(context.Background(), []string{"live-1"}, cninet.GCOptions{DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}

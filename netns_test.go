@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,13 +33,13 @@ func TestNoNetworkNamespaceIsPermanentAtOnce(t *testing.T) {
 	}{
 		{"Setup", cninet.ErrInvalidArgument, func(p string) error { _, err := c.Setup(context.Background(), alloc, p); return err }},
 		{"Connect", cninet.ErrInvalidArgument, func(p string) error { _, err := c.Connect(context.Background(), alloc, "nomad", p); return err }},
-		{"ConnectWith", cninet.ErrInvalidArgument, func(p string) error {
-			_, err := c.ConnectWith(context.Background(), alloc, "nomad", p, cninet.ConnectOptions{IfName: "eth3"})
+		{"Connect with an interface name", cninet.ErrInvalidArgument, func(p string) error {
+			_, err := c.Connect(context.Background(), alloc, "nomad", p, cninet.ConnectOptions{IfName: "eth3"})
 			return err
 		}},
 		{"Check", cninet.ErrCheckFailed, func(p string) error { return c.Check(context.Background(), alloc, p) }},
-		{"CheckWith", cninet.ErrCheckFailed, func(p string) error {
-			return c.CheckWith(context.Background(), alloc, "nomad", p, cninet.ConnectOptions{IfName: "eth0"})
+		{"Check of one named attachment", cninet.ErrCheckFailed, func(p string) error {
+			return c.Check(context.Background(), alloc, p, cninet.CheckOptions{Network: "nomad", IfName: "eth0"})
 		}},
 	}
 	for _, p := range paths {
@@ -63,13 +64,68 @@ func TestNoNetworkNamespaceIsPermanentAtOnce(t *testing.T) {
 	})
 }
 
-func TestGCWithAnUnknownNetworkRunsNothing(t *testing.T) {
+func TestGCOfAnUnknownNetworkRunsNothing(t *testing.T) {
 	c := newPluginlessConfigurator(t)
 	for _, name := range []string{"no-such-network", "../etc"} {
-		if _, err := c.GCWith(context.Background(), []string{}, cninet.GCOptions{Networks: []string{name}}); err == nil ||
+		if _, err := c.GC(context.Background(), []string{}, cninet.GCOptions{Networks: []string{name}}); err == nil ||
 			!(errors.Is(err, cninet.ErrNetworkNotFound) || errors.Is(err, cninet.ErrInvalidArgument)) {
-			t.Fatalf("GCWith network %q: %v, want ErrNetworkNotFound or ErrInvalidArgument", name, err)
+			t.Fatalf("GC of network %q: %v, want ErrNetworkNotFound or ErrInvalidArgument", name, err)
 		}
+	}
+}
+
+// An operation's options are one optional value: a second one, or a half
+// named attachment, is refused before anything runs.
+func TestOperationOptionsAreRefusedWhenAmbiguous(t *testing.T) {
+	c := newPluginlessConfigurator(t)
+	ctx := context.Background()
+	alloc := &cninet.Allocation{ID: "options-1"}
+	netns := "/proc/self/ns/net"
+	cases := []struct {
+		name string
+		want error
+		call func() error
+	}{
+		{"Connect with two ConnectOptions", cninet.ErrInvalidArgument, func() error {
+			_, err := c.Connect(ctx, alloc, "nomad", netns, cninet.ConnectOptions{IfName: "eth1"}, cninet.ConnectOptions{IfName: "eth2"})
+			return err
+		}},
+		{"Disconnect with two ConnectOptions", cninet.ErrInvalidArgument, func() error {
+			return c.Disconnect(ctx, alloc, "nomad", netns, cninet.ConnectOptions{}, cninet.ConnectOptions{})
+		}},
+		{"Check with two CheckOptions", cninet.ErrInvalidArgument, func() error {
+			return c.Check(ctx, alloc, netns, cninet.CheckOptions{}, cninet.CheckOptions{})
+		}},
+		{"Check naming a network without its interface", cninet.ErrInvalidArgument, func() error {
+			return c.Check(ctx, alloc, netns, cninet.CheckOptions{Network: "nomad"})
+		}},
+		{"Check naming an interface without its network", cninet.ErrInvalidArgument, func() error {
+			return c.Check(ctx, alloc, netns, cninet.CheckOptions{IfName: "eth0"})
+		}},
+		{"GC with two GCOptions", cninet.ErrInvalidArgument, func() error {
+			_, err := c.GC(ctx, []string{}, cninet.GCOptions{DryRun: true}, cninet.GCOptions{})
+			return err
+		}},
+		{"Status of a network it does not know", cninet.ErrNetworkNotFound, func() error {
+			return c.Status(ctx, "no-such-network")
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.call(); !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// Status of the networks named checks those; a network that cannot
+// attach workloads is ErrNotReady naming it.
+func TestStatusOfNamedNetworks(t *testing.T) {
+	c := newPluginlessConfigurator(t)
+	err := c.Status(context.Background(), "nomad")
+	if !errors.Is(err, cninet.ErrNotReady) || !errors.Is(err, cninet.ErrPluginMissing) || !strings.Contains(err.Error(), `"nomad"`) {
+		t.Fatalf("Status(nomad) of a Configurator without plugins: %v, want ErrNotReady and ErrPluginMissing naming network \"nomad\"", err)
 	}
 }
 

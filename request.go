@@ -171,3 +171,16 @@ func cachedCapabilities(req request, a *libcni.NetworkAttachment) request {
 	}
 	return req
 }
+
+// optionsOf returns the one options value of an operation that takes
+// them as an optional last argument (its zero value when none is given).
+func optionsOf[T any](operation string, opts []T) (T, error) {
+	var zero T
+	switch len(opts) {
+	case 0:
+		return zero, nil
+	case 1:
+		return opts[0], nil
+	}
+	return zero, fmt.Errorf("%w: %s takes at most one %T, got %d", ErrInvalidArgument, operation, zero, len(opts))
+}

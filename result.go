@@ -25,15 +25,15 @@ type NetworkStatus struct {
 	// DNS is the first DNS configuration in the result that names a
 	// nameserver; nil when none does.
 	DNS *DNSConfig
-	// Networks are the workload's attachments, one per network it joined,
-	// in the allocation's order. Setup fills it; StatusFromResult, which
-	// does not know the network, leaves it nil.
-	Networks []AttachmentStatus
+	// Attachments are the workload's attachments, one per network it
+	// joined, in the allocation's order. Setup fills it; StatusFromResult,
+	// which does not know the network, leaves it nil.
+	Attachments []Attachment
 }
 
-// AttachmentStatus is what Setup learned about one network of the
+// Attachment is what Setup learned about one network of the
 // workload, chosen from that network's result as StatusFromResult chooses.
-type AttachmentStatus struct {
+type Attachment struct {
 	// Network is the CNI network's name.
 	Network string
 	// InterfaceName is the workload's interface in this network
@@ -51,10 +51,10 @@ type AttachmentStatus struct {
 // add records one network's status; the first also fills the top-level
 // fields, which callers of a single network read.
 func (s *NetworkStatus) add(network string, st *NetworkStatus) {
-	if len(s.Networks) == 0 {
+	if len(s.Attachments) == 0 {
 		s.InterfaceName, s.Address, s.AddressIPv6, s.DNS = st.InterfaceName, st.Address, st.AddressIPv6, st.DNS
 	}
-	s.Networks = append(s.Networks, AttachmentStatus{Network: network, InterfaceName: st.InterfaceName,
+	s.Attachments = append(s.Attachments, Attachment{Network: network, InterfaceName: st.InterfaceName,
 		Address: st.Address, AddressIPv6: st.AddressIPv6, DNS: st.DNS})
 }
 

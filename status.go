@@ -13,7 +13,13 @@ import (
 // version) passes. The error (ErrNotReady, plus ErrPluginMissing when a
 // plugin is absent) names each network that is not ready and what is
 // wrong with it. Suitable for a node fingerprint.
-func (c *Configurator) Status(ctx context.Context) (err error) {
+//
+// Given networks, Status checks only those: a network this Configurator
+// does not know is then an ErrNetworkNotFound error.
+func (c *Configurator) Status(ctx context.Context, networks ...string) (err error) {
+	if len(networks) > 0 {
+		return c.statusOf(ctx, networks)
+	}
 	ctx, op := c.tel.startOp(ctx, opStatus, "", "")
 	defer func() { op.end(err) }()
 	def, err := c.current()
@@ -58,21 +64,24 @@ func (c *Configurator) networkReady(ctx context.Context, conf networkConf, isDef
 	return nil
 }
 
-// StatusOf is Status for one network: its conflist, its plugins, their
-// nftables backends and the CNI STATUS command. A network this Configurator
-// does not know is ErrNetworkNotFound; one that is not ready ErrNotReady
-// (with ErrPluginMissing when a plugin is absent).
-func (c *Configurator) StatusOf(ctx context.Context, network string) (err error) {
+// statusOf is Status of the given networks only.
+func (c *Configurator) statusOf(ctx context.Context, networks []string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opStatus, "", "")
 	defer func() { op.end(err) }()
-	conf, err := c.knownConf(network, false)
-	if err != nil {
-		return err
+	var errs []error
+	for _, network := range networks {
+		conf, err := c.knownConf(network, false)
+		if err != nil {
+			return err
+		}
+		err = c.networkReady(ctx, conf, false)
+		c.tel.noteReady(network, err)
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
-	err = c.networkReady(ctx, conf, false)
-	c.tel.noteReady(network, err)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNotReady, err)
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrNotReady, joinErrors(errs))
 	}
 	return nil
 }

@@ -301,8 +301,8 @@ func (m *crashMatrix) departed(t *testing.T, op string, k int) (*cninet.Allocati
 		t.Fatal(err)
 	}
 	second := ""
-	if len(st.Networks) == 2 {
-		second = st.Networks[1].Address.String()
+	if len(st.Attachments) == 2 {
+		second = st.Attachments[1].Address.String()
 	}
 	if op == "GC" {
 		if err := w.Delete(); err != nil {

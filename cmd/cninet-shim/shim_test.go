@@ -166,7 +166,7 @@ func attach(t *testing.T, info thick.Info) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.ConnectWith(context.Background(), &cninet.Allocation{ID: "c1"}, "web", "/proc/self/ns/net", cninet.ConnectOptions{IfName: "eth0"}); err != nil {
+	if _, err := c.Connect(context.Background(), &cninet.Allocation{ID: "c1"}, "web", "/proc/self/ns/net", cninet.ConnectOptions{IfName: "eth0"}); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := c.CachedResult("c1", "web", "eth0"); err != nil || res == nil {

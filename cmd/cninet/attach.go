@@ -54,10 +54,10 @@ func (c *cli) setupCommand() *cobra.Command {
 // for a workload in several networks, "networks": each network's, with
 // its "network" name.
 func statusJSON(st *cninet.NetworkStatus) map[string]any {
-	out := attachmentJSON(cninet.AttachmentStatus{InterfaceName: st.InterfaceName, Address: st.Address, AddressIPv6: st.AddressIPv6, DNS: st.DNS})
-	if len(st.Networks) > 1 {
-		nets := make([]map[string]any, len(st.Networks))
-		for i, n := range st.Networks {
+	out := attachmentJSON(cninet.Attachment{InterfaceName: st.InterfaceName, Address: st.Address, AddressIPv6: st.AddressIPv6, DNS: st.DNS})
+	if len(st.Attachments) > 1 {
+		nets := make([]map[string]any, len(st.Attachments))
+		for i, n := range st.Attachments {
 			nets[i] = attachmentJSON(n)
 			nets[i]["network"] = n.Network
 		}
@@ -66,7 +66,7 @@ func statusJSON(st *cninet.NetworkStatus) map[string]any {
 	return out
 }
 
-func attachmentJSON(n cninet.AttachmentStatus) map[string]any {
+func attachmentJSON(n cninet.Attachment) map[string]any {
 	out := map[string]any{"interface": n.InterfaceName, "address": n.Address.String()}
 	if n.AddressIPv6.IsValid() {
 		out["address_ipv6"] = n.AddressIPv6.String()
@@ -80,9 +80,9 @@ func attachmentJSON(n cninet.AttachmentStatus) map[string]any {
 // printStatus writes an attachment's status for people: a line per
 // network, the interface and addresses.
 func printStatus(w io.Writer, id, network string, st *cninet.NetworkStatus) {
-	nets := st.Networks
+	nets := st.Attachments
 	if len(nets) == 0 {
-		nets = []cninet.AttachmentStatus{{Network: network, InterfaceName: st.InterfaceName, Address: st.Address, AddressIPv6: st.AddressIPv6}}
+		nets = []cninet.Attachment{{Network: network, InterfaceName: st.InterfaceName, Address: st.Address, AddressIPv6: st.AddressIPv6}}
 	}
 	for _, n := range nets {
 		line := fmt.Sprintf("%s: %s %s", id, n.InterfaceName, n.Address)

@@ -63,7 +63,7 @@ file and device its sweep would remove.`,
 		if f.confDir != "" { // a --conflist, or the embedded one, is the one network named
 			opts.Networks = f.networks
 		}
-		report, err := cfg.GCWith(ctx, ids, opts)
+		report, err := cfg.GC(ctx, ids, opts)
 		if report == nil {
 			return err
 		}

@@ -45,17 +45,11 @@ narrows the list.
 		ctx, cancel := signalContext()
 		defer cancel()
 		names := []string(n.networks)
+		if err := cfg.Status(ctx, names...); err != nil {
+			return err
+		}
 		if len(names) == 0 {
-			if err := cfg.Status(ctx); err != nil {
-				return err
-			}
 			names = cfg.Networks()
-		} else {
-			for _, name := range names {
-				if err := cfg.StatusOf(ctx, name); err != nil {
-					return err
-				}
-			}
 		}
 		c.done(map[string]any{"ready": names}, func(w io.Writer) { printReady(w, names) })
 		return nil

@@ -13,7 +13,7 @@
 //     Listen, the peer check (root only), the queue of MaxConcurrent
 //     slots with each request's deadline, and draining on Shutdown.
 //   - serve.go: Serve, one decoded request through the Configurator (ADD
-//     is ConnectWith, DEL is Del, CHECK, STATUS, GC), and Del, which the
+//     is Connect, DEL is Del, CHECK, STATUS, GC), and Del, which the
 //     shim also runs itself when the daemon is down.
 //   - allocation.go: Allocation, the cninet.Allocation of a request (its
 //     CNI_ARGS, port mappings and other runtimeConfig capabilities).

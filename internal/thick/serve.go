@@ -10,10 +10,12 @@ import (
 	"github.com/seed1280861d/cninet"
 )
 
-// Serve runs one request through c, for the request's owner (OwnerOf): ADD is ConnectWith (then the cached
-// result, in the delegate's CNI version, is returned as JSON), DEL is
-// DisconnectWith (DEL plus force cleanup), CHECK is CheckWith, STATUS is
-// StatusOf and GC is GCWith narrowed to the request's network, with the
+// Serve runs one request through c, for the request's owner (OwnerOf),
+// each on the attachment the runtime names (its network and CNI_IFNAME):
+// ADD is Connect (then the cached result, in the delegate's CNI version,
+// is returned as JSON), DEL is Disconnect (DEL plus force cleanup), CHECK
+// is Check, STATUS is Status of the network and GC is GC narrowed to the
+// request's network, with the
 // containers of cni.dev/valid-attachments live. The shim's network name
 // names the delegate network, which c must know; an unknown name makes c
 // read its conf dir again once, so that a conflist added since is found.
@@ -30,7 +32,7 @@ func Serve(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetC
 	case CmdCheck:
 		return nil, check(ctx, c, req, conf)
 	case CmdStatus:
-		return nil, c.StatusOf(ctx, conf.Name)
+		return nil, c.Status(ctx, conf.Name)
 	case CmdGC:
 		return nil, gc(ctx, c, conf)
 	}
@@ -57,7 +59,7 @@ func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.ConnectWith(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName}); err != nil {
+	if _, err := c.Connect(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName}); err != nil {
 		return nil, err
 	}
 	res, err := c.CachedResult(req.ContainerID, conf.Name, req.IfName)
@@ -84,7 +86,7 @@ func Del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 		alloc = &cninet.Allocation{ID: req.ContainerID}
 	}
 	ctx = cninet.WithOwner(ctx, OwnerOf(req, conf))
-	return c.DisconnectWith(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName})
+	return c.Disconnect(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName})
 }
 
 // check is CHECK; a CHECK cninet cannot perform (ErrCheckUnsupported) is
@@ -94,7 +96,7 @@ func check(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetC
 	if err != nil {
 		return err
 	}
-	err = c.CheckWith(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName})
+	err = c.Check(ctx, alloc, req.NetNS, cninet.CheckOptions{Network: conf.Name, IfName: req.IfName})
 	if errors.Is(err, cninet.ErrCheckUnsupported) && !errors.Is(err, cninet.ErrCheckFailed) {
 		return nil
 	}
@@ -106,6 +108,6 @@ func gc(ctx context.Context, c *cninet.Configurator, conf *NetConf) error {
 	for _, a := range conf.ValidAttachments {
 		live = append(live, a.ContainerID)
 	}
-	_, err := c.GCWith(ctx, live, cninet.GCOptions{Networks: []string{conf.Name}})
+	_, err := c.GC(ctx, live, cninet.GCOptions{Networks: []string{conf.Name}})
 	return err
 }
