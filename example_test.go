@@ -2,13 +2,17 @@ package cninet_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net"
+	"os"
+	"time"
 
 	cni "github.com/containerd/go-cni"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/cninettest"
 	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -84,22 +88,137 @@ func ExampleConfigurator_Setup_twoNetworks() {
 	}
 }
 
-// GC after a restart: everything of the Configurator's networks that no
-// live allocation owns is removed.
+// GC after a restart: the runner restored web-1 and web-2 is gone, so
+// everything of web-2 goes and web-1 keeps all of its state. (Here on
+// cninettest's fakes, so that the example runs anywhere.)
 func ExampleConfigurator_GC() {
-	conf, _ := cninet.BridgeConfList(cninet.DefaultBridgeConfig())
-	c, err := cninet.New(cninet.Config{ConfList: conf})
+	c, env := fakeConfigurator()
+	defer c.Close()
+	ctx := context.Background()
+	for _, id := range []string{"web-1", "web-2"} {
+		if _, err := c.Setup(ctx, &cninet.Allocation{ID: id}, "/var/run/netns/"+id); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// A runner killed before it could tear web-2 down: GC finishes it.
+	plan, err := c.GC(ctx, []string{"web-1"}, cninet.GCOptions{DryRun: true})
 	if err != nil {
 		log.Fatal(err)
 	}
-	report, err := c.GC(context.Background(), []string{"6b235529-8111-4bbe-520b-d639b1d2a94e"})
+	fmt.Println("a dry run would collect:", plan.IDs())
+	report, err := c.GC(ctx, []string{"web-1"})
 	if err != nil {
-		log.Print(err)
+		log.Fatal(err)
 	}
 	fmt.Println("collected:", report.IDs())
-	for it := range report.All() { // one item at a time, however many
-		log.Printf("removed %s of %s: %s", it.Kind, it.ID, it.Detail)
+	held, _ := env.Reservations()
+	fmt.Println("addresses still held:", held)
+	// Output:
+	// a dry run would collect: [web-2]
+	// collected: [web-2]
+	// addresses still held: [198.18.0.2]
+}
+
+// Connect attaches a live workload to one more network and Disconnect
+// detaches it from one, leaving the others. On cninettest's fakes the
+// workload has one network (a second would run real plugins): Connect
+// refuses what it cannot do, and Disconnect leaves nothing of it.
+func ExampleConfigurator_Connect() {
+	c, env := fakeConfigurator()
+	defer c.Close()
+	ctx := context.Background()
+	alloc := &cninet.Allocation{ID: "web-1", Ports: []cninet.Port{{Label: "http", Value: 8080}}}
+	netns := "/var/run/netns/web-1"
+	if _, err := c.Setup(ctx, alloc, netns); err != nil {
+		log.Fatal(err)
 	}
+	_, err := c.Connect(ctx, alloc, "no-such-network", netns)
+	fmt.Println("unknown network:", errors.Is(err, cninet.ErrNetworkNotFound))
+	_, err = c.Connect(ctx, alloc, cninettest.Network, netns)
+	fmt.Println("attached already:", errors.Is(err, cninet.ErrAlreadyAttached))
+	fp := env.CNI.Footprints("web-1")[0]
+	fmt.Println("rules and chains:", len(env.Host.Leftovers(fp)))
+	if err := c.Disconnect(ctx, alloc, cninettest.Network, netns); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("after Disconnect:", len(env.Host.Leftovers(fp)))
+	// Output:
+	// unknown network: true
+	// attached already: true
+	// rules and chains: 15
+	// after Disconnect: 0
+}
+
+// Check after a runner restart: a healthy attachment passes; one the
+// plugins find broken is ErrCheckFailed, and the runner rebuilds it.
+func ExampleConfigurator_Check() {
+	c, env := fakeConfigurator()
+	defer c.Close()
+	ctx := context.Background()
+	alloc := &cninet.Allocation{ID: "web-1"}
+	if _, err := c.Setup(ctx, alloc, "/var/run/netns/web-1"); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("healthy:", c.Check(ctx, alloc, "/var/run/netns/web-1") == nil)
+	env.CNI.CheckErr = errors.New("bridge: veth gone") // what a plugin's CHECK reports
+	err := c.Check(ctx, alloc, "/var/run/netns/web-1")
+	fmt.Println("broken:", errors.Is(err, cninet.ErrCheckFailed))
+	// Output:
+	// healthy: true
+	// broken: true
+}
+
+// Status is a readiness probe: nil when every network can attach
+// workloads, else ErrNotReady naming what is wrong.
+func ExampleConfigurator_Status() {
+	c, env := fakeConfigurator()
+	defer c.Close()
+	ctx := context.Background()
+	fmt.Println("ready:", c.Status(ctx) == nil)
+	env.CNI.StatusErr = errors.New("plugin bridge: no such file")
+	err := c.Status(ctx, cninettest.Network)
+	fmt.Println("not ready:", errors.Is(err, cninet.ErrNotReady))
+	// Output:
+	// ready: true
+	// not ready: true
+}
+
+// Every error wraps one of the Err… sentinels: a caller decides with
+// errors.Is, whatever the message says.
+func Example_errors() {
+	c, env := fakeConfigurator()
+	defer c.Close()
+	ctx := context.Background()
+	_, err := c.Setup(ctx, &cninet.Allocation{ID: "not/an/id"}, "/var/run/netns/web-1")
+	fmt.Println("bad id:", errors.Is(err, cninet.ErrInvalidAllocation))
+	env.CNI.SetupErrs = []error{errors.New("bridge: device busy"), errors.New("bridge: device busy"), errors.New("bridge: device busy")}
+	_, err = c.Setup(ctx, &cninet.Allocation{ID: "web-1"}, "/var/run/netns/web-1")
+	fmt.Println("every attempt failed:", errors.Is(err, cninet.ErrSetupFailed))
+	held, _ := env.Reservations()
+	fmt.Println("left behind:", len(held))
+	// Output:
+	// bad id: true
+	// every attempt failed: true
+	// left behind: 0
+}
+
+// fakeConfigurator is a Configurator on cninettest's fakes, retrying
+// three times without waiting, for examples that run anywhere.
+func fakeConfigurator() (*cninet.Configurator, *cninettest.Env) {
+	dir, err := os.MkdirTemp("", "cninet-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	env, err := cninettest.New(dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	env.Config.Retry = cninet.RetryPolicy{Attempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}
+	c, err := cninet.New(env.Config)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return c, env
 }
 
 // OpenTelemetry: cninet depends only on the OpenTelemetry API; the program

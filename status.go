@@ -68,13 +68,17 @@ func (c *Configurator) networkReady(ctx context.Context, conf networkConf, isDef
 func (c *Configurator) statusOf(ctx context.Context, networks []string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opStatus, "", "")
 	defer func() { op.end(err) }()
+	def, err := c.current()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotReady, err)
+	}
 	var errs []error
 	for _, network := range networks {
 		conf, err := c.knownConf(network, false)
 		if err != nil {
 			return err
 		}
-		err = c.networkReady(ctx, conf, false)
+		err = c.networkReady(ctx, conf, conf.info.name == def.info.name)
 		c.tel.noteReady(network, err)
 		if err != nil {
 			errs = append(errs, err)

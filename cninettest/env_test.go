@@ -2,6 +2,7 @@ package cninettest_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/seed1280861d/cninet"
@@ -56,6 +57,41 @@ func TestTeardownLeavesNothingWhateverTheDEL(t *testing.T) {
 			}
 			if held, err := env.Reservations(); err != nil || len(held) > 0 {
 				t.Errorf("reservations left: %v, %v", held, err)
+			}
+		})
+	}
+}
+
+// A readiness probe built on Status can be unit-tested on the Env: ready
+// as it comes, not ready when the fake CNI's STATUS fails.
+func TestStatusOnTheEnv(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		statusErr error
+		ready     bool
+	}{
+		{"ready as it comes", nil, true},
+		{"not ready when the CNI STATUS fails", errors.New("bridge: no such device"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, err := cninettest.New(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			env.CNI.StatusErr = tc.statusErr
+			c, err := cninet.New(env.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for _, networks := range [][]string{nil, {cninettest.Network}} {
+				err := c.Status(context.Background(), networks...)
+				if tc.ready && err != nil {
+					t.Fatalf("Status(%v) = %v, want nil", networks, err)
+				}
+				if !tc.ready && !errors.Is(err, cninet.ErrNotReady) {
+					t.Fatalf("Status(%v) = %v, want ErrNotReady", networks, err)
+				}
 			}
 		})
 	}
