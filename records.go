@@ -355,9 +355,9 @@ func (c *Configurator) ownerOf(ctx context.Context) string {
 // usable record (corrupt, or of a newer cninet) are named in the error,
 // which wraps ErrIO, after the records that could be read.
 func (c *Configurator) Attachments() ([]AttachmentRecord, error) {
-	all, err := c.reg.All()
-	out := make([]AttachmentRecord, 0, len(all.Records))
-	for _, rec := range all.Records {
+	all, err := c.reg.Summaries() // what a listing shows: no record's conflist decoded
+	out := make([]AttachmentRecord, 0, len(all.Summaries))
+	for _, rec := range all.Summaries {
 		r := AttachmentRecord{Owner: rec.Owner, Network: rec.Network, ID: rec.ContainerID, IfName: rec.IfName, NetNS: rec.NetNS,
 			State: string(rec.State), Addresses: rec.Addresses, Since: rec.Since}
 		if raw, ok := rec.Capabilities[capabilityPortMappings]; ok {

@@ -201,7 +201,7 @@ func (r *report) statusSection(w writer) {
 	}
 	w("\nTarget: < %s over %d records, in either format.", seconds(statusTarget), s.N)
 	if s.slowest() >= statusTarget {
-		w(" Missed: the listing reads the registry's layout whole, one directory per id, one per network under it and one file per record, each record decoded whole (its conflist too), one after another; the system time above is that walk's (opening and listing %d directories and reading %d files), the rest of the CPU is decoding and the Go runtime (allocation, collection).", 2*s.N, s.N)
+		w(" Missed: the listing reads the registry's layout whole, one directory per id, one per network under it and one file per record, each record's summary decoded (its conflist checked, not kept), the ids shared among as many goroutines as CPUs; the system time above is that walk's (opening and listing %d directories and reading %d files), the rest of the CPU is decoding, the output and the Go runtime (allocation, collection). A wall time well above the CPU time is time spent waiting for a CPU that other work on the machine held.", 2*s.N, s.N)
 	}
 	w("\n\n")
 }

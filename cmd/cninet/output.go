@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -117,7 +118,11 @@ func (c *cli) finish(cmd *cobra.Command, code int, err error) {
 		return
 	}
 	if c.text != nil {
-		c.text(c.stdout)
+		// Buffered: a table (status --attachments, gc) is written cell by
+		// cell, a write(2) each when unbuffered.
+		out := bufio.NewWriter(c.stdout)
+		c.text(out)
+		out.Flush()
 	}
 }
 

@@ -14,7 +14,10 @@
 // Files:
 //
 //	record.go        Record, State, Key, Plugin, Damaged: what a record holds
-//	registry.go      Registry: Open, Put, Of, All, Remove; the layout on disk
+//	registry.go      Registry: Open, Put, Of, All, Remove; the layout on disk, read by as many goroutines as CPUs
+//	summary.go       Summaries: every record as a listing shows it, its conflist checked, not kept
+//	read_unix.go     Reading a record with no system call it does not need
+//	read_other.go    Reading a record off unix: os.ReadFile
 //	write.go         Durable writes: temporary file, fsync, rename, fsync of the directory
 //	locks.go         The locking rule: LockID, TryLockID, LockGC
 //	locks_unix.go    flock(2) locks

@@ -7,8 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -132,7 +135,8 @@ func (g *Registry) Of(id string) ([]Record, []Damaged, error) {
 	if !containerID.MatchString(id) {
 		return nil, nil, fmt.Errorf("%w: container id %q", ErrInvalid, id)
 	}
-	return g.read(g.idDir(id), id)
+	var buf []byte
+	return readID(g.idDir(id), id, &buf, decodeRecord)
 }
 
 // Listing is every record of the registry and every file in it that is
@@ -142,34 +146,77 @@ type Listing struct {
 	Damaged []Damaged
 }
 
-// All reads every record. A file that is no usable record is in
-// Damaged; an error says a directory could not be read.
+// All reads every record, sorted by id, network and interface. A file
+// that is no usable record is in Damaged; an error says a directory
+// could not be read.
 func (g *Registry) All() (Listing, error) {
+	recs, damaged, err := readAll(g, decodeRecord)
+	return Listing{Records: recs, Damaged: damaged}, err
+}
+
+// decoder decodes the record at path, of key k, from its bytes raw,
+// which it must not keep.
+type decoder[T any] func(raw []byte, path string, k Key) (T, error)
+
+// idRead is what readAll read of one entry of attachments/.
+type idRead[T any] struct {
+	recs    []T
+	damaged []Damaged
+	err     error
+}
+
+// readAll reads every id's directory under attachments/ and returns what
+// it read in id, network and interface order. The ids are shared out
+// among as many goroutines as the process runs at once: listing
+// thousands of records is mostly decoding, which the CPUs can share.
+func readAll[T any](g *Registry, decode decoder[T]) ([]T, []Damaged, error) {
 	root := filepath.Join(g.dir, "attachments")
 	ids, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
-		return Listing{}, nil // nothing was ever recorded
+		return nil, nil, nil // nothing was ever recorded
 	}
 	if err != nil {
-		return Listing{}, fmt.Errorf("reading the host registry: %w", err)
+		return nil, nil, fmt.Errorf("reading the host registry: %w", err)
 	}
-	var out Listing
+	reads := make([]idRead[T], len(ids))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(ids)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var buf []byte
+			for i := int(next.Add(1) - 1); i < len(ids); i = int(next.Add(1) - 1) {
+				e := ids[i]
+				if !e.IsDir() {
+					reads[i].damaged = []Damaged{{Path: filepath.Join(root, e.Name()), ContainerID: e.Name(), Err: errors.New("not a directory")}}
+					continue
+				}
+				reads[i].recs, reads[i].damaged, reads[i].err = readID(filepath.Join(root, e.Name()), e.Name(), &buf, decode)
+			}
+		}()
+	}
+	wg.Wait()
+	n := 0
+	for _, r := range reads {
+		n += len(r.recs)
+	}
+	recs := slices.Grow([]T(nil), n) // nil when there is none, as Of says it
+	var damaged []Damaged
 	var errs []error
-	for _, e := range ids {
-		if !e.IsDir() {
-			out.Damaged = append(out.Damaged, Damaged{Path: filepath.Join(root, e.Name()), ContainerID: e.Name(), Err: errors.New("not a directory")})
-			continue
-		}
-		recs, damaged, err := g.read(filepath.Join(root, e.Name()), e.Name())
-		out.Records = append(out.Records, recs...)
-		out.Damaged = append(out.Damaged, damaged...)
-		errs = append(errs, err)
+	for _, r := range reads {
+		recs = append(recs, r.recs...)
+		damaged = append(damaged, r.damaged...)
+		errs = append(errs, r.err)
 	}
-	return out, errors.Join(errs...)
+	return recs, damaged, errors.Join(errs...)
 }
 
-// read reads the records under one id's directory.
-func (g *Registry) read(idDir, id string) ([]Record, []Damaged, error) {
+// readID reads the records under one id's directory, sorted by network
+// then interface: the order os.ReadDir lists the directories and files
+// that name them in. buf is the read buffer, reused from record to
+// record.
+func readID[T any](idDir, id string, buf *[]byte, decode decoder[T]) ([]T, []Damaged, error) {
 	nets, err := os.ReadDir(idDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil, nil
@@ -177,7 +224,7 @@ func (g *Registry) read(idDir, id string) ([]Record, []Damaged, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading the host registry: %w", err)
 	}
-	var recs []Record
+	var recs []T
 	var damaged []Damaged
 	var errs []error
 	for _, n := range nets {
@@ -192,53 +239,71 @@ func (g *Registry) read(idDir, id string) ([]Record, []Damaged, error) {
 			continue
 		}
 		for _, f := range files {
-			k := Key{Network: n.Name(), ContainerID: id, IfName: f.Name()}
-			r, err := readRecord(filepath.Join(netDir, f.Name()), k)
+			path := filepath.Join(netDir, f.Name())
+			r, err := readDecoded(path, Key{Network: n.Name(), ContainerID: id, IfName: f.Name()}, buf, decode)
 			if err != nil {
-				damaged = append(damaged, Damaged{Path: filepath.Join(netDir, f.Name()), ContainerID: id, Err: err})
+				damaged = append(damaged, Damaged{Path: path, ContainerID: id, Err: err})
 				continue
 			}
 			recs = append(recs, r)
 		}
 	}
-	sort.Slice(recs, func(i, j int) bool {
-		if recs[i].Network != recs[j].Network {
-			return recs[i].Network < recs[j].Network
-		}
-		return recs[i].IfName < recs[j].IfName
-	})
 	return recs, damaged, errors.Join(errs...)
+}
+
+// readDecoded reads the file at path into *buf and decodes it.
+func readDecoded[T any](path string, k Key, buf *[]byte, decode decoder[T]) (T, error) {
+	raw, err := readFile(path, *buf)
+	*buf = raw
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return decode(raw, path, k)
 }
 
 // readRecord reads one record, which must be of this format version and
 // name the key its path does.
 func readRecord(path string, k Key) (Record, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
+	var buf []byte
+	return readDecoded(path, k, &buf, decodeRecord)
+}
+
+// decodeRecord decodes one record (a decoder).
+func decodeRecord(raw []byte, path string, k Key) (Record, error) {
+	var r Record
+	if err := checkDecoded(raw, json.Unmarshal(raw, &r), r.Version, r.Key(), k); err != nil {
 		return Record{}, err
 	}
-	var r Record
-	if err := json.Unmarshal(raw, &r); err != nil {
+	r.path = path
+	return r, nil
+}
+
+// checkDecoded judges a decoded record, whatever its Go type: its
+// decoding's error decodeErr, and its format version and the key it names
+// against k, its path's. The record must be of this format version and
+// name the key its path does.
+func checkDecoded(raw []byte, decodeErr error, version int, named, k Key) error {
+	if decodeErr != nil {
 		// A later format may have changed a field's shape: say so when
 		// its version can be read.
 		var v struct {
 			Version int `json:"version"`
 		}
 		if json.Unmarshal(raw, &v) == nil && v.Version > FormatVersion {
-			return Record{}, fmt.Errorf("record format %d, newer than this cninet's %d: written by a newer cninet (%w)", v.Version, FormatVersion, err)
+			return fmt.Errorf("record format %d, newer than this cninet's %d: written by a newer cninet (%w)", v.Version, FormatVersion, decodeErr)
 		}
-		return Record{}, fmt.Errorf("corrupt record: %w", err)
+		return fmt.Errorf("corrupt record: %w", decodeErr)
 	}
 	switch {
-	case r.Version > FormatVersion:
-		return Record{}, fmt.Errorf("record format %d, newer than this cninet's %d: written by a newer cninet", r.Version, FormatVersion)
-	case r.Version < 1:
-		return Record{}, fmt.Errorf("corrupt record: format version %d", r.Version)
-	case r.Key() != k:
-		return Record{}, fmt.Errorf("corrupt record: it names %s, its path %s", r.Key(), k)
+	case version > FormatVersion:
+		return fmt.Errorf("record format %d, newer than this cninet's %d: written by a newer cninet", version, FormatVersion)
+	case version < 1:
+		return fmt.Errorf("corrupt record: format version %d", version)
+	case named != k:
+		return fmt.Errorf("corrupt record: it names %s, its path %s", named, k)
 	}
-	r.path = path
-	return r, nil
+	return nil
 }
 
 // Remove removes r's record, durably, and its id's directories when they
