@@ -16,7 +16,8 @@
 //	multinet.go     Setup and Teardown on N networks against go-cni
 //	footprints.go   leaked attachments' footprints written in bulk
 //	gc.go           GC against per-id cleanup of leaked attachments
-//	gcscale.go      one GC sweep at thousands of leaked attachments
+//	gcscale.go      one GC at thousands of leaked attachments, two shapes
+//	reboot.go       the reboot shape: cached results and registry records
 //	thick.go        thick mode through cnitool, and the daemon under a burst
 //	registry.go     cninet status --attachments over a host registry of 10,000 records
 //	procs.go        counting the processes a cleanup starts

@@ -22,13 +22,21 @@ var (
 // gcConfigurator is a Configurator of r's network with a no-op CNI: only
 // cninet's own cleanup runs, the plugins are not involved.
 func gcConfigurator(r fakeRange, backend string) (*cninet.Configurator, error) {
-	cfg := cninet.DefaultBridgeConfig()
-	cfg.NetworkName, cfg.IPAMDataDir, cfg.IPv4Subnet, cfg.Backend = r.network, "/run/cni", r.subnet4.String(), backend
-	conf, err := cninet.BridgeConfList(cfg)
+	conf, err := gcConfList(r, backend)
 	if err != nil {
 		return nil, err
 	}
-	return cninet.New(cninet.Config{ConfList: conf, CNI: &fakes.CNI{}})
+	return cninet.New(cninet.Config{ConfList: conf, CNI: &fakes.CNI{}, Owner: gcOwner})
+}
+
+// gcOwner owns the leaked attachments the GC scenarios record.
+const gcOwner = "bench"
+
+// gcConfList is the conflist of r's network with the backend's plugins.
+func gcConfList(r fakeRange, backend string) ([]byte, error) {
+	cfg := cninet.DefaultBridgeConfig()
+	cfg.NetworkName, cfg.IPAMDataDir, cfg.IPv4Subnet, cfg.Backend = r.network, "/run/cni", r.subnet4.String(), backend
+	return cninet.BridgeConfList(cfg)
 }
 
 // collect removes leaked attachments of r: by one GC (sweep), which must

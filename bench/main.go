@@ -56,7 +56,7 @@ var scenarios = []scenario{
 	{"gc-nft", "1,000 leaked attachments (nftables backends): GC sweep vs. per-id cleanup", gcNFTScenario},
 	{"multinet", "one workload on 1-4 networks: Setup+Teardown, cninet vs. go-cni, Debian and upstream plugins", multiNetwork},
 	{"thick", "thick mode: cnitool ADD+DEL through the cninet-shim and daemon vs. on the delegate; a burst of concurrent ADDs and the daemon's peak RSS", thickScenario},
-	{"gc-scale", "1,000 and 10,000 leaked attachments, iptables and nftables backends: GC sweep time, processes, memory", gcScaleScenario},
+	{"gc-scale", "1,000 and 10,000 leaked attachments, iptables and nftables backends, swept and after a reboot: GC time, CPU, processes, memory", gcScaleScenario},
 	{"registry-status", "cninet status --attachments over a host registry of -status-n (10,000) records, text and JSON", registryStatus},
 }
 

@@ -261,9 +261,11 @@ func procStatus(field string) uint64 {
 
 // cpuUse is the CPU time a call took: in this process (Go code, the
 // kernel work of its own syscalls) and in the child processes it waited
-// for (iptables, nft).
+// for (iptables, nft). Self and Children are user + system; SelfSys and
+// ChildrenSys their system (kernel) share.
 type cpuUse struct {
-	Self, Children time.Duration
+	Self, Children       time.Duration
+	SelfSys, ChildrenSys time.Duration
 }
 
 type cpuMark [2]syscall.Rusage
@@ -276,14 +278,24 @@ func markCPU() (m cpuMark) {
 
 func (m cpuMark) since() cpuUse {
 	now := markCPU()
-	d := func(a, b syscall.Rusage) time.Duration {
+	total := func(a, b syscall.Rusage) time.Duration {
 		return time.Duration(b.Utime.Nano()+b.Stime.Nano()-a.Utime.Nano()-a.Stime.Nano()) * time.Nanosecond
 	}
-	return cpuUse{Self: d(m[0], now[0]), Children: d(m[1], now[1])}
+	sys := func(a, b syscall.Rusage) time.Duration {
+		return time.Duration(b.Stime.Nano()-a.Stime.Nano()) * time.Nanosecond
+	}
+	return cpuUse{Self: total(m[0], now[0]), Children: total(m[1], now[1]), SelfSys: sys(m[0], now[0]), ChildrenSys: sys(m[1], now[1])}
 }
 
 func (c cpuUse) String() string {
 	return fmt.Sprintf("CPU: %s in cninet (Go), %s in the processes it ran", short(c.Self), short(c.Children))
+}
+
+// split is c with user and system time apart, for cninet and for the
+// processes it ran.
+func (c cpuUse) split() string {
+	return fmt.Sprintf("cninet %s user + %s system; its processes %s user + %s system",
+		short(c.Self-c.SelfSys), short(c.SelfSys), short(c.Children-c.ChildrenSys), short(c.ChildrenSys))
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

@@ -329,7 +329,8 @@ func (b *Batching) ListTable(table string) ([]string, error) {
 }
 
 // RestoreNoFlush implements host.Restorer: -A, -D, -F and -X lines,
-// applied all or nothing.
+// applied all or nothing. Its cost is linear in the table and the lines,
+// so that a benchmark of many deletions measures its caller, not the fake.
 func (b *Batching) RestoreNoFlush(table string, lines []string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -337,20 +338,13 @@ func (b *Batching) RestoreNoFlush(table string, lines []string) error {
 	if b.FailRestore != nil {
 		return b.FailRestore
 	}
-	work := map[string][]string{}
-	refs := map[string]int{} // chain -> rules jumping to it
-	for c, rules := range b.tables[table] {
-		work[c] = append([]string(nil), rules...)
-		for _, r := range rules {
-			refs[jumpTarget(r)]++
-		}
-	}
+	work := newRestoreWork(b.tables[table])
 	for _, line := range lines {
-		if err := applyRestoreLine(work, refs, line); err != nil {
+		if err := work.apply(line); err != nil {
 			return fmt.Errorf("iptables-restore: line %q: %w", line, err)
 		}
 	}
-	b.tables[table] = work
+	b.tables[table] = work.result()
 	return nil
 }
 
@@ -364,44 +358,99 @@ func jumpTarget(rule string) string {
 	return ""
 }
 
-func applyRestoreLine(work map[string][]string, refs map[string]int, line string) error {
+// restoreWork is one table as a restore changes it. A deleted rule is
+// left as "" until result, and each chain's rules are indexed by their
+// text on its first -D, so that a deletion costs the same in a chain of
+// any length.
+type restoreWork struct {
+	chains map[string][]string
+	refs   map[string]int              // chain -> rules jumping to it
+	index  map[string]map[string][]int // chain -> rule -> positions not deleted, first first
+}
+
+func newRestoreWork(tables map[string][]string) *restoreWork {
+	w := &restoreWork{chains: map[string][]string{}, refs: map[string]int{}, index: map[string]map[string][]int{}}
+	for c, rules := range tables {
+		w.chains[c] = append([]string(nil), rules...)
+		for _, r := range rules {
+			w.refs[jumpTarget(r)]++
+		}
+	}
+	return w
+}
+
+// indexOf returns chain's index, built on first use.
+func (w *restoreWork) indexOf(chain string) map[string][]int {
+	idx, ok := w.index[chain]
+	if !ok {
+		idx = map[string][]int{}
+		for i, r := range w.chains[chain] {
+			if r != "" {
+				idx[r] = append(idx[r], i)
+			}
+		}
+		w.index[chain] = idx
+	}
+	return idx
+}
+
+func (w *restoreWork) apply(line string) error {
 	f := strings.Fields(line)
 	if len(f) < 2 {
 		return fmt.Errorf("short line")
 	}
 	chain := f[1]
-	rules, ok := work[chain]
+	rules, ok := w.chains[chain]
 	if !ok {
 		return &IPTablesError{Msg: "No chain/target/match by that name.", NotExist: true}
 	}
 	switch f[0] {
-	case "-D":
+	case "-D": // the first rule that matches, as iptables deletes
 		want := "-A" + strings.TrimPrefix(line, "-D")
-		for i, r := range rules {
-			if r == want {
-				work[chain] = append(rules[:i:i], rules[i+1:]...)
-				refs[jumpTarget(r)]--
-				return nil
-			}
+		idx := w.indexOf(chain)
+		at := idx[want]
+		if len(at) == 0 {
+			return &IPTablesError{Msg: "Bad rule (does a matching rule exist in that chain?).", NotExist: true}
 		}
-		return &IPTablesError{Msg: "Bad rule (does a matching rule exist in that chain?).", NotExist: true}
+		rules[at[0]] = ""
+		if idx[want] = at[1:]; len(idx[want]) == 0 {
+			delete(idx, want)
+		}
+		w.refs[jumpTarget(want)]--
 	case "-A":
-		work[chain] = append(rules, line)
-		refs[jumpTarget(line)]++
+		if idx, ok := w.index[chain]; ok {
+			idx[line] = append(idx[line], len(rules))
+		}
+		w.chains[chain] = append(rules, line)
+		w.refs[jumpTarget(line)]++
 	case "-F":
 		for _, r := range rules {
-			refs[jumpTarget(r)]--
+			if r != "" {
+				w.refs[jumpTarget(r)]--
+			}
 		}
-		work[chain] = nil
+		w.chains[chain] = nil
+		delete(w.index, chain)
 	case "-X":
-		if refs[chain] > 0 {
+		if w.refs[chain] > 0 {
 			return fmt.Errorf("chain %s is still referenced", chain)
 		}
-		delete(work, chain)
+		delete(w.chains, chain)
+		delete(w.index, chain)
 	default:
 		return fmt.Errorf("unsupported command %s", f[0])
 	}
 	return nil
+}
+
+// result returns the chains without the deleted rules.
+func (w *restoreWork) result() map[string][]string {
+	for c, rules := range w.chains {
+		if _, changed := w.index[c]; changed {
+			w.chains[c] = slices.DeleteFunc(rules, func(r string) bool { return r == "" })
+		}
+	}
+	return w.chains
 }
 
 // Probing adds the ChainProber and AddrScanner extensions to a Saving,

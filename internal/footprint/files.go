@@ -172,9 +172,22 @@ func (f hostFiles) addrsByAttachment(set attSet) map[Attachment][]netip.Addr {
 	return out
 }
 
-// reserves reports whether a reservation of f names addr for att.
-func (f hostFiles) reserves(att Attachment, addr netip.Addr) bool {
-	return slices.ContainsFunc(f.reservations, func(r reservation) bool { return r.att() == att && r.addr == addr })
+// reservedAddr is one address host-local reserved for one attachment.
+type reservedAddr struct {
+	att  Attachment
+	addr netip.Addr
+}
+
+// reserved returns the addresses f's reservations name, with the
+// attachment each is reserved for: indexed once, so that asking about
+// every cached address of a sweep costs one lookup each, not a scan of
+// every reservation.
+func (f hostFiles) reserved() map[reservedAddr]bool {
+	out := make(map[reservedAddr]bool, len(f.reservations))
+	for _, r := range f.reservations {
+		out[reservedAddr{r.att(), r.addr}] = true
+	}
+	return out
 }
 
 func sortedNets(nets map[string]Network) []Network {

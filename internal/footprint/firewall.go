@@ -74,13 +74,14 @@ func (firewallIPT) prevent(v *view, set attSet, pv *prevention) {
 	}
 	var candidates []candidate
 	var ask []netip.Addr
+	reserved := v.prior.reserved()
 	for _, c := range v.prior.cached {
 		n := v.nets[c.net]
 		if !set[c.att()] || !n.runs("firewall") {
 			continue
 		}
 		for _, a := range c.addrs {
-			if len(n.IPAMDirs) > 0 && !v.prior.reserves(c.att(), a) {
+			if len(n.IPAMDirs) > 0 && !reserved[reservedAddr{c.att(), a}] {
 				pv.withholdAddr(c, a)
 				continue
 			}

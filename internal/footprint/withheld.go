@@ -76,9 +76,17 @@ func (withheld) holders(*view, attSet, addrSet) []claim { return nil }
 
 // plan removes the set's records, last and only when the rest went well
 // (plan.records).
+// A record read both before the DEL and now is planned once: the
+// paths planned are kept in a set, so that a sweep of many records costs
+// one lookup per record.
 func (withheld) plan(v *view, set attSet, _ *evidence, p *plan) {
+	planned := make(map[string]bool, len(p.records))
+	for _, c := range p.records {
+		planned[c.path] = true
+	}
 	for _, r := range append(slices.Clip(v.prior.records), v.files.records...) {
-		if set[r.att()] && !slices.ContainsFunc(p.records, func(c fileChange) bool { return c.path == r.path }) {
+		if set[r.att()] && !planned[r.path] {
+			planned[r.path] = true
 			p.records = append(p.records, fileChange{kind: KindIntentRecord, att: r.att(), path: r.path})
 		}
 	}
