@@ -132,11 +132,20 @@ type entries struct {
 	n      int
 }
 
-const entryBlock = 4096
+// Blocks start small and double up to entryBlock: a Teardown's report
+// holds a handful of entries, a sweep's tens of thousands.
+const (
+	firstEntryBlock = 16
+	entryBlock      = 4096
+)
 
 func (es *entries) add(e entry) {
-	if k := len(es.blocks); k == 0 || len(es.blocks[k-1]) == entryBlock {
-		es.blocks = append(es.blocks, make([]entry, 0, entryBlock))
+	if k := len(es.blocks); k == 0 || len(es.blocks[k-1]) == cap(es.blocks[k-1]) {
+		size := firstEntryBlock
+		if k > 0 {
+			size = min(2*cap(es.blocks[k-1]), entryBlock)
+		}
+		es.blocks = append(es.blocks, make([]entry, 0, size))
 	}
 	last := &es.blocks[len(es.blocks)-1]
 	*last = append(*last, e)

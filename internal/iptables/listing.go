@@ -244,7 +244,13 @@ func (l *Listing) kept(chain []byte) bool { return l.Keep == nil || l.Keep[strin
 // would scatter among the lines it reads and drops.
 type textArena struct{ block strings.Builder }
 
-const arenaBlock = 64 << 10
+// Blocks start at firstArenaBlock and double up to arenaBlock: a
+// Teardown's listing of one attachment's chains keeps a few lines, a
+// sweep's tens of thousands.
+const (
+	firstArenaBlock = 1 << 10
+	arenaBlock      = 64 << 10
+)
 
 // keep returns a copy of b in the arena. A block is never written where
 // it was written before, so the strings handed out stay as they were.
@@ -270,8 +276,9 @@ func (a *textArena) keepString(s string) string {
 // they go.
 func (a *textArena) room(n int) int {
 	if a.block.Cap()-a.block.Len() < n {
+		size := max(min(2*a.block.Cap(), arenaBlock), firstArenaBlock, n)
 		a.block = strings.Builder{}
-		a.block.Grow(max(arenaBlock, n))
+		a.block.Grow(size)
 	}
 	return a.block.Len()
 }
