@@ -182,7 +182,7 @@ func (f *attachmentFinder) attached(all []foundAttachment) []foundAttachment {
 // or Disconnect finishes it.
 func (f *attachmentFinder) recordedOnly(req request, found []foundAttachment) []foundAttachment {
 	var out []foundAttachment
-	for _, r := range footprint.IntentRecordsOf(f.cacheDir, req.id, f.nets.set.names()) {
+	for _, r := range footprint.IntentRecordsOf(f.cacheDir, req.id, f.nets.names()) {
 		if slices.ContainsFunc(found, func(fa foundAttachment) bool { return fa.att.name() == r.Network }) {
 			continue
 		}

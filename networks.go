@@ -200,6 +200,13 @@ func (n *networks) all(withRetired bool) []networkConf {
 	return out
 }
 
+// names returns the names of every known network, sorted.
+func (n *networks) names() []string {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.set.names()
+}
+
 // Networks returns the names of every network this Configurator knows:
 // the default network first, then the others sorted.
 func (c *Configurator) Networks() []string {
