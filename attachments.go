@@ -10,8 +10,24 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
+
+// attachmentFinder finds an allocation's attachments: the networks its
+// Allocation names, the host registry's records, and, for state the
+// registry never saw, libcni's cache and the intent records.
+type attachmentFinder struct {
+	nets     *networks
+	registry *hostRegistry
+	lib      *libcni.CNIConfig // reads libcni's cache
+	cacheDir string
+	ifs      ifNaming
+	logger   hclog.Logger
+	// injectedCNI: the default network's first interface is attached
+	// through an injected Config.CNI, whose cache cninet may not see.
+	injectedCNI bool
+}
 
 // attachment is one allocation on one network, with its interface name
 // (at first its place in the allocation's list).
@@ -25,14 +41,14 @@ type attachment struct {
 
 func (att attachment) name() string { return att.conf.info.name }
 
-// networksOf resolves the networks alloc joins, in order: its
+// named resolves the networks alloc joins, in order: its
 // NetworkNames, or the default network. An unknown name fails before any
 // plugin runs. Teardown (forTeardown) may still name a network that a
 // Reload dropped, and works after Close.
-func (c *Configurator) networksOf(alloc *Allocation, forTeardown bool) ([]attachment, error) {
-	c.mu.RLock()
-	def, reg, retired, closed := c.conf, c.nets, c.retired, c.closed
-	c.mu.RUnlock()
+func (f *attachmentFinder) named(alloc *Allocation, forTeardown bool) ([]attachment, error) {
+	f.nets.mu.RLock()
+	def, reg, retired, closed := f.nets.conf, f.nets.set, f.nets.retired, f.nets.closed
+	f.nets.mu.RUnlock()
 	if closed && !forTeardown {
 		return nil, fmt.Errorf("%w: network %q", ErrClosed, def.info.name)
 	}
@@ -44,24 +60,24 @@ func (c *Configurator) networksOf(alloc *Allocation, forTeardown bool) ([]attach
 	var unknown []string
 	for i, name := range names {
 		if i == 0 && name == def.info.name {
-			conf, err := c.current()
+			conf, err := f.nets.current()
 			if err != nil && !(forTeardown && errors.Is(err, ErrClosed)) {
 				return nil, err
 			}
-			atts = append(atts, attachment{conf: conf, ifName: c.ifName, viaCNI: true})
+			atts = append(atts, attachment{conf: conf, ifName: f.ifs.at(0), viaCNI: true})
 			continue
 		}
 		conf, ok := reg.byName[name]
 		if !ok && forTeardown {
 			conf, ok = retired[name]
 		}
-		if !ok && forTeardown && c.recordedIn(alloc.ID, name) {
+		if !ok && forTeardown && f.registry.recordedIn(alloc.ID, name) {
 			continue // its conflist went: the record has it (withRecords)
 		}
 		if !ok {
 			unknown = append(unknown, strconv.Quote(name))
 		}
-		atts = append(atts, attachment{conf: conf, ifName: c.ifPrefix + strconv.Itoa(i)})
+		atts = append(atts, attachment{conf: conf, ifName: f.ifs.at(i)})
 	}
 	if len(unknown) > 0 {
 		err := fmt.Errorf("%w: allocation %s: no network %s (known: %s)",
@@ -82,7 +98,19 @@ type foundAttachment struct {
 	cached bool // libcni's cache knows the attachment
 }
 
-// attachmentsOf returns every network alloc is attached to: the networks it
+// of returns every attachment of alloc that an operation for owner acts
+// on: those libcni's cache and the Allocation know (cached), each told
+// what its record says, and every other attachment the registry records
+// for owner (withRecords); another owner's records take theirs away.
+func (f *attachmentFinder) of(alloc *Allocation, req request, owner string, forTeardown bool) ([]foundAttachment, error) {
+	found, err := f.cached(alloc, req, forTeardown)
+	if err != nil {
+		return nil, err
+	}
+	return f.withRecords(owner, req, found)
+}
+
+// cached returns every network alloc is attached to: the networks it
 // names, in its order, then the other known networks that libcni's cache
 // holds an attachment of its ID in, by interface name. A named network
 // the cache knows takes the interface the cache says (Connect may have
@@ -90,15 +118,15 @@ type foundAttachment struct {
 // ADD may have been cut short before anything was cached — unless the
 // cache proves that interface is another network's. A network only the
 // cache knows is told the args and port mappings it was attached with.
-func (c *Configurator) attachmentsOf(alloc *Allocation, req request, forTeardown bool) ([]foundAttachment, error) {
-	atts, err := c.networksOf(alloc, forTeardown)
+func (f *attachmentFinder) cached(alloc *Allocation, req request, forTeardown bool) ([]foundAttachment, error) {
+	atts, err := f.named(alloc, forTeardown)
 	if err != nil {
 		return nil, err
 	}
-	cached, err := c.lib.GetCachedAttachments(req.id)
+	cached, err := f.lib.GetCachedAttachments(req.id)
 	if err != nil {
-		c.logger.Warn("reading libcni's cache failed: only the allocation's own networks are covered",
-			"alloc_id", req.id, "cache_dir", c.cacheDir, "error", err)
+		f.logger.Warn("reading libcni's cache failed: only the allocation's own networks are covered",
+			"alloc_id", req.id, "cache_dir", f.cacheDir, "error", err)
 	}
 	cachedIfs := map[string][]*libcni.NetworkAttachment{} // by network
 	ifOwner := map[string]string{}                        // interface → network, per the cache
@@ -127,9 +155,9 @@ func (c *Configurator) attachmentsOf(alloc *Allocation, req request, forTeardown
 			found = append(found, fa)
 		}
 	}
-	found = append(found, c.cachedOnly(req, cachedIfs, forTeardown)...)
+	found = append(found, f.cachedOnly(req, cachedIfs, forTeardown)...)
 	if forTeardown {
-		found = append(found, c.recordedOnly(req, found)...)
+		found = append(found, f.recordedOnly(req, found)...)
 	}
 	return found, nil
 }
@@ -141,28 +169,28 @@ func (c *Configurator) attachmentsOf(alloc *Allocation, req request, forTeardown
 // is gone is harmless there, and an ADD cut short is never cached.) A
 // network attached through an injected Config.CNI, whose cache cninet may
 // not see, is taken at its word.
-func (c *Configurator) attached(all []foundAttachment) []foundAttachment {
+func (f *attachmentFinder) attached(all []foundAttachment) []foundAttachment {
 	if !slices.ContainsFunc(all, func(fa foundAttachment) bool { return fa.cached }) {
 		return all
 	}
-	return slices.DeleteFunc(all, func(fa foundAttachment) bool { return !fa.cached && !(fa.att.viaCNI && !c.findPlugins) })
+	return slices.DeleteFunc(all, func(fa foundAttachment) bool { return !fa.cached && !(fa.att.viaCNI && f.injectedCNI) })
 }
 
 // recordedOnly turns the intent records of req's id on known networks
 // that no found attachment covers into found attachments: a DEL of them began (libcni's cache
 // is gone with it) and its force cleanup never finished, so a Teardown
 // or Disconnect finishes it.
-func (c *Configurator) recordedOnly(req request, found []foundAttachment) []foundAttachment {
+func (f *attachmentFinder) recordedOnly(req request, found []foundAttachment) []foundAttachment {
 	var out []foundAttachment
-	for _, r := range footprint.IntentRecordsOf(c.cacheDir, req.id, c.nets.names()) {
+	for _, r := range footprint.IntentRecordsOf(f.cacheDir, req.id, f.nets.names()) {
 		if slices.ContainsFunc(found, func(fa foundAttachment) bool { return fa.att.name() == r.Network }) {
 			continue
 		}
-		conf, err := c.knownConf(r.Network, true)
+		conf, err := f.nets.known(r.Network, true)
 		if err != nil {
 			continue
 		}
-		out = append(out, foundAttachment{att: attachment{conf: conf, ifName: cmp.Or(r.IfName, c.ifName)}, req: req, cached: true})
+		out = append(out, foundAttachment{att: attachment{conf: conf, ifName: cmp.Or(r.IfName, f.ifs.at(0))}, req: req, cached: true})
 	}
 	return out
 }
@@ -170,12 +198,12 @@ func (c *Configurator) recordedOnly(req request, found []foundAttachment) []foun
 // cachedOnly turns the cached attachments of networks the allocation does
 // not name into found attachments, sorted by interface name; a network this
 // Configurator does not know is not its to detach.
-func (c *Configurator) cachedOnly(req request, byNetwork map[string][]*libcni.NetworkAttachment, forTeardown bool) []foundAttachment {
+func (f *attachmentFinder) cachedOnly(req request, byNetwork map[string][]*libcni.NetworkAttachment, forTeardown bool) []foundAttachment {
 	var found []foundAttachment
 	for name, as := range byNetwork {
-		conf, err := c.knownConf(name, forTeardown)
+		conf, err := f.nets.known(name, forTeardown)
 		if err != nil {
-			c.logger.Debug("cached attachment of a network this configurator does not know left alone",
+			f.logger.Debug("cached attachment of a network this configurator does not know left alone",
 				"alloc_id", req.id, "network", name)
 			continue
 		}
@@ -184,7 +212,7 @@ func (c *Configurator) cachedOnly(req request, byNetwork map[string][]*libcni.Ne
 		}
 	}
 	slices.SortFunc(found, func(a, b foundAttachment) int {
-		if d := c.ifIndex(a.att.ifName) - c.ifIndex(b.att.ifName); d != 0 {
+		if d := f.ifs.index(a.att.ifName) - f.ifs.index(b.att.ifName); d != 0 {
 			return d
 		}
 		return strings.Compare(a.att.name(), b.att.name())
@@ -192,39 +220,53 @@ func (c *Configurator) cachedOnly(req request, byNetwork map[string][]*libcni.Ne
 	return found
 }
 
-// freeIfName returns <prefix>N for the lowest N no name in used has.
-func (c *Configurator) freeIfName(used []string) string {
-	for i := 0; ; i++ {
-		if name := c.ifPrefix + strconv.Itoa(i); !slices.Contains(used, name) {
-			return name
+// withRecords adds to found, an allocation's attachments as the
+// Allocation and libcni's cache say, those its own owner's records say:
+// the registry is the one source that outlives a DEL, so a record names
+// an attachment whose detach a killed process began. A found attachment
+// with a record is told what the record says (its conflist, args and
+// capabilities). Records of another owner are another runtime's
+// attachments: left out, and so are found attachments they name.
+func (f *attachmentFinder) withRecords(owner string, req request, found []foundAttachment) ([]foundAttachment, error) {
+	recs, damaged, err := f.registry.store.Of(req.id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading the host registry: %w", ErrIO, err)
+	}
+	for _, d := range damaged {
+		f.logger.Warn("registry file is no usable record: kept, not acted on", "alloc_id", req.id, "path", d.Path, "error", d.Err)
+	}
+	for _, rec := range recs {
+		at := slices.IndexFunc(found, func(fa foundAttachment) bool {
+			return fa.att.name() == rec.Network && fa.att.ifName == rec.IfName
+		})
+		if rec.Owner != owner {
+			if at >= 0 {
+				f.logger.Debug("attachment of another owner left alone", "alloc_id", req.id, "network", rec.Network, "owner", rec.Owner)
+				found = slices.Delete(found, at, at+1)
+			}
+			continue
 		}
+		conf, err := f.registry.recordedConf(rec)
+		if err != nil {
+			f.logger.Warn("recorded attachment of an unknown network left alone", "alloc_id", req.id, "network", rec.Network, "error", err)
+			continue
+		}
+		if at >= 0 {
+			found[at].att.conf, found[at].req = conf, recordedRequest(found[at].req, rec)
+			found[at].cached = true
+			continue
+		}
+		found = append(found, foundAttachment{att: attachment{conf: conf, ifName: rec.IfName}, req: recordedRequest(req, rec), cached: true})
 	}
-}
-
-// ifIndex is N of <prefix>N, or a large number for any other name.
-func (c *Configurator) ifIndex(ifName string) int {
-	if n, err := strconv.Atoi(strings.TrimPrefix(ifName, c.ifPrefix)); err == nil && strings.HasPrefix(ifName, c.ifPrefix) && n >= 0 {
-		return n
-	}
-	return 1 << 30
-}
-
-// ifNames are the interface names an attachment of any network may have:
-// a workload joining n networks has <prefix>0 … <prefix>(n-1).
-func (c *Configurator) ifNames(n int) []string {
-	names := make([]string, max(n, 1))
-	for i := range names {
-		names[i] = c.ifPrefix + strconv.Itoa(i)
-	}
-	return names
+	return found, nil
 }
 
 // cachedAt returns libcni's cached attachment of id in network as ifName,
 // or nil.
-func (c *Configurator) cachedAt(id, network, ifName string) *libcni.NetworkAttachment {
-	cached, err := c.lib.GetCachedAttachments(id)
+func (f *attachmentFinder) cachedAt(id, network, ifName string) *libcni.NetworkAttachment {
+	cached, err := f.lib.GetCachedAttachments(id)
 	if err != nil {
-		c.logger.Warn("reading libcni's cache failed", "alloc_id", id, "cache_dir", c.cacheDir, "error", err)
+		f.logger.Warn("reading libcni's cache failed", "alloc_id", id, "cache_dir", f.cacheDir, "error", err)
 		return nil
 	}
 	for _, a := range cached {
@@ -241,7 +283,7 @@ func (c *Configurator) cachedAt(id, network, ifName string) *libcni.NetworkAttac
 // the plugins reported. It is nil, with a nil error, when the cache holds
 // none. A network this Configurator does not know is ErrNetworkNotFound.
 func (c *Configurator) CachedResult(id, network, ifName string) (types.Result, error) {
-	conf, err := c.knownConf(network, true)
+	conf, err := c.nets.known(network, true)
 	if err != nil {
 		return nil, err
 	}
@@ -250,4 +292,38 @@ func (c *Configurator) CachedResult(id, network, ifName string) (types.Result, e
 		return nil, fmt.Errorf("%w: cached result of allocation %s in network %q as %s: %w", ErrIO, id, network, ifName, err)
 	}
 	return res, nil
+}
+
+// ifNaming names a workload's interfaces: <prefix>N, N the network's
+// place among the workload's networks.
+type ifNaming struct{ prefix string }
+
+// at is the name of the interface at place i.
+func (n ifNaming) at(i int) string { return n.prefix + strconv.Itoa(i) }
+
+// free returns <prefix>N for the lowest N no name in used has.
+func (n ifNaming) free(used []string) string {
+	for i := 0; ; i++ {
+		if name := n.at(i); !slices.Contains(used, name) {
+			return name
+		}
+	}
+}
+
+// index is N of <prefix>N, or a large number for any other name.
+func (n ifNaming) index(ifName string) int {
+	if i, err := strconv.Atoi(strings.TrimPrefix(ifName, n.prefix)); err == nil && strings.HasPrefix(ifName, n.prefix) && i >= 0 {
+		return i
+	}
+	return 1 << 30
+}
+
+// all are the interface names an attachment of any network may have:
+// a workload joining count networks has <prefix>0 … <prefix>(count-1).
+func (n ifNaming) all(count int) []string {
+	names := make([]string, max(count, 1))
+	for i := range names {
+		names[i] = n.at(i)
+	}
+	return names
 }

@@ -47,21 +47,21 @@ type CheckOptions struct {
 func (c *Configurator) checkAll(ctx context.Context, alloc *Allocation, netns string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	req, err := c.requestToCheck(alloc, netns)
+	req, err := c.requestIn(alloc, netns, ErrCheckFailed) // a namespace that is gone is a verdict: rebuild it
 	if err != nil {
 		return err
 	}
-	leave, err := c.enter(ctx, req.id, false)
+	leave, err := c.registry.enter(ctx, req.id, false)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	found, err := c.attachmentsOf(alloc, req, false)
+	found, err := c.find.cached(alloc, req, false)
 	if err != nil {
 		return err
 	}
 	var failed, unsupported []error
-	for _, fa := range c.attached(found) {
+	for _, fa := range c.find.attached(found) {
 		switch err := c.checkNetwork(ctx, fa.req, fa.att, netns); {
 		case errors.Is(err, ErrCheckFailed):
 			failed = append(failed, err)
@@ -84,7 +84,7 @@ func (c *Configurator) checkNetwork(ctx context.Context, req request, att attach
 	}
 	driver := c.driverFor(att)
 	if err := driver.check(ctx, req, att, netns); err != nil {
-		if why := c.knownFalseFailure(ctx, driver, err); why != "" {
+		if why := c.plugins.knownFalseFailure(ctx, driver, err); why != "" {
 			return fmt.Errorf("%w: allocation %s in network %q: %s: %w", ErrCheckUnsupported, req.id, att.name(), why, err)
 		}
 		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrCheckFailed, req.id, att.name(), err)
@@ -97,12 +97,12 @@ func (c *Configurator) checkNetwork(ctx context.Context, req request, att attach
 // spec 1.1 (Debian's v1.1.1 among them) check the DNAT chain of both IP
 // families for every address, so CHECK of any attachment fails on a host
 // with iptables and ip6tables; later releases check the address's family.
-func (c *Configurator) knownFalseFailure(ctx context.Context, driver netDriver, err error) string {
+func (p *plugins) knownFalseFailure(ctx context.Context, driver netDriver, err error) string {
 	msg := err.Error()
 	if !driver.runsPlugins() || !strings.Contains(msg, "could not check ipv") || !strings.Contains(msg, "dnat") {
 		return ""
 	}
-	if c.versions.supports(ctx, c, "portmap", "1.1.0") {
+	if p.versions.supports(ctx, p.lib, "portmap", "1.1.0") {
 		return ""
 	}
 	return "this portmap release (before CNI spec 1.1) checks both IP families' DNAT chains for every address, so its CHECK fails on healthy attachments"
@@ -117,16 +117,16 @@ func (c *Configurator) checkOne(ctx context.Context, alloc *Allocation, network,
 	if err != nil {
 		return err
 	}
-	leave, err := c.enter(ctx, req.id, false)
+	leave, err := c.registry.enter(ctx, req.id, false)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	conf, err := c.knownConf(network, false)
+	conf, err := c.nets.known(network, false)
 	if err != nil {
 		return fmt.Errorf("%w (checking allocation %s)", err, req.id)
 	}
-	a := c.cachedAt(req.id, network, ifName)
+	a := c.find.cachedAt(req.id, network, ifName)
 	if a == nil {
 		return fmt.Errorf("%w: allocation %s is not attached to network %q as %s (libcni's cache in %s has no such attachment)",
 			ErrCheckFailed, req.id, network, ifName, c.cacheDir)

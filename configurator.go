@@ -1,11 +1,11 @@
 package cninet
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
@@ -13,7 +13,6 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/admission"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/iptables"
 	"github.com/seed1280861d/cninet/internal/links"
@@ -111,46 +110,27 @@ type IPTables = host.IPTables
 // same allocation ID are serialised, calls for different IDs run in
 // parallel.
 type Configurator struct {
-	logger       hclog.Logger
-	cni          cni.CNI
-	pluginDirs   []string
-	ifPrefix     string
-	ifName       string // the interface go-cni creates: ifPrefix + "0"
-	confDir      string
-	networkName  string
+	logger      hclog.Logger
+	cni         cni.CNI
+	findPlugins bool              // the default go-cni: it runs the plugins from the plugin dirs, which cninet can look for first
+	lib         *libcni.CNIConfig // VERSION, GC and validation, on the same dirs and cache as the verbs
+	driver      netDriver         // attaches what go-cni cannot: any network but the default as eth0
+	cacheDir    string
+	ifs         ifNaming
+	// ignoreHostIP and retry are Config.IgnorePortMappingHostIP and
+	// Config.Retry (its defaults applied).
 	ignoreHostIP bool
 	retry        RetryPolicy
-	iptOpener    *iptables.Opener
-	nftOpener    *nftables.Opener
-	cacheDir     string
-	lib          *libcni.CNIConfig  // VERSION, GC and validation, on the same dirs and cache as the verbs
-	driver       netDriver          // attaches what go-cni cannot: any network but the default as eth0
-	explicit     []byte             // Config.ConfList
-	extra        [][]byte           // Config.ConfLists
-	adm          admission.Control  // per-allocation locks and the GC guard, in this process
-	reg          *registry.Registry // the host registry: records and the locks every process honours
 	owner        string
-	firewall     hostFirewall // what the plugins find on this host: iptables, nftables
-	openLinks    func() (host.Links, error)
-	versions     pluginVersions
-	tel          *telemetry
 
-	findPlugins bool // the default go-cni: it runs the plugins from pluginDirs, which cninet can look for first
+	nets     *networks         // every known network
+	plugins  *plugins          // the plugin binaries and the backends they use here
+	registry *hostRegistry     // the host registry: records and the locks every process honours
+	find     *attachmentFinder // an allocation's attachments
+	seams    *cleanerSeams     // how a cleanup reaches the host
+	tel      *telemetry
 
-	pluginsMu sync.Mutex
-	pluginsOK struct { // the last conflist whose plugins were all found
-		list  *libcni.NetworkConfigList
-		stamp []time.Time
-	}
-	pluginsOKByName map[string]pluginsFound // the same, per network
-
-	mu        sync.RWMutex           // guards conf, nets, retired and loaded
-	conf      networkConf            // the default network's
-	nets      networkSet             // every known network, the default included
-	retired   map[string]networkConf // networks a Reload dropped: Teardown still needs them
-	loaded    bool
 	watcher   *watcher
-	closed    bool
 	closeErr  error
 	closeOnce sync.Once
 }
@@ -169,59 +149,48 @@ func New(cfg Config) (*Configurator, error) {
 	if err := cfg.Retry.validate(); err != nil {
 		return nil, err
 	}
-	c := &Configurator{
-		logger:       cfg.Logger,
-		pluginDirs:   cfg.PluginDirs,
-		ifPrefix:     cfg.InterfacePrefix,
-		confDir:      cfg.ConfDir,
-		networkName:  cfg.NetworkName,
-		ignoreHostIP: cfg.IgnorePortMappingHostIP,
-		retry:        cfg.Retry.withDefaults(),
-		iptOpener:    &iptables.Opener{Open: cfg.IPTables},
-		nftOpener:    &nftables.Opener{Open: cfg.NFTables},
-		openLinks:    cfg.Links,
-		cacheDir:     cfg.CacheDir,
-		explicit:     cfg.ConfList,
-		extra:        cfg.ConfLists,
-	}
-	if c.cacheDir == "" {
-		c.cacheDir = defaultCacheDir
-	} else if cfg.CNI == nil && filepath.Clean(c.cacheDir) != defaultCacheDir {
+	cfg = withDefaults(cfg)
+	if cfg.CNI == nil && filepath.Clean(cfg.CacheDir) != defaultCacheDir {
 		return nil, fmt.Errorf("%w: CacheDir %q with the default go-cni, which always caches in %s (set Config.CNI too, or leave CacheDir empty)",
 			ErrInvalidConfig, cfg.CacheDir, defaultCacheDir)
 	}
-	c.applyDefaults()
-	stateDir := cfg.StateDir
-	if stateDir == "" {
-		stateDir = defaultStateDir
+	c := &Configurator{
+		logger:       cfg.Logger,
+		cacheDir:     cfg.CacheDir,
+		ifs:          ifNaming{prefix: cfg.InterfacePrefix},
+		ignoreHostIP: cfg.IgnorePortMappingHostIP,
+		retry:        cfg.Retry.withDefaults(),
+		owner:        cfg.Owner,
 	}
-	if c.owner = cfg.Owner; c.owner == "" {
-		c.owner = defaultOwner()
-	}
-	var err error
-	if c.reg, err = registry.Open(stateDir); err != nil {
+	store, err := registry.Open(cfg.StateDir)
+	if err != nil {
 		return nil, fmt.Errorf("%w: StateDir: %w", ErrInvalidConfig, err)
 	}
 	// An explicit exec: given none, libcni sets one lazily on first use,
 	// unsynchronised, which races when workloads attach concurrently.
-	c.lib = libcni.NewCNIConfigWithCacheDir(c.pluginDirs, c.cacheDir,
+	c.lib = libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, c.cacheDir,
 		&invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}})
-	c.driver = libDriver{lib: c.lib, noCache: libcni.NewCNIConfigWithCacheDir(c.pluginDirs, filepath.Join(c.cacheDir, "cninet", "no-cache"),
+	c.driver = libDriver{lib: c.lib, noCache: libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, filepath.Join(c.cacheDir, "cninet", "no-cache"),
 		&invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}})}
-	conf, nets, err := c.readNets()
-	if err != nil {
+	if c.nets, err = newNetworks(cfg, c.logger); err != nil {
 		return nil, err
 	}
-	c.conf, c.nets = conf, nets
 	if c.cni = cfg.CNI; c.cni == nil {
 		c.findPlugins = true
-		if c.cni, err = cni.New(cni.WithPluginDir(c.pluginDirs), cni.WithInterfacePrefix(c.ifPrefix)); err != nil {
+		if c.cni, err = cni.New(cni.WithPluginDir(cfg.PluginDirs), cni.WithInterfacePrefix(cfg.InterfacePrefix)); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
-	if cfg.Watch && (len(cfg.ConfList) > 0 || c.confDir == "") {
+	c.nets.cni = c.cni
+	if cfg.Watch && (len(cfg.ConfList) > 0 || cfg.ConfDir == "") {
 		return nil, fmt.Errorf("%w: Watch needs ConfDir and no ConfList", ErrInvalidConfig)
 	}
+	ipt, nft := &iptables.Opener{Open: cfg.IPTables}, &nftables.Opener{Open: cfg.NFTables}
+	c.plugins = &plugins{dirs: cfg.PluginDirs, lib: c.lib, iptOpener: ipt, nftOpener: nft}
+	c.registry = &hostRegistry{store: store, logger: c.logger, nets: c.nets, plugins: c.plugins}
+	c.find = &attachmentFinder{nets: c.nets, registry: c.registry, lib: c.lib, cacheDir: c.cacheDir, ifs: c.ifs, logger: c.logger,
+		injectedCNI: !c.findPlugins}
+	c.seams = &cleanerSeams{iptOpener: ipt, nftOpener: nft, openLinks: cfg.Links, cacheDir: c.cacheDir, ifs: c.ifs, nets: c.nets, plugins: c.plugins}
 	c.tel = newTelemetry(cfg, c)
 	if cfg.Watch {
 		if c.watcher, err = startWatcher(c); err != nil {
@@ -232,80 +201,80 @@ func New(cfg Config) (*Configurator, error) {
 	return c, nil
 }
 
-func (c *Configurator) applyDefaults() {
-	if c.openLinks == nil {
-		c.openLinks = links.New
+// withDefaults is cfg with the documented default of every field left
+// empty that has one New applies.
+func withDefaults(cfg Config) Config {
+	if cfg.Links == nil {
+		cfg.Links = links.New
 	}
-	if c.logger == nil {
-		c.logger = hclog.NewNullLogger()
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
 	}
-	if c.pluginDirs == nil {
+	if cfg.PluginDirs == nil {
 		if env := os.Getenv("CNI_PATH"); env != "" {
-			c.pluginDirs = filepath.SplitList(env)
+			cfg.PluginDirs = filepath.SplitList(env)
 		} else {
-			c.pluginDirs = []string{defaultPluginDir}
+			cfg.PluginDirs = []string{defaultPluginDir}
 		}
 	}
-	if c.ifPrefix == "" {
-		c.ifPrefix = cni.DefaultPrefix
+	if cfg.InterfacePrefix == "" {
+		cfg.InterfacePrefix = cni.DefaultPrefix
 	}
-	c.ifName = c.ifPrefix + "0" // go-cni's name for the first network's interface
+	if cfg.CacheDir == "" {
+		cfg.CacheDir = defaultCacheDir
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = defaultStateDir
+	}
+	if cfg.Owner == "" {
+		cfg.Owner = defaultOwner()
+	}
+	return cfg
 }
 
-// current returns the conflist in use and makes sure go-cni has it: go-cni
-// starts empty, and says so with ErrCNINotInitialized.
-func (c *Configurator) current() (networkConf, error) {
-	c.mu.RLock()
-	conf, loaded, closed := c.conf, c.loaded, c.closed
-	c.mu.RUnlock()
-	if closed {
-		return conf, fmt.Errorf("%w: network %q", ErrClosed, conf.info.name) // Teardown still cleans up with conf
-	}
-	if loaded {
-		return conf, nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.loaded {
-		return c.conf, nil
-	}
-	if err := c.cni.Status(); err != nil && !cni.IsCNINotInitialized(err) {
-		return networkConf{}, fmt.Errorf("%w: CNI STATUS: %w", ErrNotReady, err)
-	} else if err != nil {
-		if err := c.cni.Load(cni.WithConfListBytes(c.conf.bytes)); err != nil {
-			return networkConf{}, fmt.Errorf("%w: loading conflist %q: %w", ErrInvalidConfig, c.conf.list.Name, err)
-		}
-	}
-	c.loaded = true
-	return c.conf, nil
+// cleanerSeams is how a cleanup reaches the host (footprint.Seams), and
+// what it must know about each network whose state may be there.
+type cleanerSeams struct {
+	iptOpener *iptables.Opener
+	nftOpener *nftables.Opener
+	openLinks func() (host.Links, error)
+	cacheDir  string
+	ifs       ifNaming
+	nets      *networks
+	plugins   *plugins
 }
 
-// footprintNetwork is what the cleaner must know about conf's network:
-// its attachments have interface ifName, or any of ifNames.
-func (c *Configurator) footprintNetwork(conf networkConf, ifName string, ifNames []string) footprint.Network {
+// network is what the cleaner must know about conf's network: its
+// attachments have interface ifName, or any of ifNames.
+func (s *cleanerSeams) network(conf networkConf, ifName string, ifNames []string) footprint.Network {
 	n := conf.info.footprint
-	n.IfName, n.IfNames, n.CacheDir = ifName, ifNames, c.cacheDir
-	n.HostportNFT = c.hostportNFT(conf)
-	n.NoIPTables = !c.needsIPTables(conf)
+	n.IfName, n.IfNames, n.CacheDir = ifName, ifNames, s.cacheDir
+	n.HostportNFT = s.plugins.hostportNFT(conf)
+	n.NoIPTables = !s.plugins.needsIPTables(conf)
 	return n
 }
 
-// seams is how the cleaner reaches the seams, with every network whose
-// state may be there: another network's reservations and cached results
-// say that an address is held.
-func (c *Configurator) seams() footprint.Seams {
-	known := c.knownNetworks()
-	c.mu.RLock()
-	for _, conf := range c.retired {
-		known = append(known, conf)
-	}
-	c.mu.RUnlock()
-	ifNames := c.ifNames(len(known))
+// all is how the cleaner reaches the seams, with every network whose
+// state may be there, those a Reload dropped included: another network's
+// reservations and cached results say that an address is held.
+func (s *cleanerSeams) all() footprint.Seams {
+	known := s.nets.all(true)
+	ifNames := s.ifs.all(len(known))
 	nets := make([]footprint.Network, len(known))
 	for i, conf := range known {
-		nets[i] = c.footprintNetwork(conf, ifNames[0], ifNames)
+		nets[i] = s.network(conf, ifNames[0], ifNames)
 	}
-	return footprint.Seams{IPTables: c.iptOpener.Get, NFTables: c.nftOpener.Get, Links: c.openLinks, Networks: nets}
+	return footprint.Seams{IPTables: s.iptOpener.Get, NFTables: s.nftOpener.Get, Links: s.openLinks, Networks: nets}
+}
+
+// cleaner is a cleaner of att's footprint, its proofs kept in proofs
+// (nil: none).
+func (s *cleanerSeams) cleaner(ctx context.Context, att attachment, proofs footprint.ProofStore) *footprint.Cleaner {
+	seams := s.all()
+	if proofs != nil {
+		seams.Proofs = proofs
+	}
+	return footprint.NewCleaner(ctx, s.network(att.conf, att.ifName, nil), seams)
 }
 
 // Close stops watching ConfDir. Calls after Close fail with ErrClosed,
@@ -313,13 +282,10 @@ func (c *Configurator) seams() footprint.Seams {
 // call concurrently: every call returns the first one's result.
 func (c *Configurator) Close() error {
 	c.closeOnce.Do(func() {
-		c.mu.Lock()
-		c.closed = true
-		w := c.watcher
-		c.mu.Unlock()
+		c.nets.close()
 		c.tel.close()
-		if w != nil {
-			if err := w.stop(); err != nil {
+		if c.watcher != nil {
+			if err := c.watcher.stop(); err != nil {
 				c.closeErr = fmt.Errorf("%w: closing the ConfDir watcher: %w", ErrIO, err)
 			}
 		}

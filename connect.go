@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 // Connect attaches the live workload of alloc to one more network, as
@@ -21,7 +23,7 @@ import (
 // error naming its interface. The ADD is retried like Setup's, and a Connect that fails
 // leaves nothing of the new network behind (DEL and force cleanup) and the
 // other networks untouched. The returned status is the new network's
-// (Networks holds it alone). A connected network is always attached
+// (Attachments holds it alone). A connected network is always attached
 // through libcni. Teardown, Check and GC cover it from then on, whether or
 // not the caller's Allocation names it.
 //
@@ -48,42 +50,41 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, network, netns string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startOp(ctx, opConnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	req, err := c.requestIn(alloc, netns)
+	req, err := c.requestIn(alloc, netns, ErrInvalidArgument)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkNetworkName(network); err != nil {
 		return nil, err
 	}
-	leave, err := c.enter(ctx, req.id, true)
+	leave, err := c.registry.enter(ctx, req.id, true)
 	if err != nil {
 		return nil, err
 	}
 	defer leave()
-	conf, err := c.knownConf(network, false)
+	conf, err := c.nets.known(network, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
 	}
-	found, err := c.attachmentsOf(alloc, req, false)
+	owner := c.ownerOf(ctx)
+	found, err := c.find.of(alloc, req, owner, false)
 	if err != nil {
 		return nil, err
 	}
-	if found, err = c.withRecords(c.ownerOf(ctx), req, found); err != nil {
-		return nil, err
-	}
 	var used []string
-	for _, fa := range c.attached(found) {
+	for _, fa := range c.find.attached(found) {
 		used = append(used, fa.att.ifName)
 		if fa.att.name() == network {
 			return nil, fmt.Errorf("%w: allocation %s is attached to network %q as %s", ErrAlreadyAttached, req.id, network, fa.att.ifName)
 		}
 	}
-	att := attachment{conf: conf, ifName: c.freeIfName(used)}
-	if err := c.preflight(att); err != nil {
+	att := attachment{conf: conf, ifName: c.ifs.free(used)}
+	a := c.attaching(owner, req, netns, len(used) > 0)
+	if err := a.preflight(att); err != nil {
 		return nil, err
 	}
-	defer c.keepLoopback(req.id, netns, []foundAttachment{{att: att}})()
-	return c.attachAll(ctx, req, netns, []attachment{att}, len(used) > 0)
+	defer keepLoopback(c.logger, req.id, netns, []foundAttachment{{att: att}})()
+	return a.all(ctx, []attachment{att})
 }
 
 // Disconnect detaches the workload of alloc from one network and leaves
@@ -131,29 +132,27 @@ func (c *Configurator) disconnectNetwork(ctx context.Context, alloc *Allocation,
 	if err := checkNetworkName(network); err != nil {
 		return err
 	}
-	leave, err := c.enter(ctx, req.id, false)
+	leave, err := c.registry.enter(ctx, req.id, false)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	if _, err := c.knownConf(network, true); err != nil {
+	if _, err := c.nets.known(network, true); err != nil {
 		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
 	}
-	found, err := c.attachmentsOf(alloc, req, true)
+	owner := c.ownerOf(ctx)
+	found, err := c.find.of(alloc, req, owner, true)
 	if err != nil {
 		return err
 	}
-	if found, err = c.withRecords(c.ownerOf(ctx), req, found); err != nil {
-		return err
-	}
-	attached := c.attached(found)
+	attached := c.find.attached(found)
 	found = slices.DeleteFunc(slices.Clone(attached), func(fa foundAttachment) bool { return fa.att.name() != network })
 	if len(found) == 0 {
 		c.logger.Debug("disconnect: not attached", "alloc_id", req.id, "network", network)
 		return nil
 	}
-	defer c.keepLoopback(req.id, netns, found)()
-	return c.detachAll(ctx, netns, found, len(attached) > len(found))
+	defer keepLoopback(c.logger, req.id, netns, found)()
+	return c.detaching(owner, netns, len(attached) > len(found)).all(ctx, found)
 }
 
 // keepLoopback, when found run the loopback plugin, notes whether the
@@ -161,7 +160,7 @@ func (c *Configurator) disconnectNetwork(ctx context.Context, alloc *Allocation,
 // took it down meanwhile: the loopback plugin's DEL sets lo down, which
 // is right when the workload goes, wrong when it loses one network of
 // several (a Disconnect, a Connect rolled back).
-func (c *Configurator) keepLoopback(id, netns string, found []foundAttachment) (restore func()) {
+func keepLoopback(logger hclog.Logger, id, netns string, found []foundAttachment) (restore func()) {
 	runsLoopback := slices.ContainsFunc(found, func(fa foundAttachment) bool { return slices.Contains(fa.att.conf.info.pluginTypes, "loopback") })
 	if !runsLoopback || !loopbackUp(netns) {
 		return func() {}
@@ -171,7 +170,7 @@ func (c *Configurator) keepLoopback(id, netns string, found []foundAttachment) (
 			return
 		}
 		if err := setLoopbackUp(netns); err != nil {
-			c.logger.Warn("could not bring the workload's loopback interface up again after a DEL of the loopback plugin",
+			logger.Warn("could not bring the workload's loopback interface up again after a DEL of the loopback plugin",
 				"alloc_id", id, "netns", netns, "error", err)
 		}
 	}
@@ -197,12 +196,12 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 	if err != nil {
 		return nil, err
 	}
-	leave, err := c.enter(ctx, req.id, true)
+	leave, err := c.registry.enter(ctx, req.id, true)
 	if err != nil {
 		return nil, err
 	}
 	defer leave()
-	conf, err := c.knownConf(network, false)
+	conf, err := c.nets.known(network, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
 	}
@@ -217,13 +216,14 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 		}
 	}
 	att := attachment{conf: conf, ifName: ifName}
-	if err := c.preflight(att); err != nil {
-		return nil, err
-	}
-	defer c.keepLoopback(req.id, netns, []foundAttachment{{att: att}})()
 	// The runtime may attach the same container to networks this
 	// Configurator never sees: always as if others were there.
-	return c.attachAll(ctx, req, netns, []attachment{att}, true)
+	a := c.attaching(c.ownerOf(ctx), req, netns, true)
+	if err := a.preflight(att); err != nil {
+		return nil, err
+	}
+	defer keepLoopback(c.logger, req.id, netns, []foundAttachment{{att: att}})()
+	return a.all(ctx, []attachment{att})
 }
 
 // disconnectAs is Disconnect of ifName (ConnectOptions.IfName).
@@ -234,36 +234,37 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 	if err != nil {
 		return err
 	}
-	leave, err := c.enter(ctx, req.id, false)
+	leave, err := c.registry.enter(ctx, req.id, false)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	rec := c.recorded(req.id, network, ifName)
-	conf, err := c.knownConf(network, true)
+	owner := c.ownerOf(ctx)
+	rec := c.registry.recorded(req.id, network, ifName)
+	conf, err := c.nets.known(network, true)
 	if err != nil && rec == nil {
 		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
 	}
 	fa := foundAttachment{att: attachment{conf: conf, ifName: ifName}, req: req}
-	if a := c.cachedAt(req.id, network, ifName); a != nil {
+	if a := c.find.cachedAt(req.id, network, ifName); a != nil {
 		fa.req, fa.cached = cachedCapabilities(cachedRequest(req, a), a), true
 	}
 	if rec != nil { // the record knows best, even when the conflist changed or went
 		// The caller names the attachment exactly (a runtime's DEL): it is
 		// detached whoever recorded it — a runtime's DEL that cannot
 		// succeed leaves a pod stuck — and the record says whose it was.
-		if owner := c.ownerOf(ctx); rec.Owner != owner {
+		if rec.Owner != owner {
 			c.logger.Info("detaching an attachment another owner recorded: the caller named it exactly",
 				"alloc_id", req.id, "network", network, "if_name", ifName, "recorded_owner", rec.Owner, "owner", owner)
 		}
-		conf, err := c.recordedConf(*rec)
+		conf, err := c.registry.recordedConf(*rec)
 		if err != nil {
 			return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
 		}
 		fa.att.conf, fa.req, fa.cached = conf, recordedRequest(fa.req, *rec), true
 	}
-	defer c.keepLoopback(req.id, netns, []foundAttachment{fa})()
-	return c.detachAll(ctx, netns, []foundAttachment{fa}, true) // as in connectAs: others may be there unseen
+	defer keepLoopback(c.logger, req.id, netns, []foundAttachment{fa})()
+	return c.detaching(owner, netns, true).all(ctx, []foundAttachment{fa}) // as in connectAs: others may be there unseen
 }
 
 // CheckIfName reports whether name can be a workload's interface name

@@ -59,7 +59,8 @@ One noun per concept, in the documentation and in the code:
     is the CNI container ID.
   - network: a configured CNI network, one conflist this Configurator
     knows, by its name. Its conf is the conflist as loaded (the
-    unexported type networkConf; a value of it is named conf).
+    unexported type networkConf; a value of it is named conf); every
+    known network is the type networks.
     In the exported API a network argument is a network's name. The
     default network is the one an Allocation that names none joins.
   - operation: one call of this package's API (Setup, Teardown,
@@ -76,13 +77,14 @@ One noun per concept, in the documentation and in the code:
   - found attachment: an attachment as found in the allocation and in
     libcni's cache, with the request it was made with (type
     foundAttachment, named fa): what Teardown, Disconnect and Check act
-    on.
+    on, as attachmentFinder finds it.
   - footprint: what the plugins leave on the host for one attachment
     (rules, chains, reservations, cached results, devices), which the
     force cleanup and GC remove (internal/footprint).
   - registry: the host registry (Config.StateDir), shared by every
     process on the host that attaches workloads through cninet, and the
-    locks they all honour (internal/registry).
+    locks they all honour (internal/registry; hostRegistry is how the
+    operations use it).
   - record: the registry's durable account of one attachment — its
     owner, conflist, args, port mappings, backends and every address it
     provably held — written before its ADD and, before any DEL, holding
@@ -99,29 +101,29 @@ One noun per concept, in the documentation and in the code:
 
 # Files
 
-In reading order; each operation's helpers are beside it, and the
-helpers several operations share are in files named after what they
-hold.
+In reading order; each operation is a type of its own beside its
+entry points (attaching, detachment, gcRun), and what several
+operations share is a type in a file named after what it holds.
 
 	doc.go                This overview.
-	configurator.go       Config (its seams are package host's), Configurator, New, Close.
+	configurator.go       Config (its seams are package host's), Configurator, New, Close; cleanerSeams: how a cleanup reaches the host.
 	allocation.go         Allocation, Port, NetworkPorts, PortMappings.
-	networks.go           networkConf and the registry of known networks, read from Config; Networks.
+	networks.go           networks: every known network, read from Config and on Reload, handed to go-cni; networkConf; Networks.
 	conflist.go           Conflists: LoadConfList, BridgeConfig, BridgeConfList, WriteConfList, parsing.
-	request.go            The request: built from an Allocation (and from libcni's cache), and its CNI args.
+	request.go            The request: built from an Allocation (and from libcni's cache or a record), and its CNI args; optionsOf.
 	capabilities.go       Capability arguments: ValidateCapabilities, which a network is given.
-	attachments.go        Attachments: which networks an allocation is attached to, interface names, CachedResult.
-	setup.go              Setup: attach every network concurrently, all or nothing, and the rollback.
-	retry.go              RetryPolicy and the ADD retry loop.
-	teardown.go           Teardown: DEL and force cleanup per network, by the prevention rule.
+	attachments.go        attachmentFinder: an allocation's attachments, from the Allocation, the registry and libcni's cache; ifNaming; CachedResult.
+	setup.go              Setup; attaching: attach every network concurrently, all or nothing, and the rollback.
+	retry.go              RetryPolicy and the ADD retry loop (attaching.withRetry).
+	teardown.go           Teardown; detachment: prevention, DEL, force cleanup and the record's removal per network.
 	connect.go            Connect, Disconnect, ConnectOptions, CheckIfName.
 	check.go              Check: CNI CHECK of an attachment, or of one named.
 	status.go             Status: whether each network (or each one named) can attach workloads.
-	gc.go                 GC: the dead attachments detached, then the sweep of what no record or cache remembers.
-	gc_report.go          GCReport, GCItem, GCKind: what GC removed.
-	records.go            The host registry in every operation: records, owners, locks; Attachments.
+	gc.go                 GC; gcRun: the recorded, then the cached dead attachments detached, then the sweep of what no record or cache remembers.
+	gc_report.go          GCOptions, GCReport, GCItem, GCKind: what GC is asked, what it removed, its progress.
+	records.go            hostRegistry: the host registry in every operation: records, owners, locks; Attachments.
 	reload.go             Reload and the ConfDir watcher.
-	plugins.go            The plugin binaries: found before Setup, their versions, the firewall backend each really uses here.
+	plugins.go            plugins: the plugin binaries found before Setup, their versions, the firewall backend each really uses here.
 	driver.go             How one network's plugins run: through go-cni (Config.CNI) or libcni.
 	result.go             NetworkStatus, Attachment, DNSConfig, StatusFromResult.
 	errors.go             The Err… sentinels every error wraps, and joinErrors.

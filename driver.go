@@ -18,11 +18,11 @@ import (
 type netDriver interface {
 	add(ctx context.Context, req request, att attachment, netns string) (*cni.Result, error)
 	// del runs n's DEL chain without the plugins of the types in omit
-	// (see detach).
+	// (see detachment.one).
 	del(ctx context.Context, req request, att attachment, netns string, omit []string) error
 	// delHostports runs only n's portmap DEL, on no libcni cache: the
 	// networks' own DELs still need their cached results (see
-	// delHostportsOnce).
+	// detachment.hostportsOnce).
 	delHostports(ctx context.Context, req request, att attachment, netns string) error
 	check(ctx context.Context, req request, att attachment, netns string) error
 	// runsPlugins reports whether cninet runs the plugin binaries from

@@ -64,7 +64,7 @@ func TestGCNeverCollectsAnAllocationBeingSetUp(t *testing.T) {
 }
 
 func gcActive(c *Configurator) bool {
-	return c.adm.GCRunning()
+	return c.registry.adm.GCRunning()
 }
 
 // acceptAllPlugins writes plugins that answer VERSION and succeed at

@@ -1,11 +1,14 @@
 package cninet
 
 import (
+	"context"
 	"encoding/json"
 	"iter"
 	"slices"
 	"sync"
+	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -142,4 +145,68 @@ func (r *GCReport) setSwept(rep *footprint.Report) {
 
 func gcItem(it footprint.Item) GCItem {
 	return GCItem{Kind: GCKind(it.Kind), ID: it.ID, Network: it.Network, Backend: it.Backend, Detail: it.Detail}
+}
+
+// GCOptions narrow what GC collects, or make it a dry run.
+type GCOptions struct {
+	// Networks, when not empty, are the only networks collected: in
+	// them every attachment whose allocation ID is not live is removed,
+	// and what the other networks hold is left alone, whatever its
+	// allocation ID, and counts as live — the same container's
+	// attachments there included (the dead ones here are detached as
+	// Disconnect with ConnectOptions.IfName detaches, whose DEL never
+	// reaches the container's other attachments). A CNI runtime's GC
+	// command (cni.dev/valid-attachments) has this shape: it lists the
+	// live attachments of one network. Each must be a network this
+	// Configurator knows (ErrNetworkNotFound before anything runs).
+	// Empty: every network.
+	Networks []string
+	// DryRun plans and changes nothing: the report lists what GC would
+	// remove — the recorded and cached attachments it would detach, then
+	// every rule, chain, file and device its sweep would remove (some of
+	// which the detaches' DELs would remove first) — and no plugin runs.
+	// It does not hold the host's GC lock.
+	DryRun bool
+}
+
+// gcOnlyKey carries GCOptions.Networks through the context to gc.
+type gcOnlyKey struct{}
+
+// gcDryRunKey carries GCOptions.DryRun through the context to gc.
+type gcDryRunKey struct{}
+
+// gcDryRun reports whether a GC only plans.
+func gcDryRun(ctx context.Context) bool {
+	dry, _ := ctx.Value(gcDryRunKey{}).(bool)
+	return dry
+}
+
+// gcOnly returns the networks a GC is narrowed to; nil: every network.
+func gcOnly(ctx context.Context) map[string]bool {
+	only, _ := ctx.Value(gcOnlyKey{}).(map[string]bool)
+	return only
+}
+
+// spared reports whether a GC narrowed to only leaves network alone.
+func spared(only map[string]bool, network string) bool {
+	return only != nil && !only[network]
+}
+
+// gcProgress logs how far a GC is once it has run longer than
+// gcProgressAfter, so that an operator watching a big sweep sees it move.
+type gcProgress struct {
+	logger hclog.Logger
+	start  time.Time
+}
+
+const gcProgressAfter = 3 * time.Second
+
+func newGCProgress(logger hclog.Logger) *gcProgress {
+	return &gcProgress{logger: logger, start: time.Now()}
+}
+
+func (p *gcProgress) step(what string, n int) {
+	if elapsed := time.Since(p.start); elapsed >= gcProgressAfter {
+		p.logger.Info("GC progress: "+what, "items", n, "elapsed", elapsed.Round(time.Millisecond))
+	}
 }

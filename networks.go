@@ -6,9 +6,42 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 
+	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
+	"github.com/hashicorp/go-hclog"
 )
+
+// networks is every network a Configurator knows: read from Config at
+// New and again on Reload, the default one handed to go-cni on first use,
+// and those a Reload dropped, which Teardown still needs.
+type networks struct {
+	logger      hclog.Logger
+	cni         cni.CNI
+	confDir     string
+	networkName string
+	explicit    []byte   // Config.ConfList
+	extra       [][]byte // Config.ConfLists
+
+	mu      sync.RWMutex           // guards the fields below
+	conf    networkConf            // the default network's
+	set     networkSet             // every known network, the default included
+	retired map[string]networkConf // networks a Reload dropped: Teardown still needs them
+	loaded  bool                   // go-cni has conf
+	closed  bool
+}
+
+// newNetworks reads every network cfg names (see read).
+func newNetworks(cfg Config, logger hclog.Logger) (*networks, error) {
+	n := &networks{logger: logger, confDir: cfg.ConfDir, networkName: cfg.NetworkName, explicit: cfg.ConfList, extra: cfg.ConfLists}
+	conf, set, err := n.read()
+	if err != nil {
+		return nil, err
+	}
+	n.conf, n.set = conf, set
+	return n, nil
+}
 
 // networkSet is every network a Configurator knows, by name.
 type networkSet struct {
@@ -34,62 +67,62 @@ type confDirNetwork struct {
 	list *libcni.NetworkConfigList
 }
 
-// readNets reads every network this Configurator knows: ConfList (the
+// read reads every network this Configurator knows: ConfList (the
 // default network) or, without it, every network in ConfDir; then
 // ConfLists, whose bytes win over a ConfDir network of the same name.
 // The default network is ConfList's, else NetworkName, else the first
 // network in ConfDir (in file order), else the first of ConfLists.
-func (c *Configurator) readNets() (networkConf, networkSet, error) {
+func (n *networks) read() (networkConf, networkSet, error) {
 	reg := newNetworkSet()
 	var def networkConf
 	var dirNets []confDirNetwork
 	switch {
-	case len(c.explicit) > 0:
-		conf, err := c.readConf(c.explicit)
+	case len(n.explicit) > 0:
+		conf, err := n.readConf(n.explicit)
 		if err != nil {
 			return networkConf{}, reg, err
 		}
 		def, reg.byName[conf.info.name] = conf, conf
-	case c.confDir != "":
+	case n.confDir != "":
 		var err error
-		if dirNets, reg, err = c.readConfDir(); err != nil {
+		if dirNets, reg, err = n.readConfDir(); err != nil {
 			return networkConf{}, reg, err
 		}
-	case len(c.extra) == 0:
+	case len(n.extra) == 0:
 		return networkConf{}, reg, fmt.Errorf("%w: set ConfList, ConfLists, or ConfDir (and NetworkName)", ErrInvalidConfig)
 	}
-	extra, err := c.readExtra(reg)
+	extra, err := n.readExtra(reg)
 	if err != nil {
 		return networkConf{}, reg, err
 	}
 	if def.list != nil {
 		return def, reg, nil
 	}
-	def, err = c.pickDefault(reg, dirNets, extra)
+	def, err = n.pickDefault(reg, dirNets, extra)
 	return def, reg, err
 }
 
 // readConfDir parses every conflist in ConfDir. The first file of a name
 // wins, as with LoadConfList; unreadable files are skipped and logged,
 // unless one may be the default network's own (then the error names it).
-func (c *Configurator) readConfDir() ([]confDirNetwork, networkSet, error) {
+func (n *networks) readConfDir() ([]confDirNetwork, networkSet, error) {
 	reg := newNetworkSet()
-	if _, err := os.Stat(c.confDir); err != nil { // libcni takes a missing directory for an empty one
+	if _, err := os.Stat(n.confDir); err != nil { // libcni takes a missing directory for an empty one
 		return nil, reg, fmt.Errorf("%w: conflist directory: %w", ErrInvalidConfig, err)
 	}
-	files, err := libcni.ConfFiles(c.confDir, confExtensions)
+	files, err := libcni.ConfFiles(n.confDir, confExtensions)
 	if err != nil {
-		return nil, reg, fmt.Errorf("%w: reading conflist directory %s: %w", ErrInvalidConfig, c.confDir, err)
+		return nil, reg, fmt.Errorf("%w: reading conflist directory %s: %w", ErrInvalidConfig, n.confDir, err)
 	}
 	sort.Strings(files)
 	var nets []confDirNetwork
 	for _, file := range files {
 		list, err := readConfFile(file)
 		if err != nil {
-			if c.networkName != "" && fileMayBe(file, c.networkName) && reg.byName[c.networkName].list == nil {
-				return nil, reg, fmt.Errorf("%w: network %q: %s: %w", ErrInvalidConfig, c.networkName, file, err)
+			if n.networkName != "" && fileMayBe(file, n.networkName) && reg.byName[n.networkName].list == nil {
+				return nil, reg, fmt.Errorf("%w: network %q: %s: %w", ErrInvalidConfig, n.networkName, file, err)
 			}
-			c.logger.Warn("skipped unreadable CNI config file", "file", file, "error", err)
+			n.logger.Warn("skipped unreadable CNI config file", "file", file, "error", err)
 			reg.skipped = append(reg.skipped, fmt.Errorf("%s: %w", file, err))
 			continue
 		}
@@ -103,15 +136,15 @@ func (c *Configurator) readConfDir() ([]confDirNetwork, networkSet, error) {
 }
 
 // readExtra adds ConfLists to reg and returns their names in order.
-func (c *Configurator) readExtra(reg networkSet) ([]string, error) {
+func (n *networks) readExtra(reg networkSet) ([]string, error) {
 	fromBytes := map[string]bool{}
-	if len(c.explicit) > 0 {
+	if len(n.explicit) > 0 {
 		for name := range reg.byName {
 			fromBytes[name] = true
 		}
 	}
-	names := make([]string, 0, len(c.extra))
-	for i, raw := range c.extra {
+	names := make([]string, 0, len(n.extra))
+	for i, raw := range n.extra {
 		list, err := parseConfList(raw)
 		if err != nil {
 			return nil, fmt.Errorf("%w: ConfLists[%d]: %w", ErrInvalidConfig, i, err)
@@ -127,8 +160,8 @@ func (c *Configurator) readExtra(reg networkSet) ([]string, error) {
 }
 
 // pickDefault chooses the default network when ConfList does not say.
-func (c *Configurator) pickDefault(reg networkSet, dirNets []confDirNetwork, extra []string) (networkConf, error) {
-	name := c.networkName
+func (n *networks) pickDefault(reg networkSet, dirNets []confDirNetwork, extra []string) (networkConf, error) {
+	name := n.networkName
 	switch {
 	case name != "":
 	case len(dirNets) > 0:
@@ -136,7 +169,7 @@ func (c *Configurator) pickDefault(reg networkSet, dirNets []confDirNetwork, ext
 	case len(extra) > 0:
 		name = extra[0]
 	default:
-		err := fmt.Errorf("%w: no network in %s", ErrNetworkNotFound, c.confDir)
+		err := fmt.Errorf("%w: no network in %s", ErrNetworkNotFound, n.confDir)
 		if len(reg.skipped) > 0 {
 			err = fmt.Errorf("%w; %d unreadable file(s) skipped: %w", err, len(reg.skipped), errors.Join(reg.skipped...))
 		}
@@ -145,27 +178,39 @@ func (c *Configurator) pickDefault(reg networkSet, dirNets []confDirNetwork, ext
 	if conf, ok := reg.byName[name]; ok {
 		return conf, nil
 	}
-	return networkConf{}, notFoundError(c.confDir, name, reg.names(), reg.skipped)
+	return networkConf{}, notFoundError(n.confDir, name, reg.names(), reg.skipped)
 }
 
-// knownNetworks returns every known network, the default first, then the
-// others by name.
-func (c *Configurator) knownNetworks() []networkConf {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	out := []networkConf{c.conf}
-	for _, name := range c.nets.names() {
-		if name != c.conf.info.name {
-			out = append(out, c.nets.byName[name])
+// all returns every known network, the default first, then the others
+// by name; withRetired adds those a Reload dropped.
+func (n *networks) all(withRetired bool) []networkConf {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	out := []networkConf{n.conf}
+	for _, name := range n.set.names() {
+		if name != n.conf.info.name {
+			out = append(out, n.set.byName[name])
+		}
+	}
+	if withRetired {
+		for _, conf := range n.retired {
+			out = append(out, conf)
 		}
 	}
 	return out
 }
 
+// names returns the names of every known network, sorted.
+func (n *networks) names() []string {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.set.names()
+}
+
 // Networks returns the names of every network this Configurator knows:
 // the default network first, then the others sorted.
 func (c *Configurator) Networks() []string {
-	confs := c.knownNetworks()
+	confs := c.nets.all(false)
 	names := make([]string, len(confs))
 	for i, conf := range confs {
 		names[i] = conf.info.name
@@ -173,20 +218,83 @@ func (c *Configurator) Networks() []string {
 	return names
 }
 
+// defaultConf returns the default network's conflist.
+func (n *networks) defaultConf() networkConf {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.conf
+}
+
+// current returns the default network's conflist and makes sure go-cni
+// has it: go-cni starts empty, and says so with ErrCNINotInitialized.
+func (n *networks) current() (networkConf, error) {
+	n.mu.RLock()
+	conf, loaded, closed := n.conf, n.loaded, n.closed
+	n.mu.RUnlock()
+	if closed {
+		return conf, fmt.Errorf("%w: network %q", ErrClosed, conf.info.name) // Teardown still cleans up with conf
+	}
+	if loaded {
+		return conf, nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.loaded {
+		return n.conf, nil
+	}
+	if err := n.cni.Status(); err != nil && !cni.IsCNINotInitialized(err) {
+		return networkConf{}, fmt.Errorf("%w: CNI STATUS: %w", ErrNotReady, err)
+	} else if err != nil {
+		if err := n.cni.Load(cni.WithConfListBytes(n.conf.bytes)); err != nil {
+			return networkConf{}, fmt.Errorf("%w: loading conflist %q: %w", ErrInvalidConfig, n.conf.list.Name, err)
+		}
+	}
+	n.loaded = true
+	return n.conf, nil
+}
+
+// reload re-reads every network and hands the default one to go-cni;
+// when either fails, the networks stay as they were.
+func (n *networks) reload() error {
+	conf, set, err := n.read()
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return ErrClosed
+	}
+	if err := n.cni.Load(cni.WithConfListBytes(conf.bytes)); err != nil {
+		n.loaded = false // go-cni reset itself; load the last good one on next use
+		return fmt.Errorf("%w: loading conflist %q: %w", ErrInvalidConfig, conf.info.name, err)
+	}
+	n.retire(set)
+	n.conf, n.set, n.loaded = conf, set, true
+	return nil
+}
+
 // retire keeps the networks a reload dropped, so that Teardown can still
 // detach workloads that joined them.
-func (c *Configurator) retire(next networkSet) {
-	if c.retired == nil {
-		c.retired = map[string]networkConf{}
+func (n *networks) retire(next networkSet) {
+	if n.retired == nil {
+		n.retired = map[string]networkConf{}
 	}
-	for name, conf := range c.nets.byName {
+	for name, conf := range n.set.byName {
 		if _, still := next.byName[name]; !still {
-			c.retired[name] = conf
+			n.retired[name] = conf
 		}
 	}
 	for name := range next.byName {
-		delete(c.retired, name)
+		delete(n.retired, name)
 	}
+}
+
+// close makes every later call but Teardown's fail with ErrClosed.
+func (n *networks) close() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.closed = true
 }
 
 // networkConf is one parsed conflist.
@@ -197,33 +305,33 @@ type networkConf struct {
 }
 
 // readConf parses the explicit conflist bytes of the default network.
-func (c *Configurator) readConf(raw []byte) (networkConf, error) {
+func (n *networks) readConf(raw []byte) (networkConf, error) {
 	list, err := parseConfList(raw)
 	if err != nil {
 		return networkConf{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if c.networkName != "" && list.Name != c.networkName {
-		return networkConf{}, fmt.Errorf("%w: ConfList names network %q but NetworkName is %q", ErrInvalidConfig, list.Name, c.networkName)
+	if n.networkName != "" && list.Name != n.networkName {
+		return networkConf{}, fmt.Errorf("%w: ConfList names network %q but NetworkName is %q", ErrInvalidConfig, list.Name, n.networkName)
 	}
 	return networkConf{bytes: raw, list: list, info: newNetworkInfo(list)}, nil
 }
 
-// knownConf returns the conflist of a network this Configurator knows;
+// known returns the conflist of a network this Configurator knows;
 // forTeardown also accepts one that a Reload dropped, and a closed
 // Configurator.
-func (c *Configurator) knownConf(name string, forTeardown bool) (networkConf, error) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.closed && !forTeardown {
+func (n *networks) known(name string, forTeardown bool) (networkConf, error) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.closed && !forTeardown {
 		return networkConf{}, fmt.Errorf("%w: network %q", ErrClosed, name)
 	}
-	if conf, ok := c.nets.byName[name]; ok {
+	if conf, ok := n.set.byName[name]; ok {
 		return conf, nil
 	}
-	if conf, ok := c.retired[name]; ok && forTeardown {
+	if conf, ok := n.retired[name]; ok && forTeardown {
 		return conf, nil
 	}
-	return networkConf{}, fmt.Errorf("%w: no network %q (known: %s)", ErrNetworkNotFound, name, strings.Join(c.nets.names(), ", "))
+	return networkConf{}, fmt.Errorf("%w: no network %q (known: %s)", ErrNetworkNotFound, name, strings.Join(n.set.names(), ", "))
 }
 
 // checkNetworkName rejects a network name no conflist can have.
@@ -237,14 +345,10 @@ func checkNetworkName(name string) error {
 // NetworkName returns the name of the default network: the one an
 // Allocation that names no network joins.
 func (c *Configurator) NetworkName() string {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.conf.info.name
+	return c.nets.defaultConf().info.name
 }
 
 // ConfList returns a copy of the default network's conflist bytes.
 func (c *Configurator) ConfList() []byte {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return append([]byte(nil), c.conf.bytes...)
+	return append([]byte(nil), c.nets.defaultConf().bytes...)
 }

@@ -14,8 +14,25 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/seed1280861d/cninet/internal/iptables"
+	"github.com/seed1280861d/cninet/internal/nftables"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
+
+// plugins is what a Configurator knows of the plugin binaries and of the
+// host they run on: whether a conflist's plugins are there, the CNI spec
+// versions each supports, and the firewall backend each really uses here.
+type plugins struct {
+	dirs      []string
+	lib       *libcni.CNIConfig // asks a plugin its versions
+	iptOpener *iptables.Opener
+	nftOpener *nftables.Opener
+	versions  pluginVersions
+	firewall  hostFirewall
+
+	mu    sync.Mutex
+	found map[string]pluginsFound // by network: the last conflist whose plugins were all found
+}
 
 // Backends the plugins can masquerade and map ports with. The bridge and
 // ptp plugins choose with "ipMasqBackend", portmap with "backend"; the
@@ -60,10 +77,10 @@ func nftablesRequests(list *libcni.NetworkConfigList) []nftablesRequest {
 // backend that the installed binary cannot provide. An older plugin
 // ignores the field and silently uses iptables, so Setup would work, just
 // not as configured: Status is where that is said.
-func (c *Configurator) checkBackends(ctx context.Context, list *libcni.NetworkConfigList) error {
+func (p *plugins) checkBackends(ctx context.Context, list *libcni.NetworkConfigList) error {
 	var refused []string
 	for _, req := range nftablesRequests(list) {
-		if why := c.lacksNFTables(ctx, req.plugin); why != "" {
+		if why := p.lacksNFTables(ctx, req.plugin); why != "" {
 			refused = append(refused, fmt.Sprintf("plugin %s cannot provide %s %q: %s", req.plugin, req.field, BackendNFTables, why))
 		}
 	}
@@ -77,11 +94,11 @@ func (c *Configurator) checkBackends(ctx context.Context, list *libcni.NetworkCo
 // when it has one or that cannot be ruled out. A binary built by `go
 // install` records its release; otherwise the CNI spec versions it
 // supports tell: every release with nftables backends supports spec 1.1.0.
-func (c *Configurator) lacksNFTables(ctx context.Context, plugin string) string {
+func (p *plugins) lacksNFTables(ctx context.Context, plugin string) string {
 	if plugin == "firewall" {
 		return "the firewall plugin has no nftables backend (use iptables or firewalld)"
 	}
-	path, err := invoke.FindInPath(plugin, c.pluginDirs)
+	path, err := invoke.FindInPath(plugin, p.dirs)
 	if err != nil {
 		return "" // missing plugins are reported on their own
 	}
@@ -91,7 +108,7 @@ func (c *Configurator) lacksNFTables(ctx context.Context, plugin string) string 
 		}
 		return ""
 	}
-	if versions := c.versions.of(ctx, c, plugin); versions != nil && !slices.Contains(versions, "1.1.0") {
+	if versions := p.versions.of(ctx, p.lib, plugin); versions != nil && !slices.Contains(versions, "1.1.0") {
 		return fmt.Sprintf("%s supports CNI spec versions up to %s, so it predates the nftables backends (%s)",
 			path, versions[len(versions)-1], firstNFTablesRelease)
 	}
@@ -124,48 +141,38 @@ func releaseNumbers(v string) ([]int, bool) {
 	return nums, true
 }
 
-// preflight fails Setup before anything runs when a plugin of n that
-// cninet would run is missing.
-func (c *Configurator) preflight(att attachment) error {
-	if !c.driverFor(att).runsPlugins() {
-		return nil // an injected cni.CNI finds its plugins itself
-	}
-	return c.checkPlugins(att.conf)
-}
-
 // pluginsFound is a conflist whose plugins were all found, and when.
 type pluginsFound struct {
 	list  *libcni.NetworkConfigList
 	stamp []time.Time
 }
 
-// checkPlugins fails when a plugin binary of conf is missing: a chain that
+// check fails when a plugin binary of conf is missing: a chain that
 // fails halfway through leaves a veth until the namespace goes, and a DEL
 // cannot run a plugin that is not there either. The answer is kept until
 // the conflist or a plugin directory changes.
-func (c *Configurator) checkPlugins(conf networkConf) error {
-	stamp := c.pluginDirsStamp()
-	c.pluginsMu.Lock()
-	defer c.pluginsMu.Unlock()
-	if ok := c.pluginsOKByName[conf.info.name]; ok.list == conf.list && slices.Equal(ok.stamp, stamp) {
+func (p *plugins) check(conf networkConf) error {
+	stamp := p.dirsStamp()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ok := p.found[conf.info.name]; ok.list == conf.list && slices.Equal(ok.stamp, stamp) {
 		return nil
 	}
-	if err := c.checkPluginsIn(conf); err != nil {
+	if err := p.missing(conf); err != nil {
 		return err
 	}
-	if c.pluginsOKByName == nil {
-		c.pluginsOKByName = map[string]pluginsFound{}
+	if p.found == nil {
+		p.found = map[string]pluginsFound{}
 	}
-	c.pluginsOKByName[conf.info.name] = pluginsFound{conf.list, stamp}
-	c.pluginsOK.list, c.pluginsOK.stamp = conf.list, stamp
+	p.found[conf.info.name] = pluginsFound{conf.list, stamp}
 	return nil
 }
 
-// pluginDirsStamp is the modification times of the plugin directories: a
+// dirsStamp is the modification times of the plugin directories: a
 // binary added, removed or renamed changes its directory's.
-func (c *Configurator) pluginDirsStamp() []time.Time {
-	stamp := make([]time.Time, len(c.pluginDirs))
-	for i, dir := range c.pluginDirs {
+func (p *plugins) dirsStamp() []time.Time {
+	stamp := make([]time.Time, len(p.dirs))
+	for i, dir := range p.dirs {
 		if fi, err := os.Stat(dir); err == nil {
 			stamp[i] = fi.ModTime()
 		}
@@ -173,17 +180,17 @@ func (c *Configurator) pluginDirsStamp() []time.Time {
 	return stamp
 }
 
-// checkPluginsIn reports the plugins of conf missing from the plugin dirs.
-func (c *Configurator) checkPluginsIn(conf networkConf) error {
+// missing reports the plugins of conf missing from the plugin dirs.
+func (p *plugins) missing(conf networkConf) error {
 	var missing []string
 	for _, t := range conf.info.pluginTypes {
-		if _, err := invoke.FindInPath(t, c.pluginDirs); err != nil {
+		if _, err := invoke.FindInPath(t, p.dirs); err != nil {
 			missing = append(missing, t)
 		}
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: %s not found in %s (network %q)", ErrPluginMissing,
-			strings.Join(missing, ", "), strings.Join(c.pluginDirs, ":"), conf.info.name)
+			strings.Join(missing, ", "), strings.Join(p.dirs, ":"), conf.info.name)
 	}
 	return nil
 }
@@ -199,21 +206,21 @@ type pluginVersions struct {
 
 // supports reports whether plugin supports CNI spec version spec; a
 // plugin that cannot be asked counts as supporting it.
-func (p *pluginVersions) supports(ctx context.Context, c *Configurator, plugin, spec string) bool {
-	versions := p.of(ctx, c, plugin)
+func (p *pluginVersions) supports(ctx context.Context, lib *libcni.CNIConfig, plugin, spec string) bool {
+	versions := p.of(ctx, lib, plugin)
 	return versions == nil || slices.Contains(versions, spec)
 }
 
 // of returns the spec versions plugin supports, oldest first; nil when it
 // cannot be asked.
-func (p *pluginVersions) of(ctx context.Context, c *Configurator, plugin string) []string {
+func (p *pluginVersions) of(ctx context.Context, lib *libcni.CNIConfig, plugin string) []string {
 	p.mu.Lock()
 	versions, ok := p.known[plugin]
 	p.mu.Unlock()
 	if ok {
 		return versions
 	}
-	info, err := c.lib.GetVersionInfo(ctx, plugin)
+	info, err := lib.GetVersionInfo(ctx, plugin)
 	if err != nil {
 		return nil
 	}
@@ -234,7 +241,7 @@ func (p *pluginVersions) of(ctx context.Context, c *Configurator, plugin string)
 // and nft can, and iptables everywhere else. The firewall plugin has no
 // nftables backend. What matters to cninet: a DEL of portmap's nftables
 // backend deletes by the bare container id, so it must be kept from a
-// workload's other networks (see detach), and a cleanup needs iptables
+// workload's other networks (see detachment.one), and a cleanup needs iptables
 // only where a plugin of the network uses it.
 
 // netfilterPlugin is one plugin of a conflist that writes firewall rules,
@@ -295,22 +302,22 @@ type hostFirewall struct {
 // probeFirewall tells whether iptables and nftables can be used here,
 // through the Configurator's own seams (the same binaries on the same
 // PATH as the plugins', or the fakes of a test).
-func (c *Configurator) probeFirewall() (iptables, nftables bool) {
-	c.firewall.once.Do(func() {
-		_, err := c.iptOpener.Get(false)
-		c.firewall.iptables = err == nil
-		_, err = c.nftOpener.Get()
-		c.firewall.nftables = err == nil
+func (p *plugins) probeFirewall() (iptables, nftables bool) {
+	p.firewall.once.Do(func() {
+		_, err := p.iptOpener.Get(false)
+		p.firewall.iptables = err == nil
+		_, err = p.nftOpener.Get()
+		p.firewall.nftables = err == nil
 	})
-	return c.firewall.iptables, c.firewall.nftables
+	return p.firewall.iptables, p.firewall.nftables
 }
 
-// backendOf is the backend plugin p really uses on this host.
-func (c *Configurator) backendOf(ctx context.Context, p netfilterPlugin) string {
-	if p.explicit != "" {
-		return p.explicit
+// backendOf is the backend plugin np really uses on this host.
+func (p *plugins) backendOf(ctx context.Context, np netfilterPlugin) string {
+	if np.explicit != "" {
+		return np.explicit
 	}
-	if ipt, nft := c.probeFirewall(); !ipt && nft && c.lacksNFTables(ctx, p.typ) == "" {
+	if ipt, nft := p.probeFirewall(); !ipt && nft && p.lacksNFTables(ctx, np.typ) == "" {
 		return BackendNFTables
 	}
 	return BackendIPTables
@@ -318,12 +325,12 @@ func (c *Configurator) backendOf(ctx context.Context, p netfilterPlugin) string 
 
 // hostportNFT reports whether conf's portmap uses its nftables backend
 // here: its DEL deletes by the bare container id.
-func (c *Configurator) hostportNFT(conf networkConf) bool {
+func (p *plugins) hostportNFT(conf networkConf) bool {
 	if conf.info.footprint.HostportNFT { // "backend": "nftables"
 		return true
 	}
-	for _, p := range conf.info.netfilter {
-		if p.typ == "portmap" && c.backendOf(context.Background(), p) == BackendNFTables {
+	for _, np := range conf.info.netfilter {
+		if np.typ == "portmap" && p.backendOf(context.Background(), np) == BackendNFTables {
 			return true
 		}
 	}
@@ -332,24 +339,24 @@ func (c *Configurator) hostportNFT(conf networkConf) bool {
 
 // needsIPTables reports whether a plugin of conf uses iptables here: a
 // cleanup of it without iptables is incomplete.
-func (c *Configurator) needsIPTables(conf networkConf) bool {
-	for _, p := range conf.info.netfilter {
-		if c.backendOf(context.Background(), p) == BackendIPTables {
+func (p *plugins) needsIPTables(conf networkConf) bool {
+	for _, np := range conf.info.netfilter {
+		if p.backendOf(context.Background(), np) == BackendIPTables {
 			return true
 		}
 	}
 	return false
 }
 
-// recordedPlugins is conf's chain as the host registry records it: each
+// recorded is conf's chain as the host registry records it: each
 // plugin with the backend it really uses here.
-func (c *Configurator) recordedPlugins(conf networkConf) []registry.Plugin {
+func (p *plugins) recorded(conf networkConf) []registry.Plugin {
 	out := make([]registry.Plugin, len(conf.info.pluginTypes))
 	for i, typ := range conf.info.pluginTypes {
 		out[i].Type = typ
-		for _, p := range conf.info.netfilter {
-			if p.typ == typ {
-				out[i].Backend = c.backendOf(context.Background(), p)
+		for _, np := range conf.info.netfilter {
+			if np.typ == typ {
+				out[i].Backend = p.backendOf(context.Background(), np)
 			}
 		}
 	}

@@ -28,11 +28,10 @@ func TestPluginLookupIsKeptUntilAPluginDirectoryChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.findPlugins = true // as with the default go-cni, which finds nothing itself
-	if err := c.checkPlugins(c.conf); err != nil {
+	if err := c.plugins.check(c.nets.conf); err != nil {
 		t.Fatalf("all plugins present: %v", err)
 	}
-	if c.pluginsOK.list != c.conf.list {
+	if c.plugins.found[c.nets.conf.info.name].list != c.nets.conf.list {
 		t.Fatal("a successful lookup was not kept")
 	}
 	if err := os.Remove(filepath.Join(dir, "portmap")); err != nil {
@@ -42,7 +41,7 @@ func TestPluginLookupIsKeptUntilAPluginDirectoryChanges(t *testing.T) {
 	if err := os.Chtimes(dir, past, past); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.checkPlugins(c.conf); !errors.Is(err, ErrPluginMissing) {
+	if err := c.plugins.check(c.nets.conf); !errors.Is(err, ErrPluginMissing) {
 		t.Fatalf("portmap removed: err = %v, want ErrPluginMissing", err)
 	}
 }
@@ -86,14 +85,14 @@ func TestTheBackendAPluginUsesOnThisHost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			conf, err := c.knownConf("n", false)
+			conf, err := c.nets.known("n", false)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := c.hostportNFT(conf); got != tt.wantHostport {
+			if got := c.plugins.hostportNFT(conf); got != tt.wantHostport {
 				t.Errorf("portmap on nftables = %v, want %v", got, tt.wantHostport)
 			}
-			if got := c.needsIPTables(conf); got != tt.wantIPTables {
+			if got := c.plugins.needsIPTables(conf); got != tt.wantIPTables {
 				t.Errorf("needs iptables = %v, want %v", got, tt.wantIPTables)
 			}
 		})

@@ -9,11 +9,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	cni "github.com/containerd/go-cni"
-	"github.com/containernetworking/cni/libcni"
+	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/admission"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
@@ -27,6 +27,17 @@ import (
 // GC collects its own owner's dead records and never another owner's.
 // Every operation holds the container id's lock in the registry, which
 // every process honours; an ADD also holds the GC lock shared.
+
+// hostRegistry is the host registry as the operations use it: its
+// records, and the locks of an id and of GC, which every process honours,
+// taken together with this process's own (admission).
+type hostRegistry struct {
+	store   *registry.Registry
+	adm     admission.Control // per-allocation locks and the GC guard, in this process
+	logger  hclog.Logger
+	nets    *networks // the known conflist of a recorded network
+	plugins *plugins  // the backends a record names
+}
 
 // defaultStateDir is the registry every process on a host shares.
 const defaultStateDir = registry.DefaultDir
@@ -49,24 +60,24 @@ const lockWait = 2 * time.Minute
 // across the host (the registry's id lock); adding also takes the GC lock
 // shared, so that no GC runs while the ADD does. The waits are bounded
 // by ctx.
-func (c *Configurator) enter(ctx context.Context, id string, adding bool) (leave func(), err error) {
+func (r *hostRegistry) enter(ctx context.Context, id string, adding bool) (leave func(), err error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, lockWait)
 	defer cancel()
 	unlockGC := func() {}
 	if adding {
-		if unlockGC, err = c.reg.LockGC(ctx, false); err != nil {
+		if unlockGC, err = r.store.LockGC(ctx, false); err != nil {
 			return nil, fmt.Errorf("%w: allocation %s: a GC holds the host's GC lock: %w", ErrBusy, id, err)
 		}
 	}
-	leaveAdm := c.adm.Enter(id)
-	unlockID, err := c.reg.LockID(ctx, id)
+	leaveAdm := r.adm.Enter(id)
+	unlockID, err := r.store.LockID(ctx, id)
 	if err != nil {
 		leaveAdm()
 		unlockGC()
 		return nil, fmt.Errorf("%w: allocation %s: another process holds its lock: %w", ErrBusy, id, err)
 	}
-	c.logger.Trace("allocation locked", "alloc_id", id, "lock", time.Since(start))
+	r.logger.Trace("allocation locked", "alloc_id", id, "lock", time.Since(start))
 	return func() {
 		unlockID()
 		leaveAdm()
@@ -74,9 +85,48 @@ func (c *Configurator) enter(ctx context.Context, id string, adding bool) (leave
 	}, nil
 }
 
+// lockGC takes the host's GC lock alone: no ADD of any process runs while
+// this GC does (CNI 1.1). The wait is bounded by ctx.
+func (r *hostRegistry) lockGC(ctx context.Context) (unlock func(), err error) {
+	ctx, cancel := context.WithTimeout(ctx, lockWait)
+	defer cancel()
+	unlock, err = r.store.LockGC(ctx, true)
+	if err != nil {
+		return nil, fmt.Errorf("%w: GC: another process's Setup or GC holds the host's GC lock: %w", ErrBusy, err)
+	}
+	return unlock, nil
+}
+
+// tryLockIDs takes, in this process and across the host, the locks of
+// the ids of atts that nobody holds, and returns those it could not take:
+// another operation is working on them. GC never waits for an id's lock
+// while it holds others.
+func (r *hostRegistry) tryLockIDs(atts []footprint.Attachment) (unlock func(), busy map[string]bool) {
+	busy = map[string]bool{}
+	var unlocks []func()
+	done := map[string]bool{}
+	for _, a := range atts {
+		if done[a.ID] || busy[a.ID] {
+			continue
+		}
+		u, err := r.store.TryLockID(a.ID)
+		if err != nil {
+			busy[a.ID] = true
+			continue
+		}
+		done[a.ID] = true
+		unlocks = append(unlocks, u)
+	}
+	return func() {
+		for _, u := range unlocks {
+			u()
+		}
+	}, busy
+}
+
 // recordOf returns a new record of att for req: the exact conflist, the
 // plugins with the backends they use here, the args and capabilities.
-func (c *Configurator) recordOf(owner string, req request, att attachment, netns string) *registry.Record {
+func (r *hostRegistry) recordOf(owner string, req request, att attachment, netns string) *registry.Record {
 	rec := &registry.Record{
 		Owner:       owner,
 		Network:     att.name(),
@@ -86,7 +136,7 @@ func (c *Configurator) recordOf(owner string, req request, att attachment, netns
 		State:       registry.Adding,
 		Args:        req.args,
 		ConfList:    att.conf.bytes,
-		Plugins:     c.recordedPlugins(att.conf),
+		Plugins:     r.plugins.recorded(att.conf),
 	}
 	caps := map[string]json.RawMessage{}
 	if len(req.mappings) > 0 {
@@ -108,55 +158,33 @@ func (c *Configurator) recordOf(owner string, req request, att attachment, netns
 // recordAdding records att before its first ADD: a process killed at any
 // point of the ADD leaves a record that the next Teardown or GC, in any
 // process, finishes.
-func (c *Configurator) recordAdding(owner string, req request, att attachment, netns string) (*registry.Record, error) {
-	rec := c.recordOf(owner, req, att, netns)
-	if old := c.recorded(req.id, att.name(), att.ifName); old != nil {
+func (r *hostRegistry) recordAdding(owner string, req request, att attachment, netns string) (*registry.Record, error) {
+	rec := r.recordOf(owner, req, att, netns)
+	if old := r.recorded(req.id, att.name(), att.ifName); old != nil {
 		rec.Since, rec.Addresses = old.Since, old.Addresses // a retried Setup: keep what the earlier one proved
 	}
-	if err := c.reg.Put(rec); err != nil {
+	if err := r.store.Put(rec); err != nil {
 		return nil, fmt.Errorf("%w: allocation %s in network %q: %w", ErrIO, req.id, att.name(), err)
 	}
 	return rec, nil
 }
 
 // recordAttached completes rec with what the ADD returned.
-func (c *Configurator) recordAttached(rec *registry.Record, res *cni.Result) error {
+func (r *hostRegistry) recordAttached(rec *registry.Record, res *cni.Result) error {
 	rec.State = registry.Attached
-	if cur := c.recorded(rec.ContainerID, rec.Network, rec.IfName); cur != nil {
+	if cur := r.recorded(rec.ContainerID, rec.Network, rec.IfName); cur != nil {
 		rec.AddAddresses(cur.Addresses...) // what a cleanup between attempts recorded as proof
 	}
 	rec.AddAddresses(resultAddrs(res)...)
-	if err := c.reg.Put(rec); err != nil {
+	if err := r.store.Put(rec); err != nil {
 		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrIO, rec.ContainerID, rec.Network, err)
 	}
 	return nil
 }
 
-// resultAddrs returns every address of a CNI result.
-func resultAddrs(res *cni.Result) []netip.Addr {
-	var out []netip.Addr
-	if res == nil {
-		return nil
-	}
-	for _, ifc := range res.Interfaces {
-		if ifc == nil {
-			continue
-		}
-		for _, ip := range ifc.IPConfigs {
-			if ip == nil {
-				continue
-			}
-			if a, ok := netip.AddrFromSlice(ip.IP); ok && !a.Unmap().IsUnspecified() {
-				out = append(out, a.Unmap())
-			}
-		}
-	}
-	return out
-}
-
 // recorded returns the record of id in network as ifName, or nil.
-func (c *Configurator) recorded(id, network, ifName string) *registry.Record {
-	recs, _, err := c.reg.Of(id)
+func (r *hostRegistry) recorded(id, network, ifName string) *registry.Record {
+	recs, _, err := r.store.Of(id)
 	if err != nil {
 		return nil
 	}
@@ -170,8 +198,8 @@ func (c *Configurator) recorded(id, network, ifName string) *registry.Record {
 
 // recordedIn reports whether the registry records an attachment of id in
 // network.
-func (c *Configurator) recordedIn(id, network string) bool {
-	recs, _, err := c.reg.Of(id)
+func (r *hostRegistry) recordedIn(id, network string) bool {
+	recs, _, err := r.store.Of(id)
 	if err != nil {
 		return false
 	}
@@ -184,12 +212,12 @@ func (c *Configurator) recordedIn(id, network string) bool {
 }
 
 // forget removes att's record once its detach left nothing.
-func (c *Configurator) forget(id string, att attachment) error {
+func (r *hostRegistry) forget(id string, att attachment) error {
 	start := time.Now()
 	defer func() {
-		c.logger.Debug("attachment forgotten", "alloc_id", id, "network", att.name(), "record", time.Since(start))
+		r.logger.Debug("attachment forgotten", "alloc_id", id, "network", att.name(), "record", time.Since(start))
 	}()
-	if err := c.reg.Remove(registry.Key{Network: att.name(), ContainerID: id, IfName: att.ifName}); err != nil {
+	if err := r.store.Remove(registry.Key{Network: att.name(), ContainerID: id, IfName: att.ifName}); err != nil {
 		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrIO, id, att.name(), err)
 	}
 	return nil
@@ -199,7 +227,7 @@ func (c *Configurator) forget(id string, att attachment) error {
 // the attachment's record, created when the registry never saw it (an
 // attachment from before the registry, found in libcni's cache).
 type recordProofs struct {
-	c     *Configurator
+	reg   *hostRegistry
 	owner string
 	spent time.Duration // in the registry: the registry's share of a detach
 	fa    foundAttachment
@@ -210,7 +238,7 @@ type recordProofs struct {
 func (p *recordProofs) load() {
 	if !p.read {
 		start := time.Now()
-		p.rec, p.read = p.c.recorded(p.fa.req.id, p.fa.att.name(), p.fa.att.ifName), true
+		p.rec, p.read = p.reg.recorded(p.fa.req.id, p.fa.att.name(), p.fa.att.ifName), true
 		p.spent += time.Since(start)
 	}
 }
@@ -234,7 +262,7 @@ func (p *recordProofs) Record(att footprint.Attachment, addrs []netip.Addr) erro
 	}
 	p.load()
 	if p.rec == nil {
-		p.rec = p.c.recordOf(p.owner, p.fa.req, p.fa.att, "")
+		p.rec = p.reg.recordOf(p.owner, p.fa.req, p.fa.att, "")
 	}
 	if !p.rec.AddAddresses(addrs...) && p.rec.State == registry.Detaching {
 		return nil
@@ -242,67 +270,13 @@ func (p *recordProofs) Record(att footprint.Attachment, addrs []netip.Addr) erro
 	p.rec.State = registry.Detaching
 	start := time.Now()
 	defer func() { p.spent += time.Since(start) }()
-	return p.c.reg.Put(p.rec)
-}
-
-// recordedRequest is req with the args and capabilities rec says its
-// ADD was given.
-func recordedRequest(req request, rec registry.Record) request {
-	a := &libcni.NetworkAttachment{CniArgs: rec.Args, CapabilityArgs: map[string]any{}}
-	for name, raw := range rec.Capabilities {
-		var v any
-		if json.Unmarshal(raw, &v) == nil {
-			a.CapabilityArgs[name] = v
-		}
-	}
-	return cachedCapabilities(cachedRequest(req, a), a)
-}
-
-// withRecords adds to found, an allocation's attachments as the
-// Allocation and libcni's cache say, those its own owner's records say:
-// the registry is the one source that outlives a DEL, so a record names
-// an attachment whose detach a killed process began. A found attachment
-// with a record is told what the record says (its conflist, args and
-// capabilities). Records of another owner are another runtime's
-// attachments: left out, and so are found attachments they name.
-func (c *Configurator) withRecords(owner string, req request, found []foundAttachment) ([]foundAttachment, error) {
-	recs, damaged, err := c.reg.Of(req.id)
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading the host registry: %w", ErrIO, err)
-	}
-	for _, d := range damaged {
-		c.logger.Warn("registry file is no usable record: kept, not acted on", "alloc_id", req.id, "path", d.Path, "error", d.Err)
-	}
-	for _, rec := range recs {
-		at := slices.IndexFunc(found, func(fa foundAttachment) bool {
-			return fa.att.name() == rec.Network && fa.att.ifName == rec.IfName
-		})
-		if rec.Owner != owner {
-			if at >= 0 {
-				c.logger.Debug("attachment of another owner left alone", "alloc_id", req.id, "network", rec.Network, "owner", rec.Owner)
-				found = slices.Delete(found, at, at+1)
-			}
-			continue
-		}
-		conf, err := c.recordedConf(rec)
-		if err != nil {
-			c.logger.Warn("recorded attachment of an unknown network left alone", "alloc_id", req.id, "network", rec.Network, "error", err)
-			continue
-		}
-		if at >= 0 {
-			found[at].att.conf, found[at].req = conf, recordedRequest(found[at].req, rec)
-			found[at].cached = true
-			continue
-		}
-		found = append(found, foundAttachment{att: attachment{conf: conf, ifName: rec.IfName}, req: recordedRequest(req, rec), cached: true})
-	}
-	return found, nil
+	return p.reg.store.Put(p.rec)
 }
 
 // recordedConf is the conflist rec's ADD ran with, else the known
 // network's: a DEL after the conflist changed or went runs as the ADD did.
-func (c *Configurator) recordedConf(rec registry.Record) (networkConf, error) {
-	known, err := c.knownConf(rec.Network, true)
+func (r *hostRegistry) recordedConf(rec registry.Record) (networkConf, error) {
+	known, err := r.nets.known(rec.Network, true)
 	if err == nil && (len(rec.ConfList) == 0 || bytes.Equal(known.bytes, rec.ConfList)) {
 		return known, nil // unchanged: the conf already parsed
 	}
@@ -355,7 +329,7 @@ func (c *Configurator) ownerOf(ctx context.Context) string {
 // usable record (corrupt, or of a newer cninet) are named in the error,
 // which wraps ErrIO, after the records that could be read.
 func (c *Configurator) Attachments() ([]AttachmentRecord, error) {
-	all, err := c.reg.Summaries() // what a listing shows: no record's conflist decoded
+	all, err := c.registry.store.Summaries() // what a listing shows: no record's conflist decoded
 	out := make([]AttachmentRecord, 0, len(all.Summaries))
 	for _, rec := range all.Summaries {
 		r := AttachmentRecord{Owner: rec.Owner, Network: rec.Network, ID: rec.ContainerID, IfName: rec.IfName, NetNS: rec.NetNS,

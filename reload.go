@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	cni "github.com/containerd/go-cni"
 	"github.com/fsnotify/fsnotify"
 )
 
@@ -22,25 +21,10 @@ import (
 func (c *Configurator) Reload() (err error) {
 	_, op := c.tel.startOp(context.Background(), opReload, "", "")
 	defer func() { op.end(err) }()
-	if c.confDir == "" {
+	if c.nets.confDir == "" {
 		return fmt.Errorf("%w: no ConfDir to reload from", ErrInvalidConfig)
 	}
-	conf, nets, err := c.readNets()
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return ErrClosed
-	}
-	if err := c.cni.Load(cni.WithConfListBytes(conf.bytes)); err != nil {
-		c.loaded = false // go-cni reset itself; load the last good one on next use
-		return fmt.Errorf("%w: loading conflist %q: %w", ErrInvalidConfig, conf.info.name, err)
-	}
-	c.retire(nets)
-	c.conf, c.nets, c.loaded = conf, nets, true
-	return nil
+	return c.nets.reload()
 }
 
 // watchDebounce lets an editor's write-rename-chmod burst settle into one
@@ -56,11 +40,11 @@ type watcher struct {
 func startWatcher(c *Configurator) (*watcher, error) {
 	fs, err := fsnotify.NewWatcher()
 	if err != nil {
-		return nil, fmt.Errorf("%w: watching %s: %w", ErrIO, c.confDir, err)
+		return nil, fmt.Errorf("%w: watching %s: %w", ErrIO, c.nets.confDir, err)
 	}
-	if err := fs.Add(c.confDir); err != nil {
+	if err := fs.Add(c.nets.confDir); err != nil {
 		fs.Close()
-		return nil, fmt.Errorf("%w: watching %s: %w", ErrInvalidConfig, c.confDir, err)
+		return nil, fmt.Errorf("%w: watching %s: %w", ErrInvalidConfig, c.nets.confDir, err)
 	}
 	w := &watcher{fs: fs, done: make(chan struct{})}
 	w.wg.Add(1)

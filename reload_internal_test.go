@@ -3,6 +3,7 @@ package cninet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,5 +43,34 @@ func TestReloadAddsNetworksAndTeardownStillDetachesADroppedOne(t *testing.T) {
 	}
 	if !strings.Contains(f.drv.log(), "DEL c/eth1") {
 		t.Fatalf("driver calls %q: the dropped network was not detached", f.drv.log())
+	}
+}
+
+// Teardown reads the known networks while a Reload (Config.Watch runs
+// one whenever ConfDir changes) replaces them: under the race detector,
+// every read must hold the networks' lock.
+func TestTeardownWhileReloadingReadsTheKnownNetworksUnderTheirLock(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := f.c.Reload(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range 50 {
+		alloc := &Allocation{ID: fmt.Sprintf("w%d", i), NetworkNames: []string{"a", "b"}}
+		if err := f.c.Teardown(context.Background(), alloc, "/x"); err != nil {
+			t.Fatalf("teardown of what was never set up: %v", err)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
+	"github.com/seed1280861d/cninet/internal/registry"
 )
 
 // request is everything the plugins are told about one allocation. It is
@@ -43,24 +44,20 @@ func newRequest(alloc *Allocation, ignoreHostIP bool) (request, error) {
 }
 
 // requestIn validates alloc and the namespace path a call that runs
-// plugins in it (Setup, Connect) needs: a path that is no network
-// namespace is a bad argument.
-func (c *Configurator) requestIn(alloc *Allocation, netns string) (request, error) {
-	return c.requestAt(alloc, netns, ErrInvalidArgument, c.findPlugins)
-}
-
-// requestToCheck is requestIn for Check: a namespace that is gone
-// is a verdict on the attachment (ErrCheckFailed: rebuild it).
-func (c *Configurator) requestToCheck(alloc *Allocation, netns string) (request, error) {
-	return c.requestAt(alloc, netns, ErrCheckFailed, c.findPlugins)
+// plugins in it needs: a path that is no network namespace is an error of
+// class noNetNS — ErrInvalidArgument to attach (Setup, Connect),
+// ErrCheckFailed to check (a namespace that is gone is a verdict on the
+// attachment: rebuild it).
+func (c *Configurator) requestIn(alloc *Allocation, netns string, noNetNS error) (request, error) {
+	return requestAt(alloc, netns, c.ignoreHostIP, noNetNS, c.findPlugins)
 }
 
 // requestAt validates alloc and netns. Where cninet runs the plugins
 // itself (runs; an injected Config.CNI, a fake in tests, decides for
 // itself what a namespace path is), a netns that is no network namespace
 // is an ErrNoNetNS error of class noNetNS.
-func (c *Configurator) requestAt(alloc *Allocation, netns string, noNetNS error, runs bool) (request, error) {
-	req, err := newRequest(alloc, c.ignoreHostIP)
+func requestAt(alloc *Allocation, netns string, ignoreHostIP bool, noNetNS error, runs bool) (request, error) {
+	req, err := newRequest(alloc, ignoreHostIP)
 	if err != nil {
 		return req, err
 	}
@@ -88,7 +85,7 @@ func (c *Configurator) namedRequest(alloc *Allocation, network, netns, ifName st
 	if noNetNS == nil {
 		return newRequest(alloc, c.ignoreHostIP)
 	}
-	return c.requestAt(alloc, netns, noNetNS, c.driver.runsPlugins())
+	return requestAt(alloc, netns, c.ignoreHostIP, noNetNS, c.driver.runsPlugins())
 }
 
 // opts returns the go-cni namespace options for this request.
@@ -170,6 +167,19 @@ func cachedCapabilities(req request, a *libcni.NetworkAttachment) request {
 		req.caps = caps
 	}
 	return req
+}
+
+// recordedRequest is req with the args and capabilities rec says its
+// ADD was given.
+func recordedRequest(req request, rec registry.Record) request {
+	a := &libcni.NetworkAttachment{CniArgs: rec.Args, CapabilityArgs: map[string]any{}}
+	for name, raw := range rec.Capabilities {
+		var v any
+		if json.Unmarshal(raw, &v) == nil {
+			a.CapabilityArgs[name] = v
+		}
+	}
+	return cachedCapabilities(cachedRequest(req, a), a)
 }
 
 // optionsOf returns the one options value of an operation that takes

@@ -147,3 +147,25 @@ func dnsFromResult(res *cni.Result) *DNSConfig {
 	}
 	return nil
 }
+
+// resultAddrs returns every address of a CNI result.
+func resultAddrs(res *cni.Result) []netip.Addr {
+	var out []netip.Addr
+	if res == nil {
+		return nil
+	}
+	for _, ifc := range res.Interfaces {
+		if ifc == nil {
+			continue
+		}
+		for _, ip := range ifc.IPConfigs {
+			if ip == nil {
+				continue
+			}
+			if a, ok := netip.AddrFromSlice(ip.IP); ok && !a.Unmap().IsUnspecified() {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	return out
+}

@@ -99,9 +99,10 @@ func (p RetryPolicy) wait(ctx context.Context, n int) error {
 	}
 }
 
-// addWithRetry runs network n's ADD until it succeeds, fails permanently,
-// runs out of attempts, or ctx is done.
-func (c *Configurator) addWithRetry(ctx context.Context, req request, att attachment, netns string, alongside bool) (*cni.Result, error) {
+// withRetry runs att's ADD until it succeeds, fails permanently, runs
+// out of attempts, or ctx is done.
+func (a attaching) withRetry(ctx context.Context, att attachment, alongside bool) (*cni.Result, error) {
+	c, req, netns := a.c, a.req, a.netns
 	driver := c.driverFor(att)
 	var first error
 	var waited time.Duration // before this attempt
@@ -125,7 +126,7 @@ func (c *Configurator) addWithRetry(ctx context.Context, req request, att attach
 		// reserved an address for this id and refuses a second ADD. The
 		// force cleanup matters too: a failed ADD is not cached, so the
 		// firewall plugin's DEL cannot know which address to clean.
-		derr := c.detach(inSetup(ctx), req, netns, att, alongside)
+		derr := c.detaching(a.owner, netns, a.others).one(inSetup(ctx), foundAttachment{att: att, req: req}, alongside)
 		if derr != nil {
 			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "error", derr)
 		}

@@ -30,33 +30,60 @@ import (
 func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startOp(ctx, opSetup, allocID(alloc), netns)
 	defer func() { op.end(err) }()
-	req, err := c.requestIn(alloc, netns)
+	req, err := c.requestIn(alloc, netns, ErrInvalidArgument)
 	if err != nil {
 		return nil, err
 	}
-	leave, err := c.enter(ctx, req.id, true)
+	leave, err := c.registry.enter(ctx, req.id, true)
 	if err != nil {
 		return nil, err
 	}
 	defer leave()
-	atts, err := c.networksOf(alloc, false)
+	atts, err := c.find.named(alloc, false)
 	if err != nil {
 		return nil, err
 	}
+	a := c.attaching(c.ownerOf(ctx), req, netns, false)
 	for _, att := range atts {
-		if err := c.preflight(att); err != nil {
+		if err := a.preflight(att); err != nil {
 			return nil, err
 		}
 	}
-	return c.attachAll(ctx, req, netns, atts, false)
+	return a.all(ctx, atts)
 }
 
-// attachAll attaches nets concurrently, all or nothing (see Setup), and
-// returns their statuses in the order of nets. others says the workload
-// keeps attachments besides nets (Connect): a rollback then takes only
-// nets away, and no DEL may reach the others (see detach).
-func (c *Configurator) attachAll(ctx context.Context, req request, netns string, atts []attachment, others bool) (*NetworkStatus, error) {
-	alongside := others || len(atts) > 1
+// attaching is one Setup or Connect of a workload: the networks it
+// attaches, each recorded before its ADD, retried, and all rolled back
+// when one fails.
+type attaching struct {
+	c      *Configurator
+	owner  string // whose the records are
+	req    request
+	netns  string
+	others bool // the workload keeps attachments besides those attached (Connect)
+}
+
+// attaching starts an attachment of req's workload in netns for owner.
+func (c *Configurator) attaching(owner string, req request, netns string, others bool) attaching {
+	return attaching{c: c, owner: owner, req: req, netns: netns, others: others}
+}
+
+// preflight fails before anything runs when a plugin of att's network
+// that cninet would run is missing.
+func (a attaching) preflight(att attachment) error {
+	if !a.c.driverFor(att).runsPlugins() {
+		return nil // an injected cni.CNI finds its plugins itself
+	}
+	return a.c.plugins.check(att.conf)
+}
+
+// all attaches atts concurrently, all or nothing (see Setup), and
+// returns their statuses in the order of atts. With others, a rollback
+// takes only atts away, and no DEL may reach the others (see
+// detachment.one).
+func (a attaching) all(ctx context.Context, atts []attachment) (*NetworkStatus, error) {
+	req := a.req
+	alongside := a.others || len(atts) > 1
 	sts := make([]*NetworkStatus, len(atts))
 	errs := make([]error, len(atts))
 	attachCtx, cancel := context.WithCancel(ctx)
@@ -65,13 +92,13 @@ func (c *Configurator) attachAll(ctx context.Context, req request, netns string,
 			errs[i] = fmt.Errorf("%w: allocation %s in network %q: not attempted: %w", ErrSetupFailed, req.id, atts[i].name(), err)
 			return
 		}
-		if sts[i], errs[i] = c.attach(attachCtx, req, atts[i], netns, alongside); errs[i] != nil {
+		if sts[i], errs[i] = a.one(attachCtx, atts[i], alongside); errs[i] != nil {
 			cancel() // the others' ADDs are pointless now: all or nothing
 		}
 	})
 	cancel() // every ADD returned: nothing is still adding when the rollback runs
 	if failed := setupFailures(ctx, errs); failed != nil {
-		if rerr := c.rollback(ctx, req, netns, atts, others); rerr != nil {
+		if rerr := a.rollback(ctx, atts); rerr != nil {
 			failed = fmt.Errorf("%w; rollback incomplete, Teardown the allocation to finish it: %w", failed, rerr)
 		}
 		return nil, failed
@@ -86,7 +113,7 @@ func (c *Configurator) attachAll(ctx context.Context, req request, netns string,
 // eachNetwork runs fn(i) for i in [0, n) concurrently and returns when
 // all have returned; a single network runs without a goroutine. No DEL
 // cninet runs can reach another network's state (the prevention rule,
-// see detach), so networks attach and detach in parallel.
+// see detachment.one), so networks attach and detach in parallel.
 func eachNetwork(n int, fn func(i int)) {
 	if n == 1 {
 		fn(0)
@@ -124,22 +151,23 @@ func setupFailures(ctx context.Context, errs []error) error {
 	return joinErrors(failed)
 }
 
-// attach adds one network, with retries, and reads its status.
-func (c *Configurator) attach(ctx context.Context, req request, att attachment, netns string, alongside bool) (_ *NetworkStatus, err error) {
-	ctx, op := c.tel.startNetwork(ctx, opAttach, att.name(), att.ifName, req.id, netns)
+// one adds one network, with retries, and reads its status.
+func (a attaching) one(ctx context.Context, att attachment, alongside bool) (_ *NetworkStatus, err error) {
+	c, req := a.c, a.req
+	ctx, op := c.tel.startNetwork(ctx, opAttach, att.name(), att.ifName, req.id, a.netns)
 	defer func() { op.end(err) }()
 	recordStart := time.Now()
-	rec, err := c.recordAdding(c.ownerOf(ctx), req, att, netns)
+	rec, err := c.registry.recordAdding(a.owner, req, att, a.netns)
 	if err != nil {
 		return nil, fmt.Errorf("%w: allocation %s in network %q: recording the attachment before its ADD: %w", ErrSetupFailed, req.id, att.name(), err)
 	}
 	recorded := time.Since(recordStart)
-	res, err := c.addWithRetry(ctx, req, att, netns, alongside)
+	res, err := a.withRetry(ctx, att, alongside)
 	if err != nil {
 		return nil, err
 	}
 	recordStart = time.Now()
-	if err := c.recordAttached(rec, res); err != nil {
+	if err := c.registry.recordAttached(rec, res); err != nil {
 		return nil, fmt.Errorf("%w: allocation %s in network %q: %w", ErrSetupFailed, req.id, att.name(), err)
 	}
 	c.logger.Debug("attachment recorded", "alloc_id", req.id, "network", att.name(), "record", recorded+time.Since(recordStart))
@@ -156,18 +184,18 @@ func (c *Configurator) attach(ctx context.Context, req request, att attachment, 
 // context may be the very reason Setup failed; only its values (the
 // trace) carry over. What it could not remove (a held xtables lock, say)
 // is left for a Teardown, and its error says so.
-func (c *Configurator) rollback(ctx context.Context, req request, netns string, atts []attachment, others bool) error {
+func (a attaching) rollback(ctx context.Context, atts []attachment) error {
 	ctx, cancel := context.WithTimeout(inSetup(context.WithoutCancel(ctx)), rollbackTimeout)
 	defer cancel()
 	found := make([]foundAttachment, len(atts))
 	for i, att := range atts {
-		found[i] = foundAttachment{att: att, req: req}
+		found[i] = foundAttachment{att: att, req: a.req}
 	}
-	ctx, span := c.tel.startSpan(ctx, spanRollback)
-	err := c.detachAll(ctx, netns, found, others)
+	ctx, span := a.c.tel.startSpan(ctx, spanRollback)
+	err := a.c.detaching(a.owner, a.netns, a.others).all(ctx, found)
 	span.end(err)
 	if err != nil {
-		c.logger.Error("rollback of failed setup incomplete", "alloc_id", req.id, "error", err)
+		a.c.logger.Error("rollback of failed setup incomplete", "alloc_id", a.req.id, "error", err)
 	}
 	return err
 }

@@ -178,13 +178,13 @@ func (r recordingDels) del(ctx context.Context, req request, att attachment, net
 func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t *testing.T) {
 	f := newMultiFixture(t, quickRetry)
 	alloc := &Allocation{ID: "w", NetworkNames: []string{"b", "c", "a"}, Ports: []Port{{Value: 28080, To: 8080}}}
-	f.c.mu.Lock()
+	f.c.nets.mu.Lock()
 	for _, name := range []string{"a", "b"} { // as if their portmap had "backend": "nftables"
-		conf := f.c.nets.byName[name]
+		conf := f.c.nets.set.byName[name]
 		conf.info.footprint.HostportNFT = true
-		f.c.nets.byName[name] = conf
+		f.c.nets.set.byName[name] = conf
 	}
-	f.c.mu.Unlock()
+	f.c.nets.mu.Unlock()
 	f.drv.addErrs["b"] = []error{errors.New("bridge: already exists")} // b retries: a DEL between its attempts
 	var mu sync.Mutex
 	adding := 0

@@ -22,12 +22,12 @@ func (c *Configurator) Status(ctx context.Context, networks ...string) (err erro
 	}
 	ctx, op := c.tel.startOp(ctx, opStatus, "", "")
 	defer func() { op.end(err) }()
-	def, err := c.current()
+	def, err := c.nets.current()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
 	var errs []error
-	for _, conf := range c.knownNetworks() {
+	for _, conf := range c.nets.all(false) {
 		err := c.networkReady(ctx, conf, conf.info.name == def.info.name)
 		c.tel.noteReady(conf.info.name, err)
 		if err != nil {
@@ -45,10 +45,10 @@ func (c *Configurator) Status(ctx context.Context, networks ...string) (err erro
 func (c *Configurator) networkReady(ctx context.Context, conf networkConf, isDefault bool) (err error) {
 	ctx, op := c.tel.startNetwork(ctx, opStatusNetwork, conf.info.name, "", "", "")
 	defer func() { op.end(err) }()
-	if err := c.checkPluginsIn(conf); err != nil {
+	if err := c.plugins.missing(conf); err != nil {
 		return err
 	}
-	if err := c.checkBackends(ctx, conf.list); err != nil {
+	if err := c.plugins.checkBackends(ctx, conf.list); err != nil {
 		return err
 	}
 	if _, err := c.lib.ValidateNetworkList(ctx, conf.list); err != nil {
@@ -68,13 +68,13 @@ func (c *Configurator) networkReady(ctx context.Context, conf networkConf, isDef
 func (c *Configurator) statusOf(ctx context.Context, networks []string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opStatus, "", "")
 	defer func() { op.end(err) }()
-	def, err := c.current()
+	def, err := c.nets.current()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
 	var errs []error
 	for _, network := range networks {
-		conf, err := c.knownConf(network, false)
+		conf, err := c.nets.known(network, false)
 		if err != nil {
 			return err
 		}

@@ -40,37 +40,51 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 	if err != nil {
 		return err
 	}
-	leave, err := c.enter(ctx, req.id, false)
+	leave, err := c.registry.enter(ctx, req.id, false)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	found, err := c.attachmentsOf(alloc, req, true)
+	owner := c.ownerOf(ctx)
+	found, err := c.find.of(alloc, req, owner, true)
 	if err != nil {
 		return err
 	}
-	if found, err = c.withRecords(c.ownerOf(ctx), req, found); err != nil {
-		return err
-	}
-	return c.detachAll(ctx, netns, found, false)
+	return c.detaching(owner, netns, false).all(ctx, found)
 }
 
-// detachAll detaches found concurrently; one network's failure does
-// not stop the others, and the errors are joined the last network first.
-// others says the workload keeps attachments besides found (Disconnect,
-// a Connect rolled back). With several found attachments, or others, none's
-// DEL runs portmap's nftables backend, which deletes by the bare
-// container id on every network (see detach); when the whole workload
-// goes, that DEL runs once for all of them first (delHostportsOnce).
-func (c *Configurator) detachAll(ctx context.Context, netns string, found []foundAttachment, others bool) error {
-	alongside := others || len(found) > 1
-	if alongside && !others {
-		c.delHostportsOnce(ctx, netns, found)
+// detachment is one detach of found attachments of a workload: per
+// network, the prevention, the DEL, the force cleanup, and the record's
+// removal once nothing is left.
+type detachment struct {
+	c      *Configurator
+	owner  string // whose proofs a detach records
+	netns  string
+	others bool // the workload keeps attachments besides those detached
+}
+
+// detaching starts a detachment for owner in netns; others says the
+// workload keeps attachments besides those detached (Disconnect, a
+// Connect rolled back).
+func (c *Configurator) detaching(owner, netns string, others bool) detachment {
+	return detachment{c: c, owner: owner, netns: netns, others: others}
+}
+
+// all detaches found concurrently; one network's failure does not stop
+// the others, and the errors are joined the last network first. With
+// several found attachments, or others, none's DEL runs portmap's
+// nftables backend, which deletes by the bare container id on every
+// network (see one); when the whole workload goes, that DEL runs once for
+// all of them first (hostportsOnce).
+func (d detachment) all(ctx context.Context, found []foundAttachment) error {
+	alongside := d.others || len(found) > 1
+	if alongside && !d.others {
+		d.hostportsOnce(ctx, found)
 	}
 	errs := make([]error, len(found))
 	eachNetwork(len(found), func(i int) {
-		if errs[i] = c.detach(ctx, found[i].req, netns, found[i].att, alongside); errs[i] == nil {
-			errs[i] = c.forget(found[i].req.id, found[i].att) // nothing left: the record goes
+		if errs[i] = d.one(ctx, found[i], alongside); errs[i] == nil {
+			errs[i] = d.c.registry.forget(found[i].req.id, found[i].att) // nothing left: the record goes
 		}
 	})
 	var failed []error
@@ -82,7 +96,7 @@ func (c *Configurator) detachAll(ctx context.Context, netns string, found []foun
 	return joinErrors(failed)
 }
 
-// detach is one network's DEL plus force cleanup, by the prevention rule:
+// one is one network's DEL plus force cleanup, by the prevention rule:
 // before the DEL, the cleaner makes sure it cannot reach another
 // attachment's state (footprint.Cleaner.Prevent). The cached result the
 // firewall plugin deletes by keeps only the addresses the attachment
@@ -96,25 +110,24 @@ func (c *Configurator) detachAll(ctx context.Context, netns string, found []foun
 // cleanup runs: the error says so, and a later Teardown finishes. A
 // failed DEL is only logged when the cleanup then removed everything:
 // what matters is that nothing is left.
-func (c *Configurator) detach(ctx context.Context, req request, netns string, att attachment, alongside bool) (err error) {
-	ctx, op := c.tel.startNetwork(ctx, opDetach, att.name(), att.ifName, req.id, netns)
+func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool) (err error) {
+	c, req, att := d.c, fa.req, fa.att
+	ctx, op := c.tel.startNetwork(ctx, opDetach, att.name(), att.ifName, req.id, d.netns)
 	defer func() { op.end(err) }()
 	start := time.Now()
-	seams := c.seams()
-	proofs := &recordProofs{c: c, owner: c.ownerOf(ctx), fa: foundAttachment{att: att, req: req}}
-	seams.Proofs = proofs
-	cl := footprint.NewCleaner(ctx, c.footprintNetwork(att.conf, att.ifName, nil), seams)
+	proofs := &recordProofs{reg: c.registry, owner: d.owner, fa: foundAttachment{att: att, req: req}}
+	cl := c.seams.cleaner(ctx, att, proofs)
 	var removeErr error
 	prevention, preventErr := cl.Prevent([]string{req.id}) // also reads the proof the DEL erases
 	prevented := time.Now()
 	if preventErr == nil {
 		omit := prevention.Omit
-		if alongside && c.hostportNFT(att.conf) && !slices.Contains(omit, "portmap") {
+		if alongside && c.plugins.hostportNFT(att.conf) && !slices.Contains(omit, "portmap") {
 			omit = append(omit, "portmap")
 		}
-		c.logPrevented(req.id, att.name(), prevention, omit)
+		d.logPrevented(req.id, att.name(), prevention, omit)
 		delCtx, delSpan := c.tel.startSpan(ctx, spanDel)
-		removeErr = c.driverFor(att).del(delCtx, req, att, netns, omit)
+		removeErr = c.driverFor(att).del(delCtx, req, att, d.netns, omit)
 		delSpan.end(removeErr)
 	} else {
 		preventErr = fmt.Errorf("%w in network %q: DEL withheld, since it could not be kept from other attachments' state: %w",
@@ -124,7 +137,7 @@ func (c *Configurator) detach(ctx context.Context, req request, netns string, at
 	_, cleanSpan := c.tel.startSpan(ctx, spanCleanup)
 	removed, cleanErr := cl.Clean([]string{req.id})
 	c.tel.cleaned(ctx, cleanSpan, att.name(), removed, cleanErr)
-	c.logRemoved(req.id, att.name(), removed, removeErr)
+	d.logRemoved(req.id, att.name(), removed, removeErr)
 	// prevent includes record: the registry's share, writing the proof
 	// before the DEL.
 	c.logger.Debug("network detached", "alloc_id", req.id, "network", att.name(),
@@ -144,7 +157,7 @@ func (c *Configurator) detach(ctx context.Context, req request, netns string, at
 	return nil
 }
 
-// delHostportsOnce runs, for a whole workload leaving several networks,
+// hostportsOnce runs, for a whole workload leaving several networks,
 // the DEL of portmap's nftables backend once, before the networks are
 // detached (each without portmap, concurrently): that DEL deletes every
 // hostport rule carrying the container id, on every network, so one is
@@ -155,11 +168,12 @@ func (c *Configurator) detach(ctx context.Context, req request, netns string, at
 // runtime. It runs on no libcni cache: the networks' own DELs still need
 // their cached results. Whatever it does not remove, the force cleanup
 // removes by proof; its failure is only logged.
-func (c *Configurator) delHostportsOnce(ctx context.Context, netns string, found []foundAttachment) {
+func (d detachment) hostportsOnce(ctx context.Context, found []foundAttachment) {
+	c := d.c
 	var nft []foundAttachment // those whose portmap DEL would find mappings: without any it does nothing
 	var atts []footprint.Attachment
 	for _, fa := range found {
-		if c.hostportNFT(fa.att.conf) && fa.att.conf.info.portMappings && len(fa.req.mappings) > 0 {
+		if c.plugins.hostportNFT(fa.att.conf) && fa.att.conf.info.portMappings && len(fa.req.mappings) > 0 {
 			nft = append(nft, fa)
 		}
 		atts = append(atts, footprint.Attachment{Network: fa.att.name(), ID: fa.req.id})
@@ -168,14 +182,14 @@ func (c *Configurator) delHostportsOnce(ctx context.Context, netns string, found
 		return
 	}
 	fa := nft[0]
-	cl := footprint.NewCleaner(ctx, c.footprintNetwork(fa.att.conf, fa.att.ifName, nil), c.seams())
+	cl := c.seams.cleaner(ctx, fa.att, nil)
 	if only, err := cl.HostportDELReachesOnlySet(atts); !only {
 		c.logger.Debug("portmap's nftables DEL left out: rules of the same container id are not the leaving attachments'",
 			"alloc_id", fa.req.id, "error", err)
 		return
 	}
 	ctx, span := c.tel.startSpan(ctx, spanDel)
-	err := c.driverFor(fa.att).delHostports(ctx, fa.req, fa.att, netns)
+	err := c.driverFor(fa.att).delHostports(ctx, fa.req, fa.att, d.netns)
 	span.end(err)
 	if err != nil {
 		c.logger.Warn("portmap's DEL of a leaving workload failed; the force cleanup removes its rules where it can prove them",
@@ -185,7 +199,7 @@ func (c *Configurator) delHostportsOnce(ctx context.Context, netns string, found
 
 // logPrevented reports what a DEL was kept from: addresses withheld from
 // the cached result, plugins left out.
-func (c *Configurator) logPrevented(id, network string, p footprint.Prevention, omit []string) {
+func (d detachment) logPrevented(id, network string, p footprint.Prevention, omit []string) {
 	if len(p.Withheld) == 0 && len(omit) == 0 {
 		return
 	}
@@ -195,12 +209,12 @@ func (c *Configurator) logPrevented(id, network string, p footprint.Prevention, 
 			withheld = append(withheld, a.String())
 		}
 	}
-	c.logger.Debug("DEL kept from other attachments' state: the force cleanup removes the rest by proof",
+	d.c.logger.Debug("DEL kept from other attachments' state: the force cleanup removes the rest by proof",
 		"alloc_id", id, "network", network, "withheld_addresses", withheld, "plugins_left_out", omit)
 }
 
 // logRemoved reports what the plugins left behind and cleanup removed.
-func (c *Configurator) logRemoved(id, network string, removed []footprint.Item, delErr error) {
+func (d detachment) logRemoved(id, network string, removed []footprint.Item, delErr error) {
 	if len(removed) == 0 {
 		return
 	}
@@ -208,5 +222,5 @@ func (c *Configurator) logRemoved(id, network string, removed []footprint.Item, 
 	for i, it := range removed {
 		items[i] = it.Detail
 	}
-	c.logger.Warn("removed state the CNI plugins left behind", "alloc_id", id, "network", network, "del_error", delErr, "items", items)
+	d.c.logger.Warn("removed state the CNI plugins left behind", "alloc_id", id, "network", network, "del_error", delErr, "items", items)
 }
