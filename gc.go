@@ -127,7 +127,7 @@ type gcRun struct {
 	c     *Configurator
 	owner string          // whose dead attachments it collects
 	live  map[string]bool // ids not to collect: the caller's live ones, then every id another owner's record names
-	only  map[string]bool // GCWith's networks; nil: every network
+	only  map[string]bool // GCOptions.Networks; nil: every network
 	dry   bool            // plan only (GCOptions.DryRun)
 	// nets are the networks collected; skipped, by name, those left
 	// alone: spared by only, or their conflist sets disableGC.
@@ -137,7 +137,7 @@ type gcRun struct {
 	progress *gcProgress // from when the GC holds its locks
 }
 
-// gcRun starts a GC under ctx (GCWith's networks and dry run, WithOwner's
+// gcRun starts a GC under ctx (GCOptions' networks and dry run, WithOwner's
 // owner) of everything but liveAllocIDs.
 func (c *Configurator) gcRun(ctx context.Context, liveAllocIDs []string) *gcRun {
 	g := &gcRun{c: c, owner: c.ownerOf(ctx), live: map[string]bool{}, only: gcOnly(ctx), dry: gcDryRun(ctx),
