@@ -26,7 +26,7 @@ func TestThickBurstOf200(t *testing.T) {
 		workloads[i] = netsandbox.NewWorkload(t)
 	}
 	request := func(command string, i int) []byte {
-		return []byte(fmt.Sprintf(`{"command":%q,"containerID":"burst-%d","netns":%q,"ifName":"eth0","config":{"cniVersion":"1.1.0","name":%q,"type":"cninet-shim","runtimeConfig":{"portMappings":[{"hostPort":%d,"containerPort":8080,"protocol":"tcp"}]}}}`,
+		return []byte(fmt.Sprintf(`{"protocol":1,"command":%q,"containerID":"burst-%d","netns":%q,"ifName":"eth0","config":{"cniVersion":"1.1.0","name":%q,"type":"cninet-shim","runtimeConfig":{"portMappings":[{"hostPort":%d,"containerPort":8080,"protocol":"tcp"}]}}}`,
 			command, i, workloads[i].Path, r.name(), 29000+i))
 	}
 	addrs := make([]string, n)

@@ -148,10 +148,17 @@ func (r *thickRig) kill() {
 	r.daemon = nil
 }
 
+// runtimeWait bounds each run of cnitool or of the shim: a runtime that
+// waits longer is hung (the shim's own limits are far below it).
+const runtimeWait = 3 * time.Minute
+
 // cnitool runs cnitool with the runtime's conf dir and the shim as the
-// only plugin; env adds variables (CAP_ARGS, CNI_IFNAME).
+// only plugin; env adds variables (CAP_ARGS, CNI_IFNAME). It is killed
+// after runtimeWait.
 func (r *thickRig) cnitool(env []string, args ...string) (stdout, stderr string, err error) {
-	cmd := exec.Command(r.tool, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), runtimeWait)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, r.tool, args...)
 	cmd.Env = append(os.Environ(), append([]string{"NETCONFPATH=" + r.netDir, "CNI_PATH=" + r.shimDir}, env...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -180,7 +187,9 @@ func (r *thickRig) shimError(command, id, netns string) types.Error {
 // shimErrorOn is shimError for the shim network named network.
 func (r *thickRig) shimErrorOn(network, command, id, netns string) types.Error {
 	r.t.Helper()
-	cmd := exec.Command(filepath.Join(r.shimDir, "cninet-shim"))
+	ctx, cancel := context.WithTimeout(context.Background(), runtimeWait)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(r.shimDir, "cninet-shim"))
 	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+id, "CNI_NETNS="+netns,
 		"CNI_IFNAME=eth0", "CNI_PATH="+r.shimDir)
 	cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "type": "cninet-shim", "socket": %q}`, network, r.socket))

@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
@@ -160,6 +162,87 @@ func TestThickDaemonKilled(t *testing.T) {
 	})
 }
 
+// A stopped daemon (SIGSTOP: it accepts no connection, answers nothing)
+// hangs no runtime: cnitool's DEL returns within seconds, the shim having
+// run it itself, and leaves nothing; an ADD meanwhile is code 11 naming
+// the socket. Once the daemon continues (SIGCONT) it finds the requests
+// the shim gave up on and refuses them unrun (code 11 in its metrics): the
+// late ADD attaches nothing, the late DEL undoes nothing, and a neighbour
+// attached throughout keeps its mapped port and passes CHECK.
+func TestThickStoppedDaemon(t *testing.T) {
+	netsandbox.Require(t)
+	set := netsandbox.PluginSets(t)[0]
+	r := newThickRig(t, set, "1.1.0", true)
+	base := baseline(t)
+	neighbour := netsandbox.NewWorkload(t)
+	stop := serveHTTP(t, neighbour, 8080, "neighbour")
+	r.mustCnitool(portArgs(28601, 8080), "add", r.name(), neighbour.Path)
+	withNeighbour := baseline(t)
+	w1 := netsandbox.NewWorkload(t)
+	r.mustCnitool(portArgs(28602, 8080), "add", r.name(), w1.Path)
+
+	if err := r.daemon.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	daemon := r.daemon.Process
+	continued := false
+	cont := func() {
+		if !continued {
+			continued = true
+			daemon.Signal(syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(cont) // before the rig's cleanup stops the daemon
+	start := time.Now()
+	r.mustCnitool(portArgs(28602, 8080), "del", r.name(), w1.Path)
+	took := time.Since(start)
+	t.Logf("cnitool DEL with the daemon stopped returned after %s", took.Round(time.Millisecond))
+	if took > 30*time.Second {
+		t.Errorf("cnitool DEL with the daemon stopped took %s, want a few seconds past the silence limit", took)
+	}
+	assertNoLeaks(t, withNeighbour, r.nw.allowance())
+	w2 := netsandbox.NewWorkload(t)
+	start = time.Now()
+	if cerr := r.shimError("ADD", "stopped-1", w2.Path); cerr.Code != 11 || !strings.Contains(cerr.Msg, r.socket) || !strings.Contains(cerr.Msg, "did not answer") {
+		t.Fatalf("ADD with the daemon stopped answered %+v, want code 11 saying the daemon at %s did not answer", cerr, r.socket)
+	}
+	t.Logf("ADD with the daemon stopped gave up after %s", time.Since(start).Round(time.Millisecond))
+
+	cont()
+	waitForMetrics(t, r.metrics, `cninet_daemon_requests_total{command="ADD",|result="11"`, `cninet_daemon_requests_total{command="DEL",|result="11"`)
+	assertNoLeaks(t, withNeighbour, r.nw.allowance())
+	if body, err := fetch(r.nw.gw4, 28601); err != nil || body != "hello from neighbour" {
+		t.Fatalf("the neighbour's mapped port after the daemon woke: %q, %v", body, err)
+	}
+	r.mustCnitool(nil, "check", r.name(), neighbour.Path)
+	r.mustCnitool(portArgs(28601, 8080), "del", r.name(), neighbour.Path)
+	stop()
+	assertNoLeaks(t, base, r.nw.allowance())
+}
+
+// waitForMetrics waits up to 20s for the daemon's /metrics to hold a
+// line with each of want's |-separated parts, for every entry of want.
+func waitForMetrics(t *testing.T, addr string, want ...string) {
+	t.Helper()
+	var body []byte
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			continue
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		missing := false
+		for _, w := range want {
+			missing = missing || !hasLine(string(body), strings.Split(w, "|"))
+		}
+		if !missing {
+			return
+		}
+	}
+	t.Fatalf("/metrics did not come to hold %q within 20s:\n%s", want, body)
+}
+
 // 24 workloads are attached and detached at once through the shim; every
 // one gets its own address, and nothing is left.
 func TestThickConcurrentAddDel(t *testing.T) {
@@ -221,7 +304,7 @@ func TestThickBadRequests(t *testing.T) {
 		return fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"cninet-shim"}`, name)
 	}
 	request := func(id, netns, network string) string {
-		return fmt.Sprintf(`{"command":"ADD","containerID":%q,"netns":%q,"ifName":"eth0","config":%s}`, id, netns, conf(network))
+		return fmt.Sprintf(`{"protocol":1,"command":"ADD","containerID":%q,"netns":%q,"ifName":"eth0","config":%s}`, id, netns, conf(network))
 	}
 	cases := []struct {
 		name, method, body string
@@ -233,6 +316,7 @@ func TestThickBadRequests(t *testing.T) {
 		{"an unknown network is an invalid network config", "POST", request("bad-1", w.Path, "no-such-network"), 7},
 		{"a netns that does not exist is refused on ADD", "POST", request("bad-2", "/run/netns/no-such-ns", r.name()), 4},
 		{"a file that is no network namespace is refused on ADD", "POST", request("bad-3", "/proc/self/ns/mnt", r.name()), 4},
+		{"a shim older than protocol numbers is refused", "POST", strings.Replace(request("bad-5", w.Path, r.name()), `"protocol":1,`, "", 1), 104},
 		{"an unknown command is refused", "POST", strings.Replace(request("bad-4", w.Path, r.name()), `"ADD"`, `"EXPLODE"`, 1), 4},
 		{"a GET is refused", "GET", "", 4},
 	}

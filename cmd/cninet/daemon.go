@@ -26,7 +26,7 @@ type daemonFlags struct {
 }
 
 func (f *daemonFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.socket, "socket", thick.DefaultSocket, "unix socket the cninet-shim plugin connects to (its directory is made 0700, the socket 0600)")
+	fs.StringVar(&f.socket, "socket", thick.DefaultSocket, "unix socket the cninet-shim plugin connects to; its directory is made 0700 when missing and refused when not root's or writable by group or others; the socket is 0600")
 	fs.StringVar(&f.confDir, "conf-dir", thick.DefaultConfDir, "the delegate conflists: a shim conflist named N runs the one named N here (not the runtime's conf dir)")
 	fs.StringVar(&f.cniPath, "cni-path", defaultCNIPath(), "plugin directories of the delegate conflists, separated by ':'")
 	fs.StringVar(&f.cacheDir, "cache-dir", thick.DefaultCacheDir, "libcni cache of the delegate attachments, apart from the runtime's")

@@ -6,12 +6,23 @@
 // # Reading order
 //
 //   - protocol.go: the wire format between shim and daemon: Request (one
-//     CNI command as the runtime made it), NetConf (what is read of the
-//     shim's config), DecodeRequest and its validation, ErrBadRequest,
+//     CNI command as the runtime made it, with the shim's protocol and
+//     how long it waits), NetConf (what is read of the shim's config),
+//     DecodeRequest and its validation, ErrBadRequest, the protocol
+//     number and CheckProtocol, the acknowledgement (StatusAcknowledged),
 //     and the defaults both sides share (DefaultSocket, RequestPath).
+//   - limits.go: how long the shim waits for the daemon: the silence
+//     limit, and ShimLimits, the deadline of each command (the shim
+//     config's "timeout").
 //   - server.go: Server, the daemon's HTTP server on a unix socket:
-//     Listen, the peer check (root only), the queue of MaxConcurrent
-//     slots with each request's deadline, and draining on Shutdown.
+//     Listen, the peer check (root only), the acknowledgement, the queue
+//     of MaxConcurrent slots with each request's deadline (the shim's
+//     when sooner), the refusal of requests the shim gave up on, and
+//     draining on Shutdown.
+//   - trust.go: what thick mode trusts on disk: PrepareSocketDir and
+//     CheckPrivateDir (owned by root, writable by nobody else, never
+//     chmodded), the info file read only when root wrote it, and
+//     ErrUntrustedPath.
 //   - serve.go: Serve, one decoded request through the Configurator (ADD
 //     is Connect, DEL is Del, CHECK, STATUS, GC), and Del, which the
 //     shim also runs itself when the daemon is down.
@@ -21,9 +32,11 @@
 //     serves with: the daemon's conf dir, plugins and libcni cache, and
 //     no go-cni.
 //   - errors.go: ErrorFor, the CNI error (code, message) the runtime sees
-//     for an error of Serve or DecodeRequest, and the daemon's own codes.
+//     for an error of Serve or DecodeRequest, and the daemon's own codes
+//     (CodeIncompatible for a shim of another protocol).
 //   - info.go: Info, the conf dir, plugin path and cache dir the daemon
-//     writes beside its socket, for the shim's DEL while it is down.
+//     writes beside its socket, for the shim's DEL while it is down, and
+//     ReadInfo, which trusts it only as trust.go says.
 //   - convert.go: ConvertResult, the daemon's result in the CNI version
 //     of the runtime's config (the shim prints it).
 //   - version.go: PluginInfo, the shim's VERSION answer with cninet's

@@ -15,6 +15,7 @@ const (
 	CodeCheckFailed     uint = 101 // CHECK found the attachment unhealthy
 	CodeCleanupFailed   uint = 102 // DEL or GC could not remove everything
 	CodeSetupFailed     uint = 103 // ADD failed without a plugin's error code
+	CodeIncompatible    uint = 104 // the shim speaks a protocol the daemon does not
 )
 
 // ErrorFor turns an error of Serve or DecodeRequest into the CNI error the
@@ -50,8 +51,12 @@ func codeFor(err error) uint {
 		return CodeAlreadyAttached
 	case errors.Is(err, cninet.ErrCheckFailed):
 		return CodeCheckFailed
-	case errors.Is(err, cninet.ErrCleanupFailed):
+	case errors.Is(err, cninet.ErrCleanupFailed), errors.Is(err, ErrUntrustedPath):
+		// Only the shim's own DEL meets an untrusted info file: it did not
+		// run, and a DEL again (through the daemon) finishes it.
 		return CodeCleanupFailed
+	case errors.Is(err, ErrIncompatibleShim):
+		return CodeIncompatible
 	case errors.Is(err, cninet.ErrSetupFailed), errors.Is(err, cninet.ErrNoAddress):
 		return CodeSetupFailed
 	}

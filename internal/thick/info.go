@@ -59,11 +59,17 @@ func WriteInfo(socket string, info Info) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// ReadInfo reads the Info of socket's daemon. Without one (the daemon
-// never ran), it returns the defaults with cniPath as the plugin path
-// (the runtime's CNI_PATH) and found false.
+// ReadInfo reads the Info of socket's daemon, trusting it only as
+// readTrustedFile does: the plugins it names run as root. Without one
+// (the daemon never ran, or its directory is missing), it returns the
+// defaults with cniPath as the plugin path (the runtime's CNI_PATH) and
+// found false. An Info (or its directory) that another user could have
+// written is an error wrapping ErrUntrustedPath, naming the path, its
+// owner or mode: nothing of it is used, not even the defaults, since the
+// daemon's real directories are then unknown.
 func ReadInfo(socket string, cniPath []string) (info Info, found bool, err error) {
-	b, err := os.ReadFile(InfoPath(socket))
+	path := InfoPath(socket)
+	b, err := readTrustedFile(path, "daemon's info file", MaxRequestBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Info{ConfDir: DefaultConfDir, CNIPath: cniPath, CacheDir: DefaultCacheDir, StateDir: DefaultStateDir}, false, nil
 	}
@@ -71,10 +77,10 @@ func ReadInfo(socket string, cniPath []string) (info Info, found bool, err error
 		return Info{}, false, err
 	}
 	if err := json.Unmarshal(b, &info); err != nil {
-		return Info{}, false, fmt.Errorf("%s: %w", InfoPath(socket), err)
+		return Info{}, false, fmt.Errorf("%s: %w", path, err)
 	}
 	if info.ConfDir == "" || info.CacheDir == "" || len(info.CNIPath) == 0 {
-		return Info{}, false, fmt.Errorf("%s: want confDir, cniPath and cacheDir, got %s", InfoPath(socket), b)
+		return Info{}, false, fmt.Errorf("%s: want confDir, cniPath and cacheDir, got %s", path, b)
 	}
 	if info.StateDir == "" {
 		info.StateDir = DefaultStateDir

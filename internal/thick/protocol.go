@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/seed1280861d/cninet"
@@ -49,6 +50,57 @@ type Request struct {
 	// Owner is whose attachments these are when the config names no
 	// "owner": the shim sends the calling runtime's executable name.
 	Owner string `json:"owner,omitempty"`
+
+	// Protocol is the thick-mode protocol the shim speaks
+	// (ProtocolVersion); the daemon refuses one it does not
+	// (CheckProtocol). 0: a shim older than protocol numbers.
+	Protocol int `json:"protocol,omitempty"`
+	// ShimVersion is the shim's cninet release, for messages only.
+	ShimVersion string `json:"shimVersion,omitempty"`
+	// AckBy is when the shim stops waiting for the daemon to acknowledge
+	// the request (StatusAcknowledged); a request the daemon reads later
+	// is refused unrun: the shim has already given up on it (and run a
+	// DEL itself). nil: no limit.
+	AckBy *time.Time `json:"ackBy,omitempty"`
+	// Deadline is when the shim stops waiting for the answer; the
+	// daemon's deadline for the request is this one when it comes first.
+	// nil: the daemon's own.
+	Deadline *time.Time `json:"deadline,omitempty"`
+}
+
+// ProtocolVersion is the thick-mode protocol this build speaks: the
+// request's shape and meaning, and the answers (an acknowledgement, then
+// the final answer). It goes up only when shim and daemon of different
+// builds could misunderstand each other; cninet's release version does
+// not matter. Protocol 1 added the number itself, AckBy, Deadline and the
+// acknowledgement.
+const ProtocolVersion = 1
+
+// OldestProtocol is the oldest protocol the daemon still serves.
+const OldestProtocol = 1
+
+// StatusAcknowledged is the informational (1xx) HTTP status the daemon
+// sends as soon as it has read and accepted a request, before it waits
+// for a slot: the shim then knows the daemon is alive, and waits for the
+// final answer until its Deadline instead of giving up on silence.
+const StatusAcknowledged = 102 // 102 Processing
+
+// ErrIncompatibleShim: the shim speaks a thick-mode protocol the daemon
+// does not; install the cninet-shim of the daemon's release.
+var ErrIncompatibleShim = errors.New("incompatible cninet-shim")
+
+// CheckProtocol refuses a request whose protocol this daemon does not
+// speak, naming both sides' protocols and releases.
+func CheckProtocol(req *Request, daemonVersion string) error {
+	if req.Protocol >= OldestProtocol && req.Protocol <= ProtocolVersion {
+		return nil
+	}
+	shim := "a cninet-shim older than protocol numbers"
+	if req.ShimVersion != "" || req.Protocol != 0 {
+		shim = fmt.Sprintf("cninet-shim %s", req.ShimVersion)
+	}
+	return fmt.Errorf("%w: %s speaks thick-mode protocol %d, this daemon (cninet %s) speaks %d to %d: install the cninet-shim of the daemon's release",
+		ErrIncompatibleShim, shim, req.Protocol, daemonVersion, OldestProtocol, ProtocolVersion)
 }
 
 // OwnerOf is the owner a request acts for: the shim config's "owner",
@@ -77,11 +129,14 @@ func CheckOwner(owner string) error {
 
 // NetConf is what the daemon reads of the shim's config.
 type NetConf struct {
-	CNIVersion       string               `json:"cniVersion"`
-	Name             string               `json:"name"`
-	Type             string               `json:"type"`
-	Socket           string               `json:"socket,omitempty"`
-	Owner            string               `json:"owner,omitempty"`
+	CNIVersion string `json:"cniVersion"`
+	Name       string `json:"name"`
+	Type       string `json:"type"`
+	Socket     string `json:"socket,omitempty"`
+	Owner      string `json:"owner,omitempty"`
+	// Timeout is how long the shim waits for the daemon's answer (a Go
+	// duration); the daemon ignores it. See ShimLimits.
+	Timeout          string               `json:"timeout,omitempty"`
 	RuntimeConfig    map[string]any       `json:"runtimeConfig,omitempty"`
 	ValidAttachments []types.GCAttachment `json:"cni.dev/valid-attachments,omitempty"`
 }

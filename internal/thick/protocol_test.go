@@ -9,8 +9,9 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 )
 
+// reqBody is a request of the current protocol, as the shim sends it.
 func reqBody(command, id, netns, ifName, config string) string {
-	return `{"command":"` + command + `","containerID":"` + id + `","netns":"` + netns + `","ifName":"` + ifName + `","config":` + config + `}`
+	return `{"protocol":1,"command":"` + command + `","containerID":"` + id + `","netns":"` + netns + `","ifName":"` + ifName + `","config":` + config + `}`
 }
 
 const shimConf = `{"cniVersion":"1.1.0","name":"web","type":"cninet-shim","runtimeConfig":{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]}}`

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/buildinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -60,16 +61,13 @@ const (
 
 type peerKey struct{}
 
-// Listen makes socket's directory (mode 0700, tightened if it exists),
-// replaces a stale socket file (one nobody answers on; a live daemon's
-// is an error), and listens there with mode 0600.
+// Listen prepares socket's directory (PrepareSocketDir: made root's and
+// 0700 when missing, refused when another user could change it, never
+// chmodded), replaces a stale socket file (one nobody answers on; a live
+// daemon's is an error), and listens there with mode 0600.
 func Listen(socket string) (net.Listener, error) {
-	dir := filepath.Dir(socket)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("socket directory: %w", err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("socket directory: %w", err)
+	if err := PrepareSocketDir(filepath.Dir(socket)); err != nil {
+		return nil, err
 	}
 	if fi, err := os.Lstat(socket); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {
@@ -172,14 +170,15 @@ func (s *Server) allowed(uid int64) bool {
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	command := "unknown"
-	out, err := s.serve(r, &command)
+	acknowledge := func() { w.WriteHeader(StatusAcknowledged) }
+	out, err := s.serve(r, &command, acknowledge)
 	result := "ok"
 	if err != nil {
 		cerr := ErrorFor(err)
 		result = fmt.Sprint(cerr.Code)
 		s.Logger.Warn("request failed", "command", command, "code", cerr.Code, "error", err)
 		status := http.StatusInternalServerError
-		if errors.Is(err, ErrBadRequest) || errors.Is(err, errForbidden) {
+		if errors.Is(err, ErrBadRequest) || errors.Is(err, errForbidden) || errors.Is(err, ErrIncompatibleShim) {
 			status = http.StatusBadRequest
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -199,7 +198,13 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 
 var errForbidden = errors.New("peer not allowed")
 
-func (s *Server) serve(r *http.Request, command *string) ([]byte, error) {
+// serve checks and decodes a request, acknowledges it, waits for a slot
+// and runs it. A request whose shim has stopped waiting (past its AckBy
+// when read, or past its Deadline or hung up when its slot comes) is
+// refused unrun: the shim has answered the runtime already, and for a
+// DEL has run it itself; running it late could undo what the runtime did
+// since (an ADD of the same id).
+func (s *Server) serve(r *http.Request, command *string, acknowledge func()) ([]byte, error) {
 	if uid, _ := r.Context().Value(peerKey{}).(int64); !s.allowed(uid) {
 		return nil, fmt.Errorf("%w: %w: uid %d, only root may send requests", ErrBadRequest, errForbidden, uid)
 	}
@@ -211,27 +216,52 @@ func (s *Server) serve(r *http.Request, command *string) ([]byte, error) {
 		return nil, err
 	}
 	*command = req.Command
+	if err := CheckProtocol(req, buildinfo.Version()); err != nil {
+		return nil, err
+	}
 	if s.draining.Load() {
 		return nil, fmt.Errorf("%w: draining before exit", ErrBusy)
 	}
-	parent := r.Context()
-	if req.Command == CmdDel {
-		parent = context.WithoutCancel(parent) // a runtime that gave up must not leave a DEL half done
+	if req.AckBy != nil && time.Now().After(*req.AckBy) {
+		return nil, fmt.Errorf("%w: %w: read after %s, when the shim stopped waiting (the daemon was stopped or stalled); not run", ErrBusy, errShimGone, req.AckBy.Format(time.RFC3339Nano))
 	}
+	acknowledge()
 	timeout := s.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	ctx, cancel := context.WithTimeout(parent, timeout)
+	deadline := time.Now().Add(timeout)
+	wait, cancel := context.WithDeadline(r.Context(), deadline)
 	defer cancel()
+	if req.Deadline != nil {
+		wait, cancel = context.WithDeadline(wait, *req.Deadline)
+		defer cancel()
+	}
 	select {
 	case s.slots <- struct{}{}:
 		defer func() { <-s.slots }()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: no free slot within the request's deadline (%s): %w", ErrBusy, timeout, ctx.Err())
+	case <-wait.Done():
+	}
+	if err := wait.Err(); err != nil {
+		if r.Context().Err() != nil {
+			err = fmt.Errorf("%w: %w", errShimGone, err)
+		}
+		return nil, fmt.Errorf("%w: not run: no free slot before the request's deadline (daemon's %s, or the shim's): %w", ErrBusy, timeout, err)
+	}
+	ctx := wait
+	if req.Command == CmdDel {
+		// Once started, a DEL runs to its end, though the shim hang up: a
+		// DEL half done would leave state behind; a shim that runs the DEL
+		// itself meanwhile waits for this one's lock on the id.
+		var cancelDel context.CancelFunc
+		ctx, cancelDel = context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
+		defer cancelDel()
 	}
 	if s.run != nil {
 		return s.run(ctx, req, conf)
 	}
 	return Serve(ctx, s.C, req, conf)
 }
+
+// errShimGone marks a request the shim stopped waiting for.
+var errShimGone = errors.New("the shim stopped waiting")

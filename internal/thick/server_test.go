@@ -8,8 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,14 +30,14 @@ func TestListen(t *testing.T) {
 		assertMode(t, filepath.Dir(socket), 0o700)
 		assertMode(t, socket, 0o600)
 	})
-	t.Run("tightens an existing directory to 0700", func(t *testing.T) {
+	t.Run("listens in an existing private directory and leaves its mode", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "run")
-		if err := os.Mkdir(dir, 0o755); err != nil {
+		if err := os.Mkdir(dir, 0o750); err != nil {
 			t.Fatal(err)
 		}
 		l := listen(t, filepath.Join(dir, "s.sock"))
 		defer l.Close()
-		assertMode(t, dir, 0o700)
+		assertMode(t, dir, 0o750)
 	})
 	t.Run("replaces a stale socket nobody answers on", func(t *testing.T) {
 		socket := filepath.Join(t.TempDir(), "s.sock")
@@ -231,5 +234,128 @@ func TestServerDrains(t *testing.T) {
 	}
 	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		t.Fatal(err)
+	}
+}
+
+// shimBody is a DEL of the current protocol with the shim's limits.
+func shimBody(t *testing.T, id string, ackBy, deadline time.Time) string {
+	t.Helper()
+	b, err := json.Marshal(Request{Protocol: ProtocolVersion, Command: CmdDel, ContainerID: id, IfName: "eth0",
+		Config: json.RawMessage(shimConf), AckBy: &ackBy, Deadline: &deadline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// The daemon acknowledges a request as soon as it has accepted it, while
+// the request still waits for a slot: a busy daemon is never silent.
+func TestServerAcknowledgesBeforeItQueues(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) }) // before the server's cleanup waits for its requests
+	run := func(context.Context, *Request, *NetConf) ([]byte, error) { <-release; return nil, nil }
+	c := startServer(t, &Server{run: run, MaxConcurrent: 1, AllowPeer: func(uint32) bool { return true }})
+	go tryPost(c, reqBody("DEL", "c1", "", "eth0", shimConf)) // holds the only slot
+	acknowledged := make(chan int, 1)
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, _ textproto.MIMEHeader) error { acknowledged <- code; return nil }}
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost,
+		"http://cninet"+RequestPath, strings.NewReader(reqBody("DEL", "c2", "", "eth0", shimConf)))
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		answered <- err
+	}()
+	select {
+	case code := <-acknowledged:
+		if code != StatusAcknowledged {
+			t.Fatalf("informational status %d, want %d", code, StatusAcknowledged)
+		}
+	case err := <-answered:
+		t.Fatalf("answered (%v) before any acknowledgement", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no acknowledgement within 10s while queued")
+	}
+	once.Do(func() { close(release) })
+	if err := <-answered; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A request the shim stopped waiting for is refused (code 11) and never
+// run: the shim has answered the runtime, and for a DEL run it itself.
+func TestServerRefusesWhatTheShimGaveUpOn(t *testing.T) {
+	now := time.Now()
+	cases := []struct {
+		name string
+		// busy: another request holds the only slot meanwhile.
+		busy bool
+		body func(t *testing.T) string
+	}{
+		{"a request read after its acknowledgement limit (the daemon was stopped)", false,
+			func(t *testing.T) string { return shimBody(t, "c2", now.Add(-time.Second), now.Add(time.Hour)) }},
+		{"a request whose shim deadline passes while it waits for a slot", true,
+			func(t *testing.T) string {
+				return shimBody(t, "c2", now.Add(time.Hour), time.Now().Add(100*time.Millisecond))
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			var mu sync.Mutex
+			var ran []string
+			run := func(_ context.Context, req *Request, _ *NetConf) ([]byte, error) {
+				mu.Lock()
+				ran = append(ran, req.ContainerID)
+				mu.Unlock()
+				if req.ContainerID == "c1" {
+					<-release
+				}
+				return nil, nil
+			}
+			c := startServer(t, &Server{run: run, MaxConcurrent: 1, AllowPeer: func(uint32) bool { return true }})
+			defer close(release)
+			if tc.busy {
+				go tryPost(c, reqBody("DEL", "c1", "", "eth0", shimConf))
+				for deadline := time.Now().Add(5 * time.Second); !slices.Contains(ranNow(&mu, &ran), "c1"); time.Sleep(5 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("the first request did not start")
+					}
+				}
+			}
+			code, cerr := post(t, c, tc.body(t))
+			if got := ranNow(&mu, &ran); code == http.StatusOK || cerr.Code != types.ErrTryAgainLater || slices.Contains(got, "c2") {
+				t.Fatalf("HTTP %d %+v, ran %v: want code 11 and c2 never run", code, cerr, got)
+			}
+		})
+	}
+}
+
+func ranNow(mu *sync.Mutex, ran *[]string) []string {
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Clone(*ran)
+}
+
+// A shim of another protocol is refused with code 104 naming both
+// protocols, before anything runs.
+func TestServerRefusesAnIncompatibleShim(t *testing.T) {
+	var ran atomic.Int32
+	run := func(context.Context, *Request, *NetConf) ([]byte, error) { ran.Add(1); return nil, nil }
+	c := startServer(t, &Server{run: run, AllowPeer: func(uint32) bool { return true }})
+	cases := []struct{ name, body, want string }{
+		{"a shim older than protocol numbers", strings.Replace(reqBody("DEL", "c1", "", "eth0", shimConf), `"protocol":1,`, "", 1), "older than protocol numbers"},
+		{"a shim of a newer protocol", strings.Replace(reqBody("DEL", "c1", "", "eth0", shimConf), `"protocol":1,`, `"protocol":99,"shimVersion":"v9.0.0",`, 1), "cninet-shim v9.0.0 speaks thick-mode protocol 99"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name+" is refused", func(t *testing.T) {
+			code, cerr := post(t, c, tc.body)
+			if code != http.StatusBadRequest || cerr.Code != CodeIncompatible || !strings.Contains(cerr.Msg, tc.want) || !strings.Contains(cerr.Msg, "speaks 1 to 1") || ran.Load() != 0 {
+				t.Fatalf("HTTP %d %+v, ran %d: want code %d saying %q and both protocols", code, cerr, ran.Load(), CodeIncompatible, tc.want)
+			}
+		})
 	}
 }
