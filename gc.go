@@ -137,6 +137,14 @@ type gcRun struct {
 	progress *gcProgress // from when the GC holds its locks
 }
 
+// covers reports whether this GC collects in network: one this
+// Configurator knows, not spared by GCOptions.Networks, not disableGC.
+// Another Configurator of the same owner may know networks this one does
+// not: what it recorded there is its to collect.
+func (g *gcRun) covers(network string) bool {
+	return slices.ContainsFunc(g.nets, func(conf networkConf) bool { return conf.info.name == network })
+}
+
 // gcRun starts a GC under ctx (GCOptions' networks and dry run, WithOwner's
 // owner) of everything but liveAllocIDs.
 func (c *Configurator) gcRun(ctx context.Context, liveAllocIDs []string) *gcRun {
@@ -316,7 +324,10 @@ func (g *gcRun) sweep(sweep *footprint.Cleaner) error {
 // record goes when nothing of it is left. An id another operation holds
 // is left for later. Another owner's records are never touched: their
 // ids, and those a registry file that is no usable record names, count
-// as live for the rest of the GC.
+// as live for the rest of the GC. Nor are this owner's records of
+// networks this Configurator does not know (another Configurator of the
+// same owner knows them, or a Teardown naming the network finishes
+// them): their ids count as live too.
 func (g *gcRun) recorded(ctx context.Context) error {
 	c := g.c
 	all, err := c.registry.store.All()
@@ -329,11 +340,25 @@ func (g *gcRun) recorded(ctx context.Context) error {
 		others[d.ContainerID] = true
 	}
 	dead := map[string]bool{}
+	elsewhere := map[string]bool{} // ids this owner recorded on networks this GC does not cover
+	unjudged := map[string]bool{}  // of those, the ids whose other state this GC leaves alone
 	for _, rec := range all.Records {
 		switch {
 		case rec.Owner != g.owner:
 			others[rec.ContainerID] = true
-		case !g.live[rec.ContainerID] && !spared(g.only, rec.Network):
+		case !g.covers(rec.Network):
+			elsewhere[rec.ContainerID] = true
+			if _, err := c.nets.known(rec.Network, false); err == nil && g.only != nil {
+				// Spared by GCOptions.Networks: the narrowed GC keeps
+				// away from that network by itself.
+				continue
+			}
+			// A network this Configurator does not know (another
+			// Configurator of the same owner attached it), or one
+			// whose conflist sets disableGC: the id lives there, so
+			// none of its other state is this GC's to judge.
+			unjudged[rec.ContainerID] = true
+		case !g.live[rec.ContainerID]:
 			dead[rec.ContainerID] = true
 		}
 	}
@@ -343,19 +368,22 @@ func (g *gcRun) recorded(ctx context.Context) error {
 		if protected[id] || others[id] {
 			continue
 		}
-		if err := g.collectRecorded(ctx, id); err != nil {
+		if err := g.collectRecorded(ctx, id, elsewhere[id]); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for id := range others {
 		g.live[id] = true // another owner's, or a damaged record's: never this GC's to judge
 	}
+	for id := range unjudged {
+		g.live[id] = true // attached where this GC does not look: its other state is not this GC's to judge
+	}
 	return errors.Join(errs...)
 }
 
 // collectRecorded detaches the dead id's recorded attachments of this
 // owner, unless another operation holds the id.
-func (g *gcRun) collectRecorded(ctx context.Context, id string) error {
+func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) error {
 	c := g.c
 	unlockAdm := c.registry.adm.LockAll([]string{id})
 	defer unlockAdm()
@@ -369,9 +397,9 @@ func (g *gcRun) collectRecorded(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	found = slices.DeleteFunc(found, func(fa foundAttachment) bool { return spared(g.only, fa.att.name()) })
+	found = slices.DeleteFunc(found, func(fa foundAttachment) bool { return !g.covers(fa.att.name()) })
 	if !g.dry {
-		if err := c.detaching(g.owner, "", g.only != nil).all(ctx, found); err != nil {
+		if err := c.detaching(g.owner, "", g.only != nil || elsewhere).all(ctx, found); err != nil {
 			return err
 		}
 	}

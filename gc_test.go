@@ -308,3 +308,69 @@ func TestGCDryRunPlansWhatGCRemovesAndChangesNothing(t *testing.T) {
 		t.Fatalf("GC removed ids %s, the plan said %s", got, want)
 	}
 }
+
+// Two Configurators of one owner on one host, each knowing a network
+// of its own (two task drivers of one orchestrator, say), share the host
+// registry. The GC of one collects the same allocation id's dead
+// attachment on its own network and leaves the other's attachment, its
+// record and its rules alone: that network is not its to judge.
+func TestGCOfOneConfiguratorLeavesTheNetworksOfAnotherOfTheSameOwner(t *testing.T) {
+	dir := t.TempDir()
+	h := fakes.NewHost()
+	configurator := func(network, subnet string) (*cninet.Configurator, *fakes.CNI) {
+		bridge := cninet.DefaultBridgeConfig()
+		bridge.NetworkName, bridge.BridgeName, bridge.IPv4Subnet = network, network, subnet
+		bridge.IPAMDataDir = filepath.Join(dir, "ipam")
+		conf, err := cninet.BridgeConfList(bridge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake := &fakes.CNI{Host: h, CacheDir: filepath.Join(dir, "cache")}
+		c, err := cninet.New(cninet.Config{ConfList: conf, CNI: fake, IPTables: h.IPTables, NFTables: h.NFTables, Links: h.Links,
+			CacheDir: fake.CacheDir, StateDir: filepath.Join(dir, "state"), Owner: "runner",
+			PluginDirs: []string{filepath.Join(dir, "no-plugins")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, fake
+	}
+	cA, fakeA := configurator("net-a", "198.18.10.0/24")
+	cB, fakeB := configurator("net-b", "198.18.11.0/24")
+	ctx := context.Background()
+	alloc := &cninet.Allocation{ID: "same-1", Ports: []cninet.Port{{Label: "http", Value: 28100, To: 8080}}}
+	for _, c := range []*cninet.Configurator{cA, cB} {
+		if _, err := c.Setup(ctx, alloc, "/var/run/netns/same-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fpA, fpB := fakeA.Footprints("same-1")[0], fakeB.Footprints("same-1")[0]
+	beforeB := h.Leftovers(fpB)
+	fakeA.LeakOnRemove = true // only cninet's own cleanup may remove A's state
+	report, err := cA.GC(ctx, []string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := report.IDs(); !slices.Equal(ids, []string{"same-1"}) {
+		t.Errorf("GC of net-a collected %v, want [same-1]", ids)
+	}
+	if left := h.Leftovers(fpA); len(left) > 0 {
+		t.Errorf("net-a's dead attachment left %v", left)
+	}
+	if left := h.Leftovers(fpB); len(left) == 0 || !slices.Equal(left, beforeB) {
+		t.Errorf("net-b's attachment has %v after net-a's GC, had %v", left, beforeB)
+	}
+	recs, err := cB.Attachments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].Network != "net-b" || recs[0].ID != "same-1" {
+		t.Errorf("the registry holds %+v, want net-b's record of same-1 alone", recs)
+	}
+	if err := cB.Teardown(ctx, alloc, "/var/run/netns/same-1"); err != nil {
+		t.Fatal(err)
+	}
+	if left := h.Leftovers(fpB); len(left) > 0 {
+		t.Errorf("net-b's Teardown left %v", left)
+	}
+}
