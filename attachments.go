@@ -101,13 +101,25 @@ type foundAttachment struct {
 // of returns every attachment of alloc that an operation for owner acts
 // on: those libcni's cache and the Allocation know (cached), each told
 // what its record says, and every other attachment the registry records
-// for owner (withRecords); another owner's records take theirs away.
+// for owner (withRecords); another owner's records take theirs away,
+// and so do records of networks this Configurator does not know that the
+// allocation does not name: another Configurator of the same owner made
+// them.
 func (f *attachmentFinder) of(alloc *Allocation, req request, owner string, forTeardown bool) ([]foundAttachment, error) {
 	found, err := f.cached(alloc, req, forTeardown)
 	if err != nil {
 		return nil, err
 	}
-	return f.withRecords(owner, req, found)
+	if found, err = f.withRecords(owner, req, found); err != nil {
+		return nil, err
+	}
+	// A record of a network this Configurator does not know is another
+	// Configurator's of the same owner, unless the allocation names the
+	// network (its conflist went: the record has it).
+	return slices.DeleteFunc(found, func(fa foundAttachment) bool {
+		_, err := f.nets.known(fa.att.name(), true)
+		return err != nil && !slices.Contains(alloc.NetworkNames, fa.att.name())
+	}), nil
 }
 
 // cached returns every network alloc is attached to: the networks it

@@ -382,7 +382,10 @@ func (g *gcRun) recorded(ctx context.Context) error {
 }
 
 // collectRecorded detaches the dead id's recorded attachments of this
-// owner, unless another operation holds the id.
+// owner in the networks this GC covers, unless another operation holds
+// the id; elsewhere says the id keeps attachments in others. Its DEL
+// enters the recorded namespace only while that is provably still the
+// attachment's (recordedNetNS).
 func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) error {
 	c := g.c
 	unlockAdm := c.registry.adm.LockAll([]string{id})
@@ -399,7 +402,13 @@ func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) 
 	}
 	found = slices.DeleteFunc(found, func(fa foundAttachment) bool { return !g.covers(fa.att.name()) })
 	if !g.dry {
-		if err := c.detaching(g.owner, "", g.only != nil || elsewhere).all(ctx, found); err != nil {
+		netns, alongside := c.registry.recordedNetNS(id, found), g.only != nil || elsewhere
+		if alongside && netns != "" {
+			// The workload stays on other networks: the loopback
+			// plugin's DEL must not leave its lo down.
+			defer keepLoopback(c.logger, id, netns, found)()
+		}
+		if err := c.detaching(g.owner, netns, alongside).all(ctx, found); err != nil {
 			return err
 		}
 	}

@@ -315,26 +315,7 @@ func TestGCDryRunPlansWhatGCRemovesAndChangesNothing(t *testing.T) {
 // attachment on its own network and leaves the other's attachment, its
 // record and its rules alone: that network is not its to judge.
 func TestGCOfOneConfiguratorLeavesTheNetworksOfAnotherOfTheSameOwner(t *testing.T) {
-	dir := t.TempDir()
-	h := fakes.NewHost()
-	configurator := func(network, subnet string) (*cninet.Configurator, *fakes.CNI) {
-		bridge := cninet.DefaultBridgeConfig()
-		bridge.NetworkName, bridge.BridgeName, bridge.IPv4Subnet = network, network, subnet
-		bridge.IPAMDataDir = filepath.Join(dir, "ipam")
-		conf, err := cninet.BridgeConfList(bridge)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fake := &fakes.CNI{Host: h, CacheDir: filepath.Join(dir, "cache")}
-		c, err := cninet.New(cninet.Config{ConfList: conf, CNI: fake, IPTables: h.IPTables, NFTables: h.NFTables, Links: h.Links,
-			CacheDir: fake.CacheDir, StateDir: filepath.Join(dir, "state"), Owner: "runner",
-			PluginDirs: []string{filepath.Join(dir, "no-plugins")}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c, fake
-	}
+	h, configurator := sameOwnerConfigurators(t)
 	cA, fakeA := configurator("net-a", "198.18.10.0/24")
 	cB, fakeB := configurator("net-b", "198.18.11.0/24")
 	ctx := context.Background()
@@ -372,5 +353,63 @@ func TestGCOfOneConfiguratorLeavesTheNetworksOfAnotherOfTheSameOwner(t *testing.
 	}
 	if left := h.Leftovers(fpB); len(left) > 0 {
 		t.Errorf("net-b's Teardown left %v", left)
+	}
+}
+
+// sameOwnerConfigurators returns a fake host and a maker of
+// Configurators of the owner "runner" on it, sharing libcni's cache and
+// the host registry, each knowing the one network it is given.
+func sameOwnerConfigurators(t *testing.T) (*fakes.Host, func(network, subnet string) (*cninet.Configurator, *fakes.CNI)) {
+	t.Helper()
+	dir := t.TempDir()
+	h := fakes.NewHost()
+	return h, func(network, subnet string) (*cninet.Configurator, *fakes.CNI) {
+		bridge := cninet.DefaultBridgeConfig()
+		bridge.NetworkName, bridge.BridgeName, bridge.IPv4Subnet = network, network, subnet
+		bridge.IPAMDataDir = filepath.Join(dir, "ipam")
+		conf, err := cninet.BridgeConfList(bridge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake := &fakes.CNI{Host: h, CacheDir: filepath.Join(dir, "cache")}
+		c, err := cninet.New(cninet.Config{ConfList: conf, CNI: fake, IPTables: h.IPTables, NFTables: h.NFTables, Links: h.Links,
+			CacheDir: fake.CacheDir, StateDir: filepath.Join(dir, "state"), Owner: "runner",
+			PluginDirs: []string{filepath.Join(dir, "no-plugins")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, fake
+	}
+}
+
+// Likewise a Teardown: it detaches the allocation from the networks its
+// Configurator knows (and those the allocation names), not from another
+// Configurator's network that the registry records for the same owner
+// and id.
+func TestTeardownOfOneConfiguratorLeavesTheNetworksOfAnotherOfTheSameOwner(t *testing.T) {
+	h, configurator := sameOwnerConfigurators(t)
+	cA, fakeA := configurator("net-a", "198.18.10.0/24")
+	cB, fakeB := configurator("net-b", "198.18.11.0/24")
+	ctx := context.Background()
+	alloc := &cninet.Allocation{ID: "same-1", Ports: []cninet.Port{{Label: "http", Value: 28100, To: 8080}}}
+	for _, c := range []*cninet.Configurator{cA, cB} {
+		if _, err := c.Setup(ctx, alloc, "/var/run/netns/same-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fpA, fpB := fakeA.Footprints("same-1")[0], fakeB.Footprints("same-1")[0]
+	beforeB := h.Leftovers(fpB)
+	if err := cA.Teardown(ctx, alloc, "/var/run/netns/same-1"); err != nil {
+		t.Fatal(err)
+	}
+	if left := h.Leftovers(fpA); len(left) > 0 {
+		t.Errorf("net-a's Teardown left %v", left)
+	}
+	if left := h.Leftovers(fpB); len(left) == 0 || !slices.Equal(left, beforeB) {
+		t.Errorf("net-b's attachment has %v after net-a's Teardown, had %v", left, beforeB)
+	}
+	if calls := fakeB.Verbs(); slices.Contains(calls, "Remove") {
+		t.Errorf("net-b's CNI saw %v: net-a's Teardown ran its DEL", calls)
 	}
 }

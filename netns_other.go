@@ -4,6 +4,7 @@ package cninet
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 )
 
@@ -15,3 +16,9 @@ func checkNetNS(path string) error {
 	}
 	return nil
 }
+
+// netnsInode is 0 off Linux: no namespace is known by its inode.
+func netnsInode(string) uint64 { return 0 }
+
+// netnsStillHolds is false off Linux: no DEL enters a recorded namespace.
+func netnsStillHolds(string, uint64, string, []netip.Addr) bool { return false }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	cni "github.com/containerd/go-cni"
@@ -133,6 +134,7 @@ func (r *hostRegistry) recordOf(owner string, req request, att attachment, netns
 		ContainerID: req.id,
 		IfName:      att.ifName,
 		NetNS:       netns,
+		NetNSInode:  netnsInode(netns),
 		State:       registry.Adding,
 		Args:        req.args,
 		ConfList:    att.conf.bytes,
@@ -350,4 +352,33 @@ func (c *Configurator) Attachments() ([]AttachmentRecord, error) {
 		return out, fmt.Errorf("%w: %w", ErrIO, errors.Join(errs...))
 	}
 	return out, nil
+}
+
+// recordedNetNS returns the namespace a DEL of id's found attachments may
+// enter, for a caller that was given none (GC): the one their records
+// name, while it is still theirs — the same namespace, whose interface
+// still holds a recorded address (netnsStillHolds) — else "". Entering
+// it lets the plugins remove the workload's interfaces (and with them
+// the host's ends of its veths); a namespace path that another workload
+// reuses is never entered.
+func (r *hostRegistry) recordedNetNS(id string, found []foundAttachment) string {
+	recs, _, err := r.store.Of(id)
+	if err != nil {
+		return ""
+	}
+	netns := ""
+	for _, fa := range found {
+		at := slices.IndexFunc(recs, func(rec registry.Record) bool {
+			return rec.Network == fa.att.name() && rec.IfName == fa.att.ifName
+		})
+		if at < 0 {
+			return ""
+		}
+		rec := recs[at]
+		if (netns != "" && rec.NetNS != netns) || !netnsStillHolds(rec.NetNS, rec.NetNSInode, rec.IfName, rec.Addresses) {
+			return ""
+		}
+		netns = rec.NetNS
+	}
+	return netns
 }

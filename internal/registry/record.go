@@ -42,6 +42,11 @@ type Record struct {
 	IfName      string `json:"ifName"`
 	// NetNS is the namespace path the ADD was given.
 	NetNS string `json:"netns,omitempty"`
+	// NetNSInode is the inode of that namespace when the ADD ran (0:
+	// unknown): a later DEL may enter the namespace at NetNS only while it
+	// is still the same one, not another workload's mounted at a path
+	// that was reused.
+	NetNSInode uint64 `json:"netnsInode,omitempty"`
 	// State is how far the attachment got.
 	State State `json:"state"`
 	// Addresses are what the attachment provably held: the ADD's result's,

@@ -57,9 +57,10 @@ func (g *Registry) Summaries() (Summaries, error) {
 // listing leaves out checked but not kept.
 type summaryJSON struct {
 	Summary
-	Args     [][2]string `json:"args,omitempty"`
-	ConfList base64Only  `json:"confList,omitempty"`
-	Plugins  []Plugin    `json:"plugins,omitempty"`
+	NetNSInode uint64      `json:"netnsInode,omitempty"`
+	Args       [][2]string `json:"args,omitempty"`
+	ConfList   base64Only  `json:"confList,omitempty"`
+	Plugins    []Plugin    `json:"plugins,omitempty"`
 }
 
 // decodeSummary decodes one record's summary (a decoder).
