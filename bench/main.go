@@ -32,6 +32,7 @@ type options struct {
 	statusN       int
 	statusRuns    int
 	scaleSizes    []int
+	control       bool // overhead scenarios: a second go-cni as a control
 	only          []string
 	out, svg      string
 	state         string
@@ -87,6 +88,7 @@ func main() {
 	flag.IntVar(&o.thickBurst, "thick-burst", 200, "concurrent ADDs through the shim in the burst (thick)")
 	flag.IntVar(&o.statusN, "status-n", 10000, "records in the host registry listed by cninet status --attachments (registry-status)")
 	flag.IntVar(&o.statusRuns, "status-runs", 5, "runs of cninet status --attachments per output format (registry-status)")
+	flag.BoolVar(&o.control, "control", true, "overhead scenarios: interleave a second go-cni with the two contenders, to measure the machine's noise (go-cni against itself)")
 	flag.StringVar(&sizes, "scale-sizes", "0,250,1000", "numbers of other attachments on the host (overhead-scale)")
 	flag.StringVar(&gcSizes, "gc-scale-sizes", "1000,10000", "numbers of leaked attachments, per backend (gc-scale)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
