@@ -268,31 +268,41 @@ func phaseTable(w writer, rs []overheadResult, labels []string) {
 	w("\"Outside\" is, per cycle, the half's wall time minus its timed phases (Setup − ADD − registry; Teardown − prevention − DEL − cleanup − removal), and of it the wait for the allocation's locks and the finding of its networks or attachments (`attachments found … lock= find=`); the rest of it is validation, telemetry and the log lines. ")
 	w("\"Sum\" adds the parts up, to set against \"cninet − go-cni\" (medians do not add exactly). ")
 	w("Control: a second go-cni interleaved with the two on the same network, minus the first: what the same difference is when nothing differs. ")
-	w("CPU: of the bench process (cninet or go-cni, with Go's GC) and of the processes it waited for (the plugins and their iptables/nft), per half.\n\n")
-	w("| Setup | cninet / go-cni | cninet − go-cni | control − go-cni | ADD − go-cni's Setup | registry (record before ADD + after) | outside | of it: lock / finding / rest | sum | CPU, bench process: cninet / go-cni | CPU, plugins: cninet / go-cni |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("CPU: of the bench process (cninet or go-cni, with Go's GC) and of the processes it waited for (the plugins and their iptables/nft), per half; the Go heap: the bytes the bench process allocated in the half (median) and the collections that finished in it (mean).\n\n")
+	w("| Setup | cninet / go-cni | cninet − go-cni | control − go-cni | ADD − go-cni's Setup | registry (record before ADD + after) | outside | of it: lock / finding / rest | sum | CPU, bench process: cninet / go-cni | CPU, plugins: cninet / go-cni | Go heap allocated, GCs per half: cninet / go-cni |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, o := range rs {
 		diff := o.LibSetup.median() - o.DirectSetup.median()
 		plugins := o.LibAdd.median() - o.DirectSetup.median()
 		outside := o.SetupOutside.median()
 		sum := plugins + o.RecordSetup.median() + outside
-		w("| %s | %s / %s (%.3f×) | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", labels[i],
+		w("| %s | %s / %s (%.3f×) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s |\n", labels[i],
 			ms(o.LibSetup.median()), ms(o.DirectSetup.median()), ratio(o.LibSetup.median(), o.DirectSetup.median()), signedMs(diff),
 			controlDiff(o.ControlSetup, o.DirectSetup), phaseMs(o.LibAdd, plugins), registryMs(o.RecordSetup), phaseMs(o.SetupOutside, outside),
 			outsideSplit(o.SetupOutside, o.SetupLock, o.SetupFind), phaseMs(o.SetupOutside, sum),
-			cpuPair(o.LibSetupCPU.Self, o.DirectSetupCPU.Self), cpuPair(o.LibSetupCPU.Children, o.DirectSetupCPU.Children))
+			cpuPair(o.LibSetupCPU.Self, o.DirectSetupCPU.Self), cpuPair(o.LibSetupCPU.Children, o.DirectSetupCPU.Children),
+			o.LibSetupCPU.heap(), o.DirectSetupCPU.heap())
 	}
-	w("\n| Teardown | cninet / go-cni (Remove) | cninet − go-cni | control − go-cni | DEL − go-cni's Remove | prevention before DEL (proof in it) | cleanup after DEL | registry: removal | outside | of it: lock / finding / rest | sum | CPU, bench process: cninet / go-cni | CPU, plugins: cninet / go-cni |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("\n| Teardown | cninet / go-cni (Remove) | cninet − go-cni | control − go-cni | DEL − go-cni's Remove | prevention before DEL (proof in it) | cleanup after DEL | registry: removal | outside | of it: lock / finding / rest | sum | CPU, bench process: cninet / go-cni | CPU, plugins: cninet / go-cni | Go heap allocated, GCs per half: cninet / go-cni |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, o := range rs {
 		diff := o.LibTeardown.median() - o.DirectTeardown.median()
 		plugins := o.LibDel.median() - o.DirectTeardown.median()
 		outside := o.TeardownOutside.median()
 		sum := plugins + o.CyclePrevent.median() + o.CycleCleanup.median() + o.RecordRemoval.median() + outside
-		w("| %s | %s / %s (%.3f×) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", labels[i],
+		w("| %s | %s / %s (%.3f×) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s |\n", labels[i],
 			ms(o.LibTeardown.median()), ms(o.DirectTeardown.median()), ratio(o.LibTeardown.median(), o.DirectTeardown.median()), signedMs(diff),
 			controlDiff(o.ControlTeardown, o.DirectTeardown), phaseMs(o.LibDel, plugins), phaseMs(o.CyclePrevent, o.CyclePrevent.median()),
 			phaseMs(o.CycleCleanup, o.CycleCleanup.median()), registryMs(o.RecordRemoval), phaseMs(o.TeardownOutside, outside),
 			outsideSplit(o.TeardownOutside, o.TeardownLock, o.TeardownFind), phaseMs(o.TeardownOutside, sum),
-			cpuPair(o.LibTeardownCPU.Self, o.DirectTeardownCPU.Self), cpuPair(o.LibTeardownCPU.Children, o.DirectTeardownCPU.Children))
+			cpuPair(o.LibTeardownCPU.Self, o.DirectTeardownCPU.Self), cpuPair(o.LibTeardownCPU.Children, o.DirectTeardownCPU.Children),
+			o.LibTeardownCPU.heap(), o.DirectTeardownCPU.heap())
+	}
+	w("\nThe same differences as means over the rounds, each cycle against the go-cni cycle of its round (paired), ± their standard error: a difference within about two standard errors of zero is not told apart from the noise, and the control shows how large the noise of these cycles is.\n\n")
+	w("| | Setup: cninet − go-cni | of it, ADD − go-cni's Setup | control − go-cni | Teardown: cninet − go-cni | of it, DEL − go-cni's Remove | control − go-cni | cycle: cninet − go-cni | control − go-cni |\n|---|---|---|---|---|---|---|---|---|\n")
+	for i, o := range rs {
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", labels[i],
+			pairedString(o.LibSetup, o.DirectSetup), pairedString(o.LibAdd, o.DirectSetup), pairedString(o.ControlSetup, o.DirectSetup),
+			pairedString(o.LibTeardown, o.DirectTeardown), pairedString(o.LibDel, o.DirectTeardown), pairedString(o.ControlTeardown, o.DirectTeardown),
+			pairedString(o.Lib, o.Direct), pairedString(o.Control, o.Direct))
 	}
 	w("\nThe host registry in all, per cycle (`record=`): in Setup the record before the ADD and its completion after it; in Teardown the proof before the DEL (inside the prevention above) and the removal after the detach.\n\n")
 	w("| | registry: Setup + Teardown (proof, removal) | share of cninet's median cycle |\n|---|---|---|\n")

@@ -114,12 +114,12 @@ func TestPhaseTableSumsTheTeardownsParts(t *testing.T) {
 			rows = append(rows, line)
 		}
 	}
-	if len(rows) != 3 {
-		t.Fatalf("%d rows of the set, want 3 (Setup, Teardown, registry):\n%s", len(rows), b.String())
+	if len(rows) != 4 {
+		t.Fatalf("%d rows of the set, want 4 (Setup, Teardown, paired, registry):\n%s", len(rows), b.String())
 	}
 	cells := strings.Split(rows[1], " | ")
-	if len(cells) != 13 {
-		t.Fatalf("Teardown row %q: %d cells, want 13", rows[1], len(cells))
+	if len(cells) != 14 {
+		t.Fatalf("Teardown row %q: %d cells, want 14", rows[1], len(cells))
 	}
 	for i, want := range map[int]string{
 		2:  "+8.0 ms",                     // cninet − go-cni
@@ -140,7 +140,31 @@ func TestPhaseTableSumsTheTeardownsParts(t *testing.T) {
 	if setup[4] != "-1.0 ms" || setup[8] != "+2.0 ms" {
 		t.Errorf("Setup row %s: ADD − Setup %q, sum %q; want -1.0 ms and +2.0 ms (−1 + 0.5 + 2.5)", rows[0], setup[4], setup[8])
 	}
-	if want := "0.50 ms + 1.25 ms (proof 0.25 ms, removal 1.00 ms) = **1.75 ms** | 0.6% |"; !strings.HasSuffix(rows[2], want) {
-		t.Errorf("registry row %q, want it to end %q", rows[2], want)
+	if want := "0.50 ms + 1.25 ms (proof 0.25 ms, removal 1.00 ms) = **1.75 ms** | 0.6% |"; !strings.HasSuffix(rows[3], want) {
+		t.Errorf("registry row %q, want it to end %q", rows[3], want)
+	}
+}
+
+// A paired difference is the mean over the rounds of each cycle minus
+// the other contender's cycle of the same round, with the standard error
+// of that mean; pairs beyond the shorter sample do not count.
+func TestPairedDifferenceIsTheMeanOfTheRoundsWithItsStandardError(t *testing.T) {
+	msd := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	for _, tc := range []struct {
+		name     string
+		a, b     sample
+		mean, se time.Duration
+		n        int
+	}{
+		{"no pairs", nil, sample{msd(1)}, 0, 0, 0},
+		{"one pair has no error", sample{msd(12)}, sample{msd(10)}, msd(2), 0, 1},
+		{"a constant difference has no error", sample{msd(12), msd(20), msd(7)}, sample{msd(10), msd(18), msd(5)}, msd(2), 0, 3},
+		// differences 1, 3, 5, 7: mean 4, s.d. √(20/3), s.e. √(20/3)/2
+		{"differences spread", sample{msd(11), msd(13), msd(15), msd(17), msd(99)}, sample{msd(10), msd(10), msd(10), msd(10)}, msd(4), 1290994 * time.Nanosecond, 4},
+	} {
+		mean, se, n := pairedDiff(tc.a, tc.b)
+		if mean != tc.mean || n != tc.n || (se-tc.se).Abs() > time.Microsecond {
+			t.Errorf("%s: mean %v ± %v over %d, want %v ± %v over %d", tc.name, mean, se, n, tc.mean, tc.se, tc.n)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -123,11 +124,32 @@ type overheadResult struct {
 }
 
 // cpuSamples is the CPU of one half of each cycle: in the bench process
-// and in its children.
-type cpuSamples struct{ Self, Children sample }
+// and in its children; and the bench process's Go heap allocations and
+// finished collections.
+type cpuSamples struct {
+	Self, Children sample
+	HeapAlloc      []uint64
+	GCs            []int
+}
 
 func (c *cpuSamples) add(u cpuUse) {
 	c.Self, c.Children = append(c.Self, u.Self), append(c.Children, u.Children)
+	c.HeapAlloc, c.GCs = append(c.HeapAlloc, u.HeapAlloc), append(c.GCs, u.GCs)
+}
+
+// heap is the median bytes allocated and the collections per half, e.g.
+// "412 KiB, 0.5 GC".
+func (c cpuSamples) heap() string {
+	if len(c.HeapAlloc) == 0 {
+		return "–"
+	}
+	allocs := slices.Clone(c.HeapAlloc)
+	slices.Sort(allocs)
+	gcs := 0
+	for _, n := range c.GCs {
+		gcs += n
+	}
+	return fmt.Sprintf("%d KiB, %.2f GC", allocs[len(allocs)/2]/1024, float64(gcs)/float64(len(c.GCs)))
 }
 
 // scaleResult is one plugin set at one number of other attachments.
