@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	gocni "github.com/containerd/go-cni"
 )
 
 func TestDetachedLineFieldsAreReadQuotedOrNot(t *testing.T) {
@@ -168,3 +170,41 @@ func TestPairedDifferenceIsTheMeanOfTheRoundsWithItsStandardError(t *testing.T) 
 		}
 	}
 }
+
+// Over six rounds with a control, each contender runs first, second and
+// third twice, and within the rounds follows each other contender twice.
+func TestOrderBalancesPlaceAndPredecessor(t *testing.T) {
+	b := &bench{control: fakeCNI{}}
+	place := map[[2]contender]int{}
+	follows := map[[2]contender]int{}
+	for i := range 6 {
+		o := b.order(i)
+		if len(o) != 3 {
+			t.Fatalf("round %d: %v, want three contenders", i, o)
+		}
+		for j, who := range o {
+			place[[2]contender{who, contender(j)}]++
+			if j > 0 {
+				follows[[2]contender{who, o[j-1]}]++
+			}
+		}
+	}
+	for _, who := range []contender{viaCninet, viaGoCNI, viaControl} {
+		for j := range 3 {
+			if n := place[[2]contender{who, contender(j)}]; n != 2 {
+				t.Errorf("contender %d in place %d %d times, want 2", who, j, n)
+			}
+		}
+		for _, prev := range []contender{viaCninet, viaGoCNI, viaControl} {
+			if want, n := map[bool]int{true: 0, false: 2}[who == prev], follows[[2]contender{who, prev}]; n != want {
+				t.Errorf("contender %d follows %d %d times, want %d", who, prev, n, want)
+			}
+		}
+	}
+	if two := (&bench{}).order(1); len(two) != 2 || two[0] != viaGoCNI {
+		t.Errorf("without a control, round 1 is %v, want go-cni first of two", two)
+	}
+}
+
+// fakeCNI stands for the control's go-cni where only its presence counts.
+type fakeCNI struct{ gocni.CNI }
