@@ -82,7 +82,7 @@ func (r *report) markdown() string {
 		o.pluginDir, o.upstreamDir, o.overheadN, o.scaleN, joinInts(o.scaleSizes), o.recoveryN, o.concRounds, o.gcN, o.gcBigN, o.gcNFTN, joinInts(o.gcScaleSizes), o.multiN, o.statusN, o.statusRuns,
 		map[bool]string{true: "", false: " -control=false"}[o.control])
 	w("  `make bench BENCH_ARGS='-only overhead-scale,gc-nft'` reruns a subset (%s) and keeps the other sections from `bench/results.json`.\n", strings.Join(scenarioNames(), ", "))
-	w("- Contenders are interleaved in one run (ABAB…, alternating which goes first; in the overhead scenarios with their control, a second go-cni, ABC BCA CAB…), so machine drift hits them alike.\n")
+	w("- Contenders are interleaved in one run (ABAB…, alternating which goes first; in the overhead scenarios with their control, a second go-cni, the six orders of three in turn), so machine drift hits them alike.\n")
 	w("  The machine is shared and small: compare ratios, not absolute times.\n\n")
 
 	r.targets(w)
@@ -202,7 +202,7 @@ func (r *report) overheadSection(w writer) {
 		w("| %s | %d | %s | %s | %s | %s | **%.3f×** | %s | %s | %.3f× | %.3f× | %s |\n", o.Set.Name, len(o.Lib), ms(o.Lib.median()), ms(o.Lib.p95()),
 			ms(o.Direct.median()), ms(o.Direct.p95()), q, verdict(q <= overheadTarget), controlRatio(o), ratio(o.Lib.p95(), o.Direct.p95()), pairedRatio(o.Lib, o.Direct), ms(o.Cleanup.median()))
 	}
-	w("\nTarget: ratio of medians ≤ %.2f×. Control: a second go-cni, interleaved with the two in the same run (each of the three goes first in turn), against the first: the ratio this machine gives when nothing differs. Paired ratio: the median of cninet/go-cni over adjacent pairs of cycles (not the target).\n\n", overheadTarget)
+	w("\nTarget: ratio of medians ≤ %.2f×. Control: a second go-cni, interleaved with the two in the same run (the six orders of three in turn: each contender runs first, second and third, and after each other one, equally often), against the first: the ratio this machine gives when nothing differs. Paired ratio: the median of cninet/go-cni over adjacent pairs of cycles (not the target).\n\n", overheadTarget)
 	w("Processes per cycle (counting shim in PATH; the plugins find it too):\n\n| plugin set | go-cni Setup+Remove: plugins' iptables/nft processes | cninet Setup+Teardown: all | of which cninet's own: count × mean wall time |\n|---|---|---|---|\n")
 	var labels []string
 	for _, o := range r.res.Overhead {
@@ -221,7 +221,7 @@ func (r *report) scaleSection(w writer) {
 		w("(not measured)\n\n")
 		return
 	}
-	w("As section 1, with 0, 250 and 1,000 attachments of *another* network (`%s`) present on the host, written in bulk with `iptables-restore`/`ip6tables-restore --noflush` in the plugins' exact formats: per attachment and family the bridge's masquerade jump and chain, portmap's DNAT jump and chain (with its SETMARK rules), the firewall plugin's two CNI-FORWARD rules, and the host-local reservations (%d iptables rules and chains per attachment). For the nftables set they are also in nftables, written with one `nft -f -` in the formats of `testdata/nftables/README.md`: the two `inet cni_plugins_masquerade masq_checks` rules, and in `ip`/`ip6 cni_hostport` the `hostports` DNAT rules and the three `masquerading` rules (%d nftables rules per attachment). Nothing of them belongs to the measured network; every listing cninet and the plugins make has to read past them. %d measured cycles per contender, per size and plugin set, interleaved (each contender first in turn); afterwards cninet's GC on the other network removes them and the bench checks that nothing of them is left.\n\n",
+	w("As section 1, with 0, 250 and 1,000 attachments of *another* network (`%s`) present on the host, written in bulk with `iptables-restore`/`ip6tables-restore --noflush` in the plugins' exact formats: per attachment and family the bridge's masquerade jump and chain, portmap's DNAT jump and chain (with its SETMARK rules), the firewall plugin's two CNI-FORWARD rules, and the host-local reservations (%d iptables rules and chains per attachment). For the nftables set they are also in nftables, written with one `nft -f -` in the formats of `testdata/nftables/README.md`: the two `inet cni_plugins_masquerade masq_checks` rules, and in `ip`/`ip6 cni_hostport` the `hostports` DNAT rules and the three `masquerading` rules (%d nftables rules per attachment). Nothing of them belongs to the measured network; every listing cninet and the plugins make has to read past them. %d measured cycles per contender, per size and plugin set, interleaved as in section 1; afterwards cninet's GC on the other network removes them and the bench checks that nothing of them is left.\n\n",
 		othersRange.network, iptRuleCount, nftRuleCount, len(r.res.Scale[0].Lib))
 	w("| plugin set | others | rules on host (iptables / nft) | cninet median | p95 | go-cni median | p95 | ratio (median) | | control: go-cni / go-cni | paired ratio | cninet − go-cni | cninet's cleanup after DEL (median) | cninet's own processes per Teardown |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.res.Scale {
