@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,7 @@ type options struct {
 	out, svg      string
 	state         string
 	goBench       string // output of go test -bench, read from a file
+	cpuProfile    string // where to write a CPU profile of the whole run
 }
 
 // scenario is one named, separately runnable measurement.
@@ -95,6 +97,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")
 	flag.StringVar(&o.svg, "svg", "bench/results.svg", "plot to write")
 	flag.StringVar(&o.state, "state", "results.json", "raw results, read back by -only runs for the scenarios they skip")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (the bench process: cninet, go-cni, the bench) to this file")
 	flag.StringVar(&o.goBench, "gobench", "", "file with `go test -bench -benchmem` output to include")
 	flag.Parse()
 	for _, s := range strings.Split(sizes, ",") {
@@ -138,6 +141,17 @@ func main() {
 }
 
 func run(o options) error {
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	r := &report{started: time.Now(), opts: o}
 	if len(o.only) > 0 {
 		if err := r.res.load(o.state); err != nil {

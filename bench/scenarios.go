@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -319,15 +320,17 @@ func (b *bench) order(i int) []contender {
 	}[i%6]
 }
 
-// run is one cycle of who.
-func (b *bench) run(who contender, id string) (phases, error) {
-	switch who {
-	case viaCninet:
-		return cycle(b.c, b.raw, true, id, b.nextPort())
-	case viaControl:
-		return cycle(nil, b.control, false, id, b.nextPort())
+// run is one cycle of who, labelled with who in a CPU profile
+// (-cpuprofile; go tool pprof -tagfocus contender=cninet).
+func (b *bench) run(who contender, id string) (ph phases, err error) {
+	raw, useLib := b.raw, who == viaCninet
+	if who == viaControl {
+		raw = b.control
 	}
-	return cycle(nil, b.raw, false, id, b.nextPort())
+	pprof.Do(context.Background(), pprof.Labels("contender", []string{"cninet", "go-cni", "control"}[who]), func(context.Context) {
+		ph, err = cycle(b.c, raw, useLib, id, b.nextPort())
+	})
+	return ph, err
 }
 
 // measure runs one unmeasured warm-up cycle per contender, then n
