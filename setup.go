@@ -34,11 +34,13 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	leave, err := c.registry.enter(ctx, req.id, true)
 	if err != nil {
 		return nil, err
 	}
 	defer leave()
+	locked := time.Now()
 	atts, err := c.find.named(alloc, false)
 	if err != nil {
 		return nil, err
@@ -49,6 +51,7 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 			return nil, err
 		}
 	}
+	c.logFound(opSetup, req.id, len(atts), locked.Sub(start), time.Since(locked))
 	return a.all(ctx, atts)
 }
 

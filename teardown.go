@@ -40,17 +40,28 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 	if err != nil {
 		return err
 	}
+	start := time.Now()
 	leave, err := c.registry.enter(ctx, req.id, false)
 	if err != nil {
 		return err
 	}
 	defer leave()
+	locked := time.Now()
 	owner := c.ownerOf(ctx)
 	found, err := c.find.of(alloc, req, owner, true)
 	if err != nil {
 		return err
 	}
+	c.logFound(opTeardown, req.id, len(found), locked.Sub(start), time.Since(locked))
 	return c.detaching(owner, netns, false).all(ctx, found)
+}
+
+// logFound reports, before an operation's first plugin runs, how long it
+// waited for the allocation's locks and how long finding its attachments
+// took (for Setup: resolving and checking the networks): with the
+// per-network lines, every phase of the operation is timed.
+func (c *Configurator) logFound(op operation, id string, networks int, lock, find time.Duration) {
+	c.logger.Debug("attachments found", "alloc_id", id, "operation", op.String(), "networks", networks, "lock", lock, "find", find)
 }
 
 // detachment is one detach of found attachments of a workload: per

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -41,5 +45,41 @@ func TestTeardownDetachesEveryNetworkLastFirstAndReportsEachFailure(t *testing.T
 	add, del := f.drv.find("ADD", "b"), f.drv.find("DEL", "b")
 	if !reflect.DeepEqual(add.mappings, del.mappings) || !reflect.DeepEqual(add.args, del.args) || len(add.mappings) != 2 || len(add.args) != 2 {
 		t.Fatalf("ADD sent %v %v, DEL %v %v: want the same port mappings and args", add.mappings, add.args, del.mappings, del.args)
+	}
+}
+
+// Setup and Teardown each time, before their first plugin runs, the wait
+// for the allocation's locks and the finding of its networks or
+// attachments, in one debug line the bench reads: with the per-network
+// lines every phase of the operation is timed.
+func TestSetupAndTeardownLogTheirLockWaitAndFindingBeforeAnyPlugin(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	var log strings.Builder
+	f.c.logger = hclog.New(&hclog.LoggerOptions{Output: &log, Level: hclog.Debug})
+	alloc := &Allocation{ID: "w", NetworkNames: []string{"a", "b"}}
+	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Teardown(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	found := regexp.MustCompile(`attachments found: alloc_id=w operation=(\w+) networks=(\d+) lock="?([^"\s]+)"? find="?([^"\s]+)`)
+	var ops []string
+	for _, line := range strings.Split(log.String(), "\n") {
+		switch m := found.FindStringSubmatch(line); {
+		case m != nil:
+			for _, d := range m[3:] {
+				if _, err := time.ParseDuration(d); err != nil {
+					t.Errorf("line %q: %q is no duration", line, d)
+				}
+			}
+			ops = append(ops, m[1]+" "+m[2])
+		case strings.Contains(line, "network attached"), strings.Contains(line, "network detached"):
+			ops = append(ops, "plugins")
+		}
+	}
+	want := []string{"setup 2", "plugins", "plugins", "teardown 2", "plugins", "plugins"}
+	if !slices.Equal(ops, want) {
+		t.Errorf("log order %v, want %v:\n%s", ops, want, log.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,10 +33,12 @@ type options struct {
 	statusN       int
 	statusRuns    int
 	scaleSizes    []int
+	control       bool // overhead scenarios: a second go-cni as a control
 	only          []string
 	out, svg      string
 	state         string
 	goBench       string // output of go test -bench, read from a file
+	cpuProfile    string // where to write a CPU profile of the whole run
 }
 
 // scenario is one named, separately runnable measurement.
@@ -87,12 +90,14 @@ func main() {
 	flag.IntVar(&o.thickBurst, "thick-burst", 200, "concurrent ADDs through the shim in the burst (thick)")
 	flag.IntVar(&o.statusN, "status-n", 10000, "records in the host registry listed by cninet status --attachments (registry-status)")
 	flag.IntVar(&o.statusRuns, "status-runs", 5, "runs of cninet status --attachments per output format (registry-status)")
+	flag.BoolVar(&o.control, "control", true, "overhead scenarios: interleave a second go-cni with the two contenders, to measure the machine's noise (go-cni against itself)")
 	flag.StringVar(&sizes, "scale-sizes", "0,250,1000", "numbers of other attachments on the host (overhead-scale)")
 	flag.StringVar(&gcSizes, "gc-scale-sizes", "1000,10000", "numbers of leaked attachments, per backend (gc-scale)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")
 	flag.StringVar(&o.svg, "svg", "bench/results.svg", "plot to write")
 	flag.StringVar(&o.state, "state", "results.json", "raw results, read back by -only runs for the scenarios they skip")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (the bench process: cninet, go-cni, the bench) to this file")
 	flag.StringVar(&o.goBench, "gobench", "", "file with `go test -bench -benchmem` output to include")
 	flag.Parse()
 	for _, s := range strings.Split(sizes, ",") {
@@ -136,6 +141,17 @@ func main() {
 }
 
 func run(o options) error {
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	r := &report{started: time.Now(), opts: o}
 	if len(o.only) > 0 {
 		if err := r.res.load(o.state); err != nil {

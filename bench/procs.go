@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"sort"
 	"strconv"
 	"strings"
@@ -266,13 +267,24 @@ func procStatus(field string) uint64 {
 type cpuUse struct {
 	Self, Children       time.Duration
 	SelfSys, ChildrenSys time.Duration
+	// HeapAlloc is the bytes the Go heap allocated meanwhile, GCs the
+	// collections that ended meanwhile (in the whole process).
+	HeapAlloc uint64
+	GCs       int
 }
 
-type cpuMark [2]syscall.Rusage
+// cpuMark is the CPU used so far, in this process and its waited-for
+// children, and the Go heap's allocations and collections so far.
+type cpuMark struct {
+	usage [2]syscall.Rusage
+	heap  [2]metrics.Sample // bytes allocated, GC cycles
+}
 
 func markCPU() (m cpuMark) {
-	syscall.Getrusage(syscall.RUSAGE_SELF, &m[0])
-	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &m[1])
+	syscall.Getrusage(syscall.RUSAGE_SELF, &m.usage[0])
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &m.usage[1])
+	m.heap = [2]metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(m.heap[:])
 	return m
 }
 
@@ -284,7 +296,13 @@ func (m cpuMark) since() cpuUse {
 	sys := func(a, b syscall.Rusage) time.Duration {
 		return time.Duration(b.Stime.Nano()-a.Stime.Nano()) * time.Nanosecond
 	}
-	return cpuUse{Self: total(m[0], now[0]), Children: total(m[1], now[1]), SelfSys: sys(m[0], now[0]), ChildrenSys: sys(m[1], now[1])}
+	u := cpuUse{Self: total(m.usage[0], now.usage[0]), Children: total(m.usage[1], now.usage[1]),
+		SelfSys: sys(m.usage[0], now.usage[0]), ChildrenSys: sys(m.usage[1], now.usage[1])}
+	if m.heap[0].Value.Kind() == metrics.KindUint64 && m.heap[1].Value.Kind() == metrics.KindUint64 {
+		u.HeapAlloc = now.heap[0].Value.Uint64() - m.heap[0].Value.Uint64()
+		u.GCs = int(now.heap[1].Value.Uint64() - m.heap[1].Value.Uint64())
+	}
+	return u
 }
 
 func (c cpuUse) String() string {

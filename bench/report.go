@@ -78,10 +78,11 @@ func (r *report) markdown() string {
 	w("- Machine: %s. Shared with other jobs while this ran (load average well above the core count at times).\n", r.res.Machine)
 	w("- Plugins: Debian's `containernetworking-plugins` 1.1.1 (`%s`, iptables backend only) and the upstream reference plugins v1.9.1 (`%s`), with the iptables backends and with `\"ipMasqBackend\"`/`\"backend\": \"nftables\"` (cninet's `BridgeConfig.Backend = BackendNFTables`); the firewall plugin always uses iptables. Real binaries, run inside a throwaway network and mount namespace (`internal/netsandbox`).\n", o.pluginDir, o.upstreamDir)
 	w("- Command: `make bench` (as root), which runs `go test -run '^$' -bench . -benchmem .` and then\n")
-	w("  `cd bench && go run . -plugins %s -upstream %s -failonce ../.cache/bench-plugins -overhead-n %d -scale-n %d -scale-sizes %s -recovery-n %d -conc-rounds %d -gc-n %d -gc-big-n %d -gc-nft-n %d -gc-scale-sizes %s -multinet-n %d -status-n %d -status-runs %d`.\n",
-		o.pluginDir, o.upstreamDir, o.overheadN, o.scaleN, joinInts(o.scaleSizes), o.recoveryN, o.concRounds, o.gcN, o.gcBigN, o.gcNFTN, joinInts(o.gcScaleSizes), o.multiN, o.statusN, o.statusRuns)
+	w("  `cd bench && go run . -plugins %s -upstream %s -failonce ../.cache/bench-plugins -overhead-n %d -scale-n %d -scale-sizes %s -recovery-n %d -conc-rounds %d -gc-n %d -gc-big-n %d -gc-nft-n %d -gc-scale-sizes %s -multinet-n %d -status-n %d -status-runs %d%s`.\n",
+		o.pluginDir, o.upstreamDir, o.overheadN, o.scaleN, joinInts(o.scaleSizes), o.recoveryN, o.concRounds, o.gcN, o.gcBigN, o.gcNFTN, joinInts(o.gcScaleSizes), o.multiN, o.statusN, o.statusRuns,
+		map[bool]string{true: "", false: " -control=false"}[o.control])
 	w("  `make bench BENCH_ARGS='-only overhead-scale,gc-nft'` reruns a subset (%s) and keeps the other sections from `bench/results.json`.\n", strings.Join(scenarioNames(), ", "))
-	w("- Contenders are interleaved in one run (ABAB…, alternating which goes first), so machine drift hits both alike.\n")
+	w("- Contenders are interleaved in one run (ABAB…, alternating which goes first; in the overhead scenarios with their control, a second go-cni, the six orders of three in turn), so machine drift hits them alike.\n")
 	w("  The machine is shared and small: compare ratios, not absolute times.\n\n")
 
 	r.targets(w)
@@ -140,11 +141,11 @@ func (r *report) targets(w writer) {
 	w("## Targets\n\n| target | result | |\n|---|---|---|\n")
 	for _, o := range r.res.Overhead {
 		q := ratio(o.Lib.median(), o.Direct.median())
-		w("| overhead, %s: cninet/go-cni median ≤ %.2f× | %.3f× | %s |\n", o.Set.Name, overheadTarget, q, verdict(q <= overheadTarget))
+		w("| overhead, %s: cninet/go-cni median ≤ %.2f× | %.3f×%s | %s |\n", o.Set.Name, overheadTarget, q, controlNote(o), verdict(q <= overheadTarget))
 	}
 	for _, s := range r.res.Scale {
 		q := ratio(s.Lib.median(), s.Direct.median())
-		w("| overhead at scale, %s, %d others: ≤ %.2f× | %.3f× | %s |\n", s.Set.Name, s.Others, overheadTarget, q, verdict(q <= overheadTarget))
+		w("| overhead at scale, %s, %d others: ≤ %.2f× | %.3f×%s | %s |\n", s.Set.Name, s.Others, overheadTarget, q, controlNote(s.overheadResult), verdict(q <= overheadTarget))
 	}
 	if rc := r.res.Recovery; rc != nil {
 		q := ratio(rc.Fixed.median(), rc.Lib.median())
@@ -195,13 +196,13 @@ func (r *report) overheadSection(w writer) {
 		w("(not measured)\n\n")
 		return
 	}
-	w("| plugin set | cycles | cninet median | p95 | go-cni median | p95 | ratio (median) | | p95 ratio | paired ratio | cninet's cleanup after DEL (median) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| plugin set | cycles | cninet median | p95 | go-cni median | p95 | ratio (median) | | control: go-cni / go-cni | p95 ratio | paired ratio | cninet's cleanup after DEL (median) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, o := range r.res.Overhead {
 		q := ratio(o.Lib.median(), o.Direct.median())
-		w("| %s | %d | %s | %s | %s | %s | **%.3f×** | %s | %.3f× | %.3f× | %s |\n", o.Set.Name, len(o.Lib), ms(o.Lib.median()), ms(o.Lib.p95()),
-			ms(o.Direct.median()), ms(o.Direct.p95()), q, verdict(q <= overheadTarget), ratio(o.Lib.p95(), o.Direct.p95()), pairedRatio(o.Lib, o.Direct), ms(o.Cleanup.median()))
+		w("| %s | %d | %s | %s | %s | %s | **%.3f×** | %s | %s | %.3f× | %.3f× | %s |\n", o.Set.Name, len(o.Lib), ms(o.Lib.median()), ms(o.Lib.p95()),
+			ms(o.Direct.median()), ms(o.Direct.p95()), q, verdict(q <= overheadTarget), controlRatio(o), ratio(o.Lib.p95(), o.Direct.p95()), pairedRatio(o.Lib, o.Direct), ms(o.Cleanup.median()))
 	}
-	w("\nTarget: ratio of medians ≤ %.2f×. Paired ratio: the median of cninet/go-cni over adjacent pairs of cycles (not the target).\n\n", overheadTarget)
+	w("\nTarget: ratio of medians ≤ %.2f×. Control: a second go-cni, interleaved with the two in the same run (the six orders of three in turn: each contender runs first, second and third, and after each other one, equally often), against the first: the ratio this machine gives when nothing differs. Paired ratio: the median of cninet/go-cni over adjacent pairs of cycles (not the target).\n\n", overheadTarget)
 	w("Processes per cycle (counting shim in PATH; the plugins find it too):\n\n| plugin set | go-cni Setup+Remove: plugins' iptables/nft processes | cninet Setup+Teardown: all | of which cninet's own: count × mean wall time |\n|---|---|---|---|\n")
 	var labels []string
 	for _, o := range r.res.Overhead {
@@ -220,13 +221,13 @@ func (r *report) scaleSection(w writer) {
 		w("(not measured)\n\n")
 		return
 	}
-	w("As section 1, with 0, 250 and 1,000 attachments of *another* network (`%s`) present on the host, written in bulk with `iptables-restore`/`ip6tables-restore --noflush` in the plugins' exact formats: per attachment and family the bridge's masquerade jump and chain, portmap's DNAT jump and chain (with its SETMARK rules), the firewall plugin's two CNI-FORWARD rules, and the host-local reservations (%d iptables rules and chains per attachment). For the nftables set they are also in nftables, written with one `nft -f -` in the formats of `testdata/nftables/README.md`: the two `inet cni_plugins_masquerade masq_checks` rules, and in `ip`/`ip6 cni_hostport` the `hostports` DNAT rules and the three `masquerading` rules (%d nftables rules per attachment). Nothing of them belongs to the measured network; every listing cninet and the plugins make has to read past them. %d measured cycles per contender, per size and plugin set, interleaved ABAB; afterwards cninet's GC on the other network removes them and the bench checks that nothing of them is left.\n\n",
+	w("As section 1, with 0, 250 and 1,000 attachments of *another* network (`%s`) present on the host, written in bulk with `iptables-restore`/`ip6tables-restore --noflush` in the plugins' exact formats: per attachment and family the bridge's masquerade jump and chain, portmap's DNAT jump and chain (with its SETMARK rules), the firewall plugin's two CNI-FORWARD rules, and the host-local reservations (%d iptables rules and chains per attachment). For the nftables set they are also in nftables, written with one `nft -f -` in the formats of `testdata/nftables/README.md`: the two `inet cni_plugins_masquerade masq_checks` rules, and in `ip`/`ip6 cni_hostport` the `hostports` DNAT rules and the three `masquerading` rules (%d nftables rules per attachment). Nothing of them belongs to the measured network; every listing cninet and the plugins make has to read past them. %d measured cycles per contender, per size and plugin set, interleaved as in section 1; afterwards cninet's GC on the other network removes them and the bench checks that nothing of them is left.\n\n",
 		othersRange.network, iptRuleCount, nftRuleCount, len(r.res.Scale[0].Lib))
-	w("| plugin set | others | rules on host (iptables / nft) | cninet median | p95 | go-cni median | p95 | ratio (median) | | paired ratio | cninet − go-cni | cninet's cleanup after DEL (median) | cninet's own processes per Teardown |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| plugin set | others | rules on host (iptables / nft) | cninet median | p95 | go-cni median | p95 | ratio (median) | | control: go-cni / go-cni | paired ratio | cninet − go-cni | cninet's cleanup after DEL (median) | cninet's own processes per Teardown |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.res.Scale {
 		q := ratio(s.Lib.median(), s.Direct.median())
-		w("| %s | %d | %d / %d | %s | %s | %s | %s | **%.3f×** | %s | %.3f× | %+.1f ms | %s | %d |\n", s.Set.Name, s.Others, s.RulesIPT, s.RulesNFT,
-			ms(s.Lib.median()), ms(s.Lib.p95()), ms(s.Direct.median()), ms(s.Direct.p95()), q, verdict(q <= overheadTarget), pairedRatio(s.Lib, s.Direct),
+		w("| %s | %d | %d / %d | %s | %s | %s | %s | **%.3f×** | %s | %s | %.3f× | %+.1f ms | %s | %d |\n", s.Set.Name, s.Others, s.RulesIPT, s.RulesNFT,
+			ms(s.Lib.median()), ms(s.Lib.p95()), ms(s.Direct.median()), ms(s.Direct.p95()), q, verdict(q <= overheadTarget), controlRatio(s.overheadResult), pairedRatio(s.Lib, s.Direct),
 			float64((s.Lib.median()-s.Direct.median()).Microseconds())/1000, ms(s.Cleanup.median()), s.Procs.Own)
 	}
 	w("\nTarget: ratio of medians ≤ %.2f× at every size. \"cninet's cleanup after DEL\" is the force cleanup's own time as cninet logs it (`network detached … cleanup=`), the part of a Teardown go-cni does not do; \"rules on host\" counts `-A` lines of both `*-save` and every nftables rule (iptables-nft's own tables included).\n\n", overheadTarget)
@@ -248,31 +249,124 @@ func (r *report) scaleSection(w writer) {
 	whyMissed(w, missed, labels)
 }
 
-// phaseTable says where each cycle's time goes: Setup and Teardown of
-// each contender, and of cninet's Teardown the prevention before the DEL
-// and the force cleanup after it, as cninet logs them; what is left of
-// the Teardown difference is the DEL itself and the noise of the machine.
-// The host registry's share is cut across: in Setup, the record around
-// the ADD; in Teardown, the proof before the DEL (inside the prevention,
-// not counted again) and the record's removal after the detach (a column
-// of its own, taken out of the rest).
+// phaseTable says where each half of a cycle goes, so that the parts add
+// up to the difference between cninet and go-cni: per half, cninet's
+// plugins (its ADDs, its DELs) against go-cni's whole Setup or Remove,
+// then what cninet adds: in Setup the registry around the ADD; in
+// Teardown the prevention before the DEL (with the registry's proof in
+// it), the force cleanup after it and the record's removal; in each half
+// the time outside those phases, split into the wait for the locks, the
+// finding of the networks or attachments, and the rest. Beside it the
+// control (a second go-cni against the first: the noise of the same
+// cycles) and the CPU of each half.
 func phaseTable(w writer, rs []overheadResult, labels []string) {
 	if len(rs) == 0 || len(rs[0].LibSetup) == 0 {
 		return
 	}
-	w("Per half of a cycle (medians): cninet's Setup against go-cni's, cninet's Teardown against go-cni's Remove, and what cninet adds to a Teardown: the prevention before the DEL (it reads the attachment's files and, where needed, asks who else holds its addresses) and the force cleanup after it (`network detached … prevent= … cleanup=`).\n\n")
-	w("The host registry's share, as cninet logs it (`record=`), per cycle: in Setup, the record written and fsynced before the ADD and completed after it (`attachment recorded`); in Teardown, the proof written before the DEL (`network detached … record=`) and the record's removal after the detach (`attachment forgotten`). The proof write happens inside the prevention, so it is part of \"prevention before DEL\" and not added again; the removal is outside the prevention and the cleanup and has its own column, taken out of the rest: prevention + cleanup + removal + the rest = Teardown − Remove (each a median, so the sum holds only roughly). The last column is the registry in all, Setup + Teardown (proof + removal), and its share of cninet's median cycle.\n\n")
-	w("| | Setup: cninet / go-cni | of it: registry (record before ADD + after) | Teardown: cninet / go-cni | Teardown − Remove | of it: prevention before DEL | cleanup after DEL | registry: removal after the detach | the rest (the DEL itself, noise) | of it: registry (record before ADD + after, proof before DEL, removal) |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	w("Where each half of a cycle goes (medians over the cycles; cninet's phases as its debug log times them, summed over a cycle's networks). ")
+	w("cninet's ADD (`network attached … duration=`) and DEL (`network detached … del=`) run the same plugins through the same go-cni as the go-cni contender's Setup and Remove, so \"ADD − go-cni's Setup\" and \"DEL − go-cni's Remove\" are the plugins' share of the difference (and go-cni's own few µs); the rest is cninet's own. ")
+	w("\"Outside\" is, per cycle, the half's wall time minus its timed phases (Setup − ADD − registry; Teardown − prevention − DEL − cleanup − removal), and of it the wait for the allocation's locks and the finding of its networks or attachments (`attachments found … lock= find=`); the rest of it is validation, telemetry and the log lines. ")
+	w("\"Sum\" adds the parts up, to set against \"cninet − go-cni\" (medians do not add exactly). ")
+	w("Control: a second go-cni interleaved with the two on the same network, minus the first: what the same difference is when nothing differs. ")
+	w("CPU: of the bench process (cninet or go-cni, with Go's GC) and of the processes it waited for (the plugins and their iptables/nft), per half; the Go heap: the bytes the bench process allocated in the half (median) and the collections that finished in it (mean).\n\n")
+	w("| Setup | cninet / go-cni | cninet − go-cni | control − go-cni | ADD − go-cni's Setup | registry (record before ADD + after) | outside | of it: lock / finding / rest | sum | CPU, bench process: cninet / go-cni | CPU, plugins: cninet / go-cni | Go heap allocated, GCs per half: cninet / go-cni |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for i, o := range rs {
+		diff := o.LibSetup.median() - o.DirectSetup.median()
+		plugins := o.LibAdd.median() - o.DirectSetup.median()
+		outside := o.SetupOutside.median()
+		sum := plugins + o.RecordSetup.median() + outside
+		w("| %s | %s / %s (%.3f×) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s |\n", labels[i],
+			ms(o.LibSetup.median()), ms(o.DirectSetup.median()), ratio(o.LibSetup.median(), o.DirectSetup.median()), signedMs(diff),
+			controlDiff(o.ControlSetup, o.DirectSetup), phaseMs(o.LibAdd, plugins), registryMs(o.RecordSetup), phaseMs(o.SetupOutside, outside),
+			outsideSplit(o.SetupOutside, o.SetupLock, o.SetupFind), phaseMs(o.SetupOutside, sum),
+			cpuPair(o.LibSetupCPU.Self, o.DirectSetupCPU.Self), cpuPair(o.LibSetupCPU.Children, o.DirectSetupCPU.Children),
+			o.LibSetupCPU.heap(), o.DirectSetupCPU.heap())
+	}
+	w("\n| Teardown | cninet / go-cni (Remove) | cninet − go-cni | control − go-cni | DEL − go-cni's Remove | prevention before DEL (proof in it) | cleanup after DEL | registry: removal | outside | of it: lock / finding / rest | sum | CPU, bench process: cninet / go-cni | CPU, plugins: cninet / go-cni | Go heap allocated, GCs per half: cninet / go-cni |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, o := range rs {
 		diff := o.LibTeardown.median() - o.DirectTeardown.median()
-		rest := diff - o.Prevent.median() - o.Cleanup.median() - o.RecordRemoval.median()
-		w("| %s | %s / %s (%.3f×) | %s | %s / %s (%.3f×) | %+.1f ms | %s | %s | %s | %+.1f ms | %s |\n", labels[i],
-			ms(o.LibSetup.median()), ms(o.DirectSetup.median()), ratio(o.LibSetup.median(), o.DirectSetup.median()), registryMs(o.RecordSetup),
-			ms(o.LibTeardown.median()), ms(o.DirectTeardown.median()), ratio(o.LibTeardown.median(), o.DirectTeardown.median()),
-			float64(diff.Microseconds())/1000, ms(o.Prevent.median()), ms(o.Cleanup.median()), registryMs(o.RecordRemoval),
-			float64(rest.Microseconds())/1000, registryShare(o))
+		plugins := o.LibDel.median() - o.DirectTeardown.median()
+		outside := o.TeardownOutside.median()
+		sum := plugins + o.CyclePrevent.median() + o.CycleCleanup.median() + o.RecordRemoval.median() + outside
+		w("| %s | %s / %s (%.3f×) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s |\n", labels[i],
+			ms(o.LibTeardown.median()), ms(o.DirectTeardown.median()), ratio(o.LibTeardown.median(), o.DirectTeardown.median()), signedMs(diff),
+			controlDiff(o.ControlTeardown, o.DirectTeardown), phaseMs(o.LibDel, plugins), phaseMs(o.CyclePrevent, o.CyclePrevent.median()),
+			phaseMs(o.CycleCleanup, o.CycleCleanup.median()), registryMs(o.RecordRemoval), phaseMs(o.TeardownOutside, outside),
+			outsideSplit(o.TeardownOutside, o.TeardownLock, o.TeardownFind), phaseMs(o.TeardownOutside, sum),
+			cpuPair(o.LibTeardownCPU.Self, o.DirectTeardownCPU.Self), cpuPair(o.LibTeardownCPU.Children, o.DirectTeardownCPU.Children),
+			o.LibTeardownCPU.heap(), o.DirectTeardownCPU.heap())
+	}
+	w("\nThe same differences as means over the rounds, each cycle against the go-cni cycle of its round (paired), ± their standard error: a difference within about two standard errors of zero is not told apart from the noise, and the control shows how large the noise of these cycles is.\n\n")
+	w("| | Setup: cninet − go-cni | of it, ADD − go-cni's Setup | control − go-cni | Teardown: cninet − go-cni | of it, DEL − go-cni's Remove | control − go-cni | cycle: cninet − go-cni | control − go-cni |\n|---|---|---|---|---|---|---|---|---|\n")
+	for i, o := range rs {
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", labels[i],
+			pairedString(o.LibSetup, o.DirectSetup), pairedString(o.LibAdd, o.DirectSetup), pairedString(o.ControlSetup, o.DirectSetup),
+			pairedString(o.LibTeardown, o.DirectTeardown), pairedString(o.LibDel, o.DirectTeardown), pairedString(o.ControlTeardown, o.DirectTeardown),
+			pairedString(o.Lib, o.Direct), pairedString(o.Control, o.Direct))
+	}
+	w("\nThe host registry in all, per cycle (`record=`): in Setup the record before the ADD and its completion after it; in Teardown the proof before the DEL (inside the prevention above) and the removal after the detach.\n\n")
+	w("| | registry: Setup + Teardown (proof, removal) | share of cninet's median cycle |\n|---|---|---|\n")
+	for i, o := range rs {
+		w("| %s | %s |\n", labels[i], registryShare(o))
 	}
 	w("\n")
+}
+
+// controlRatio is the control's median over go-cni's, or a dash where
+// the run had no control.
+func controlRatio(o overheadResult) string {
+	if len(o.Control) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f×", ratio(o.Control.median(), o.Direct.median()))
+}
+
+// controlNote is the control's ratio beside a target's, where the run
+// had one: the noise the same cycles show when nothing differs.
+func controlNote(o overheadResult) string {
+	if len(o.Control) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (control, go-cni / go-cni: %.3f×)", ratio(o.Control.median(), o.Direct.median()))
+}
+
+// signedMs is d in milliseconds with its sign.
+func signedMs(d time.Duration) string { return fmt.Sprintf("%+.1f ms", float64(d.Microseconds())/1000) }
+
+// phaseMs is d, a figure made from s, or a dash where an earlier run did
+// not read s.
+func phaseMs(s sample, d time.Duration) string {
+	if len(s) == 0 {
+		return "–"
+	}
+	return signedMs(d)
+}
+
+// controlDiff is the control's median minus go-cni's, or a dash where
+// the run had no control.
+func controlDiff(control, direct sample) string {
+	return phaseMs(control, control.median()-direct.median())
+}
+
+// outsideSplit is the outside time's lock wait, finding and rest
+// (medians; the rest is per cycle).
+func outsideSplit(outside, lock, find sample) string {
+	if len(outside) == 0 || len(lock) != len(outside) || len(find) != len(outside) {
+		return "–"
+	}
+	rest := make(sample, len(outside))
+	for i := range outside {
+		rest[i] = outside[i] - lock[i] - find[i]
+	}
+	return fmt.Sprintf("%s / %s / %s", msFine(lock.median()), msFine(find.median()), msFine(rest.median()))
+}
+
+// cpuPair is the median CPU of cninet's and go-cni's halves.
+func cpuPair(lib, direct sample) string {
+	if len(lib) == 0 || len(direct) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%s / %s", ms(lib.median()), ms(direct.median()))
 }
 
 // msFine is d in milliseconds to the hundredth: the registry's writes
@@ -302,15 +396,17 @@ func registryTotal(o overheadResult) sample {
 func registryShare(o overheadResult) string {
 	all := registryTotal(o)
 	if len(all) == 0 {
-		return "–"
+		return "– | –"
 	}
-	return fmt.Sprintf("%s + %s (proof %s, removal %s) = **%s**, %.1f%% of the cycle",
+	return fmt.Sprintf("%s + %s (proof %s, removal %s) = **%s** | %.1f%%",
 		msFine(o.RecordSetup.median()), msFine(o.RecordTeardown.median()), msFine(o.RecordProof.median()), msFine(o.RecordRemoval.median()),
 		msFine(all.median()), 100*ratio(all.median(), o.Lib.median()))
 }
 
 // whyMissed says, for each result over the target, where cninet's extra
-// time went.
+// time went: into the plugins (its ADDs and DELs against go-cni's Setup
+// and Remove), into its own timed phases, outside them; and what the
+// control says the same difference is when nothing differs.
 func whyMissed(w writer, rs []overheadResult, labels []string) {
 	any := false
 	for i, s := range rs {
@@ -322,19 +418,26 @@ func whyMissed(w writer, rs []overheadResult, labels []string) {
 			any = true
 		}
 		diff := s.Lib.median() - s.Direct.median()
-		// The registry's time outside the prevention: the record around
-		// the ADD, and its removal after the detach.
-		registry := s.RecordSetup.median() + s.RecordRemoval.median()
-		own := s.Cleanup.median() + s.Prevent.median() + registry
-		w("- %s: cninet's median is %s (%.1f%%) above go-cni's. cninet's prevention before DEL took %s, its force cleanup after DEL %s and the host registry outside the prevention %s (the record around the ADD %s, its removal after the detach %s; the proof before the DEL, %s, is in the prevention) — medians, together %.1f%% of go-cni's median cycle — and it started %d processes of its own per Teardown: %s.",
-			labels[i], ms(diff), 100*float64(diff)/float64(s.Direct.median()), ms(s.Prevent.median()), ms(s.Cleanup.median()),
-			msFine(registry), msFine(s.RecordSetup.median()), msFine(s.RecordRemoval.median()), msFine(s.RecordProof.median()),
-			100*float64(own)/float64(s.Direct.median()), s.Procs.Own, s.Procs.OwnTimes())
-		if own >= diff {
-			w(" They alone account for the difference.\n")
-		} else {
-			w(" They account for %s of it; the rest is noise of this machine or cninet's other work (validation, locking, result parsing: tens of µs in `BenchmarkSetupTeardown`).\n", ms(own))
+		w("- %s: cninet's median is %s (%.1f%%) above go-cni's.", labels[i], ms(diff), 100*float64(diff)/float64(s.Direct.median()))
+		if len(s.LibAdd) == 0 {
+			w(" (This run did not time cninet's phases.)\n")
+			continue
 		}
+		plugins := s.LibAdd.median() - s.DirectSetup.median() + s.LibDel.median() - s.DirectTeardown.median()
+		own := s.RecordSetup.median() + s.CyclePrevent.median() + s.CycleCleanup.median() + s.RecordRemoval.median()
+		outside := s.SetupOutside.median() + s.TeardownOutside.median()
+		w(" Of it, the plugins under cninet (its ADD and DEL against go-cni's Setup and Remove) %s, cninet's timed phases (registry, prevention, cleanup) %s, and its time outside them (locks, finding, validation) %s (medians).",
+			signedMs(plugins), signedMs(own), signedMs(outside))
+		if len(s.Control) > 0 {
+			q := ratio(s.Control.median(), s.Direct.median())
+			w(" The control, go-cni against itself in the same cycles, came out at %.3f× (%s)", q, signedMs(s.Control.median()-s.Direct.median()))
+			if q > overheadTarget || q < 1/overheadTarget {
+				w(": this machine's noise alone exceeds the target's margin here.")
+			} else {
+				w(".")
+			}
+		}
+		w("\n")
 	}
 	if any {
 		w("\n")

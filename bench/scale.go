@@ -23,7 +23,7 @@ var othersRange = fakeRange{network: "scaleothers", idPrefix: "other",
 // overheadScale: scenario 1 with 0, 250, 1,000 … other attachments'
 // rules and reservations on the host, for each plugin set: Debian's,
 // upstream's with iptables, upstream's with nftables (whose others are in
-// nftables too). Per size, the contenders are interleaved ABAB.
+// nftables too). Per size, the contenders are interleaved, each first in turn.
 func overheadScale(r *report) error {
 	sizes := slices.Clone(r.opts.scaleSizes)
 	slices.Sort(sizes)
@@ -31,7 +31,7 @@ func overheadScale(r *report) error {
 	sets := append([]pluginSet{r.opts.debianSet()}, r.opts.upstreamSets()...)
 	var results []scaleResult
 	for _, set := range sets {
-		b, err := newBench(set)
+		b, err := newBench(set, r.opts.control)
 		if err != nil {
 			return err
 		}
@@ -49,9 +49,9 @@ func overheadScale(r *report) error {
 			}
 			res.RulesIPT, res.RulesNFT = iptablesRuleTotal(), nftRuleTotal()
 			results = append(results, scaleResult{overheadResult: res, Others: size})
-			fmt.Fprintf(os.Stderr, "bench:   %s, %d others: cninet %s, go-cni %s, ratio %.3f; cleanup %s, cninet's own processes per Teardown %d\n",
-				set.Name, size, ms(res.Lib.median()), ms(res.Direct.median()), ratio(res.Lib.median(), res.Direct.median()),
-				ms(res.Cleanup.median()), res.Procs.Own)
+			fmt.Fprintf(os.Stderr, "bench:   %s, %d others: cninet %s, go-cni %s, ratio %.3f (control %s); DEL − Remove %s, Teardown outside its phases %s; cleanup %s, cninet's own processes per Teardown %d\n",
+				set.Name, size, ms(res.Lib.median()), ms(res.Direct.median()), ratio(res.Lib.median(), res.Direct.median()), controlRatio(res),
+				signedMs(res.LibDel.median()-res.DirectTeardown.median()), ms(res.TeardownOutside.median()), ms(res.Cleanup.median()), res.Procs.Own)
 		}
 		if err := removeOthers(set, present); err != nil {
 			return err

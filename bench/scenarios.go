@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -54,15 +55,15 @@ func newConfigurator(conf []byte, dirs ...string) (*cninet.Configurator, error) 
 }
 
 // cleanupLog reads cninet's debug log: how long each Teardown's force
-// cleanup after DEL took, and whether it found anything left; and the
-// host registry's share of each cycle, summed over the cycle's networks
-// until cycleRecords takes it.
+// cleanup after DEL and prevention before it took, and whether it found
+// anything left; and every timed phase of each cycle, summed over the
+// cycle's networks until cycle takes them.
 type cleanupLog struct {
 	mu        sync.Mutex
 	durations sample
 	prevent   sample // the prevention before each DEL
 	leftovers int
-	records   registryTime // since the last cycleRecords
+	phases    cyclePhases // since the last cycle
 }
 
 // registryTime is the host registry's share of one cycle, as cninet logs
@@ -76,10 +77,40 @@ type registryTime struct {
 
 func (r registryTime) teardown() time.Duration { return r.Proof + r.Removal }
 
+// cyclePhases is one cninet cycle as its debug log times it, each phase
+// summed over the cycle's networks: in Setup, the wait for the
+// allocation's locks and the finding of its networks (attachments
+// found), each ADD (network attached … duration=) and the registry
+// around it; in Teardown, the locks and the finding of its attachments,
+// and per network the prevention, the DEL, the force cleanup (network
+// detached) and the record's removal (attachment forgotten).
+type cyclePhases struct {
+	Registry                                         registryTime
+	Add, Prevent, Del, Cleanup                       time.Duration
+	SetupLock, SetupFind, TeardownLock, TeardownFind time.Duration
+}
+
+// setupOutside is what of a Setup that took wall its ADDs and the
+// registry do not explain: locks, finding the networks, the rest.
+func (p cyclePhases) setupOutside(wall time.Duration) time.Duration {
+	return wall - p.Add - p.Registry.Setup
+}
+
+// teardownOutside is what of a Teardown that took wall its networks'
+// prevention (the proof inside it), DEL, force cleanup and the record's
+// removal do not explain: locks, finding the attachments, the rest.
+func (p cyclePhases) teardownOutside(wall time.Duration) time.Duration {
+	return wall - p.Prevent - p.Del - p.Cleanup - p.Registry.Removal
+}
+
 var (
 	// hclog quotes a value with a non-ASCII character: 512.3µs.
 	cleanupField = regexp.MustCompile(`network detached:.* cleanup="?([^"\s]+)`)
 	preventField = regexp.MustCompile(`network detached:.* prevent="?([^"\s]+)`)
+	delField     = regexp.MustCompile(`network detached:.* del="?([^"\s]+)`)
+	addField     = regexp.MustCompile(`network attached:.* duration="?([^"\s]+)`)
+	// The lock wait and the finding of the attachments, per operation.
+	foundLine = regexp.MustCompile(`attachments found:.* operation=(\w+) .*lock="?([^"\s]+)"? find="?([^"\s]+)`)
 	// The registry's share: record= of each line.
 	recordedField  = regexp.MustCompile(`attachment recorded:.* record="?([^"\s]+)`)
 	proofField     = regexp.MustCompile(`network detached:.* record="?([^"\s]+)`)
@@ -99,20 +130,31 @@ func logDuration(re *regexp.Regexp, p []byte) (time.Duration, bool) {
 func (l *cleanupLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	ph := &l.phases
 	if d, ok := logDuration(cleanupField, p); ok {
 		l.durations = append(l.durations, d)
+		ph.Cleanup += d
 	}
 	if d, ok := logDuration(preventField, p); ok {
 		l.prevent = append(l.prevent, d)
+		ph.Prevent += d
 	}
-	if d, ok := logDuration(recordedField, p); ok {
-		l.records.Setup += d
+	for _, f := range []struct {
+		re *regexp.Regexp
+		to *time.Duration
+	}{{delField, &ph.Del}, {addField, &ph.Add}, {recordedField, &ph.Registry.Setup}, {proofField, &ph.Registry.Proof}, {forgottenField, &ph.Registry.Removal}} {
+		if d, ok := logDuration(f.re, p); ok {
+			*f.to += d
+		}
 	}
-	if d, ok := logDuration(proofField, p); ok {
-		l.records.Proof += d
-	}
-	if d, ok := logDuration(forgottenField, p); ok {
-		l.records.Removal += d
+	if m := foundLine.FindSubmatch(p); m != nil {
+		lock, _ := time.ParseDuration(string(m[2]))
+		find, _ := time.ParseDuration(string(m[3]))
+		if string(m[1]) == "setup" {
+			ph.SetupLock, ph.SetupFind = ph.SetupLock+lock, ph.SetupFind+find
+		} else {
+			ph.TeardownLock, ph.TeardownFind = ph.TeardownLock+lock, ph.TeardownFind+find
+		}
 	}
 	if bytes.Contains(p, []byte("removed state the CNI plugins left behind")) {
 		l.leftovers++
@@ -124,18 +166,18 @@ func (l *cleanupLog) take() (cleanup, prevent sample, leftovers int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d, p, n := l.durations, l.prevent, l.leftovers
-	l.durations, l.prevent, l.leftovers, l.records = nil, nil, 0, registryTime{}
+	l.durations, l.prevent, l.leftovers, l.phases = nil, nil, 0, cyclePhases{}
 	return d, p, n
 }
 
-// cycleRecords is the registry's share of the cycle that just ended: what
-// the log said since the last call (or take).
-func (l *cleanupLog) cycleRecords() registryTime {
+// cycle is the phases of the cycle that just ended: what the log said
+// since the last call (or take).
+func (l *cleanupLog) cycle() cyclePhases {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := l.records
-	l.records = registryTime{}
-	return r
+	p := l.phases
+	l.phases = cyclePhases{}
+	return p
 }
 
 // recoveryLog reads cninet's debug log in the recovery scenario: per
@@ -199,7 +241,7 @@ func overheadDebian(r *report) error { return overheadScenario(r, r.opts.debianS
 func overheadNFT(r *report) error { return overheadScenario(r, r.opts.upstreamSets()[1]) }
 
 func overheadScenario(r *report, set pluginSet) error {
-	b, err := newBench(set)
+	b, err := newBench(set, r.opts.control)
 	if err != nil {
 		return err
 	}
@@ -212,18 +254,22 @@ func overheadScenario(r *report, set pluginSet) error {
 	return nil
 }
 
-// bench is one network measured through cninet and through go-cni.
+// bench is one network measured through cninet and through go-cni, and,
+// with a control, through a second go-cni on the same network: the two
+// go-cnis differ by nothing but the machine's noise.
 type bench struct {
-	set  pluginSet
-	conf []byte
-	log  *cleanupLog
-	c    *cninet.Configurator
-	raw  gocni.CNI
-	port int
+	set     pluginSet
+	conf    []byte
+	log     *cleanupLog
+	c       *cninet.Configurator
+	raw     gocni.CNI
+	control gocni.CNI // nil: no control
+	port    int
 }
 
-// newBench makes a bench on a fresh network of set's backend.
-func newBench(set pluginSet) (*bench, error) {
+// newBench makes a bench on a fresh network of set's backend; control
+// adds the second go-cni.
+func newBench(set pluginSet, control bool) (*bench, error) {
 	_, conf, err := benchConf(set.Backend)
 	if err != nil {
 		return nil, err
@@ -235,6 +281,11 @@ func newBench(set pluginSet) (*bench, error) {
 	if b.raw, err = gocni.New(gocni.WithPluginDir([]string{set.Dir}), gocni.WithConfListBytes(conf)); err != nil {
 		return nil, err
 	}
+	if control {
+		if b.control, err = gocni.New(gocni.WithPluginDir([]string{set.Dir}), gocni.WithConfListBytes(conf)); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
 }
 
@@ -243,30 +294,71 @@ func (b *bench) nextPort() int {
 	return 28000 + b.port%1000
 }
 
+// contender is who runs a cycle of the bench.
+type contender int
+
+const (
+	viaCninet contender = iota
+	viaGoCNI
+	viaControl // the second go-cni
+)
+
+// order is the contenders of round i: each goes first, second (and
+// third) equally often, so drift hits them alike; and each follows each
+// other one equally often within the rounds (all six orders of three in
+// turn), so that whatever a cycle leaves the next one (the kernel still
+// freeing the last namespace, a collection of the last cycle's garbage)
+// does not favour one contender. A rotation alone would have go-cni
+// follow cninet in two rounds of three and the control in one.
+func (b *bench) order(i int) []contender {
+	if b.control == nil {
+		return [][]contender{{viaCninet, viaGoCNI}, {viaGoCNI, viaCninet}}[i%2]
+	}
+	return [][]contender{
+		{viaCninet, viaGoCNI, viaControl}, {viaGoCNI, viaControl, viaCninet}, {viaControl, viaCninet, viaGoCNI},
+		{viaCninet, viaControl, viaGoCNI}, {viaControl, viaGoCNI, viaCninet}, {viaGoCNI, viaCninet, viaControl},
+	}[i%6]
+}
+
+// run is one cycle of who, labelled with who in a CPU profile
+// (-cpuprofile; go tool pprof -tagfocus contender=cninet).
+func (b *bench) run(who contender, id string) (ph phases, err error) {
+	raw, useLib := b.raw, who == viaCninet
+	if who == viaControl {
+		raw = b.control
+	}
+	pprof.Do(context.Background(), pprof.Labels("contender", []string{"cninet", "go-cni", "control"}[who]), func(context.Context) {
+		ph, err = cycle(b.c, raw, useLib, id, b.nextPort())
+	})
+	return ph, err
+}
+
 // measure runs one unmeasured warm-up cycle per contender, then n
-// measured ones each, ABAB with alternating first, then counts the
-// processes of one more cycle each.
+// measured ones each, interleaved with a rotating first, then counts the
+// processes of one more cycle of cninet and of go-cni.
 func (b *bench) measure(n int, prefix string) (overheadResult, error) {
 	res := overheadResult{Set: b.set}
-	for _, useLib := range []bool{true, false} {
-		if _, err := oneCycle(b.c, b.raw, useLib, fmt.Sprintf("%s-warm-%v", prefix, useLib), b.nextPort()); err != nil {
+	for _, who := range b.order(0) {
+		if _, err := b.run(who, fmt.Sprintf("%s-warm-%d", prefix, who)); err != nil {
 			return res, err
 		}
 	}
 	b.log.take()
 	for i := 0; i < n; i++ {
-		for _, useLib := range []bool{i%2 == 0, i%2 != 0} {
-			ph, err := cycle(b.c, b.raw, useLib, fmt.Sprintf("%s-%d-%v", prefix, i, useLib), b.nextPort())
+		for _, who := range b.order(i) {
+			ph, err := b.run(who, fmt.Sprintf("%s-%d-%d", prefix, i, who))
 			if err != nil {
 				return res, err
 			}
-			if useLib {
-				res.Lib, res.LibSetup, res.LibTeardown = append(res.Lib, ph.total()), append(res.LibSetup, ph.setup), append(res.LibTeardown, ph.teardown)
-				rec := b.log.cycleRecords()
-				res.RecordSetup, res.RecordProof = append(res.RecordSetup, rec.Setup), append(res.RecordProof, rec.Proof)
-				res.RecordRemoval, res.RecordTeardown = append(res.RecordRemoval, rec.Removal), append(res.RecordTeardown, rec.teardown())
-			} else {
+			switch who {
+			case viaCninet:
+				res.addCninet(ph, b.log.cycle())
+			case viaGoCNI:
 				res.Direct, res.DirectSetup, res.DirectTeardown = append(res.Direct, ph.total()), append(res.DirectSetup, ph.setup), append(res.DirectTeardown, ph.teardown)
+				res.DirectSetupCPU.add(ph.setupCPU)
+				res.DirectTeardownCPU.add(ph.teardownCPU)
+			case viaControl:
+				res.Control, res.ControlSetup, res.ControlTeardown = append(res.Control, ph.total()), append(res.ControlSetup, ph.setup), append(res.ControlTeardown, ph.teardown)
 			}
 		}
 	}
@@ -274,6 +366,21 @@ func (b *bench) measure(n int, prefix string) (overheadResult, error) {
 	var err error
 	res.Procs, res.DirectProcs, err = b.countProcs(prefix)
 	return res, err
+}
+
+// addCninet adds one cninet cycle: its halves, its phases as its log
+// times them, and what of each half they leave unexplained.
+func (o *overheadResult) addCninet(ph phases, p cyclePhases) {
+	o.Lib, o.LibSetup, o.LibTeardown = append(o.Lib, ph.total()), append(o.LibSetup, ph.setup), append(o.LibTeardown, ph.teardown)
+	o.RecordSetup, o.RecordProof = append(o.RecordSetup, p.Registry.Setup), append(o.RecordProof, p.Registry.Proof)
+	o.RecordRemoval, o.RecordTeardown = append(o.RecordRemoval, p.Registry.Removal), append(o.RecordTeardown, p.Registry.teardown())
+	o.LibAdd, o.LibDel = append(o.LibAdd, p.Add), append(o.LibDel, p.Del)
+	o.CyclePrevent, o.CycleCleanup = append(o.CyclePrevent, p.Prevent), append(o.CycleCleanup, p.Cleanup)
+	o.SetupLock, o.SetupFind = append(o.SetupLock, p.SetupLock), append(o.SetupFind, p.SetupFind)
+	o.TeardownLock, o.TeardownFind = append(o.TeardownLock, p.TeardownLock), append(o.TeardownFind, p.TeardownFind)
+	o.SetupOutside, o.TeardownOutside = append(o.SetupOutside, p.setupOutside(ph.setup)), append(o.TeardownOutside, p.teardownOutside(ph.teardown))
+	o.LibSetupCPU.add(ph.setupCPU)
+	o.LibTeardownCPU.add(ph.teardownCPU)
 }
 
 // countProcs counts the iptables and nft processes of one Setup+Teardown
@@ -311,8 +418,13 @@ func oneCycle(c *cninet.Configurator, raw gocni.CNI, useLib bool, id string, por
 	return ph.total(), err
 }
 
-// phases is one cycle's Setup and Teardown (go-cni: Setup and Remove).
-type phases struct{ setup, teardown time.Duration }
+// phases is one cycle's Setup and Teardown (go-cni: Setup and Remove),
+// and the CPU each took: in this process and in the processes it waited
+// for (the plugins and their iptables and nft).
+type phases struct {
+	setup, teardown       time.Duration
+	setupCPU, teardownCPU cpuUse
+}
 
 func (p phases) total() time.Duration { return p.setup + p.teardown }
 
@@ -327,16 +439,16 @@ func cycle(c *cninet.Configurator, raw gocni.CNI, useLib bool, id string, port i
 	ctx, cancel := ctxMinute()
 	defer cancel()
 	alloc := benchAlloc(id, port)
-	start := time.Now()
+	cpu, start := markCPU(), time.Now()
 	if useLib {
 		if _, err := c.Setup(ctx, alloc, w.Path); err != nil {
 			return ph, err
 		}
-		ph.setup, start = time.Since(start), time.Now()
+		ph.setup, ph.setupCPU, cpu, start = time.Since(start), cpu.since(), markCPU(), time.Now()
 		if err := c.Teardown(ctx, alloc, w.Path); err != nil {
 			return ph, err
 		}
-		ph.teardown = time.Since(start)
+		ph.teardown, ph.teardownCPU = time.Since(start), cpu.since()
 		return ph, nil
 	}
 	mappings, _ := cninet.PortMappings(alloc, false)
@@ -345,11 +457,11 @@ func cycle(c *cninet.Configurator, raw gocni.CNI, useLib bool, id string, port i
 	if _, err := raw.Setup(ctx, id, w.Path, opts...); err != nil {
 		return ph, err
 	}
-	ph.setup, start = time.Since(start), time.Now()
+	ph.setup, ph.setupCPU, cpu, start = time.Since(start), cpu.since(), markCPU(), time.Now()
 	if err := raw.Remove(ctx, id, w.Path, opts...); err != nil {
 		return ph, err
 	}
-	ph.teardown = time.Since(start)
+	ph.teardown, ph.teardownCPU = time.Since(start), cpu.since()
 	return ph, nil
 }
 

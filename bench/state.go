@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -99,6 +100,56 @@ type overheadResult struct {
 	// Prevent) and the record's removal after the detach (outside Prevent
 	// and Cleanup); RecordTeardown is the two together.
 	RecordSetup, RecordProof, RecordRemoval, RecordTeardown sample
+
+	// cninet's phases per cycle, from its debug log, each summed over
+	// the cycle's networks: the ADDs and the DELs (the plugins' share,
+	// against go-cni's Setup and Remove), the prevention and the force
+	// cleanup, and in each half the wait for the allocation's locks and
+	// the finding of its networks or attachments. SetupOutside is a
+	// Setup's wall time minus its ADDs and the registry around them;
+	// TeardownOutside a Teardown's minus its prevention, DEL, cleanup
+	// and the record's removal: what the phases do not explain.
+	LibAdd, LibDel, CyclePrevent, CycleCleanup       sample
+	SetupLock, SetupFind, TeardownLock, TeardownFind sample
+	SetupOutside, TeardownOutside                    sample
+
+	// The CPU of each half: in the bench process (cninet or go-cni, and
+	// whatever else the process ran meanwhile) and in the processes it
+	// waited for (the plugins, their iptables and nft).
+	LibSetupCPU, LibTeardownCPU, DirectSetupCPU, DirectTeardownCPU cpuSamples
+
+	// The control: a second go-cni, interleaved with the two, on the same
+	// network (empty when the run had none).
+	Control, ControlSetup, ControlTeardown sample
+}
+
+// cpuSamples is the CPU of one half of each cycle: in the bench process
+// and in its children; and the bench process's Go heap allocations and
+// finished collections.
+type cpuSamples struct {
+	Self, Children sample
+	HeapAlloc      []uint64
+	GCs            []int
+}
+
+func (c *cpuSamples) add(u cpuUse) {
+	c.Self, c.Children = append(c.Self, u.Self), append(c.Children, u.Children)
+	c.HeapAlloc, c.GCs = append(c.HeapAlloc, u.HeapAlloc), append(c.GCs, u.GCs)
+}
+
+// heap is the median bytes allocated and the collections per half, e.g.
+// "412 KiB, 0.5 GC".
+func (c cpuSamples) heap() string {
+	if len(c.HeapAlloc) == 0 {
+		return "–"
+	}
+	allocs := slices.Clone(c.HeapAlloc)
+	slices.Sort(allocs)
+	gcs := 0
+	for _, n := range c.GCs {
+		gcs += n
+	}
+	return fmt.Sprintf("%d KiB, %.2f GC", allocs[len(allocs)/2]/1024, float64(gcs)/float64(len(c.GCs)))
 }
 
 // scaleResult is one plugin set at one number of other attachments.

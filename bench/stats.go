@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"time"
 )
@@ -60,4 +61,37 @@ func pairedRatio(a, b sample) float64 {
 		return qs[len(qs)/2]
 	}
 	return (qs[len(qs)/2-1] + qs[len(qs)/2]) / 2
+}
+
+// pairedDiff is the mean of a[i]−b[i] over the cycles i that ran in the
+// same round, and its standard error: how far the mean difference is
+// from zero in units of the noise of the pairs.
+func pairedDiff(a, b sample) (mean, stdErr time.Duration, n int) {
+	n = min(len(a), len(b))
+	if n == 0 {
+		return 0, 0, 0
+	}
+	var sum float64
+	for i := range n {
+		sum += float64(a[i] - b[i])
+	}
+	m := sum / float64(n)
+	if n < 2 {
+		return time.Duration(m), 0, n
+	}
+	var sq float64
+	for i := range n {
+		d := float64(a[i]-b[i]) - m
+		sq += d * d
+	}
+	return time.Duration(m), time.Duration(math.Sqrt(sq/float64(n-1)) / math.Sqrt(float64(n))), n
+}
+
+// pairedString is pairedDiff as "+5.1 ± 3.2 ms", or a dash without pairs.
+func pairedString(a, b sample) string {
+	m, se, n := pairedDiff(a, b)
+	if n == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%+.1f ± %.1f ms", float64(m.Microseconds())/1000, float64(se.Microseconds())/1000)
 }

@@ -57,7 +57,7 @@ func openNF() (*nfConn, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("netlink: binding: %w", err)
 	}
-	c := &nfConn{fd: fd, buf: make([]byte, nlBufferSize)}
+	c := &nfConn{fd: fd, buf: *receiveBuffers.Get().(*[]byte)}
 	c.recvmsg = func(buf []byte) (int, int, error) {
 		n, _, flags, _, err := unix.Recvmsg(fd, buf, nil, 0)
 		return n, flags, err
@@ -65,7 +65,22 @@ func openNF() (*nfConn, error) {
 	return c, nil
 }
 
-func (c *nfConn) close() { unix.Close(c.fd) }
+// receiveBuffers keeps the sockets' receive buffers for the next
+// question: a Teardown asks a dozen or more, and a fresh 64 KiB each
+// made a Teardown allocate a megabyte, whose collection then ran beside
+// the plugins. A datagram is valid only until the next receive (and the
+// socket's close), so no reader holds on to a buffer put back.
+var receiveBuffers = sync.Pool{New: func() any {
+	buf := make([]byte, nlBufferSize)
+	return &buf
+}}
+
+func (c *nfConn) close() {
+	unix.Close(c.fd)
+	buf := c.buf
+	c.buf = nil
+	receiveBuffers.Put(&buf)
+}
 
 func (c *nfConn) send(req []byte) error {
 	if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
