@@ -29,6 +29,7 @@ func TestMain(m *testing.M) {
 		os.Exit(runCrashRunner(spec))
 	}
 	runOwnersRunnerIfAsked() // a runner child of owners_test.go, already in the sandbox
+	runRuncWrapperIfAsked()  // containerd runs the test binary as its runc (thick_cri_rig_test.go)
 	netsandbox.Main(m)
 }
 

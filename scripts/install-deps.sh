@@ -2,12 +2,15 @@
 # Installs what cninet's tests and demo need, when it is missing:
 #   - Debian's iptables, iproute2, nftables (the unit tests' host-safety
 #     check plants nftables rules) and containernetworking-plugins (v1.1.1,
-#     in /usr/lib/cni), and podman, runc and busybox-static (the thick-mode
-#     test runs a Podman container on a cninet-shim network), with apt-get;
+#     in /usr/lib/cni), and podman, containerd, runc and busybox-static (the
+#     thick-mode tests run a Podman container and containerd's CRI pods on
+#     a cninet-shim network), with apt-get;
 #   - the upstream CNI plugins, built with `go install` into
 #     .cache/cni/$UPSTREAM_VERSION of this repository;
 #   - libcni's cnitool, at the libcni version go.mod requires, into
 #     .cache/bin (the thick-mode tests drive cninet-shim with it);
+#   - crictl, at $CRICTL_VERSION, into .cache/bin (the thick-mode tests
+#     drive containerd's CRI plugin with it, as a kubelet would);
 #   - staticcheck, at $STATICCHECK_VERSION, into .cache/bin (make lint).
 # With the argument "staticcheck", installs staticcheck only (make lint
 # needs nothing else, and no root).
@@ -19,6 +22,8 @@ UPSTREAM_VERSION=${UPSTREAM_VERSION:-v1.9.1}
 # staticcheck 2026.2.2, the first release line that supports Go 1.26; a
 # newer Go toolchain may need a newer staticcheck.
 STATICCHECK_VERSION=${STATICCHECK_VERSION:-v0.8.2}
+# crictl speaks the CRI v1 API, which containerd 1.6 serves.
+CRICTL_VERSION=${CRICTL_VERSION:-v1.37.0}
 only=${1:-all}
 case "$only" in
 all | staticcheck) ;;
@@ -46,7 +51,7 @@ install_all() {
 # environment (CI) may not have on PATH, and a present binary says nothing
 # about the package that the plugins' iptables calls expect.
 missing=()
-for pkg in iptables iproute2 nftables containernetworking-plugins podman runc busybox-static; do
+for pkg in iptables iproute2 nftables containernetworking-plugins podman containerd runc busybox-static; do
 	is_installed "$pkg" || missing+=("$pkg")
 done
 reinstall=()
@@ -136,6 +141,26 @@ if [ ! -x "$cnitool" ] || [ "$(cat "$cnitool.version" 2>/dev/null)" != "$cni_ver
 	fi
 	echo "$cni_version" >"$cnitool.version"
 	installed+=("cnitool $cni_version")
+fi
+
+# crictl, with a stamp file saying which version .cache/bin/crictl is.
+crictl="$repo/.cache/bin/crictl"
+if [ ! -x "$crictl" ] || [ "$(cat "$crictl.version" 2>/dev/null)" != "$CRICTL_VERSION" ]; then
+	if ! command -v "$GO" >/dev/null 2>&1; then
+		log "$GO not found on PATH; it builds crictl"
+		exit 1
+	fi
+	mkdir -p "$repo/.cache/bin"
+	golog=$(mktemp)
+	scratch+=("$golog")
+	if ! GOBIN="$repo/.cache/bin" "$GO" install \
+		"sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION" >"$golog" 2>&1; then
+		cat "$golog" >&2
+		log "building crictl $CRICTL_VERSION failed"
+		exit 1
+	fi
+	echo "$CRICTL_VERSION" >"$crictl.version"
+	installed+=("crictl $CRICTL_VERSION")
 fi
 }
 

@@ -1,0 +1,90 @@
+package integration
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/seed1280861d/cninet/internal/netsandbox"
+)
+
+// containerd's CRI plugin (Debian's containerd 1.6, driven by crictl as a
+// kubelet would) runs a pod sandbox on a shim network: the pod's address
+// is the delegate's, its hostPort answers from the host side through the
+// cninet daemon's delegate, and `crictl stopp` + `rmp` leave no rule,
+// reservation, cache file, registry record or veth.
+func TestThickContainerdPod(t *testing.T) {
+	netsandbox.Require(t)
+	r := newCRIRig(t, netsandbox.PluginSets(t)[0])
+	base := baseline(t)
+	pod := r.runPod("cri-web", 28701, 8080)
+	assertPodInSubnet(t, r, pod)
+	stop := serveInPod(t, pod, 8080, "cri-web")
+	if body, err := fetch(r.nw.gw4, 28701); err != nil || body != "hello from cri-web" {
+		t.Fatalf("the pod's hostPort 28701 from the host side: %q, %v", body, err)
+	}
+	stop()
+	r.removePod(pod)
+	assertNoLeaks(t, base, r.nw.allowance())
+}
+
+// containerd is SIGKILLed and started again while two pods live: both
+// keep answering on their hostPorts, the restarted containerd knows them
+// (their sandboxes and netns), and their stopp + rmp, whose DEL comes
+// from a containerd that did not run their ADD, leave nothing.
+func TestThickContainerdRestart(t *testing.T) {
+	netsandbox.Require(t)
+	r := newCRIRig(t, netsandbox.PluginSets(t)[0])
+	base := baseline(t)
+	pods := []criPod{r.runPod("cri-a", 28711, 8080), r.runPod("cri-b", 28712, 8080)}
+	stops := []func(){serveInPod(t, pods[0], 8080, "cri-a"), serveInPod(t, pods[1], 8080, "cri-b")}
+	r.killContainerd()
+	r.startContainerd()
+	for i, name := range []string{"cri-a", "cri-b"} {
+		if body, err := fetch(r.nw.gw4, 28711+i); err != nil || body != "hello from "+name {
+			t.Fatalf("pod %s's hostPort %d after containerd restarted: %q, %v", name, 28711+i, body, err)
+		}
+		if state := r.podState(pods[i].ID); state != "SANDBOX_READY" {
+			t.Fatalf("the restarted containerd reports pod %s %s, want SANDBOX_READY", name, state)
+		}
+	}
+	for i := range pods {
+		stops[i]()
+		r.removePod(pods[i])
+	}
+	assertNoLeaks(t, base, r.nw.allowance())
+}
+
+// The cninet daemon is SIGKILLed while a pod is live: containerd's DEL at
+// `crictl stopp` still succeeds, the shim running it itself (the daemon
+// gives no answer: see docs/thick-mode.md), and stopp + rmp leave
+// nothing. A daemon started again then serves the next pod.
+func TestThickContainerdDaemonKilled(t *testing.T) {
+	netsandbox.Require(t)
+	r := newCRIRig(t, netsandbox.PluginSets(t)[0])
+	base := baseline(t)
+	pod := r.runPod("cri-orphan", 28721, 8080)
+	stop := serveInPod(t, pod, 8080, "cri-orphan")
+	if body, err := fetch(r.nw.gw4, 28721); err != nil || body != "hello from cri-orphan" {
+		t.Fatalf("the pod's hostPort 28721 from the host side: %q, %v", body, err)
+	}
+	r.kill()
+	stop()
+	r.removePod(pod)
+	assertNoLeaks(t, base, r.nw.allowance())
+
+	r.start()
+	pod = r.runPod("cri-after", 28722, 8080)
+	assertPodInSubnet(t, r, pod)
+	r.removePod(pod)
+	assertNoLeaks(t, base, r.nw.allowance())
+}
+
+// assertPodInSubnet wants the address containerd reports for pod in the
+// delegate's subnet: the delegate's result reached containerd.
+func assertPodInSubnet(t *testing.T, r *criRig, pod criPod) {
+	t.Helper()
+	addr, err := netip.ParseAddr(pod.IP)
+	if err != nil || !netip.MustParsePrefix(r.nw.cfg.IPv4Subnet).Contains(addr) {
+		t.Fatalf("pod %s has address %q, want one in the delegate's subnet %s (%v)", pod.ID, pod.IP, r.nw.cfg.IPv4Subnet, err)
+	}
+}
