@@ -34,6 +34,7 @@ type criRig struct {
 	crictl, crictlConfig string
 	config, log          string
 	cgroupParent         string
+	refuseMarker         string // while it exists, the runc wrapper fails every create
 	containerd           *exec.Cmd
 	containerdExited     chan error
 }
@@ -90,7 +91,9 @@ func newCRIRig(t *testing.T, set netsandbox.PluginSet) *criRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(wrapper, []byte(fmt.Sprintf("#!/bin/sh\n%s=%s exec %s \"$@\"\n", runcWrapperEnv, runc, self)), 0o755); err != nil {
+	r.refuseMarker = filepath.Join(tmp, "refuse-create")
+	script := fmt.Sprintf("#!/bin/sh\n%s=%s %s=%s exec %s \"$@\"\n", runcWrapperEnv, runc, runcRefuseEnv, r.refuseMarker, self)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	r.config, r.log = filepath.Join(tmp, "containerd.toml"), filepath.Join(tmp, "containerd.log")
@@ -297,13 +300,7 @@ type criPod struct {
 // namespace as containerd reports them.
 func (r *criRig) runPod(name string, hostPort, containerPort int) criPod {
 	r.t.Helper()
-	config := filepath.Join(r.t.TempDir(), name+".json")
-	writeFile(r.t, config, fmt.Sprintf(`{
-  "metadata": {"name": %q, "namespace": "cninet-test", "uid": %q},
-  "port_mappings": [{"protocol": 0, "container_port": %d, "host_port": %d}],
-  "linux": {"cgroup_parent": %q}
-}`, name, name+"-uid", containerPort, hostPort, r.cgroupParent))
-	id := strings.TrimSpace(r.crictlOK("runp", config))
+	id := strings.TrimSpace(r.crictlOK("runp", r.podConfig(name, hostPort, containerPort)))
 	var inspect struct {
 		Status struct {
 			State   string
@@ -333,6 +330,19 @@ func (r *criRig) runPod(name string, hostPort, containerPort int) criPod {
 	return pod
 }
 
+// podConfig writes crictl's pod sandbox config for runPod and returns its
+// path: the pod's cgroups go under the rig's cgroup parent.
+func (r *criRig) podConfig(name string, hostPort, containerPort int) string {
+	r.t.Helper()
+	config := filepath.Join(r.t.TempDir(), name+".json")
+	writeFile(r.t, config, fmt.Sprintf(`{
+  "metadata": {"name": %q, "namespace": "cninet-test", "uid": %q},
+  "port_mappings": [{"protocol": 0, "container_port": %d, "host_port": %d}],
+  "linux": {"cgroup_parent": %q}
+}`, name, name+"-uid", containerPort, hostPort, r.cgroupParent))
+	return config
+}
+
 // removePod stops and removes a pod, as the kubelet does.
 func (r *criRig) removePod(pod criPod) {
 	r.t.Helper()
@@ -354,8 +364,26 @@ func serveInPod(t *testing.T, pod criPod, port int, name string) (stop func()) {
 }
 
 // runcWrapperEnv names the runc the test binary runs as containerd's runc
-// wrapper (see runRuncWrapperIfAsked).
-const runcWrapperEnv = "CNINET_TEST_RUNC_WRAPPER"
+// wrapper (see runRuncWrapperIfAsked); runcRefuseEnv names a file whose
+// existence makes the wrapper fail every container create.
+const (
+	runcWrapperEnv = "CNINET_TEST_RUNC_WRAPPER"
+	runcRefuseEnv  = "CNINET_TEST_RUNC_REFUSE"
+)
+
+// refuseCreates makes the runc wrapper fail (or again run) every
+// container create: a pod whose sandbox then fails to start has had its
+// network set up already, and containerd undoes it.
+func (r *criRig) refuseCreates(refuse bool) {
+	r.t.Helper()
+	if !refuse {
+		if err := os.Remove(r.refuseMarker); err != nil {
+			r.t.Fatal(err)
+		}
+		return
+	}
+	writeFile(r.t, r.refuseMarker, "")
+}
 
 // runRuncWrapperIfAsked makes the test binary, run by the rig's wrapper
 // script in place of runc, a runc that drops from the bundle's
@@ -369,6 +397,10 @@ func runRuncWrapperIfAsked() {
 	if runc == "" {
 		return
 	}
+	if marker := os.Getenv(runcRefuseEnv); marker != "" && bundleOf(os.Args[1:]) != "" && exists(marker) {
+		fmt.Fprintln(os.Stderr, "runc wrapper: refusing to create a container, as the test asked")
+		os.Exit(1)
+	}
 	if err := dropUnsupportedLimits(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "runc wrapper:", err)
 		os.Exit(1)
@@ -379,18 +411,9 @@ func runRuncWrapperIfAsked() {
 }
 
 // dropUnsupportedLimits edits the config.json of the bundle that args
-// name (--bundle or -b, as `runc create` and `runc run` take it); other
-// commands have none and are left alone.
+// name (bundleOf); other commands have none and are left alone.
 func dropUnsupportedLimits(args []string) error {
-	bundle := ""
-	for i, a := range args {
-		switch {
-		case (a == "--bundle" || a == "-b") && i+1 < len(args):
-			bundle = args[i+1]
-		case strings.HasPrefix(a, "--bundle="):
-			bundle = strings.TrimPrefix(a, "--bundle=")
-		}
-	}
+	bundle := bundleOf(args)
 	if bundle == "" {
 		return nil
 	}
@@ -416,6 +439,21 @@ func dropUnsupportedLimits(args []string) error {
 		return err
 	}
 	return os.WriteFile(path, out, 0o644)
+}
+
+// bundleOf is the bundle directory runc's args name (--bundle or -b, as
+// `runc create` and `runc run` take it), or "".
+func bundleOf(args []string) string {
+	bundle := ""
+	for i, a := range args {
+		switch {
+		case (a == "--bundle" || a == "-b") && i+1 < len(args):
+			bundle = args[i+1]
+		case strings.HasPrefix(a, "--bundle="):
+			bundle = strings.TrimPrefix(a, "--bundle=")
+		}
+	}
+	return bundle
 }
 
 // writePauseImage writes a docker-archive image tarball (what `docker

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/seed1280861d/cninet/internal/netsandbox"
@@ -21,6 +22,36 @@ func TestThickContainerdPod(t *testing.T) {
 	stop := serveInPod(t, pod, 8080, "cri-web")
 	if body, err := fetch(r.nw.gw4, 28701); err != nil || body != "hello from cri-web" {
 		t.Fatalf("the pod's hostPort 28701 from the host side: %q, %v", body, err)
+	}
+	stop()
+	r.removePod(pod)
+	assertNoLeaks(t, base, r.nw.allowance())
+}
+
+// A pod sandbox whose pause container fails to start (runc refuses it)
+// after its network was set up: `crictl runp` fails, and containerd's own
+// DEL of the half-made pod, through the shim, leaves nothing. The next
+// pod on the same network starts and answers.
+func TestThickContainerdPodStartFails(t *testing.T) {
+	netsandbox.Require(t)
+	r := newCRIRig(t, netsandbox.PluginSets(t)[0])
+	base := baseline(t)
+	r.refuseCreates(true)
+	if out, err := r.tryCrictl("runp", r.podConfig("cri-refused", 28731, 8080)); err == nil {
+		t.Fatalf("crictl runp succeeded with runc refusing to create the sandbox: %s", out)
+	} else if !strings.Contains(err.Error(), "OCI runtime create failed") {
+		t.Fatalf("crictl runp failed, but not for runc's refusal: %v", err)
+	}
+	if out := strings.TrimSpace(r.crictlOK("pods", "-q")); out != "" {
+		t.Fatalf("containerd lists pods after the failed runp: %s", out)
+	}
+	assertNoLeaks(t, base, r.nw.allowance())
+
+	r.refuseCreates(false)
+	pod := r.runPod("cri-next", 28731, 8080)
+	stop := serveInPod(t, pod, 8080, "cri-next")
+	if body, err := fetch(r.nw.gw4, 28731); err != nil || body != "hello from cri-next" {
+		t.Fatalf("the next pod's hostPort 28731: %q, %v", body, err)
 	}
 	stop()
 	r.removePod(pod)
