@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
@@ -85,10 +86,12 @@ func TestThickContainerdRestart(t *testing.T) {
 	assertNoLeaks(t, base, r.nw.allowance())
 }
 
-// The cninet daemon is SIGKILLed while a pod is live: containerd's DEL at
-// `crictl stopp` still succeeds, the shim running it itself (the daemon
-// gives no answer: see docs/thick-mode.md), and stopp + rmp leave
-// nothing. A daemon started again then serves the next pod.
+// The cninet daemon is SIGKILLed while a pod is live: a new pod's runp
+// fails naming the daemon's socket (the shim's ADD is "try again later"),
+// containerd's DEL at `crictl stopp` still succeeds, the shim running it
+// itself (the daemon gives no answer: see docs/thick-mode.md), and
+// nothing is left of either pod. A daemon started again then serves the
+// next pod.
 func TestThickContainerdDaemonKilled(t *testing.T) {
 	netsandbox.Require(t)
 	r := newCRIRig(t, netsandbox.PluginSets(t)[0])
@@ -99,8 +102,17 @@ func TestThickContainerdDaemonKilled(t *testing.T) {
 		t.Fatalf("the pod's hostPort 28721 from the host side: %q, %v", body, err)
 	}
 	r.kill()
+	start := time.Now()
+	out, err := r.tryCrictl("runp", r.podConfig("cri-while-down", 28723, 8080))
+	t.Logf("crictl runp with the daemon down returned after %s", time.Since(start).Round(time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), r.socket) {
+		t.Fatalf("crictl runp with the daemon down: %v (%s), want a failure naming the socket %s", err, out, r.socket)
+	}
 	stop()
 	r.removePod(pod)
+	if out := strings.TrimSpace(r.crictlOK("pods", "-q")); out != "" {
+		t.Fatalf("containerd lists pods after the failed runp and the orphan's rmp: %s", out)
+	}
 	assertNoLeaks(t, base, r.nw.allowance())
 
 	r.start()
