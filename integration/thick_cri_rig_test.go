@@ -224,18 +224,63 @@ func (r *criRig) cleanup() {
 		}
 	}
 	r.stopContainerd()
-	pidFiles, _ := filepath.Glob(filepath.Join(containerdState, "io.containerd.runtime.v2.task", "*", "*", "*.pid"))
-	for _, f := range pidFiles {
-		b, err := os.ReadFile(f)
-		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil && pid > 1 {
-			syscall.Kill(pid, syscall.SIGKILL)
-			r.t.Logf("killed process %d of %s, left running", pid, f)
+	if left := r.killLeftovers(); len(left) > 0 {
+		if !r.t.Failed() {
+			r.t.Errorf("pods' processes outlived their removal: %s", strings.Join(left, "; "))
+		} else {
+			r.t.Logf("killed what the failed test left running: %s", strings.Join(left, "; "))
 		}
-	}
-	if len(pidFiles) > 0 {
 		time.Sleep(200 * time.Millisecond) // their cgroups empty once they are reaped
 	}
 	removeCgroups(r.t, r.cgroupParent)
+}
+
+// killLeftovers SIGKILLs every pod process (the init.pid of a task's
+// bundle) and every containerd shim still running for a task of this
+// rig's containerd: a shim is told by its task id and by running in this
+// test's mount namespace, where the bundles are. It returns what it
+// killed.
+func (r *criRig) killLeftovers() []string {
+	bundles, _ := filepath.Glob(filepath.Join(containerdState, "io.containerd.runtime.v2.task", "*", "*"))
+	if len(bundles) == 0 {
+		return nil
+	}
+	var killed []string
+	kill := func(pid int, what string) {
+		if pid > 1 && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed = append(killed, fmt.Sprintf("%s (pid %d)", what, pid))
+		}
+	}
+	ids := map[string]bool{}
+	for _, bundle := range bundles {
+		ids[filepath.Base(bundle)] = true
+		if b, err := os.ReadFile(filepath.Join(bundle, "init.pid")); err == nil {
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			kill(pid, "task "+filepath.Base(bundle))
+		}
+	}
+	ownMounts, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return killed
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, proc := range procs {
+		if mounts, err := os.Readlink(proc + "/ns/mnt"); err != nil || mounts != ownMounts {
+			continue
+		}
+		cmdline, _ := os.ReadFile(proc + "/cmdline")
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
+			continue
+		}
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "-id" && ids[args[i+1]] {
+				pid, _ := strconv.Atoi(filepath.Base(proc))
+				kill(pid, "shim of "+args[i+1])
+			}
+		}
+	}
+	return killed
 }
 
 func (r *criRig) logTail() string {
