@@ -41,7 +41,8 @@ type criRig struct {
 
 // Fixed by containerd 1.6: its shims' sockets are under /run/containerd
 // whatever the configured state dir, so the whole of it is the test's
-// tmpfs, and so is its root.
+// tmpfs, and so is its root. The pods' network namespaces are mounted
+// under /var/run/netns, which the suite's sandbox covers already.
 const (
 	containerdRoot   = "/var/lib/containerd"
 	containerdState  = "/run/containerd"
@@ -92,7 +93,7 @@ func newCRIRig(t *testing.T, set netsandbox.PluginSet) *criRig {
 		t.Fatal(err)
 	}
 	r.refuseMarker = filepath.Join(tmp, "refuse-create")
-	script := fmt.Sprintf("#!/bin/sh\n%s=%s %s=%s exec %s \"$@\"\n", runcWrapperEnv, runc, runcRefuseEnv, r.refuseMarker, self)
+	script := fmt.Sprintf("#!/bin/sh\n%s='%s' %s='%s' exec '%s' \"$@\"\n", runcWrapperEnv, runc, runcRefuseEnv, r.refuseMarker, self)
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +237,7 @@ func (r *criRig) cleanup() {
 }
 
 // killLeftovers SIGKILLs every pod process (the init.pid of a task's
-// bundle) and every containerd shim still running for a task of this
+// bundle, in the task's cgroup) and every containerd shim still running for a task of this
 // rig's containerd: a shim is told by its task id and by running in this
 // test's mount namespace, where the bundles are. It returns what it
 // killed.
@@ -254,8 +255,14 @@ func (r *criRig) killLeftovers() []string {
 	ids := map[string]bool{}
 	for _, bundle := range bundles {
 		ids[filepath.Base(bundle)] = true
-		if b, err := os.ReadFile(filepath.Join(bundle, "init.pid")); err == nil {
-			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		b, err := os.ReadFile(filepath.Join(bundle, "init.pid"))
+		if err != nil {
+			continue
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		// Only while the pid is still the task's: its cgroup is named
+		// after the task id.
+		if cgroups, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); err == nil && strings.Contains(string(cgroups), filepath.Base(bundle)) {
 			kill(pid, "task "+filepath.Base(bundle))
 		}
 	}
