@@ -2,6 +2,7 @@ package integration
 
 import (
 	"archive/tar"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 	"golang.org/x/sys/unix"
@@ -157,10 +159,25 @@ func removeCgroups(t *testing.T, parent string) {
 			return nil
 		})
 		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := os.Remove(dirs[i]); err != nil {
+			if err := removeCgroup(dirs[i]); err != nil {
 				t.Errorf("removing the test's cgroup %s: %v", dirs[i], err)
 			}
 		}
+	}
+}
+
+// removeCgroup removes one cgroup directory. A container's last process
+// (conmon after `podman rm -f`, a shim after `crictl rmp`) may still be
+// exiting when the runtime returns, and the kernel refuses to remove a
+// cgroup that holds one (EBUSY): wait for it a bounded while.
+func removeCgroup(dir string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := os.Remove(dir)
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
