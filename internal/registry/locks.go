@@ -11,7 +11,8 @@ import (
 // The locking rule, which every process on the host honours: every
 // operation on a container id holds the id's lock for its whole run
 // (LockID); an ADD also holds the GC lock shared, and a GC holds it alone
-// (LockGC), so that no ADD runs while a GC judges what is stale (CNI 1.1).
+// (LockGC), so that no ADD runs while a GC judges what is stale (CNI 1.1);
+// a waiting GC goes before ADDs that come after it (the turnstile).
 // Locks are taken GC lock first, then an id lock; nobody waits for an id
 // lock while holding another one (a GC takes the ids it collects with
 // TryLockID and leaves the busy ones alone), so no two processes can wait
@@ -56,11 +57,24 @@ func (g *Registry) TryLockID(id string) (unlock func(), err error) {
 
 // LockGC takes the host-wide GC lock, alone (a GC) or shared (an ADD),
 // waiting for it until ctx is done.
+//
+// flock(2) has no queue: on a busy host the ADDs' shared holds overlap
+// without a gap, and a GC that only polls for the lock alone would wait
+// for ever. So both pass a turnstile first (locks/gc-turn, taken alone and
+// held only while the GC lock is being taken): a waiting GC holds the
+// turnstile, new ADDs wait behind it, and the GC gets its lock once the
+// ADDs already in have left. An ADD holds the turnstile only for as long
+// as its shared lock takes, which is at once unless a GC runs.
 func (g *Registry) LockGC(ctx context.Context, alone bool) (unlock func(), err error) {
 	dir, err := g.mkdir("locks")
 	if err != nil {
 		return nil, err
 	}
+	leaveTurnstile, err := lockFile(ctx, filepath.Join(dir, "gc-turn"), true, false)
+	if err != nil {
+		return nil, err
+	}
+	defer leaveTurnstile()
 	return lockFile(ctx, filepath.Join(dir, "gc"), alone, false)
 }
 

@@ -249,6 +249,52 @@ func TestLockGC(t *testing.T) {
 	})
 }
 
+// TestAWaitingGCGoesBeforeLaterADDs: ADDs whose shared holds overlap
+// without a gap (a busy host) never starve a GC: once it waits, new ADDs
+// wait behind it, and it gets the lock when those already in have left.
+func TestAWaitingGCGoesBeforeLaterADDs(t *testing.T) {
+	g := open(t)
+	var holders atomic.Int32
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 7 * time.Millisecond) // staggered: some ADD always holds
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				unlock, err := g.LockGC(context.Background(), false)
+				if err != nil {
+					t.Errorf("an ADD's LockGC: %v", err)
+					return
+				}
+				holders.Add(1)
+				time.Sleep(20 * time.Millisecond)
+				holders.Add(-1)
+				unlock()
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	time.Sleep(100 * time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	unlock, err := g.LockGC(ctx, true)
+	if err != nil {
+		t.Fatalf("a GC among overlapping ADDs: %v, want the lock once the ADDs in have left", err)
+	}
+	if n := holders.Load(); n != 0 {
+		t.Errorf("the GC holds its lock alone while %d ADDs hold theirs", n)
+	}
+	unlock()
+}
+
 // TestLockAcrossProcesses: a lock another process holds is busy here, and
 // when that process is killed the kernel drops it.
 func TestLockAcrossProcesses(t *testing.T) {
