@@ -3,6 +3,7 @@ package thick
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	cni "github.com/containerd/go-cni"
 	"github.com/hashicorp/go-hclog"
@@ -15,11 +16,16 @@ import (
 // libcni's cache in info.CacheDir, apart from the runtime's. Thick mode
 // attaches every network through libcni under the runtime's interface
 // name, so go-cni (which can only cache in /var/lib/cni) is replaced by
-// one that refuses to run.
+// one that refuses to attach; it still loads the default network and runs
+// its CNI STATUS, which cninet asks of go-cni for the default network.
 //
 // tweaks, when given, change the Config before New sees it (tests inject
 // fake iptables and nftables this way).
 func NewConfigurator(info Info, logger hclog.Logger, meters metric.MeterProvider, tweaks ...func(*cninet.Config)) (*cninet.Configurator, error) {
+	loader, err := cni.New(cni.WithPluginDir(info.CNIPath))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", cninet.ErrInvalidConfig, err)
+	}
 	cfg := cninet.Config{
 		Logger:        logger,
 		ConfDir:       info.ConfDir,
@@ -27,7 +33,7 @@ func NewConfigurator(info Info, logger hclog.Logger, meters metric.MeterProvider
 		CacheDir:      info.CacheDir,
 		StateDir:      info.StateDir,
 		Owner:         Owner,
-		CNI:           noGoCNI{},
+		CNI:           noGoCNI{loader},
 		MeterProvider: meters,
 	}
 	for _, tweak := range tweaks {
@@ -39,8 +45,10 @@ func NewConfigurator(info Info, logger hclog.Logger, meters metric.MeterProvider
 // errNoGoCNI would only surface if a thick-mode path reached go-cni.
 var errNoGoCNI = errors.New("thick mode attaches every network through libcni under the runtime's interface name; go-cni is not used")
 
-// noGoCNI stands in for go-cni: loaded, ready, and never attaching.
-type noGoCNI struct{}
+// noGoCNI stands in for go-cni: it loads the default network and runs
+// its STATUS (through the embedded go-cni, which caches nothing for
+// those), and never attaches.
+type noGoCNI struct{ cni.CNI }
 
 func (noGoCNI) Setup(context.Context, string, string, ...cni.NamespaceOpts) (*cni.Result, error) {
 	return nil, errNoGoCNI
@@ -52,6 +60,3 @@ func (noGoCNI) SetupSerially(context.Context, string, string, ...cni.NamespaceOp
 
 func (noGoCNI) Remove(context.Context, string, string, ...cni.NamespaceOpts) error { return errNoGoCNI }
 func (noGoCNI) Check(context.Context, string, string, ...cni.NamespaceOpts) error  { return errNoGoCNI }
-func (noGoCNI) Load(...cni.Opt) error                                              { return nil }
-func (noGoCNI) Status() error                                                      { return nil }
-func (noGoCNI) GetConfig() *cni.ConfigResult                                       { return &cni.ConfigResult{} }
