@@ -1,10 +1,12 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
@@ -39,4 +41,55 @@ func TestThickDelAfterTheConflistWentAndTheDaemonRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.mustCnitool(nil, "status", r.name(), w.Path)
+}
+
+// SIGTERM while an ADD hangs in a plugin: past --drain-timeout the
+// daemon cancels the ADD and rolls it back, so the runtime hears an
+// error and nothing of the attachment is left; the daemon exits cleanly
+// and the delegate conflist stays.
+func TestThickDrainRollsBackAnUnfinishedAdd(t *testing.T) {
+	netsandbox.Require(t)
+	set := netsandbox.PluginSets(t)[0]
+	hang := netsandbox.BuildPlugin(t, "hang")
+	r := newThickRig(t, set, "1.1.0", false, func(r *thickRig) {
+		r.extraPluginDirs = []string{hang}
+		r.extraArgs = []string{"--drain-timeout", "1s", "--rollback-timeout", "30s"}
+	})
+	hanging := newNetwork(t, set, false)
+	hanging.conf = withPlugin(t, hanging.conf, map[string]any{"type": "hang"})
+	r.addNetwork(hanging, "1.1.0")
+	base := baseline(t)
+	w := netsandbox.NewWorkload(t)
+	added := make(chan error, 1)
+	go func() {
+		_, stderr, err := r.cnitool(nil, "add", hanging.cfg.NetworkName, w.Path)
+		if err != nil {
+			err = fmt.Errorf("%w: %s", err, stderr)
+		}
+		added <- err
+	}()
+	waitForProcess(t, filepath.Join(hang, "hang"))
+	r.stop() // fails the test unless the daemon exits 0
+	err := <-added
+	if err == nil || !strings.Contains(err.Error(), "rolled back") {
+		t.Fatalf("the runtime's ADD: %v, want an error saying it was rolled back", err)
+	}
+	if _, err := os.Stat(filepath.Join(r.confDir, hanging.cfg.NetworkName+".conflist")); err != nil {
+		t.Fatalf("the delegate conflist after the drain: %v", err)
+	}
+	assertNoLeaks(t, base, hanging.allowance())
+}
+
+// waitForProcess waits until a process runs the executable at path.
+func waitForProcess(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		procs, _ := filepath.Glob("/proc/[0-9]*/exe")
+		for _, exe := range procs {
+			if target, err := os.Readlink(exe); err == nil && target == path {
+				return
+			}
+		}
+	}
+	t.Fatalf("no process ran %s within 30s", path)
 }

@@ -79,6 +79,10 @@ type Server struct {
 	handlerDone chan struct{}
 }
 
+// ErrUnfinished: Shutdown returned with requests still running, past the
+// drain timeout and the rollback timeout after it.
+var ErrUnfinished = errors.New("requests unfinished at exit")
+
 // Gauges is told what the daemon's queue looks like (daemon metrics).
 // pool is "requests" (ADD, DEL, GC) or "probes" (STATUS, CHECK).
 type Gauges interface {
@@ -185,9 +189,10 @@ func (s *Server) Ready() bool { return s.started.Load() && !s.draining.Load() }
 // the requests in flight to finish. When ctx is done first, the ADDs
 // still running are cancelled and rolled back (their attachment removed,
 // their answer a code-11 error saying so) and Shutdown waits for that,
-// up to RollbackTimeout, then returns ctx's error; a DEL still running
-// is not cut short within that time (a DEL again finishes what it
-// leaves). Nothing of the conf dir is touched.
+// up to RollbackTimeout, then returns ctx's error, also wrapping
+// ErrUnfinished when requests were still running then; a DEL still
+// running is not cut short within that time (a DEL again finishes what
+// it leaves). Nothing of the conf dir is touched.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.init()
 	s.draining.Store(true)
@@ -206,7 +211,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		select {
 		case <-s.handlerDone:
 		case <-limit.C:
-			return fmt.Errorf("%w; %d request(s) still running after the rollback timeout (%s)", err, s.inFlight.Load(), rollback)
+			return fmt.Errorf("%w: %w; %d request(s) still running after the rollback timeout (%s)", ErrUnfinished, err, s.inFlight.Load(), rollback)
 		}
 	}
 	return err
