@@ -1,6 +1,3 @@
-// Package systemd holds the systemd units of cninet's thick mode
-// (cninet.service, cninet.socket) and the test of `make install`, which
-// installs them.
 package systemd
 
 import (
