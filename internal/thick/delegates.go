@@ -85,23 +85,21 @@ func (d *Delegates) Configurator() (*cninet.Configurator, error) {
 func (d *Delegates) Reload() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	stamp := confDirStamp(d.info.ConfDir)
+	// The stamp is taken before the read, whatever it finds: a conf dir
+	// that cannot be loaded is tried again on its next change (or
+	// SIGHUP), not at every look.
+	d.stamp = confDirStamp(d.info.ConfDir)
 	if d.c != nil {
-		if err := d.c.Reload(); err != nil {
-			return err
-		}
-		d.stamp = stamp
-		return nil
+		return d.c.Reload()
 	}
 	c, err := NewConfigurator(d.info, d.logger, d.meters, d.tweaks...)
 	if err != nil {
 		if errors.Is(err, cninet.ErrNetworkNotFound) || errors.Is(err, fs.ErrNotExist) {
-			d.stamp = stamp
 			return fmt.Errorf("%w: %w in %s yet (add one; the daemon picks it up): %w", cninet.ErrNetworkNotFound, ErrNoDelegates, d.info.ConfDir, err)
 		}
 		return err
 	}
-	d.c, d.stamp = c, stamp
+	d.c = c
 	d.logger.Info("delegate conflists loaded", "conf_dir", d.info.ConfDir, "networks", strings.Join(c.Networks(), ","))
 	return nil
 }

@@ -446,8 +446,13 @@ func (s *Server) takeSlot(ctx context.Context, command string) (release func(), 
 		return func() { <-slots }, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-s.abort.Done(): // past the drain timeout: what has not started never will
+		return nil, errDrainTimedOut
 	}
 }
+
+// errDrainTimedOut: a request still queued when the drain timeout passed.
+var errDrainTimedOut = errors.New("the daemon is exiting: the drain timeout passed before a slot was free")
 
 // dispatch runs a decoded request with the Configurator of its network.
 func (s *Server) dispatch(ctx context.Context, req *Request, conf *NetConf) ([]byte, error) {

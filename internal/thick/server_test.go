@@ -587,3 +587,33 @@ func (l *lockedBuilder) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
+
+// A request still waiting for a slot when the drain timeout passes is
+// refused unrun (code 11), not left to wait out its deadline.
+func TestServerRefusesWhatIsStillQueuedAtTheDrainTimeout(t *testing.T) {
+	started := make(chan struct{})
+	var ran atomic.Int32
+	run := func(ctx context.Context, req *Request, _ *NetConf) ([]byte, error) {
+		ran.Add(1)
+		if req.ContainerID == "c1" {
+			close(started)
+			<-ctx.Done()
+		}
+		return nil, ctx.Err()
+	}
+	s := &Server{run: run, MaxConcurrent: 1, AllowPeer: func(uint32) bool { return true }, RollbackTimeout: 5 * time.Second}
+	c := startServer(t, s)
+	go tryPost(c, reqBody("GC", "c1", "", "", shimConf))
+	<-started
+	queued := make(chan types.Error, 1)
+	go func() { _, cerr, _ := tryPost(c, reqBody("DEL", "c2", "", "eth0", shimConf)); queued <- cerr }()
+	time.Sleep(50 * time.Millisecond) // c2 waits for c1's slot
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); errors.Is(err, ErrUnfinished) {
+		t.Fatalf("Shutdown: %v: a queued request outlived the rollback timeout", err)
+	}
+	if cerr := <-queued; cerr.Code != types.ErrTryAgainLater || !strings.Contains(cerr.Msg, "drain timeout") || ran.Load() != 1 {
+		t.Fatalf("the queued DEL was answered %+v (ran %d requests), want code 11 unrun, naming the drain timeout", cerr, ran.Load())
+	}
+}
