@@ -64,7 +64,8 @@ type Server struct {
 	// root only.
 	AllowPeer func(uid uint32) bool
 
-	// run serves a decoded request; nil: Serve with C. Tests replace it.
+	// run serves a decoded request; nil: dispatch (Serve with Delegates'
+	// Configurator, or C). Tests replace it.
 	run func(ctx context.Context, req *Request, conf *NetConf) ([]byte, error)
 
 	once        sync.Once
@@ -188,7 +189,8 @@ func (s *Server) Ready() bool { return s.started.Load() && !s.draining.Load() }
 // Shutdown stops accepting requests and waits, until ctx is done, for
 // the requests in flight to finish. When ctx is done first, the ADDs
 // still running are cancelled and rolled back (their attachment removed,
-// their answer a code-11 error saying so) and Shutdown waits for that,
+// their answer a code-11 error saying so), the requests still waiting
+// for a slot are refused unrun (code 11), and Shutdown waits for that,
 // up to RollbackTimeout, then returns ctx's error, also wrapping
 // ErrUnfinished when requests were still running then; a DEL still
 // running is not cut short within that time (a DEL again finishes what
