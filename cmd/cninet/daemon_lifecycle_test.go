@@ -30,6 +30,7 @@ type lifecycleRig struct {
 	t                         *testing.T
 	dir, socket, confDir, bin string
 	metrics                   string
+	watch                     string // --conf-watch-interval
 	notify                    *net.UnixConn
 	daemon                    *exec.Cmd
 	exited                    chan error
@@ -41,7 +42,7 @@ type lifecycleRig struct {
 func newLifecycleRig(t *testing.T) *lifecycleRig {
 	t.Helper()
 	dir := t.TempDir()
-	r := &lifecycleRig{t: t, dir: dir, socket: filepath.Join(dir, "run", "cninet.sock"), confDir: filepath.Join(dir, "delegates"), bin: filepath.Join(dir, "bin")}
+	r := &lifecycleRig{t: t, dir: dir, watch: "50ms", socket: filepath.Join(dir, "run", "cninet.sock"), confDir: filepath.Join(dir, "delegates"), bin: filepath.Join(dir, "bin")}
 	for _, d := range []string{filepath.Dir(r.socket), r.confDir, r.bin} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			t.Fatal(err)
@@ -97,7 +98,7 @@ func (r *lifecycleRig) start() {
 	r.daemon = exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, self, "daemon",
 		"--socket", r.socket, "--conf-dir", r.confDir, "--cni-path", r.bin, "--cache-dir", filepath.Join(r.dir, "cache"),
 		"--state-dir", filepath.Join(r.dir, "state"), "--metrics-listen", r.metrics, "--log-format", "json",
-		"--conf-watch-interval", "50ms", "--drain-timeout", "5s")
+		"--conf-watch-interval", r.watch, "--drain-timeout", "5s")
 	r.daemon.Env = append(os.Environ(), runMainEnv+"=1", "LISTEN_FDS=1", "NOTIFY_SOCKET="+r.notify.LocalAddr().String())
 	r.daemon.ExtraFiles = []*os.File{f}
 	r.daemon.Stderr = &lockedWriter{mu: &r.logMu, w: &r.log}
@@ -179,8 +180,11 @@ func (r *lifecycleRig) get(path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func (r *lifecycleRig) writeConf() {
-	conf := `{"cniVersion":"1.0.0","name":"web","plugins":[{"type":"answers"}]}`
+func (r *lifecycleRig) writeConf() { r.writeConfOf("answers") }
+
+// writeConfOf writes network web's delegate conflist with one plugin.
+func (r *lifecycleRig) writeConfOf(plugin string) {
+	conf := `{"cniVersion":"1.0.0","name":"web","plugins":[{"type":"` + plugin + `"}]}`
 	if err := os.WriteFile(filepath.Join(r.confDir, "web.conflist"), []byte(conf), 0o644); err != nil {
 		r.t.Fatal(err)
 	}
@@ -271,5 +275,33 @@ func assertRequestLogLines(t *testing.T, logs string) {
 	}
 	if fmt.Sprint(statuses[0]["code"]) != "50" || fmt.Sprint(statuses[1]["code"]) != "0" || statuses[1]["network"] != "web" {
 		t.Errorf("log lines say code %v then %v in network %v, want 50 then 0 in web", statuses[0]["code"], statuses[1]["code"], statuses[1]["network"])
+	}
+}
+
+// SIGHUP reloads the conf dir at once: with a watch that would not look
+// for an hour, a delegate conflist changed to name a missing plugin makes
+// STATUS fail only after the SIGHUP.
+func TestDaemonReloadsOnSIGHUP(t *testing.T) {
+	r := newLifecycleRig(t)
+	r.watch = "1h"
+	r.writeConf()
+	r.start()
+	r.notified("READY=1")
+	if code, cerr := r.request(thick.CmdStatus); code != http.StatusOK {
+		t.Fatalf("STATUS: HTTP %d %+v", code, cerr)
+	}
+	r.writeConfOf("not-installed")
+	if code, cerr := r.request(thick.CmdStatus); code != http.StatusOK {
+		t.Fatalf("STATUS before the SIGHUP: HTTP %d %+v, want the conflist loaded at start, still ready", code, cerr)
+	}
+	r.daemon.Process.Signal(syscall.SIGHUP)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, cerr := r.request(thick.CmdStatus)
+		if code != http.StatusOK && cerr.Code == types.ErrPluginNotAvailable && strings.Contains(cerr.Msg, "not-installed") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("STATUS after the SIGHUP: HTTP %d %+v, want code 50 naming the missing plugin\n%s", code, cerr, r.logs())
+		}
 	}
 }
