@@ -5,7 +5,7 @@ THICK_FUZZTIME ?= 20000x
 SOAK_N    ?= 1000
 SOAK_C    ?= 8
 
-.PHONY: all deps test unit fuzz lint demo soak bench
+.PHONY: all deps test unit fuzz lint demo soak bench install
 
 all: test
 
@@ -76,3 +76,28 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 . | tee .cache/gobench.txt
 	cd bench && $(GO) run . -plugins /usr/lib/cni -upstream ../.cache/cni/v1.9.1 -failonce ../.cache/bench-plugins \
 		-gobench ../.cache/gobench.txt -out ../BENCHMARKS.md -svg results.svg -state results.json $(BENCH_ARGS)
+
+# Installs thick mode: cninet into $(BINDIR), the cninet-shim plugin into
+# the CNI plugin dir, the systemd units (contrib/systemd, ExecStart
+# pointing at $(BINDIR)) into $(SYSTEMD_UNIT_DIR), and makes the daemon's
+# conf dir. DESTDIR stages it all under another root (packaging; the
+# tests install into a temp dir). Then: systemctl daemon-reload &&
+# systemctl enable --now cninet.socket cninet.service.
+PREFIX           ?= /usr/local
+BINDIR           ?= $(PREFIX)/bin
+CNI_BIN_DIR      ?= /opt/cni/bin
+SYSTEMD_UNIT_DIR ?= /etc/systemd/system
+CNINET_CONF_DIR  ?= /etc/cninet/net.d
+
+install:
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  $(GO) build -o "$$tmp/cninet" ./cmd/cninet; \
+	  $(GO) build -o "$$tmp/cninet-shim" ./cmd/cninet-shim; \
+	  install -D -m 0755 "$$tmp/cninet" "$(DESTDIR)$(BINDIR)/cninet"; \
+	  install -D -m 0755 "$$tmp/cninet-shim" "$(DESTDIR)$(CNI_BIN_DIR)/cninet-shim"; \
+	  install -d -m 0755 "$(DESTDIR)$(SYSTEMD_UNIT_DIR)" "$(DESTDIR)$(CNINET_CONF_DIR)"; \
+	  sed 's|/usr/local/bin/cninet|$(BINDIR)/cninet|; s|--conf-dir /etc/cninet/net.d|--conf-dir $(CNINET_CONF_DIR)|; s|--cni-path /opt/cni/bin|--cni-path $(CNI_BIN_DIR)|' \
+	    contrib/systemd/cninet.service > "$$tmp/cninet.service"; \
+	  install -m 0644 "$$tmp/cninet.service" "$(DESTDIR)$(SYSTEMD_UNIT_DIR)/cninet.service"; \
+	  install -m 0644 contrib/systemd/cninet.socket "$(DESTDIR)$(SYSTEMD_UNIT_DIR)/cninet.socket"; \
+	  echo "installed cninet into $(DESTDIR)$(BINDIR), cninet-shim into $(DESTDIR)$(CNI_BIN_DIR), units into $(DESTDIR)$(SYSTEMD_UNIT_DIR)"

@@ -66,10 +66,15 @@
 //     namespaces deleted first, runners that "crash" and GC passes in
 //     between, while workloads that stay live answer after each GC; then
 //     zero failures and zero leaks.
-//   - thick_rig_test.go: thick mode's rig: a daemon, shim conflists and
-//     libcni's cnitool as the runtime.
+//   - thick_rig_test.go: thick mode's rig: a daemon (with extra plugin
+//     dirs and flags when a test needs them), shim conflists and libcni's
+//     cnitool as the runtime.
 //   - thick_test.go: thick mode through cnitool: a whole life, GC, a killed
 //     daemon, concurrent ADDs and DELs, bad requests, a broken delegate.
+//   - thick_lifecycle_test.go: the daemon's life in production: a DEL
+//     after the delegate conflist went and the daemon restarted with an
+//     empty conf dir, and a SIGTERM whose drain timeout rolls back an ADD
+//     hanging in a plugin.
 //   - thick_burst_test.go: a burst of 200 concurrent ADDs and DELs on the
 //     daemon, and its peak memory.
 //   - thick_podman_test.go: Podman runs a container on a shim network.

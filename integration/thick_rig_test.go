@@ -35,12 +35,18 @@ type thickRig struct {
 	cacheDir, metrics        string
 	daemon                   *exec.Cmd
 	exited                   chan error
+	// extraPluginDirs and extraArgs go on the daemon's command line
+	// (rigOptions set them before it starts).
+	extraPluginDirs, extraArgs []string
 }
+
+// rigOption changes a thickRig before its daemon starts.
+type rigOption func(*thickRig)
 
 // newThickRig starts a daemon for a fresh bridge network of set, with a
 // shim conflist of shimVersion naming it; metrics, when true, serves
 // --metrics-listen on a free loopback port.
-func newThickRig(t *testing.T, set netsandbox.PluginSet, shimVersion string, metrics bool) *thickRig {
+func newThickRig(t *testing.T, set netsandbox.PluginSet, shimVersion string, metrics bool, opts ...rigOption) *thickRig {
 	t.Helper()
 	tool := filepath.Join(netsandbox.RepoRoot(t), ".cache", "bin", "cnitool")
 	if _, err := os.Stat(tool); err != nil {
@@ -59,6 +65,9 @@ func newThickRig(t *testing.T, set netsandbox.PluginSet, shimVersion string, met
 	r.writeShimConf(shimVersion)
 	if metrics {
 		r.metrics = freeLoopbackAddr(t)
+	}
+	for _, opt := range opts {
+		opt(r)
 	}
 	r.start()
 	t.Cleanup(r.stop)
@@ -95,8 +104,9 @@ func (r *thickRig) addNetwork(nw network, version string) {
 // start runs the daemon and waits until it answers on its socket.
 func (r *thickRig) start() {
 	r.t.Helper()
-	args := []string{"daemon", "--socket", r.socket, "--conf-dir", r.confDir, "--cni-path", r.set.Dir,
+	args := []string{"daemon", "--socket", r.socket, "--conf-dir", r.confDir, "--cni-path", strings.Join(append([]string{r.set.Dir}, r.extraPluginDirs...), ":"),
 		"--cache-dir", r.cacheDir, "--log-level", "warn"}
+	args = append(args, r.extraArgs...)
 	if r.metrics != "" {
 		args = append(args, "--metrics-listen", r.metrics)
 	}

@@ -159,7 +159,7 @@ func (s *shim) delHere(socket string, args *skel.CmdArgs, conf *thick.NetConf) e
 	if err != nil {
 		return err
 	}
-	c, err := thick.NewConfigurator(info, hclog.NewNullLogger(), nil, s.tweaks...)
+	c, err := thick.ConfiguratorForDel(info, &req, reqConf, hclog.NewNullLogger(), nil, s.tweaks...)
 	if err != nil {
 		return err
 	}

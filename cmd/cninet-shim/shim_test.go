@@ -476,3 +476,33 @@ func TestDelFallbackWithoutInfoUsesTheRuntimesPluginPath(t *testing.T) {
 		t.Fatalf("got %+v, %v, %v; want the defaults with CNI_PATH's directories", info, found, err)
 	}
 }
+
+// The shim's own DEL, with the daemon down and its conf dir emptied
+// since the ADD, runs with the conflist the host registry recorded then.
+func TestDelWithTheDaemonDownAndTheConflistGoneRunsTheRecordedOne(t *testing.T) {
+	info, log := recorder(t)
+	attach(t, info)
+	conf := filepath.Join(info.ConfDir, "web.conflist")
+	saved, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(conf); err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(t.TempDir(), "cninet.sock") // nobody listens
+	if err := thick.WriteInfo(socket, info); err != nil {
+		t.Fatal(err)
+	}
+	s := newShim(&strings.Builder{})
+	s.tweaks = []func(*cninet.Config){useFakes}
+	args := cmdArgs(socket, "1.1.0")
+	args.Netns = ""
+	if err := s.del(args); err != nil {
+		t.Fatalf("DEL with the conflist gone: %v, want success", err)
+	}
+	if err := os.WriteFile(conf, saved, 0o644); err != nil { // for assertDetachedHere's Configurator
+		t.Fatal(err)
+	}
+	assertDetachedHere(t, info, log)
+}

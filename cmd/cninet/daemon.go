@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -20,9 +21,9 @@ import (
 
 // daemonFlags are cninet daemon's flags.
 type daemonFlags struct {
-	socket, confDir, cniPath, cacheDir, stateDir, metricsListen, logLevel string
-	maxConcurrent                                                         int
-	timeout, drain                                                        time.Duration
+	socket, confDir, cniPath, cacheDir, stateDir, metricsListen, logLevel, logFormat string
+	maxConcurrent, maxProbes                                                         int
+	timeout, drain, rollback, watch                                                  time.Duration
 }
 
 func (f *daemonFlags) register(fs *pflag.FlagSet) {
@@ -33,7 +34,11 @@ func (f *daemonFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.stateDir, "state-dir", thick.DefaultStateDir, "the host registry every process on the host shares: records of the delegate attachments (owner "+thick.Owner+") and the locks")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (default: off)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
-	fs.IntVar(&f.maxConcurrent, "max-concurrent", thick.DefaultMaxConcurrent, "requests run at once; more queue until their deadline")
+	fs.StringVar(&f.logFormat, "log-format", "text", "text, or json (one JSON object a line, for a log collector)")
+	fs.IntVar(&f.maxConcurrent, "max-concurrent", thick.DefaultMaxConcurrent, "ADD, DEL and GC requests run at once; more queue until their deadline")
+	fs.IntVar(&f.maxProbes, "max-concurrent-probes", thick.DefaultMaxConcurrentProbes, "STATUS and CHECK requests run at once, in slots of their own (never queued behind ADDs)")
+	fs.DurationVar(&f.rollback, "rollback-timeout", thick.DefaultRollbackTimeout, "after --drain-timeout, how long the rollback of unfinished ADDs may take")
+	fs.DurationVar(&f.watch, "conf-watch-interval", thick.DefaultWatchInterval, "how often the conf dir is looked at for changes (SIGHUP reloads at once)")
 	fs.DurationVar(&f.timeout, "timeout", thick.DefaultTimeout, "deadline of each request, its wait in the queue included")
 	fs.DurationVar(&f.drain, "drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long requests in flight may take to finish")
 }
@@ -45,13 +50,18 @@ func (c *cli) daemonCommand() *cobra.Command {
 		Use:   "daemon [flags]",
 		Short: "Serve the cninet-shim CNI plugin on a unix socket (thick mode)",
 		Long: `Serve the cninet-shim CNI plugin on a unix socket (thick mode) until SIGTERM or
-SIGINT, then drain: requests in flight get --drain-timeout to finish.`,
+SIGINT, then drain: requests in flight get --drain-timeout to finish; ADDs
+still running then are rolled back. The conf dir may start empty (the daemon
+is not ready until a conflist appears); changes to it are picked up by a
+watch, and at once on SIGHUP. Under systemd it accepts the socket of
+cninet.socket (socket activation) and notifies readiness (Type=notify).`,
 	}
 	cmd.RunE = c.runE(func(*cobra.Command) error {
 		if err := f.validate(); err != nil {
 			return err
 		}
-		logger := hclog.New(&hclog.LoggerOptions{Name: "cninet-daemon", Level: hclog.LevelFromString(f.logLevel), Output: c.stderr})
+		logger := hclog.New(&hclog.LoggerOptions{Name: "cninet-daemon", Level: hclog.LevelFromString(f.logLevel), Output: c.stderr,
+			JSONFormat: f.logFormat == "json"})
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
 		return runDaemon(ctx, f, logger)
@@ -66,8 +76,11 @@ func (f *daemonFlags) validate() error {
 			return fmt.Errorf("%w: %s %q, want an absolute path", errUsage, name, p)
 		}
 	}
-	if f.maxConcurrent < 1 || f.timeout <= 0 || f.drain <= 0 {
-		return fmt.Errorf("%w: --max-concurrent, --timeout and --drain-timeout must be positive", errUsage)
+	if f.maxConcurrent < 1 || f.maxProbes < 1 || f.timeout <= 0 || f.drain <= 0 || f.rollback <= 0 || f.watch <= 0 {
+		return fmt.Errorf("%w: --max-concurrent, --max-concurrent-probes, --timeout, --drain-timeout, --rollback-timeout and --conf-watch-interval must be positive", errUsage)
+	}
+	if f.logFormat != "text" && f.logFormat != "json" {
+		return fmt.Errorf("%w: --log-format %q, want text or json", errUsage, f.logFormat)
 	}
 	if hclog.LevelFromString(f.logLevel) == hclog.NoLevel {
 		return fmt.Errorf("%w: --log-level %q, want trace, debug, info, warn or error", errUsage, f.logLevel)
@@ -75,22 +88,23 @@ func (f *daemonFlags) validate() error {
 	return nil
 }
 
-// runDaemon serves until ctx is done, then drains.
+// runDaemon serves until ctx is done, then drains; SIGHUP reloads the
+// conf dir.
 func runDaemon(ctx context.Context, f daemonFlags, logger hclog.Logger) error {
 	info := thick.Info{ConfDir: f.confDir, CNIPath: filepath.SplitList(f.cniPath), CacheDir: f.cacheDir, StateDir: f.stateDir}
 	m, err := newDaemonMetrics()
 	if err != nil {
 		return err
 	}
-	c, err := thick.NewConfigurator(info, logger.Named("cninet"), m.provider)
+	delegates, err := thick.OpenDelegates(info, logger.Named("cninet"), m.provider)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer delegates.Close()
 	if err := os.MkdirAll(f.cacheDir, 0o700); err != nil {
 		return fmt.Errorf("cache directory: %w", err)
 	}
-	l, err := thick.Listen(f.socket)
+	l, activated, err := daemonListener(f.socket)
 	if err != nil {
 		return err
 	}
@@ -98,30 +112,83 @@ func runDaemon(ctx context.Context, f daemonFlags, logger hclog.Logger) error {
 		l.Close()
 		return err
 	}
-	srv := &thick.Server{C: c, Logger: logger, MaxConcurrent: f.maxConcurrent, Timeout: f.timeout, Observe: m.observe}
+	srv := &thick.Server{Delegates: delegates, Info: info, Logger: logger, MaxConcurrent: f.maxConcurrent, MaxConcurrentProbes: f.maxProbes,
+		Timeout: f.timeout, RollbackTimeout: f.rollback, Observe: m.observe, Gauges: m}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	var metricsSrv *http.Server
 	if f.metricsListen != "" {
-		if metricsSrv, err = m.serve(f.metricsListen, srv); err != nil {
+		if metricsSrv, err = m.serve(f.metricsListen, srv, delegates); err != nil {
 			srv.Shutdown(context.Background())
 			return err
 		}
 	}
-	logger.Info("serving", "socket", f.socket, "conf_dir", f.confDir, "cni_path", strings.Join(info.CNIPath, ":"),
-		"cache_dir", f.cacheDir, "metrics", f.metricsListen)
-	select {
-	case err := <-served:
-		return fmt.Errorf("serving %s: %w", f.socket, err)
-	case <-ctx.Done():
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go delegates.Watch(watchCtx, f.watch)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	ready := "ready"
+	if err := delegates.Ready(ctx); err != nil {
+		ready = err.Error()
 	}
-	return drain(srv, metricsSrv, f, logger, served)
+	logger.Info("serving", "socket", f.socket, "socket_activated", activated, "conf_dir", f.confDir, "cni_path", strings.Join(info.CNIPath, ":"),
+		"cache_dir", f.cacheDir, "metrics", f.metricsListen, "delegates", ready)
+	if err := sdNotify("READY=1"); err != nil {
+		logger.Warn("readiness not notified", "error", err)
+	}
+	for {
+		select {
+		case err := <-served:
+			return fmt.Errorf("serving %s: %w", f.socket, err)
+		case <-hup:
+			if err := delegates.Reload(); err != nil {
+				logger.Warn("SIGHUP: conf dir cannot be loaded; keeping what was loaded", "conf_dir", f.confDir, "error", err)
+			} else {
+				logger.Info("SIGHUP: conf dir reloaded", "conf_dir", f.confDir)
+			}
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	sdNotify("STOPPING=1")
+	return drain(srv, metricsSrv, f, logger, served, !activated)
+}
+
+// daemonListener is the socket systemd passed (socket activation), else
+// one of our own at socket (thick.Listen). Either way the socket's
+// directory must follow the socket directory rule: the info file goes
+// there.
+func daemonListener(socket string) (l net.Listener, activated bool, err error) {
+	if l, err = activatedListener(); err != nil || l == nil {
+		if err != nil {
+			return nil, false, err
+		}
+		l, err = thick.Listen(socket)
+		return l, false, err
+	}
+	if err := thick.PrepareSocketDir(filepath.Dir(socket)); err != nil {
+		l.Close()
+		return nil, false, err
+	}
+	if addr := l.Addr().String(); addr != socket {
+		l.Close()
+		return nil, false, fmt.Errorf("socket activation: systemd passed a socket at %q, but --socket is %q (the shim and the info file follow --socket): make them agree", addr, socket)
+	}
+	// systemd owns the socket file: closing must not unlink it, or the
+	// next activation would find none.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	return l, true, nil
 }
 
 // drain stops taking requests (readyz says so), lets those in flight
-// finish within the drain timeout, and removes the socket; the info file
-// stays, for the shims' DELs while the daemon is down.
-func drain(srv *thick.Server, metricsSrv *http.Server, f daemonFlags, logger hclog.Logger, served chan error) error {
+// finish within the drain timeout, rolls back the ADDs still running
+// then, and removes the socket (unless systemd passed it); the info file
+// and the conf dir stay, the info file for the shims' DELs while the
+// daemon is down.
+func drain(srv *thick.Server, metricsSrv *http.Server, f daemonFlags, logger hclog.Logger, served chan error, removeSocket bool) error {
 	logger.Info("draining", "timeout", f.drain)
 	ctx, cancel := context.WithTimeout(context.Background(), f.drain)
 	defer cancel()
@@ -129,9 +196,17 @@ func drain(srv *thick.Server, metricsSrv *http.Server, f daemonFlags, logger hcl
 	if serr := <-served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
-	os.Remove(f.socket)
+	if removeSocket {
+		os.Remove(f.socket)
+	}
 	if metricsSrv != nil {
 		metricsSrv.Close()
+	}
+	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, thick.ErrUnfinished) {
+		// Every request ended: those the timeout cut short were rolled
+		// back and told so. Nothing is left behind; the exit is clean.
+		logger.Warn("drain timeout passed; the ADDs still running were rolled back", "timeout", f.drain)
+		err = nil
 	}
 	if err != nil {
 		return fmt.Errorf("draining: %w", err)

@@ -14,17 +14,24 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 )
 
 // daemonMetrics are cninet's OpenTelemetry meters and the daemon's own
 // request meters, exported in the Prometheus format from a registry of
 // their own.
 type daemonMetrics struct {
-	registry *prometheus.Registry
-	provider metric.MeterProvider
-	requests metric.Int64Counter
-	duration metric.Float64Histogram
+	registry  *prometheus.Registry
+	provider  metric.MeterProvider
+	requests  metric.Int64Counter
+	duration  metric.Float64Histogram
+	inFlight  metric.Int64UpDownCounter
+	queued    metric.Int64UpDownCounter
+	queueWait metric.Float64Histogram
 }
+
+// serviceName names the daemon in its telemetry's resource (service.name).
+const serviceName = "cninet-daemon"
 
 func newDaemonMetrics() (*daemonMetrics, error) {
 	reg := prometheus.NewRegistry()
@@ -32,7 +39,10 @@ func newDaemonMetrics() (*daemonMetrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	// service.name is set, not merged from the environment, so that
+	// every daemon's telemetry says what it is.
+	res := resource.NewSchemaless(attribute.String("service.name", serviceName))
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithResource(res))
 	meter := provider.Meter("github.com/seed1280861d/cninet/cmd/cninet/daemon")
 	m := &daemonMetrics{registry: reg, provider: provider}
 	if m.requests, err = meter.Int64Counter("cninet.daemon.requests",
@@ -44,7 +54,33 @@ func newDaemonMetrics() (*daemonMetrics, error) {
 		metric.WithDescription("how long the daemon took per CNI request, queueing included")); err != nil {
 		return nil, err
 	}
+	if m.inFlight, err = meter.Int64UpDownCounter("cninet.daemon.requests.in_flight",
+		metric.WithDescription("CNI requests running now (holding a slot), by command")); err != nil {
+		return nil, err
+	}
+	if m.queued, err = meter.Int64UpDownCounter("cninet.daemon.queue.depth",
+		metric.WithDescription("CNI requests waiting for a slot now, by pool (requests: ADD, DEL, GC; probes: STATUS, CHECK)")); err != nil {
+		return nil, err
+	}
+	if m.queueWait, err = meter.Float64Histogram("cninet.daemon.queue.wait", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 120),
+		metric.WithDescription("how long CNI requests waited for a slot, by pool")); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// InFlight, Queued and Waited make daemonMetrics the server's thick.Gauges.
+func (m *daemonMetrics) InFlight(command string, delta int64) {
+	m.inFlight.Add(context.Background(), delta, metric.WithAttributes(attribute.String("command", command)))
+}
+
+func (m *daemonMetrics) Queued(pool string, delta int64) {
+	m.queued.Add(context.Background(), delta, metric.WithAttributes(attribute.String("pool", pool)))
+}
+
+func (m *daemonMetrics) Waited(pool string, d time.Duration) {
+	m.queueWait.Record(context.Background(), d.Seconds(), metric.WithAttributes(attribute.String("pool", pool)))
 }
 
 // observe records one request.
@@ -55,7 +91,7 @@ func (m *daemonMetrics) observe(command, result string, d time.Duration) {
 }
 
 // serve serves /metrics, /healthz and /readyz on addr.
-func (m *daemonMetrics) serve(addr string, srv *thick.Server) (*http.Server, error) {
+func (m *daemonMetrics) serve(addr string, srv *thick.Server, delegates *thick.Delegates) (*http.Server, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen: %w", err)
@@ -63,14 +99,31 @@ func (m *daemonMetrics) serve(addr string, srv *thick.Server) (*http.Server, err
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", thick.Healthz)
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !srv.Ready() {
-			http.Error(w, "not ready: draining", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
+	mux.HandleFunc("/readyz", readyz(srv.Ready, delegates.Ready))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(l)
 	return hs, nil
+}
+
+// readyzTimeout bounds the delegates' STATUS behind one /readyz.
+const readyzTimeout = 10 * time.Second
+
+// readyz answers 200 "ready" while the server takes requests and every
+// delegate network's STATUS passes; 503 naming why otherwise (draining,
+// no conflist yet, a network's STATUS failed). /healthz stays liveness:
+// the process serves.
+func readyz(serving func() bool, delegatesReady func(context.Context) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !serving() {
+			http.Error(w, "not ready: not serving (starting or draining)", http.StatusServiceUnavailable)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), readyzTimeout)
+		defer cancel()
+		if err := delegatesReady(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	}
 }

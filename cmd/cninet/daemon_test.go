@@ -20,8 +20,10 @@ func TestDaemonFlags(t *testing.T) {
 		{"--max-concurrent 0 is a usage error", []string{"daemon", "--max-concurrent", "0"}, 2, "must be positive"},
 		{"an unknown --log-level is a usage error", []string{"daemon", "--log-level", "loud"}, 2, "--log-level"},
 		{"an argument is a usage error", []string{"daemon", "extra"}, 2, "unexpected argument"},
-		{"a conf dir without conflists fails to start, naming it", []string{"daemon", "--conf-dir", empty, "--socket", filepath.Join(empty, "s.sock"),
-			"--cache-dir", filepath.Join(empty, "cache")}, 1, empty},
+		{"an unknown --log-format is a usage error", []string{"daemon", "--log-format", "xml"}, 2, `--log-format "xml", want text or json`},
+		{"--max-concurrent-probes 0 is a usage error", []string{"daemon", "--max-concurrent-probes", "0"}, 2, "must be positive"},
+		{"a socket in a directory others may write fails to start, naming it", []string{"daemon", "--conf-dir", empty, "--socket", "/tmp/cninet-test.sock",
+			"--cache-dir", filepath.Join(empty, "cache"), "--state-dir", filepath.Join(empty, "state")}, 1, "/tmp"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -57,7 +57,12 @@
 //   - trace.go: the --trace TracerProvider, which keeps the spans in
 //     memory and prints them as a tree with durations.
 //   - daemon.go: daemon, serving the cninet-shim plugin on a unix socket
-//     through internal/thick until SIGTERM or SIGINT, then draining.
-//   - daemon_metrics.go: the daemon's /metrics (Prometheus), /healthz and
-//     /readyz.
+//     through internal/thick until SIGTERM or SIGINT, then draining;
+//     SIGHUP reloads the conf dir.
+//   - daemon_metrics.go: the daemon's /metrics (Prometheus, with its
+//     request, in-flight and queue meters under service.name
+//     cninet-daemon), /healthz (liveness) and /readyz (the delegates'
+//     STATUS).
+//   - daemon_systemd.go: systemd's socket activation (the socket passed
+//     as fd 3) and readiness notification (READY=1 on $NOTIFY_SOCKET).
 package main

@@ -16,12 +16,20 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" { // a test runs this binary as the cninet command
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	// Under -race go-cni guards itself with go-deadlock, whose goroutine ids
 	// read 0 on this Go release: every pair of concurrent Setups then looks
 	// like one goroutine locking twice, and the detector exits the process.
 	deadlock.Opts.Disable = true
 	netsandbox.Main(m)
 }
+
+// runMainEnv makes the test binary run as the cninet command: a test
+// that needs a cninet process of its own (signals, inherited sockets)
+// runs os.Args[0] with it set.
+const runMainEnv = "CNINET_TEST_RUN_MAIN"
 
 func runCLI(args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer

@@ -3,8 +3,13 @@ package thick
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 
 	cni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/version"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
 	"go.opentelemetry.io/otel/metric"
@@ -15,11 +20,17 @@ import (
 // libcni's cache in info.CacheDir, apart from the runtime's. Thick mode
 // attaches every network through libcni under the runtime's interface
 // name, so go-cni (which can only cache in /var/lib/cni) is replaced by
-// one that refuses to run.
+// one that refuses to attach; it still loads the default network and runs
+// its CNI STATUS, which cninet asks of go-cni for the default network.
 //
 // tweaks, when given, change the Config before New sees it (tests inject
 // fake iptables and nftables this way).
 func NewConfigurator(info Info, logger hclog.Logger, meters metric.MeterProvider, tweaks ...func(*cninet.Config)) (*cninet.Configurator, error) {
+	loader, err := cni.New(cni.WithPluginDir(info.CNIPath))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", cninet.ErrInvalidConfig, err)
+	}
+	status := libcni.NewCNIConfig(info.CNIPath, &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}})
 	cfg := cninet.Config{
 		Logger:        logger,
 		ConfDir:       info.ConfDir,
@@ -27,7 +38,7 @@ func NewConfigurator(info Info, logger hclog.Logger, meters metric.MeterProvider
 		CacheDir:      info.CacheDir,
 		StateDir:      info.StateDir,
 		Owner:         Owner,
-		CNI:           noGoCNI{},
+		CNI:           noGoCNI{CNI: loader, status: status},
 		MeterProvider: meters,
 	}
 	for _, tweak := range tweaks {
@@ -39,8 +50,40 @@ func NewConfigurator(info Info, logger hclog.Logger, meters metric.MeterProvider
 // errNoGoCNI would only surface if a thick-mode path reached go-cni.
 var errNoGoCNI = errors.New("thick mode attaches every network through libcni under the runtime's interface name; go-cni is not used")
 
-// noGoCNI stands in for go-cni: loaded, ready, and never attaching.
-type noGoCNI struct{}
+// noGoCNI stands in for go-cni: it loads the default network (into the
+// embedded go-cni, which caches nothing for that), runs its CNI STATUS
+// within StatusTimeout, and never attaches.
+type noGoCNI struct {
+	cni.CNI
+	status *libcni.CNIConfig
+}
+
+// StatusTimeout bounds the CNI STATUS of a delegate network that thick
+// mode runs for cninet's Status of its default network (go-cni's own has
+// no deadline, and a plugin that hangs would hold a probe slot for good).
+const StatusTimeout = DefaultProbeTimeout
+
+// Status runs the loaded network's CNI STATUS (for conflists of CNI 1.1
+// and later; libcni skips older ones); cni.ErrCNINotInitialized before
+// anything is loaded, as go-cni answers.
+func (n noGoCNI) Status() error {
+	nets := n.CNI.GetConfig().Networks
+	if len(nets) == 0 {
+		return cni.ErrCNINotInitialized
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), StatusTimeout)
+	defer cancel()
+	for _, net := range nets {
+		list, err := libcni.ConfListFromBytes([]byte(net.Config.Source))
+		if err != nil {
+			return fmt.Errorf("%w: network %q: %w", cninet.ErrInvalidConfig, net.Config.Name, err)
+		}
+		if err := n.status.GetStatusNetworkList(ctx, list); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func (noGoCNI) Setup(context.Context, string, string, ...cni.NamespaceOpts) (*cni.Result, error) {
 	return nil, errNoGoCNI
@@ -52,6 +95,3 @@ func (noGoCNI) SetupSerially(context.Context, string, string, ...cni.NamespaceOp
 
 func (noGoCNI) Remove(context.Context, string, string, ...cni.NamespaceOpts) error { return errNoGoCNI }
 func (noGoCNI) Check(context.Context, string, string, ...cni.NamespaceOpts) error  { return errNoGoCNI }
-func (noGoCNI) Load(...cni.Opt) error                                              { return nil }
-func (noGoCNI) Status() error                                                      { return nil }
-func (noGoCNI) GetConfig() *cni.ConfigResult                                       { return &cni.ConfigResult{} }

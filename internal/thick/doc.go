@@ -16,9 +16,11 @@
 //     config's "timeout").
 //   - server.go: Server, the daemon's HTTP server on a unix socket:
 //     Listen, the peer check (root only), the acknowledgement, the queue
-//     of MaxConcurrent slots with each request's deadline (the shim's
-//     when sooner), the refusal of requests the shim gave up on, and
-//     draining on Shutdown.
+//     of MaxConcurrent slots (and MaxConcurrentProbes for STATUS and
+//     CHECK) with each request's deadline (the shim's when sooner), the
+//     refusal of requests the shim gave up on, one log line per request,
+//     the Gauges, and draining on Shutdown (the ADDs unfinished at its
+//     deadline rolled back).
 //   - trust.go: what thick mode trusts on disk: PrepareSocketDir and
 //     CheckPrivateDir (owned by root, writable by nobody else, never
 //     chmodded), the info file read only when root wrote it, and
@@ -28,6 +30,12 @@
 //     shim also runs itself when the daemon is down.
 //   - allocation.go: Allocation, the cninet.Allocation of a request (its
 //     CNI_ARGS, port mappings and other runtimeConfig capabilities).
+//   - delegates.go: Delegates, the daemon's Configurator of its conf dir:
+//     none until the dir holds a conflist (ErrNoDelegates: not ready),
+//     reloaded on a change (Watch polls) or SIGHUP, Ready (every delegate
+//     network's STATUS); and ConfiguratorForDel, with which a DEL runs the
+//     conflist the host registry recorded at the ADD when the conf dir
+//     holds none.
 //   - configurator.go: NewConfigurator, the Configurator thick mode
 //     serves with: the daemon's conf dir, plugins and libcni cache, and
 //     no go-cni.

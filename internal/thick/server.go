@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/buildinfo"
@@ -24,13 +25,35 @@ import (
 // the host are the state, so a restarted Server serves attachments made
 // before.
 type Server struct {
-	// C runs the requests.
+	// C runs the requests, when Delegates is nil.
 	C *cninet.Configurator
-	// Logger gets one line per failed request. nil: a null logger.
+	// Delegates, when set, runs the requests instead of C: the conf dir's
+	// networks once it holds a conflist. Until then STATUS answers not
+	// ready (code 50), ADD, CHECK and GC an unknown network (code 7), and
+	// a DEL runs with the conflist the host registry recorded at the ADD
+	// (ConfiguratorForDel).
+	Delegates *Delegates
+	// Info is the daemon's conf dir, plugins, cache and registry, for a
+	// DEL while Delegates has no conflist.
+	Info Info
+	// Logger gets one line per request: its command, container id, netns,
+	// interface, network, owner, duration and code (0: success); Info
+	// level on success, Warn on failure. nil: a null logger.
 	Logger hclog.Logger
 	// MaxConcurrent requests run at once; more wait for a slot until
-	// their deadline. 0: DefaultMaxConcurrent.
+	// their deadline. 0: DefaultMaxConcurrent. STATUS and CHECK do not
+	// take these slots but MaxConcurrentProbes of their own, so that a
+	// runtime's periodic probes are not queued behind a burst of ADDs.
 	MaxConcurrent int
+	// MaxConcurrentProbes STATUS and CHECK requests run at once.
+	// 0: DefaultMaxConcurrentProbes.
+	MaxConcurrentProbes int
+	// RollbackTimeout bounds, once Shutdown's drain timeout has passed,
+	// the rollback of the ADDs still running (their attachments removed,
+	// their answer an error). 0: DefaultRollbackTimeout.
+	RollbackTimeout time.Duration
+	// Gauges, when set, is told of the requests in flight and queued.
+	Gauges Gauges
 	// Timeout is each request's deadline, its wait for a slot included.
 	// 0: DefaultTimeout.
 	Timeout time.Duration
@@ -41,14 +64,36 @@ type Server struct {
 	// root only.
 	AllowPeer func(uid uint32) bool
 
-	// run serves a decoded request; nil: Serve with C. Tests replace it.
+	// run serves a decoded request; nil: dispatch (Serve with Delegates'
+	// Configurator, or C). Tests replace it.
 	run func(ctx context.Context, req *Request, conf *NetConf) ([]byte, error)
 
-	once     sync.Once
-	slots    chan struct{}
-	started  atomic.Bool
-	draining atomic.Bool
-	http     *http.Server
+	once        sync.Once
+	slots       chan struct{} // ADD, DEL, GC
+	probeSlots  chan struct{} // STATUS, CHECK
+	started     atomic.Bool
+	draining    atomic.Bool
+	http        *http.Server
+	abort       context.Context // done when the drain timeout has passed
+	abortNow    context.CancelFunc
+	inFlight    atomic.Int64 // handlers running, for Shutdown to wait on after the drain timeout
+	handlerDone chan struct{}
+}
+
+// ErrUnfinished: Shutdown returned with requests still running, past the
+// drain timeout and the rollback timeout after it.
+var ErrUnfinished = errors.New("requests unfinished at exit")
+
+// Gauges is told what the daemon's queue looks like (daemon metrics).
+// pool is "requests" (ADD, DEL, GC) or "probes" (STATUS, CHECK).
+type Gauges interface {
+	// InFlight: delta requests started (1) or finished (-1) running.
+	InFlight(command string, delta int64)
+	// Queued: delta requests started (1) or stopped (-1) waiting for a
+	// slot of pool.
+	Queued(pool string, delta int64)
+	// Waited: a request waited d for a slot of pool (whether it got one).
+	Waited(pool string, d time.Duration)
 }
 
 // Defaults of Server's limits: a burst of pod starts queues behind a few
@@ -57,6 +102,12 @@ type Server struct {
 const (
 	DefaultMaxConcurrent = 16
 	DefaultTimeout       = 2 * time.Minute
+	// DefaultMaxConcurrentProbes: STATUS and CHECK fork few plugins (or
+	// none), so a small pool of their own keeps them answering promptly.
+	DefaultMaxConcurrentProbes = 4
+	// DefaultRollbackTimeout bounds the rollback of unfinished ADDs at
+	// the end of a drain.
+	DefaultRollbackTimeout = 30 * time.Second
 )
 
 type peerKey struct{}
@@ -112,6 +163,13 @@ func (s *Server) init() {
 			n = DefaultMaxConcurrent
 		}
 		s.slots = make(chan struct{}, n)
+		p := s.MaxConcurrentProbes
+		if p <= 0 {
+			p = DefaultMaxConcurrentProbes
+		}
+		s.probeSlots = make(chan struct{}, p)
+		s.abort, s.abortNow = context.WithCancel(context.Background())
+		s.handlerDone = make(chan struct{}, 1)
 		mux := http.NewServeMux()
 		mux.HandleFunc(RequestPath, s.handle)
 		s.http = &http.Server{
@@ -125,15 +183,40 @@ func (s *Server) init() {
 }
 
 // Ready reports whether the server takes requests: serving, and not
-// draining.
+// draining. Whether its delegates can attach is Delegates.Ready's.
 func (s *Server) Ready() bool { return s.started.Load() && !s.draining.Load() }
 
 // Shutdown stops accepting requests and waits, until ctx is done, for
-// the requests in flight to finish.
+// the requests in flight to finish. When ctx is done first, the ADDs
+// still running are cancelled and rolled back (their attachment removed,
+// their answer a code-11 error saying so), the requests still waiting
+// for a slot are refused unrun (code 11), and Shutdown waits for that,
+// up to RollbackTimeout, then returns ctx's error, also wrapping
+// ErrUnfinished when requests were still running then; a DEL still
+// running is not cut short within that time (a DEL again finishes what
+// it leaves). Nothing of the conf dir is touched.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.init()
 	s.draining.Store(true)
-	return s.http.Shutdown(ctx)
+	err := s.http.Shutdown(ctx)
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	s.abortNow()
+	rollback := s.RollbackTimeout
+	if rollback <= 0 {
+		rollback = DefaultRollbackTimeout
+	}
+	limit := time.NewTimer(rollback)
+	defer limit.Stop()
+	for s.inFlight.Load() > 0 {
+		select {
+		case <-s.handlerDone:
+		case <-limit.C:
+			return fmt.Errorf("%w: %w; %d request(s) still running after the rollback timeout (%s)", ErrUnfinished, err, s.inFlight.Load(), rollback)
+		}
+	}
+	return err
 }
 
 // peerUID is the uid of the process at the other end of c, or -1 when it
@@ -168,15 +251,22 @@ func (s *Server) allowed(uid int64) bool {
 
 // handle serves one request; every failure is a CNI error object.
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	s.inFlight.Add(1)
+	defer func() {
+		s.inFlight.Add(-1)
+		select {
+		case s.handlerDone <- struct{}{}:
+		default:
+		}
+	}()
 	start := time.Now()
-	command := "unknown"
+	var seen seenRequest
 	acknowledge := func() { w.WriteHeader(StatusAcknowledged) }
-	out, err := s.serve(r, &command, acknowledge)
-	result := "ok"
+	out, err := s.serve(r, &seen, acknowledge)
+	result, code := "ok", uint(0)
 	if err != nil {
 		cerr := ErrorFor(err)
-		result = fmt.Sprint(cerr.Code)
-		s.Logger.Warn("request failed", "command", command, "code", cerr.Code, "error", err)
+		result, code = fmt.Sprint(cerr.Code), cerr.Code
 		status := http.StatusInternalServerError
 		if errors.Is(err, ErrBadRequest) || errors.Is(err, errForbidden) || errors.Is(err, ErrIncompatibleShim) {
 			status = http.StatusBadRequest
@@ -191,9 +281,42 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Write(out)
 	}
+	d := time.Since(start)
+	s.logRequest(seen, d, code, err)
 	if s.Observe != nil {
-		s.Observe(command, result, time.Since(start))
+		s.Observe(seen.command(), result, d)
 	}
+}
+
+// seenRequest is what the log line tells of a request: as much as was
+// decoded before it was served or refused.
+type seenRequest struct {
+	req  *Request
+	conf *NetConf
+}
+
+func (r seenRequest) command() string {
+	if r.req == nil || r.req.Command == "" {
+		return "unknown"
+	}
+	return r.req.Command
+}
+
+// logRequest writes the request's one log line.
+func (s *Server) logRequest(seen seenRequest, d time.Duration, code uint, err error) {
+	fields := []any{"command", seen.command()}
+	if req := seen.req; req != nil {
+		fields = append(fields, "container_id", req.ContainerID, "netns", req.NetNS, "ifname", req.IfName)
+		if seen.conf != nil {
+			fields = append(fields, "network", seen.conf.Name, "owner", OwnerOf(req, seen.conf))
+		}
+	}
+	fields = append(fields, "duration", d, "code", code)
+	if err != nil {
+		s.Logger.Warn("request failed", append(fields, "error", err)...)
+		return
+	}
+	s.Logger.Info("request", fields...)
 }
 
 var errForbidden = errors.New("peer not allowed")
@@ -204,7 +327,7 @@ var errForbidden = errors.New("peer not allowed")
 // refused unrun: the shim has answered the runtime already, and for a
 // DEL has run it itself; running it late could undo what the runtime did
 // since (an ADD of the same id).
-func (s *Server) serve(r *http.Request, command *string, acknowledge func()) ([]byte, error) {
+func (s *Server) serve(r *http.Request, seen *seenRequest, acknowledge func()) ([]byte, error) {
 	if uid, _ := r.Context().Value(peerKey{}).(int64); !s.allowed(uid) {
 		return nil, fmt.Errorf("%w: %w: uid %d, only root may send requests", ErrBadRequest, errForbidden, uid)
 	}
@@ -212,10 +335,13 @@ func (s *Server) serve(r *http.Request, command *string, acknowledge func()) ([]
 		return nil, fmt.Errorf("%w: method %s, want POST", ErrBadRequest, r.Method)
 	}
 	req, conf, err := DecodeRequest(http.MaxBytesReader(nil, r.Body, MaxRequestBytes+1))
+	if req != nil {
+		seen.req = req
+	}
 	if err != nil {
 		return nil, err
 	}
-	*command = req.Command
+	seen.conf = conf
 	if err := CheckProtocol(req, buildinfo.Version()); err != nil {
 		return nil, err
 	}
@@ -237,16 +363,17 @@ func (s *Server) serve(r *http.Request, command *string, acknowledge func()) ([]
 		wait, cancel = context.WithDeadline(wait, *req.Deadline)
 		defer cancel()
 	}
-	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
-	case <-wait.Done():
-	}
-	if err := wait.Err(); err != nil {
+	release, err := s.takeSlot(wait, req.Command)
+	if err != nil {
 		if r.Context().Err() != nil {
 			err = fmt.Errorf("%w: %w", errShimGone, err)
 		}
 		return nil, fmt.Errorf("%w: not run: no free slot before the request's deadline (daemon's %s, or the shim's): %w", ErrBusy, timeout, err)
+	}
+	defer release()
+	if s.Gauges != nil {
+		s.Gauges.InFlight(req.Command, 1)
+		defer s.Gauges.InFlight(req.Command, -1)
 	}
 	ctx := wait
 	if req.Command == CmdDel {
@@ -256,11 +383,104 @@ func (s *Server) serve(r *http.Request, command *string, acknowledge func()) ([]
 		var cancelDel context.CancelFunc
 		ctx, cancelDel = context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
 		defer cancelDel()
+	} else {
+		// Past the drain timeout, everything else is cut short; an ADD is
+		// then rolled back below.
+		stop := context.AfterFunc(s.abort, cancel)
+		defer stop()
 	}
+	out, err := s.dispatch(ctx, req, conf)
+	if req.Command == CmdAdd && s.abort.Err() != nil && mayHaveAttached(err) {
+		return nil, s.rollBack(req, conf, err)
+	}
+	return out, err
+}
+
+// rollBack removes the attachment of an ADD the drain timeout cut short:
+// the runtime is told it failed, so nothing of it may stay.
+func (s *Server) rollBack(req *Request, conf *NetConf, addErr error) error {
+	rollback := s.RollbackTimeout
+	if rollback <= 0 {
+		rollback = DefaultRollbackTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rollback)
+	defer cancel()
+	del := *req
+	del.Command = CmdDel
+	_, err := s.dispatch(ctx, &del, conf)
+	if err != nil {
+		return fmt.Errorf("%w: the daemon is exiting and the ADD did not finish within the drain timeout; its rollback failed (a DEL finishes it): %w (the ADD: %v)", ErrBusy, err, addErr)
+	}
+	return fmt.Errorf("%w: the daemon is exiting and the ADD did not finish within the drain timeout; rolled back (the ADD: %v)", ErrBusy, addErr)
+}
+
+// mayHaveAttached reports whether an ADD that returned err may have left
+// an attachment of its own: not when it was refused before it ran (a bad
+// request, an unknown network) or found the attachment there already
+// (which is not its to remove).
+func mayHaveAttached(err error) bool {
+	if err == nil {
+		return true
+	}
+	switch codeFor(err) {
+	case CodeAlreadyAttached, types.ErrInvalidEnvironmentVariables, types.ErrInvalidNetworkConfig, types.ErrDecodingFailure:
+		return false
+	}
+	return true
+}
+
+// takeSlot waits, until ctx is done, for a slot of the command's pool.
+func (s *Server) takeSlot(ctx context.Context, command string) (release func(), err error) {
+	pool, slots := "requests", s.slots
+	if command == CmdStatus || command == CmdCheck {
+		pool, slots = "probes", s.probeSlots
+	}
+	if s.Gauges != nil {
+		start := time.Now()
+		s.Gauges.Queued(pool, 1)
+		defer func() {
+			s.Gauges.Queued(pool, -1)
+			s.Gauges.Waited(pool, time.Since(start))
+		}()
+	}
+	select {
+	case slots <- struct{}{}:
+		return func() { <-slots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.abort.Done(): // past the drain timeout: what has not started never will
+		return nil, errDrainTimedOut
+	}
+}
+
+// errDrainTimedOut: a request still queued when the drain timeout passed.
+var errDrainTimedOut = errors.New("the daemon is exiting: the drain timeout passed before a slot was free")
+
+// dispatch runs a decoded request with the Configurator of its network.
+func (s *Server) dispatch(ctx context.Context, req *Request, conf *NetConf) ([]byte, error) {
 	if s.run != nil {
 		return s.run(ctx, req, conf)
 	}
-	return Serve(ctx, s.C, req, conf)
+	if s.Delegates == nil {
+		return Serve(ctx, s.C, req, conf)
+	}
+	c, err := s.Delegates.Configurator()
+	switch {
+	case err == nil:
+		return Serve(ctx, c, req, conf)
+	case req.Command == CmdStatus:
+		return nil, fmt.Errorf("%w: %w", cninet.ErrNotReady, err)
+	case req.Command != CmdDel:
+		return nil, err
+	}
+	// No conflist at all: a DEL still removes what its ADD made, with
+	// the conflist recorded then.
+	c, err = ConfiguratorForDel(s.Info, req, conf, s.Logger.Named("cninet"), nil, s.Delegates.tweaks...)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return nil, Del(ctx, c, req, conf)
 }
 
 // errShimGone marks a request the shim stopped waiting for.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -20,6 +21,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet"
 )
 
 func TestListen(t *testing.T) {
@@ -357,5 +360,260 @@ func TestServerRefusesAnIncompatibleShim(t *testing.T) {
 				t.Fatalf("HTTP %d %+v, ran %d: want code %d saying %q and both protocols", code, cerr, ran.Load(), CodeIncompatible, tc.want)
 			}
 		})
+	}
+}
+
+// At the drain timeout, an ADD still running is cancelled and rolled
+// back: its attachment removed by a DEL of the same id and interface,
+// the runtime told it failed (code 11). A DEL in flight is not cut
+// short, and an ADD that found its attachment there already is not the
+// rollback's to remove.
+func TestServerRollsBackUnfinishedAddsAtTheDrainTimeout(t *testing.T) {
+	cases := []struct {
+		name         string
+		addErr       error // what the ADD returns once cancelled
+		wantRollback bool
+	}{
+		{"an ADD cut short is rolled back", context.Canceled, true},
+		{"an ADD that finished as the timeout passed is rolled back", nil, true},
+		{"an ADD that found the attachment there already is not", fmt.Errorf("%w: c1", cninet.ErrAlreadyAttached), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var ran []string
+			addStarted := make(chan struct{})
+			run := func(ctx context.Context, req *Request, _ *NetConf) ([]byte, error) {
+				mu.Lock()
+				ran = append(ran, req.Command+" "+req.ContainerID+" "+req.IfName)
+				mu.Unlock()
+				if req.Command == CmdAdd {
+					close(addStarted)
+					<-ctx.Done()
+					return []byte(`{}`), tc.addErr
+				}
+				return nil, ctx.Err()
+			}
+			s := &Server{run: run, AllowPeer: func(uint32) bool { return true }, RollbackTimeout: 5 * time.Second}
+			c := startServer(t, s)
+			type answer struct {
+				code int
+				cerr types.Error
+			}
+			answered := make(chan answer, 1)
+			go func() {
+				code, cerr, _ := tryPost(c, reqBody("ADD", "c1", "/proc/self/ns/net", "eth0", shimConf))
+				answered <- answer{code, cerr}
+			}()
+			<-addStarted
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Shutdown: %v, want the drain timeout's error", err)
+			}
+			a := <-answered
+			rolledBack := slices.Contains(ranNow(&mu, &ran), "DEL c1 eth0")
+			if rolledBack != tc.wantRollback {
+				t.Fatalf("ran %v: rolled back %v, want %v", ranNow(&mu, &ran), rolledBack, tc.wantRollback)
+			}
+			if a.code == http.StatusOK {
+				t.Fatalf("the ADD was answered success though the daemon gave up on it")
+			}
+			if tc.wantRollback && (a.cerr.Code != types.ErrTryAgainLater || !strings.Contains(a.cerr.Msg, "rolled back")) {
+				t.Fatalf("the ADD was answered %+v, want code 11 saying it was rolled back", a.cerr)
+			}
+		})
+	}
+}
+
+func TestServerDrainLetsADelInFlightFinish(t *testing.T) {
+	delStarted, release := make(chan struct{}), make(chan struct{})
+	run := func(ctx context.Context, req *Request, _ *NetConf) ([]byte, error) {
+		close(delStarted)
+		select {
+		case <-release:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	s := &Server{run: run, AllowPeer: func(uint32) bool { return true }, RollbackTimeout: 5 * time.Second}
+	c := startServer(t, s)
+	answered := make(chan int, 1)
+	go func() { code, _, _ := tryPost(c, reqBody("DEL", "c1", "", "eth0", shimConf)); answered <- code }()
+	<-delStarted
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(ctx) }()
+	time.Sleep(100 * time.Millisecond) // past the drain timeout
+	close(release)
+	if code := <-answered; code != http.StatusOK {
+		t.Fatalf("the DEL in flight got HTTP %d, want it run to its end", code)
+	}
+	if err := <-shut; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown: %v, want the drain timeout's error", err)
+	}
+}
+
+// STATUS and CHECK have slots of their own: a runtime's probes are
+// answered while every ADD slot is taken.
+func TestServerProbesAreNotQueuedBehindAdds(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	addRunning := make(chan struct{}, 1)
+	run := func(ctx context.Context, req *Request, _ *NetConf) ([]byte, error) {
+		if req.Command == CmdAdd {
+			addRunning <- struct{}{}
+			<-release
+		}
+		return nil, nil
+	}
+	g := &recordingGauges{}
+	c := startServer(t, &Server{run: run, MaxConcurrent: 1, Timeout: 2 * time.Second, Gauges: g, AllowPeer: func(uint32) bool { return true }})
+	go tryPost(c, reqBody("ADD", "c1", "/proc/self/ns/net", "eth0", shimConf))
+	<-addRunning
+	go tryPost(c, reqBody("ADD", "c2", "/proc/self/ns/net", "eth0", shimConf)) // queued behind c1
+	for _, command := range []string{"STATUS", "CHECK"} {
+		body := reqBody(command, "", "", "", shimConf)
+		if command == "CHECK" {
+			body = reqBody(command, "c3", "/proc/self/ns/net", "eth0", shimConf)
+		}
+		if code, cerr := post(t, c, body); code != http.StatusOK {
+			t.Fatalf("%s with every ADD slot taken: HTTP %d %+v, want it served in a slot of its own", command, code, cerr)
+		}
+	}
+	waitForGauge(t, func() bool { return g.get("queued requests") == 1 && g.get("in flight ADD") == 1 })
+	once.Do(func() { close(release) })
+	waitForGauge(t, func() bool {
+		return g.get("queued requests") == 0 && g.get("in flight ADD") == 0 && g.get("waited requests") == 2
+	})
+	if g.get("waited probes") != 2 {
+		t.Fatalf("gauges %v: want the probes' two waits counted in their own pool", g.snapshot())
+	}
+}
+
+// recordingGauges sums what a Server tells its Gauges.
+type recordingGauges struct {
+	mu   sync.Mutex
+	sums map[string]int64
+}
+
+func (g *recordingGauges) add(key string, delta int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.sums == nil {
+		g.sums = map[string]int64{}
+	}
+	g.sums[key] += delta
+}
+
+func (g *recordingGauges) InFlight(command string, delta int64) { g.add("in flight "+command, delta) }
+func (g *recordingGauges) Queued(pool string, delta int64)      { g.add("queued "+pool, delta) }
+func (g *recordingGauges) Waited(pool string, _ time.Duration)  { g.add("waited "+pool, 1) }
+
+func (g *recordingGauges) get(key string) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sums[key]
+}
+
+func (g *recordingGauges) snapshot() map[string]int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return maps.Clone(g.sums)
+}
+
+func waitForGauge(t *testing.T, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		if ok() {
+			return
+		}
+	}
+	t.Fatal("the gauges never showed what was expected")
+}
+
+// Each request gets one log line naming what it was and how it ended.
+func TestServerLogsOneLinePerRequest(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := hclog.New(&hclog.LoggerOptions{Output: &lockedBuilder{mu: &mu, b: &buf}, JSONFormat: true, Level: hclog.Info})
+	run := func(_ context.Context, req *Request, _ *NetConf) ([]byte, error) {
+		if req.ContainerID == "bad" {
+			return nil, fmt.Errorf("%w: no", cninet.ErrCheckFailed)
+		}
+		return nil, nil
+	}
+	c := startServer(t, &Server{run: run, Logger: logger, AllowPeer: func(uint32) bool { return true }})
+	post(t, c, reqBody("DEL", "good", "/run/netns/w", "eth0", shimConf))
+	post(t, c, reqBody("CHECK", "bad", "/run/netns/w", "eth1", shimConf))
+	mu.Lock()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	mu.Unlock()
+	if len(lines) != 2 {
+		t.Fatalf("%d log lines for 2 requests, want 2:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	want := []map[string]any{
+		{"command": "DEL", "container_id": "good", "netns": "/run/netns/w", "ifname": "eth0", "network": "web", "code": float64(0)},
+		{"command": "CHECK", "container_id": "bad", "netns": "/run/netns/w", "ifname": "eth1", "network": "web", "code": float64(CodeCheckFailed)},
+	}
+	for i, line := range lines {
+		var got map[string]any
+		if err := json.Unmarshal([]byte(line), &got); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range want[i] {
+			if got[k] != v {
+				t.Errorf("line %d: %s = %v, want %v (%s)", i, k, got[k], v, line)
+			}
+		}
+		for _, k := range []string{"owner", "duration"} {
+			if _, ok := got[k]; !ok {
+				t.Errorf("line %d has no %s: %s", i, k, line)
+			}
+		}
+	}
+}
+
+type lockedBuilder struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// A request still waiting for a slot when the drain timeout passes is
+// refused unrun (code 11), not left to wait out its deadline.
+func TestServerRefusesWhatIsStillQueuedAtTheDrainTimeout(t *testing.T) {
+	started := make(chan struct{})
+	var ran atomic.Int32
+	run := func(ctx context.Context, req *Request, _ *NetConf) ([]byte, error) {
+		ran.Add(1)
+		if req.ContainerID == "c1" {
+			close(started)
+			<-ctx.Done()
+		}
+		return nil, ctx.Err()
+	}
+	s := &Server{run: run, MaxConcurrent: 1, AllowPeer: func(uint32) bool { return true }, RollbackTimeout: 5 * time.Second}
+	c := startServer(t, s)
+	go tryPost(c, reqBody("GC", "c1", "", "", shimConf))
+	<-started
+	queued := make(chan types.Error, 1)
+	go func() { _, cerr, _ := tryPost(c, reqBody("DEL", "c2", "", "eth0", shimConf)); queued <- cerr }()
+	time.Sleep(50 * time.Millisecond) // c2 waits for c1's slot
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); errors.Is(err, ErrUnfinished) {
+		t.Fatalf("Shutdown: %v: a queued request outlived the rollback timeout", err)
+	}
+	if cerr := <-queued; cerr.Code != types.ErrTryAgainLater || !strings.Contains(cerr.Msg, "drain timeout") || ran.Load() != 1 {
+		t.Fatalf("the queued DEL was answered %+v (ran %d requests), want code 11 unrun, naming the drain timeout", cerr, ran.Load())
 	}
 }
