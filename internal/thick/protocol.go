@@ -140,6 +140,9 @@ type NetConf struct {
 	// duration); the daemon ignores it. See ShimLimits.
 	Timeout          string               `json:"timeout,omitempty"`
 	RuntimeConfig    map[string]any       `json:"runtimeConfig,omitempty"`
+	// PrevResult is the runtime's result of the attachment's ADD, which
+	// it sends with CHECK (and DEL): CHECK compares the attachment to it.
+	PrevResult json.RawMessage `json:"prevResult,omitempty"`
 	ValidAttachments []types.GCAttachment `json:"cni.dev/valid-attachments,omitempty"`
 }
 

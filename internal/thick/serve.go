@@ -2,7 +2,6 @@ package thick
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -87,20 +86,6 @@ func Del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 	}
 	ctx = cninet.WithOwner(ctx, OwnerOf(req, conf))
 	return c.Disconnect(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName})
-}
-
-// check is CHECK; a CHECK cninet cannot perform (ErrCheckUnsupported) is
-// no verdict on the attachment, so it passes.
-func check(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) error {
-	alloc, err := Allocation(req, conf)
-	if err != nil {
-		return err
-	}
-	err = c.Check(ctx, alloc, req.NetNS, cninet.CheckOptions{Network: conf.Name, IfName: req.IfName})
-	if errors.Is(err, cninet.ErrCheckUnsupported) && !errors.Is(err, cninet.ErrCheckFailed) {
-		return nil
-	}
-	return err
 }
 
 func gc(ctx context.Context, c *cninet.Configurator, conf *NetConf) error {
