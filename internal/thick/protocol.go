@@ -138,11 +138,11 @@ type NetConf struct {
 	Owner      string `json:"owner,omitempty"`
 	// Timeout is how long the shim waits for the daemon's answer (a Go
 	// duration); the daemon ignores it. See ShimLimits.
-	Timeout          string               `json:"timeout,omitempty"`
-	RuntimeConfig    map[string]any       `json:"runtimeConfig,omitempty"`
+	Timeout       string         `json:"timeout,omitempty"`
+	RuntimeConfig map[string]any `json:"runtimeConfig,omitempty"`
 	// PrevResult is the runtime's result of the attachment's ADD, which
 	// it sends with CHECK (and DEL): CHECK compares the attachment to it.
-	PrevResult json.RawMessage `json:"prevResult,omitempty"`
+	PrevResult       json.RawMessage      `json:"prevResult,omitempty"`
 	ValidAttachments []types.GCAttachment `json:"cni.dev/valid-attachments,omitempty"`
 }
 
@@ -249,6 +249,12 @@ func validateGC(conf *NetConf) error {
 	for i, a := range conf.ValidAttachments {
 		if _, err := allocationID(a.ContainerID); err != nil {
 			return fmt.Errorf("cni.dev/valid-attachments[%d]: %w", i, err)
+		}
+		if a.IfName == "" {
+			continue // the container's every interface is live
+		}
+		if err := cninet.CheckIfName(a.IfName); err != nil {
+			return fmt.Errorf("%w: cni.dev/valid-attachments[%d]: %w", ErrBadRequest, i, err)
 		}
 	}
 	return nil

@@ -184,3 +184,45 @@ func TestServeCheckComparesTheRuntimesPrevResult(t *testing.T) {
 		})
 	}
 }
+
+// gc runs the runtime's GC of network web with these valid attachments.
+func (d delegate) gc(t *testing.T, valid string) error {
+	t.Helper()
+	body := `{"protocol":1,"command":"GC","config":{"cniVersion":"1.1.0","name":"web","type":"cninet-shim","cni.dev/valid-attachments":` + valid + `}}`
+	req, conf, err := DecodeRequest(strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	_, err = Serve(context.Background(), d.c, req, conf)
+	return err
+}
+
+func TestServeGCHonoursTheValidAttachmentsInterfaces(t *testing.T) {
+	for _, tc := range []struct {
+		name, valid string
+		wantKept    bool
+	}{
+		{"the attachment listed by container and interface is kept", `[{"containerID":"c1","ifname":"eth0"}]`, true},
+		{"the attachment is collected when its container is listed under another interface only", `[{"containerID":"c1","ifname":"net1"}]`, false},
+		{"a container listed without an interface keeps every interface", `[{"containerID":"c1"}]`, true},
+		{"the attachment is collected when another container is listed", `[{"containerID":"c2","ifname":"eth0"}]`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDelegate(t, resultWithAddress)
+			if _, err := d.serve(t, CmdAdd, "eth0", "", webConf); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.gc(t, tc.valid); err != nil {
+				t.Fatalf("GC: %v", err)
+			}
+			res, err := d.c.CachedResult("c1", "web", "eth0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			deleted := strings.Contains(d.calls(t), "DEL c1 eth0")
+			if kept := res != nil && !deleted; kept != tc.wantKept {
+				t.Fatalf("after GC the attachment c1/eth0 is kept: %v (cached %v, the delegate saw %q), want %v", kept, res != nil, d.calls(t), tc.wantKept)
+			}
+		})
+	}
+}
