@@ -34,6 +34,14 @@ type delegate struct {
 
 func newDelegate(t *testing.T, result string) delegate {
 	t.Helper()
+	return newDelegateOf(t, result, `{"type":"scripted"}`, "")
+}
+
+// newDelegateOf is newDelegate with the conflist's plugin config
+// (plugin, of type scripted) and a CNI error checkError on CHECK ("":
+// CHECK passes).
+func newDelegateOf(t *testing.T, result, plugin, checkError string) delegate {
+	t.Helper()
 	dir := t.TempDir()
 	log, plugins, confs, res := filepath.Join(dir, "calls.log"), filepath.Join(dir, "bin"), filepath.Join(dir, "delegates"), filepath.Join(dir, "result.json")
 	for _, d := range []string{plugins, confs} {
@@ -46,11 +54,13 @@ echo "$CNI_COMMAND $CNI_CONTAINERID $CNI_IFNAME $CNI_ARGS" >> %q
 case "$CNI_COMMAND" in
 VERSION) echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0","1.1.0"]}' ;;
 ADD) cat %q ;;
+CHECK) [ -n %q ] && echo %q && exit 1 ;;
 esac
-`, log, res)
+exit 0
+`, log, res, checkError, checkError)
 	files := map[string]string{
 		filepath.Join(plugins, "scripted"):   script,
-		filepath.Join(confs, "web.conflist"): `{"cniVersion":"1.0.0","name":"web","plugins":[{"type":"scripted"}]}`,
+		filepath.Join(confs, "web.conflist"): `{"cniVersion":"1.0.0","name":"web","plugins":[` + plugin + `]}`,
 		res:                                  result,
 	}
 	for path, body := range files {
@@ -222,6 +232,30 @@ func TestServeGCHonoursTheValidAttachmentsInterfaces(t *testing.T) {
 			deleted := strings.Contains(d.calls(t), "DEL c1 eth0")
 			if kept := res != nil && !deleted; kept != tc.wantKept {
 				t.Fatalf("after GC the attachment c1/eth0 is kept: %v (cached %v, the delegate saw %q), want %v", kept, res != nil, d.calls(t), tc.wantKept)
+			}
+		})
+	}
+}
+
+// The bridge plugin's CHECK runs an IPAM plugin even when its config
+// names none, and fails: on an L2-only network that is no verdict.
+func TestServeCheckOfAnL2OnlyNetworkWhosePluginAsksForIPAM(t *testing.T) {
+	const noIPAM = `{"code":999,"msg":"no plugin name provided"}`
+	for _, tc := range []struct {
+		name, plugin string
+		wantHealthy  bool
+	}{
+		{"without IPAM, the failure is the plugin's bug: healthy", `{"type":"scripted"}`, true},
+		{"with IPAM, the same failure is a verdict (the plugin's error)", `{"type":"scripted","ipam":{"type":"host-local"}}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDelegateOf(t, resultL2Only, tc.plugin, noIPAM)
+			if _, err := d.serve(t, CmdAdd, "eth0", "", webConf); err != nil {
+				t.Fatal(err)
+			}
+			_, err := d.serve(t, CmdCheck, "eth0", "", webConf)
+			if healthy := err == nil; healthy != tc.wantHealthy || !healthy && !errors.Is(err, cninet.ErrCheckFailed) {
+				t.Fatalf("CHECK: %v, want healthy %v", err, tc.wantHealthy)
 			}
 		})
 	}
