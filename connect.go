@@ -269,7 +269,9 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 		fa.att.conf, fa.req, fa.cached = conf, recordedRequest(fa.req, *rec), true
 	}
 	defer keepLoopback(c.logger, req.id, netns, []foundAttachment{fa})()
-	return c.detaching(owner, netns, true).all(ctx, []foundAttachment{fa}) // as in connectAs: others may be there unseen
+	d := c.detaching(owner, netns, true) // as in connectAs: others may be there unseen
+	d.exact = true
+	return d.all(ctx, []foundAttachment{fa})
 }
 
 // CheckIfName reports whether name can be a workload's interface name

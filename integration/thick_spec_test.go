@@ -3,7 +3,9 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,4 +111,69 @@ func natRules(t *testing.T) string {
 		}
 	}
 	return strings.Join(all, "\n")
+}
+
+// A runtime's DEL of an attachment whose hostport rules are the only ones
+// of its container id runs portmap's own DEL on portmap's nftables
+// backend: the force cleanup then finds nothing of it left
+// (cninet_cleanup_removed_total counts nothing for the network). With a
+// second attachment of the same container on another network holding
+// port mappings, portmap is left out of the first one's DEL (its nftables
+// DEL would take the other's rules too) and the cleanup removes the
+// rules by proof; the other keeps answering.
+func TestThickDelRunsPortmapWhenItsRulesAreTheAttachmentsOwn(t *testing.T) {
+	netsandbox.Require(t)
+	var set netsandbox.PluginSet
+	for _, s := range netsandbox.PluginSets(t) {
+		if s.Backend == "nftables" {
+			set = s
+		}
+	}
+	if set.Name == "" {
+		t.Fatal("no plugin set with portmap's nftables backend")
+	}
+	r := newThickRig(t, set, "1.1.0", true)
+	other := newNetwork(t, set, false)
+	r.addNetwork(other, "1.1.0")
+	base := baseline(t)
+	w := netsandbox.NewWorkload(t)
+	cleaned := `cninet_cleanup_removed_total{|cni_name="` + r.name() + `"|cninet_backend="nftables"`
+	r.mustCnitool(portArgs(28321, 8080), "add", r.name(), w.Path)
+	r.mustCnitool(portArgs(28321, 8080), "del", r.name(), w.Path)
+	if hasLine(metricsOf(t, r.metrics), strings.Split(cleaned, "|")) {
+		t.Fatalf("the force cleanup removed state of network %s after a DEL: portmap's own DEL did not run:\n%s", r.name(), metricsOf(t, r.metrics))
+	}
+
+	stop := serveHTTP(t, w, 8080, "own-"+set.Name)
+	eth1 := []string{"CNI_IFNAME=eth1"}
+	r.mustCnitool(portArgs(28322, 8080), "add", r.name(), w.Path)
+	r.mustCnitool(append(portArgs(28323, 8080), eth1...), "add", other.cfg.NetworkName, w.Path)
+	r.mustCnitool(portArgs(28322, 8080), "del", r.name(), w.Path)
+	if body, err := fetch(other.gw4, 28323); err != nil || body != "hello from own-"+set.Name {
+		t.Fatalf("the other network's mapped port after the DEL: %q, %v", body, err)
+	}
+	if !hasLine(metricsOf(t, r.metrics), strings.Split(cleaned, "|")) {
+		t.Fatal("portmap ran in the DEL though the container's other attachment had hostport rules: the cleanup removed nothing")
+	}
+	r.mustCnitool(append(portArgs(28323, 8080), eth1...), "del", other.cfg.NetworkName, w.Path)
+	stop()
+	allow := r.nw.allowance()
+	allow.Chains = append(allow.Chains, other.allowance().Chains...)
+	allow.Links = append(allow.Links, other.allowance().Links...)
+	assertNoLeaks(t, base, allow)
+}
+
+// metricsOf is the daemon's /metrics page.
+func metricsOf(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
