@@ -260,3 +260,26 @@ func TestServeCheckOfAnL2OnlyNetworkWhosePluginAsksForIPAM(t *testing.T) {
 		})
 	}
 }
+
+// A container joins a network under one interface: a second ADD of the
+// same network under another CNI_IFNAME is refused, naming both, and the
+// first attachment is untouched (known-limits.md says why).
+func TestServeAddOfANetworkUnderASecondInterfaceIsRefused(t *testing.T) {
+	d := newDelegate(t, resultWithAddress)
+	if _, err := d.serve(t, CmdAdd, "eth0", "", webConf); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.serve(t, CmdAdd, "net1", "", webConf)
+	if cerr := ErrorFor(err); cerr == nil || cerr.Code != CodeAlreadyAttached || !strings.Contains(cerr.Msg, "eth0") || !strings.Contains(cerr.Msg, "net1") {
+		t.Fatalf("second ADD: %v, want code %d naming eth0 and net1", err, CodeAlreadyAttached)
+	}
+	if strings.Contains(d.calls(t), "net1") {
+		t.Fatalf("the delegate ran for net1: %q", d.calls(t))
+	}
+	if res, err := d.c.CachedResult("c1", "web", "eth0"); err != nil || res == nil {
+		t.Fatalf("the first attachment's cached result: %v, %v", res, err)
+	}
+	if _, err := d.serve(t, CmdCheck, "eth0", "", webConf); err != nil {
+		t.Fatalf("CHECK of the first attachment: %v", err)
+	}
+}
