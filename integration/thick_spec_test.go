@@ -177,3 +177,40 @@ func metricsOf(t *testing.T, addr string) string {
 	}
 	return string(body)
 }
+
+// A runtime's GC lists valid attachments by container and interface
+// (cnitool's GC lists none, so the request is sent as the shim forwards
+// it, for the runtime cnitool): listing the container's eth0 keeps the attachment; listing the
+// same container under net1 only collects it, the workload's eth0 and
+// everything of it included.
+func TestThickGCCollectsAnInterfaceTheRuntimeDoesNotList(t *testing.T) {
+	netsandbox.Require(t)
+	set := netsandbox.PluginSets(t)[0]
+	r := newThickRig(t, set, "1.1.0", false)
+	base := baseline(t)
+	w := netsandbox.NewWorkload(t)
+	r.mustCnitool(portArgs(28331, 8080), "add", r.name(), w.Path)
+	files, err := filepath.Glob(filepath.Join("/var/lib/cni/results", r.name()+"-cnitool-*-eth0"))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("the runtime's cached result of the attachment: %v (%v)", files, err)
+	}
+	id := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(files[0]), r.name()+"-"), "-eth0")
+	gc := func(ifName string) {
+		t.Helper()
+		body := fmt.Sprintf(`{"protocol":1,"command":"GC","owner":"cnitool","config":{"cniVersion":"1.1.0","name":%q,"type":"cninet-shim","cni.dev/valid-attachments":[{"containerID":%q,"ifname":%q}]}}`,
+			r.name(), id, ifName)
+		if status, answer := r.post("POST", []byte(body)); status != http.StatusOK {
+			t.Fatalf("GC listing %s/%s: HTTP %d %s", id, ifName, status, answer)
+		}
+	}
+	gc("eth0")
+	if !hasInterface(t, w, "eth0") {
+		t.Fatal("a GC that listed the container's eth0 took it")
+	}
+	gc("net1")
+	if hasInterface(t, w, "eth0") {
+		t.Fatal("the workload keeps eth0 after a GC that listed the container under net1 only")
+	}
+	forgetRuntimeCache(t, r.name())
+	assertNoLeaks(t, base, r.nw.allowance())
+}
