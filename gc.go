@@ -16,7 +16,7 @@ import (
 // network the Configurator knows, every attachment of this Configurator's
 // owner (Config.Owner) whose allocation ID is not in liveAllocIDs is
 // removed (an attachment is live when its allocation is, whatever its
-// interface). Another owner's attachments, as the host registry records
+// interface, or when GCOptions.LiveAttachments names it by interface). Another owner's attachments, as the host registry records
 // them, are never collected, whatever liveAllocIDs says: each process on
 // a host collects its own. First the dead attachments the registry
 // records, then those libcni's cache still holds, are detached as
@@ -42,8 +42,9 @@ import (
 // seconds logs its progress at Info. One network's failure does not stop
 // the others; the error joins each.
 //
-// GCOptions narrow it to some networks, or make it a dry run; at most one
-// may be given (ErrInvalidArgument).
+// GCOptions narrow it to some networks, name live attachments by
+// interface, or make it a dry run; at most one may be given
+// (ErrInvalidArgument).
 func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string, opts ...GCOptions) (*GCReport, error) {
 	o, err := optionsOf("GC", opts)
 	if err != nil {
