@@ -3,6 +3,7 @@ package cninet
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	cni "github.com/containerd/go-cni"
 	"github.com/seed1280861d/cninet/internal/footprint"
@@ -28,8 +29,17 @@ type Allocation struct {
 	// Connect, named here or not, and skip one removed with Disconnect.
 	NetworkNames []string
 	// Args are extra CNI args (CNI_ARGS), such as the orchestrator's identity
-	// args. Keys and values must not contain ';' or '='.
+	// args, sent sorted by key after IgnoreUnknown=1 (which cninet adds,
+	// so Args may not name it). Keys must not contain ';' or '=', values
+	// not ';': a value may hold '=', since each pair splits at its first
+	// '='.
 	Args map[string]string
+	// ExactArgs sends Args as they are: cninet adds no IgnoreUnknown=1,
+	// and Args may name IgnoreUnknown with any value. It is for a CNI
+	// runtime's own CNI_ARGS, passed on as the runtime sent them (cninet
+	// daemon does this): plugins then refuse args they do not know unless
+	// the runtime said IgnoreUnknown.
+	ExactArgs bool
 	// Capabilities are CNI capability arguments besides the port mappings
 	// (which Ports gives): "aliases", "ips", "mac", "bandwidth",
 	// "ipRanges", "dns" and any other a plugin declares, each value
@@ -51,7 +61,8 @@ type Port struct {
 	// HostIP restricts the mapping to one host address; "" means all.
 	// Ignored for legacy Networks ports and with Config.IgnorePortMappingHostIP.
 	HostIP string
-	// Protocol is "tcp" or "udp" to map only that protocol; "" maps both.
+	// Protocol is "tcp", "udp" or "sctp" to map only that protocol; ""
+	// maps tcp and udp.
 	Protocol string
 }
 
@@ -146,8 +157,8 @@ func validatePort(p Port, hostIP string) error {
 	if p.To > 65535 {
 		return fmt.Errorf("%w: port %q maps to port %d, want 1-65535 (or < 1 for the host port)", ErrInvalidAllocation, p.Label, p.To)
 	}
-	if p.Protocol != "" && p.Protocol != "tcp" && p.Protocol != "udp" {
-		return fmt.Errorf("%w: port %q has protocol %q, want tcp, udp or empty for both", ErrInvalidAllocation, p.Label, p.Protocol)
+	if p.Protocol != "" && !slices.Contains(portProtocols, p.Protocol) {
+		return fmt.Errorf("%w: port %q has protocol %q, want tcp, udp, sctp or empty for tcp and udp", ErrInvalidAllocation, p.Label, p.Protocol)
 	}
 	if hostIP != "" {
 		if _, err := netip.ParseAddr(hostIP); err != nil {
@@ -156,6 +167,10 @@ func validatePort(p Port, hostIP string) error {
 	}
 	return nil
 }
+
+// portProtocols are the protocols a Port can map: the ones the portmap
+// plugin maps.
+var portProtocols = []string{"tcp", "udp", "sctp"}
 
 func protocols(p string) []string {
 	if p == "" {

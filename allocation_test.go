@@ -61,6 +61,11 @@ func TestPortMappings(t *testing.T) {
 			want:  []cni.PortMapping{pm(53, 53, "udp", ""), pm(53, 5353, "tcp", "")},
 		},
 		{
+			name:  "an sctp port is mapped for sctp only",
+			alloc: cninet.Allocation{ID: "a", Ports: []cninet.Port{{Value: 3868, Protocol: "sctp"}}},
+			want:  []cni.PortMapping{pm(3868, 3868, "sctp", "")},
+		},
+		{
 			name:  "the same host port on two host IPs is two mappings",
 			alloc: cninet.Allocation{ID: "a", Ports: []cninet.Port{{Value: 80, HostIP: "198.18.0.1"}, {Value: 80, HostIP: "198.18.0.2"}}},
 			want:  []cni.PortMapping{pm(80, 80, "tcp", "198.18.0.1"), pm(80, 80, "udp", "198.18.0.1"), pm(80, 80, "tcp", "198.18.0.2"), pm(80, 80, "udp", "198.18.0.2")},
@@ -85,6 +90,7 @@ func TestPortMappingsRejects(t *testing.T) {
 		"host port above 65535":                       {Ports: []cninet.Port{{Value: 65536}}},
 		"container port above 65535":                  {Ports: []cninet.Port{{Value: 80, To: 70000}}},
 		"an unparsable host IP":                       {Ports: []cninet.Port{{Value: 80, HostIP: "nope"}}},
+		"a protocol portmap does not map":             {Ports: []cninet.Port{{Value: 80, Protocol: "icmp"}}},
 		"the same host port twice":                    {Ports: []cninet.Port{{Value: 80}, {Value: 80, To: 8080}}},
 		"the same host port once per legacy net":      {NetworkPorts: []cninet.NetworkPorts{{ReservedPorts: []cninet.Port{{Value: 80}}}, {DynamicPorts: []cninet.Port{{Value: 80}}}}},
 		"the same port and IP once the IP is ignored": {Ports: []cninet.Port{{Value: 80, HostIP: "198.18.0.1"}, {Value: 80}}},

@@ -84,7 +84,7 @@ func (c *Configurator) checkNetwork(ctx context.Context, req request, att attach
 	}
 	driver := c.driverFor(att)
 	if err := driver.check(ctx, req, att, netns); err != nil {
-		if why := c.plugins.knownFalseFailure(ctx, driver, err); why != "" {
+		if why := c.plugins.knownFalseFailure(ctx, driver, att, err); why != "" {
 			return fmt.Errorf("%w: allocation %s in network %q: %s: %w", ErrCheckUnsupported, req.id, att.name(), why, err)
 		}
 		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrCheckFailed, req.id, att.name(), err)
@@ -97,8 +97,15 @@ func (c *Configurator) checkNetwork(ctx context.Context, req request, att attach
 // spec 1.1 (Debian's v1.1.1 among them) check the DNAT chain of both IP
 // families for every address, so CHECK of any attachment fails on a host
 // with iptables and ip6tables; later releases check the address's family.
-func (p *plugins) knownFalseFailure(ctx context.Context, driver netDriver, err error) string {
+//
+// The bridge plugin's CHECK runs the IPAM plugin whether or not its
+// config names one, so on an L2-only network (no IPAM) it always fails
+// with "no plugin name provided".
+func (p *plugins) knownFalseFailure(ctx context.Context, driver netDriver, att attachment, err error) string {
 	msg := err.Error()
+	if att.conf.info.noIPAM && strings.Contains(msg, "no plugin name provided") {
+		return "the network names no IPAM plugin (L2 only), and a plugin's CHECK ran one all the same"
+	}
 	if !driver.runsPlugins() || !strings.Contains(msg, "could not check ipv") || !strings.Contains(msg, "dnat") {
 		return ""
 	}

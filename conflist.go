@@ -417,12 +417,14 @@ type networkInfo struct {
 	portMappings bool              // a plugin declares the portMappings capability
 	capabilities map[string]bool   // every capability a plugin declares
 	netfilter    []netfilterPlugin // the plugins that write firewall rules
+	noIPAM       bool              // no plugin names an IPAM plugin: an L2-only network
 }
 
 func newNetworkInfo(list *libcni.NetworkConfigList) networkInfo {
-	info := networkInfo{name: list.Name, disableCheck: list.DisableCheck, disableGC: list.DisableGC}
+	info := networkInfo{name: list.Name, disableCheck: list.DisableCheck, disableGC: list.DisableGC, noIPAM: true}
 	plugins := make([]footprint.Plugin, len(list.Plugins))
 	for i, p := range list.Plugins {
+		info.noIPAM = info.noIPAM && p.Network.IPAM.Type == ""
 		info.pluginTypes = append(info.pluginTypes, p.Network.Type)
 		info.portMappings = info.portMappings || p.Network.Capabilities["portMappings"]
 		for name, on := range p.Network.Capabilities {

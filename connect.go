@@ -34,6 +34,10 @@ import (
 // per libcni's cache; either is an ErrAlreadyAttached error naming both.
 // The runtime may attach the container to networks this Configurator
 // never sees, so the new network is attached as if others were there.
+// The runtime reads the attachment's result itself (CachedResult), so a
+// network whose result holds no address (an L2-only conflist: a bridge
+// or macvlan without IPAM) attaches too: the returned status then names
+// the interface and has no Address.
 // At most one ConnectOptions may be given (ErrInvalidArgument).
 func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, netns string, opts ...ConnectOptions) (*NetworkStatus, error) {
 	o, err := optionsOf("Connect", opts)
@@ -219,6 +223,7 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 	// The runtime may attach the same container to networks this
 	// Configurator never sees: always as if others were there.
 	a := c.attaching(c.ownerOf(ctx), req, netns, true)
+	a.anyResult = true // the runtime reads the result itself: an L2-only network attaches too
 	if err := a.preflight(att); err != nil {
 		return nil, err
 	}
@@ -264,7 +269,9 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 		fa.att.conf, fa.req, fa.cached = conf, recordedRequest(fa.req, *rec), true
 	}
 	defer keepLoopback(c.logger, req.id, netns, []foundAttachment{fa})()
-	return c.detaching(owner, netns, true).all(ctx, []foundAttachment{fa}) // as in connectAs: others may be there unseen
+	d := c.detaching(owner, netns, true) // as in connectAs: others may be there unseen
+	d.exact = true
+	return d.all(ctx, []foundAttachment{fa})
 }
 
 // CheckIfName reports whether name can be a workload's interface name

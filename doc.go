@@ -120,7 +120,7 @@ operations share is a type in a file named after what it holds.
 	check.go              Check: CNI CHECK of an attachment, or of one named.
 	status.go             Status: whether each network (or each one named) can attach workloads.
 	gc.go                 GC; gcRun: the recorded, then the cached dead attachments detached, then the sweep of what no record or cache remembers.
-	gc_report.go          GCOptions, GCReport, GCItem, GCKind: what GC is asked, what it removed, its progress.
+	gc_report.go          GCOptions, GCAttachment, GCReport, GCItem, GCKind: what GC is asked, what it removed, its progress.
 	records.go            hostRegistry: the host registry in every operation: records, owners, locks; Attachments.
 	reload.go             Reload and the ConfDir watcher.
 	plugins.go            plugins: the plugin binaries found before Setup, their versions, the firewall backend each really uses here.

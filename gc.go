@@ -16,7 +16,7 @@ import (
 // network the Configurator knows, every attachment of this Configurator's
 // owner (Config.Owner) whose allocation ID is not in liveAllocIDs is
 // removed (an attachment is live when its allocation is, whatever its
-// interface). Another owner's attachments, as the host registry records
+// interface, or when GCOptions.LiveAttachments names it by interface). Another owner's attachments, as the host registry records
 // them, are never collected, whatever liveAllocIDs says: each process on
 // a host collects its own. First the dead attachments the registry
 // records, then those libcni's cache still holds, are detached as
@@ -42,8 +42,9 @@ import (
 // seconds logs its progress at Info. One network's failure does not stop
 // the others; the error joins each.
 //
-// GCOptions narrow it to some networks, or make it a dry run; at most one
-// may be given (ErrInvalidArgument).
+// GCOptions narrow it to some networks, name live attachments by
+// interface, or make it a dry run; at most one may be given
+// (ErrInvalidArgument).
 func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string, opts ...GCOptions) (*GCReport, error) {
 	o, err := optionsOf("GC", opts)
 	if err != nil {
@@ -51,6 +52,20 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string, opts ...GC
 	}
 	if o.DryRun {
 		ctx = context.WithValue(ctx, gcDryRunKey{}, true)
+	}
+	if len(o.LiveAttachments) > 0 {
+		live := map[string]map[string]bool{}
+		for _, a := range o.LiveAttachments {
+			if !footprint.IsContainerID(a.ID) || CheckIfName(a.IfName) != nil {
+				return nil, fmt.Errorf("%w: GCOptions.LiveAttachments names allocation %q as interface %q, want a CNI container ID and an interface name",
+					ErrInvalidArgument, a.ID, a.IfName)
+			}
+			if live[a.ID] == nil {
+				live[a.ID] = map[string]bool{}
+			}
+			live[a.ID][a.IfName] = true
+		}
+		ctx = context.WithValue(ctx, gcLiveKey{}, live)
 	}
 	if len(o.Networks) == 0 {
 		return c.gc(ctx, liveAllocIDs)
@@ -127,8 +142,11 @@ type gcRun struct {
 	c     *Configurator
 	owner string          // whose dead attachments it collects
 	live  map[string]bool // ids not to collect: the caller's live ones, then every id another owner's record names
-	only  map[string]bool // GCOptions.Networks; nil: every network
-	dry   bool            // plan only (GCOptions.DryRun)
+	// liveIfs are GCOptions.LiveAttachments: the interfaces of each id
+	// that are live (its others are not).
+	liveIfs map[string]map[string]bool
+	only    map[string]bool // GCOptions.Networks; nil: every network
+	dry     bool            // plan only (GCOptions.DryRun)
 	// nets are the networks collected; skipped, by name, those left
 	// alone: spared by only, or their conflist sets disableGC.
 	nets     []networkConf
@@ -150,6 +168,7 @@ func (g *gcRun) covers(network string) bool {
 func (c *Configurator) gcRun(ctx context.Context, liveAllocIDs []string) *gcRun {
 	g := &gcRun{c: c, owner: c.ownerOf(ctx), live: map[string]bool{}, only: gcOnly(ctx), dry: gcDryRun(ctx),
 		skipped: map[string]bool{}, report: &GCReport{}}
+	g.liveIfs, _ = ctx.Value(gcLiveKey{}).(map[string]map[string]bool)
 	for _, id := range liveAllocIDs {
 		g.live[id] = true
 	}
@@ -166,6 +185,33 @@ func (c *Configurator) gcRun(ctx context.Context, liveAllocIDs []string) *gcRun 
 		g.nets = append(g.nets, conf)
 	}
 	return g
+}
+
+// liveAt reports whether the attachment of id as ifName is live: its id
+// is, or GCOptions.LiveAttachments names it.
+func (g *gcRun) liveAt(id, ifName string) bool {
+	return g.live[id] || g.liveIfs[id][ifName]
+}
+
+// partlyLive reports whether GCOptions.LiveAttachments names some of
+// id's interfaces: the id keeps those.
+func (g *gcRun) partlyLive(id string) bool { return len(g.liveIfs[id]) > 0 }
+
+// siblingLive reports whether network holds, besides the attachment,
+// one of id's live interfaces, by the registry or libcni's cache: its
+// force cleanup, which acts on id in network, would reach that one.
+func (g *gcRun) siblingLive(id, network string, recs []foundAttachment) bool {
+	for ifName := range g.liveIfs[id] {
+		if g.c.find.cachedAt(id, network, ifName) != nil || g.c.registry.recorded(id, network, ifName) != nil {
+			return true
+		}
+	}
+	for _, fa := range recs {
+		if fa.att.name() == network && g.liveIfs[id][fa.att.ifName] {
+			return true
+		}
+	}
+	return false
 }
 
 // cached detaches every stale attachment libcni's cache holds in the
@@ -195,6 +241,11 @@ func (g *gcRun) cached(ctx context.Context) (err error) {
 			}
 		}
 	}
+	for id, ifs := range g.liveIfs {
+		for ifName := range ifs {
+			valid = append(valid, types.GCAttachment{ContainerID: id, IfName: ifName})
+		}
+	}
 	for _, a := range before {
 		// Connect gives the lowest free name, which can lie beyond ifNames
 		// when networks that a Reload dropped still hold lower ones.
@@ -202,19 +253,33 @@ func (g *gcRun) cached(ctx context.Context) (err error) {
 			valid = append(valid, types.GCAttachment{ContainerID: a.ContainerID, IfName: a.IfName})
 		}
 	}
+	// A dead interface of a partly live id whose network also holds a
+	// live one is kept (siblingLive): its cleanup would reach the live one.
+	kept := map[*libcni.NetworkAttachment]bool{}
+	for _, a := range before {
+		if g.partlyLive(a.ContainerID) && !g.liveAt(a.ContainerID, a.IfName) && g.siblingLive(a.ContainerID, a.Network, nil) {
+			c.logger.Warn("GC kept an attachment the caller did not name live: the same network holds a live interface of its allocation, which its cleanup would reach",
+				"alloc_id", a.ContainerID, "network", a.Network, "if_name", a.IfName)
+			kept[a] = true
+			valid = append(valid, types.GCAttachment{ContainerID: a.ContainerID, IfName: a.IfName})
+		}
+	}
+	stale := func(a *libcni.NetworkAttachment) bool {
+		return !g.liveAt(a.ContainerID, a.IfName) && !protected[a.ContainerID] && !kept[a]
+	}
 	names := map[string]bool{}
-	var stale []footprint.Attachment
+	var staleAtts []footprint.Attachment
 	for _, conf := range g.nets {
 		names[conf.info.name] = true
 	}
 	for _, a := range before {
-		if names[a.Network] && !live[a.ContainerID] && !protected[a.ContainerID] {
-			stale = append(stale, footprint.Attachment{Network: a.Network, ID: a.ContainerID})
+		if names[a.Network] && stale(a) {
+			staleAtts = append(staleAtts, footprint.Attachment{Network: a.Network, ID: a.ContainerID})
 		}
 	}
 	// An id another process is working on is not this GC's to judge: its
 	// lock is held until libcni's GC is done, or it counts as valid.
-	unlockStale, busy := c.registry.tryLockIDs(stale)
+	unlockStale, busy := c.registry.tryLockIDs(staleAtts)
 	defer unlockStale()
 	for id := range busy {
 		for _, ifName := range ifNames {
@@ -229,13 +294,13 @@ func (g *gcRun) cached(ctx context.Context) (err error) {
 	// it is valid.
 	if g.dry { // the plan: what would be detached
 		for _, a := range before {
-			if names[a.Network] && !live[a.ContainerID] && !protected[a.ContainerID] && !busy[a.ContainerID] {
+			if names[a.Network] && stale(a) && !busy[a.ContainerID] {
 				g.report.addCached(GCItem{Kind: GCCachedAttachment, ID: a.ContainerID, Network: a.Network, Detail: a.IfName})
 			}
 		}
 		return nil
 	}
-	for _, a := range g.detachCached(ctx, before, names, protected, busy) {
+	for _, a := range g.detachCached(ctx, before, names, func(a *libcni.NetworkAttachment) bool { return stale(a) && !busy[a.ContainerID] }) {
 		valid = append(valid, types.GCAttachment{ContainerID: a.ContainerID, IfName: a.IfName})
 	}
 	var errs []error
@@ -248,13 +313,13 @@ func (g *gcRun) cached(ctx context.Context) (err error) {
 }
 
 // detachCached detaches the stale attachments in before (of the networks
-// in names, whose id is neither live, protected nor busy), id by id, as
-// Teardown does, and reports each. It returns those it could not detach.
-func (g *gcRun) detachCached(ctx context.Context, before []*libcni.NetworkAttachment, names, protected, busy map[string]bool) (failed []*libcni.NetworkAttachment) {
+// in names, neither live, protected nor busy), id by id, as Teardown
+// does, and reports each. It returns those it could not detach.
+func (g *gcRun) detachCached(ctx context.Context, before []*libcni.NetworkAttachment, names map[string]bool, stale func(*libcni.NetworkAttachment) bool) (failed []*libcni.NetworkAttachment) {
 	c := g.c
 	byID := map[string][]*libcni.NetworkAttachment{}
 	for _, a := range before {
-		if names[a.Network] && !g.live[a.ContainerID] && !protected[a.ContainerID] && !busy[a.ContainerID] {
+		if names[a.Network] && stale(a) {
 			byID[a.ContainerID] = append(byID[a.ContainerID], a)
 		}
 	}
@@ -271,8 +336,11 @@ func (g *gcRun) detachCached(ctx context.Context, before []*libcni.NetworkAttach
 		}
 		found, err := c.find.withRecords(g.owner, request{id: id}, found)
 		if err == nil {
-			found = slices.DeleteFunc(found, func(fa foundAttachment) bool { return !names[fa.att.name()] })
-			err = c.detaching(g.owner, "", spares).all(ctx, found)
+			all := found
+			found = slices.DeleteFunc(slices.Clone(found), func(fa foundAttachment) bool {
+				return !names[fa.att.name()] || g.liveAt(id, fa.att.ifName) || g.partlyLive(id) && g.siblingLive(id, fa.att.name(), all)
+			})
+			err = c.detaching(g.owner, "", spares || g.partlyLive(id)).all(ctx, found)
 		}
 		if err != nil {
 			c.logger.Warn("GC could not detach a stale attachment; the next GC tries again", "alloc_id", id, "error", err)
@@ -295,7 +363,7 @@ func (g *gcRun) sweep(sweep *footprint.Cleaner) error {
 	var dead []footprint.Attachment
 	var ids []string
 	for _, a := range found {
-		if !g.live[a.ID] && !g.skipped[a.Network] {
+		if !g.live[a.ID] && !g.partlyLive(a.ID) && !g.skipped[a.Network] {
 			dead = append(dead, a)
 			ids = append(ids, a.ID)
 		}
@@ -358,7 +426,7 @@ func (g *gcRun) recorded(ctx context.Context) error {
 			// whose conflist sets disableGC: the id lives there, so
 			// none of its other state is this GC's to judge.
 			unjudged[rec.ContainerID] = true
-		case !g.live[rec.ContainerID]:
+		case !g.liveAt(rec.ContainerID, rec.IfName):
 			dead[rec.ContainerID] = true
 		}
 	}
@@ -368,7 +436,7 @@ func (g *gcRun) recorded(ctx context.Context) error {
 		if protected[id] || others[id] {
 			continue
 		}
-		if err := g.collectRecorded(ctx, id, elsewhere[id]); err != nil {
+		if err := g.collectRecorded(ctx, id, elsewhere[id] || g.partlyLive(id)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -400,7 +468,13 @@ func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) 
 	if err != nil {
 		return err
 	}
-	found = slices.DeleteFunc(found, func(fa foundAttachment) bool { return !g.covers(fa.att.name()) })
+	all := found
+	found = slices.DeleteFunc(slices.Clone(found), func(fa foundAttachment) bool {
+		return !g.covers(fa.att.name()) || g.liveAt(id, fa.att.ifName) || g.partlyLive(id) && g.siblingLive(id, fa.att.name(), all)
+	})
+	if len(found) == 0 {
+		return nil
+	}
 	if !g.dry {
 		netns, alongside := c.registry.recordedNetNS(id, found), g.only != nil || elsewhere
 		if alongside && netns != "" {

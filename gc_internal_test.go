@@ -2,6 +2,7 @@ package cninet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -164,6 +165,71 @@ func TestEveryCleanupKindIsAnExportedGCKind(t *testing.T) {
 	} {
 		if got := gcItem(footprint.Item{Kind: tc.cleanup}).Kind; got != tc.gc {
 			t.Errorf("cleanup kind %q reaches GC as %q, want %q", tc.cleanup, got, tc.gc)
+		}
+	}
+}
+
+// GCOptions.LiveAttachments keep a container's interfaces by name, as a
+// CNI runtime's GC command lists them: the container's attachment under
+// another interface is collected.
+func TestGCOfLiveAttachmentsByInterface(t *testing.T) {
+	type cache struct{ network, id, ifName string }
+	for _, tc := range []struct {
+		name     string
+		caches   []cache
+		live     []GCAttachment
+		narrowTo []string
+		wantKept []cache
+		wantGone []cache
+	}{
+		{"an attachment under a listed interface is kept",
+			[]cache{{"b", "c1", "eth1"}}, []GCAttachment{{"c1", "eth1"}}, nil,
+			[]cache{{"b", "c1", "eth1"}}, nil},
+		{"an attachment under an interface not listed is collected, though its container lists another",
+			[]cache{{"b", "c1", "eth1"}}, []GCAttachment{{"c1", "eth0"}}, []string{"b"},
+			nil, []cache{{"b", "c1", "eth1"}}},
+		{"a narrowed GC collects its network's unlisted interface and leaves the container's other networks",
+			[]cache{{"a", "c1", "eth0"}, {"b", "c1", "eth1"}}, []GCAttachment{{"c1", "eth0"}}, []string{"b"},
+			[]cache{{"a", "c1", "eth0"}}, []cache{{"b", "c1", "eth1"}}},
+		{"an unlisted interface is kept while the same network holds a listed one (its cleanup would reach it)",
+			[]cache{{"b", "c1", "eth1"}, {"b", "c1", "net1"}}, []GCAttachment{{"c1", "eth1"}}, []string{"b"},
+			[]cache{{"b", "c1", "eth1"}, {"b", "c1", "net1"}}, nil},
+		{"another container not listed at all is collected",
+			[]cache{{"b", "c1", "eth1"}, {"b", "c2", "eth1"}}, []GCAttachment{{"c1", "eth1"}}, []string{"b"},
+			[]cache{{"b", "c1", "eth1"}}, []cache{{"b", "c2", "eth1"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMultiFixture(t, quickRetry, acceptAllPlugins(t, "loopback", "bridge", "firewall", "portmap", "ptp"))
+			paths := map[cache]string{}
+			for _, c := range tc.caches {
+				paths[c] = f.writeCache(t, c.network, c.id, c.ifName)
+			}
+			report, err := f.c.GC(context.Background(), []string{}, GCOptions{Networks: tc.narrowTo, LiveAttachments: tc.live})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := report.Count(GCCachedAttachment); got != len(tc.wantGone) {
+				t.Errorf("GC detached %d cached attachments (%+v), want %d", got, report.Removed(), len(tc.wantGone))
+			}
+			for _, c := range tc.wantKept {
+				if _, err := os.Stat(paths[c]); err != nil {
+					t.Errorf("GC removed %+v: %v", c, err)
+				}
+			}
+			for _, c := range tc.wantGone {
+				if _, err := os.Stat(paths[c]); !os.IsNotExist(err) {
+					t.Errorf("GC kept %+v: %v", c, err)
+				}
+			}
+		})
+	}
+}
+
+func TestGCRefusesALiveAttachmentItCannotName(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	for _, a := range []GCAttachment{{"../x", "eth0"}, {"c1", ""}, {"c1", "eth/0"}} {
+		if _, err := f.c.GC(context.Background(), []string{}, GCOptions{LiveAttachments: []GCAttachment{a}}); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("GC with live attachment %+v: %v, want ErrInvalidArgument", a, err)
 		}
 	}
 }

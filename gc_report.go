@@ -161,6 +161,17 @@ type GCOptions struct {
 	// Configurator knows (ErrNetworkNotFound before anything runs).
 	// Empty: every network.
 	Networks []string
+	// LiveAttachments are live attachments named by interface, as a CNI
+	// runtime's GC command names them (cni.dev/valid-attachments): an
+	// attachment is live when its allocation ID is in liveAllocIDs, or
+	// its ID and interface name are here. So an allocation listed here
+	// only keeps the interfaces listed: its attachment under another
+	// interface is collected, unless the same network holds one of its
+	// listed interfaces too (the force cleanup of a network's attachment
+	// acts on its allocation ID in that network: it would reach the live
+	// one). The sweep of what no record or cache remembers leaves every
+	// allocation listed here alone.
+	LiveAttachments []GCAttachment
 	// DryRun plans and changes nothing: the report lists what GC would
 	// remove — the recorded and cached attachments it would detach, then
 	// every rule, chain, file and device its sweep would remove (some of
@@ -168,6 +179,14 @@ type GCOptions struct {
 	// It does not hold the host's GC lock.
 	DryRun bool
 }
+
+// GCAttachment names one attachment by allocation ID and interface name.
+type GCAttachment struct {
+	ID, IfName string
+}
+
+// gcLiveKey carries GCOptions.LiveAttachments through the context to gc.
+type gcLiveKey struct{}
 
 // gcOnlyKey carries GCOptions.Networks through the context to gc.
 type gcOnlyKey struct{}

@@ -101,20 +101,22 @@ func (a request) opts() []cni.NamespaceOpts {
 	return opts
 }
 
-// cniArgs returns the CNI args for an allocation: IgnoreUnknown=1 first, then
-// alloc.Args sorted by key, so that Setup, Check and Teardown of the same
-// allocation always send the same args.
+// cniArgs returns the CNI args for an allocation: IgnoreUnknown=1 first
+// (unless alloc.ExactArgs), then alloc.Args sorted by key, so that Setup,
+// Check and Teardown of the same allocation always send the same args.
 func cniArgs(alloc *Allocation) ([][2]string, error) {
 	keys := make([]string, 0, len(alloc.Args))
 	for k, v := range alloc.Args {
-		if err := validateArg(k, v); err != nil {
+		if err := validateArg(k, v, alloc.ExactArgs); err != nil {
 			return nil, err
 		}
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	args := make([][2]string, 0, 1+len(keys))
-	args = append(args, [2]string{ignoreUnknownArg, "1"})
+	if !alloc.ExactArgs {
+		args = append(args, [2]string{ignoreUnknownArg, "1"})
+	}
 	for _, k := range keys {
 		args = append(args, [2]string{k, alloc.Args[k]})
 	}
@@ -122,18 +124,19 @@ func cniArgs(alloc *Allocation) ([][2]string, error) {
 }
 
 // validateArg enforces what CNI_ARGS can carry: it is a ';'-separated list
-// of key=value pairs, so either character inside a key or value would
-// silently become a different arg.
-func validateArg(k, v string) error {
+// of key=value pairs, each split at its first '=', so a ';' anywhere or
+// a '=' in a key would silently become a different arg. IgnoreUnknown is
+// cninet's own unless exact (Allocation.ExactArgs).
+func validateArg(k, v string, exact bool) error {
 	switch {
 	case k == "":
 		return fmt.Errorf("%w: CNI arg with an empty key (value %q)", ErrInvalidAllocation, v)
-	case strings.EqualFold(k, ignoreUnknownArg):
-		return fmt.Errorf("%w: CNI arg %q is reserved: cninet always sends IgnoreUnknown=1", ErrInvalidAllocation, k)
+	case !exact && strings.EqualFold(k, ignoreUnknownArg):
+		return fmt.Errorf("%w: CNI arg %q is reserved: cninet always sends IgnoreUnknown=1 (unless Allocation.ExactArgs)", ErrInvalidAllocation, k)
 	case strings.ContainsAny(k, ";="):
-		return fmt.Errorf("%w: CNI arg key %q contains ';' or '=', which CNI_ARGS cannot carry", ErrInvalidAllocation, k)
-	case strings.ContainsAny(v, ";="):
-		return fmt.Errorf("%w: CNI arg %q has value %q containing ';' or '=', which CNI_ARGS cannot carry", ErrInvalidAllocation, k, v)
+		return fmt.Errorf("%w: CNI arg key %q contains ';' or '=', which CNI_ARGS cannot carry in a key", ErrInvalidAllocation, k)
+	case strings.Contains(v, ";"):
+		return fmt.Errorf("%w: CNI arg %q has value %q containing ';', which CNI_ARGS cannot carry", ErrInvalidAllocation, k, v)
 	}
 	return nil
 }

@@ -17,7 +17,9 @@ type NetworkStatus struct {
 	// InterfaceName is the interface the address was taken from.
 	InterfaceName string
 	// Address is the interface's first IPv4 address, or its first IPv6
-	// address when it has no IPv4 one. Always valid in a returned status.
+	// address when it has no IPv4 one. Always valid in a returned status,
+	// except Connect's with ConnectOptions.IfName of a network whose
+	// result holds no address (an L2-only conflist).
 	Address netip.Addr
 	// AddressIPv6 is the interface's first IPv6 address; invalid (the zero
 	// Addr) when it has none.

@@ -64,6 +64,10 @@ type attaching struct {
 	req    request
 	netns  string
 	others bool // the workload keeps attachments besides those attached (Connect)
+	// anyResult accepts a result without an address (an L2-only network):
+	// the caller, a CNI runtime, reads the result itself (Connect with
+	// ConnectOptions.IfName).
+	anyResult bool
 }
 
 // attaching starts an attachment of req's workload in netns for owner.
@@ -175,6 +179,9 @@ func (a attaching) one(ctx context.Context, att attachment, alongside bool) (_ *
 	}
 	c.logger.Debug("attachment recorded", "alloc_id", req.id, "network", att.name(), "record", recorded+time.Since(recordStart))
 	st, err := StatusFromResult(res)
+	if err != nil && a.anyResult && res != nil && errors.Is(err, ErrNoAddress) {
+		return &NetworkStatus{InterfaceName: att.ifName, DNS: dnsFromResult(res)}, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: allocation %s in network %q: %w", ErrSetupFailed, req.id, att.name(), err)
 	}

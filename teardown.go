@@ -72,6 +72,10 @@ type detachment struct {
 	owner  string // whose proofs a detach records
 	netns  string
 	others bool // the workload keeps attachments besides those detached
+	// exact: the caller named the one attachment detached (Disconnect
+	// with ConnectOptions.IfName); others may exist unseen, yet portmap's
+	// DEL runs when the host shows its rules are this one's (hostportsOwn).
+	exact bool
 }
 
 // detaching starts a detachment for owner in netns; others says the
@@ -133,7 +137,7 @@ func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool)
 	prevented := time.Now()
 	if preventErr == nil {
 		omit := prevention.Omit
-		if alongside && c.plugins.hostportNFT(att.conf) && !slices.Contains(omit, "portmap") {
+		if alongside && c.plugins.hostportNFT(att.conf) && !slices.Contains(omit, "portmap") && !d.hostportsOwn(ctx, fa) {
 			omit = append(omit, "portmap")
 		}
 		d.logPrevented(req.id, att.name(), prevention, omit)
@@ -166,6 +170,29 @@ func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool)
 		c.logger.Warn("CNI DEL failed; force cleanup removed what was left", "alloc_id", req.id, "network", att.name(), "error", removeErr)
 	}
 	return nil
+}
+
+// hostportsOwn reports, for a DEL that names its attachment exactly
+// (exact: Disconnect with ConnectOptions.IfName, a runtime's DEL), whether
+// portmap's nftables DEL, which deletes by the bare container id, would
+// reach only this attachment's hostport rules: the host holds no
+// hostport rule of the id for another address, whichever runtime or
+// network made it (footprint.Cleaner.HostportDELReachesOnlySet). Then the
+// DEL runs portmap itself instead of leaving its rules to the force
+// cleanup. The id's lock keeps cninet's own operations on it out
+// meanwhile.
+func (d detachment) hostportsOwn(ctx context.Context, fa foundAttachment) bool {
+	if !d.exact || len(fa.req.mappings) == 0 {
+		return false
+	}
+	cl := d.c.seams.cleaner(ctx, fa.att, nil)
+	only, err := cl.HostportDELReachesOnlySet([]footprint.Attachment{{Network: fa.att.name(), ID: fa.req.id}})
+	if err != nil || !only {
+		d.c.logger.Debug("portmap's nftables DEL left out: hostport rules of the same container id are not the attachment's",
+			"alloc_id", fa.req.id, "network", fa.att.name(), "error", err)
+		return false
+	}
+	return true
 }
 
 // hostportsOnce runs, for a whole workload leaving several networks,

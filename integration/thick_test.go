@@ -319,6 +319,8 @@ func TestThickBadRequests(t *testing.T) {
 		{"a shim older than protocol numbers is refused", "POST", strings.Replace(request("bad-5", w.Path, r.name()), `"protocol":1,`, "", 1), 104},
 		{"an unknown command is refused", "POST", strings.Replace(request("bad-4", w.Path, r.name()), `"ADD"`, `"EXPLODE"`, 1), 4},
 		{"a GET is refused", "GET", "", 4},
+		{"a config of a CNI version thick mode does not serve is an incompatible version", "POST",
+			strings.Replace(request("bad-6", w.Path, r.name()), `"cniVersion":"1.1.0"`, `"cniVersion":"0.2.0"`, 1), 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 
 // supported are the CNI versions the shim accepts in a config; its
 // VERSION answer carries cninet's version too.
-var supported = thick.PluginInfo("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+var supported = thick.PluginInfo(thick.CNIVersions...)
 
 func main() {
 	s := newShim(os.Stdout)

@@ -3,6 +3,7 @@ package thick
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/seed1280861d/cninet"
@@ -18,12 +19,12 @@ type portMapping struct {
 }
 
 // Allocation is the cninet.Allocation of a request: the runtime's
-// container id, its CNI_ARGS (but IgnoreUnknown, which cninet always
-// sends), its port mappings as Ports and every other runtimeConfig
-// capability unchanged. Malformed args or port mappings are ErrBadRequest
-// errors naming the entry.
+// container id, its CNI_ARGS exactly as sent (IgnoreUnknown only when
+// the runtime sent it, with its value), its port mappings as Ports and
+// every other runtimeConfig capability unchanged. Malformed args or port
+// mappings are ErrBadRequest errors naming the entry.
 func Allocation(req *Request, conf *NetConf) (*cninet.Allocation, error) {
-	alloc := &cninet.Allocation{ID: req.ContainerID}
+	alloc := &cninet.Allocation{ID: req.ContainerID, ExactArgs: true}
 	args, err := parseArgs(req.Args)
 	if err != nil {
 		return nil, err
@@ -44,7 +45,8 @@ func Allocation(req *Request, conf *NetConf) (*cninet.Allocation, error) {
 	return alloc, nil
 }
 
-// parseArgs reads CNI_ARGS: key=value pairs separated by ';'.
+// parseArgs reads CNI_ARGS: key=value pairs separated by ';', each split
+// at its first '=', so a value may hold '=' (a base64 value, say).
 func parseArgs(s string) (map[string]string, error) {
 	if s == "" {
 		return nil, nil
@@ -58,16 +60,17 @@ func parseArgs(s string) (map[string]string, error) {
 		if !ok || k == "" {
 			return nil, fmt.Errorf("%w: CNI_ARGS entry %q, want KEY=VALUE", ErrBadRequest, pair)
 		}
-		if strings.EqualFold(k, "IgnoreUnknown") {
-			continue
-		}
 		args[k] = v
 	}
 	return args, nil
 }
 
+// portProtocols are the protocols the portmap plugin maps.
+var portProtocols = []string{"tcp", "udp", "sctp"}
+
 // ports turns the portMappings capability into cninet Ports; a mapping
-// without a protocol is TCP, as runtimes mean it.
+// without a protocol is TCP, as runtimes mean it, and a protocol's case
+// does not matter ("SCTP" is sctp).
 func ports(value any) ([]cninet.Port, error) {
 	raw, err := json.Marshal(value)
 	if err != nil {
@@ -78,10 +81,14 @@ func ports(value any) ([]cninet.Port, error) {
 		return nil, fmt.Errorf("%w: runtimeConfig.portMappings %s, want a list of {hostPort, containerPort, protocol, hostIP}: %w", ErrBadRequest, raw, err)
 	}
 	out := make([]cninet.Port, 0, len(mappings))
-	for _, m := range mappings {
+	for i, m := range mappings {
 		proto := strings.ToLower(m.Protocol)
 		if proto == "" {
 			proto = "tcp"
+		}
+		if !slices.Contains(portProtocols, proto) {
+			return nil, fmt.Errorf("%w: runtimeConfig.portMappings[%d] (host port %d) has protocol %q, want tcp, udp or sctp (any case; none is tcp)",
+				ErrBadRequest, i, m.HostPort, m.Protocol)
 		}
 		out = append(out, cninet.Port{Label: fmt.Sprintf("%d/%s", m.HostPort, proto), Value: m.HostPort,
 			To: m.ContainerPort, HostIP: m.HostIP, Protocol: proto})

@@ -8,7 +8,8 @@
 //   - protocol.go: the wire format between shim and daemon: Request (one
 //     CNI command as the runtime made it, with the shim's protocol and
 //     how long it waits), NetConf (what is read of the shim's config),
-//     DecodeRequest and its validation, ErrBadRequest, the protocol
+//     DecodeRequest and its validation (CheckCNIVersion: the config's
+//     cniVersion, CNIVersions), ErrBadRequest, the protocol
 //     number and CheckProtocol, the acknowledgement (StatusAcknowledged),
 //     and the defaults both sides share (DefaultSocket, RequestPath).
 //   - limits.go: how long the shim waits for the daemon: the silence
@@ -26,10 +27,14 @@
 //     chmodded), the info file read only when root wrote it, and
 //     ErrUntrustedPath.
 //   - serve.go: Serve, one decoded request through the Configurator (ADD
-//     is Connect, DEL is Del, CHECK, STATUS, GC), and Del, which the
-//     shim also runs itself when the daemon is down.
+//     is Connect, DEL is Del, CHECK, STATUS, GC by the valid attachments'
+//     interfaces), and Del, which the shim also runs itself when the
+//     daemon is down.
+//   - check.go: CHECK: the runtime's prevResult compared with the
+//     delegate's cached result, then the delegate's CHECK.
 //   - allocation.go: Allocation, the cninet.Allocation of a request (its
-//     CNI_ARGS, port mappings and other runtimeConfig capabilities).
+//     CNI_ARGS exactly as sent, port mappings of tcp, udp or sctp, and
+//     other runtimeConfig capabilities).
 //   - delegates.go: Delegates, the daemon's Configurator of its conf dir:
 //     none until the dir holds a conflist (ErrNoDelegates: not ready),
 //     reloaded on a change (Watch polls) or SIGHUP, Ready (every delegate

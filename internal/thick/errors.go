@@ -21,7 +21,7 @@ const (
 // ErrorFor turns an error of Serve or DecodeRequest into the CNI error the
 // runtime sees. A delegate plugin's CNI error keeps its code and message
 // (cninet's account of it goes to Details); cninet's own errors get the
-// spec's code where one fits (4 bad environment, 6 undecodable, 7 bad
+// spec's code where one fits (1 incompatible CNI version, 4 bad environment, 6 undecodable, 7 bad
 // network config, 11 try again later, 50 not ready) and the codes above
 // otherwise.
 func ErrorFor(err error) *types.Error {
@@ -37,6 +37,8 @@ func ErrorFor(err error) *types.Error {
 
 func codeFor(err error) uint {
 	switch {
+	case errors.Is(err, ErrIncompatibleCNIVersion):
+		return types.ErrIncompatibleCNIVersion
 	case errors.Is(err, errMalformed):
 		return types.ErrDecodingFailure
 	case errors.Is(err, ErrBadRequest), errors.Is(err, cninet.ErrInvalidAllocation), errors.Is(err, cninet.ErrInvalidArgument):

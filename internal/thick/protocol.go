@@ -8,10 +8,12 @@ import (
 	"io"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
@@ -136,8 +138,11 @@ type NetConf struct {
 	Owner      string `json:"owner,omitempty"`
 	// Timeout is how long the shim waits for the daemon's answer (a Go
 	// duration); the daemon ignores it. See ShimLimits.
-	Timeout          string               `json:"timeout,omitempty"`
-	RuntimeConfig    map[string]any       `json:"runtimeConfig,omitempty"`
+	Timeout       string         `json:"timeout,omitempty"`
+	RuntimeConfig map[string]any `json:"runtimeConfig,omitempty"`
+	// PrevResult is the runtime's result of the attachment's ADD, which
+	// it sends with CHECK (and DEL): CHECK compares the attachment to it.
+	PrevResult       json.RawMessage      `json:"prevResult,omitempty"`
 	ValidAttachments []types.GCAttachment `json:"cni.dev/valid-attachments,omitempty"`
 }
 
@@ -145,8 +150,37 @@ type NetConf struct {
 // oversized, a field missing or unusable). Nothing on the host changed.
 var ErrBadRequest = errors.New("bad thick-mode request")
 
+// CNIVersions are the CNI versions a shim config may name: the shim
+// answers VERSION with them, and the daemon serves nothing else.
+var CNIVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// ErrIncompatibleCNIVersion: the config names a CNI version thick mode
+// does not serve, or one that has no such command (CHECK came with 0.4.0,
+// STATUS and GC with 1.1.0). The runtime sees CNI error code 1.
+var ErrIncompatibleCNIVersion = errors.New("incompatible CNI version")
+
+// CheckCNIVersion says whether a config of cniVersion can carry command:
+// a version of CNIVersions that has the command. A failure wraps
+// ErrBadRequest and ErrIncompatibleCNIVersion and names both.
+func CheckCNIVersion(command, cniVersion string) error {
+	if !slices.Contains(CNIVersions, cniVersion) {
+		return fmt.Errorf("%w: %w: config cniVersion %q, want one of %s", ErrBadRequest, ErrIncompatibleCNIVersion,
+			cniVersion, strings.Join(CNIVersions, ", "))
+	}
+	since := map[string]string{CmdCheck: "0.4.0", CmdStatus: "1.1.0", CmdGC: "1.1.0"}[command]
+	if since == "" {
+		return nil
+	}
+	if ok, err := version.GreaterThanOrEqualTo(cniVersion, since); err != nil || !ok {
+		return fmt.Errorf("%w: %w: config cniVersion %q has no %s command, want %s or later", ErrBadRequest, ErrIncompatibleCNIVersion,
+			cniVersion, command, since)
+	}
+	return nil
+}
+
 // DecodeRequest reads one request of at most MaxRequestBytes from r and
 // validates it: a known command, a config with a CNI network name, and
+// a cniVersion that has the command (CheckCNIVersion), and
 // for ADD, DEL and CHECK a CNI container id, an interface name, and (ADD,
 // CHECK) an absolute netns path. Every failure wraps ErrBadRequest and
 // names the field and what was expected.
@@ -184,6 +218,9 @@ func validate(req *Request, conf *NetConf) error {
 	default:
 		return fmt.Errorf("%w: command %q, want ADD, DEL, CHECK, STATUS or GC", ErrBadRequest, req.Command)
 	}
+	if err := CheckCNIVersion(req.Command, conf.CNIVersion); err != nil {
+		return err
+	}
 	if err := checkName(conf.Name); err != nil {
 		return err
 	}
@@ -212,6 +249,12 @@ func validateGC(conf *NetConf) error {
 	for i, a := range conf.ValidAttachments {
 		if _, err := allocationID(a.ContainerID); err != nil {
 			return fmt.Errorf("cni.dev/valid-attachments[%d]: %w", i, err)
+		}
+		if a.IfName == "" {
+			continue // the container's every interface is live
+		}
+		if err := cninet.CheckIfName(a.IfName); err != nil {
+			return fmt.Errorf("%w: cni.dev/valid-attachments[%d]: %w", ErrBadRequest, i, err)
 		}
 	}
 	return nil

@@ -24,7 +24,7 @@ func TestDecodeRequest(t *testing.T) {
 		{"an ADD with id, netns, ifname and a named config is valid", reqBody("ADD", "c1", "/run/netns/w", "eth0", shimConf), 0},
 		{"a DEL without a netns is valid (the namespace may be gone)", reqBody("DEL", "c1", "", "eth0", shimConf), 0},
 		{"a STATUS needs neither id nor netns", `{"command":"STATUS","config":` + shimConf + `}`, 0},
-		{"a GC with valid attachments is valid", `{"command":"GC","config":{"name":"web","cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}]}}`, 0},
+		{"a GC with valid attachments is valid", `{"command":"GC","config":{"cniVersion":"1.1.0","name":"web","cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}]}}`, 0},
 		{"malformed JSON is a decoding failure", `{"command":`, types.ErrDecodingFailure},
 		{"two JSON values are a decoding failure", reqBody("DEL", "c1", "", "eth0", shimConf) + `{}`, types.ErrDecodingFailure},
 		{"an unknown field is a decoding failure", `{"command":"ADD","bogus":1,"config":{}}`, types.ErrDecodingFailure},
@@ -36,9 +36,16 @@ func TestDecodeRequest(t *testing.T) {
 		{"an interface name over 15 bytes is refused", reqBody("ADD", "c1", "/run/netns/w", "eth0123456789012", shimConf), types.ErrInvalidEnvironmentVariables},
 		{"a relative netns on ADD is refused", reqBody("ADD", "c1", "netns/w", "eth0", shimConf), types.ErrInvalidEnvironmentVariables},
 		{"a netns with .. on CHECK is refused", reqBody("CHECK", "c1", "/run/netns/../w", "eth0", shimConf), types.ErrInvalidEnvironmentVariables},
-		{"a network name with a slash is refused", reqBody("ADD", "c1", "/run/netns/w", "eth0", `{"name":"../web"}`), types.ErrInvalidEnvironmentVariables},
+		{"a network name with a slash is refused", reqBody("ADD", "c1", "/run/netns/w", "eth0", `{"cniVersion":"1.0.0","name":"../web"}`), types.ErrInvalidEnvironmentVariables},
 		{"a config without a network name is refused", reqBody("ADD", "c1", "/run/netns/w", "eth0", `{"cniVersion":"1.0.0"}`), types.ErrInvalidEnvironmentVariables},
-		{"a GC naming a hostile valid attachment is refused", `{"command":"GC","config":{"name":"web","cni.dev/valid-attachments":[{"containerID":"../x"}]}}`, types.ErrInvalidEnvironmentVariables},
+		{"a GC naming a hostile valid attachment is refused", `{"command":"GC","config":{"cniVersion":"1.1.0","name":"web","cni.dev/valid-attachments":[{"containerID":"../x"}]}}`, types.ErrInvalidEnvironmentVariables},
+		{"a config without a cniVersion is an incompatible version", reqBody("ADD", "c1", "/run/netns/w", "eth0", `{"name":"web"}`), types.ErrIncompatibleCNIVersion},
+		{"a config of a CNI version thick mode does not serve is an incompatible version", reqBody("ADD", "c1", "/run/netns/w", "eth0", `{"cniVersion":"0.2.0","name":"web"}`), types.ErrIncompatibleCNIVersion},
+		{"a config of a CNI version from the future is an incompatible version", reqBody("DEL", "c1", "", "eth0", `{"cniVersion":"9.0.0","name":"web"}`), types.ErrIncompatibleCNIVersion},
+		{"a CHECK of a config before 0.4.0 is an incompatible version", reqBody("CHECK", "c1", "/run/netns/w", "eth0", `{"cniVersion":"0.3.1","name":"web"}`), types.ErrIncompatibleCNIVersion},
+		{"a CHECK of a 0.4.0 config is valid", reqBody("CHECK", "c1", "/run/netns/w", "eth0", `{"cniVersion":"0.4.0","name":"web"}`), 0},
+		{"a GC of a config before 1.1.0 is an incompatible version", `{"command":"GC","config":{"cniVersion":"1.0.0","name":"web"}}`, types.ErrIncompatibleCNIVersion},
+		{"a STATUS of a config before 1.1.0 is an incompatible version", `{"command":"STATUS","config":{"cniVersion":"1.0.0","name":"web"}}`, types.ErrIncompatibleCNIVersion},
 		{"a body past the size limit is refused", `{"command":"ADD","args":"` + strings.Repeat("a", MaxRequestBytes) + `"}`, types.ErrInvalidEnvironmentVariables},
 	}
 	for _, tc := range cases {
@@ -64,7 +71,7 @@ func TestDecodeRequest(t *testing.T) {
 // accepts is a request every command's handler can rely on.
 func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(reqBody("ADD", "c1", "/run/netns/w", "eth0", shimConf)))
-	f.Add([]byte(`{"command":"GC","config":{"name":"web","cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}]}}`))
+	f.Add([]byte(`{"command":"GC","config":{"cniVersion":"1.1.0","name":"web","cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}]}}`))
 	f.Add([]byte(`{"command":"STATUS","config":{"name":"x"}}`))
 	f.Add([]byte(`{"command":`))
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -2,7 +2,6 @@ package thick
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,9 +13,10 @@ import (
 // each on the attachment the runtime names (its network and CNI_IFNAME):
 // ADD is Connect (then the cached result, in the delegate's CNI version,
 // is returned as JSON), DEL is Disconnect (DEL plus force cleanup), CHECK
-// is Check, STATUS is Status of the network and GC is GC narrowed to the
-// request's network, with the
-// containers of cni.dev/valid-attachments live. The shim's network name
+// is Check (after comparing the runtime's prevResult), STATUS is Status
+// of the network and GC is GC narrowed to the request's network, with
+// the attachments of cni.dev/valid-attachments live by container id and
+// interface name (GCOptions.LiveAttachments). The shim's network name
 // names the delegate network, which c must know; an unknown name makes c
 // read its conf dir again once, so that a conflist added since is found.
 func Serve(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) ([]byte, error) {
@@ -89,25 +89,21 @@ func Del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 	return c.Disconnect(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName})
 }
 
-// check is CHECK; a CHECK cninet cannot perform (ErrCheckUnsupported) is
-// no verdict on the attachment, so it passes.
-func check(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) error {
-	alloc, err := Allocation(req, conf)
-	if err != nil {
-		return err
-	}
-	err = c.Check(ctx, alloc, req.NetNS, cninet.CheckOptions{Network: conf.Name, IfName: req.IfName})
-	if errors.Is(err, cninet.ErrCheckUnsupported) && !errors.Is(err, cninet.ErrCheckFailed) {
-		return nil
-	}
-	return err
-}
-
+// gc is GC narrowed to the request's network, with the attachments of
+// cni.dev/valid-attachments live by container id and interface name: a
+// container's attachment under an interface the runtime did not list is
+// collected, though it lists another of the same container. One listed
+// without an interface name keeps every interface of its container.
 func gc(ctx context.Context, c *cninet.Configurator, conf *NetConf) error {
-	live := make([]string, 0, len(conf.ValidAttachments))
+	live := []string{}
+	var attachments []cninet.GCAttachment
 	for _, a := range conf.ValidAttachments {
-		live = append(live, a.ContainerID)
+		if a.IfName == "" {
+			live = append(live, a.ContainerID)
+			continue
+		}
+		attachments = append(attachments, cninet.GCAttachment{ID: a.ContainerID, IfName: a.IfName})
 	}
-	_, err := c.GC(ctx, live, cninet.GCOptions{Networks: []string{conf.Name}})
+	_, err := c.GC(ctx, live, cninet.GCOptions{Networks: []string{conf.Name}, LiveAttachments: attachments})
 	return err
 }
