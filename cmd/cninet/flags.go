@@ -185,7 +185,7 @@ func (a *attachFlags) register(fs *pflag.FlagSet, networkUsage string) {
 	a.networkFlags.register(fs, networkUsage)
 	fs.StringVar(&a.id, "id", "", "allocation (CNI container) `id` (required)")
 	fs.StringVar(&a.netns, "netns", "", "network namespace `path`, e.g. /var/run/netns/NAME")
-	fs.VarP(&a.ports, "port", "p", "port mapping host:container[/tcp|/udp] (repeatable; default both protocols)")
+	fs.VarP(&a.ports, "port", "p", "port mapping host:container[/tcp|/udp|/sctp] (repeatable; default tcp and udp)")
 }
 
 func (a *attachFlags) allocation(needNetns bool) (*cninet.Allocation, error) {
@@ -227,10 +227,10 @@ func (p *portFlags) Set(v string) error {
 	hp, err1 := strconv.Atoi(host)
 	cp, err2 := strconv.Atoi(ctr)
 	if err1 != nil || err2 != nil {
-		return fmt.Errorf("port mapping %q: want host:container[/tcp|/udp]", v)
+		return fmt.Errorf("port mapping %q: want host:container[/tcp|/udp|/sctp]", v)
 	}
-	if proto != "" && proto != "tcp" && proto != "udp" {
-		return fmt.Errorf("port mapping %q: protocol must be tcp or udp", v)
+	if proto != "" && proto != "tcp" && proto != "udp" && proto != "sctp" {
+		return fmt.Errorf("port mapping %q: protocol must be tcp, udp or sctp", v)
 	}
 	*p = append(*p, cninet.Port{Label: v, Value: hp, To: cp, Protocol: proto})
 	return nil

@@ -53,3 +53,28 @@ func TestNetworkFlags(t *testing.T) {
 		})
 	}
 }
+
+func TestPortFlagProtocols(t *testing.T) {
+	cases := []struct {
+		name, value, wantProto string
+		wantErr                bool
+	}{
+		{"no protocol maps tcp and udp", "8080:80", "", false},
+		{"tcp is taken", "8080:80/tcp", "tcp", false},
+		{"udp is taken", "8080:80/udp", "udp", false},
+		{"sctp is taken, as portmap maps it", "8080:80/sctp", "sctp", false},
+		{"another protocol is refused", "8080:80/icmp", "", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var p portFlags
+			err := p.Set(c.value)
+			if (err != nil) != c.wantErr {
+				t.Fatalf("Set(%q) = %v, want error %v", c.value, err, c.wantErr)
+			}
+			if err == nil && p[0].Protocol != c.wantProto {
+				t.Errorf("Set(%q): protocol %q, want %q", c.value, p[0].Protocol, c.wantProto)
+			}
+		})
+	}
+}
