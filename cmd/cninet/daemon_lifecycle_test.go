@@ -148,10 +148,11 @@ func (r *lifecycleRig) notified(want string) {
 	}
 }
 
-// request sends one CNI command for network web, as the shim does.
+// request sends one CNI command for network web, as the shim does (with
+// cniVersion 1.1.0, the first to have STATUS and GC).
 func (r *lifecycleRig) request(command string) (int, types.Error) {
 	r.t.Helper()
-	conf := `{"cniVersion":"1.0.0","name":"web","type":"cninet-shim"}`
+	conf := `{"cniVersion":"1.1.0","name":"web","type":"cninet-shim"}`
 	body, err := json.Marshal(thick.Request{Protocol: thick.ProtocolVersion, Command: command, Config: json.RawMessage(conf)})
 	if err != nil {
 		r.t.Fatal(err)
