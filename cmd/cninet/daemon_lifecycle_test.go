@@ -194,7 +194,8 @@ func (r *lifecycleRig) writeConfOf(plugin string) {
 // The daemon's life under systemd, with a conf dir that starts empty:
 // socket activation, READY=1 once it serves, not ready (STATUS 50,
 // /readyz 503) until a conflist appears, ready once the watch found it,
-// one JSON log line per request, its meters with service.name, and on
+// one JSON log line per request, its meters with service.name beside
+// its process's runtime metrics, and on
 // SIGTERM a clean exit that leaves systemd's socket file and the conf
 // dir alone.
 func TestDaemonUnderSystemdWithAConfDirThatStartsEmpty(t *testing.T) {
@@ -230,6 +231,15 @@ func TestDaemonUnderSystemdWithAConfDirThatStartsEmpty(t *testing.T) {
 		!strings.Contains(metrics, "cninet_daemon_queue_wait_seconds_count") || !strings.Contains(metrics, "cninet_daemon_queue_depth") ||
 		!strings.Contains(metrics, "cninet_daemon_requests_in_flight") {
 		t.Fatalf("/metrics lacks service.name or the queue meters:\n%s", metrics)
+	}
+	_, metrics := r.get("/metrics")
+	for _, want := range []string{"\ngo_goroutines ", "\ngo_memstats_heap_inuse_bytes ", "\ngo_gc_duration_seconds_count ",
+		"\nprocess_resident_memory_bytes ", "\nprocess_open_fds ", "\nprocess_cpu_seconds_total ",
+		`cninet_daemon_request_duration_seconds_count{command="STATUS",otel_scope_name="github.com/seed1280861d/cninet/cmd/cninet/daemon",otel_scope_version="",result="50"} 1`,
+		`cninet_daemon_request_duration_seconds_count{command="STATUS",otel_scope_name="github.com/seed1280861d/cninet/cmd/cninet/daemon",otel_scope_version="",result="ok"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q (the process's health, each request's duration by command and result):\n%s", want, metrics)
+		}
 	}
 
 	r.daemon.Process.Signal(syscall.SIGTERM)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/seed1280861d/cninet/internal/thick"
 	"go.opentelemetry.io/otel/attribute"
@@ -19,7 +20,8 @@ import (
 
 // daemonMetrics are cninet's OpenTelemetry meters and the daemon's own
 // request meters, exported in the Prometheus format from a registry of
-// their own.
+// their own, beside the daemon process's runtime and process metrics
+// (runtimeCollectors).
 type daemonMetrics struct {
 	registry  *prometheus.Registry
 	provider  metric.MeterProvider
@@ -35,6 +37,11 @@ const serviceName = "cninet-daemon"
 
 func newDaemonMetrics() (*daemonMetrics, error) {
 	reg := prometheus.NewRegistry()
+	for _, c := range runtimeCollectors() {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("runtime metrics: %w", err)
+		}
+	}
 	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
@@ -70,6 +77,21 @@ func newDaemonMetrics() (*daemonMetrics, error) {
 	return m, nil
 }
 
+// runtimeCollectors are the daemon process's own health, under the names
+// Prometheus' Go and process collectors give them everywhere, so that
+// stock dashboards and alerts apply: go_goroutines, go_threads,
+// go_memstats_* (heap in use, allocations), go_gc_duration_seconds (its
+// count is the GC cycles), process_resident_memory_bytes,
+// process_open_fds against process_max_fds, process_cpu_seconds_total
+// and process_start_time_seconds (from /proc/self). Only the daemon
+// registers them: the library's telemetry stays the embedding program's.
+func runtimeCollectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	}
+}
+
 // InFlight, Queued and Waited make daemonMetrics the server's thick.Gauges.
 func (m *daemonMetrics) InFlight(command string, delta int64) {
 	m.inFlight.Add(context.Background(), delta, metric.WithAttributes(attribute.String("command", command)))
@@ -97,12 +119,17 @@ func (m *daemonMetrics) serve(addr string, srv *thick.Server, delegates *thick.D
 		return nil, fmt.Errorf("--metrics-listen: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", m.handler())
 	mux.HandleFunc("/healthz", thick.Healthz)
 	mux.HandleFunc("/readyz", readyz(srv.Ready, delegates.Ready))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(l)
 	return hs, nil
+}
+
+// handler serves the registry in the Prometheus text format.
+func (m *daemonMetrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
 }
 
 // readyzTimeout bounds the delegates' STATUS behind one /readyz.

@@ -2,11 +2,15 @@ package thick
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 // reqBody is a request of the current protocol, as the shim sends it.
@@ -67,12 +71,21 @@ func TestDecodeRequest(t *testing.T) {
 	}
 }
 
-// FuzzDecodeRequest: no input makes the decoder panic, and whatever it
-// accepts is a request every command's handler can rely on.
+// FuzzDecodeRequest: no input makes the decoder panic; every refusal
+// wraps ErrBadRequest and is a CNI error with a message; whatever it
+// accepts passes every check a command's handler relies on (the checks
+// the decoder promises, asked again of the decoded request), and decodes
+// the same once re-encoded, so a request the shim relays or logs means
+// what the daemon served.
 func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(reqBody("ADD", "c1", "/run/netns/w", "eth0", shimConf)))
+	f.Add([]byte(reqBody("CHECK", "c1", "/run/netns/w", "eth0", `{"cniVersion":"0.4.0","name":"web","prevResult":{"cniVersion":"0.4.0"}}`)))
+	f.Add([]byte(reqBody("DEL", "c.1_x-y", "", "eth0", `{"cniVersion":"1.0.0","name":"web","owner":"nomad"}`)))
 	f.Add([]byte(`{"command":"GC","config":{"cniVersion":"1.1.0","name":"web","cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}]}}`))
-	f.Add([]byte(`{"command":"STATUS","config":{"name":"x"}}`))
+	f.Add([]byte(`{"command":"STATUS","owner":"crio","config":{"name":"x","cniVersion":"1.1.0"}}`))
+	f.Add([]byte(`{"protocol":1,"command":"ADD","containerID":"c1","netns":"/run/netns/w","ifName":"eth0","ackBy":"2026-01-02T03:04:05.5+01:00","deadline":"2026-01-02T03:06:05Z","config":{"cniVersion":"1.1.0","name":"web"}}`))
+	f.Add([]byte(reqBody("CHECK", "c1", "/run/netns/../w", "eth0", shimConf)))
+	f.Add([]byte(`{"command":"GC","owner":"a b","config":{"cniVersion":"1.1.0","name":"web"}}`))
 	f.Add([]byte(`{"command":`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, conf, err := DecodeRequest(bytes.NewReader(body))
@@ -80,21 +93,62 @@ func FuzzDecodeRequest(f *testing.F) {
 			if !errors.Is(err, ErrBadRequest) {
 				t.Fatalf("error %v does not wrap ErrBadRequest", err)
 			}
+			if cerr := ErrorFor(err); cerr.Code == 0 || cerr.Msg == "" {
+				t.Fatalf("refusal %v is CNI error %+v, want a code and a message", err, cerr)
+			}
 			return
 		}
-		if conf.Name == "" || strings.ContainsAny(conf.Name, "/\\") {
-			t.Fatalf("accepted network name %q", conf.Name)
+		assertServable(t, req, conf)
+		again, err := json.Marshal(req)
+		if err != nil {
+			t.Fatalf("an accepted request does not re-encode: %v", err)
 		}
-		switch req.Command {
-		case CmdAdd, CmdCheck, CmdDel:
-			if req.ContainerID == "" || strings.Contains(req.ContainerID, "/") || req.IfName == "" {
-				t.Fatalf("accepted %+v", req)
-			}
-		case CmdStatus, CmdGC:
-		default:
-			t.Fatalf("accepted command %q", req.Command)
+		req2, conf2, err := DecodeRequest(bytes.NewReader(again))
+		if err != nil {
+			t.Fatalf("the accepted request re-encoded as %s is refused: %v", again, err)
+		}
+		if twice, _ := json.Marshal(req2); !bytes.Equal(twice, again) {
+			t.Fatalf("re-encoding changed the request:\n%s\n%s", again, twice)
+		}
+		if req2.Command != req.Command || conf2.Name != conf.Name || conf2.CNIVersion != conf.CNIVersion || OwnerOf(req2, conf2) != OwnerOf(req, conf) {
+			t.Fatalf("re-decoded %+v %+v, want %+v %+v", req2, conf2, req, conf)
 		}
 	})
+}
+
+// assertServable asks again, of an accepted request, every check
+// DecodeRequest promises.
+func assertServable(t *testing.T, req *Request, conf *NetConf) {
+	t.Helper()
+	if err := CheckCNIVersion(req.Command, conf.CNIVersion); err != nil {
+		t.Fatalf("accepted a config its command cannot carry: %v", err)
+	}
+	if conf.Name == "" || conf.Name == "." || conf.Name == ".." || strings.ContainsAny(conf.Name, "/\\\x00") {
+		t.Fatalf("accepted network name %q", conf.Name)
+	}
+	if err := errors.Join(CheckOwner(conf.Owner), CheckOwner(req.Owner)); err != nil {
+		t.Fatalf("accepted an owner that is no name: %v", err)
+	}
+	switch req.Command {
+	case CmdAdd, CmdCheck, CmdDel:
+		if !footprint.IsContainerID(req.ContainerID) {
+			t.Fatalf("accepted container id %q", req.ContainerID)
+		}
+		if err := cninet.CheckIfName(req.IfName); err != nil {
+			t.Fatalf("accepted interface name %q: %v", req.IfName, err)
+		}
+		if req.Command != CmdDel && (!filepath.IsAbs(req.NetNS) || filepath.Clean(req.NetNS) != req.NetNS) {
+			t.Fatalf("accepted netns %q for %s", req.NetNS, req.Command)
+		}
+	case CmdStatus, CmdGC:
+		for _, a := range conf.ValidAttachments {
+			if !footprint.IsContainerID(a.ContainerID) || (a.IfName != "" && cninet.CheckIfName(a.IfName) != nil) {
+				t.Fatalf("accepted valid attachment %+v", a)
+			}
+		}
+	default:
+		t.Fatalf("accepted command %q", req.Command)
+	}
 }
 
 func TestTheOwnerOfARequest(t *testing.T) {
