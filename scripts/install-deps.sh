@@ -120,79 +120,46 @@ fi
 # drive the shim exactly as that libcni does; a stamp file says which
 # version .cache/bin/cnitool is.
 cni_version=$(awk '$1 == "github.com/containernetworking/cni" { print $2 }' "$repo/go.mod")
-cnitool="$repo/.cache/bin/cnitool"
 if [ -z "$cni_version" ]; then
 	log "go.mod names no github.com/containernetworking/cni version"
 	exit 1
 fi
-if [ ! -x "$cnitool" ] || [ "$(cat "$cnitool.version" 2>/dev/null)" != "$cni_version" ]; then
-	if ! command -v "$GO" >/dev/null 2>&1; then
-		log "$GO not found on PATH; it builds cnitool"
-		exit 1
-	fi
-	mkdir -p "$repo/.cache/bin"
-	golog=$(mktemp)
-	scratch+=("$golog")
-	if ! GOBIN="$repo/.cache/bin" "$GO" install \
-		"github.com/containernetworking/cni/cnitool@$cni_version" >"$golog" 2>&1; then
-		cat "$golog" >&2
-		log "building cnitool $cni_version failed"
-		exit 1
-	fi
-	echo "$cni_version" >"$cnitool.version"
-	installed+=("cnitool $cni_version")
-fi
+go_install_stamped cnitool "github.com/containernetworking/cni/cnitool" "$cni_version"
 
-# crictl, with a stamp file saying which version .cache/bin/crictl is.
-crictl="$repo/.cache/bin/crictl"
-if [ ! -x "$crictl" ] || [ "$(cat "$crictl.version" 2>/dev/null)" != "$CRICTL_VERSION" ]; then
-	if ! command -v "$GO" >/dev/null 2>&1; then
-		log "$GO not found on PATH; it builds crictl"
-		exit 1
-	fi
-	mkdir -p "$repo/.cache/bin"
-	golog=$(mktemp)
-	scratch+=("$golog")
-	if ! GOBIN="$repo/.cache/bin" "$GO" install \
-		"sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION" >"$golog" 2>&1; then
-		cat "$golog" >&2
-		log "building crictl $CRICTL_VERSION failed"
-		exit 1
-	fi
-	echo "$CRICTL_VERSION" >"$crictl.version"
-	installed+=("crictl $CRICTL_VERSION")
-fi
+# crictl, for the containerd tests.
+go_install_stamped crictl "sigs.k8s.io/cri-tools/cmd/crictl" "$CRICTL_VERSION"
 }
 
-# staticcheck, with a stamp file saying which version .cache/bin/staticcheck
-# is, as for cnitool.
-install_staticcheck() {
-	local staticcheck="$repo/.cache/bin/staticcheck"
-	if [ -x "$staticcheck" ] && [ "$(cat "$staticcheck.version" 2>/dev/null)" = "$STATICCHECK_VERSION" ]; then
+# go_install_stamped NAME PACKAGE VERSION: `go install PACKAGE@VERSION`
+# into .cache/bin unless .cache/bin/NAME is there and its stamp file
+# (NAME.version) says VERSION.
+go_install_stamped() {
+	local name=$1 pkg=$2 version=$3
+	local bin="$repo/.cache/bin/$name"
+	if [ -x "$bin" ] && [ "$(cat "$bin.version" 2>/dev/null)" = "$version" ]; then
 		return
 	fi
 	if ! command -v "$GO" >/dev/null 2>&1; then
-		log "$GO not found on PATH; it builds staticcheck"
+		log "$GO not found on PATH; it builds $name"
 		exit 1
 	fi
 	mkdir -p "$repo/.cache/bin"
 	local golog
 	golog=$(mktemp)
 	scratch+=("$golog")
-	if ! GOBIN="$repo/.cache/bin" "$GO" install \
-		"honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" >"$golog" 2>&1; then
+	if ! GOBIN="$repo/.cache/bin" "$GO" install "$pkg@$version" >"$golog" 2>&1; then
 		cat "$golog" >&2
-		log "building staticcheck $STATICCHECK_VERSION failed"
+		log "building $name $version failed"
 		exit 1
 	fi
-	echo "$STATICCHECK_VERSION" >"$staticcheck.version"
-	installed+=("staticcheck $STATICCHECK_VERSION")
+	echo "$version" >"$bin.version"
+	installed+=("$name $version")
 }
 
 if [ "$only" = all ]; then
 	install_all
 fi
-install_staticcheck
+go_install_stamped staticcheck "honnef.co/go/tools/cmd/staticcheck" "$STATICCHECK_VERSION"
 
 if [ ${#installed[@]} -gt 0 ]; then
 	joined=$(printf '%s, ' "${installed[@]}")
