@@ -33,7 +33,9 @@ type options struct {
 	statusN       int
 	statusRuns    int
 	scaleSizes    []int
-	control       bool // overhead scenarios: a second go-cni as a control
+	pressureSizes []int // host rules (pressure)
+	pressureN     int   // workloads per contender (pressure)
+	control       bool  // overhead scenarios: a second go-cni as a control
 	only          []string
 	out, svg      string
 	state         string
@@ -60,6 +62,7 @@ var scenarios = []scenario{
 	{"multinet", "one workload on 1-4 networks: Setup+Teardown, cninet vs. go-cni, Debian and upstream plugins", multiNetwork},
 	{"thick", "thick mode: cnitool ADD+DEL through the cninet-shim and daemon vs. on the delegate; a burst of concurrent ADDs and the daemon's peak RSS", thickScenario},
 	{"gc-scale", "1,000 and 10,000 leaked attachments, iptables and nftables backends, swept and after a reboot: GC time, CPU, processes, memory", gcScaleScenario},
+	{"pressure", "a busy host: -pressure-rules kube-proxy-shaped iptables and nftables rules, a writer's 1,000-rule batch every second, 16 workers: Setup and Teardown percentiles, cninet vs. go-cni, three plugin sets", pressureScenario},
 	{"registry-status", "cninet status --attachments over a host registry of -status-n (10,000) records, text and JSON", registryStatus},
 }
 
@@ -73,7 +76,7 @@ func scenarioNames() []string {
 
 func main() {
 	var o options
-	var only, sizes, gcSizes string
+	var only, sizes, gcSizes, pressureSizes string
 	flag.StringVar(&o.pluginDir, "plugins", "/usr/lib/cni", "Debian's CNI plugin directory (iptables backend only)")
 	flag.StringVar(&o.upstreamDir, "upstream", "../.cache/cni/v1.9.1", "upstream CNI plugins v1.9.1 (iptables and nftables backends)")
 	flag.StringVar(&o.failonceDir, "failonce", "", "directory holding the failonce test plugin")
@@ -93,6 +96,8 @@ func main() {
 	flag.BoolVar(&o.control, "control", true, "overhead scenarios: interleave a second go-cni with the two contenders, to measure the machine's noise (go-cni against itself)")
 	flag.StringVar(&sizes, "scale-sizes", "0,250,1000", "numbers of other attachments on the host (overhead-scale)")
 	flag.StringVar(&gcSizes, "gc-scale-sizes", "1000,10000", "numbers of leaked attachments, per backend (gc-scale)")
+	flag.StringVar(&pressureSizes, "pressure-rules", "200000", "comma-separated host sizes: unrelated kube-proxy-shaped rules, in iptables and as many in nftables (pressure)")
+	flag.IntVar(&o.pressureN, "pressure-n", 200, "workloads per contender, per plugin set and host size (pressure)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")
 	flag.StringVar(&o.svg, "svg", "bench/results.svg", "plot to write")
@@ -115,6 +120,14 @@ func main() {
 			os.Exit(2)
 		}
 		o.gcScaleSizes = append(o.gcScaleSizes, n)
+	}
+	for _, s := range strings.Split(pressureSizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 7 {
+			fmt.Fprintf(os.Stderr, "bench: -pressure-rules: %q is not a host size (a number of rules, 7 or more)\n", s)
+			os.Exit(2)
+		}
+		o.pressureSizes = append(o.pressureSizes, n)
 	}
 	if only != "" {
 		for _, s := range strings.Split(only, ",") {
