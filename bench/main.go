@@ -37,6 +37,7 @@ type options struct {
 	pressureN     int   // workloads per contender (pressure)
 	control       bool  // overhead scenarios: a second go-cni as a control
 	only          []string
+	rewrite       bool // measure nothing: write the report and plot from the state file
 	out, svg      string
 	state         string
 	goBench       string // output of go test -bench, read from a file
@@ -99,6 +100,7 @@ func main() {
 	flag.StringVar(&pressureSizes, "pressure-rules", "200000", "comma-separated host sizes: unrelated kube-proxy-shaped rules, in iptables and as many in nftables (pressure)")
 	flag.IntVar(&o.pressureN, "pressure-n", 200, "workloads per contender, per plugin set and host size (pressure)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
+	flag.BoolVar(&o.rewrite, "rewrite", false, "measure nothing: write the report and the plot again from the state file (-state)")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")
 	flag.StringVar(&o.svg, "svg", "bench/results.svg", "plot to write")
 	flag.StringVar(&o.state, "state", "results.json", "raw results, read back by -only runs for the scenarios they skip")
@@ -166,14 +168,16 @@ func run(o options) error {
 		defer pprof.StopCPUProfile()
 	}
 	r := &report{started: time.Now(), opts: o}
-	if len(o.only) > 0 {
+	if len(o.only) > 0 || o.rewrite {
 		if err := r.res.load(o.state); err != nil {
 			return err
 		}
 	}
-	r.res.Machine = machine()
+	if !o.rewrite {
+		r.res.Machine = machine()
+	}
 	for _, s := range scenarios {
-		if len(o.only) > 0 && !slices.Contains(o.only, s.name) {
+		if o.rewrite || len(o.only) > 0 && !slices.Contains(o.only, s.name) {
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "bench: %s (%s)... [%s]\n", s.name, s.what, time.Since(r.started).Round(time.Second))
@@ -188,9 +192,11 @@ func run(o options) error {
 			return err
 		}
 	}
-	r.res.Elapsed = time.Since(r.started)
-	if err := r.res.save(o.state); err != nil {
-		return err
+	if !o.rewrite {
+		r.res.Elapsed = time.Since(r.started)
+		if err := r.res.save(o.state); err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(o.svg), 0o755); err != nil {
 		return err

@@ -43,6 +43,7 @@ type pressureResult struct {
 	Load                          [3]float64
 	Took                          time.Duration
 	Measured                      time.Time // when this set at this size was measured
+	Machine                       string    // where
 }
 
 const (
@@ -327,7 +328,7 @@ type pressureOutcome struct {
 // of each contender (the bridge is created), then the writer starts and
 // the workers run 2n jobs.
 func pressureRun(set pluginSet, size, n int) (pressureResult, error) {
-	res := pressureResult{Set: set, Size: size, Workers: pressureWorkers, N: n, Measured: time.Now()}
+	res := pressureResult{Set: set, Size: size, Workers: pressureWorkers, N: n, Measured: time.Now(), Machine: machine()}
 	_, conf, err := benchConf(set.Backend)
 	if err != nil {
 		return res, err

@@ -17,8 +17,15 @@ func (r *report) pressureSection(w writer) {
 		return
 	}
 	p0 := ps[0]
-	w("Inside the bench's namespace the host holds unrelated rules in kube-proxy's shape, loaded with one `iptables-restore --noflush`: `KUBE-SERVICES` (jumped to from `PREROUTING` and `OUTPUT`) matches each service's cluster IP and jumps to its `KUBE-SVC-*` chain, which picks one of two endpoints at random, each a `KUBE-SEP-*` chain that marks for masquerade and DNATs (seven rules a service); and the same shape, as many rules, in an nftables table of its own (`%s`, hooked at nat prerouting). Meanwhile another writer applies a %d-rule `iptables-restore --noflush` batch to a chain of its own every second (each batch replaces the last, as kube-proxy's syncs do). %d workers set up and tear down %d workloads (one port mapping each) through cninet and %d through go-cni with the same conflist and plugins, every other job go-cni's, so both meet the same host. Per plugin set: a fresh network, one unmeasured cycle of each first (the bridge is created). A failed Setup or Teardown is counted and its workload torn down again. Times are wall times per call; the host size is `-pressure-rules`.\n\n",
-		pressureTable, pressureBatch, p0.Workers, p0.N, p0.N)
+	w("Inside the bench's namespace the host holds unrelated rules in kube-proxy's shape, loaded with one `iptables-restore --noflush`: `KUBE-SERVICES` (jumped to from `PREROUTING` and `OUTPUT`) matches each service's cluster IP and jumps to its `KUBE-SVC-*` chain, which picks one of two endpoints at random, each a `KUBE-SEP-*` chain that marks for masquerade and DNATs (seven rules a service); and the same shape, as many rules, in an nftables table of its own (`%s`, hooked at nat prerouting). Meanwhile another writer applies a %d-rule `iptables-restore --noflush` batch to a chain of its own every second (each batch replaces the last, as kube-proxy's syncs do). %d workers set up and tear down `-pressure-n` workloads (one port mapping each; the \"failed\" column says how many) through cninet and as many through go-cni with the same conflist and plugins, every other job go-cni's, so both meet the same host; each cycle has 5 minutes. Per plugin set: a fresh network, one unmeasured cycle of each first (the bridge is created). A failed Setup or Teardown is counted and its workload torn down again. Times are wall times per call; the host size is `-pressure-rules`.\n\n",
+		pressureTable, pressureBatch, p0.Workers)
+	var machines []string
+	for _, p := range ps {
+		if !slices.Contains(machines, p.Machine) {
+			machines = append(machines, p.Machine)
+		}
+	}
+	w("Measured on: %s.\n\n", strings.Join(machines, "; "))
 	w("| plugin set | host rules asked (counted: iptables / nftables) | contender | Setup p50 / p95 / p99 | Teardown p50 / p95 / p99 | failed | writer's batches (failed), each p50 / p95 | measured, wall time, load average (1 min) at the end |\n|---|---|---|---|---|---|---|---|\n")
 	for _, p := range ps {
 		for _, lib := range []bool{true, false} {
@@ -35,8 +42,12 @@ func (r *report) pressureSection(w writer) {
 	w("From cninet's debug log, per successful cycle (its alloc_id): the host registry (the record before each ADD and its completion, the proof before the DEL, the record's removal), the prevention before the DEL (without the proof), the force cleanup after it, and the waits for the allocation's locks with the finding of its networks (both halves). \"Own per Teardown\" is of each Teardown what is cninet's: the prevention with the proof, the cleanup, the record's removal, lock and find; its share is its median against the Teardown median.\n\n")
 	w("| plugin set | host rules | registry p50 / p95 | prevention p50 / p95 | cleanup p50 / p95 | lock + find p50 / p95 | own per Teardown p50 / p95 | share of the Teardown median |\n|---|---|---|---|---|---|---|---|\n")
 	for _, p := range ps {
-		w("| %s | %d | %s | %s | %s | %s | %s | %.0f%% |\n", p.Set.Name, p.Size, p5095(p.Registry), p5095(p.Prevention), p5095(p.Cleanup),
-			p5095(p.LockFind), p5095(p.TeardownOwn), 100*ratio(p.TeardownOwn.median(), p.LibTeardown.median()))
+		share := "–"
+		if len(p.TeardownOwn) > 0 && len(p.LibTeardown) > 0 {
+			share = fmt.Sprintf("%.0f%%", 100*ratio(p.TeardownOwn.median(), p.LibTeardown.median()))
+		}
+		w("| %s | %d | %s | %s | %s | %s | %s | %s |\n", p.Set.Name, p.Size, p5095(p.Registry), p5095(p.Prevention), p5095(p.Cleanup),
+			p5095(p.LockFind), p5095(p.TeardownOwn), share)
 	}
 	w("\n")
 	var failures []string
@@ -103,10 +114,14 @@ func (r *report) pressureChart(b *strings.Builder, x0, y0 int) {
 				if p.Set.Name != name {
 					continue
 				}
-				d := p.DirectTeardown.median()
+				s := p.DirectTeardown
 				if lib {
-					d = p.LibTeardown.median()
+					s = p.LibTeardown
 				}
+				if len(s) == 0 {
+					continue // every cycle failed: no point to draw
+				}
+				d := s.median()
 				pts = append(pts, fmt.Sprintf("%d,%d", x(p.Size), y(d)))
 				fmt.Fprintf(b, `<circle cx="%d" cy="%d" r="3" fill="%s"/>`+"\n", x(p.Size), y(d), color)
 			}
