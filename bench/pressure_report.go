@@ -59,7 +59,7 @@ func (r *report) pressureSection(w writer) {
 	if len(failures) > 0 {
 		w("Failures (up to %d distinct ones per contender and run, verbatim but for the workload's id, with their count):\n\n", pressureMaxErrors)
 		for _, f := range failures {
-			w("- `%s`\n", strings.ReplaceAll(f, "`", "'"))
+			w("- `%s`\n", strings.NewReplacer("`", "'", "\n", " ").Replace(f))
 		}
 		w("\n")
 	}
