@@ -210,4 +210,4 @@ func (a attaching) rollback(ctx context.Context, atts []attachment) error {
 	return err
 }
 
-const rollbackTimeout = 30 * time.Second
+var rollbackTimeout = 30 * time.Second // a variable only for tests: a rollback behind a held lock waits it out

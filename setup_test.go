@@ -58,6 +58,10 @@ func TestEveryCleanupOfSetupIsBoundedByADeadline(t *testing.T) {
 
 func TestSetupBehindAHeldXtablesLockSaysTheRollbackIsIncomplete(t *testing.T) {
 	ipt := &lockingIPTables{IPTables: fakes.NewIPTables(), held: true}
+	// The rollback tries again until its deadline while the lock is held:
+	// a shorter one than its 30s keeps the test quick.
+	defer func(d time.Duration) { *cninet.RollbackTimeout = d }(*cninet.RollbackTimeout)
+	*cninet.RollbackTimeout = 300 * time.Millisecond
 	c := newLockingConfigurator(t, ipt, &fakes.CNI{SetupHook: func(ctx context.Context, _ string) error {
 		<-ctx.Done() // a plugin waiting for the lock until it is killed
 		return ctx.Err()

@@ -133,7 +133,9 @@ func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool)
 	proofs := &recordProofs{reg: c.registry, owner: d.owner, fa: foundAttachment{att: att, req: req}}
 	cl := c.seams.cleaner(ctx, att, proofs)
 	var removeErr error
-	prevention, preventErr := cl.Prevent([]string{req.id}) // also reads the proof the DEL erases
+	prevention, preventErr := whileLockHeld(ctx, func() (footprint.Prevention, error) {
+		return cl.Prevent([]string{req.id}) // also reads the proof the DEL erases
+	})
 	prevented := time.Now()
 	if preventErr == nil {
 		omit := prevention.Omit
@@ -150,7 +152,7 @@ func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool)
 	}
 	delDone := time.Now()
 	_, cleanSpan := c.tel.startSpan(ctx, spanCleanup)
-	removed, cleanErr := cl.Clean([]string{req.id})
+	removed, cleanErr := whileLockHeld(ctx, func() ([]footprint.Item, error) { return cl.Clean([]string{req.id}) })
 	c.tel.cleaned(ctx, cleanSpan, att.name(), removed, cleanErr)
 	d.logRemoved(req.id, att.name(), removed, removeErr)
 	// prevent includes record: the registry's share, writing the proof

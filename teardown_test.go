@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -746,8 +747,12 @@ type lockingIPTables struct {
 	*fakes.IPTables
 	held  bool
 	block bool
-	mu    sync.Mutex
-	bound []context.Context
+	// missed is how many commands, from now, still find the lock held,
+	// each failing at once as when iptables' wait ran out: a busy host
+	// whose other writer holds the lock in bursts.
+	missed atomic.Int32
+	mu     sync.Mutex
+	bound  []context.Context
 }
 
 func (l *lockingIPTables) WithContext(ctx context.Context) host.IPTables {
@@ -769,6 +774,9 @@ type boundIPTables struct {
 }
 
 func (b boundIPTables) wait(what string) error {
+	if b.l.missed.Add(-1) >= 0 {
+		return fmt.Errorf("%s: %w: /run/xtables.lock held by pid 4242, waited 1s", what, cninet.ErrXtablesLock)
+	}
 	if !b.l.held {
 		return nil
 	}
@@ -826,5 +834,56 @@ func TestTeardownBehindAHeldXtablesLockEndsWithItsContext(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("Teardown still running a minute after its 100ms deadline")
+	}
+}
+
+// A busy host's other writer takes the xtables lock in bursts. A cleanup
+// step whose iptables commands missed a gap while the Teardown's context
+// still had time runs again and finishes, instead of reporting the rules
+// it could not reach; without a deadline, the commands' lock waits were
+// already bounded (host.DefaultLockWait), and the miss is reported.
+func TestTeardownWhoseCleanupMissedAGapInTheXtablesLockTriesAgainWithinItsDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		deadline time.Duration // 0: none
+		missed   int32
+		wantErr  error
+	}{
+		{"a deadline with time left: the steps run again until the lock is had", 10 * time.Second, 3, nil},
+		{"no deadline: the miss is reported", 0, 1, cninet.ErrXtablesLock},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ipt := &lockingIPTables{IPTables: fakes.NewIPTables()}
+			fp := footprint{network: "cninet-unit", id: "busy-1", ip: "198.18.0.2"}
+			ipt.Load("nat", fp.nat()).Load("filter", fp.filter())
+			masq := chain("CNI-", fp.network, fp.id)
+			if !ipt.HasChain("nat", masq) {
+				t.Fatalf("the footprint has no chain %s", masq)
+			}
+			ipt.missed.Store(tc.missed)
+			c := newLockingConfigurator(t, ipt, &fakes.CNI{})
+			ctx := context.Background()
+			if tc.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+				defer cancel()
+			}
+			err := c.Teardown(ctx, &cninet.Allocation{ID: fp.id}, "")
+			if ipt.missed.Load() >= 0 {
+				t.Fatalf("only %d of the %d commands that were to miss the lock ran", tc.missed-ipt.missed.Load()-1, tc.missed)
+			}
+			if tc.wantErr == nil {
+				if err != nil {
+					t.Fatalf("Teardown: %v", err)
+				}
+				if ipt.HasChain("nat", masq) {
+					t.Errorf("the chain %s is still there", masq)
+				}
+				return
+			}
+			if !errors.Is(err, tc.wantErr) || !errors.Is(err, cninet.ErrCleanupFailed) {
+				t.Fatalf("err = %v, want %v within ErrCleanupFailed", err, tc.wantErr)
+			}
+		})
 	}
 }

@@ -20,6 +20,8 @@
 //	reboot.go       the reboot shape: cached results and registry records
 //	thick.go        thick mode through cnitool, and the daemon under a burst
 //	registry.go     cninet status --attachments over a host registry of 10,000 records
+//	pressure.go     a busy host: kube-proxy's rules, a competing writer, 16 workers
+//	pressure_report.go  its section of BENCHMARKS.md and its plot
 //	procs.go        counting the processes a cleanup starts
 //	stats.go        samples, medians, ratios
 //	report.go       BENCHMARKS.md

@@ -33,8 +33,11 @@ type options struct {
 	statusN       int
 	statusRuns    int
 	scaleSizes    []int
-	control       bool // overhead scenarios: a second go-cni as a control
+	pressureSizes []int // host rules (pressure)
+	pressureN     int   // workloads per contender (pressure)
+	control       bool  // overhead scenarios: a second go-cni as a control
 	only          []string
+	rewrite       bool // measure nothing: write the report and plot from the state file
 	out, svg      string
 	state         string
 	goBench       string // output of go test -bench, read from a file
@@ -60,6 +63,7 @@ var scenarios = []scenario{
 	{"multinet", "one workload on 1-4 networks: Setup+Teardown, cninet vs. go-cni, Debian and upstream plugins", multiNetwork},
 	{"thick", "thick mode: cnitool ADD+DEL through the cninet-shim and daemon vs. on the delegate; a burst of concurrent ADDs and the daemon's peak RSS", thickScenario},
 	{"gc-scale", "1,000 and 10,000 leaked attachments, iptables and nftables backends, swept and after a reboot: GC time, CPU, processes, memory", gcScaleScenario},
+	{"pressure", "a busy host: -pressure-rules kube-proxy-shaped iptables and nftables rules, a writer's 1,000-rule batch every second, 16 workers: Setup and Teardown percentiles, cninet vs. go-cni, three plugin sets", pressureScenario},
 	{"registry-status", "cninet status --attachments over a host registry of -status-n (10,000) records, text and JSON", registryStatus},
 }
 
@@ -73,7 +77,7 @@ func scenarioNames() []string {
 
 func main() {
 	var o options
-	var only, sizes, gcSizes string
+	var only, sizes, gcSizes, pressureSizes string
 	flag.StringVar(&o.pluginDir, "plugins", "/usr/lib/cni", "Debian's CNI plugin directory (iptables backend only)")
 	flag.StringVar(&o.upstreamDir, "upstream", "../.cache/cni/v1.9.1", "upstream CNI plugins v1.9.1 (iptables and nftables backends)")
 	flag.StringVar(&o.failonceDir, "failonce", "", "directory holding the failonce test plugin")
@@ -93,7 +97,10 @@ func main() {
 	flag.BoolVar(&o.control, "control", true, "overhead scenarios: interleave a second go-cni with the two contenders, to measure the machine's noise (go-cni against itself)")
 	flag.StringVar(&sizes, "scale-sizes", "0,250,1000", "numbers of other attachments on the host (overhead-scale)")
 	flag.StringVar(&gcSizes, "gc-scale-sizes", "1000,10000", "numbers of leaked attachments, per backend (gc-scale)")
+	flag.StringVar(&pressureSizes, "pressure-rules", "200000", "comma-separated host sizes: unrelated kube-proxy-shaped rules, in iptables and as many in nftables (pressure)")
+	flag.IntVar(&o.pressureN, "pressure-n", 200, "workloads per contender, per plugin set and host size (pressure)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
+	flag.BoolVar(&o.rewrite, "rewrite", false, "measure nothing: write the report and the plot again from the state file (-state)")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")
 	flag.StringVar(&o.svg, "svg", "bench/results.svg", "plot to write")
 	flag.StringVar(&o.state, "state", "results.json", "raw results, read back by -only runs for the scenarios they skip")
@@ -115,6 +122,14 @@ func main() {
 			os.Exit(2)
 		}
 		o.gcScaleSizes = append(o.gcScaleSizes, n)
+	}
+	for _, s := range strings.Split(pressureSizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 7 {
+			fmt.Fprintf(os.Stderr, "bench: -pressure-rules: %q is not a host size (a number of rules, 7 or more)\n", s)
+			os.Exit(2)
+		}
+		o.pressureSizes = append(o.pressureSizes, n)
 	}
 	if only != "" {
 		for _, s := range strings.Split(only, ",") {
@@ -153,14 +168,16 @@ func run(o options) error {
 		defer pprof.StopCPUProfile()
 	}
 	r := &report{started: time.Now(), opts: o}
-	if len(o.only) > 0 {
+	if len(o.only) > 0 || o.rewrite {
 		if err := r.res.load(o.state); err != nil {
 			return err
 		}
 	}
-	r.res.Machine = machine()
+	if !o.rewrite {
+		r.res.Machine = machine()
+	}
 	for _, s := range scenarios {
-		if len(o.only) > 0 && !slices.Contains(o.only, s.name) {
+		if o.rewrite || len(o.only) > 0 && !slices.Contains(o.only, s.name) {
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "bench: %s (%s)... [%s]\n", s.name, s.what, time.Since(r.started).Round(time.Second))
@@ -175,9 +192,11 @@ func run(o options) error {
 			return err
 		}
 	}
-	r.res.Elapsed = time.Since(r.started)
-	if err := r.res.save(o.state); err != nil {
-		return err
+	if !o.rewrite {
+		r.res.Elapsed = time.Since(r.started)
+		if err := r.res.save(o.state); err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(o.svg), 0o755); err != nil {
 		return err

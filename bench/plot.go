@@ -7,10 +7,11 @@ import (
 )
 
 // plot draws, as plain SVG, the overhead ratio against the number of other
-// attachments per plugin set, and two bar charts, concurrency and recovery.
+// attachments per plugin set, two bar charts, concurrency and recovery,
+// and the median Teardown against the host size under pressure.
 func (r *report) plot() string {
 	var b strings.Builder
-	const width, height = 900, 760
+	const width, height = 900, 1120
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
 	r.ratioChart(&b, 20, 0)
@@ -25,6 +26,7 @@ func (r *report) plot() string {
 		chart(&b, 470, 400, "Recovery: time until ready or given up (median)", []barGroup{{"first ADD fails", rc.Lib.median(), rc.Fixed.median()}},
 			"cninet DefaultRetryPolicy", "fixed 1 s + jitter, no DEL (never ready)")
 	}
+	r.pressureChart(&b, 20, 760)
 	b.WriteString("</svg>\n")
 	return b.String()
 }

@@ -31,6 +31,8 @@ type results struct {
 	Thick *thickResult  // thick: cnitool through the shim vs. the delegate
 
 	Status *statusResult // registry-status: cninet status --attachments over the host registry
+
+	Pressure []pressureResult // pressure: per host size and plugin set
 }
 
 func (r *results) mark(name string, start time.Time) {

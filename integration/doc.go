@@ -52,6 +52,9 @@
 //     two processes tearing down one id take turns.
 //   - xtables_lock_test.go: Setup and Teardown while another process holds
 //     the xtables lock end by their deadline and leave nothing.
+//   - xtables_bursts_test.go: 50 concurrent Setup+Teardown cycles, each
+//     with a port mapping, while another writer takes the xtables lock in
+//     bursts (200 ms held, 100 ms free) all succeed and leave nothing.
 //   - plugins_test.go: plugins beyond the default conflist (bandwidth,
 //     tuning, ptp) leave nothing once the workload is gone.
 //   - backend_test.go: Status knows which installed plugins have the

@@ -2,6 +2,8 @@ package iptables
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -91,3 +93,13 @@ func heldBy(holder func(string) (int, bool)) string {
 }
 
 func round(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
+
+// LockWaitRanOut reports whether err says only that an iptables command
+// waited for the xtables lock in vain while its context still ran: the
+// command changed nothing, and running it again may find the lock free.
+// A lock file that cannot be opened, or a context that ended, is not
+// that: trying again would meet the same.
+func LockWaitRanOut(err error) bool {
+	return err != nil && errors.Is(err, host.ErrXtablesLock) && !strings.Contains(err.Error(), "can't open lock file") &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}

@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -96,4 +97,28 @@ func newLegacy(t *testing.T, tables *fakes.IPTables) *fakeipt.Legacy {
 // legacyHost is the default IPTables over the emulator.
 func legacyHost(l *fakeipt.Legacy, locking bool) *hostIPTables {
 	return NewEmulated(l.Run, locking, func(string) (int, bool) { return 4242, l.IsHeld() }).(*hostIPTables)
+}
+
+func TestLockWaitRanOutOnlyWhereTryingAgainCanFindTheLockFree(t *testing.T) {
+	always := func(string) (int, bool) { return 4242, true }
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"no error", nil, false},
+		{"the wait ran out while the context ran", lockWaitError("iptables -t nat -S", time.Second, always,
+			"Another app is currently holding the xtables lock. Stopped waiting after 1s."), true},
+		{"the lock file could not be opened", lockWaitError("iptables -t nat -S", 0, always,
+			"Fatal: can't open lock file /run/xtables.lock: Permission denied"), false},
+		{"the context ended while the lock was held", ctxEndedError("iptables -t nat -S", true, time.Second,
+			context.DeadlineExceeded, true, always), false},
+		{"another failure", errors.New("iptables: No chain/target/match by that name."), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := LockWaitRanOut(tc.err); got != tc.want {
+				t.Errorf("LockWaitRanOut(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
 }

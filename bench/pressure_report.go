@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// pressureSection writes the pressure scenario's section of BENCHMARKS.md.
+func (r *report) pressureSection(w writer) {
+	w("## 10. Under pressure: a busy host\n\n")
+	w("%s", r.when("pressure"))
+	ps := r.res.Pressure
+	if len(ps) == 0 {
+		w("(not measured)\n\n")
+		return
+	}
+	p0 := ps[0]
+	w("Inside the bench's namespace the host holds unrelated rules in kube-proxy's shape, loaded with one `iptables-restore --noflush`: `KUBE-SERVICES` (jumped to from `PREROUTING` and `OUTPUT`) matches each service's cluster IP and jumps to its `KUBE-SVC-*` chain, which picks one of two endpoints at random, each a `KUBE-SEP-*` chain that marks for masquerade and DNATs (seven rules a service); and the same shape, as many rules, in an nftables table of its own (`%s`, hooked at nat prerouting). Meanwhile another writer applies a %d-rule `iptables-restore --noflush` batch to a chain of its own every second (each batch replaces the last, as kube-proxy's syncs do). %d workers set up and tear down `-pressure-n` workloads (one port mapping each; the \"failed\" column says how many) through cninet and as many through go-cni with the same conflist and plugins, every other job go-cni's, so both meet the same host; each cycle has 5 minutes. Per plugin set: a fresh network, one unmeasured cycle of each first (the bridge is created). A failed Setup or Teardown is counted and its workload torn down again. Times are wall times per call; the host size is `-pressure-rules`.\n\n",
+		pressureTable, pressureBatch, p0.Workers)
+	var machines []string
+	for _, p := range ps {
+		if !slices.Contains(machines, p.Machine) {
+			machines = append(machines, p.Machine)
+		}
+	}
+	w("Measured on: %s.\n\n", strings.Join(machines, "; "))
+	w("| plugin set | host rules asked (counted: iptables / nftables) | contender | Setup p50 / p95 / p99 | Teardown p50 / p95 / p99 | failed | writer's batches (failed), each p50 / p95 | measured, wall time, load average (1 min) at the end |\n|---|---|---|---|---|---|---|---|\n")
+	for _, p := range ps {
+		for _, lib := range []bool{true, false} {
+			setup, teardown, failed := p.DirectSetup, p.DirectTeardown, p.DirectFailed
+			if lib {
+				setup, teardown, failed = p.LibSetup, p.LibTeardown, p.LibFailed
+			}
+			w("| %s | %d (%d / %d) | %s | %s | %s | %d of %d | %d (%d), %s / %s | %s, %s, %.1f |\n", p.Set.Name, p.Size, p.RulesIPT, p.RulesNFT,
+				contenderName(lib), pcts(setup), pcts(teardown), failed, p.N, p.Batches, p.BatchFailed,
+				ms(p.Batch.percentile(50)), ms(p.Batch.percentile(95)), p.Measured.UTC().Format("2006-01-02 15:04 UTC"), p.Took.Round(time.Second), p.Load[0])
+		}
+	}
+	w("\n### cninet's own share\n\n")
+	w("From cninet's debug log, per successful cycle (its alloc_id): the host registry (the record before each ADD and its completion, the proof before the DEL, the record's removal), the prevention before the DEL (without the proof), the force cleanup after it, and the waits for the allocation's locks with the finding of its networks (both halves). \"Own per Teardown\" is of each Teardown what is cninet's: the prevention with the proof, the cleanup, the record's removal, lock and find; its share is its median against the Teardown median.\n\n")
+	w("| plugin set | host rules | registry p50 / p95 | prevention p50 / p95 | cleanup p50 / p95 | lock + find p50 / p95 | own per Teardown p50 / p95 | share of the Teardown median |\n|---|---|---|---|---|---|---|---|\n")
+	for _, p := range ps {
+		share := "–"
+		if len(p.TeardownOwn) > 0 && len(p.LibTeardown) > 0 {
+			share = fmt.Sprintf("%.0f%%", 100*ratio(p.TeardownOwn.median(), p.LibTeardown.median()))
+		}
+		w("| %s | %d | %s | %s | %s | %s | %s | %s |\n", p.Set.Name, p.Size, p5095(p.Registry), p5095(p.Prevention), p5095(p.Cleanup),
+			p5095(p.LockFind), p5095(p.TeardownOwn), share)
+	}
+	w("\n")
+	var failures []string
+	for _, p := range ps {
+		for _, f := range p.Failures {
+			failures = append(failures, fmt.Sprintf("%s, %d rules: %s", p.Set.Name, p.Size, f))
+		}
+	}
+	if len(failures) > 0 {
+		w("Failures (up to %d distinct ones per contender and run, verbatim but for the workload's id, with their count):\n\n", pressureMaxErrors)
+		for _, f := range failures {
+			w("- `%s`\n", strings.NewReplacer("`", "'", "\n", " ").Replace(f))
+		}
+		w("\n")
+	}
+}
+
+func p5095(s sample) string {
+	if len(s) == 0 {
+		return "–"
+	}
+	return ms(s.percentile(50)) + " / " + ms(s.percentile(95))
+}
+
+// pressureChart plots the median Teardown against the host size, per
+// plugin set and contender (cninet solid, go-cni dashed).
+func (r *report) pressureChart(b *strings.Builder, x0, y0 int) {
+	const top, height, width = 50, 260, 560
+	fmt.Fprintf(b, `<text x="%d" y="%d" font-size="14" font-weight="bold">Under pressure: median Teardown vs. unrelated rules on the host (16 workers, a writer every second)</text>`+"\n", x0, y0+24)
+	var sets []string
+	maxN, maxD := 1, time.Duration(1)
+	for _, p := range r.res.Pressure {
+		if !slices.Contains(sets, p.Set.Name) {
+			sets = append(sets, p.Set.Name)
+		}
+		maxN = max(maxN, p.Size)
+		maxD = max(maxD, p.LibTeardown.median(), p.DirectTeardown.median())
+	}
+	x := func(n int) int { return x0 + 50 + int(float64(width-60)*float64(n)/float64(maxN)) }
+	y := func(d time.Duration) int { return y0 + top + height - int(float64(height)*float64(d)/float64(maxD)) }
+	fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333"/>`+"\n", x0+50, y0+top+height, x0+width, y0+top+height)
+	fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333"/>`+"\n", x0+50, y0+top, x0+50, y0+top+height)
+	for i := 0; i <= 4; i++ {
+		d := maxD * time.Duration(i) / 4
+		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#ddd"/>`+"\n", x0+50, y(d), x0+width, y(d))
+		fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", x0+45, y(d)+4, short(d))
+	}
+	seen := map[int]bool{}
+	for _, p := range r.res.Pressure {
+		if !seen[p.Size] {
+			seen[p.Size] = true
+			fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle">%d</text>`+"\n", x(p.Size), y0+top+height+16, p.Size)
+		}
+	}
+	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle">unrelated rules on the host (-pressure-rules; as many again in nftables)</text>`+"\n", x0+50+(width-50)/2, y0+top+height+34)
+	if len(sets) == 0 {
+		fmt.Fprintf(b, `<text x="%d" y="%d">(pressure not measured)</text>`+"\n", x0+80, y0+top+40)
+	}
+	for i, name := range sets {
+		color := setColors[i%len(setColors)]
+		for _, lib := range []bool{true, false} {
+			var pts []string
+			for _, p := range r.res.Pressure {
+				if p.Set.Name != name {
+					continue
+				}
+				s := p.DirectTeardown
+				if lib {
+					s = p.LibTeardown
+				}
+				if len(s) == 0 {
+					continue // every cycle failed: no point to draw
+				}
+				d := s.median()
+				pts = append(pts, fmt.Sprintf("%d,%d", x(p.Size), y(d)))
+				fmt.Fprintf(b, `<circle cx="%d" cy="%d" r="3" fill="%s"/>`+"\n", x(p.Size), y(d), color)
+			}
+			dash := ""
+			if !lib {
+				dash = ` stroke-dasharray="5,4"`
+			}
+			fmt.Fprintf(b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>`+"\n", strings.Join(pts, " "), color, dash)
+		}
+		fmt.Fprintf(b, `<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
+			x0+width+20, y0+top+20+i*20, color, x0+width+36, y0+top+29+i*20, name)
+	}
+	fmt.Fprintf(b, `<text x="%d" y="%d" font-size="10">solid: cninet; dashed: go-cni</text>`+"\n", x0+width+20, y0+top+29+len(sets)*20)
+}
