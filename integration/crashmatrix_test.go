@@ -344,14 +344,16 @@ func (m *crashMatrix) cell(t *testing.T, op string, k int) []string {
 		t.Fatal(err)
 	}
 	runner := exec.Command(os.Args[0], "-test.run=^$")
-	runner.Env = append(os.Environ(), crashMatrixRunnerEnv+"="+string(spec), "KILLWRAP_DIR="+wrapDir, "KILLWRAP_KILL_AT="+strconv.Itoa(k))
+	samples := filepath.Join(wrapDir, "samples")
+	runner.Env = append(os.Environ(), crashMatrixRunnerEnv+"="+string(spec), "KILLWRAP_DIR="+wrapDir, "KILLWRAP_KILL_AT="+strconv.Itoa(k),
+		"KILLWRAP_AWAIT_SAMPLES="+samples)
 	if returned {
 		runner.Env = append(runner.Env, "KILLWRAP_DROP_CACHE=1")
 	}
 	var stderr bytes.Buffer
 	runner.Stderr = &stderr
 	var runErr error
-	sampleWhile(t, "the neighbours' rules while the runner runs "+op, want, m.neighbourLines, func() { runErr = runner.Run() })
+	sampleWhile(t, "the neighbours' rules while the runner runs "+op, want, countedIn(samples, m.neighbourLines), func() { runErr = runner.Run() })
 	waitForPlugins(t, wrapDir)
 	log, _ := os.ReadFile(filepath.Join(wrapDir, "log"))
 	commands := strings.Split(strings.TrimSuffix(string(log), "\n"), "\n")
@@ -489,4 +491,23 @@ func TestCrashMatrixARunnerKilledAfterAnyPluginCommandLeavesNothingAndNeverCosts
 			})
 		}
 	})
+}
+
+// countedIn wraps count so that each sample it takes is also counted in
+// the file at path, which killwrap reads to hold a kill until a sample
+// was taken wholly after the runner's k-th plugin command.
+func countedIn(path string, count func() (int, error)) func() (int, error) {
+	n := 0
+	return func() (int, error) {
+		v, err := count()
+		if err != nil {
+			return v, err
+		}
+		n++
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(strconv.Itoa(n)), 0o644); err != nil {
+			return v, err
+		}
+		return v, os.Rename(tmp, path)
+	}
 }

@@ -17,7 +17,10 @@
 // did. With KILLWRAP_DROP_CACHE set, a kill after a DEL first removes
 // libcni's cached result of that attachment, as libcni does once the
 // chain's last DEL returned: the runner then dies after the DEL returned
-// and before its cleanup. While it runs it holds
+// and before its cleanup. With KILLWRAP_AWAIT_SAMPLES naming a file in
+// which the test counts its samples, the runner is stopped (SIGSTOP)
+// and the kill waits until a sample was taken wholly after the k-th
+// command. While it runs it holds
 // KILLWRAP_DIR/running-<pid>, so a test can wait until the plugins a
 // killed runner left behind have finished.
 package main
@@ -34,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -89,9 +93,43 @@ func run(dir, name, real, command string) int {
 		if os.Getenv("KILLWRAP_DROP_CACHE") != "" && command == "DEL" && code == 0 {
 			dropCache(stdin)
 		}
+		if samples := os.Getenv("KILLWRAP_AWAIT_SAMPLES"); samples != "" {
+			// Frozen first, so that while the sampler looks the runner
+			// starts nothing more (another network's chain runs
+			// concurrently): it dies where it was when the k-th ended.
+			syscall.Kill(os.Getppid(), syscall.SIGSTOP)
+			awaitSamples(samples)
+		}
 		syscall.Kill(os.Getppid(), syscall.SIGKILL)
 	}
 	return code
+}
+
+// awaitSamples holds the kill until the test's sampler, which counts its
+// samples in the file at path, has taken one wholly after this point: a
+// runner killed after its first command may live a few milliseconds,
+// less than one sample takes, and a sampler that never looked while the
+// runner lived proves nothing. The sample numbered c0+2 began after this
+// point and recorded its end before c0+3 began. Bounded, so that a
+// sampler that stopped cannot hang the runner.
+func awaitSamples(path string) {
+	c0 := readCount(path)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		if readCount(path) >= c0+3 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// readCount reads the number in the file at path; 0 when there is none.
+func readCount(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
 }
 
 // dropCache removes libcni's cached result of the attachment a DEL was
