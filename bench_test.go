@@ -36,12 +36,15 @@ func BenchmarkSetupTeardown(b *testing.B) {
 	alloc := &cninet.Allocation{ID: "bench-1", Ports: []cninet.Port{{Label: "http", Value: 28080, To: 8080}},
 		Args: map[string]string{"NOMAD_ALLOC_ID": "bench-1"}}
 	ctx := context.Background()
+	// A path nothing is at: the fake plugins never enter it, and cninet
+	// looks at no namespace of the host's.
+	netns := filepath.Join(b.TempDir(), "netns-bench")
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := c.Setup(ctx, alloc, "/var/run/netns/bench"); err != nil {
+		if _, err := c.Setup(ctx, alloc, netns); err != nil {
 			b.Fatal(err)
 		}
-		if err := c.Teardown(ctx, alloc, "/var/run/netns/bench"); err != nil {
+		if err := c.Teardown(ctx, alloc, netns); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -126,7 +129,7 @@ func leakedAttachment(i int) (v4, v6 footprint) {
 // holding n leaked attachments in shape (see BenchmarkGCScale).
 func leakedHost(b *testing.B, shape string, n int) *cninet.Configurator {
 	b.Helper()
-	dataDir, cacheDir, stateDir := b.TempDir(), b.TempDir(), b.TempDir()
+	dataDir, cacheDir, stateDir, netnsDir := b.TempDir(), b.TempDir(), b.TempDir(), b.TempDir()
 	cfg := cninet.DefaultBridgeConfig()
 	cfg.NetworkName, cfg.IPv4Subnet, cfg.IPv6Subnet, cfg.IPAMDataDir = "nomad", "198.18.0.0/16", "fd00:198:18::/64", dataDir
 	conf, err := cninet.BridgeConfList(cfg)
@@ -153,8 +156,9 @@ func leakedHost(b *testing.B, shape string, n int) *cninet.Configurator {
 				writeBenchFile(b, filepath.Join(dataDir, "nomad", fp.ip), fp.id+"\r\neth0")
 			}
 		case "reboot":
-			writeCachedResult(b, cacheDir, conf, v4, v6)
-			writeRecord(b, stateDir, conf, v4, v6)
+			netns := filepath.Join(netnsDir, v4.id) // nothing is there: a reboot took the namespaces
+			writeCachedResult(b, cacheDir, netns, conf, v4, v6)
+			writeRecord(b, stateDir, netns, conf, v4, v6)
 		}
 	}
 	v4 := &fakes.Batching{IPTables: fakes.NewIPTables().Load("nat", sharedNat+"\n"+nat4.String()).Load("filter", sharedFilter+"\n"+filter4.String())}
@@ -178,14 +182,14 @@ var benchPort = []map[string]any{{"hostPort": 28080, "containerPort": 8080, "pro
 
 // writeCachedResult writes libcni's cached result of the attachment, as
 // libcni writes it after an ADD.
-func writeCachedResult(b *testing.B, cacheDir string, conf []byte, v4, v6 footprint) {
+func writeCachedResult(b *testing.B, cacheDir, netns string, conf []byte, v4, v6 footprint) {
 	b.Helper()
 	raw, err := json.Marshal(map[string]any{
 		"kind": "cniCacheV1", "containerId": v4.id, "config": conf, "ifName": "eth0", "networkName": v4.network,
-		"netns": "/var/run/netns/" + v4.id, "cniArgs": [][2]string{{"NOMAD_ALLOC_ID", v4.id}},
+		"netns": netns, "cniArgs": [][2]string{{"NOMAD_ALLOC_ID", v4.id}},
 		"capabilityArgs": map[string]any{"portMappings": benchPort},
 		"result": map[string]any{"cniVersion": "1.0.0",
-			"interfaces": []map[string]any{{"name": "eth0", "sandbox": "/var/run/netns/" + v4.id}},
+			"interfaces": []map[string]any{{"name": "eth0", "sandbox": netns}},
 			"ips":        []map[string]any{{"address": v4.ip + "/16", "interface": 0}, {"address": v6.ip + "/64", "interface": 0}}},
 	})
 	if err != nil {
@@ -196,11 +200,11 @@ func writeCachedResult(b *testing.B, cacheDir string, conf []byte, v4, v6 footpr
 
 // writeRecord writes the host registry's record of the attachment, as
 // Setup leaves it: attached, with its addresses, args and port mappings.
-func writeRecord(b *testing.B, stateDir string, conf []byte, v4, v6 footprint) {
+func writeRecord(b *testing.B, stateDir, netns string, conf []byte, v4, v6 footprint) {
 	b.Helper()
 	ports, _ := json.Marshal(benchPort)
 	rec := registry.Record{Version: registry.FormatVersion, Owner: "bench", Network: v4.network, ContainerID: v4.id, IfName: "eth0",
-		NetNS: "/var/run/netns/" + v4.id, State: registry.Attached,
+		NetNS: netns, State: registry.Attached,
 		Addresses: []netip.Addr{netip.MustParseAddr(v4.ip), netip.MustParseAddr(v6.ip)},
 		Args:      [][2]string{{"NOMAD_ALLOC_ID", v4.id}}, Capabilities: map[string]json.RawMessage{"portMappings": ports},
 		ConfList: conf, Plugins: []registry.Plugin{{Type: "loopback"}, {Type: "bridge", Backend: "iptables"}, {Type: "firewall", Backend: "iptables"}, {Type: "portmap", Backend: "iptables"}},

@@ -3,6 +3,7 @@ package cninet_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 
 	"github.com/seed1280861d/cninet"
@@ -11,12 +12,13 @@ import (
 
 func TestCheck(t *testing.T) {
 	f := newFixture(t, &fakes.CNI{}, fastRetry)
-	if err := f.c.Check(context.Background(), webAlloc(), "/var/run/netns/w"); err != nil {
+	netns := filepath.Join(t.TempDir(), "netns-w") // nothing is there: the fake plugins never enter it
+	if err := f.c.Check(context.Background(), webAlloc(), netns); err != nil {
 		t.Fatalf("healthy: %v", err)
 	}
 	cause := errors.New("bridge: interface eth0 not found")
 	f.cni.CheckErr = cause
-	err := f.c.Check(context.Background(), webAlloc(), "/var/run/netns/w")
+	err := f.c.Check(context.Background(), webAlloc(), netns)
 	if !errors.Is(err, cninet.ErrCheckFailed) || !errors.Is(err, cause) {
 		t.Fatalf("err = %v, want ErrCheckFailed wrapping the cause", err)
 	}

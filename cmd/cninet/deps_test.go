@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
 
 // importersOfTesting are the packages of a production binary's build that
@@ -15,7 +17,7 @@ var importersOfTesting = []string{"github.com/containerd/go-cni"}
 func TestNoProductionBinaryLinksTestHelpers(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("no go tool to list the dependencies with")
+		netsandbox.Unavailable(t, "no go tool to list the dependencies with")
 	}
 	for _, pkg := range []string{".", "../cninet-shim"} {
 		t.Run(pkg, func(t *testing.T) {

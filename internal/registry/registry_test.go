@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
 
 // open is Open on a fresh temporary state directory.
@@ -485,7 +487,7 @@ func writeRecords(t testing.TB, g *Registry, n int) {
 
 func TestTenThousandRecords(t *testing.T) {
 	if testing.Short() {
-		t.Skip("10,000 records: not in -short")
+		netsandbox.Unavailable(t, "10,000 records: not in -short")
 	}
 	const n = 10_000
 	g := open(t)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
 
 // nobody is the uid of a user other than root and this process.
@@ -16,7 +18,7 @@ const nobody = 65534
 func chownNobody(t *testing.T, path string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: giving a file to another user")
+		netsandbox.Unavailable(t, "needs root: giving a file to another user")
 	}
 	if err := os.Lchown(path, nobody, nobody); err != nil {
 		t.Fatal(err)
