@@ -280,24 +280,7 @@ func (l *pressureLog) Write(p []byte) (int, error) {
 		ph = &cyclePhases{}
 		l.phases[string(m[1])] = ph
 	}
-	for _, f := range []struct {
-		re *regexp.Regexp
-		to *time.Duration
-	}{{cleanupField, &ph.Cleanup}, {preventField, &ph.Prevent}, {delField, &ph.Del}, {addField, &ph.Add},
-		{recordedField, &ph.Registry.Setup}, {proofField, &ph.Registry.Proof}, {forgottenField, &ph.Registry.Removal}} {
-		if d, ok := logDuration(f.re, p); ok {
-			*f.to += d
-		}
-	}
-	if m := foundLine.FindSubmatch(p); m != nil {
-		lock, _ := time.ParseDuration(string(m[2]))
-		find, _ := time.ParseDuration(string(m[3]))
-		if string(m[1]) == "setup" {
-			ph.SetupLock, ph.SetupFind = ph.SetupLock+lock, ph.SetupFind+find
-		} else {
-			ph.TeardownLock, ph.TeardownFind = ph.TeardownLock+lock, ph.TeardownFind+find
-		}
-	}
+	ph.addLine(p)
 	return len(p), nil
 }
 

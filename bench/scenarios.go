@@ -130,19 +130,27 @@ func logDuration(re *regexp.Regexp, p []byte) (time.Duration, bool) {
 func (l *cleanupLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ph := &l.phases
 	if d, ok := logDuration(cleanupField, p); ok {
 		l.durations = append(l.durations, d)
-		ph.Cleanup += d
 	}
 	if d, ok := logDuration(preventField, p); ok {
 		l.prevent = append(l.prevent, d)
-		ph.Prevent += d
 	}
+	l.phases.addLine(p)
+	if bytes.Contains(p, []byte("removed state the CNI plugins left behind")) {
+		l.leftovers++
+	}
+	return len(p), nil
+}
+
+// addLine adds the phase durations one line of cninet's debug log
+// reports.
+func (ph *cyclePhases) addLine(p []byte) {
 	for _, f := range []struct {
 		re *regexp.Regexp
 		to *time.Duration
-	}{{delField, &ph.Del}, {addField, &ph.Add}, {recordedField, &ph.Registry.Setup}, {proofField, &ph.Registry.Proof}, {forgottenField, &ph.Registry.Removal}} {
+	}{{cleanupField, &ph.Cleanup}, {preventField, &ph.Prevent}, {delField, &ph.Del}, {addField, &ph.Add},
+		{recordedField, &ph.Registry.Setup}, {proofField, &ph.Registry.Proof}, {forgottenField, &ph.Registry.Removal}} {
 		if d, ok := logDuration(f.re, p); ok {
 			*f.to += d
 		}
@@ -156,10 +164,6 @@ func (l *cleanupLog) Write(p []byte) (int, error) {
 			ph.TeardownLock, ph.TeardownFind = ph.TeardownLock+lock, ph.TeardownFind+find
 		}
 	}
-	if bytes.Contains(p, []byte("removed state the CNI plugins left behind")) {
-		l.leftovers++
-	}
-	return len(p), nil
 }
 
 func (l *cleanupLog) take() (cleanup, prevent sample, leftovers int) {
