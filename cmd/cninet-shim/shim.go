@@ -248,6 +248,7 @@ func (s *shim) forward(socket string, req thick.Request, limits thick.Limits) ([
 		return nil, types.NewError(types.ErrInternal, "cninet-shim: the request", err.Error())
 	}
 	post.Header.Set("Content-Type", "application/json")
+	req.SetHead(post.Header) // the daemon queues the request by its head and reads the body once a slot is free
 	resp, err := client.Do(post)
 	if err != nil {
 		return nil, conn.noAnswer(socket, acknowledged.Load(), limits, s.answerGrace, err)

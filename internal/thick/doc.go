@@ -12,6 +12,9 @@
 //     cniVersion, CNIVersions), ErrBadRequest, the protocol
 //     number and CheckProtocol, the acknowledgement (StatusAcknowledged),
 //     and the defaults both sides share (DefaultSocket, RequestPath).
+//   - head.go: a request's head as HTTP headers (SetHead, RequestHead):
+//     what the daemon acknowledges and queues a request by before it
+//     reads the body, and the check that the body says the same.
 //   - limits.go: how long the shim waits for the daemon: the silence
 //     limit, and ShimLimits, the deadline of each command (the shim
 //     config's "timeout").
@@ -19,7 +22,8 @@
 //     Listen, the peer check (root only), the acknowledgement, the queue
 //     of MaxConcurrent slots (and MaxConcurrentProbes for STATUS and
 //     CHECK) with each request's deadline (the shim's when sooner), the
-//     refusal of requests the shim gave up on, one log line per request,
+//     refusal of requests the shim gave up on (hungUp: noticed without
+//     reading the body), the body read once a slot is free, one log line per request,
 //     the Gauges, and draining on Shutdown (the ADDs unfinished at its
 //     deadline rolled back).
 //   - trust.go: what thick mode trusts on disk: PrepareSocketDir and

@@ -75,16 +75,20 @@ type Request struct {
 // the final answer). It goes up only when shim and daemon of different
 // builds could misunderstand each other; cninet's release version does
 // not matter. Protocol 1 added the number itself, AckBy, Deadline and the
-// acknowledgement.
-const ProtocolVersion = 1
+// acknowledgement. Protocol 2 sends the request's head (protocol, command,
+// AckBy, Deadline, shim version) as HTTP headers too, so that the daemon
+// reads a body only once a slot is free (see RequestHead).
+const ProtocolVersion = 2
 
 // OldestProtocol is the oldest protocol the daemon still serves.
 const OldestProtocol = 1
 
 // StatusAcknowledged is the informational (1xx) HTTP status the daemon
-// sends as soon as it has read and accepted a request, before it waits
-// for a slot: the shim then knows the daemon is alive, and waits for the
-// final answer until its Deadline instead of giving up on silence.
+// sends as soon as it has accepted a request's head (protocol 2; the
+// whole request for protocol 1), before it waits for a slot: the shim
+// then knows the daemon is alive, and waits for the final answer until
+// its Deadline instead of giving up on silence. A body found bad once a
+// slot is free is answered as any refusal is: nothing ran.
 const StatusAcknowledged = 102 // 102 Processing
 
 // ErrIncompatibleShim: the shim speaks a thick-mode protocol the daemon

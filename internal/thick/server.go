@@ -110,7 +110,10 @@ const (
 	DefaultRollbackTimeout = 30 * time.Second
 )
 
-type peerKey struct{}
+type (
+	peerKey struct{} // the peer's uid, or -1
+	connKey struct{} // the request's net.Conn
+)
 
 // Listen prepares socket's directory (PrepareSocketDir: made root's and
 // 0700 when missing, refused when another user could change it, never
@@ -176,7 +179,7 @@ func (s *Server) init() {
 			Handler:           mux,
 			ReadHeaderTimeout: 10 * time.Second,
 			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-				return context.WithValue(ctx, peerKey{}, peerUID(c))
+				return context.WithValue(context.WithValue(ctx, peerKey{}, peerUID(c)), connKey{}, c)
 			},
 		}
 	})
@@ -239,6 +242,29 @@ func peerUID(c net.Conn) int64 {
 	return uid
 }
 
+// hungUp reports whether the peer of c has closed its end (or shut down
+// its writing): a shim that stopped waiting. It reads nothing, so a body
+// not yet read stays unread; net/http notices a hang-up by itself only
+// once the body has been read.
+func hungUp(c net.Conn) bool {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return false
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	gone := false
+	raw.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+			gone = fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+		}
+	})
+	return gone
+}
+
 func (s *Server) allowed(uid int64) bool {
 	if uid < 0 {
 		return false
@@ -262,7 +288,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	var seen seenRequest
 	acknowledge := func() { w.WriteHeader(StatusAcknowledged) }
-	out, err := s.serve(r, &seen, acknowledge)
+	out, err := s.serve(w, r, &seen, acknowledge)
 	result, code := "ok", uint(0)
 	if err != nil {
 		cerr := ErrorFor(err)
@@ -321,35 +347,32 @@ func (s *Server) logRequest(seen seenRequest, d time.Duration, code uint, err er
 
 var errForbidden = errors.New("peer not allowed")
 
-// serve checks and decodes a request, acknowledges it, waits for a slot
-// and runs it. A request whose shim has stopped waiting (past its AckBy
-// when read, or past its Deadline or hung up when its slot comes) is
-// refused unrun: the shim has answered the runtime already, and for a
-// DEL has run it itself; running it late could undo what the runtime did
-// since (an ADD of the same id).
-func (s *Server) serve(r *http.Request, seen *seenRequest, acknowledge func()) ([]byte, error) {
+// serve checks a request's head, acknowledges it, waits for a slot,
+// reads and checks its body, and runs it. A protocol-1 request has no
+// head of its own: its body is read first. A request whose shim has
+// stopped waiting (past its AckBy when read, or past its Deadline or hung
+// up when its slot comes) is refused unrun: the shim has answered the
+// runtime already, and for a DEL has run it itself; running it late
+// could undo what the runtime did since (an ADD of the same id).
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, seen *seenRequest, acknowledge func()) ([]byte, error) {
 	if uid, _ := r.Context().Value(peerKey{}).(int64); !s.allowed(uid) {
 		return nil, fmt.Errorf("%w: %w: uid %d, only root may send requests", ErrBadRequest, errForbidden, uid)
 	}
 	if r.Method != http.MethodPost {
 		return nil, fmt.Errorf("%w: method %s, want POST", ErrBadRequest, r.Method)
 	}
-	req, conf, err := DecodeRequest(http.MaxBytesReader(nil, r.Body, MaxRequestBytes+1))
-	if req != nil {
-		seen.req = req
-	}
+	head, err := s.readHead(r, seen)
 	if err != nil {
 		return nil, err
 	}
-	seen.conf = conf
-	if err := CheckProtocol(req, buildinfo.Version()); err != nil {
+	if err := CheckProtocol(head, buildinfo.Version()); err != nil {
 		return nil, err
 	}
 	if s.draining.Load() {
 		return nil, fmt.Errorf("%w: draining before exit", ErrBusy)
 	}
-	if req.AckBy != nil && time.Now().After(*req.AckBy) {
-		return nil, fmt.Errorf("%w: %w: read after %s, when the shim stopped waiting (the daemon was stopped or stalled); not run", ErrBusy, errShimGone, req.AckBy.Format(time.RFC3339Nano))
+	if head.AckBy != nil && time.Now().After(*head.AckBy) {
+		return nil, fmt.Errorf("%w: %w: read after %s, when the shim stopped waiting (the daemon was stopped or stalled); not run", ErrBusy, errShimGone, head.AckBy.Format(time.RFC3339Nano))
 	}
 	acknowledge()
 	timeout := s.Timeout
@@ -359,11 +382,11 @@ func (s *Server) serve(r *http.Request, seen *seenRequest, acknowledge func()) (
 	deadline := time.Now().Add(timeout)
 	wait, cancel := context.WithDeadline(r.Context(), deadline)
 	defer cancel()
-	if req.Deadline != nil {
-		wait, cancel = context.WithDeadline(wait, *req.Deadline)
+	if head.Deadline != nil {
+		wait, cancel = context.WithDeadline(wait, *head.Deadline)
 		defer cancel()
 	}
-	release, err := s.takeSlot(wait, req.Command)
+	release, err := s.takeSlot(wait, head.Command)
 	if err != nil {
 		if r.Context().Err() != nil {
 			err = fmt.Errorf("%w: %w", errShimGone, err)
@@ -371,6 +394,17 @@ func (s *Server) serve(r *http.Request, seen *seenRequest, acknowledge func()) (
 		return nil, fmt.Errorf("%w: not run: no free slot before the request's deadline (daemon's %s, or the shim's): %w", ErrBusy, timeout, err)
 	}
 	defer release()
+	if c, _ := r.Context().Value(connKey{}).(net.Conn); c != nil && hungUp(c) {
+		return nil, fmt.Errorf("%w: %w: the shim hung up while the request waited for a slot; not run", ErrBusy, errShimGone)
+	}
+	if seen.conf == nil { // the head came alone: read the body now, within the deadline
+		readBy, _ := wait.Deadline()
+		http.NewResponseController(w).SetReadDeadline(readBy)
+		if err := s.readBody(r, head, seen); err != nil {
+			return nil, err
+		}
+	}
+	req, conf := seen.req, seen.conf
 	if s.Gauges != nil {
 		s.Gauges.InFlight(req.Command, 1)
 		defer s.Gauges.InFlight(req.Command, -1)
@@ -394,6 +428,45 @@ func (s *Server) serve(r *http.Request, seen *seenRequest, acknowledge func()) (
 		return nil, s.rollBack(req, conf, err)
 	}
 	return out, err
+}
+
+// readHead is the request's head: from its headers (protocol 2), else
+// from its body, read and checked at once (protocol 1: seen then holds
+// the whole request).
+func (s *Server) readHead(r *http.Request, seen *seenRequest) (*Request, error) {
+	head, ok, err := RequestHead(r.Header)
+	if ok {
+		if head != nil {
+			seen.req = head
+		}
+		return head, err
+	}
+	req, conf, err := DecodeRequest(http.MaxBytesReader(nil, r.Body, MaxRequestBytes+1))
+	if req != nil {
+		seen.req = req
+	}
+	if err != nil {
+		return nil, err
+	}
+	seen.conf = conf
+	return req, nil
+}
+
+// readBody reads and checks the body of a request whose head came first:
+// it must say what the head said.
+func (s *Server) readBody(r *http.Request, head *Request, seen *seenRequest) error {
+	req, conf, err := DecodeRequest(http.MaxBytesReader(nil, r.Body, MaxRequestBytes+1))
+	if req != nil {
+		seen.req = req
+	}
+	if err != nil {
+		return err
+	}
+	if err := matchHead(req, head); err != nil {
+		return err
+	}
+	seen.conf = conf
+	return nil
 }
 
 // rollBack removes the attachment of an ADD the drain timeout cut short:

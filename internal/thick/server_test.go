@@ -356,7 +356,7 @@ func TestServerRefusesAnIncompatibleShim(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name+" is refused", func(t *testing.T) {
 			code, cerr := post(t, c, tc.body)
-			if code != http.StatusBadRequest || cerr.Code != CodeIncompatible || !strings.Contains(cerr.Msg, tc.want) || !strings.Contains(cerr.Msg, "speaks 1 to 1") || ran.Load() != 0 {
+			if code != http.StatusBadRequest || cerr.Code != CodeIncompatible || !strings.Contains(cerr.Msg, tc.want) || !strings.Contains(cerr.Msg, fmt.Sprintf("speaks %d to %d", OldestProtocol, ProtocolVersion)) || ran.Load() != 0 {
 				t.Fatalf("HTTP %d %+v, ran %d: want code %d saying %q and both protocols", code, cerr, ran.Load(), CodeIncompatible, tc.want)
 			}
 		})
