@@ -116,7 +116,7 @@ operations share is a type in a file named after what it holds.
 	setup.go              Setup; attaching: attach every network concurrently, all or nothing, and the rollback.
 	retry.go              RetryPolicy and the ADD retry loop (attaching.withRetry).
 	teardown.go           Teardown; detachment: prevention, DEL, force cleanup and the record's removal per network.
-	lockretry.go          whileLockHeld: a cleanup step that missed a gap in a held xtables lock runs again until the deadline.
+	lockretry.go          whileLockHeld: a cleanup step (or a GC's sweep) that missed a gap in a held xtables lock runs again until the deadline.
 	connect.go            Connect, Disconnect, ConnectOptions, CheckIfName.
 	check.go              Check: CNI CHECK of an attachment, or of one named.
 	status.go             Status: whether each network (or each one named) can attach workloads.

@@ -116,7 +116,7 @@ func (c *Configurator) gc(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	sweep.DryRun = g.dry
 	errs := []error{recErr, g.cached(ctx)}
 	g.progress.step("libcni GC done", g.report.Len())
-	errs = append(errs, c.tel.traceSweep(ctx, names(g.nets), g.report, func() error { return g.sweep(sweep) }))
+	errs = append(errs, c.tel.traceSweep(ctx, names(g.nets), g.report, func() error { return g.sweep(ctx, sweep) }))
 	if g.dry {
 		c.logger.Info("GC dry run: nothing changed", "networks", len(g.nets), "would_remove", g.report.Len(), "alloc_ids", g.report.IDs())
 		return g.report, errors.Join(errs...)
@@ -355,8 +355,16 @@ func (g *gcRun) detachCached(ctx context.Context, before []*libcni.NetworkAttach
 }
 
 // sweep removes the footprint of every dead attachment of the collected
-// networks it can attribute.
-func (g *gcRun) sweep(sweep *footprint.Cleaner) error {
+// networks it can attribute. A sweep that missed a gap in a held xtables
+// lock (a busy host's other writer) scans and cleans again while ctx's
+// deadline leaves time (whileLockHeld): both steps are safe to repeat.
+func (g *gcRun) sweep(ctx context.Context, sweep *footprint.Cleaner) error {
+	_, err := whileLockHeld(ctx, func() (struct{}, error) { return struct{}{}, g.sweepOnce(sweep) })
+	return err
+}
+
+// sweepOnce scans the host and cleans what it found dead.
+func (g *gcRun) sweepOnce(sweep *footprint.Cleaner) error {
 	adm := &g.c.registry.adm
 	found, scanErr := sweep.DiscoverAll()
 	g.progress.step("host scanned", len(found))
