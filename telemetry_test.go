@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,9 +18,7 @@ import (
 	footprintpkg "github.com/seed1280861d/cninet/internal/footprint"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 const telNetNS = "/var/run/netns/tel"
@@ -267,6 +266,10 @@ func footprintAttachment(network, id string) footprintpkg.Attachment {
 	return footprintpkg.Attachment{Network: network, ID: id}
 }
 
+// globalOtelChild marks the process TestTelemetryGoesToTheGlobalProvidersInstalledAfterNew
+// runs its check in.
+const globalOtelChild = "CNINET_TEST_GLOBAL_OTEL_CHILD"
+
 // versionOnlyPlugins is a plugin directory whose plugins answer VERSION
 // (for Status) and nothing else.
 func versionOnlyPlugins(t *testing.T, names ...string) string {
@@ -283,7 +286,19 @@ func versionOnlyPlugins(t *testing.T, names ...string) string {
 
 // With no provider in Config, cninet reports to the global ones, also
 // when the program installs them after New (as go-cni's spans need).
+// OpenTelemetry's globals cannot be reset once installed, so the test
+// runs in a process of its own, where none was installed yet: it passes
+// with -count above 1 too.
 func TestTelemetryGoesToTheGlobalProvidersInstalledAfterNew(t *testing.T) {
+	if os.Getenv(globalOtelChild) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), globalOtelChild+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+			t.Fatalf("in a process of its own: %v\n%s", err, out)
+		}
+		return
+	}
 	c, err := cninet.New(cninet.Config{ConfList: unitConfList(t), CNI: &fakes.CNI{}, CacheDir: t.TempDir(), StateDir: t.TempDir(), NFTables: noNFTables,
 		IPTables: func(bool) (host.IPTables, error) { return fakes.NewIPTables(), nil }})
 	if err != nil {
@@ -293,10 +308,6 @@ func TestTelemetryGoesToTheGlobalProvidersInstalledAfterNew(t *testing.T) {
 	rig := newOtelRig(t)
 	otel.SetTracerProvider(rig.tp)
 	otel.SetMeterProvider(rig.mp)
-	t.Cleanup(func() { // later tests' spans and metrics go nowhere
-		otel.SetTracerProvider(tracenoop.NewTracerProvider())
-		otel.SetMeterProvider(metricnoop.NewMeterProvider())
-	})
 	if _, err := c.Setup(context.Background(), &cninet.Allocation{ID: "alloc-1"}, telNetNS); err != nil {
 		t.Fatal(err)
 	}
