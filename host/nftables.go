@@ -42,8 +42,10 @@ type NFTRule struct {
 	// daddr ==` match names (invalid when there is none, or it is a
 	// prefix or a negation); DNAT is the address a `dnat to` translates to.
 	Saddr, Daddr, DNAT netip.Addr
-	// Expr is the rule's expressions as nft listed them (none in a brief
-	// listing); cleanup decides by the fields above and never reads it.
+	// Expr is the rule's expressions as nft listed them, where the
+	// NFTables lists with nft (none in a brief listing; none from cninet's
+	// default, which lists over netlink); cleanup decides by the fields
+	// above and never reads it.
 	Expr json.RawMessage
 }
 

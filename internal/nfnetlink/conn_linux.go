@@ -129,6 +129,17 @@ func AnyRule(family, table, chain string, match func(Rule) bool) (bool, error) {
 	return anyRule(c, family, table, chain, match)
 }
 
+// ListRules lists every rule of table of family, as listRules does,
+// over a socket of its own.
+func ListRules(family, table string) ([]Rule, error) {
+	c, err := openNF()
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	return listRules(c, family, table)
+}
+
 // nfWrite serialises this process's batches: nf_tables has one generation
 // for all its tables, so a batch of ip6tables' would otherwise refuse one
 // of iptables' built at the generation before, and retry.

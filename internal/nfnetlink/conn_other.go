@@ -16,6 +16,8 @@ func AnyRule(family, table, chain string, match func(Rule) bool) (bool, error) {
 	return false, errNoNFNetlink
 }
 
+func ListRules(family, table string) ([]Rule, error) { return nil, errNoNFNetlink }
+
 func DeleteRules(family, table string, targets []Target) ([]host.HandleOutcome, error) {
 	return make([]host.HandleOutcome, len(targets)), errNoNFNetlink
 }

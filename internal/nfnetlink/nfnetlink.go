@@ -161,6 +161,27 @@ func probeChain(s nlSocket, family, table, chain string) (bool, error) {
 // dump that a change interrupted is taken again, since a rule it skipped
 // might have matched.
 func anyRule(s nlSocket, family, table, chain string, match func(Rule) bool) (bool, error) {
+	return dumpRules(s, family, table, chain, func() {}, match)
+}
+
+// listRules returns every rule of table of family, each with its own copy
+// of its expressions, in the kernel's order (chain by chain, as nft lists
+// them). A table that does not exist has none; a dump that a change
+// interrupted is taken again from the start.
+func listRules(s nlSocket, family, table string) ([]Rule, error) {
+	var rules []Rule
+	_, err := dumpRules(s, family, table, "", func() { rules = rules[:0] }, func(r Rule) bool {
+		r.Expr = bytes.Clone(r.Expr)
+		rules = append(rules, r)
+		return false
+	})
+	return rules, err
+}
+
+// dumpRules dumps the rules of table of family (of chain only, unless
+// chain is "") over s, calling begin before each attempt and visit with
+// each rule until it returns true; it reports whether one did.
+func dumpRules(s nlSocket, family, table, chain string, begin func(), visit func(Rule) bool) (bool, error) {
 	proto, ok := nfproto[family]
 	if !ok {
 		return false, fmt.Errorf("netlink: unknown nftables family %q", family)
@@ -170,6 +191,7 @@ func anyRule(s nlSocket, family, table, chain string, match func(Rule) bool) (bo
 		attrs = append(attrs, nlAttr{nftaRuleChain, strz(chain)})
 	}
 	for attempt := 1; ; attempt++ {
+		begin()
 		var parseErr error
 		seq := nlSeq.Add(1)
 		err := exchange(s, nftRequest(nftMsgGetRule, nlmFDump, seq, proto, attrs...), seq, func(m nlMessage) bool {
@@ -178,7 +200,7 @@ func anyRule(s nlSocket, family, table, chain string, match func(Rule) bool) (bo
 				parseErr = err
 				return false
 			}
-			return !r.in(table, chain) || !match(r)
+			return !r.in(table, chain) || !visit(r)
 		})
 		switch {
 		case parseErr != nil:

@@ -1,6 +1,9 @@
-// Package nftables is cninet's default host.NFTables: `nft -j` for the
-// listings whose addresses ownership reads, netlink (package nfnetlink)
-// for the list of tables, in-process rule scans and deletions by handle.
+// Package nftables is cninet's default host.NFTables: netlink (package
+// nfnetlink) for the list of tables, the listings whose addresses
+// ownership reads (decoded in-process, as nft would list them), rule
+// scans and deletions by handle; `nft -j` only where netlink cannot list
+// a table. nft reads the host's whole ruleset to list one table, so its
+// cost grows with every other rule on the host.
 //
 // ParseListing shares one copy of each name ShareNames was given among
 // all the rules it reads; package footprint gives it the plugins' family,
@@ -8,8 +11,9 @@
 //
 // # Files, in reading order
 //
-//	nftables.go   New and Opener (opened once per Configurator), listings,
-//	              AnyRule's in-process scan
+//	nftables.go   New and Opener (opened once per Configurator), listings
+//	              over netlink (nft -j as the fallback), AnyRule's
+//	              in-process scan
 //	handles.go    DeleteByHandle: a listed rule deleted by handle only
 //	              while it is still the rule listed; DeleteRules
 //	listing.go    ParseListing: `nft -j` output read as a stream into

@@ -15,9 +15,13 @@ import (
 	"github.com/seed1280861d/cninet/internal/nfnetlink"
 )
 
-// hostNFTables is the default NFTables: `nft -j` for listings (ownership
-// of portmap's rules needs their addresses), netlink for the list of
-// tables, in-process scans and deletions by handle (handles.go).
+// hostNFTables is the default NFTables: netlink for the list of tables,
+// their rules (the addresses cleanup judges by decoded in-process,
+// nfnetlink.Rule.Addrs), in-process scans and deletions by handle
+// (handles.go). `nft -j` lists a table only where netlink cannot: nft
+// reads every rule of the host to list one table, so its cost grows with
+// the host's ruleset (kube-proxy's, iptables-nft's) rather than with the
+// plugins' tables.
 type hostNFTables struct {
 	bin string
 }
@@ -34,18 +38,18 @@ func New() (host.NFTables, error) {
 
 // ListRules implements NFTables: the tables that exist from netlink (`nft
 // list tables` reads every rule of the host to print their names), then
-// one `nft -j` listing per table that exists (none on a host whose plugins never used
-// their nftables backends).
+// each one's rules over netlink, without Expr (cleanup never reads it).
 func (h *hostNFTables) ListRules(ctx context.Context, tables []host.NFTable) ([]host.NFTRule, error) {
-	return h.listRules(ctx, tables, true)
+	return h.listRules(ctx, tables)
 }
 
-// ListRulesBrief implements NFTBriefLister.
+// ListRulesBrief implements NFTBriefLister: ListRules, which keeps no
+// Expr either.
 func (h *hostNFTables) ListRulesBrief(ctx context.Context, tables []host.NFTable) ([]host.NFTRule, error) {
-	return h.listRules(ctx, tables, false)
+	return h.listRules(ctx, tables)
 }
 
-func (h *hostNFTables) listRules(ctx context.Context, tables []host.NFTable, keepExpr bool) ([]host.NFTRule, error) {
+func (h *hostNFTables) listRules(ctx context.Context, tables []host.NFTable) ([]host.NFTRule, error) {
 	existing, err := nfnetlink.ListTables()
 	if err != nil {
 		return nil, err
@@ -53,10 +57,16 @@ func (h *hostNFTables) listRules(ctx context.Context, tables []host.NFTable, kee
 	var rules []host.NFTRule
 	comments := map[string]string{}
 	for _, t := range tables {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		if !existing[t] {
 			continue
 		}
-		more, err := h.listTable(ctx, t, keepExpr, rules, comments)
+		more, err := listTableNetlink(t, rules, comments)
+		if err != nil {
+			more, err = h.listTable(ctx, t, false, rules, comments)
+		}
 		if err != nil {
 			if strings.Contains(err.Error(), "No such file or directory") {
 				continue // deleted since: nothing to list
@@ -64,6 +74,28 @@ func (h *hostNFTables) listRules(ctx context.Context, tables []host.NFTable, kee
 			return nil, err
 		}
 		rules = more
+	}
+	return rules, nil
+}
+
+// listTableNetlink lists one table over netlink, appending its rules to
+// rules with the addresses nft would list for them.
+func listTableNetlink(t host.NFTable, rules []host.NFTRule, comments map[string]string) ([]host.NFTRule, error) {
+	listed, err := nfnetlink.ListRules(t.Family, t.Name)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range listed {
+		addrs, err := r.Addrs()
+		if err != nil {
+			return nil, err
+		}
+		comment, ok := comments[r.Comment]
+		if !ok {
+			comment, comments[r.Comment] = r.Comment, r.Comment
+		}
+		rules = append(rules, host.NFTRule{Family: nftName(t.Family), Table: nftName(t.Name), Chain: nftName(r.Chain),
+			Handle: int(r.Handle), Comment: comment, Saddr: addrs.Saddr, Daddr: addrs.Daddr, DNAT: addrs.DNAT})
 	}
 	return rules, nil
 }
