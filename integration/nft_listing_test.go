@@ -166,3 +166,99 @@ func compareListings(t *testing.T, got, want []host.NFTRule) {
 		}
 	}
 }
+
+// BenchmarkNFTablesListing lists the plugins' hostport table (16 rules)
+// with nft and over netlink, on an empty host and on one holding 30,000
+// unrelated nftables rules plus 30,000 iptables-nft rules in kube-proxy's
+// shape (10,000 chains of three rules each, in each): nft reads the
+// whole ruleset to list one table, netlink reads the table alone.
+//
+//	go test -run '^$' -bench BenchmarkNFTablesListing -benchtime 50x ./integration/
+func BenchmarkNFTablesListing(b *testing.B) {
+	netsandbox.Require(b)
+	var plugin strings.Builder
+	plugin.WriteString("table ip cninet_bench_hostport {\n\tchain hostports {\n")
+	for i := range 16 {
+		fmt.Fprintf(&plugin, "\t\tip daddr 198.18.78.%d tcp dport %d dnat to 198.18.79.%d:80 comment \"id-%d\"\n", i+1, 8000+i, i+1, i)
+	}
+	plugin.WriteString("\t}\n}\n")
+	nftFile(b, plugin.String())
+	b.Cleanup(func() {
+		exec.Command("nft", "delete", "table", "ip", "cninet_bench_hostport").Run()
+		exec.Command("nft", "delete", "table", "ip", "cninet_bench_other").Run()
+		var del strings.Builder
+		del.WriteString("*nat\n")
+		for i := range 10000 {
+			fmt.Fprintf(&del, "-F CNINET-BENCH-%d\n-X CNINET-BENCH-%d\n", i, i)
+		}
+		cmd := exec.Command("iptables-restore", "-w", "--noflush")
+		cmd.Stdin = strings.NewReader(del.String() + "COMMIT\n")
+		cmd.Run()
+	})
+	table := host.NFTable{Family: "ip", Name: "cninet_bench_hostport"}
+	listers := []struct {
+		name string
+		list func() (int, error)
+	}{
+		{"nft", func() (int, error) {
+			out, err := exec.Command("nft", "-j", "list", "table", table.Family, table.Name).Output()
+			if err != nil {
+				return 0, err
+			}
+			rules, err := nftables.ParseListing(out)
+			return len(rules), err
+		}},
+		{"netlink", func() (int, error) {
+			rules, err := nfnetlink.ListRules(table.Family, table.Name)
+			for _, r := range rules {
+				if _, err := r.Addrs(); err != nil {
+					return 0, err
+				}
+			}
+			return len(rules), err
+		}},
+	}
+	for _, host := range []string{"empty host", "60000 other rules"} {
+		if host != "empty host" { // in kube-proxy's shape: a chain per service, a few rules each
+			var other, ipt strings.Builder
+			other.WriteString("table ip cninet_bench_other {\n")
+			ipt.WriteString("*nat\n")
+			for i := range 10000 {
+				fmt.Fprintf(&other, "\tchain svc%d {\n", i)
+				fmt.Fprintf(&ipt, ":CNINET-BENCH-%d - [0:0]\n", i)
+				for j := range 3 {
+					fmt.Fprintf(&other, "\t\tip daddr 198.19.%d.%d tcp dport %d counter\n", i/256, i%256, 1000+j)
+					fmt.Fprintf(&ipt, "-A CNINET-BENCH-%d -d 198.19.%d.%d/32 -p tcp --dport %d -j RETURN\n", i, i/256, i%256, 1000+j)
+				}
+				other.WriteString("\t}\n")
+			}
+			other.WriteString("}\n")
+			ipt.WriteString("COMMIT\n")
+			nftFile(b, other.String())
+			cmd := exec.Command("iptables-restore", "-w", "--noflush")
+			cmd.Stdin = strings.NewReader(ipt.String())
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("iptables-restore: %v: %s", err, out)
+			}
+		}
+		for _, l := range listers {
+			b.Run(host+"/"+l.name, func(b *testing.B) {
+				for b.Loop() {
+					if n, err := l.list(); err != nil || n != 16 {
+						b.Fatalf("listed %d rules (%v), want 16", n, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// nftFile loads rules with nft -f.
+func nftFile(b *testing.B, rules string) {
+	b.Helper()
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("nft -f: %v: %s", err, out)
+	}
+}
