@@ -33,9 +33,10 @@ type options struct {
 	statusN       int
 	statusRuns    int
 	scaleSizes    []int
-	pressureSizes []int // host rules (pressure)
-	pressureN     int   // workloads per contender (pressure)
-	control       bool  // overhead scenarios: a second go-cni as a control
+	pressureSizes []int  // host rules (pressure)
+	pressureN     int    // workloads per contender (pressure)
+	pressureSets  string // plugin sets whose name holds it (pressure); "": all
+	control       bool   // overhead scenarios: a second go-cni as a control
 	only          []string
 	rewrite       bool // measure nothing: write the report and plot from the state file
 	out, svg      string
@@ -99,6 +100,7 @@ func main() {
 	flag.StringVar(&gcSizes, "gc-scale-sizes", "1000,10000", "numbers of leaked attachments, per backend (gc-scale)")
 	flag.StringVar(&pressureSizes, "pressure-rules", "200000", "comma-separated host sizes: unrelated kube-proxy-shaped rules, in iptables and as many in nftables (pressure)")
 	flag.IntVar(&o.pressureN, "pressure-n", 200, "workloads per contender, per plugin set and host size (pressure)")
+	flag.StringVar(&o.pressureSets, "pressure-sets", "", "run only the plugin sets whose name holds this (pressure), e.g. nftables or Debian; the others' rows stay as measured before")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
 	flag.BoolVar(&o.rewrite, "rewrite", false, "measure nothing: write the report and the plot again from the state file (-state)")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")

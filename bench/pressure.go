@@ -61,6 +61,10 @@ func pressureScenario(r *report) error {
 	slices.Sort(sizes)
 	sizes = slices.Compact(sizes)
 	sets := append([]pluginSet{r.opts.debianSet()}, r.opts.upstreamSets()...)
+	sets = slices.DeleteFunc(sets, func(s pluginSet) bool { return !strings.Contains(s.Name, r.opts.pressureSets) })
+	if len(sets) == 0 {
+		return fmt.Errorf("-pressure-sets %q names no plugin set", r.opts.pressureSets)
+	}
 	for _, size := range sizes {
 		fmt.Fprintf(os.Stderr, "bench:   loading %d kube-proxy-shaped rules into iptables and into nftables...\n", size)
 		start := time.Now()
