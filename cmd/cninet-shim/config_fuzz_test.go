@@ -20,7 +20,7 @@ var shimCommands = []string{thick.CmdAdd, thick.CmdDel, thick.CmdCheck, thick.Cm
 // FuzzConfig: no stdin makes the shim's config reader panic. A refusal
 // is a CNI error, 6 when stdin is no JSON object, 7 naming the "socket"
 // or "timeout" key otherwise, and the same for every command. What it
-// accepts is what the shim may act on: an absolute socket (the default
+// accepts is what the shim may act on: a clean absolute socket (the default
 // when none is named), a deadline above zero (the "timeout" when one is
 // named, else the command's default) and a silence limit above zero and
 // at most the deadline; and it reads the same once re-encoded.
@@ -28,6 +28,7 @@ func FuzzConfig(f *testing.F) {
 	f.Add([]byte(`{"cniVersion":"1.1.0","name":"web","type":"cninet-shim"}`))
 	f.Add([]byte(`{"cniVersion":"1.0.0","name":"web","type":"cninet-shim","socket":"/run/cninet/cninet.sock","owner":"nomad","timeout":"45s"}`))
 	f.Add([]byte(`{"cniVersion":"1.1.0","name":"web","socket":"run/cninet.sock"}`))
+	f.Add([]byte(`{"cniVersion":"1.1.0","name":"web","socket":"/run/cninet/../cninet//x.sock"}`))
 	f.Add([]byte(`{"cniVersion":"1.1.0","name":"web","timeout":"1ms"}`))
 	f.Add([]byte(`{"cniVersion":"1.1.0","name":"web","timeout":"-1s"}`))
 	f.Add([]byte(`{"cniVersion":"1.1.0","name":"web","timeout":"soon"}`))
@@ -92,8 +93,8 @@ func assertConfigRefusal(t *testing.T, stdin []byte, err error) {
 // as it is: a socket to dial and limits to wait by.
 func assertActionable(t *testing.T, conf *thick.NetConf, socket, command string, limits thick.Limits) {
 	t.Helper()
-	if !filepath.IsAbs(socket) || (conf.Socket == "" && socket != thick.DefaultSocket) || (conf.Socket != "" && socket != conf.Socket) {
-		t.Fatalf("config socket %q read as %q, want it (absolute), or %s when none", conf.Socket, socket, thick.DefaultSocket)
+	if !filepath.IsAbs(socket) || filepath.Clean(socket) != socket || (conf.Socket == "" && socket != thick.DefaultSocket) || (conf.Socket != "" && socket != conf.Socket) {
+		t.Fatalf("config socket %q read as %q, want it (clean, absolute), or %s when none", conf.Socket, socket, thick.DefaultSocket)
 	}
 	want := thick.DefaultShimTimeout
 	if command == thick.CmdCheck || command == thick.CmdStatus {

@@ -55,8 +55,9 @@ func config(args *skel.CmdArgs, command string) (*thick.NetConf, string, thick.L
 	if socket == "" {
 		socket = thick.DefaultSocket
 	}
-	if !filepath.IsAbs(socket) {
-		return nil, "", thick.Limits{}, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("cninet-shim: socket %q, want an absolute path", socket), "")
+	if !filepath.IsAbs(socket) || filepath.Clean(socket) != socket {
+		return nil, "", thick.Limits{}, types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("cninet-shim: socket %q, want a clean absolute path (like %q): the daemon's info file beside it is found by it", socket, filepath.Clean("/"+socket)), "")
 	}
 	limits, err := thick.ShimLimits(&conf, command)
 	if err != nil {

@@ -70,10 +70,21 @@ cninet.socket (socket activation) and notifies readiness (Type=notify).`,
 	return cmd
 }
 
+// cleanAbs is the clean absolute path p names from the working directory,
+// offered in a usage error: "..", "." and "//" reach other places than
+// the daemon's peers would look for, and the shim's config must name the
+// socket exactly.
+func cleanAbs(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return filepath.Clean(p)
+}
+
 func (f *daemonFlags) validate() error {
 	for name, p := range map[string]string{"--socket": f.socket, "--conf-dir": f.confDir, "--cache-dir": f.cacheDir, "--state-dir": f.stateDir} {
-		if !filepath.IsAbs(p) {
-			return fmt.Errorf("%w: %s %q, want an absolute path", errUsage, name, p)
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			return fmt.Errorf("%w: %s %q, want a clean absolute path (%q)", errUsage, name, p, cleanAbs(p))
 		}
 	}
 	if f.maxConcurrent < 1 || f.maxProbes < 1 || f.timeout <= 0 || f.drain <= 0 || f.rollback <= 0 || f.watch <= 0 {

@@ -14,7 +14,9 @@ func TestDaemonFlags(t *testing.T) {
 		code   int
 		output string
 	}{
-		{"a relative --socket is a usage error", []string{"daemon", "--socket", "run/cninet.sock"}, 2, `--socket "run/cninet.sock", want an absolute path`},
+		{"a relative --socket is a usage error", []string{"daemon", "--socket", "run/cninet.sock"}, 2, `--socket "run/cninet.sock", want a clean absolute path`},
+		{"a --socket with .. in it is a usage error naming the clean path", []string{"daemon", "--socket", "/run/cninet/../cninet.sock"}, 2, `want a clean absolute path ("/run/cninet.sock")`},
+		{"a --state-dir with // in it is a usage error", []string{"daemon", "--state-dir", "/var/lib//cninet"}, 2, `--state-dir "/var/lib//cninet"`},
 		{"a relative --conf-dir is a usage error", []string{"daemon", "--conf-dir", "net.d"}, 2, "--conf-dir"},
 		{"a relative --cache-dir is a usage error", []string{"daemon", "--cache-dir", "cache"}, 2, "--cache-dir"},
 		{"--max-concurrent 0 is a usage error", []string{"daemon", "--max-concurrent", "0"}, 2, "must be positive"},
