@@ -9,13 +9,18 @@ import (
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
 
+// Each containerd test runs once per plugin set (eachPluginSet: Debian's
+// 1.1.1, upstream v1.9.1 with iptables and with nftables): every story
+// ends in DELs of the delegate, portmap's included, whose plugins decide
+// whether they leave anything.
+
 // containerd's CRI plugin (Debian's containerd 1.6, driven by crictl as a
 // kubelet would) runs a pod sandbox on a shim network: the pod's address
 // is the delegate's, its hostPort answers from the host side through the
 // cninet daemon's delegate, and `crictl stopp` + `rmp` leave no rule,
-// reservation, cache file, registry record or veth. On every plugin set.
+// reservation, cache file, registry record or veth.
 func TestThickContainerdPod(t *testing.T) {
-	eachCRIPluginSet(t, everySet, func(t *testing.T, set netsandbox.PluginSet) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		r := newCRIRig(t, set)
 		base := baseline(t)
 		pod := r.runPod("cri-web", 28701, 8080)
@@ -35,7 +40,7 @@ func TestThickContainerdPod(t *testing.T) {
 // DEL of the half-made pod, through the shim, leaves nothing. The next
 // pod on the same network starts and answers.
 func TestThickContainerdPodStartFails(t *testing.T) {
-	eachCRIPluginSet(t, debianOnly, func(t *testing.T, set netsandbox.PluginSet) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		r := newCRIRig(t, set)
 		base := baseline(t)
 		r.refuseCreates(true)
@@ -66,7 +71,7 @@ func TestThickContainerdPodStartFails(t *testing.T) {
 // (their sandboxes and netns), and their stopp + rmp, whose DEL comes
 // from a containerd that did not run their ADD, leave nothing.
 func TestThickContainerdRestart(t *testing.T) {
-	eachCRIPluginSet(t, debianOnly, func(t *testing.T, set netsandbox.PluginSet) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		r := newCRIRig(t, set)
 		base := baseline(t)
 		pods := []criPod{r.runPod("cri-a", 28711, 8080), r.runPod("cri-b", 28712, 8080)}
@@ -96,7 +101,7 @@ func TestThickContainerdRestart(t *testing.T) {
 // nothing is left of either pod. A daemon started again then serves the
 // next pod.
 func TestThickContainerdDaemonKilled(t *testing.T) {
-	eachCRIPluginSet(t, everySet, func(t *testing.T, set netsandbox.PluginSet) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		r := newCRIRig(t, set)
 		base := baseline(t)
 		pod := r.runPod("cri-orphan", 28721, 8080)
@@ -124,31 +129,6 @@ func TestThickContainerdDaemonKilled(t *testing.T) {
 		r.removePod(pod)
 		assertNoLeaks(t, base, r.nw.allowance())
 	})
-}
-
-// Which plugin sets a CRI story runs on (eachCRIPluginSet).
-const (
-	// everySet: the delegate's plugins are what the story tests (its
-	// ADD, its hostPort, its DEL through the shim with the daemon up or
-	// killed), so it runs on Debian's and upstream's, with each backend.
-	everySet = true
-	// debianOnly: the story tests containerd (a pod start that fails, a
-	// containerd restart), which the delegate's plugins do not change;
-	// running it again per set would add a minute to the suite.
-	debianOnly = false
-)
-
-// eachCRIPluginSet runs test as a subtest named by each plugin set:
-// every installed one (every), or Debian's only.
-func eachCRIPluginSet(t *testing.T, every bool, test func(t *testing.T, set netsandbox.PluginSet)) {
-	netsandbox.Require(t)
-	sets := netsandbox.PluginSets(t)
-	if !every {
-		sets = sets[:1]
-	}
-	for _, set := range sets {
-		t.Run(set.Name, func(t *testing.T) { test(t, set) })
-	}
 }
 
 // assertPodInSubnet wants the address containerd reports for pod in the
