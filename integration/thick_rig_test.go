@@ -62,13 +62,13 @@ func newThickRig(t *testing.T, set netsandbox.PluginSet, shimVersion string, met
 	if _, err := cninet.WriteConfList(r.confDir, r.nw.conf); err != nil {
 		t.Fatal(err)
 	}
-	r.writeShimConf(shimVersion)
 	if metrics {
 		r.metrics = freeLoopbackAddr(t)
 	}
 	for _, opt := range opts {
 		opt(r)
 	}
+	r.writeShimConf(shimVersion) // after the options: one may move the socket
 	r.start()
 	t.Cleanup(r.stop)
 	return r

@@ -23,7 +23,7 @@ import (
 type daemonFlags struct {
 	socket, confDir, cniPath, cacheDir, stateDir, metricsListen, logLevel, logFormat string
 	maxConcurrent, maxProbes                                                         int
-	timeout, drain, rollback, watch                                                  time.Duration
+	timeout, drain, rollback, watch, readyCache                                      time.Duration
 }
 
 func (f *daemonFlags) register(fs *pflag.FlagSet) {
@@ -41,6 +41,7 @@ func (f *daemonFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.watch, "conf-watch-interval", thick.DefaultWatchInterval, "how often the conf dir is looked at for changes (SIGHUP reloads at once)")
 	fs.DurationVar(&f.timeout, "timeout", thick.DefaultTimeout, "deadline of each request, its wait in the queue included")
 	fs.DurationVar(&f.drain, "drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long requests in flight may take to finish")
+	fs.DurationVar(&f.readyCache, "ready-cache", thick.DefaultReadyCache, "how long /readyz reuses the delegates' STATUS verdict (concurrent probes share one run; a conf dir reload or SIGHUP drops it; 0: run it for every probe)")
 }
 
 // daemonCommand serves the cninet-shim plugin until SIGTERM or SIGINT.
@@ -90,6 +91,9 @@ func (f *daemonFlags) validate() error {
 	if f.maxConcurrent < 1 || f.maxProbes < 1 || f.timeout <= 0 || f.drain <= 0 || f.rollback <= 0 || f.watch <= 0 {
 		return fmt.Errorf("%w: --max-concurrent, --max-concurrent-probes, --timeout, --drain-timeout, --rollback-timeout and --conf-watch-interval must be positive", errUsage)
 	}
+	if f.readyCache < 0 {
+		return fmt.Errorf("%w: --ready-cache %s, want 0 (no cache) or more", errUsage, f.readyCache)
+	}
 	if f.logFormat != "text" && f.logFormat != "json" {
 		return fmt.Errorf("%w: --log-format %q, want text or json", errUsage, f.logFormat)
 	}
@@ -112,6 +116,10 @@ func runDaemon(ctx context.Context, f daemonFlags, logger hclog.Logger) error {
 		return err
 	}
 	defer delegates.Close()
+	// /readyz runs every delegate's plugins: probes reuse one verdict for
+	// --ready-cache, and a reload of the conf dir drops it.
+	readiness := thick.NewReadinessCache(delegates.Ready, f.readyCache, readyzTimeout)
+	delegates.OnReload(readiness.Invalidate)
 	if err := os.MkdirAll(f.cacheDir, 0o700); err != nil {
 		return fmt.Errorf("cache directory: %w", err)
 	}
@@ -129,7 +137,7 @@ func runDaemon(ctx context.Context, f daemonFlags, logger hclog.Logger) error {
 	go func() { served <- srv.Serve(l) }()
 	var metricsSrv *http.Server
 	if f.metricsListen != "" {
-		if metricsSrv, err = m.serve(f.metricsListen, srv, delegates); err != nil {
+		if metricsSrv, err = m.serve(f.metricsListen, srv, readiness.Ready); err != nil {
 			srv.Shutdown(context.Background())
 			return err
 		}
@@ -141,7 +149,7 @@ func runDaemon(ctx context.Context, f daemonFlags, logger hclog.Logger) error {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	ready := "ready"
-	if err := delegates.Ready(ctx); err != nil {
+	if err := readiness.Ready(ctx); err != nil {
 		ready = err.Error()
 	}
 	logger.Info("serving", "socket", f.socket, "socket_activated", activated, "conf_dir", f.confDir, "cni_path", strings.Join(info.CNIPath, ":"),

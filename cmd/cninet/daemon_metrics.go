@@ -112,8 +112,9 @@ func (m *daemonMetrics) observe(command, result string, d time.Duration) {
 	m.duration.Record(context.Background(), d.Seconds(), attrs)
 }
 
-// serve serves /metrics, /healthz and /readyz on addr.
-func (m *daemonMetrics) serve(addr string, srv *thick.Server, delegates *thick.Delegates) (*http.Server, error) {
+// serve serves /metrics, /healthz and /readyz on addr; delegatesReady is
+// the delegates' readiness /readyz reports (the daemon's ReadinessCache).
+func (m *daemonMetrics) serve(addr string, srv *thick.Server, delegatesReady func(context.Context) error) (*http.Server, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen: %w", err)
@@ -121,7 +122,7 @@ func (m *daemonMetrics) serve(addr string, srv *thick.Server, delegates *thick.D
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.handler())
 	mux.HandleFunc("/healthz", thick.Healthz)
-	mux.HandleFunc("/readyz", readyz(srv.Ready, delegates.Ready))
+	mux.HandleFunc("/readyz", readyz(srv.Ready, delegatesReady))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(l)
 	return hs, nil
@@ -132,13 +133,15 @@ func (m *daemonMetrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
 }
 
-// readyzTimeout bounds the delegates' STATUS behind one /readyz.
+// readyzTimeout bounds each run of the delegates' STATUS behind /readyz,
+// and one probe's wait for it.
 const readyzTimeout = 10 * time.Second
 
 // readyz answers 200 "ready" while the server takes requests and every
 // delegate network's STATUS passes; 503 naming why otherwise (draining,
-// no conflist yet, a network's STATUS failed). /healthz stays liveness:
-// the process serves.
+// no conflist yet, a network's STATUS failed). Serving is looked at on
+// every probe; the delegates' verdict may be a cached one
+// (thick.ReadinessCache). /healthz stays liveness: the process serves.
 func readyz(serving func() bool, delegatesReady func(context.Context) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !serving() {

@@ -23,6 +23,7 @@ func TestDaemonFlags(t *testing.T) {
 		{"an unknown --log-level is a usage error", []string{"daemon", "--log-level", "loud"}, 2, "--log-level"},
 		{"an argument is a usage error", []string{"daemon", "extra"}, 2, "unexpected argument"},
 		{"an unknown --log-format is a usage error", []string{"daemon", "--log-format", "xml"}, 2, `--log-format "xml", want text or json`},
+		{"a negative --ready-cache is a usage error", []string{"daemon", "--ready-cache", "-1s"}, 2, "--ready-cache -1s, want 0 (no cache) or more"},
 		{"--max-concurrent-probes 0 is a usage error", []string{"daemon", "--max-concurrent-probes", "0"}, 2, "must be positive"},
 		{"a socket in a directory others may write fails to start, naming it", []string{"daemon", "--conf-dir", empty, "--socket", "/tmp/cninet-test.sock",
 			"--cache-dir", filepath.Join(empty, "cache"), "--state-dir", filepath.Join(empty, "state")}, 1, "/tmp"},

@@ -62,7 +62,8 @@
 //   - daemon_metrics.go: the daemon's /metrics (Prometheus, with its
 //     request, in-flight and queue meters under service.name
 //     cninet-daemon), /healthz (liveness) and /readyz (the delegates'
-//     STATUS).
+//     STATUS, its verdict cached for --ready-cache by
+//     thick.ReadinessCache).
 //   - daemon_systemd.go: systemd's socket activation (the socket passed
 //     as fd 3) and readiness notification (READY=1 on $NOTIFY_SOCKET).
 package main

@@ -38,9 +38,29 @@ type Delegates struct {
 	meters metric.MeterProvider
 	tweaks []func(*cninet.Config)
 
-	mu    sync.Mutex
-	c     *cninet.Configurator // nil until the conf dir holds a conflist
-	stamp string               // the conf dir as last loaded (confDirStamp)
+	mu       sync.Mutex
+	c        *cninet.Configurator // nil until the conf dir holds a conflist
+	stamp    string               // the conf dir as last loaded (confDirStamp)
+	onReload []func()             // see OnReload
+}
+
+// OnReload has fn called after every Reload that read conflists: the
+// first that made the Configurator, and each reload of it after (from the
+// watch, SIGHUP or a request), whether or not the conf dir could be
+// loaded; not a Reload that still finds no conflist. The daemon drops its
+// cached readiness verdict there (ReadinessCache.Invalidate). fn runs with
+// the Delegates locked: it must not call them.
+func (d *Delegates) OnReload(fn func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.onReload = append(d.onReload, fn)
+}
+
+// reloaded calls the OnReload functions; d.mu is held.
+func (d *Delegates) reloaded() {
+	for _, fn := range d.onReload {
+		fn()
+	}
 }
 
 // OpenDelegates returns the Delegates of info's conf dir, with a
@@ -90,6 +110,7 @@ func (d *Delegates) Reload() error {
 	// SIGHUP), not at every look.
 	d.stamp = confDirStamp(d.info.ConfDir)
 	if d.c != nil {
+		defer d.reloaded()
 		return d.c.Reload()
 	}
 	c, err := NewConfigurator(d.info, d.logger, d.meters, d.tweaks...)
@@ -100,6 +121,7 @@ func (d *Delegates) Reload() error {
 		return err
 	}
 	d.c = c
+	d.reloaded()
 	d.logger.Info("delegate conflists loaded", "conf_dir", d.info.ConfDir, "networks", strings.Join(c.Networks(), ","))
 	return nil
 }

@@ -44,7 +44,10 @@
 //     reloaded on a change (Watch polls) or SIGHUP, Ready (every delegate
 //     network's STATUS); and ConfiguratorForDel, with which a DEL runs the
 //     conflist the host registry recorded at the ADD when the conf dir
-//     holds none.
+//     holds none. OnReload tells the readiness cache of a reload.
+//   - readiness.go: ReadinessCache, the /readyz verdict of the delegates'
+//     STATUS kept for an interval, one run shared by concurrent probes,
+//     dropped on a reload.
 //   - configurator.go: NewConfigurator, the Configurator thick mode
 //     serves with: the daemon's conf dir, plugins and libcni cache, and
 //     no go-cni.
