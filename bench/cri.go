@@ -1,15 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/seed1280861d/cninet/internal/cririg"
@@ -23,6 +26,7 @@ import (
 type criResult struct {
 	Set          pluginSet
 	Shim, Direct criSample
+	Daemon       criDaemon  // the shim contender's cycles, as the daemon's debug log tells them
 	LoadBefore   [3]float64 // load averages when the scenario started measuring
 	LoadAfter    [3]float64 // and when it finished
 }
@@ -30,6 +34,77 @@ type criResult struct {
 // criSample is one contender's cycles, each phase timed alone.
 type criSample struct {
 	Runp, Stopp, Rmp sample
+}
+
+// criDaemon is what the cninet daemon logged for each crictl command of
+// the shim contender's cycles: its requests' durations (from a request's
+// arrival to its answer) and, inside them, cninet's phases.
+type criDaemon struct {
+	Runp, Stopp, Rmp criDaemonSample
+}
+
+// criDaemonSample is one crictl command's daemon time, per cycle.
+type criDaemonSample struct {
+	Requests sample // the sum of the requests' durations
+	Plugins  sample // the delegate's plugins: the ADD chain, or the DEL
+	Prevent  sample // prevention before DEL
+	Cleanup  sample // force cleanup after DEL
+	Count    []int  // requests the daemon served
+}
+
+func (s *criDaemonSample) add(l criLogged) {
+	s.Requests, s.Plugins = append(s.Requests, l.requests), append(s.Plugins, l.phases.Add+l.phases.Del)
+	s.Prevent, s.Cleanup, s.Count = append(s.Prevent, l.phases.Prevent), append(s.Cleanup, l.phases.Cleanup), append(s.Count, l.count)
+}
+
+// criLog reads the daemon's debug log: per window (one crictl command),
+// its requests and cninet's phases.
+type criLog struct {
+	mu      sync.Mutex
+	partial []byte
+	now     criLogged
+}
+
+// criLogged is what the daemon logged in one window.
+type criLogged struct {
+	requests time.Duration
+	count    int
+	phases   cyclePhases
+}
+
+// requestField is the daemon's one line per request: its duration.
+var requestField = regexp.MustCompile(`cninet-daemon: request: .*duration="?([^"\s]+)`)
+
+func (l *criLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := l.partial[:i]
+		l.now.phases.addLine(line)
+		if d, ok := logDuration(requestField, line); ok {
+			l.now.requests += d
+			l.now.count++
+		}
+		if bytes.Contains(line, []byte("[WARN]")) || bytes.Contains(line, []byte("[ERROR]")) {
+			os.Stderr.Write(append(line, '\n'))
+		}
+		l.partial = l.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+// take returns what was logged since the last take.
+func (l *criLog) take() criLogged {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now
+	l.now = criLogged{}
+	return now
 }
 
 // total is runp+stopp+rmp per cycle.
@@ -64,6 +139,7 @@ type criRig struct {
 	crictl         *cririg.Crictl
 	containerd     *cririg.Containerd
 	subnet         netip.Prefix
+	daemonLog      *criLog
 	unmount        []string // the tmpfs mounts, and mount points it created
 	created        []string
 	seq            int
@@ -83,7 +159,7 @@ func criScenario(r *report) error {
 		if err := rig.use(shim); err != nil {
 			return err
 		}
-		if _, _, _, err := rig.cycle(28800); err != nil {
+		if _, _, _, _, err := rig.cycle(28800); err != nil {
 			return err
 		}
 	}
@@ -93,13 +169,18 @@ func criScenario(r *report) error {
 			if err := rig.use(shim); err != nil {
 				return err
 			}
-			runp, stopp, rmp, err := rig.cycle(28801 + i%50)
+			runp, stopp, rmp, logged, err := rig.cycle(28801 + i%50)
 			if err != nil {
 				return err
 			}
 			s := &res.Direct
 			if shim {
 				s = &res.Shim
+				res.Daemon.Runp.add(logged[0])
+				res.Daemon.Stopp.add(logged[1])
+				res.Daemon.Rmp.add(logged[2])
+			} else if n := logged[0].count + logged[1].count + logged[2].count; n > 0 {
+				return fmt.Errorf("the cninet daemon served %d requests for a pod on the delegate conflist: containerd did not run the conflist it was given", n)
 			}
 			s.Runp, s.Stopp, s.Rmp = append(s.Runp, runp), append(s.Stopp, stopp), append(s.Rmp, rmp)
 		}
@@ -130,16 +211,20 @@ func newCRIRig(set pluginSet) (_ *criRig, err error) {
 	if _, err := os.Stat(crictl); err != nil {
 		return nil, fmt.Errorf("crictl (run scripts/install-deps.sh): %w", err)
 	}
-	thick, err := newThickRig(set)
+	thick, err := prepareThickRig(set)
 	if err != nil {
 		return nil, err
 	}
-	rig := &criRig{thickRig: thick, cgroupParent: fmt.Sprintf("/cninet-bench-cri-%d", os.Getpid())}
+	rig := &criRig{thickRig: thick, cgroupParent: fmt.Sprintf("/cninet-bench-cri-%d", os.Getpid()), daemonLog: &criLog{}}
 	defer func() {
 		if err != nil {
 			rig.close()
 		}
 	}()
+	rig.debugLog = rig.daemonLog
+	if err := rig.start(); err != nil {
+		return nil, err
+	}
 	if rig.delegate, err = os.ReadFile(filepath.Join(rig.directNet, rig.name+".conflist")); err != nil {
 		return nil, err
 	}
@@ -328,8 +413,9 @@ func (rig *criRig) delegateTypes() string {
 // cycle runs a pod whose container port 8080 is published on hostPort,
 // checks that containerd reports it ready with an address in the
 // delegate's subnet (untimed), then stops and removes it, as the kubelet
-// does; it returns how long each of the three crictl commands took.
-func (rig *criRig) cycle(hostPort int) (runp, stopp, rmp time.Duration, err error) {
+// does; it returns how long each of the three crictl commands took, and
+// what the daemon logged during each.
+func (rig *criRig) cycle(hostPort int) (runp, stopp, rmp time.Duration, logged [3]criLogged, err error) {
 	rig.seq++
 	name := fmt.Sprintf("bench-cri-%d", rig.seq)
 	config := filepath.Join(filepath.Dir(rig.shimDir), name+".json")
@@ -339,29 +425,35 @@ func (rig *criRig) cycle(hostPort int) (runp, stopp, rmp time.Duration, err erro
   "linux": {"cgroup_parent": %q}
 }`, name, name+"-uid", hostPort, rig.cgroupParent)
 	if err := os.WriteFile(config, []byte(pod), 0o644); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, logged, err
 	}
 	defer os.Remove(config)
+	rig.daemonLog.take()
 	start := time.Now()
 	out, err := rig.crictl.Run("runp", config)
 	runp = time.Since(start)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("%v\n%s", err, rig.logTail())
+		return 0, 0, 0, logged, fmt.Errorf("%v\n%s", err, rig.logTail())
 	}
+	logged[0] = rig.daemonLog.take()
 	id := strings.TrimSpace(out)
 	if err := rig.checkPod(id); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, logged, err
 	}
+	rig.daemonLog.take()
 	start = time.Now()
 	if _, err := rig.crictl.Run("stopp", id); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, logged, err
 	}
 	stopp = time.Since(start)
+	logged[1] = rig.daemonLog.take()
 	start = time.Now()
 	if _, err := rig.crictl.Run("rmp", id); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, logged, err
 	}
-	return runp, stopp, time.Since(start), nil
+	rmp = time.Since(start)
+	logged[2] = rig.daemonLog.take()
+	return runp, stopp, rmp, logged, nil
 }
 
 // checkPod wants the pod ready with an address in the delegate's subnet:
@@ -427,7 +519,7 @@ func exists(path string) bool {
 func (r *report) criSection(w writer) {
 	w("## 11. Thick mode under containerd's CRI: crictl through the cninet-shim and the daemon\n\n")
 	w("Debian's containerd (1.6) with its CRI plugin, driven by `crictl` (pinned by `scripts/install-deps.sh`) as a kubelet would, inside the bench's own network and mount namespaces (its state in tmpfs there, a sandbox image built from the host's static busybox, runc behind a wrapper that drops the cgroup limits and `oom_score_adj` those namespaces cannot grant: `internal/cririg`, shared with the integration tests). One `crictl runp` + `stopp` + `rmp` cycle of a pod whose container port 8080 is published on a hostPort, timed per command; between `runp` and `stopp`, untimed, `crictl inspectp` must show the pod ready with an address in the delegate's subnet.\n\n")
-	w("Contenders: containerd's CNI conf dir holding the `cninet-shim` conflist, with a `cninet daemon` serving the delegate conflist (the default bridge: loopback, bridge, firewall, portmap; Debian's plugins), against the same containerd with that delegate conflist itself in its conf dir. One containerd serves both: its CRI plugin reloads the conf dir on a write, rename or remove there (fsnotify), so the bench renames the other conflist over the one file and polls `crictl info` until the loaded plugin types are the wanted ones (then 200 ms settle, untimed). Interleaved, alternating which goes first (so one switch per pair), one unmeasured cycle each first.\n\n")
+	w("Contenders: containerd's CNI conf dir holding the `cninet-shim` conflist, with a `cninet daemon` serving the delegate conflist (the default bridge: loopback, bridge, firewall, portmap; Debian's plugins), against the same containerd with that delegate conflist itself in its conf dir. One containerd serves both: its CRI plugin reloads the conf dir on a write, rename or remove there (fsnotify), so the bench renames the other conflist over the one file and polls `crictl info` until the loaded plugin types are the wanted ones (then 200 ms settle, untimed); a cycle of the delegate contender in which the daemon served a request fails the run. Interleaved, alternating which goes first (so one switch per pair), one unmeasured cycle each first. The daemon logs at debug level here, for its phases below.\n\n")
 	w("Command: `cd bench && go run . -plugins %s -upstream %s -only cri -cri-n N` (as root).\n\n", r.opts.pluginDir, r.opts.upstreamDir)
 	w("%s", r.when("cri"))
 	c := r.res.CRI
@@ -448,6 +540,24 @@ func (r *report) criSection(w writer) {
 		shim, dire sample
 	}{{"`crictl runp` (CNI ADD inside)", c.Shim.Runp, c.Direct.Runp}, {"`crictl stopp` (CNI DEL inside)", c.Shim.Stopp, c.Direct.Stopp}, {"`crictl rmp` (a second DEL, which finds nothing)", c.Shim.Rmp, c.Direct.Rmp}} {
 		w("| %s | %s / %s | %s / %s | %s |\n", p.name, ms(p.shim.median()), ms(p.shim.p95()), ms(p.dire.median()), ms(p.dire.p95()), signedMs(p.shim.median()-p.dire.median()))
+	}
+	d := c.Daemon
+	if len(d.Runp.Requests) > 0 {
+		w("\nThe shim contender's commands as the daemon tells them (its debug log, medians over the cycles): the requests it served, their time from arrival to answer, and inside them cninet's phases — the delegate's plugins (the ADD chain, or its DEL), the prevention before a DEL and the force cleanup after it.\n\n")
+		w("| command | requests | daemon's time | plugins | prevention | force cleanup | the rest of the daemon's time |\n|---|---|---|---|---|---|---|\n")
+		for _, p := range []struct {
+			name string
+			s    criDaemonSample
+		}{{"`crictl runp`", d.Runp}, {"`crictl stopp`", d.Stopp}, {"`crictl rmp`", d.Rmp}} {
+			var rest sample
+			for i := range p.s.Requests {
+				rest = append(rest, p.s.Requests[i]-p.s.Plugins[i]-p.s.Prevent[i]-p.s.Cleanup[i])
+			}
+			counts := slices.Clone(p.s.Count)
+			slices.Sort(counts)
+			w("| %s | %d | %s | %s | %s | %s | %s |\n", p.name, counts[len(counts)/2], ms(p.s.Requests.median()), ms(p.s.Plugins.median()),
+				msFine(p.s.Prevent.median()), msFine(p.s.Cleanup.median()), msFine(rest.median()))
+		}
 	}
 	w("\nThe shim's extra work per CNI command is one process exec and an HTTP request over the daemon's unix socket; the daemon runs the same plugins through cninet (prevention before DEL, force cleanup after it). Everything else in a cycle — containerd's snapshot, runc's create, start, kill and delete of the pause container, the pod's network namespace — is the same work for both contenders")
 	if t := r.res.Thick; t != nil {
