@@ -141,6 +141,7 @@ type criRig struct {
 	subnet         netip.Prefix
 	daemonLog      *criLog
 	unmount        []string // the tmpfs mounts, and mount points it created
+	devices        []uint64 // the tmpfs mounts' devices
 	created        []string
 	seq            int
 }
@@ -260,6 +261,11 @@ func newCRIRig(set pluginSet) (_ *criRig, err error) {
 			return nil, fmt.Errorf("mounting a tmpfs over %s: %w", dir, err)
 		}
 		rig.unmount = append(rig.unmount, dir)
+		var st unix.Stat_t
+		if err := unix.Stat(dir, &st); err != nil {
+			return nil, err
+		}
+		rig.devices = append(rig.devices, st.Dev)
 	}
 	tmp := filepath.Dir(rig.shimDir)
 	// containerd's CNI bin dir: every plugin of the set, for the delegate
@@ -353,6 +359,21 @@ func (rig *criRig) logTail() string {
 	return string(b)
 }
 
+// mounted fails once containerd's root or state is no longer the tmpfs
+// mounted for it. A mount point is a directory of the host's filesystem,
+// and removing it there (another run's rig removing what it created, in
+// its own mount namespace) detaches every namespace's mounts on it; this
+// containerd would then write on the host. The run stops instead.
+func (rig *criRig) mounted() error {
+	for i, dir := range rig.unmount {
+		var st unix.Stat_t
+		if err := unix.Stat(dir, &st); err != nil || st.Dev != rig.devices[i] {
+			return fmt.Errorf("containerd's %s is no longer the tmpfs mounted for it (%v): another process removed the mount point on the host while this ran; nothing measured after that is kept", dir, err)
+		}
+	}
+	return nil
+}
+
 // use makes containerd network the next pods through the shim (or
 // through the delegate directly), and returns once its CRI plugin has
 // loaded that conflist.
@@ -416,6 +437,9 @@ func (rig *criRig) delegateTypes() string {
 // does; it returns how long each of the three crictl commands took, and
 // what the daemon logged during each.
 func (rig *criRig) cycle(hostPort int) (runp, stopp, rmp time.Duration, logged [3]criLogged, err error) {
+	if err := rig.mounted(); err != nil {
+		return 0, 0, 0, logged, err
+	}
 	rig.seq++
 	name := fmt.Sprintf("bench-cri-%d", rig.seq)
 	config := filepath.Join(filepath.Dir(rig.shimDir), name+".json")
@@ -453,7 +477,7 @@ func (rig *criRig) cycle(hostPort int) (runp, stopp, rmp time.Duration, logged [
 	}
 	rmp = time.Since(start)
 	logged[2] = rig.daemonLog.take()
-	return runp, stopp, rmp, logged, nil
+	return runp, stopp, rmp, logged, rig.mounted()
 }
 
 // checkPod wants the pod ready with an address in the delegate's subnet:
