@@ -567,6 +567,7 @@ func (r *report) criSection(w writer) {
 	}
 	d := c.Daemon
 	if len(d.Runp.Requests) > 0 {
+		var own time.Duration
 		w("\nThe shim contender's commands as the daemon tells them (its debug log, medians over the cycles): the requests it served, their time from arrival to answer, and inside them cninet's phases — the delegate's plugins (the ADD chain, or its DEL), the prevention before a DEL and the force cleanup after it.\n\n")
 		w("| command | requests | daemon's time | plugins | prevention | force cleanup | the rest of the daemon's time |\n|---|---|---|---|---|---|---|\n")
 		for _, p := range []struct {
@@ -581,7 +582,11 @@ func (r *report) criSection(w writer) {
 			slices.Sort(counts)
 			w("| %s | %d | %s | %s | %s | %s | %s |\n", p.name, counts[len(counts)/2], ms(p.s.Requests.median()), ms(p.s.Plugins.median()),
 				msFine(p.s.Prevent.median()), msFine(p.s.Cleanup.median()), msFine(rest.median()))
+			own += p.s.Prevent.median() + p.s.Cleanup.median() + rest.median()
 		}
+		diff := c.Shim.Runp.median() - c.Direct.Runp.median() + c.Shim.Stopp.median() - c.Direct.Stopp.median() + c.Shim.Rmp.median() - c.Direct.Rmp.median()
+		w("\ncninet's own work in the daemon per cycle (the medians of prevention, force cleanup and the rest, summed): %s, %.1f%% of the delegate contender's median cycle. The commands' shim − direct medians sum to %s; what the daemon's own work does not explain is the shim's process and its request over the socket, three times a cycle (ADD, and DEL at `stopp` and again at `rmp`), and the machine's noise.\n",
+			msFine(own), 100*float64(own)/float64(direct.median()), signedMs(diff))
 	}
 	w("\nThe shim's extra work per CNI command is one process exec and an HTTP request over the daemon's unix socket; the daemon runs the same plugins through cninet (prevention before DEL, force cleanup after it). Everything else in a cycle — containerd's snapshot, runc's create, start, kill and delete of the pause container, the pod's network namespace — is the same work for both contenders")
 	if t := r.res.Thick; t != nil {
