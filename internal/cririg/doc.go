@@ -17,7 +17,8 @@
 //     Config, the containerd.toml of a rig; Containerd, a running
 //     containerd, started and stopped.
 //   - crictl.go: Crictl, crictl against the rig's socket with its own
-//     config file; NetworkReady, the CRI plugin's network condition.
+//     config file; NetworkReady, the CRI plugin's network condition; Info
+//     and its PluginTypes, the CNI conflist the CRI plugin has loaded.
 //   - image.go: WriteBusyboxLayer and WritePauseImage, a local image
 //     tarball that `ctr images import` reads.
 //   - runc_wrapper.go: the runc wrapper: WriteRuncWrapper writes the
