@@ -19,6 +19,7 @@
 //	gcscale.go      one GC at thousands of leaked attachments, two shapes
 //	reboot.go       the reboot shape: cached results and registry records
 //	thick.go        thick mode through cnitool, and the daemon under a burst
+//	cri.go          thick mode under containerd's CRI, driven by crictl
 //	registry.go     cninet status --attachments over a host registry of 10,000 records
 //	pressure.go     a busy host: kube-proxy's rules, a competing writer, 16 workers
 //	pressure_report.go  its section of BENCHMARKS.md and its plot

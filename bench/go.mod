@@ -6,6 +6,7 @@ require (
 	github.com/containerd/go-cni v1.1.14
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/seed1280861d/cninet v0.0.0
+	golang.org/x/sys v0.35.0
 )
 
 require (
@@ -26,7 +27,6 @@ require (
 	go.opentelemetry.io/otel v1.29.0 // indirect
 	go.opentelemetry.io/otel/metric v1.29.0 // indirect
 	go.opentelemetry.io/otel/trace v1.29.0 // indirect
-	golang.org/x/sys v0.35.0 // indirect
 	sigs.k8s.io/knftables v0.0.18 // indirect
 )
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seed1280861d/cninet/internal/cririg"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
 
@@ -30,6 +31,7 @@ type options struct {
 	multiN        int
 	thickN        int
 	thickBurst    int
+	criN          int
 	statusN       int
 	statusRuns    int
 	scaleSizes    []int
@@ -63,6 +65,7 @@ var scenarios = []scenario{
 	{"gc-nft", "1,000 leaked attachments (nftables backends): GC sweep vs. per-id cleanup", gcNFTScenario},
 	{"multinet", "one workload on 1-4 networks: Setup+Teardown, cninet vs. go-cni, Debian and upstream plugins", multiNetwork},
 	{"thick", "thick mode: cnitool ADD+DEL through the cninet-shim and daemon vs. on the delegate; a burst of concurrent ADDs and the daemon's peak RSS", thickScenario},
+	{"cri", "thick mode under containerd's CRI: crictl runp+stopp+rmp of a pod with a hostPort, through the cninet-shim conflist vs. the delegate conflist directly, one containerd", criScenario},
 	{"gc-scale", "1,000 and 10,000 leaked attachments, iptables and nftables backends, swept and after a reboot: GC time, CPU, processes, memory", gcScaleScenario},
 	{"pressure", "a busy host: -pressure-rules kube-proxy-shaped iptables and nftables rules, a writer's 1,000-rule batch every second, 16 workers: Setup and Teardown percentiles, cninet vs. go-cni, three plugin sets", pressureScenario},
 	{"registry-status", "cninet status --attachments over a host registry of -status-n (10,000) records, text and JSON", registryStatus},
@@ -77,6 +80,8 @@ func scenarioNames() []string {
 }
 
 func main() {
+	// containerd runs this binary as its runc in the cri scenario.
+	cririg.RunRuncWrapperIfAsked()
 	var o options
 	var only, sizes, gcSizes, pressureSizes string
 	flag.StringVar(&o.pluginDir, "plugins", "/usr/lib/cni", "Debian's CNI plugin directory (iptables backend only)")
@@ -93,6 +98,7 @@ func main() {
 	flag.IntVar(&o.multiN, "multinet-n", 12, "Setup+Teardown cycles per contender, per plugin set and number of networks (multinet)")
 	flag.IntVar(&o.thickN, "thick-n", 30, "cnitool ADD+DEL cycles per contender (thick)")
 	flag.IntVar(&o.thickBurst, "thick-burst", 200, "concurrent ADDs through the shim in the burst (thick)")
+	flag.IntVar(&o.criN, "cri-n", 10, "crictl runp+stopp+rmp cycles per contender (cri)")
 	flag.IntVar(&o.statusN, "status-n", 10000, "records in the host registry listed by cninet status --attachments (registry-status)")
 	flag.IntVar(&o.statusRuns, "status-runs", 5, "runs of cninet status --attachments per output format (registry-status)")
 	flag.BoolVar(&o.control, "control", true, "overhead scenarios: interleave a second go-cni with the two contenders, to measure the machine's noise (go-cni against itself)")

@@ -116,6 +116,7 @@ func (r *report) markdown() string {
 	r.thickSection(w)
 	r.statusSection(w)
 	r.pressureSection(w)
+	r.criSection(w)
 	if len(r.res.Took) > 0 {
 		w("## Run time per scenario\n\n| scenario | took | measured |\n|---|---|---|\n")
 		var total time.Duration
@@ -178,6 +179,10 @@ func (r *report) targets(w writer) {
 	if t := r.res.Thick; t != nil {
 		q := ratio(t.Shim.median(), t.Direct.median())
 		w("| thick mode, %s: cnitool through the shim / on the delegate, median ≤ %.2f× | %.3f× | %s |\n", t.Set.Name, thickTarget, q, verdict(q <= thickTarget))
+	}
+	if c := r.res.CRI; c != nil {
+		q := ratio(c.Shim.total().median(), c.Direct.total().median())
+		w("| thick mode under containerd's CRI, %s: crictl runp+stopp+rmp through the shim / on the delegate, median ≤ %.2f× | %.3f× | %s |\n", c.Set.Name, criTarget, q, verdict(q <= criTarget))
 	}
 	if s := r.res.Status; s != nil {
 		w("| host registry: `cninet status --attachments` over %d records, median < %s (text and JSON, the slower) | %s | %s |\n", s.N, seconds(statusTarget), ms(s.slowest()), verdict(s.slowest() < statusTarget))

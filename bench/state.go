@@ -29,6 +29,7 @@ type results struct {
 
 	Multi []multiResult // multinet: per plugin set and number of networks
 	Thick *thickResult  // thick: cnitool through the shim vs. the delegate
+	CRI   *criResult    // cri: containerd's CRI through the shim vs. the delegate
 
 	Status *statusResult // registry-status: cninet status --attachments over the host registry
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -43,6 +44,7 @@ type thickRig struct {
 	daemon                 *exec.Cmd
 	exited                 chan error
 	socket, confDir, cache string
+	debugLog               io.Writer // when set, the daemon logs at debug level here
 }
 
 // thickScenario: cnitool ADD+DEL through the shim vs. on the delegate, on
@@ -87,6 +89,16 @@ func thickScenario(r *report) error {
 }
 
 func newThickRig(set pluginSet) (*thickRig, error) {
+	rig, err := prepareThickRig(set)
+	if err != nil {
+		return nil, err
+	}
+	return rig, rig.start()
+}
+
+// prepareThickRig builds the daemon and the shim and writes the conf dirs,
+// for start to run the daemon (after a caller changed its log).
+func prepareThickRig(set pluginSet) (*thickRig, error) {
 	tool, err := filepath.Abs("../.cache/bin/cnitool")
 	if err != nil {
 		return nil, err
@@ -126,14 +138,18 @@ func newThickRig(set pluginSet) (*thickRig, error) {
 	if err := os.WriteFile(filepath.Join(rig.shimNet, rig.name+".conflist"), []byte(shim), 0o644); err != nil {
 		return nil, err
 	}
-	return rig, rig.start()
+	return rig, nil
 }
 
 // start runs the daemon and waits until it answers on its socket.
 func (rig *thickRig) start() error {
+	level, log := "warn", io.Writer(os.Stderr)
+	if rig.debugLog != nil {
+		level, log = "debug", rig.debugLog
+	}
 	rig.daemon = exec.Command(filepath.Join(rig.shimDir, "cninet"), "daemon", "--socket", rig.socket, "--conf-dir", rig.confDir,
-		"--cni-path", rig.set.Dir, "--cache-dir", rig.cache, "--log-level", "warn")
-	rig.daemon.Stderr = os.Stderr
+		"--cni-path", rig.set.Dir, "--cache-dir", rig.cache, "--log-level", level)
+	rig.daemon.Stderr = log
 	if err := rig.daemon.Start(); err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/cririg"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
 
@@ -28,8 +29,8 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(crashRunnerEnv); spec != "" { // a runner child of crash_test.go, already in the sandbox
 		os.Exit(runCrashRunner(spec))
 	}
-	runOwnersRunnerIfAsked() // a runner child of owners_test.go, already in the sandbox
-	runRuncWrapperIfAsked()  // containerd runs the test binary as its runc (thick_cri_rig_test.go)
+	runOwnersRunnerIfAsked()       // a runner child of owners_test.go, already in the sandbox
+	cririg.RunRuncWrapperIfAsked() // containerd runs the test binary as its runc (thick_cri_rig_test.go)
 	netsandbox.Main(m)
 }
 

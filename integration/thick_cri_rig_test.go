@@ -1,25 +1,17 @@
 package integration
 
 import (
-	"archive/tar"
-	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/seed1280861d/cninet/internal/cririg"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
 
@@ -31,24 +23,15 @@ import (
 // tarball (no registry); its runc is the runc wrapper below.
 type criRig struct {
 	*thickRig
-	crictl, crictlConfig string
-	config, log          string
-	cgroupParent         string
-	refuseMarker         string // while it exists, the runc wrapper fails every create
-	containerd           *exec.Cmd
-	containerdExited     chan error
+	crictl       *cririg.Crictl
+	config, log  string
+	cgroupParent string
+	refuseMarker string // while it exists, the runc wrapper fails every create
+	containerd   *cririg.Containerd
 }
 
-// Fixed by containerd 1.6: its shims' sockets are under /run/containerd
-// whatever the configured state dir, so the whole of it is the test's
-// tmpfs, and so is its root. The pods' network namespaces are mounted
-// under /var/run/netns, which the suite's sandbox covers already.
-const (
-	containerdRoot   = "/var/lib/containerd"
-	containerdState  = "/run/containerd"
-	containerdSocket = containerdState + "/containerd.sock"
-	pauseImage       = "localhost/cninet-pause:test"
-)
+// pauseImage is the rig's sandbox image, built from the host's busybox.
+const pauseImage = "localhost/cninet-pause:test"
 
 // newCRIRig starts a cninet daemon for a fresh bridge network of set, and
 // containerd whose CRI plugin networks pods through the shim; the shim
@@ -65,9 +48,9 @@ func newCRIRig(t *testing.T, set netsandbox.PluginSet) *criRig {
 	if _, err := os.Stat(crictl); err != nil {
 		netsandbox.Unavailable(t, "crictl is not installed (run scripts/install-deps.sh): "+err.Error())
 	}
-	r := &criRig{thickRig: newThickRig(t, set, "1.0.0", false), crictl: crictl,
+	r := &criRig{thickRig: newThickRig(t, set, "1.0.0", false),
 		cgroupParent: fmt.Sprintf("/cninet-cri-test-%d", os.Getpid())}
-	privateTmpfs(t, containerdRoot, containerdState)
+	privateTmpfs(t, cririg.Root, cririg.State)
 	tmp := t.TempDir()
 	// containerd's CNI bin dir: the shim, and the loopback plugin its CRI
 	// runs for every pod's lo.
@@ -93,41 +76,21 @@ func newCRIRig(t *testing.T, set netsandbox.PluginSet) *criRig {
 		t.Fatal(err)
 	}
 	r.refuseMarker = filepath.Join(tmp, "refuse-create")
-	script := fmt.Sprintf("#!/bin/sh\n%s='%s' %s='%s' exec '%s' \"$@\"\n", runcWrapperEnv, runc, runcRefuseEnv, r.refuseMarker, self)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+	if err := cririg.WriteRuncWrapper(wrapper, self, runc, r.refuseMarker); err != nil {
 		t.Fatal(err)
 	}
 	r.config, r.log = filepath.Join(tmp, "containerd.toml"), filepath.Join(tmp, "containerd.log")
-	// crictl's own config, so that it reads none of the host's.
-	r.crictlConfig = filepath.Join(tmp, "crictl.yaml")
-	writeFile(t, r.crictlConfig, fmt.Sprintf("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 60\n", containerdSocket, containerdSocket))
-	writeFile(t, r.config, fmt.Sprintf(`version = 2
-root = %q
-state = %q
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.overlayfs", "io.containerd.tracing.processor.v1.otlp"]
-[grpc]
-  address = %q
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %q
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = %q
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %q
-    conf_dir = %q
-    max_conf_num = 1
-`, containerdRoot, containerdState, containerdSocket, pauseImage, wrapper, binDir, r.netDir))
+	if r.crictl, err = cririg.NewCrictl(crictl, filepath.Join(tmp, "crictl.yaml"), runtimeWait); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, r.config, cririg.Config{SandboxImage: pauseImage, RuncBinary: wrapper, CNIBinDir: binDir, CNIConfDir: r.netDir}.TOML())
 	t.Cleanup(r.cleanup)
 	r.startContainerd()
 	image := filepath.Join(tmp, "pause.tar")
-	writePauseImage(t, image, pauseImage)
-	r.run("ctr", "--address", containerdSocket, "-n", "k8s.io", "images", "import", "--snapshotter", "native", image)
+	if err := cririg.WritePauseImage(image, pauseImage); err != nil {
+		t.Fatal(err)
+	}
+	r.run("ctr", "--address", cririg.Socket, "-n", "k8s.io", "images", "import", "--snapshotter", "native", image)
 	r.waitFor("the CRI plugin to list "+pauseImage, func() error {
 		_, err := r.tryCrictl("inspecti", pauseImage)
 		return err
@@ -140,54 +103,26 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 // shim conflist).
 func (r *criRig) startContainerd() {
 	r.t.Helper()
-	log, err := os.OpenFile(r.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	c, err := cririg.StartContainerd(r.config, r.log)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	defer log.Close()
-	r.containerd = exec.Command("containerd", "--config", r.config, "--log-level", "warn")
-	r.containerd.Stdout, r.containerd.Stderr = log, log
-	if err := r.containerd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	r.containerdExited = make(chan error, 1)
-	go func(cmd *exec.Cmd, exited chan error) { exited <- cmd.Wait() }(r.containerd, r.containerdExited)
+	r.containerd = c
 	r.waitFor("containerd's CRI plugin to report its network ready", func() error {
 		select {
-		case err := <-r.containerdExited:
+		case err := <-c.Exited():
 			r.containerd = nil
 			r.t.Fatalf("containerd exited at start: %v\n%s", err, r.logTail())
 		default:
 		}
-		out, err := r.tryCrictl("info")
-		if err != nil {
-			return err
-		}
-		var info struct {
-			Status struct {
-				Conditions []struct {
-					Type   string
-					Status bool
-				}
-			}
-		}
-		if err := json.Unmarshal([]byte(out), &info); err != nil {
-			return err
-		}
-		for _, c := range info.Status.Conditions {
-			if c.Type == "NetworkReady" && c.Status {
-				return nil
-			}
-		}
-		return fmt.Errorf("NetworkReady is not true: %s", out)
+		return r.crictl.NetworkReady()
 	})
 }
 
 // killContainerd SIGKILLs containerd; its shims, and so the pods, live on.
 func (r *criRig) killContainerd() {
 	r.t.Helper()
-	r.containerd.Process.Kill()
-	<-r.containerdExited
+	r.containerd.Kill()
 	r.containerd = nil
 }
 
@@ -196,13 +131,8 @@ func (r *criRig) stopContainerd() {
 	if r.containerd == nil {
 		return
 	}
-	r.containerd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.containerdExited:
-	case <-time.After(20 * time.Second):
-		r.containerd.Process.Kill()
-		<-r.containerdExited
-		r.t.Error("containerd did not exit within 20s of SIGTERM")
+	if err := r.containerd.Stop(20 * time.Second); err != nil {
+		r.t.Error(err)
 	}
 	r.containerd = nil
 }
@@ -225,7 +155,7 @@ func (r *criRig) cleanup() {
 		}
 	}
 	r.stopContainerd()
-	if left := r.killLeftovers(); len(left) > 0 {
+	if left := cririg.KillLeftovers(); len(left) > 0 {
 		if !r.t.Failed() {
 			r.t.Errorf("pods' processes outlived their removal: %s", strings.Join(left, "; "))
 		} else {
@@ -234,60 +164,6 @@ func (r *criRig) cleanup() {
 		time.Sleep(200 * time.Millisecond) // their cgroups empty once they are reaped
 	}
 	removeCgroups(r.t, r.cgroupParent)
-}
-
-// killLeftovers SIGKILLs every pod process (the init.pid of a task's
-// bundle, in the task's cgroup) and every containerd shim still running for a task of this
-// rig's containerd: a shim is told by its task id and by running in this
-// test's mount namespace, where the bundles are. It returns what it
-// killed.
-func (r *criRig) killLeftovers() []string {
-	bundles, _ := filepath.Glob(filepath.Join(containerdState, "io.containerd.runtime.v2.task", "*", "*"))
-	if len(bundles) == 0 {
-		return nil
-	}
-	var killed []string
-	kill := func(pid int, what string) {
-		if pid > 1 && syscall.Kill(pid, syscall.SIGKILL) == nil {
-			killed = append(killed, fmt.Sprintf("%s (pid %d)", what, pid))
-		}
-	}
-	ids := map[string]bool{}
-	for _, bundle := range bundles {
-		ids[filepath.Base(bundle)] = true
-		b, err := os.ReadFile(filepath.Join(bundle, "init.pid"))
-		if err != nil {
-			continue
-		}
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-		// Only while the pid is still the task's: its cgroup is named
-		// after the task id.
-		if cgroups, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); err == nil && strings.Contains(string(cgroups), filepath.Base(bundle)) {
-			kill(pid, "task "+filepath.Base(bundle))
-		}
-	}
-	ownMounts, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		return killed
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, proc := range procs {
-		if mounts, err := os.Readlink(proc + "/ns/mnt"); err != nil || mounts != ownMounts {
-			continue
-		}
-		cmdline, _ := os.ReadFile(proc + "/cmdline")
-		args := strings.Split(string(cmdline), "\x00")
-		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
-			continue
-		}
-		for i := 0; i+1 < len(args); i++ {
-			if args[i] == "-id" && ids[args[i+1]] {
-				pid, _ := strconv.Atoi(filepath.Base(proc))
-				kill(pid, "shim of "+args[i+1])
-			}
-		}
-	}
-	return killed
 }
 
 func (r *criRig) logTail() string {
@@ -313,17 +189,7 @@ func (r *criRig) waitFor(what string, cond func() error) {
 
 // tryCrictl runs crictl against the rig's containerd; the error carries
 // crictl's stderr.
-func (r *criRig) tryCrictl(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), runtimeWait)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, r.crictl, append([]string{"--config", r.crictlConfig}, args...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("crictl %s: %v: %s", strings.Join(args, " "), err, errOut.String())
-	}
-	return out.String(), nil
-}
+func (r *criRig) tryCrictl(args ...string) (string, error) { return r.crictl.Run(args...) }
 
 // crictl is tryCrictl failing the test on error.
 func (r *criRig) crictlOK(args ...string) string {
@@ -415,14 +281,6 @@ func serveInPod(t *testing.T, pod criPod, port int, name string) (stop func()) {
 	return serveHTTP(t, &netsandbox.Workload{NS: netns, Path: pod.NetNS}, port, name)
 }
 
-// runcWrapperEnv names the runc the test binary runs as containerd's runc
-// wrapper (see runRuncWrapperIfAsked); runcRefuseEnv names a file whose
-// existence makes the wrapper fail every container create.
-const (
-	runcWrapperEnv = "CNINET_TEST_RUNC_WRAPPER"
-	runcRefuseEnv  = "CNINET_TEST_RUNC_REFUSE"
-)
-
 // refuseCreates makes the runc wrapper fail (or again run) every
 // container create: a pod whose sandbox then fails to start has had its
 // network set up already, and containerd undoes it.
@@ -435,126 +293,6 @@ func (r *criRig) refuseCreates(refuse bool) {
 		return
 	}
 	writeFile(r.t, r.refuseMarker, "")
-}
-
-// runRuncWrapperIfAsked makes the test binary, run by the rig's wrapper
-// script in place of runc, a runc that drops from the bundle's
-// config.json what the test's namespaces cannot grant — cgroup limits
-// (no controller is delegated to them) and a lowered oom_score_adj
-// (containerd asks -998 for a pod sandbox) — and then runs the real runc
-// with the same arguments. Neither is networking, which is what the tests
-// exercise.
-func runRuncWrapperIfAsked() {
-	runc := os.Getenv(runcWrapperEnv)
-	if runc == "" {
-		return
-	}
-	if marker := os.Getenv(runcRefuseEnv); marker != "" && bundleOf(os.Args[1:]) != "" && exists(marker) {
-		fmt.Fprintln(os.Stderr, "runc wrapper: refusing to create a container, as the test asked")
-		os.Exit(1)
-	}
-	if err := dropUnsupportedLimits(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "runc wrapper:", err)
-		os.Exit(1)
-	}
-	err := syscall.Exec(runc, append([]string{"runc"}, os.Args[1:]...), os.Environ())
-	fmt.Fprintln(os.Stderr, "runc wrapper: running runc:", err)
-	os.Exit(1)
-}
-
-// dropUnsupportedLimits edits the config.json of the bundle that args
-// name (bundleOf); other commands have none and are left alone.
-func dropUnsupportedLimits(args []string) error {
-	bundle := bundleOf(args)
-	if bundle == "" {
-		return nil
-	}
-	path := filepath.Join(bundle, "config.json")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber() // ids and limits stay exact
-	var spec map[string]any
-	if err := dec.Decode(&spec); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if linux, ok := spec["linux"].(map[string]any); ok {
-		delete(linux, "resources")
-	}
-	if process, ok := spec["process"].(map[string]any); ok {
-		delete(process, "oomScoreAdj")
-	}
-	out, err := json.Marshal(spec)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, out, 0o644)
-}
-
-// bundleOf is the bundle directory runc's args name (--bundle or -b, as
-// `runc create` and `runc run` take it), or "".
-func bundleOf(args []string) string {
-	bundle := ""
-	for i, a := range args {
-		switch {
-		case (a == "--bundle" || a == "-b") && i+1 < len(args):
-			bundle = args[i+1]
-		case strings.HasPrefix(a, "--bundle="):
-			bundle = strings.TrimPrefix(a, "--bundle=")
-		}
-	}
-	return bundle
-}
-
-// writePauseImage writes a docker-archive image tarball (what `docker
-// save` writes and `ctr images import` reads) tagged ref: one layer, the
-// host's static busybox, whose entrypoint sleeps forever, as a pod
-// sandbox's pause process does.
-func writePauseImage(t *testing.T, path, ref string) {
-	t.Helper()
-	layerPath := path + ".layer"
-	writeBusyboxImage(t, layerPath)
-	defer os.Remove(layerPath)
-	layer, err := os.ReadFile(layerPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(layer)
-	config, err := json.Marshal(map[string]any{
-		"architecture": runtime.GOARCH,
-		"os":           "linux",
-		"config":       map[string]any{"Entrypoint": []string{"/bin/busybox", "sleep", "2147483647"}},
-		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(sum[:])}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest, err := json.Marshal([]map[string]any{{"Config": "config.json", "RepoTags": []string{ref}, "Layers": []string{"layer.tar"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tw := tar.NewWriter(f)
-	for _, file := range []struct {
-		name string
-		data []byte
-	}{{"layer.tar", layer}, {"config.json", config}, {"manifest.json", manifest}} {
-		if err := tw.WriteHeader(&tar.Header{Name: file.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(file.data))}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(tw, bytes.NewReader(file.data)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // podState is the pod's state as containerd reports it.

@@ -1,17 +1,14 @@
 package integration
 
 import (
-	"archive/tar"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/seed1280861d/cninet/internal/cririg"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 	"golang.org/x/sys/unix"
 )
@@ -35,7 +32,9 @@ func TestThickPodman(t *testing.T) {
 	privateTmpfs(t, "/dev/shm", "/run/runc", "/run/libpod", "/run/containers", "/var/lib/containers")
 	tmp := t.TempDir()
 	image := filepath.Join(tmp, "busybox.tar")
-	writeBusyboxImage(t, image)
+	if err := cririg.WriteBusyboxLayer(image); err != nil {
+		t.Fatal(err)
+	}
 	conf := filepath.Join(tmp, "containers.conf")
 	writeFile(t, conf, fmt.Sprintf(`[network]
 network_backend = "cni"
@@ -98,44 +97,6 @@ func privateTmpfs(t *testing.T, dirs ...string) {
 	}
 }
 
-// writeBusyboxImage writes a container image tarball holding the host's
-// static busybox and the applets the test runs.
-func writeBusyboxImage(t *testing.T, path string) {
-	t.Helper()
-	bin, err := exec.LookPath("busybox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := os.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	fi, err := src.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tw := tar.NewWriter(f)
-	for _, dir := range []string{"bin/", "tmp/", "etc/"} {
-		tw.WriteHeader(&tar.Header{Name: dir, Typeflag: tar.TypeDir, Mode: 0o1777})
-	}
-	tw.WriteHeader(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: fi.Size()})
-	if _, err := io.Copy(tw, src); err != nil {
-		t.Fatal(err)
-	}
-	for _, applet := range []string{"sh", "httpd", "echo"} {
-		tw.WriteHeader(&tar.Header{Name: "bin/" + applet, Typeflag: tar.TypeSymlink, Linkname: "busybox"})
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
@@ -144,40 +105,10 @@ func writeFile(t *testing.T, path, content string) {
 }
 
 // removeCgroups removes the cgroup parent the test's containers ran
-// under, in every hierarchy, deepest first.
+// under (cririg.RemoveCgroups), failing the test on what it cannot remove.
 func removeCgroups(t *testing.T, parent string) {
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*" + parent)
-	if root := "/sys/fs/cgroup" + parent; exists(root) {
-		roots = append(roots, root)
-	}
-	for _, root := range roots {
-		var dirs []string
-		filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, path)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := removeCgroup(dirs[i]); err != nil {
-				t.Errorf("removing the test's cgroup %s: %v", dirs[i], err)
-			}
-		}
-	}
-}
-
-// removeCgroup removes one cgroup directory. A container's last process
-// (conmon after `podman rm -f`, a shim after `crictl rmp`) may still be
-// exiting when the runtime returns, and the kernel refuses to remove a
-// cgroup that holds one (EBUSY): wait for it a bounded while.
-func removeCgroup(dir string) error {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := os.Remove(dir)
-		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := cririg.RemoveCgroups(parent); err != nil {
+		t.Error(err)
 	}
 }
 

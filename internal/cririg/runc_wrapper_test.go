@@ -1,4 +1,4 @@
-package integration
+package cririg
 
 import (
 	"encoding/json"
@@ -25,8 +25,8 @@ func TestRuncWrapperBundleOf(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := bundleOf(tc.args); got != tc.want {
-				t.Errorf("bundleOf(%q) = %q, want %q", tc.args, got, tc.want)
+			if got := BundleOf(tc.args); got != tc.want {
+				t.Errorf("BundleOf(%q) = %q, want %q", tc.args, got, tc.want)
 			}
 		})
 	}
@@ -40,8 +40,10 @@ func TestRuncWrapperDropsUnsupportedLimits(t *testing.T) {
 	spec := `{"ociVersion":"1.0.2","process":{"args":["/pause"],"oomScoreAdj":-998,"user":{"uid":0,"gid":0}},` +
 		`"linux":{"cgroupsPath":"/p/id","resources":{"cpu":{"shares":2}},"namespaces":[{"type":"network","path":"/var/run/netns/x"}]},` +
 		`"annotations":{"big":"x"},"big":18446744073709551615}`
-	writeFile(t, filepath.Join(bundle, "config.json"), spec)
-	if err := dropUnsupportedLimits([]string{"create", "--bundle", bundle, "id"}); err != nil {
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := DropUnsupportedLimits([]string{"create", "--bundle", bundle, "id"}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
@@ -61,7 +63,7 @@ func TestRuncWrapperDropsUnsupportedLimits(t *testing.T) {
 	if !strings.Contains(string(b), "18446744073709551615") {
 		t.Errorf("a large number lost its digits: %s", b)
 	}
-	if err := dropUnsupportedLimits([]string{"create", "--bundle", filepath.Join(bundle, "missing"), "id"}); err == nil {
+	if err := DropUnsupportedLimits([]string{"create", "--bundle", filepath.Join(bundle, "missing"), "id"}); err == nil {
 		t.Error("a bundle without config.json was accepted, want an error")
 	}
 }
