@@ -90,7 +90,7 @@ func TestConflistLoadedFromADirectory(t *testing.T) {
 		}
 		n := networkSeq.Add(1)
 		single := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"single%d","type":"bridge","bridge":"itsb%d","isGateway":true,"ipMasq":true,
-			"ipam":{"type":"host-local","ranges":[[{"subnet":"198.18.%d.0/24"}]],"dataDir":"/run/cni"}}`, n, n, n)
+			"ipam":{"type":"host-local","ranges":[[{"subnet":"%s.0/24"}]],"dataDir":"/run/cni"}}`, n, n, subnet24(t, n))
 		if err := os.WriteFile(filepath.Join(dir, "50-single.conf"), []byte(single), 0o644); err != nil {
 			t.Fatal(err)
 		}

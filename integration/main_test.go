@@ -45,6 +45,16 @@ type network struct {
 
 var networkSeq atomic.Int32
 
+// subnet24 is the first three octets of test network n's /24: the suite's
+// 198.18.0.0/15 holds 511 of them (198.18.1 to 198.19.255).
+func subnet24(t testing.TB, n int32) string {
+	t.Helper()
+	if n < 1 || n > 511 {
+		t.Fatalf("test network %d: 198.18.0.0/15 holds /24s for networks 1 to 511 only", n)
+	}
+	return fmt.Sprintf("198.%d.%d", 18+n/256, n%256)
+}
+
 func newNetwork(t *testing.T, set netsandbox.PluginSet, dualStack bool) network {
 	t.Helper()
 	n := networkSeq.Add(1)
@@ -53,9 +63,9 @@ func newNetwork(t *testing.T, set netsandbox.PluginSet, dualStack bool) network 
 	cfg.NetworkName = fmt.Sprintf("it%d", n)
 	cfg.BridgeName = fmt.Sprintf("itbr%d", n)
 	cfg.AdminChainName = "CNINET-TEST-ADMIN"
-	cfg.IPv4Subnet = fmt.Sprintf("198.18.%d.0/24", n)
+	cfg.IPv4Subnet = subnet24(t, n) + ".0/24"
 	cfg.IPAMDataDir = "/run/cni"
-	nw := network{cfg: cfg, gw4: netip.MustParseAddr(fmt.Sprintf("198.18.%d.1", n))}
+	nw := network{cfg: cfg, gw4: netip.MustParseAddr(subnet24(t, n) + ".1")}
 	if dualStack {
 		cfg.IPv6Subnet = fmt.Sprintf("fd00:198:18:0:%x::/80", n)
 		nw.cfg = cfg

@@ -33,10 +33,10 @@ type pluginNetwork struct {
 func newPluginNetwork(t *testing.T, main map[string]any, chained ...map[string]any) pluginNetwork {
 	t.Helper()
 	n := networkSeq.Add(1)
-	nw := pluginNetwork{name: fmt.Sprintf("it%d", n), gw4: netip.MustParseAddr(fmt.Sprintf("198.18.%d.1", n))}
+	nw := pluginNetwork{name: fmt.Sprintf("it%d", n), gw4: netip.MustParseAddr(subnet24(t, n) + ".1")}
 	main["ipam"] = map[string]any{
 		"type":    "host-local",
-		"ranges":  [][]map[string]any{{{"subnet": fmt.Sprintf("198.18.%d.0/24", n)}}},
+		"ranges":  [][]map[string]any{{{"subnet": subnet24(t, n) + ".0/24"}}},
 		"routes":  []map[string]any{{"dst": "0.0.0.0/0"}},
 		"dataDir": "/run/cni",
 	}
