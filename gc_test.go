@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/cninettest/fakes"
@@ -420,47 +419,8 @@ func TestTeardownOfOneConfiguratorLeavesTheNetworksOfAnotherOfTheSameOwner(t *te
 // again and finishes; without a deadline, the miss is reported (the
 // commands' lock waits were already bounded by host.DefaultLockWait).
 func TestGCWhoseSweepMissedAGapInTheXtablesLockTriesAgainWithinItsDeadline(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		deadline time.Duration // 0: none
-		missed   int32
-		wantErr  error
-	}{
-		{"a deadline with time left: the sweep runs again until the lock is had", 10 * time.Second, 3, nil},
-		{"no deadline: the miss is reported", 0, 1, cninet.ErrXtablesLock},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ipt := &lockingIPTables{IPTables: fakes.NewIPTables()}
-			fp := footprint{network: "cninet-unit", id: "dead-1", ip: "198.18.0.2"}
-			ipt.Load("nat", fp.nat()).Load("filter", fp.filter())
-			masq := chain("CNI-", fp.network, fp.id)
-			if !ipt.HasChain("nat", masq) {
-				t.Fatalf("the footprint has no chain %s", masq)
-			}
-			ipt.missed.Store(tc.missed)
-			c := newLockingConfigurator(t, ipt, &fakes.CNI{})
-			ctx := context.Background()
-			if tc.deadline > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
-				defer cancel()
-			}
-			_, err := c.GC(ctx, []string{})
-			if ipt.missed.Load() >= 0 {
-				t.Fatalf("only %d of the %d commands that were to miss the lock ran", tc.missed-ipt.missed.Load()-1, tc.missed)
-			}
-			if tc.wantErr == nil {
-				if err != nil {
-					t.Fatalf("GC: %v", err)
-				}
-				if ipt.HasChain("nat", masq) {
-					t.Errorf("the dead attachment's chain %s is still there", masq)
-				}
-				return
-			}
-			if !errors.Is(err, tc.wantErr) || !errors.Is(err, cninet.ErrCleanupFailed) {
-				t.Fatalf("err = %v, want %v within ErrCleanupFailed", err, tc.wantErr)
-			}
-		})
-	}
+	missLockGaps(t, "dead-1", func(ctx context.Context, c *cninet.Configurator, _ string) error {
+		_, err := c.GC(ctx, []string{})
+		return err
+	})
 }

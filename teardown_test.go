@@ -843,6 +843,17 @@ func TestTeardownBehindAHeldXtablesLockEndsWithItsContext(t *testing.T) {
 // it could not reach; without a deadline, the commands' lock waits were
 // already bounded (host.DefaultLockWait), and the miss is reported.
 func TestTeardownWhoseCleanupMissedAGapInTheXtablesLockTriesAgainWithinItsDeadline(t *testing.T) {
+	missLockGaps(t, "busy-1", func(ctx context.Context, c *cninet.Configurator, id string) error {
+		return c.Teardown(ctx, &cninet.Allocation{ID: id}, "")
+	})
+}
+
+// missLockGaps runs op on the footprint of id while the xtables lock's
+// holder lets commands through only in gaps: with a deadline that leaves
+// time, the first commands miss the lock and op still removes the
+// footprint; without one, a miss is reported (ErrXtablesLock within
+// ErrCleanupFailed).
+func missLockGaps(t *testing.T, id string, op func(ctx context.Context, c *cninet.Configurator, id string) error) {
 	for _, tc := range []struct {
 		name     string
 		deadline time.Duration // 0: none
@@ -854,7 +865,7 @@ func TestTeardownWhoseCleanupMissedAGapInTheXtablesLockTriesAgainWithinItsDeadli
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ipt := &lockingIPTables{IPTables: fakes.NewIPTables()}
-			fp := footprint{network: "cninet-unit", id: "busy-1", ip: "198.18.0.2"}
+			fp := footprint{network: "cninet-unit", id: id, ip: "198.18.0.2"}
 			ipt.Load("nat", fp.nat()).Load("filter", fp.filter())
 			masq := chain("CNI-", fp.network, fp.id)
 			if !ipt.HasChain("nat", masq) {
@@ -868,13 +879,13 @@ func TestTeardownWhoseCleanupMissedAGapInTheXtablesLockTriesAgainWithinItsDeadli
 				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
 				defer cancel()
 			}
-			err := c.Teardown(ctx, &cninet.Allocation{ID: fp.id}, "")
+			err := op(ctx, c, fp.id)
 			if ipt.missed.Load() >= 0 {
 				t.Fatalf("only %d of the %d commands that were to miss the lock ran", tc.missed-ipt.missed.Load()-1, tc.missed)
 			}
 			if tc.wantErr == nil {
 				if err != nil {
-					t.Fatalf("Teardown: %v", err)
+					t.Fatal(err)
 				}
 				if ipt.HasChain("nat", masq) {
 					t.Errorf("the chain %s is still there", masq)

@@ -140,23 +140,11 @@ func bigDel(t *testing.T, id string, protocol, size int) (*Request, []byte) {
 // until the daemon reads.
 func TestServerReadsABodyOnlyOnceASlotIsFree(t *testing.T) {
 	const size = 900 << 10 // within MaxRequestBytes, far beyond a unix socket's buffers
-	release := make(chan struct{})
-	var once sync.Once
-	defer once.Do(func() { close(release) })
-	var mu sync.Mutex
-	var ran []string
-	run := func(_ context.Context, req *Request, _ *NetConf) ([]byte, error) {
-		mu.Lock()
-		ran = append(ran, req.ContainerID)
-		mu.Unlock()
-		if req.ContainerID == "c1" {
-			<-release
-		}
-		return nil, nil
-	}
-	c := startServer(t, &Server{run: run, MaxConcurrent: 1, AllowPeer: func(uint32) bool { return true }})
+	h := newSlotHolder()
+	defer h.free()
+	c := startServer(t, &Server{run: h.run, MaxConcurrent: 1, AllowPeer: func(uint32) bool { return true }})
 	go tryPost(c, reqBody("DEL", "c1", "", "eth0", shimConf)) // holds the only slot
-	waitFor(t, "c1 to run", func() bool { return slices.Contains(ranNow(&mu, &ran), "c1") })
+	waitFor(t, "c1 to run", func() bool { return slices.Contains(h.ranNow(), "c1") })
 
 	req, b := bigDel(t, "c2", ProtocolVersion, size)
 	body := &countingReader{r: strings.NewReader(string(b))}
@@ -178,11 +166,11 @@ func TestServerReadsABodyOnlyOnceASlotIsFree(t *testing.T) {
 	if sent := body.read.Load(); sent >= int64(len(b)) {
 		t.Fatalf("the client sent the whole %d-byte body while the request waited for a slot: the daemon read it", sent)
 	}
-	once.Do(func() { close(release) })
+	h.free()
 	if err := <-answered; err != nil {
 		t.Fatalf("once the slot was free: %v, want the request served", err)
 	}
-	if got := ranNow(&mu, &ran); !slices.Contains(got, "c2") {
+	if got := h.ranNow(); !slices.Contains(got, "c2") {
 		t.Fatalf("ran %v, want c2 run once its body was read", got)
 	}
 }
@@ -191,37 +179,25 @@ func TestServerReadsABodyOnlyOnceASlotIsFree(t *testing.T) {
 // is refused unrun when its slot comes, though its body was never read
 // (net/http notices a hang-up only after the body).
 func TestServerRefusesAQueuedRequestWhoseShimHungUp(t *testing.T) {
-	release := make(chan struct{})
-	var once sync.Once
-	defer once.Do(func() { close(release) })
-	var mu sync.Mutex
-	var ran []string
-	run := func(_ context.Context, req *Request, _ *NetConf) ([]byte, error) {
-		mu.Lock()
-		ran = append(ran, req.ContainerID)
-		mu.Unlock()
-		if req.ContainerID == "c1" {
-			<-release
-		}
-		return nil, nil
-	}
+	h := newSlotHolder()
+	defer h.free()
 	results := make(chan string, 4)
-	s := &Server{run: run, MaxConcurrent: 1, AllowPeer: func(uint32) bool { return true },
+	s := &Server{run: h.run, MaxConcurrent: 1, AllowPeer: func(uint32) bool { return true },
 		Observe: func(command, result string, _ time.Duration) { results <- result }}
 	c := startServer(t, s)
 	go tryPost(c, reqBody("DEL", "c1", "", "eth0", shimConf))
-	waitFor(t, "c1 to run", func() bool { return slices.Contains(ranNow(&mu, &ran), "c1") })
+	waitFor(t, "c1 to run", func() bool { return slices.Contains(h.ranNow(), "c1") })
 
 	req, b := bigDel(t, "c2", ProtocolVersion, 16)
 	conn, err := c.Transport.(*http.Transport).DialContext(context.Background(), "unix", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := http.Header{}
-	req.SetHead(h)
+	hdr := http.Header{}
+	req.SetHead(hdr)
 	var head strings.Builder
 	fmt.Fprintf(&head, "POST %s HTTP/1.1\r\nHost: cninet\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", RequestPath, len(b))
-	h.Write(&head)
+	hdr.Write(&head)
 	if _, err := io.WriteString(conn, head.String()+"\r\n"+string(b)); err != nil {
 		t.Fatal(err)
 	}
@@ -231,12 +207,12 @@ func TestServerRefusesAQueuedRequestWhoseShimHungUp(t *testing.T) {
 		t.Fatalf("first answer line %q (%v), want the acknowledgement", status, err)
 	}
 	conn.Close() // the shim hangs up while its request waits for a slot
-	once.Do(func() { close(release) })
+	h.free()
 	for range 2 {
 		select {
 		case result := <-results:
 			if result == "11" {
-				if got := ranNow(&mu, &ran); slices.Contains(got, "c2") {
+				if got := h.ranNow(); slices.Contains(got, "c2") {
 					t.Fatalf("ran %v: the request of the shim that hung up ran", got)
 				}
 				return
@@ -245,7 +221,7 @@ func TestServerRefusesAQueuedRequestWhoseShimHungUp(t *testing.T) {
 			t.Fatal("no answer to the hung-up request within 10s")
 		}
 	}
-	t.Fatalf("ran %v: want the hung-up request refused with code 11", ranNow(&mu, &ran))
+	t.Fatalf("ran %v: want the hung-up request refused with code 11", h.ranNow())
 }
 
 // The daemon queues a request by its head: a body that says another

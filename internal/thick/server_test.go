@@ -307,35 +307,47 @@ func TestServerRefusesWhatTheShimGaveUpOn(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			release := make(chan struct{})
-			var mu sync.Mutex
-			var ran []string
-			run := func(_ context.Context, req *Request, _ *NetConf) ([]byte, error) {
-				mu.Lock()
-				ran = append(ran, req.ContainerID)
-				mu.Unlock()
-				if req.ContainerID == "c1" {
-					<-release
-				}
-				return nil, nil
-			}
-			c := startServer(t, &Server{run: run, MaxConcurrent: 1, AllowPeer: func(uint32) bool { return true }})
-			defer close(release)
+			h := newSlotHolder()
+			c := startServer(t, &Server{run: h.run, MaxConcurrent: 1, AllowPeer: func(uint32) bool { return true }})
+			defer h.free()
 			if tc.busy {
 				go tryPost(c, reqBody("DEL", "c1", "", "eth0", shimConf))
-				for deadline := time.Now().Add(5 * time.Second); !slices.Contains(ranNow(&mu, &ran), "c1"); time.Sleep(5 * time.Millisecond) {
-					if time.Now().After(deadline) {
-						t.Fatal("the first request did not start")
-					}
-				}
+				waitFor(t, "c1 to run", func() bool { return slices.Contains(h.ranNow(), "c1") })
 			}
 			code, cerr := post(t, c, tc.body(t))
-			if got := ranNow(&mu, &ran); code == http.StatusOK || cerr.Code != types.ErrTryAgainLater || slices.Contains(got, "c2") {
+			if got := h.ranNow(); code == http.StatusOK || cerr.Code != types.ErrTryAgainLater || slices.Contains(got, "c2") {
 				t.Fatalf("HTTP %d %+v, ran %v: want code 11 and c2 never run", code, cerr, got)
 			}
 		})
 	}
 }
+
+// slotHolder is a Server's run that records each request's container id
+// and holds the slot of container c1 until freed. Free it with defer:
+// the server's cleanup waits for the requests it runs.
+type slotHolder struct {
+	mu      sync.Mutex
+	ran     []string
+	release chan struct{}
+	once    sync.Once
+}
+
+func newSlotHolder() *slotHolder { return &slotHolder{release: make(chan struct{})} }
+
+func (h *slotHolder) run(_ context.Context, req *Request, _ *NetConf) ([]byte, error) {
+	h.mu.Lock()
+	h.ran = append(h.ran, req.ContainerID)
+	h.mu.Unlock()
+	if req.ContainerID == "c1" {
+		<-h.release
+	}
+	return nil, nil
+}
+
+// free lets c1 finish; it may be called again.
+func (h *slotHolder) free() { h.once.Do(func() { close(h.release) }) }
+
+func (h *slotHolder) ranNow() []string { return ranNow(&h.mu, &h.ran) }
 
 func ranNow(mu *sync.Mutex, ran *[]string) []string {
 	mu.Lock()
