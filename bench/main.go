@@ -30,6 +30,8 @@ type options struct {
 	multiN        int
 	thickN        int
 	thickBurst    int
+	thickRounds   int
+	thickPeak     int
 	statusN       int
 	statusRuns    int
 	scaleSizes    []int
@@ -91,7 +93,9 @@ func main() {
 	flag.IntVar(&o.scaleN, "scale-n", 12, "Setup+Teardown cycles per contender, per size and plugin set (overhead-scale)")
 	flag.IntVar(&o.multiN, "multinet-n", 12, "Setup+Teardown cycles per contender, per plugin set and number of networks (multinet)")
 	flag.IntVar(&o.thickN, "thick-n", 30, "cnitool ADD+DEL cycles per contender (thick)")
-	flag.IntVar(&o.thickBurst, "thick-burst", 200, "concurrent ADDs through the shim in the burst (thick)")
+	flag.IntVar(&o.thickBurst, "thick-burst", 200, "concurrent cnitool ADDs per burst, through the shim and on the delegate alike (thick)")
+	flag.IntVar(&o.thickRounds, "thick-rounds", 2, "rounds of bursts, each a burst through the shim and one on the delegate, alternating which goes first (thick)")
+	flag.IntVar(&o.thickPeak, "thick-peak", 500, "concurrent cnitool ADDs through the shim over which the daemon's peak RSS is measured; 0: none (thick)")
 	flag.IntVar(&o.statusN, "status-n", 10000, "records in the host registry listed by cninet status --attachments (registry-status)")
 	flag.IntVar(&o.statusRuns, "status-runs", 5, "runs of cninet status --attachments per output format (registry-status)")
 	flag.BoolVar(&o.control, "control", true, "overhead scenarios: interleave a second go-cni with the two contenders, to measure the machine's noise (go-cni against itself)")

@@ -175,10 +175,7 @@ func (r *report) targets(w writer) {
 		w("| GC, %d leaked (nftables): `nft` processes O(families) (≤ 1 listing + 1 transaction per table, 3 tables) | %d | %s |\n", g.N, n, verdict(n <= 7))
 	}
 	r.gcScaleTargets(w)
-	if t := r.res.Thick; t != nil {
-		q := ratio(t.Shim.median(), t.Direct.median())
-		w("| thick mode, %s: cnitool through the shim / on the delegate, median ≤ %.2f× | %.3f× | %s |\n", t.Set.Name, thickTarget, q, verdict(q <= thickTarget))
-	}
+	r.thickTargets(w)
 	if s := r.res.Status; s != nil {
 		w("| host registry: `cninet status --attachments` over %d records, median < %s (text and JSON, the slower) | %s | %s |\n", s.N, seconds(statusTarget), ms(s.slowest()), verdict(s.slowest() < statusTarget))
 	}
