@@ -406,18 +406,19 @@ func (rig *thickRig) burst(shim bool, n int) (burstRun, error) {
 	return b, nil
 }
 
-// loadavg is the machine's load (/proc/loadavg's 1, 5 and 15 minute
-// averages), recorded with each number.
+// loadavg is the machine's load, recorded with each number:
+// /proc/loadavg's 1, 5 and 15 minute averages and the processes runnable
+// now of all (the averages lag: after a burst they still count it).
 func loadavg() string {
 	raw, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return "?"
 	}
 	f := strings.Fields(string(raw))
-	if len(f) < 3 {
+	if len(f) < 4 {
 		return "?"
 	}
-	return strings.Join(f[:3], " ")
+	return strings.Join(f[:3], " ") + ", runnable " + f[3]
 }
 
 // peakRSS is the peak resident set size of process pid (VmHWM), in bytes.
@@ -452,7 +453,7 @@ func (r *report) thickSection(w writer) {
 		return
 	}
 	if t.Command != "" {
-		w("Measured with `cd bench && %s` (machine load, 1/5/15 min: before the cycles %s, after %s).\n\n", t.Command, t.CyclesLoad[0], t.CyclesLoad[1])
+		w("Measured with `cd bench && %s` (machine load, 1/5/15 min averages and processes runnable of all: before the cycles %s; after %s).\n\n", t.Command, t.CyclesLoad[0], t.CyclesLoad[1])
 	}
 	q := ratio(t.Shim.median(), t.Direct.median())
 	w("| plugin set | cycles | shim median | p95 | delegate directly median | p95 | ratio (median) | | paired ratio | shim − directly (paired mean) |\n|---|---|---|---|---|---|---|---|---|---|\n")
@@ -508,7 +509,7 @@ func (r *report) thickBurstTable(w writer, t *thickResult) {
 	var shimAdd, directAdd, shimDel, directDel sample
 	failed := 0
 	if len(t.Bursts) > 0 {
-		w("Bursts of %d concurrent cnitool ADDs, then their DELs at once, through the shim and on the delegate directly, in rounds alternating which goes first (load: 1/5/15 min before each burst):\n\n", t.Burst)
+		w("Bursts of %d concurrent cnitool ADDs, then their DELs at once, through the shim and on the delegate directly, in rounds alternating which goes first (load before each burst: the 1/5/15 min averages, which lag and so still count the burst before, and the processes runnable then of all):\n\n", t.Burst)
 		w("| round | contender | ADDs took | failed | DELs took | failed | load before |\n|---|---|---|---|---|---|---|\n")
 		for i, b := range t.Bursts {
 			who := "delegate directly"
