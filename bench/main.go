@@ -177,7 +177,10 @@ func run(o options) error {
 			return err
 		}
 	}
-	if !o.rewrite {
+	// A run of some scenarios (-only) keeps the machine line of the run
+	// that measured the others: it is theirs. Scenarios that may run
+	// elsewhere say their own machine in their section.
+	if !o.rewrite && (len(o.only) == 0 || r.res.Machine == "") {
 		r.res.Machine = machine()
 	}
 	for _, s := range scenarios {
