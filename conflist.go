@@ -223,7 +223,23 @@ func (b BridgeConfig) withDefaults() BridgeConfig {
 	return b
 }
 
-var chainNameRule = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,28}$`)
+// isChainName says whether s may name the firewall plugin's admin chain:
+// 1-28 ASCII letters, digits, '_', '.' or '-'. A loop, not a regexp: a
+// counted repetition such as {1,28} compiles to a program of 28 copies,
+// which every process linking cninet (each cninet-shim start among them)
+// would build at init.
+func isChainName(s string) bool {
+	if len(s) == 0 || len(s) > 28 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 func (b BridgeConfig) validate() error {
 	switch {
@@ -231,7 +247,7 @@ func (b BridgeConfig) validate() error {
 		return fmt.Errorf("%w: network name %q does not match %s", ErrInvalidConfig, b.NetworkName, networkNameRule)
 	case !networkNameRule.MatchString(b.BridgeName) || len(b.BridgeName) > 15:
 		return fmt.Errorf("%w: bridge name %q: want at most 15 bytes matching %s", ErrInvalidConfig, b.BridgeName, networkNameRule)
-	case !chainNameRule.MatchString(b.AdminChainName):
+	case !isChainName(b.AdminChainName):
 		return fmt.Errorf("%w: admin chain name %q: want 1-28 of A-Z a-z 0-9 _ . -", ErrInvalidConfig, b.AdminChainName)
 	case !filepath.IsAbs(b.IPAMDataDir):
 		return fmt.Errorf("%w: IPAM data dir %q is not an absolute path", ErrInvalidConfig, b.IPAMDataDir)

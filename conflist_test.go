@@ -89,6 +89,10 @@ func TestBridgeConfListRejects(t *testing.T) {
 		"an IPv6 subnet that is not canonical": func(c *cninet.BridgeConfig) { c.IPv6Subnet = "fd00:198:18::1/64" },
 		"a subnet that is not a CIDR":          func(c *cninet.BridgeConfig) { c.IPv4Subnet = "198.18.0.0" },
 		"an admin chain name longer than 28":   func(c *cninet.BridgeConfig) { c.AdminChainName = strings.Repeat("A", 29) },
+		"an admin chain name with a space":     func(c *cninet.BridgeConfig) { c.AdminChainName = "CNI ADMIN" },
+		"an admin chain name with a slash":     func(c *cninet.BridgeConfig) { c.AdminChainName = "CNI/ADMIN" },
+		"an admin chain name outside ASCII":    func(c *cninet.BridgeConfig) { c.AdminChainName = "CNI-ADMÍN" },
+		"an admin chain name with a newline":   func(c *cninet.BridgeConfig) { c.AdminChainName = "CNI-ADMIN\n" },
 		"a relative IPAM data dir":             func(c *cninet.BridgeConfig) { c.IPAMDataDir = "run/cni" },
 	}
 	for name, mutate := range cases {
@@ -97,6 +101,24 @@ func TestBridgeConfListRejects(t *testing.T) {
 			mutate(&cfg)
 			if _, err := cninet.BridgeConfList(cfg); !errors.Is(err, cninet.ErrInvalidConfig) {
 				t.Fatalf("err = %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+}
+
+func TestBridgeConfListAcceptsAdminChainNames(t *testing.T) {
+	for name, chain := range map[string]string{
+		"the firewall plugin's default": "CNI-ADMIN",
+		"28 bytes":                      strings.Repeat("A", 28),
+		"one byte":                      "x",
+		"letters, digits, underscore, dot and dashes": "a_Z.9-b",
+		"starting with a dash":                        "-CNI",
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := cninet.DefaultBridgeConfig()
+			cfg.AdminChainName = chain
+			if _, err := cninet.BridgeConfList(cfg); err != nil {
+				t.Fatalf("admin chain name %q: %v, want it accepted", chain, err)
 			}
 		})
 	}

@@ -32,6 +32,8 @@ type options struct {
 	thickN        int
 	thickBurst    int
 	criN          int
+	thickRounds   int
+	thickPeak     int
 	statusN       int
 	statusRuns    int
 	scaleSizes    []int
@@ -97,7 +99,9 @@ func main() {
 	flag.IntVar(&o.scaleN, "scale-n", 12, "Setup+Teardown cycles per contender, per size and plugin set (overhead-scale)")
 	flag.IntVar(&o.multiN, "multinet-n", 12, "Setup+Teardown cycles per contender, per plugin set and number of networks (multinet)")
 	flag.IntVar(&o.thickN, "thick-n", 30, "cnitool ADD+DEL cycles per contender (thick)")
-	flag.IntVar(&o.thickBurst, "thick-burst", 200, "concurrent ADDs through the shim in the burst (thick)")
+	flag.IntVar(&o.thickBurst, "thick-burst", 200, "concurrent cnitool ADDs per burst, through the shim and on the delegate alike (thick)")
+	flag.IntVar(&o.thickRounds, "thick-rounds", 2, "rounds of bursts, each a burst through the shim and one on the delegate, alternating which goes first (thick)")
+	flag.IntVar(&o.thickPeak, "thick-peak", 500, "concurrent cnitool ADDs through the shim over which the daemon's peak RSS is measured; 0: none (thick)")
 	flag.IntVar(&o.criN, "cri-n", 10, "crictl runp+stopp+rmp cycles per contender (cri)")
 	flag.IntVar(&o.statusN, "status-n", 10000, "records in the host registry listed by cninet status --attachments (registry-status)")
 	flag.IntVar(&o.statusRuns, "status-runs", 5, "runs of cninet status --attachments per output format (registry-status)")
@@ -181,7 +185,10 @@ func run(o options) error {
 			return err
 		}
 	}
-	if !o.rewrite {
+	// A run of some scenarios (-only) keeps the machine line of the run
+	// that measured the others: it is theirs. Scenarios that may run
+	// elsewhere say their own machine in their section.
+	if !o.rewrite && (len(o.only) == 0 || r.res.Machine == "") {
 		r.res.Machine = machine()
 	}
 	for _, s := range scenarios {

@@ -176,10 +176,7 @@ func (r *report) targets(w writer) {
 		w("| GC, %d leaked (nftables): `nft` processes O(families) (≤ 1 listing + 1 transaction per table, 3 tables) | %d | %s |\n", g.N, n, verdict(n <= 7))
 	}
 	r.gcScaleTargets(w)
-	if t := r.res.Thick; t != nil {
-		q := ratio(t.Shim.median(), t.Direct.median())
-		w("| thick mode, %s: cnitool through the shim / on the delegate, median ≤ %.2f× | %.3f× | %s |\n", t.Set.Name, thickTarget, q, verdict(q <= thickTarget))
-	}
+	r.thickTargets(w)
 	if c := r.res.CRI; c != nil {
 		q := ratio(c.Shim.total().median(), c.Direct.total().median())
 		w("| thick mode under containerd's CRI, %s: crictl runp+stopp+rmp through the shim / on the delegate, median ≤ %.2f× | %.3f× | %s |\n", c.Set.Name, criTarget, q, verdict(q <= criTarget))

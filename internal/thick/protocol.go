@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -122,12 +121,33 @@ func OwnerOf(req *Request, conf *NetConf) string {
 	return Owner
 }
 
-// ownerName is what an owner may be: a name, as executables have.
-var ownerName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
+// ownerNameMax is the longest owner name, in bytes.
+const ownerNameMax = 64
+
+// isOwnerName says whether s may name an owner: a name, as executables
+// have: 1-64 ASCII letters, digits, '.', '_', '+' or '-', the first a
+// letter or a digit. A loop, not a regexp: a counted repetition such as
+// {0,63} compiles to a program of 64 copies, which every process linking
+// this package (each cninet-shim start among them) would build at init.
+func isOwnerName(s string) bool {
+	if len(s) == 0 || len(s) > ownerNameMax || !isASCIIAlnum(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !isASCIIAlnum(c) && c != '.' && c != '_' && c != '+' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isASCIIAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
 
 // CheckOwner says whether owner can name an owner ("" can: none).
 func CheckOwner(owner string) error {
-	if owner != "" && !ownerName.MatchString(owner) {
+	if owner != "" && !isOwnerName(owner) {
 		return fmt.Errorf("%w: owner %q, want 1-64 letters, digits, '.', '_', '+' or '-'", ErrBadRequest, owner)
 	}
 	return nil

@@ -171,6 +171,38 @@ func TestTheOwnerOfARequest(t *testing.T) {
 	}
 }
 
+func TestCheckOwner(t *testing.T) {
+	tests := []struct {
+		name, owner string
+		ok          bool
+	}{
+		{"none is no owner, and allowed", "", true},
+		{"a runtime's executable name", "containerd", true},
+		{"a name starting with a digit", "9p-runtime", true},
+		{"dots, underscores, pluses and dashes inside", "a.b_c+d-e", true},
+		{"64 bytes", strings.Repeat("a", 64), true},
+		{"65 bytes", strings.Repeat("a", 65), false},
+		{"a name starting with a dot", ".hidden", false},
+		{"a name starting with a dash", "-x", false},
+		{"a slash", "../x", false},
+		{"a space", "a b", false},
+		{"a letter outside ASCII", "crì", false},
+		{"a trailing newline", "containerd\n", false},
+		{"a NUL byte", "a\x00b", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckOwner(tt.owner)
+			if tt.ok && err != nil {
+				t.Fatalf("CheckOwner(%q) = %v, want nil", tt.owner, err)
+			}
+			if !tt.ok && !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("CheckOwner(%q) = %v, want ErrBadRequest", tt.owner, err)
+			}
+		})
+	}
+}
+
 func TestAnOwnerThatIsNoNameIsABadRequest(t *testing.T) {
 	for _, body := range []string{
 		`{"command":"GC","config":{"cniVersion":"1.1.0","name":"web","type":"cninet-shim","owner":"../x"}}`,

@@ -37,8 +37,9 @@ type Server struct {
 	// DEL while Delegates has no conflist.
 	Info Info
 	// Logger gets one line per request: its command, container id, netns,
-	// interface, network, owner, duration and code (0: success); Info
-	// level on success, Warn on failure. nil: a null logger.
+	// interface, network, owner, duration, the part of it spent waiting
+	// for a slot (queued) and code (0: success); Info level on success,
+	// Warn on failure. nil: a null logger.
 	Logger hclog.Logger
 	// MaxConcurrent requests run at once; more wait for a slot until
 	// their deadline. 0: DefaultMaxConcurrent. STATUS and CHECK do not
@@ -319,6 +320,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 type seenRequest struct {
 	req  *Request
 	conf *NetConf
+	// queued is how long the request waited for a slot: the part of its
+	// duration a busy daemon adds, told apart from the work itself.
+	queued time.Duration
 }
 
 func (r seenRequest) command() string {
@@ -337,7 +341,7 @@ func (s *Server) logRequest(seen seenRequest, d time.Duration, code uint, err er
 			fields = append(fields, "network", seen.conf.Name, "owner", OwnerOf(req, seen.conf))
 		}
 	}
-	fields = append(fields, "duration", d, "code", code)
+	fields = append(fields, "duration", d, "queued", seen.queued, "code", code)
 	if err != nil {
 		s.Logger.Warn("request failed", append(fields, "error", err)...)
 		return
@@ -386,7 +390,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, seen *seenRequest
 		wait, cancel = context.WithDeadline(wait, *head.Deadline)
 		defer cancel()
 	}
+	queuedAt := time.Now()
 	release, err := s.takeSlot(wait, head.Command)
+	seen.queued = time.Since(queuedAt)
 	if err != nil {
 		if r.Context().Err() != nil {
 			err = fmt.Errorf("%w: %w", errShimGone, err)

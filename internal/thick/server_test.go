@@ -589,6 +589,61 @@ func TestServerLogsOneLinePerRequest(t *testing.T) {
 	}
 }
 
+// A request that waited for a slot says how long in its log line
+// (queued), apart from its duration: a slow request is told from a busy
+// daemon. One that found a slot free logs (almost) no wait.
+func TestServerLogsTheWaitForASlot(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := hclog.New(&hclog.LoggerOptions{Output: &lockedBuilder{mu: &mu, b: &buf}, JSONFormat: true, Level: hclog.Info})
+	started, release := make(chan struct{}), make(chan struct{})
+	run := func(_ context.Context, req *Request, _ *NetConf) ([]byte, error) {
+		if req.ContainerID == "first" {
+			close(started)
+			<-release
+		}
+		return nil, nil
+	}
+	c := startServer(t, &Server{run: run, Logger: logger, MaxConcurrent: 1, AllowPeer: func(uint32) bool { return true }})
+	done := make(chan struct{})
+	go func() { defer close(done); post(t, c, reqBody("DEL", "first", "/run/netns/w", "eth0", shimConf)) }()
+	<-started
+	const held = 200 * time.Millisecond
+	time.AfterFunc(held, func() { close(release) })
+	post(t, c, reqBody("DEL", "second", "/run/netns/w", "eth0", shimConf))
+	<-done
+	mu.Lock()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	mu.Unlock()
+	queued := map[string]time.Duration{}
+	for _, line := range lines {
+		var got struct {
+			ID       string  `json:"container_id"`
+			Queued   float64 `json:"queued"`
+			Duration float64 `json:"duration"`
+		}
+		if err := json.Unmarshal([]byte(line), &got); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(line, `"queued"`) {
+			t.Fatalf("no queued in %s", line)
+		}
+		if got.Queued > got.Duration {
+			t.Errorf("%s: queued %v longer than the whole request, %v", got.ID, time.Duration(got.Queued), time.Duration(got.Duration))
+		}
+		queued[got.ID] = time.Duration(got.Queued)
+	}
+	if len(queued) != 2 {
+		t.Fatalf("log lines %q, want one per request", lines)
+	}
+	if queued["second"] < held/2 {
+		t.Errorf("the request behind a held slot logged queued=%v, want about %v", queued["second"], held)
+	}
+	if queued["first"] >= held/2 {
+		t.Errorf("the request that found a slot free logged queued=%v, want about 0", queued["first"])
+	}
+}
+
 type lockedBuilder struct {
 	mu *sync.Mutex
 	b  *strings.Builder

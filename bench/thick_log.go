@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// thickLog reads the cninet daemon's log (text format, debug level) as
+// the daemon writes it to its stderr: each request's line (its duration,
+// its wait for a slot and when it was written) and cninet's timed phases,
+// both by container id. Warnings and errors go on to the bench's stderr.
+type thickLog struct {
+	mu       sync.Mutex
+	partial  []byte                   // a line not yet ended
+	requests map[string]daemonRequest // by container id and command: "ID ADD"
+	phases   map[string]*cyclePhases  // by container id (alloc_id)
+	seen     chan struct{}            // signalled on every request line
+}
+
+// daemonRequest is one request line of the daemon.
+type daemonRequest struct {
+	at               time.Time // the line's time: the answer was written just before
+	duration, queued time.Duration
+}
+
+// start is when the daemon began handling the request.
+func (r daemonRequest) start() time.Time { return r.at.Add(-r.duration) }
+
+// requestLine is the daemon's line per request (thick.Server.logRequest);
+// hclog quotes a duration with a non-ASCII unit (µs).
+var requestLine = regexp.MustCompile(`^(\S+) \[INFO\]\s+cninet-daemon: request: command=(\w+) container_id=(\S+) .*duration="?([^"\s]+)"? queued="?([^"\s]+)"?`)
+
+func newThickLog() *thickLog {
+	return &thickLog{requests: map[string]daemonRequest{}, phases: map[string]*cyclePhases{}, seen: make(chan struct{}, 1)}
+}
+
+// Write takes what the daemon wrote, in pieces of any size, line by line.
+func (l *thickLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		l.line(l.partial[:i+1])
+		l.partial = l.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+func (l *thickLog) line(p []byte) {
+	if bytes.Contains(p, []byte("[WARN]")) || bytes.Contains(p, []byte("[ERROR]")) {
+		os.Stderr.Write(p)
+	}
+	if m := requestLine.FindSubmatch(p); m != nil {
+		at, err := time.Parse(hclog.TimeFormat, string(m[1]))
+		d, derr := time.ParseDuration(string(m[4]))
+		q, qerr := time.ParseDuration(string(m[5]))
+		if err == nil && derr == nil && qerr == nil {
+			// The log's times are whole milliseconds, cut: on average the
+			// line was written half a millisecond later than it says.
+			l.requests[string(m[3])+" "+string(m[2])] = daemonRequest{at: at.Add(500 * time.Microsecond), duration: d, queued: q}
+			select {
+			case l.seen <- struct{}{}:
+			default:
+			}
+		}
+		return
+	}
+	if m := allocField.FindSubmatch(p); m != nil {
+		ph := l.phases[string(m[1])]
+		if ph == nil {
+			ph = &cyclePhases{}
+			l.phases[string(m[1])] = ph
+		}
+		ph.addLine(p)
+	}
+}
+
+// requestsOf waits, up to timeout, for the request lines of id's ADD and
+// DEL, and returns and forgets them (phasesOf has id's phases: they were
+// logged before the DEL's request line).
+func (l *thickLog) requestsOf(id string, timeout time.Duration) (add, del daemonRequest, err error) {
+	deadline := time.After(timeout)
+	for {
+		l.mu.Lock()
+		add, okAdd := l.requests[id+" ADD"]
+		del, okDel := l.requests[id+" DEL"]
+		if okAdd && okDel {
+			delete(l.requests, id+" ADD")
+			delete(l.requests, id+" DEL")
+			l.mu.Unlock()
+			return add, del, nil
+		}
+		l.mu.Unlock()
+		select {
+		case <-l.seen:
+		case <-deadline:
+			return add, del, fmt.Errorf("the daemon logged no request line for the ADD and the DEL of %s within %s", id, timeout)
+		}
+	}
+}
+
+// phasesOf returns and forgets cninet's phases of id.
+func (l *thickLog) phasesOf(id string) cyclePhases {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ph := l.phases[id]
+	delete(l.phases, id)
+	if ph == nil {
+		return cyclePhases{}
+	}
+	return *ph
+}
+
+// forget drops what was read so far (a burst's lines, a warm-up's).
+func (l *thickLog) forget() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	clear(l.requests)
+	clear(l.phases)
+}
