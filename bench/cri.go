@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -60,9 +59,9 @@ func (s *criDaemonSample) add(l criLogged) {
 // criLog reads the daemon's debug log: per window (one crictl command),
 // its requests and cninet's phases.
 type criLog struct {
-	mu      sync.Mutex
-	partial []byte
-	now     criLogged
+	mu    sync.Mutex
+	lines lineSplitter
+	now   criLogged
 }
 
 // criLogged is what the daemon logged in one window.
@@ -75,26 +74,18 @@ type criLogged struct {
 // requestField is the daemon's one line per request: its duration.
 var requestField = regexp.MustCompile(`cninet-daemon: request: .*duration="?([^"\s]+)`)
 
+// Write takes what the daemon wrote, line by line. Its warnings and errors
+// reach the bench's stderr through the thick rig's own log (thickLog).
 func (l *criLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.partial = append(l.partial, p...)
-	for {
-		i := bytes.IndexByte(l.partial, '\n')
-		if i < 0 {
-			break
-		}
-		line := l.partial[:i]
+	l.lines.feed(p, func(line []byte) {
 		l.now.phases.addLine(line)
 		if d, ok := logDuration(requestField, line); ok {
 			l.now.requests += d
 			l.now.count++
 		}
-		if bytes.Contains(line, []byte("[WARN]")) || bytes.Contains(line, []byte("[ERROR]")) {
-			os.Stderr.Write(append(line, '\n'))
-		}
-		l.partial = l.partial[i+1:]
-	}
+	})
 	return len(p), nil
 }
 

@@ -17,7 +17,7 @@ import (
 // both by container id. Warnings and errors go on to the bench's stderr.
 type thickLog struct {
 	mu       sync.Mutex
-	partial  []byte                   // a line not yet ended
+	lines    lineSplitter
 	requests map[string]daemonRequest // by container id and command: "ID ADD"
 	phases   map[string]*cyclePhases  // by container id (alloc_id)
 	seen     chan struct{}            // signalled on every request line
@@ -44,16 +44,24 @@ func newThickLog() *thickLog {
 func (l *thickLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.partial = append(l.partial, p...)
-	for {
-		i := bytes.IndexByte(l.partial, '\n')
-		if i < 0 {
-			break
-		}
-		l.line(l.partial[:i+1])
-		l.partial = l.partial[i+1:]
-	}
+	l.lines.feed(p, l.line)
 	return len(p), nil
+}
+
+// lineSplitter hands what a process writes, in pieces of any size, on one
+// whole line (its newline kept) at a time. Its owner locks it.
+type lineSplitter struct{ partial []byte }
+
+func (s *lineSplitter) feed(p []byte, line func([]byte)) {
+	s.partial = append(s.partial, p...)
+	for {
+		i := bytes.IndexByte(s.partial, '\n')
+		if i < 0 {
+			return
+		}
+		line(s.partial[:i+1])
+		s.partial = s.partial[i+1:]
+	}
 }
 
 func (l *thickLog) line(p []byte) {
