@@ -18,9 +18,11 @@ type fakeStatus struct {
 	gate    chan struct{} // nil: runs return at once
 }
 
+// check reads its gate and verdict as it counts the run, under one lock:
+// once a test sees runs go up, setVerdict no longer changes that run.
 func (f *fakeStatus) check(ctx context.Context) error {
-	f.runs.Add(1)
 	f.mu.Lock()
+	f.runs.Add(1)
 	gate, verdict := f.gate, f.verdict
 	f.mu.Unlock()
 	if gate != nil {
@@ -189,6 +191,7 @@ func TestReadinessCacheInvalidate(t *testing.T) {
 		first := make(chan error)
 		go func() { first <- c.Ready(context.Background()) }()
 		waitWaiters(t, c, 1)
+		waitFor(t, "the run before the reload to read its verdict", func() bool { return status.runs.Load() == 1 })
 		c.Invalidate()
 		status.setVerdict(nil)
 		second := make(chan error)
