@@ -270,7 +270,7 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 	}
 	defer keepLoopback(c.logger, req.id, netns, []foundAttachment{fa})()
 	d := c.detaching(owner, netns, true) // as in connectAs: others may be there unseen
-	d.exact = true
+	d.exact, d.settled = true, true
 	return d.all(ctx, []foundAttachment{fa})
 }
 

@@ -53,7 +53,9 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 		return err
 	}
 	c.logFound(opTeardown, req.id, len(found), locked.Sub(start), time.Since(locked))
-	return c.detaching(owner, netns, false).all(ctx, found)
+	d := c.detaching(owner, netns, false)
+	d.settled = true
+	return d.all(ctx, found)
 }
 
 // logFound reports, before an operation's first plugin runs, how long it
@@ -76,6 +78,13 @@ type detachment struct {
 	// with ConnectOptions.IfName); others may exist unseen, yet portmap's
 	// DEL runs when the host shows its rules are this one's (hostportsOwn).
 	exact bool
+	// settled: the caller detaches what an earlier call attached
+	// (Teardown, Disconnect), not what a failing call is rolling back.
+	// Where libcni's cache also shows the ADD returned, no plugin of it
+	// can still be writing, and the cleanup after the DEL looks up by
+	// handle the nftables rules the prevention saw
+	// (footprint.Cleaner.RecheckByHandle).
+	settled bool
 }
 
 // detaching starts a detachment for owner in netns; others says the
@@ -132,6 +141,7 @@ func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool)
 	start := time.Now()
 	proofs := &recordProofs{reg: c.registry, owner: d.owner, fa: foundAttachment{att: att, req: req}}
 	cl := c.seams.cleaner(ctx, att, proofs)
+	cl.RecheckByHandle = d.settled && fa.cached
 	var removeErr error
 	prevention, preventErr := whileLockHeld(ctx, func() (footprint.Prevention, error) {
 		return cl.Prevent([]string{req.id}) // also reads the proof the DEL erases

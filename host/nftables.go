@@ -21,7 +21,8 @@ func (t NFTable) String() string { return t.Family + " " + t.Name }
 // plugins' nftables backends write (inet cni_plugins_masquerade, ip and
 // ip6 cni_hostport). Config.NFTables replaces the default, which runs nft
 // and reads nf_tables over netlink; tests give a fake. An implementation
-// may also offer NFTRuleMatcher, NFTBriefLister and NFTHandleDeleter.
+// may also offer NFTRuleMatcher, NFTRuleLookup, NFTBriefLister and
+// NFTHandleDeleter.
 type NFTables interface {
 	// ListRules returns the rules of those of tables that exist; a table
 	// that does not exist is no error.
@@ -71,6 +72,7 @@ func (r NFTRule) String() string {
 type NFTRuleSketch struct {
 	Table   NFTable
 	Chain   string
+	Handle  int
 	Comment string
 	// Raw is the rule's expressions as nf_tables encodes them; every
 	// address the rule matches on or rewrites to is in it, byte for byte.
@@ -96,6 +98,17 @@ func (s NFTRuleSketch) Mentions(addrs []netip.Addr) bool {
 // with nft; an error makes it list them.
 type NFTRuleMatcher interface {
 	AnyRule(ctx context.Context, tables []NFTable, match func(NFTRuleSketch) bool) (bool, error)
+}
+
+// NFTRuleLookup is an optional extension of NFTables: one rule, found
+// by its handle in table and chain, read in-process without reading the
+// rest of the table (found is false when there is no such rule, chain or
+// table). A Teardown that saw, before portmap's DEL, every hostport rule
+// of its id checks after the DEL that those rules are gone with one
+// lookup each, instead of reading the tables again. The sketch's Raw is
+// the caller's to keep.
+type NFTRuleLookup interface {
+	LookupRule(ctx context.Context, table NFTable, chain string, handle int) (rule NFTRuleSketch, found bool, err error)
 }
 
 // NFTBriefLister is an optional extension of NFTables: ListRules without

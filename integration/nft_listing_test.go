@@ -141,6 +141,42 @@ func TestNFTablesListingOverNetlinkAgreesWithNft(t *testing.T) {
 		}
 		compareListings(t, got, want)
 	})
+	t.Run("each rule looked up by its handle, and none where there is no such rule", func(t *testing.T) {
+		nft, err := nftables.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lookup := nft.(host.NFTRuleLookup)
+		ctx := context.Background()
+		for _, w := range want {
+			tb := host.NFTable{Family: w.Family, Name: w.Table}
+			r, found, err := lookup.LookupRule(ctx, tb, w.Chain, w.Handle)
+			if err != nil || !found || r.Table != tb || r.Chain != w.Chain || r.Handle != w.Handle || r.Comment != w.Comment {
+				t.Errorf("LookupRule(%s, %s, %d) = %+v, %v, %v; want the rule nft lists there (comment %q)", tb, w.Chain, w.Handle, r, found, err, w.Comment)
+			}
+		}
+		first := want[0]
+		tb := host.NFTable{Family: first.Family, Name: first.Table}
+		for _, miss := range []struct {
+			name  string
+			table host.NFTable
+			chain string
+		}{
+			{"a handle of another chain", tb, map[bool]string{true: "pre", false: "hostports"}[first.Chain != "pre"]},
+			{"a chain that does not exist", tb, "nosuch"},
+			{"a table that does not exist", host.NFTable{Family: "ip", Name: "cninet_nosuch"}, "pre"},
+		} {
+			if r, found, err := lookup.LookupRule(ctx, miss.table, miss.chain, first.Handle); err != nil || found {
+				t.Errorf("%s: LookupRule(%s, %s, %d) = %+v, %v, %v; want none, no error", miss.name, miss.table, miss.chain, first.Handle, r, found, err)
+			}
+		}
+		if out, err := exec.Command("nft", "delete", "rule", first.Family, first.Table, first.Chain, "handle", fmt.Sprint(first.Handle)).CombinedOutput(); err != nil {
+			t.Fatalf("nft delete rule: %v: %s", err, out)
+		}
+		if r, found, err := lookup.LookupRule(ctx, tb, first.Chain, first.Handle); err != nil || found {
+			t.Errorf("a deleted rule: LookupRule = %+v, %v, %v; want none, no error", r, found, err)
+		}
+	})
 }
 
 // compareListings fails t for each rule (by table and handle) that got

@@ -152,12 +152,13 @@ func (f *NFTables) index(table host.NFTable, chain string, handle int) int {
 	return -1
 }
 
-// Matching adds the host.NFTRuleMatcher extension to an NFTables,
-// like the host's, which reads nf_tables over netlink. A rule's sketch
-// carries the addresses it names.
+// Matching adds the host.NFTRuleMatcher and host.NFTRuleLookup
+// extensions to an NFTables, like the host's, which reads nf_tables over
+// netlink. A rule's sketch carries the addresses it names.
 type Matching struct {
 	*NFTables
-	// FailMatch, when set, is returned by every AnyRule call.
+	// FailMatch, when set, is returned by every AnyRule and LookupRule
+	// call.
 	FailMatch error
 }
 
@@ -175,15 +176,37 @@ func (m Matching) AnyRule(_ context.Context, tables []host.NFTable, match func(h
 		if !slices.Contains(tables, t) {
 			continue
 		}
-		var raw []byte
-		for _, a := range []netip.Addr{r.Saddr, r.Daddr, r.DNAT} {
-			if a.IsValid() {
-				raw = append(raw, a.AsSlice()...)
-			}
-		}
-		if match(host.NFTRuleSketch{Table: t, Chain: r.Chain, Comment: r.Comment, Raw: raw}) {
+		if match(host.NFTRuleSketch{Table: t, Chain: r.Chain, Handle: r.Handle, Comment: r.Comment, Raw: sketchRaw(r)}) {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// LookupRule implements host.NFTRuleLookup.
+func (m Matching) LookupRule(_ context.Context, table host.NFTable, chain string, handle int) (host.NFTRuleSketch, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls = append(m.calls, fmt.Sprintf("LookupRule %s %s %d", table, chain, handle))
+	if m.FailMatch != nil {
+		return host.NFTRuleSketch{}, false, m.FailMatch
+	}
+	i := m.index(table, chain, handle)
+	if i < 0 {
+		return host.NFTRuleSketch{}, false, nil
+	}
+	r := m.rules[i]
+	return host.NFTRuleSketch{Table: table, Chain: r.Chain, Handle: r.Handle, Comment: r.Comment, Raw: sketchRaw(r)}, true, nil
+}
+
+// sketchRaw stands in for a rule's expressions: the addresses it names,
+// as nf_tables would carry them.
+func sketchRaw(r host.NFTRule) []byte {
+	var raw []byte
+	for _, a := range []netip.Addr{r.Saddr, r.Daddr, r.DNAT} {
+		if a.IsValid() {
+			raw = append(raw, a.AsSlice()...)
+		}
+	}
+	return raw
 }

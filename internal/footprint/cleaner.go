@@ -113,6 +113,13 @@ type Cleaner struct {
 	// DryRun plans and reports what a run would remove, and changes
 	// nothing: Report lists the planned items.
 	DryRun bool
+	// RecheckByHandle lets Clean look up by handle the nftables rules of
+	// the set's own that Prevent saw, instead of reading the plugins'
+	// tables again (see nftseen.go). Set it only where no plugin of the
+	// set can still be writing: a Teardown or Disconnect of attachments
+	// whose ADD returned, not a Setup's rollback.
+	RecheckByHandle bool
+	seen            *seenRules // what Prevent saw, for Clean
 }
 
 // NewCleaner returns a cleaner of network n's attachments on host h; ctx
@@ -202,6 +209,9 @@ func (c *Cleaner) CleanAll(atts []Attachment) error {
 	}
 	v := newView(c.ctx, c.host, c.nets, false, &errList{})
 	v.prior, v.files = c.prior, c.prior.still(set)
+	if c.RecheckByHandle {
+		v.nft.seen = c.seen
+	}
 	ev := newEvidence()
 	gatherInto(v, set, ev)
 	c.run(v, set, ev, nil, nil)

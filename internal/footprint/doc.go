@@ -126,6 +126,8 @@
 //	view.go               what one pass read of the host, read once
 //	iptview.go            iptables listings, probed or listed, per family
 //	nftview.go            nftables listings, sketched or listed
+//	nftseen.go            what Prevent saw of the set's nftables rules,
+//	                      looked up by handle after the DEL
 //	files.go              reservations, cached results, tuning files and
 //	                      intent records as read for one pass
 //	owners.go             who holds an address now

@@ -647,17 +647,19 @@ func TestCleanNFTables(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Run("listed", func(t *testing.T) { tc.run(t, false) })
-			t.Run("sketched and probed first", func(t *testing.T) { tc.run(t, true) })
+			t.Run("listed", func(t *testing.T) { tc.run(t, false, false) })
+			t.Run("sketched and probed first", func(t *testing.T) { tc.run(t, true, false) })
+			t.Run("sketched, probed first, what Prevent saw looked up by handle", func(t *testing.T) { tc.run(t, true, true) })
 		})
 	}
 }
 
 // run runs the case; probed gives the cleaner the in-process views the
 // host's nftables and nf_tables-backed iptables offer (NFTRuleMatcher,
-// ChainProber, AddrScanner), which must change what it reads, never what
-// it removes.
-func (tc nftCase) run(t *testing.T, probed bool) {
+// NFTRuleLookup, ChainProber, AddrScanner), and recheck lets Clean look
+// up what Prevent saw (Cleaner.RecheckByHandle): both must change what it
+// reads, never what it removes.
+func (tc nftCase) run(t *testing.T, probed, recheck bool) {
 	s := newScenario(t, tc.capture, tc.network, tc.ifName, tc.files, tc.drop...)
 	before := s.nft.Rules()
 	byKey := map[string]host.NFTRule{}
@@ -679,18 +681,23 @@ func (tc nftCase) run(t *testing.T, probed bool) {
 		iptBefore[i] = map[string]string{"nat": ipt.Save("nat"), "filter": ipt.Save("filter")}
 	}
 
+	s.net.HostportNFT = recheck // what Prevent sees is kept when it judges portmap's nftables DEL
 	seams := s.seams(s.nft)
 	if probed {
 		seams = s.probedSeams()
 	}
 	cl := footprint.NewCleaner(context.Background(), s.net, seams)
+	cl.RecheckByHandle = recheck
 	if tc.gc {
 		if got, err := cl.Discover(); err != nil || !slices.Equal(got, tc.discover) {
 			t.Errorf("Discover() = %q, want %q", got, tc.discover)
 		}
-	} else {
+	}
+	prevented := 0 // calls before Clean's: a GC's Discover lists for Clean too
+	if !tc.gc {
 		cl.Prevent(tc.clean)
 		s.remove(t, tc.delFiles)
+		prevented = len(s.nft.Calls())
 	}
 	items, err := cl.Clean(tc.clean)
 	if err != nil {
@@ -715,7 +722,8 @@ func (tc nftCase) run(t *testing.T, probed bool) {
 		}
 	}
 
-	// One listing, and one transaction per table that had rules to delete.
+	// Clean's calls: one listing, and one transaction per table that had
+	// rules to delete.
 	wantCalls := []string{"ListRules"}
 	var tables []string
 	for table := range deletes {
@@ -725,11 +733,11 @@ func (tc nftCase) run(t *testing.T, probed bool) {
 	for _, table := range tables {
 		wantCalls = append(wantCalls, fmt.Sprintf("DeleteRules %s %d", table, deletes[table]))
 	}
-	got := s.nft.Calls()
+	got := s.nft.Calls()[prevented:]
 	if probed {
 		// A Teardown looks in-process first and lists only when something may be
 		// its own; a GC always lists.
-		got = slices.DeleteFunc(got, func(c string) bool { return c == "AnyRule" })
+		got = slices.DeleteFunc(got, func(c string) bool { return c == "AnyRule" || strings.HasPrefix(c, "LookupRule ") })
 		if !tc.gc && len(tc.gone) == 0 && !slices.Contains(got, "ListRules") {
 			wantCalls = wantCalls[1:]
 		}

@@ -35,6 +35,11 @@ type nftView struct {
 
 	mu      sync.Mutex
 	answers map[string]bool // what was asked in the kernel, by question
+
+	// seen is what a complete in-kernel look before the DEL found of the
+	// set's own rules (Cleaner.RecheckByHandle): a Prevent's view fills
+	// it, a Clean's view is given it.
+	seen *seenRules
 }
 
 // available reports whether the host has nftables to read.
@@ -63,23 +68,24 @@ func (s *nftView) list() []host.NFTRule {
 
 // any reports whether a rule of the plugins' tables may match: asked in
 // the kernel where the NFTables can (no process, no listing), else by
-// listing. An error counts as "may".
-func (s *nftView) any(match func(host.NFTRuleSketch) bool, fallback func(host.NFTRule) bool) bool {
+// listing. An error counts as "may". inKernel says the kernel answered:
+// when found is false, match then saw every rule of the tables.
+func (s *nftView) any(match func(host.NFTRuleSketch) bool, fallback func(host.NFTRule) bool) (found, inKernel bool) {
 	if s.nft == nil {
-		return false
+		return false, false
 	}
 	if matcher, ok := s.nft.(host.NFTRuleMatcher); ok {
 		found, err := matcher.AnyRule(s.ctx, nftTables, match)
 		if err == nil {
-			return found
+			return found, true
 		}
 	}
 	for _, r := range s.list() {
 		if fallback(r) {
-			return true
+			return true, false
 		}
 	}
-	return !s.listed
+	return !s.listed, false
 }
 
 // anyOnce is any, asked once per run for each question key: several
@@ -91,7 +97,7 @@ func (s *nftView) anyOnce(key string, match func(host.NFTRuleSketch) bool, fallb
 	if done {
 		return answer
 	}
-	answer = s.any(match, fallback)
+	answer, _ = s.any(match, fallback)
 	s.mu.Lock()
 	if s.answers == nil {
 		s.answers = map[string]bool{}
@@ -103,20 +109,31 @@ func (s *nftView) anyOnce(key string, match func(host.NFTRuleSketch) bool, fallb
 
 // ownMayBeThere reports whether a rule may carry one of the set's
 // comments: a masquerade comment of its own, or its bare id in a hostport
-// chain. One in-kernel look answers both nftables footprints.
+// chain. One in-kernel look answers both nftables footprints; after a
+// DEL, the rules a look before it saw are looked up by handle instead
+// (seenRules), when the NFTables can.
 func ownMayBeThere(v *view, set attSet) bool {
 	if v.whole {
 		return true
 	}
-	index, ids := masqIndex(v, set), set.ids()
-	own := func(table host.NFTable, chain, comment string) bool {
-		_, masq := index[comment]
-		return (masq && table == nftMasqTable && chain == nftMasqChain) || (ids[comment] && isHostportChain(table, chain))
+	own := ownRuleTest(v, set)
+	if gone, ok := v.nft.seenGone(set); ok {
+		return !gone
 	}
 	return v.nft.anyOnce("own", func(r host.NFTRuleSketch) bool { return own(r.Table, r.Chain, r.Comment) },
 		func(r host.NFTRule) bool {
 			return own(host.NFTable{Family: r.Family, Name: r.Table}, r.Chain, r.Comment)
 		})
+}
+
+// ownRuleTest returns the test of a rule carrying one of the set's
+// comments.
+func ownRuleTest(v *view, set attSet) func(table host.NFTable, chain, comment string) bool {
+	index, ids := masqIndex(v, set), set.ids()
+	return func(table host.NFTable, chain, comment string) bool {
+		_, masq := index[comment]
+		return (masq && table == nftMasqTable && chain == nftMasqChain) || (ids[comment] && isHostportChain(table, chain))
+	}
 }
 
 // othersMayMention reports whether a rule that is not the set's may name

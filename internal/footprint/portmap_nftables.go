@@ -152,10 +152,16 @@ func foreignIDRules(v *view, set attSet) []host.NFTRule {
 	for i, v6 := range []bool{false, true} {
 		ownBytes[i] = nfnetlink.AddrBytes(own.list(v6))
 	}
-	if !v.nft.any(func(r host.NFTRuleSketch) bool {
+	seen := newSeenRules(v, set) // a complete look sees every rule of the set's own
+	found, inKernel := v.nft.any(func(r host.NFTRuleSketch) bool {
+		seen.note(r)
 		return ids[r.Comment] && isHostportChain(r.Table, r.Chain) &&
 			!(nfnetlink.Rule{Expr: r.Raw}).Mentions(ownBytes[b2i(r.Table == nftHostportTables[1])])
-	}, func(r host.NFTRule) bool { return ids[r.Comment] }) {
+	}, func(r host.NFTRule) bool { return ids[r.Comment] })
+	if !found {
+		if inKernel {
+			v.nft.seen = seen
+		}
 		return nil
 	}
 	var out []host.NFTRule

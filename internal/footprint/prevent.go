@@ -124,6 +124,9 @@ func (c *Cleaner) PreventAll(atts []Attachment) (Prevention, error) {
 	if err := errs.errExcept(host.ErrIPTablesMissing); err != nil {
 		return Prevention{}, err
 	}
+	if c.RecheckByHandle && !c.whole {
+		c.seen = v.nft.seen
+	}
 	out := Prevention{Omit: pv.omit}
 	var werrs []error
 	for _, path := range sortedKeys(pv.withhold) {

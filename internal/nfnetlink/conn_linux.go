@@ -117,6 +117,17 @@ func ProbeChain(family, table, chain string) (bool, error) {
 	return probeChain(c, family, table, chain)
 }
 
+// LookupRule looks up one rule by handle, as lookupRule does, over a
+// socket of its own.
+func LookupRule(family, table, chain string, handle uint64) (Rule, bool, error) {
+	c, err := openNF()
+	if err != nil {
+		return Rule{}, false, err
+	}
+	defer c.close()
+	return lookupRule(c, family, table, chain, handle)
+}
+
 // AnyRule reports whether match holds for a rule of table of family (of
 // chain only, unless chain is ""), as anyRule does, over a socket of its
 // own.

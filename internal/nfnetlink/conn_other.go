@@ -12,6 +12,10 @@ var errNoNFNetlink = errors.New("nf_tables netlink exists on Linux only")
 
 func ProbeChain(family, table, chain string) (bool, error) { return false, errNoNFNetlink }
 
+func LookupRule(family, table, chain string, handle uint64) (Rule, bool, error) {
+	return Rule{}, false, errNoNFNetlink
+}
+
 func AnyRule(family, table, chain string, match func(Rule) bool) (bool, error) {
 	return false, errNoNFNetlink
 }

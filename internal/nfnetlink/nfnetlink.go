@@ -154,6 +154,41 @@ func probeChain(s nlSocket, family, table, chain string) (bool, error) {
 	return false, fmt.Errorf("netlink: looking up chain %s in %s %s: %w", chain, family, table, err)
 }
 
+// lookupRule asks nf_tables over s for the rule of family's table and
+// chain with handle: one lookup, whatever the table holds (the kernel
+// finds it by handle in the chain, and sends that rule alone). found is
+// false when there is no such rule, chain or table.
+func lookupRule(s nlSocket, family, table, chain string, handle uint64) (rule Rule, found bool, err error) {
+	proto, ok := nfproto[family]
+	if !ok {
+		return Rule{}, false, fmt.Errorf("netlink: unknown nftables family %q", family)
+	}
+	seq := nlSeq.Add(1)
+	req := nftRequest(nftMsgGetRule, nlmFAck, seq, proto, nlAttr{nftaRuleTable, strz(table)},
+		nlAttr{nftaRuleChain, strz(chain)}, nlAttr{nftaRuleHandle, binary.BigEndian.AppendUint64(nil, handle)})
+	var parseErr error
+	err = exchange(s, req, seq, func(m nlMessage) bool {
+		r, err := parseNLRule(family, m)
+		switch {
+		case err != nil:
+			parseErr = err
+		case r.Handle == handle && r.in(table, chain):
+			rule, found = r, true
+			rule.Expr = bytes.Clone(r.Expr)
+		}
+		return true
+	})
+	switch {
+	case parseErr != nil:
+		return Rule{}, false, parseErr
+	case errors.Is(err, syscall.ENOENT):
+		return Rule{}, false, nil
+	case err != nil:
+		return Rule{}, false, fmt.Errorf("netlink: looking up rule %d of chain %s in %s %s: %w", handle, chain, family, table, err)
+	}
+	return rule, found, nil
+}
+
 // anyRule reports whether match holds for a rule of table of family (of
 // chain only, unless chain is ""), reading the rules over s as the kernel
 // dumps them and stopping at the first match. A rule's bytes are valid

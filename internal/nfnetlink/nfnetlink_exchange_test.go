@@ -1,6 +1,7 @@
 package nfnetlink
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"syscall"
@@ -234,6 +235,46 @@ func TestProbeChainAsksForOneChainByName(t *testing.T) {
 			if req.typ != nfnlSubsysNFTables<<8|nftMsgGetChain || req.flags != nlmFRequest|nlmFAck || req.payload[0] != nfproto["ip6"] ||
 				len(a) != 2 || a[nftaChainTable] != "nat" || a[nftaChainName] != "CNI-abc" {
 				t.Errorf("request = type %#x flags %#x family %d attributes %q; want GETCHAIN (acked) ip6 nat CNI-abc", req.typ, req.flags, req.payload[0], a)
+			}
+		})
+	}
+}
+
+func TestLookupRuleAsksForOneRuleByHandle(t *testing.T) {
+	raw := []byte{198, 18, 0, 7}
+	for _, tc := range []struct {
+		name      string
+		reply     func(seq uint32) [][]byte
+		wantFound bool
+		wantErr   error
+	}{
+		{"the rule answered is the rule looked up", func(seq uint32) [][]byte {
+			return [][]byte{fakeRuleMsg(seq, 0, "cni_hostport", "hostports", fakeRule{7, "web-1", raw}), errorDatagram(seq, 0)}
+		}, true, nil},
+		{"ENOENT is a rule, chain or table that does not exist", func(seq uint32) [][]byte { return [][]byte{errorDatagram(seq, syscall.ENOENT)} }, false, nil},
+		{"a rule of another handle is not the one looked up", func(seq uint32) [][]byte {
+			return [][]byte{fakeRuleMsg(seq, 0, "cni_hostport", "hostports", fakeRule{8, "web-1", raw}), errorDatagram(seq, 0)}
+		}, false, nil},
+		{"a rule of another chain is not the one looked up", func(seq uint32) [][]byte {
+			return [][]byte{fakeRuleMsg(seq, 0, "cni_hostport", "masquerading", fakeRule{7, "web-1", raw}), errorDatagram(seq, 0)}
+		}, false, nil},
+		{"any other refusal is an error", func(seq uint32) [][]byte { return [][]byte{errorDatagram(seq, syscall.EPERM)} }, false, syscall.EPERM},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &replaySocket{script: func(req nlMessage, _ int) [][]byte { return tc.reply(req.seq) }}
+			r, found, err := lookupRule(s, "ip", "cni_hostport", "hostports", 7)
+			if (tc.wantErr == nil && err != nil) || !errors.Is(err, tc.wantErr) || found != tc.wantFound {
+				t.Fatalf("lookupRule = %v, %v; want %v, %v", found, err, tc.wantFound, tc.wantErr)
+			}
+			if found && (r.Handle != 7 || r.Comment != "web-1" || r.Chain != "hostports" || !bytes.Equal(r.Expr, raw)) {
+				t.Errorf("rule = %+v; want handle 7 of hostports, comment web-1, its expressions", r)
+			}
+			req := s.sent[0]
+			a := attrsOf(t, req)
+			h, _ := handleOf(req)
+			if req.typ != nfnlSubsysNFTables<<8|nftMsgGetRule || req.flags != nlmFRequest|nlmFAck || req.payload[0] != nfproto["ip"] ||
+				len(a) != 3 || a[nftaRuleTable] != "cni_hostport" || a[nftaRuleChain] != "hostports" || h != 7 {
+				t.Errorf("request = type %#x flags %#x family %d attributes %q; want GETRULE (acked, no dump) ip cni_hostport hostports handle 7", req.typ, req.flags, req.payload[0], a)
 			}
 		})
 	}

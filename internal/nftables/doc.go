@@ -1,7 +1,7 @@
 // Package nftables is cninet's default host.NFTables: netlink (package
 // nfnetlink) for the list of tables, the listings whose addresses
 // ownership reads (decoded in-process, as nft would list them), rule
-// scans and deletions by handle; `nft -j` only where netlink cannot list
+// scans, lookups and deletions by handle; `nft -j` only where netlink cannot list
 // a table. nft reads the host's whole ruleset to list one table, so its
 // cost grows with every other rule on the host.
 //
@@ -13,7 +13,7 @@
 //
 //	nftables.go   New and Opener (opened once per Configurator), listings
 //	              over netlink (nft -j as the fallback), AnyRule's
-//	              in-process scan
+//	              in-process scan, LookupRule's one rule by handle
 //	handles.go    DeleteByHandle: a listed rule deleted by handle only
 //	              while it is still the rule listed; DeleteRules
 //	listing.go    ParseListing: `nft -j` output read as a stream into

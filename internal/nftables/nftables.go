@@ -118,13 +118,32 @@ func (h *hostNFTables) AnyRule(ctx context.Context, tables []host.NFTable, match
 			found[i], errs[i] = nfnetlink.AnyRule(t.Family, t.Name, "", func(r nfnetlink.Rule) bool {
 				one.Lock()
 				defer one.Unlock()
-				return match(host.NFTRuleSketch{Table: t, Chain: r.Chain, Comment: r.Comment, Raw: r.Expr})
+				return match(host.NFTRuleSketch{Table: t, Chain: r.Chain, Handle: int(r.Handle), Comment: r.Comment, Raw: r.Expr})
 			})
 		}()
 	}
 	wg.Wait()
 	return slices.Contains(found, true), errors.Join(errs...)
 }
+
+// LookupRule implements NFTRuleLookup over netlink: the kernel finds the
+// rule by handle in its chain and sends it alone.
+func (h *hostNFTables) LookupRule(ctx context.Context, t host.NFTable, chain string, handle int) (host.NFTRuleSketch, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return host.NFTRuleSketch{}, false, err
+	}
+	if handle <= 0 {
+		return host.NFTRuleSketch{}, false, fmt.Errorf("nftables: looking up rule %d of %s %s: %w", handle, t, chain, errBadHandle)
+	}
+	r, found, err := nfnetlink.LookupRule(t.Family, t.Name, chain, uint64(handle))
+	if err != nil || !found {
+		return host.NFTRuleSketch{}, false, err
+	}
+	return host.NFTRuleSketch{Table: t, Chain: r.Chain, Handle: int(r.Handle), Comment: r.Comment, Raw: r.Expr}, true, nil
+}
+
+// errBadHandle says a handle is not one nf_tables gives (they start at 1).
+var errBadHandle = errors.New("not a rule handle: nf_tables numbers rules from 1")
 
 // listTable lists one table with `nft -j`, parsing the JSON as nft
 // writes it, and appends its rules to rules.
