@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/registry"
 )
 
 // attachmentFinder finds an allocation's attachments: the networks its
@@ -96,6 +97,12 @@ type foundAttachment struct {
 	att    attachment
 	req    request
 	cached bool // libcni's cache knows the attachment
+	// settled: its ADD returned. The registry's record says attached, or
+	// (no record of it) libcni's cache, written once the ADD succeeded,
+	// holds it. An attachment recorded as adding or detaching, or known
+	// from an intent record, may still have a plugin (or a plugin's nft,
+	// orphaned by a killed process) writing.
+	settled bool
 }
 
 // of returns every attachment of alloc that an operation for owner acts
@@ -157,7 +164,7 @@ func (f *attachmentFinder) cached(alloc *Allocation, req request, forTeardown bo
 			continue
 		}
 		for i, a := range as {
-			fa := foundAttachment{att: att, req: req, cached: true}
+			fa := foundAttachment{att: att, req: req, cached: true, settled: true}
 			if a.IfName != att.ifName {
 				fa.att.ifName, fa.att.viaCNI = a.IfName, false
 			}
@@ -220,7 +227,7 @@ func (f *attachmentFinder) cachedOnly(req request, byNetwork map[string][]*libcn
 			continue
 		}
 		for _, a := range as {
-			found = append(found, foundAttachment{att: attachment{conf: conf, ifName: a.IfName}, req: cachedRequest(req, a), cached: true})
+			found = append(found, foundAttachment{att: attachment{conf: conf, ifName: a.IfName}, req: cachedRequest(req, a), cached: true, settled: true})
 		}
 	}
 	slices.SortFunc(found, func(a, b foundAttachment) int {
@@ -265,10 +272,11 @@ func (f *attachmentFinder) withRecords(owner string, req request, found []foundA
 		}
 		if at >= 0 {
 			found[at].att.conf, found[at].req = conf, recordedRequest(found[at].req, rec)
-			found[at].cached = true
+			found[at].cached, found[at].settled = true, rec.State == registry.Attached
 			continue
 		}
-		found = append(found, foundAttachment{att: attachment{conf: conf, ifName: rec.IfName}, req: recordedRequest(req, rec), cached: true})
+		found = append(found, foundAttachment{att: attachment{conf: conf, ifName: rec.IfName}, req: recordedRequest(req, rec),
+			cached: true, settled: rec.State == registry.Attached})
 	}
 	return found, nil
 }

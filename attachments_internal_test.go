@@ -4,7 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+
+	"github.com/seed1280861d/cninet/internal/registry"
 )
 
 func TestTeardownWithTheOriginalAllocationDetachesConnectedNetworksToo(t *testing.T) {
@@ -84,5 +87,56 @@ func TestTeardownFinishesANetworkOnlyAnIntentRecordStillNames(t *testing.T) {
 	}
 	if _, err := os.Stat(record); !os.IsNotExist(err) {
 		t.Errorf("the intent record is still there: %v", err)
+	}
+}
+
+// An attachment is settled (its ADD returned: the cleanup after its DEL
+// may look up by handle what its prevention saw) when its record says
+// attached (or, with no record of it, libcni's cache holds it); never
+// while its record says adding or detaching.
+func TestAFoundAttachmentIsSettledOnlyOnceItsADDReturned(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		state registry.State // "": the record removed
+		want  bool
+	}{
+		{"recorded attached", registry.Attached, true},
+		{"recorded adding: a plugin may still be writing", registry.Adding, false},
+		{"recorded detaching", registry.Detaching, false},
+		{"no record, and no cached result the finder sees: nothing shows the ADD returned", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMultiFixture(t, quickRetry)
+			alloc := &Allocation{ID: "w", Ports: []Port{{Value: 8080}}}
+			if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+				t.Fatal(err)
+			}
+			req, err := newRequest(alloc, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			owner := f.c.ownerOf(context.Background())
+			rec := f.c.registry.recorded("w", "a", "eth0")
+			if rec == nil {
+				t.Fatal("Setup left no record of w on a")
+			}
+			if tc.state == "" {
+				err = f.c.registry.store.Remove(rec.Key())
+			} else {
+				rec.State = tc.state
+				err = f.c.registry.store.Put(rec)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			found, err := f.c.find.of(alloc, req, owner, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := slices.IndexFunc(found, func(fa foundAttachment) bool { return fa.att.name() == "a" })
+			if at < 0 || found[at].settled != tc.want {
+				t.Fatalf("found %d attachments, a at %d (settled %v); want a found with settled %v", len(found), at, at >= 0 && found[at].settled, tc.want)
+			}
+		})
 	}
 }

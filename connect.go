@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/registry"
 )
 
 // Connect attaches the live workload of alloc to one more network, as
@@ -252,7 +253,7 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 	}
 	fa := foundAttachment{att: attachment{conf: conf, ifName: ifName}, req: req}
 	if a := c.find.cachedAt(req.id, network, ifName); a != nil {
-		fa.req, fa.cached = cachedCapabilities(cachedRequest(req, a), a), true
+		fa.req, fa.cached, fa.settled = cachedCapabilities(cachedRequest(req, a), a), true, true
 	}
 	if rec != nil { // the record knows best, even when the conflist changed or went
 		// The caller names the attachment exactly (a runtime's DEL): it is
@@ -267,6 +268,7 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 			return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
 		}
 		fa.att.conf, fa.req, fa.cached = conf, recordedRequest(fa.req, *rec), true
+		fa.settled = rec.State == registry.Attached
 	}
 	defer keepLoopback(c.logger, req.id, netns, []foundAttachment{fa})()
 	d := c.detaching(owner, netns, true) // as in connectAs: others may be there unseen

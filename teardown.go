@@ -80,9 +80,9 @@ type detachment struct {
 	exact bool
 	// settled: the caller detaches what an earlier call attached
 	// (Teardown, Disconnect), not what a failing call is rolling back.
-	// Where libcni's cache also shows the ADD returned, no plugin of it
-	// can still be writing, and the cleanup after the DEL looks up by
-	// handle the nftables rules the prevention saw
+	// For an attachment whose ADD returned (foundAttachment.settled) no
+	// plugin can then still be writing, and the cleanup after the DEL
+	// looks up by handle the nftables rules the prevention saw
 	// (footprint.Cleaner.RecheckByHandle).
 	settled bool
 }
@@ -141,7 +141,7 @@ func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool)
 	start := time.Now()
 	proofs := &recordProofs{reg: c.registry, owner: d.owner, fa: foundAttachment{att: att, req: req}}
 	cl := c.seams.cleaner(ctx, att, proofs)
-	cl.RecheckByHandle = d.settled && fa.cached
+	cl.RecheckByHandle = d.settled && fa.settled
 	var removeErr error
 	prevention, preventErr := whileLockHeld(ctx, func() (footprint.Prevention, error) {
 		return cl.Prevent([]string{req.id}) // also reads the proof the DEL erases

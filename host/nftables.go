@@ -72,7 +72,7 @@ func (r NFTRule) String() string {
 type NFTRuleSketch struct {
 	Table   NFTable
 	Chain   string
-	Handle  int
+	Handle  int // 0 where the NFTables does not say: nothing is then looked up by it
 	Comment string
 	// Raw is the rule's expressions as nf_tables encodes them; every
 	// address the rule matches on or rewrites to is in it, byte for byte.
@@ -93,9 +93,10 @@ func (s NFTRuleSketch) Mentions(addrs []netip.Addr) bool {
 
 // NFTRuleMatcher is an optional extension of NFTables: whether match holds
 // for a rule of those of tables that exist, read in-process and stopping
-// at the first. match is called for one rule at a time. A Teardown asks
-// it whether anything there can be its own before it lists the tables
-// with nft; an error makes it list them.
+// at the first. match is called for one rule at a time, and a false
+// answer without an error means it was called for every rule of the
+// tables. A Teardown asks it whether anything there can be its own before
+// it lists the tables with nft; an error makes it list them.
 type NFTRuleMatcher interface {
 	AnyRule(ctx context.Context, tables []NFTable, match func(NFTRuleSketch) bool) (bool, error)
 }
@@ -103,10 +104,10 @@ type NFTRuleMatcher interface {
 // NFTRuleLookup is an optional extension of NFTables: one rule, found
 // by its handle in table and chain, read in-process without reading the
 // rest of the table (found is false when there is no such rule, chain or
-// table). A Teardown that saw, before portmap's DEL, every hostport rule
-// of its id checks after the DEL that those rules are gone with one
-// lookup each, instead of reading the tables again. The sketch's Raw is
-// the caller's to keep.
+// table). A Teardown that saw, before its DEL, every rule of its own
+// (masquerade and hostport) checks after the DEL that those rules are
+// gone with one lookup each, instead of reading the tables again. The
+// sketch's Raw is the caller's to keep.
 type NFTRuleLookup interface {
 	LookupRule(ctx context.Context, table NFTable, chain string, handle int) (rule NFTRuleSketch, found bool, err error)
 }

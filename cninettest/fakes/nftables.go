@@ -157,9 +157,9 @@ func (f *NFTables) index(table host.NFTable, chain string, handle int) int {
 // netlink. A rule's sketch carries the addresses it names.
 type Matching struct {
 	*NFTables
-	// FailMatch, when set, is returned by every AnyRule and LookupRule
-	// call.
-	FailMatch error
+	// FailMatch, when set, is returned by every AnyRule call;
+	// FailLookup by every LookupRule call.
+	FailMatch, FailLookup error
 }
 
 // AnyRule implements host.NFTRuleMatcher.
@@ -188,8 +188,8 @@ func (m Matching) LookupRule(_ context.Context, table host.NFTable, chain string
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.calls = append(m.calls, fmt.Sprintf("LookupRule %s %s %d", table, chain, handle))
-	if m.FailMatch != nil {
-		return host.NFTRuleSketch{}, false, m.FailMatch
+	if m.FailLookup != nil {
+		return host.NFTRuleSketch{}, false, m.FailLookup
 	}
 	i := m.index(table, chain, handle)
 	if i < 0 {

@@ -25,6 +25,7 @@ type seenRules struct {
 	own   func(table host.NFTable, chain, comment string) bool
 	rules []host.NFTRuleSketch // without Raw
 	known map[seenKey]bool
+	blind bool // a rule of its own came without a handle: nothing can be looked up
 }
 
 // seenKey is where a rule is: nf_tables numbers rules per table.
@@ -43,6 +44,10 @@ func (s *seenRules) note(r host.NFTRuleSketch) {
 	if !s.own(r.Table, r.Chain, r.Comment) {
 		return
 	}
+	if r.Handle <= 0 {
+		s.blind = true
+		return
+	}
 	r.Raw = nil
 	if k := (seenKey{r.Table, r.Handle}); !s.known[k] {
 		s.known[k] = true
@@ -50,9 +55,10 @@ func (s *seenRules) note(r host.NFTRuleSketch) {
 	}
 }
 
-// of reports whether the rules were seen for exactly set.
+// of reports whether the rules were seen for exactly set, each with its
+// handle.
 func (s *seenRules) of(set attSet) bool {
-	if s == nil || len(s.set) != len(set) {
+	if s == nil || s.blind || len(s.set) != len(set) {
 		return false
 	}
 	for a := range set {

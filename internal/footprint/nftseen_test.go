@@ -2,11 +2,13 @@ package footprint_test
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
@@ -20,22 +22,37 @@ func TestCleanLooksUpByHandleTheRulesPreventSaw(t *testing.T) {
 		capture  string
 		files    []hostFile
 		id       string
+		drop     []string // rules taken out of the capture first
 		recheck  bool
 		delLeft  []string // of the id's rules, those the DEL leaves
 		reused   bool     // after the DEL, another rule takes the handle of ip hostports 11
+		matchErr error    // every in-kernel look fails (the tables are listed instead)
+		lookErr  error    // every lookup by handle fails
+		cleanIDs []string // Clean's ids, when not Prevent's
 		wantRead bool     // Clean reads the tables again
+		wantLook bool     // Clean looks a rule up by handle
 		gone     []string // rules Clean removes
 	}{
 		{name: "a DEL that removed every rule Prevent saw: each is looked up, the tables are not read again",
-			capture: "single", files: join(net1Dir, web1Files), id: "web-1", recheck: true},
+			capture: "single", files: join(net1Dir, web1Files), id: "web-1", recheck: true, wantLook: true},
 		{name: "a hostport rule the DEL left is found by its handle, then the tables are read to remove it",
 			capture: "single", files: join(net1Dir, web1Files), id: "web-1", recheck: true,
-			delLeft: []string{"ip hostports 11"}, wantRead: true, gone: []string{"ip hostports 11"}},
+			delLeft: []string{"ip hostports 11"}, wantRead: true, wantLook: true, gone: []string{"ip hostports 11"}},
 		{name: "a masquerade rule the DEL left likewise",
 			capture: "single", files: join(net1Dir, web1Files), id: "web-1", recheck: true,
-			delLeft: []string{"inet masq_checks 6"}, wantRead: true, gone: []string{"inet masq_checks 6"}},
+			delLeft: []string{"inet masq_checks 6"}, wantRead: true, wantLook: true, gone: []string{"inet masq_checks 6"}},
 		{name: "a handle that is now another rule's is not the rule seen, and that rule is left alone",
-			capture: "single", files: join(net1Dir, web1Files), id: "web-1", recheck: true, reused: true},
+			capture: "single", files: join(net1Dir, web1Files), id: "web-1", recheck: true, reused: true, wantLook: true},
+		{name: "a look before the DEL that nf_tables did not answer (the tables were listed) keeps nothing",
+			capture: "single", files: join(net1Dir, web1Files), id: "web-1", recheck: true, matchErr: errors.New("netlink: EPERM"), wantRead: true},
+		{name: "a listed look before the DEL keeps nothing, even where it found no hostport rule of the id",
+			capture: "single", files: join(net1Dir, web1Files), id: "web-1", drop: web1Hostport, recheck: true,
+			matchErr: errors.New("netlink: EPERM"), delLeft: []string{"inet masq_checks 6"}, wantRead: true, gone: []string{"inet masq_checks 6"}},
+		{name: "a lookup that fails: the tables are read",
+			capture: "single", files: join(net1Dir, web1Files), id: "web-1", recheck: true, lookErr: errors.New("netlink: EPERM"),
+			wantRead: true, wantLook: true},
+		{name: "a Clean of other ids than Prevent's reads the tables",
+			capture: "single", files: join(net1Dir, web1Files), id: "web-1", recheck: true, cleanIDs: []string{"web-1", "web-2"}, wantRead: true},
 		{name: "without RecheckByHandle the tables are read again",
 			capture: "single", files: join(net1Dir, web1Files), id: "web-1", wantRead: true},
 		{name: "another network's hostport rules of the id: Prevent keeps nothing, the tables are read again",
@@ -43,9 +60,13 @@ func TestCleanLooksUpByHandleTheRulesPreventSaw(t *testing.T) {
 			recheck: true, wantRead: true, gone: web1Hostport}, // portmap was left out: Clean removes nftnet1's by address
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newScenario(t, tc.capture, nftnet1, "eth0", tc.files)
+			s := newScenario(t, tc.capture, nftnet1, "eth0", tc.files, tc.drop...)
 			s.net.HostportNFT = true
-			cl := footprint.NewCleaner(context.Background(), s.net, s.probedSeams())
+			seams := s.probedSeams()
+			seams.NFTables = func() (host.NFTables, error) {
+				return fakes.Matching{NFTables: s.nft, FailMatch: tc.matchErr, FailLookup: tc.lookErr}, nil
+			}
+			cl := footprint.NewCleaner(context.Background(), s.net, seams)
 			cl.RecheckByHandle = tc.recheck
 			p, err := cl.Prevent([]string{tc.id})
 			if err != nil {
@@ -67,7 +88,11 @@ func TestCleanLooksUpByHandleTheRulesPreventSaw(t *testing.T) {
 				s.nft.Add(stranger)
 			}
 			before, calls := s.nft.Rules(), len(s.nft.Calls())
-			items, err := cl.Clean([]string{tc.id})
+			ids := []string{tc.id}
+			if tc.cleanIDs != nil {
+				ids = tc.cleanIDs
+			}
+			items, err := cl.Clean(ids)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,8 +101,8 @@ func TestCleanLooksUpByHandleTheRulesPreventSaw(t *testing.T) {
 			if read != tc.wantRead {
 				t.Errorf("Clean's nftables calls %q: tables read again %v, want %v", after, read, tc.wantRead)
 			}
-			if tc.recheck && !tc.wantRead && !slices.ContainsFunc(after, func(c string) bool { return strings.HasPrefix(c, "LookupRule ") }) {
-				t.Errorf("Clean's nftables calls %q: no rule looked up by handle", after)
+			if look := slices.ContainsFunc(after, func(c string) bool { return strings.HasPrefix(c, "LookupRule ") }); look != tc.wantLook {
+				t.Errorf("Clean's nftables calls %q: a rule looked up by handle %v, want %v", after, look, tc.wantLook)
 			}
 			var removed []string
 			for _, r := range before {

@@ -155,9 +155,10 @@ func probeChain(s nlSocket, family, table, chain string) (bool, error) {
 }
 
 // lookupRule asks nf_tables over s for the rule of family's table and
-// chain with handle: one lookup, whatever the table holds (the kernel
-// finds it by handle in the chain, and sends that rule alone). found is
-// false when there is no such rule, chain or table.
+// chain with handle. The kernel walks the chain to find the handle but
+// sends that rule alone: none of the others is encoded, copied or parsed,
+// as a dump's are. found is false when there is no such rule, chain or
+// table.
 func lookupRule(s nlSocket, family, table, chain string, handle uint64) (rule Rule, found bool, err error) {
 	proto, ok := nfproto[family]
 	if !ok {
