@@ -5,6 +5,8 @@ package nfnetlink
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/seed1280861d/cninet/host"
@@ -28,10 +30,14 @@ const nlAckBuffer = 1 << 20
 // errCut says a datagram arrived cut to the buffer's size.
 var errCut = errors.New("datagram cut")
 
-// nfConn is one netlink socket to nf_tables, for one question.
+// nfConn is one netlink socket to nf_tables, for one question at a time.
 type nfConn struct {
 	fd  int
 	buf []byte
+	ns  netnsID // the network namespace the socket talks to
+	// keep: ns is known, so the socket may serve a later question
+	// asked from the same namespace (idle).
+	keep bool
 	// recvmsg reads one datagram into buf: unix.Recvmsg on fd, except in
 	// tests.
 	recvmsg func(buf []byte) (n, flags int, err error)
@@ -75,6 +81,81 @@ var receiveBuffers = sync.Pool{New: func() any {
 	return &buf
 }}
 
+// Closing a netfilter netlink socket makes nf_tables take its commit
+// mutex (it lets go of what the closed port owned: NETLINK_URELEASE), so
+// each close waits for whatever transaction is being committed. On a host
+// where the plugins and kube-proxy commit all the time that was 5–20 ms a
+// close, most of a Teardown's own time under load. So the questions
+// (ProbeChain, LookupRule, AnyRule, ListRules, ListTables) reuse their
+// sockets: one whose exchange ended cleanly waits in idle for the next
+// question asked from the same network namespace (a socket talks to the
+// namespace it was opened in, whatever thread uses it later). Batches of
+// deletions still open and close their own.
+
+// netnsID names a network namespace: its nsfs inode. A namespace lives
+// while a socket in it is open, so a kept socket's inode is never reused.
+type netnsID struct{ dev, ino uint64 }
+
+// maxIdle bounds the kept sockets; questions asked at once beyond it open
+// sockets of their own and close them.
+const maxIdle = 4
+
+var idle struct {
+	mu    sync.Mutex
+	conns []*nfConn
+}
+
+// threadNetns names the calling thread's network namespace; false when it
+// cannot be told.
+func threadNetns() (netnsID, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return netnsID{}, false
+	}
+	return netnsID{uint64(st.Dev), st.Ino}, true
+}
+
+// acquire returns a socket to nf_tables in the calling thread's network
+// namespace: a kept one if there is one, else a new one.
+func acquire() (*nfConn, error) {
+	runtime.LockOSThread() // the namespace looked at is the one the socket opens in
+	defer runtime.UnlockOSThread()
+	ns, known := threadNetns()
+	if known {
+		idle.mu.Lock()
+		for i := len(idle.conns) - 1; i >= 0; i-- {
+			if c := idle.conns[i]; c.ns == ns {
+				idle.conns = slices.Delete(idle.conns, i, i+1)
+				idle.mu.Unlock()
+				return c, nil
+			}
+		}
+		idle.mu.Unlock()
+	}
+	c, err := openNF()
+	if err != nil {
+		return nil, err
+	}
+	c.ns, c.keep = ns, known
+	return c, nil
+}
+
+// release keeps c for a later question when its exchange ended cleanly
+// (every message of the answer read: nothing of it is left to mix with
+// the next), else closes it.
+func release(c *nfConn, clean bool) {
+	if clean && c.keep {
+		idle.mu.Lock()
+		if len(idle.conns) < maxIdle {
+			idle.conns = append(idle.conns, c)
+			idle.mu.Unlock()
+			return
+		}
+		idle.mu.Unlock()
+	}
+	c.close()
+}
+
 func (c *nfConn) close() {
 	unix.Close(c.fd)
 	buf := c.buf
@@ -109,46 +190,50 @@ func (c *nfConn) receive() ([]byte, error) {
 
 // ProbeChain asks the kernel whether chain exists in table of family.
 func ProbeChain(family, table, chain string) (bool, error) {
-	c, err := openNF()
+	c, err := acquire()
 	if err != nil {
 		return false, err
 	}
-	defer c.close()
-	return probeChain(c, family, table, chain)
+	exists, err := probeChain(c, family, table, chain)
+	release(c, err == nil)
+	return exists, err
 }
 
 // LookupRule looks up one rule by handle, as lookupRule does, over a
 // socket of its own.
 func LookupRule(family, table, chain string, handle uint64) (Rule, bool, error) {
-	c, err := openNF()
+	c, err := acquire()
 	if err != nil {
 		return Rule{}, false, err
 	}
-	defer c.close()
-	return lookupRule(c, family, table, chain, handle)
+	r, found, err := lookupRule(c, family, table, chain, handle)
+	release(c, err == nil)
+	return r, found, err
 }
 
 // AnyRule reports whether match holds for a rule of table of family (of
 // chain only, unless chain is ""), as anyRule does, over a socket of its
 // own.
 func AnyRule(family, table, chain string, match func(Rule) bool) (bool, error) {
-	c, err := openNF()
+	c, err := acquire()
 	if err != nil {
 		return false, err
 	}
-	defer c.close()
-	return anyRule(c, family, table, chain, match)
+	found, err := anyRule(c, family, table, chain, match)
+	release(c, err == nil && !found) // a match stops reading the dump midway
+	return found, err
 }
 
 // ListRules lists every rule of table of family, as listRules does,
 // over a socket of its own.
 func ListRules(family, table string) ([]Rule, error) {
-	c, err := openNF()
+	c, err := acquire()
 	if err != nil {
 		return nil, err
 	}
-	defer c.close()
-	return listRules(c, family, table)
+	rules, err := listRules(c, family, table)
+	release(c, err == nil)
+	return rules, err
 }
 
 // nfWrite serialises this process's batches: nf_tables has one generation
@@ -185,10 +270,11 @@ func DeleteChains(family, table string, chains []string) ([]host.HandleOutcome, 
 // ListTables lists the nf_tables tables, as listTables does, over a
 // socket of its own.
 func ListTables() (map[host.NFTable]bool, error) {
-	c, err := openNF()
+	c, err := acquire()
 	if err != nil {
 		return nil, err
 	}
-	defer c.close()
-	return listTables(c)
+	tables, err := listTables(c)
+	release(c, err == nil)
+	return tables, err
 }

@@ -49,3 +49,57 @@ func TestReceiveRetriesASignalAndRefusesACutDatagram(t *testing.T) {
 		})
 	}
 }
+
+// A socket whose exchange ended cleanly serves the next question from the
+// same namespace; one that did not is closed, and so is one past maxIdle.
+func TestSocketsAreKeptOnlyAfterACleanExchangeAndUpToMaxIdle(t *testing.T) {
+	drain := func() {
+		idle.mu.Lock()
+		defer idle.mu.Unlock()
+		for _, c := range idle.conns {
+			c.close()
+		}
+		idle.conns = nil
+	}
+	drain()
+	t.Cleanup(drain)
+
+	first, err := acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.keep {
+		t.Fatal("the thread's network namespace could not be told (/proc/thread-self/ns/net): no socket would be kept")
+	}
+	release(first, true)
+	if again, err := acquire(); err != nil || again != first {
+		t.Fatalf("after a clean exchange acquire = %p, %v; want the kept socket %p", again, err, first)
+	} else {
+		release(again, false)
+	}
+	if fresh, err := acquire(); err != nil || fresh == first {
+		t.Fatalf("after an exchange that did not end cleanly acquire = %p, %v; want a new socket, not %p", fresh, err, first)
+	} else if _, err := unix.FcntlInt(uintptr(first.fd), unix.F_GETFD, 0); err == nil && first.fd != fresh.fd {
+		t.Errorf("the socket of an unclean exchange is still open (fd %d)", first.fd)
+	} else {
+		release(fresh, true)
+	}
+	drain()
+	var held []*nfConn
+	for range maxIdle + 2 {
+		c, err := acquire()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	for _, c := range held {
+		release(c, true)
+	}
+	idle.mu.Lock()
+	kept := len(idle.conns)
+	idle.mu.Unlock()
+	if kept != maxIdle {
+		t.Errorf("%d sockets kept after %d clean releases, want maxIdle (%d)", kept, len(held), maxIdle)
+	}
+}

@@ -17,7 +17,9 @@
 //	batch.go       Target, DeleteRules, DeleteChains: matching planned
 //	               deletions on a fresh dump, batching, settling each ack
 //	write.go       batch framing and sending; the table listing
-//	conn_linux.go  the socket, and the exported calls (ProbeChain,
+//	conn_linux.go  the socket, kept for the next question from the same
+//	               network namespace (closing one waits for nf_tables'
+//	               commit mutex), and the exported calls (ProbeChain,
 //	               LookupRule, AnyRule, ListRules, DeleteRules, DeleteChains,
 //	               ListTables) that
 //	               open one each
