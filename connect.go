@@ -157,7 +157,9 @@ func (c *Configurator) disconnectNetwork(ctx context.Context, alloc *Allocation,
 		return nil
 	}
 	defer keepLoopback(c.logger, req.id, netns, found)()
-	return c.detaching(owner, netns, len(attached) > len(found)).all(ctx, found)
+	d := c.detaching(owner, netns, len(attached) > len(found))
+	d.settled = true
+	return d.all(ctx, found)
 }
 
 // keepLoopback, when found run the loopback plugin, notes whether the

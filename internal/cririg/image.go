@@ -28,21 +28,37 @@ func WriteBusyboxLayer(path string) error {
 	if err != nil {
 		return err
 	}
+	return writeTar(path, func(tw *tar.Writer) error {
+		for _, dir := range []string{"bin/", "tmp/", "etc/"} {
+			if err := tw.WriteHeader(&tar.Header{Name: dir, Typeflag: tar.TypeDir, Mode: 0o1777}); err != nil {
+				return err
+			}
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: fi.Size()}); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, src); err != nil {
+			return err
+		}
+		for _, applet := range []string{"sh", "httpd", "echo"} {
+			if err := tw.WriteHeader(&tar.Header{Name: "bin/" + applet, Typeflag: tar.TypeSymlink, Linkname: "busybox"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// writeTar writes a tar file at path with what fill writes to it.
+func writeTar(path string, fill func(tw *tar.Writer) error) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	tw := tar.NewWriter(f)
-	for _, dir := range []string{"bin/", "tmp/", "etc/"} {
-		tw.WriteHeader(&tar.Header{Name: dir, Typeflag: tar.TypeDir, Mode: 0o1777})
-	}
-	tw.WriteHeader(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: fi.Size()})
-	if _, err := io.Copy(tw, src); err != nil {
+	if err := fill(tw); err != nil {
 		return err
-	}
-	for _, applet := range []string{"sh", "httpd", "echo"} {
-		tw.WriteHeader(&tar.Header{Name: "bin/" + applet, Typeflag: tar.TypeSymlink, Linkname: "busybox"})
 	}
 	if err := tw.Close(); err != nil {
 		return err
@@ -78,25 +94,18 @@ func WritePauseImage(path, ref string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	tw := tar.NewWriter(f)
-	for _, file := range []struct {
-		name string
-		data []byte
-	}{{"layer.tar", layer}, {"config.json", config}, {"manifest.json", manifest}} {
-		if err := tw.WriteHeader(&tar.Header{Name: file.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(file.data))}); err != nil {
-			return err
+	return writeTar(path, func(tw *tar.Writer) error {
+		for _, file := range []struct {
+			name string
+			data []byte
+		}{{"layer.tar", layer}, {"config.json", config}, {"manifest.json", manifest}} {
+			if err := tw.WriteHeader(&tar.Header{Name: file.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(file.data))}); err != nil {
+				return err
+			}
+			if _, err := io.Copy(tw, bytes.NewReader(file.data)); err != nil {
+				return err
+			}
 		}
-		if _, err := io.Copy(tw, bytes.NewReader(file.data)); err != nil {
-			return err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	return f.Close()
+		return nil
+	})
 }
