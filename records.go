@@ -327,19 +327,20 @@ func (c *Configurator) ownerOf(ctx context.Context) string {
 
 // Attachments lists the host registry: every attachment any process on
 // the host made through cninet with this StateDir, whoever its owner,
-// sorted by id, network and interface. Files in the registry that are no
-// usable record (corrupt, or of a newer cninet) are named in the error,
-// which wraps ErrIO, after the records that could be read.
-func (c *Configurator) Attachments() ([]AttachmentRecord, error) {
+// sorted by id, network and interface. Given ids, it lists only those
+// containers' attachments and reads only their records, so it is cheap
+// enough for every request of a busy runtime. Files in the registry that
+// are no usable record (corrupt, or of a newer cninet) are named in the
+// error, which wraps ErrIO, after the records that could be read.
+func (c *Configurator) Attachments(ids ...string) ([]AttachmentRecord, error) {
+	if len(ids) > 0 {
+		return c.attachmentsOf(ids)
+	}
 	all, err := c.registry.store.Summaries() // what a listing shows: no record's conflist decoded
 	out := make([]AttachmentRecord, 0, len(all.Summaries))
 	for _, rec := range all.Summaries {
-		r := AttachmentRecord{Owner: rec.Owner, Network: rec.Network, ID: rec.ContainerID, IfName: rec.IfName, NetNS: rec.NetNS,
-			State: string(rec.State), Addresses: rec.Addresses, Since: rec.Since}
-		if raw, ok := rec.Capabilities[capabilityPortMappings]; ok {
-			_ = json.Unmarshal(raw, &r.Ports)
-		}
-		out = append(out, r)
+		out = append(out, attachmentRecord(rec.Owner, rec.Network, rec.ContainerID, rec.IfName, rec.NetNS,
+			rec.State, rec.Addresses, rec.Capabilities, rec.Since))
 	}
 	var errs []error
 	if err != nil {
@@ -348,10 +349,57 @@ func (c *Configurator) Attachments() ([]AttachmentRecord, error) {
 	for _, d := range all.Damaged {
 		errs = append(errs, d)
 	}
-	if len(errs) > 0 {
-		return out, fmt.Errorf("%w: %w", ErrIO, errors.Join(errs...))
+	return out, listingError(errs)
+}
+
+// attachmentsOf is Attachments of ids: each id's records, in the order
+// of ids (each id's sorted by network and interface), an id given twice
+// listed once.
+func (c *Configurator) attachmentsOf(ids []string) ([]AttachmentRecord, error) {
+	for _, id := range ids {
+		if !footprint.IsContainerID(id) {
+			return nil, fmt.Errorf("%w: id %q is not a CNI container id (want ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$)", ErrInvalidAllocation, id)
+		}
 	}
-	return out, nil
+	var out []AttachmentRecord
+	var errs []error
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		recs, damaged, err := c.registry.store.Of(id)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, d := range damaged {
+			errs = append(errs, d)
+		}
+		for _, rec := range recs {
+			out = append(out, attachmentRecord(rec.Owner, rec.Network, rec.ContainerID, rec.IfName, rec.NetNS,
+				rec.State, rec.Addresses, rec.Capabilities, rec.Since))
+		}
+	}
+	return out, listingError(errs)
+}
+
+// attachmentRecord is the AttachmentRecord of a record's fields.
+func attachmentRecord(owner, network, id, ifName, netns string, state registry.State, addrs []netip.Addr, caps map[string]json.RawMessage, since time.Time) AttachmentRecord {
+	r := AttachmentRecord{Owner: owner, Network: network, ID: id, IfName: ifName, NetNS: netns,
+		State: string(state), Addresses: addrs, Since: since}
+	if raw, ok := caps[capabilityPortMappings]; ok {
+		_ = json.Unmarshal(raw, &r.Ports)
+	}
+	return r
+}
+
+// listingError is the ErrIO error of a listing's unreadable parts, or nil.
+func listingError(errs []error) error {
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrIO, errors.Join(errs...))
+	}
+	return nil
 }
 
 // recordedNetNS returns the namespace a DEL of id's found attachments may

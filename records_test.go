@@ -204,6 +204,42 @@ func TestAttachmentsListsTheRegistry(t *testing.T) {
 	}
 }
 
+func TestAttachmentsOfIDsListsOnlyThoseIDs(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	for _, id := range []string{"a1", "a2", "a3"} {
+		if _, err := cf.c.Setup(context.Background(), &cninet.Allocation{ID: id}, filepath.Join(t.TempDir(), "netns")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		ids  []string
+		want string
+	}{
+		{"the ids given, in their order", []string{"a3", "a1"}, "a3,a1"},
+		{"an id given twice is listed once", []string{"a2", "a2"}, "a2"},
+		{"an id without records lists nothing", []string{"a9"}, ""},
+		{"no id lists every record", nil, "a1,a2,a3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recs, err := cf.c.Attachments(tc.ids...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range recs {
+				got = append(got, r.ID)
+			}
+			if strings.Join(got, ",") != tc.want {
+				t.Fatalf("Attachments(%q) lists %q, want %q", tc.ids, got, tc.want)
+			}
+		})
+	}
+	if _, err := cf.c.Attachments("a1", "../a2"); !errors.Is(err, cninet.ErrInvalidAllocation) || !strings.Contains(err.Error(), "../a2") {
+		t.Fatalf("Attachments of a path: %v, want ErrInvalidAllocation naming it", err)
+	}
+}
+
 // One Configurator serving several owners (as cninet daemon serves each
 // runtime): WithOwner says whose an operation's attachments are.
 func TestWithOwnerMakesEachOperationsAttachmentsItsOwners(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,4 +214,51 @@ func TestThickGCCollectsAnInterfaceTheRuntimeDoesNotList(t *testing.T) {
 	}
 	forgetRuntimeCache(t, r.name())
 	assertNoLeaks(t, base, r.nw.allowance())
+}
+
+// A runtime attaches one container to one network under two interface
+// names (eth0, then net1), each with a port mapping of its own: both
+// ports answer; eth0's DEL leaves every rule of net1's attachment at
+// every instant (sampled from a second goroutine) and its port
+// answering; net1's DEL then leaves nothing.
+func TestThickOneNetworkUnderTwoInterfaces(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		r := newThickRig(t, set, "1.1.0", false)
+		base := baseline(t)
+		w := netsandbox.NewWorkload(t)
+		id := fmt.Sprintf("itif-%d", networkSeq.Add(1))
+		as := func(ifName string, hostPort int) []string {
+			return append(portArgs(hostPort, 8080), "CNI_CONTAINERID="+id, "CNI_IFNAME="+ifName)
+		}
+		stop := serveHTTP(t, w, 8080, "two-"+set.Name)
+		r.mustCnitool(as("eth0", 28341), "add", r.name(), w.Path)
+		res := addResult(t, r.mustCnitool(as("net1", 28342), "add", r.name(), w.Path), "1.1.0")
+		var net1Addrs []netip.Addr
+		for _, ip := range res.IPs {
+			a, _ := netip.AddrFromSlice(ip.Address.IP)
+			net1Addrs = append(net1Addrs, a.Unmap())
+		}
+		for _, port := range []int{28341, 28342} {
+			if body, err := fetch(r.nw.gw4, port); err != nil || body != "hello from two-"+set.Name {
+				t.Fatalf("host port %d with both interfaces attached: %q, %v", port, body, err)
+			}
+		}
+		net1Rules := func() (int, error) { return countRulesOf(r.name(), id+".net1", net1Addrs) }
+		before, err := net1Rules()
+		if err != nil || before == 0 {
+			t.Fatalf("net1's rules before eth0's DEL: %d, %v; want some", before, err)
+		}
+		sampleWhile(t, "net1's rules while eth0's DEL runs", before, net1Rules, func() {
+			r.mustCnitool(as("eth0", 28341), "del", r.name(), w.Path)
+		})
+		if body, err := fetch(r.nw.gw4, 28342); err != nil || body != "hello from two-"+set.Name {
+			t.Fatalf("net1's host port after eth0's DEL: %q, %v", body, err)
+		}
+		if hasInterface(t, w, "eth0") || !hasInterface(t, w, "net1") {
+			t.Fatalf("after eth0's DEL the workload has eth0: %v, net1: %v; want net1 alone", hasInterface(t, w, "eth0"), hasInterface(t, w, "net1"))
+		}
+		r.mustCnitool(as("net1", 28342), "del", r.name(), w.Path)
+		stop()
+		assertNoLeaks(t, base, r.nw.allowance())
+	})
 }

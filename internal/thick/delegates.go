@@ -216,7 +216,8 @@ func ConfiguratorForDel(info Info, req *Request, conf *NetConf, logger hclog.Log
 }
 
 // recordedConfList is the conflist the host registry in stateDir
-// recorded at the ADD of id in network as ifName.
+// recorded at the ADD of id in network as ifName, under the container id
+// or its delegate id.
 func recordedConfList(stateDir, id, network, ifName string) ([]byte, error) {
 	if stateDir == "" {
 		stateDir = DefaultStateDir
@@ -225,13 +226,15 @@ func recordedConfList(stateDir, id, network, ifName string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the host registry cannot be read: %w", err)
 	}
-	recs, _, err := store.Of(id)
-	if err != nil {
-		return nil, fmt.Errorf("the host registry cannot be read: %w", err)
-	}
-	for _, rec := range recs {
-		if rec.Network == network && rec.IfName == ifName && len(rec.ConfList) > 0 {
-			return rec.ConfList, nil
+	for _, of := range []string{id, delegateIDOf(id, ifName)} {
+		recs, _, err := store.Of(of)
+		if err != nil {
+			return nil, fmt.Errorf("the host registry cannot be read: %w", err)
+		}
+		for _, rec := range recs {
+			if rec.Network == network && rec.IfName == ifName && len(rec.ConfList) > 0 {
+				return rec.ConfList, nil
+			}
 		}
 	}
 	return nil, fmt.Errorf("the host registry records no conflist for %s in network %q as %s", id, network, ifName)

@@ -34,6 +34,12 @@
 //     is Connect, DEL is Del, CHECK, STATUS, GC by the valid attachments'
 //     interfaces), and Del, which the shim also runs itself when the
 //     daemon is down.
+//   - delegateid.go: the delegate id, under which the plugins know a
+//     container's second and later interfaces on one network (so one
+//     interface's DEL never takes another's chains), found again by
+//     each command from the host registry and libcni's cache; the GC's
+//     valid attachments named the same way; ADDs of one container
+//     serialised.
 //   - check.go: CHECK: the runtime's prevResult compared with the
 //     delegate's cached result, then the delegate's CHECK.
 //   - allocation.go: Allocation, the cninet.Allocation of a request (its

@@ -30,7 +30,7 @@ func Serve(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetC
 	case CmdDel:
 		return nil, Del(ctx, c, req, conf)
 	case CmdCheck:
-		return nil, check(ctx, c, req, conf)
+		return nil, check(ctx, c, asDelegateSees(c, req, conf), conf)
 	case CmdStatus:
 		return nil, c.Status(ctx, conf.Name)
 	case CmdGC:
@@ -54,7 +54,16 @@ func knowNetwork(c *cninet.Configurator, network string) error {
 	return nil
 }
 
+// add is Connect of the attachment under its delegate id. The ADDs of
+// one container wait for each other here, so that two interfaces added
+// to one network at once get different ids.
 func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) ([]byte, error) {
+	unlock, err := addsOfContainer.lock(ctx, req.ContainerID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: waiting for another ADD of container %s: %w", cninet.ErrBusy, req.ContainerID, err)
+	}
+	defer unlock()
+	req = asDelegateSees(c, req, conf)
 	alloc, err := Allocation(req, conf)
 	if err != nil {
 		return nil, err
@@ -81,6 +90,7 @@ func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 // Port mappings or args it cannot parse do not stop it: the cached ones
 // (or none) are used, since a DEL must clean up whatever it is given.
 func Del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) error {
+	req = asDelegateSees(c, req, conf)
 	alloc, err := Allocation(req, conf)
 	if err != nil {
 		alloc = &cninet.Allocation{ID: req.ContainerID}
@@ -94,16 +104,29 @@ func Del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 // container's attachment under an interface the runtime did not list is
 // collected, though it lists another of the same container. One listed
 // without an interface name keeps every interface of its container.
+// The attachments are named as the delegate's plugins know them
+// (liveDelegateIDs).
 func gc(ctx context.Context, c *cninet.Configurator, conf *NetConf) error {
-	live := []string{}
-	var attachments []cninet.GCAttachment
-	for _, a := range conf.ValidAttachments {
-		if a.IfName == "" {
-			live = append(live, a.ContainerID)
-			continue
-		}
-		attachments = append(attachments, cninet.GCAttachment{ID: a.ContainerID, IfName: a.IfName})
+	live, attachments, err := liveDelegateIDs(c, conf.ValidAttachments)
+	if err != nil {
+		return err
 	}
-	_, err := c.GC(ctx, live, cninet.GCOptions{Networks: []string{conf.Name}, LiveAttachments: attachments})
+	if live == nil {
+		live = []string{}
+	}
+	_, err = c.GC(ctx, live, cninet.GCOptions{Networks: []string{conf.Name}, LiveAttachments: attachments})
 	return err
+}
+
+// asDelegateSees returns req as the delegate's plugins see it: under the
+// attachment's delegate id (delegateID), a copy when that is not the
+// container id.
+func asDelegateSees(c *cninet.Configurator, req *Request, conf *NetConf) *Request {
+	id := delegateID(c, req.ContainerID, conf.Name, req.IfName)
+	if id == req.ContainerID {
+		return req
+	}
+	r := *req
+	r.ContainerID = id
+	return &r
 }

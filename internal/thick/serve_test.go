@@ -28,8 +28,9 @@ const (
 // result; it has fake iptables and nftables, and every directory in a
 // temp dir.
 type delegate struct {
-	c   *cninet.Configurator
-	log string
+	c     *cninet.Configurator
+	log   string
+	state string // the host registry's dir
 }
 
 func newDelegate(t *testing.T, result string) delegate {
@@ -77,7 +78,7 @@ exit 0
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return delegate{c: c, log: log}
+	return delegate{c: c, log: log, state: info.StateDir}
 }
 
 // serve runs one request of the runtime's, with its config, as the
@@ -261,25 +262,3 @@ func TestServeCheckOfAnL2OnlyNetworkWhosePluginAsksForIPAM(t *testing.T) {
 	}
 }
 
-// A container joins a network under one interface: a second ADD of the
-// same network under another CNI_IFNAME is refused, naming both, and the
-// first attachment is untouched (known-limits.md says why).
-func TestServeAddOfANetworkUnderASecondInterfaceIsRefused(t *testing.T) {
-	d := newDelegate(t, resultWithAddress)
-	if _, err := d.serve(t, CmdAdd, "eth0", "", webConf); err != nil {
-		t.Fatal(err)
-	}
-	_, err := d.serve(t, CmdAdd, "net1", "", webConf)
-	if cerr := ErrorFor(err); cerr == nil || cerr.Code != CodeAlreadyAttached || !strings.Contains(cerr.Msg, "eth0") || !strings.Contains(cerr.Msg, "net1") {
-		t.Fatalf("second ADD: %v, want code %d naming eth0 and net1", err, CodeAlreadyAttached)
-	}
-	if strings.Contains(d.calls(t), "net1") {
-		t.Fatalf("the delegate ran for net1: %q", d.calls(t))
-	}
-	if res, err := d.c.CachedResult("c1", "web", "eth0"); err != nil || res == nil {
-		t.Fatalf("the first attachment's cached result: %v, %v", res, err)
-	}
-	if _, err := d.serve(t, CmdCheck, "eth0", "", webConf); err != nil {
-		t.Fatalf("CHECK of the first attachment: %v", err)
-	}
-}

@@ -1,0 +1,239 @@
+package thick
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/registry"
+)
+
+func TestDelegateIDOf(t *testing.T) {
+	for _, tc := range []struct{ name, id, ifName, want string }{
+		{"an interface name a container id can hold follows a dot", "c1", "net1", "c1.net1"},
+		{"underscores and hyphens are kept", "c1", "eth_1-a", "c1.eth_1-a"},
+		{"a name with a dot is hashed after two dots", "c1", "eth0.100", "c1.." + hashOf("eth0.100")},
+		{"a name with characters no id holds is hashed", "c1", "net@1", "c1.." + hashOf("net@1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := delegateIDOf(tc.id, tc.ifName)
+			if got != tc.want {
+				t.Fatalf("delegateIDOf(%q, %q) = %q, want %q", tc.id, tc.ifName, got, tc.want)
+			}
+			if !footprint.IsContainerID(got) {
+				t.Fatalf("delegateIDOf(%q, %q) = %q is no CNI container id", tc.id, tc.ifName, got)
+			}
+		})
+	}
+	if a, b := delegateIDOf("c1", "a.b"), delegateIDOf("c1", "a@b"); a == b {
+		t.Fatalf("two interface names share the delegate id %q", a)
+	}
+}
+
+func hashOf(ifName string) string {
+	id := delegateIDOf("", ifName)
+	return strings.TrimPrefix(id, "..")
+}
+
+// servedAs returns the id under which the delegate saw command for
+// ifName ("" when it did not).
+func (d delegate) servedAs(t *testing.T, command, ifName string) string {
+	t.Helper()
+	for _, line := range strings.Split(d.calls(t), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == command && f[2] == ifName {
+			return f[1]
+		}
+	}
+	return ""
+}
+
+// A container may join one network under several interfaces: the first
+// keeps the container id, each later one is known to the plugins by its
+// delegate id, so that one interface's DEL never reaches the other's
+// chains, and each command finds its interface's id again.
+func TestServeAttachesOneNetworkUnderSeveralInterfaces(t *testing.T) {
+	d := newDelegate(t, resultWithAddress)
+	for _, ifName := range []string{"eth0", "net1"} {
+		if _, err := d.serve(t, CmdAdd, ifName, "", webConf); err != nil {
+			t.Fatalf("ADD as %s: %v (CNI error %+v)", ifName, err, ErrorFor(err))
+		}
+	}
+	if eth0, net1 := d.servedAs(t, CmdAdd, "eth0"), d.servedAs(t, CmdAdd, "net1"); eth0 != "c1" || net1 != "c1.net1" {
+		t.Fatalf("the delegate's ADDs: eth0 as %q, net1 as %q, want c1 and c1.net1 (calls %q)", eth0, net1, d.calls(t))
+	}
+	if _, err := d.serve(t, CmdCheck, "net1", "", webConf); err != nil {
+		t.Fatalf("CHECK of net1: %v", err)
+	}
+	if _, err := d.serve(t, CmdDel, "eth0", "", webConf); err != nil {
+		t.Fatalf("DEL of eth0: %v", err)
+	}
+	if got := d.servedAs(t, CmdDel, "eth0"); got != "c1" {
+		t.Fatalf("the delegate's DEL of eth0 ran as %q, want c1", got)
+	}
+	if res, err := d.c.CachedResult("c1.net1", "web", "net1"); err != nil || res == nil {
+		t.Fatalf("net1's cached result after eth0's DEL: %v, %v", res, err)
+	}
+	if _, err := d.serve(t, CmdCheck, "net1", "", webConf); err != nil {
+		t.Fatalf("CHECK of net1 after eth0's DEL: %v", err)
+	}
+	// eth0 comes back while net1 holds c1.net1: eth0 gets the container
+	// id again, which no interface of the network uses now.
+	if _, err := d.serve(t, CmdAdd, "eth0", "", webConf); err != nil {
+		t.Fatalf("ADD of eth0 again: %v", err)
+	}
+	for _, ifName := range []string{"net1", "eth0"} {
+		if _, err := d.serve(t, CmdDel, ifName, "", webConf); err != nil {
+			t.Fatalf("DEL of %s: %v", ifName, err)
+		}
+	}
+	if got := d.servedAs(t, CmdDel, "net1"); got != "c1.net1" {
+		t.Fatalf("the delegate's DEL of net1 ran as %q, want c1.net1", got)
+	}
+	if recs, err := d.c.Attachments(); err != nil || len(recs) != 0 {
+		t.Fatalf("the registry after every DEL: %+v, %v, want empty", recs, err)
+	}
+}
+
+// A DEL of an interface never added, on a network where the container
+// has another interface, runs under the delegate id: the plugins' DEL
+// of the container id would reach the interface that is there.
+func TestServeDelOfAnUnknownInterfaceNeverRunsAsTheAttachedOnesID(t *testing.T) {
+	d := newDelegate(t, resultWithAddress)
+	if _, err := d.serve(t, CmdAdd, "eth0", "", webConf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.serve(t, CmdDel, "net9", "", webConf); err != nil {
+		t.Fatalf("DEL of net9: %v", err)
+	}
+	if got := d.servedAs(t, CmdDel, "net9"); got != "c1.net9" {
+		t.Fatalf("the delegate's DEL of net9 ran as %q, want c1.net9 (calls %q)", got, d.calls(t))
+	}
+	if res, err := d.c.CachedResult("c1", "web", "eth0"); err != nil || res == nil {
+		t.Fatalf("eth0's cached result after net9's DEL: %v, %v", res, err)
+	}
+}
+
+// An ADD cut short (killed) leaves a record and no cached result; the
+// interface's DEL finds its delegate id in the record even when the
+// interface that took the container id is gone since.
+func TestServeDelOfAnADDCutShortRunsUnderTheRecordedDelegateID(t *testing.T) {
+	d := newDelegate(t, resultWithAddress)
+	store, err := registry.Open(d.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &registry.Record{Owner: "cninet-shim", Network: "web", ContainerID: "c1.net1", IfName: "net1", State: registry.Adding,
+		ConfList: []byte(`{"cniVersion":"1.0.0","name":"web","plugins":[{"type":"scripted"}]}`)}
+	if err := store.Put(rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.serve(t, CmdDel, "net1", "", webConf); err != nil {
+		t.Fatalf("DEL of net1: %v", err)
+	}
+	if got := d.servedAs(t, CmdDel, "net1"); got != "c1.net1" {
+		t.Fatalf("the delegate's DEL of net1 ran as %q, want c1.net1 (calls %q)", got, d.calls(t))
+	}
+	if recs, err := d.c.Attachments(); err != nil || len(recs) != 0 {
+		t.Fatalf("the registry after the DEL: %+v, %v, want empty", recs, err)
+	}
+}
+
+// Two ADDs of one container on one network at once get one id each.
+func TestServeConcurrentADDsOfOneNetworkGetOneIDEach(t *testing.T) {
+	d := newDelegate(t, resultWithAddress)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, ifName := range []string{"eth0", "net1"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = d.serve(t, CmdAdd, ifName, "", webConf)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("ADD %d: %v", i, err)
+		}
+	}
+	a, b := d.servedAs(t, CmdAdd, "eth0"), d.servedAs(t, CmdAdd, "net1")
+	if a == "" || b == "" || a == b {
+		t.Fatalf("the delegate's ADDs ran as %q and %q, want two ids (calls %q)", a, b, d.calls(t))
+	}
+}
+
+// A runtime's GC names interfaces by container id; the delegate's
+// plugins know the later ones by their delegate ids.
+func TestServeGCKeepsTheInterfacesListedUnderTheirDelegateIDs(t *testing.T) {
+	for _, tc := range []struct {
+		name, valid        string
+		wantEth0, wantNet1 bool
+	}{
+		{"both interfaces listed are kept", `[{"containerID":"c1","ifname":"eth0"},{"containerID":"c1","ifname":"net1"}]`, true, true},
+		{"the second interface alone listed is kept, the first collected", `[{"containerID":"c1","ifname":"net1"}]`, false, true},
+		{"the first interface alone listed is kept, the second collected", `[{"containerID":"c1","ifname":"eth0"}]`, true, false},
+		{"the container listed without an interface keeps both", `[{"containerID":"c1"}]`, true, true},
+		{"another container listed keeps neither", `[{"containerID":"c2"}]`, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDelegate(t, resultWithAddress)
+			for _, ifName := range []string{"eth0", "net1"} {
+				if _, err := d.serve(t, CmdAdd, ifName, "", webConf); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := d.gc(t, tc.valid); err != nil {
+				t.Fatalf("GC: %v", err)
+			}
+			for _, c := range []struct {
+				id, ifName string
+				want       bool
+			}{{"c1", "eth0", tc.wantEth0}, {"c1.net1", "net1", tc.wantNet1}} {
+				res, err := d.c.CachedResult(c.id, "web", c.ifName)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if kept := res != nil && d.servedAs(t, CmdDel, c.ifName) == ""; kept != c.want {
+					t.Fatalf("after GC %s kept: %v, want %v (calls %q)", c.ifName, kept, c.want, d.calls(t))
+				}
+			}
+		})
+	}
+}
+
+func TestKeyedLockWaitsForItsKeyAlone(t *testing.T) {
+	l := keyedLock{held: map[string]chan struct{}{}}
+	ctx := context.Background()
+	unlockA, err := l.lock(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlockB, err := l.lock(ctx, "b") // another key never waits
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlockB()
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := l.lock(short, "a"); err == nil {
+		t.Fatal("a second lock of a held key was granted")
+	}
+	got := make(chan error, 1)
+	go func() {
+		unlock, err := l.lock(ctx, "a")
+		if err == nil {
+			unlock()
+		}
+		got <- err
+	}()
+	unlockA()
+	if err := <-got; err != nil {
+		t.Fatalf("the lock after the holder unlocked: %v", err)
+	}
+	if len(l.held) != 0 {
+		t.Fatalf("held keys after every unlock: %v", l.held)
+	}
+}
