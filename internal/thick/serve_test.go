@@ -261,4 +261,3 @@ func TestServeCheckOfAnL2OnlyNetworkWhosePluginAsksForIPAM(t *testing.T) {
 		})
 	}
 }
-
