@@ -88,7 +88,9 @@ func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, netwo
 	if err := a.preflight(att); err != nil {
 		return nil, err
 	}
-	defer keepLoopback(c.logger, req.id, netns, []foundAttachment{{att: att}})()
+	up, restore := keepLoopback(c.logger, req.id, netns, []foundAttachment{{att: att}})
+	defer restore()
+	a.loUp = up
 	return a.all(ctx, []attachment{att})
 }
 
@@ -156,23 +158,26 @@ func (c *Configurator) disconnectNetwork(ctx context.Context, alloc *Allocation,
 		c.logger.Debug("disconnect: not attached", "alloc_id", req.id, "network", network)
 		return nil
 	}
-	defer keepLoopback(c.logger, req.id, netns, found)()
 	d := c.detaching(owner, netns, len(attached) > len(found))
-	d.settled = true
+	up, restore := keepLoopback(c.logger, req.id, netns, found)
+	defer restore()
+	d.settled, d.loUp = true, up
 	return d.all(ctx, found)
 }
 
 // keepLoopback, when found run the loopback plugin, notes whether the
-// workload's lo is up and returns a func that brings it up again if a DEL
-// took it down meanwhile: the loopback plugin's DEL sets lo down, which
-// is right when the workload goes, wrong when it loses one network of
-// several (a Disconnect, a Connect rolled back).
-func keepLoopback(logger hclog.Logger, id, netns string, found []foundAttachment) (restore func()) {
-	runsLoopback := slices.ContainsFunc(found, func(fa foundAttachment) bool { return slices.Contains(fa.att.conf.info.pluginTypes, "loopback") })
-	if !runsLoopback || !loopbackUp(netns) {
-		return func() {}
+// workload's lo is up (up: the detachment then leaves the loopback
+// plugin out of its DELs, detachment.loUp) and returns a func that
+// brings it up again if a DEL took it down meanwhile — one that could
+// not leave the plugin out (an injected Config.CNI). The loopback
+// plugin's DEL sets lo down, which is right when the workload goes,
+// wrong when it loses one network of several (a Disconnect, a Connect
+// rolled back).
+func keepLoopback(logger hclog.Logger, id, netns string, found []foundAttachment) (up bool, restore func()) {
+	if !slices.ContainsFunc(found, func(fa foundAttachment) bool { return runsLoopback(fa.att) }) || !loopbackUp(netns) {
+		return false, func() {}
 	}
-	return func() {
+	return true, func() {
 		if loopbackUp(netns) {
 			return
 		}
@@ -181,6 +186,11 @@ func keepLoopback(logger hclog.Logger, id, netns string, found []foundAttachment
 				"alloc_id", id, "netns", netns, "error", err)
 		}
 	}
+}
+
+// runsLoopback reports whether att's chain has the loopback plugin.
+func runsLoopback(att attachment) bool {
+	return slices.Contains(att.conf.info.pluginTypes, "loopback")
 }
 
 // ConnectOptions name the interface of the attachment that Connect makes
@@ -230,7 +240,9 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 	if err := a.preflight(att); err != nil {
 		return nil, err
 	}
-	defer keepLoopback(c.logger, req.id, netns, []foundAttachment{{att: att}})()
+	up, restore := keepLoopback(c.logger, req.id, netns, []foundAttachment{{att: att}})
+	defer restore()
+	a.loUp = up
 	return a.all(ctx, []attachment{att})
 }
 
@@ -272,9 +284,10 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 		fa.att.conf, fa.req, fa.cached = conf, recordedRequest(fa.req, *rec), true
 		fa.settled = rec.State == registry.Attached
 	}
-	defer keepLoopback(c.logger, req.id, netns, []foundAttachment{fa})()
+	up, restore := keepLoopback(c.logger, req.id, netns, []foundAttachment{fa})
+	defer restore()
 	d := c.detaching(owner, netns, true) // as in connectAs: others may be there unseen
-	d.exact, d.settled = true, true
+	d.exact, d.settled, d.loUp = true, true, up
 	return d.all(ctx, []foundAttachment{fa})
 }
 

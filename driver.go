@@ -39,6 +39,12 @@ func (c *Configurator) driverFor(att attachment) netDriver {
 	return c.driver
 }
 
+// canOmit reports whether att's DEL can leave plugins out: an injected
+// Config.CNI runs whole chains only.
+func (c *Configurator) canOmit(att attachment) bool {
+	return !att.viaCNI || c.findPlugins
+}
+
 // cniDriver attaches the default network as the first interface through
 // Config.CNI (go-cni by default): the single-network path, as it always was.
 type cniDriver struct{ c *Configurator }

@@ -485,12 +485,15 @@ func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) 
 	}
 	if !g.dry {
 		netns, alongside := c.registry.recordedNetNS(id, found), g.only != nil || elsewhere
+		d := c.detaching(g.owner, netns, alongside)
 		if alongside && netns != "" {
 			// The workload stays on other networks: the loopback
 			// plugin's DEL must not leave its lo down.
-			defer keepLoopback(c.logger, id, netns, found)()
+			up, restore := keepLoopback(c.logger, id, netns, found)
+			defer restore()
+			d.loUp = up
 		}
-		if err := c.detaching(g.owner, netns, alongside).all(ctx, found); err != nil {
+		if err := d.all(ctx, found); err != nil {
 			return err
 		}
 	}

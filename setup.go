@@ -68,11 +68,22 @@ type attaching struct {
 	// the caller, a CNI runtime, reads the result itself (Connect with
 	// ConnectOptions.IfName).
 	anyResult bool
+	// loUp: the workload's lo was up before (keepLoopback); a DEL that
+	// undoes this attachment leaves the loopback plugin out.
+	loUp bool
 }
 
 // attaching starts an attachment of req's workload in netns for owner.
 func (c *Configurator) attaching(owner string, req request, netns string, others bool) attaching {
 	return attaching{c: c, owner: owner, req: req, netns: netns, others: others}
+}
+
+// undoing is the detachment that undoes a's attachments: a rollback, the
+// DEL between attempts.
+func (a attaching) undoing() detachment {
+	d := a.c.detaching(a.owner, a.netns, a.others)
+	d.loUp = a.loUp
+	return d
 }
 
 // preflight fails before anything runs when a plugin of att's network
@@ -202,7 +213,7 @@ func (a attaching) rollback(ctx context.Context, atts []attachment) error {
 		found[i] = foundAttachment{att: att, req: a.req}
 	}
 	ctx, span := a.c.tel.startSpan(ctx, spanRollback)
-	err := a.c.detaching(a.owner, a.netns, a.others).all(ctx, found)
+	err := a.undoing().all(ctx, found)
 	span.end(err)
 	if err != nil {
 		a.c.logger.Error("rollback of failed setup incomplete", "alloc_id", a.req.id, "error", err)

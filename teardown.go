@@ -85,6 +85,11 @@ type detachment struct {
 	// looks up by handle the nftables rules the prevention saw
 	// (footprint.Cleaner.RecheckByHandle).
 	settled bool
+	// loUp: the workload's lo was up before this detachment, which leaves
+	// the workload other networks (keepLoopback). The loopback plugin is
+	// then left out of the DELs: its DEL only sets lo down, which would
+	// cut the workload's own localhost traffic until lo is up again.
+	loUp bool
 }
 
 // detaching starts a detachment for owner in netns; others says the
@@ -151,6 +156,9 @@ func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool)
 		omit := prevention.Omit
 		if alongside && c.plugins.hostportNFT(att.conf) && !slices.Contains(omit, "portmap") && !d.hostportsOwn(ctx, fa) {
 			omit = append(omit, "portmap")
+		}
+		if d.loUp && runsLoopback(att) && c.canOmit(att) {
+			omit = append(omit, "loopback")
 		}
 		d.logPrevented(req.id, att.name(), prevention, omit)
 		delCtx, delSpan := c.tel.startSpan(ctx, spanDel)
