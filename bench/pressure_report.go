@@ -40,14 +40,14 @@ func (r *report) pressureSection(w writer) {
 	}
 	w("\n### cninet's own share\n\n")
 	w("From cninet's debug log, per successful cycle (its alloc_id): the host registry (the record before each ADD and its completion, the proof before the DEL, the record's removal), the prevention before the DEL (without the proof), the force cleanup after it, and the waits for the allocation's locks with the finding of its networks (both halves). \"Own per Teardown\" is of each Teardown what is cninet's: the prevention with the proof, the cleanup, the record's removal, lock and find; its share is its median against the Teardown median.\n\n")
-	w("| plugin set | host rules | registry p50 / p95 | prevention p50 / p95 | cleanup p50 / p95 | lock + find p50 / p95 | own per Teardown p50 / p95 | share of the Teardown median |\n|---|---|---|---|---|---|---|---|\n")
+	w("| plugin set | host rules | registry p50 / p95 | prevention p50 / p95 | cleanup p50 / p95 | lock + find p50 / p95 | own per Teardown p50 / p95 / p99 | share of the Teardown median |\n|---|---|---|---|---|---|---|---|\n")
 	for _, p := range ps {
 		share := "–"
 		if len(p.TeardownOwn) > 0 && len(p.LibTeardown) > 0 {
 			share = fmt.Sprintf("%.0f%%", 100*ratio(p.TeardownOwn.median(), p.LibTeardown.median()))
 		}
 		w("| %s | %d | %s | %s | %s | %s | %s | %s |\n", p.Set.Name, p.Size, p5095(p.Registry), p5095(p.Prevention), p5095(p.Cleanup),
-			p5095(p.LockFind), p5095(p.TeardownOwn), share)
+			p5095(p.LockFind), pcts(p.TeardownOwn), share)
 	}
 	w("\n")
 	var failures []string
@@ -62,6 +62,32 @@ func (r *report) pressureSection(w writer) {
 			w("- `%s`\n", strings.NewReplacer("`", "'", "\n", " ").Replace(f))
 		}
 		w("\n")
+	}
+}
+
+// pressureOwnTarget is the ceiling of cninet's own share per Teardown
+// at p99: 5 ms on a host of up to 1,000 rules, 20 ms on a larger one.
+func pressureOwnTarget(size int) time.Duration {
+	if size <= 1000 {
+		return 5 * time.Millisecond
+	}
+	return 20 * time.Millisecond
+}
+
+// pressureTargets are the scenario's rows of the targets table, for each
+// plugin set and host size both contenders finished cycles on.
+func (r *report) pressureTargets(w writer) {
+	for _, p := range r.res.Pressure {
+		if len(p.LibTeardown) == 0 || len(p.DirectTeardown) == 0 {
+			continue
+		}
+		q := ratio(p.LibTeardown.percentile(99), p.DirectTeardown.percentile(99))
+		w("| under pressure, %s, %d host rules: cninet's p99 Teardown / go-cni's ≤ %.2f× | %.3f× | %s |\n", p.Set.Name, p.Size, overheadTarget, q, verdict(q <= overheadTarget))
+		w("| under pressure, %s, %d host rules: failed cycles, both contenders = 0 | %d | %s |\n", p.Set.Name, p.Size, p.LibFailed+p.DirectFailed, verdict(p.LibFailed+p.DirectFailed == 0))
+		if len(p.TeardownOwn) > 0 {
+			own, target := p.TeardownOwn.percentile(99), pressureOwnTarget(p.Size)
+			w("| under pressure, %s, %d host rules: cninet's own share per Teardown, p99 ≤ %s | %s | %s |\n", p.Set.Name, p.Size, ms(target), ms(own), verdict(own <= target))
+		}
 	}
 }
 

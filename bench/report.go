@@ -176,6 +176,7 @@ func (r *report) targets(w writer) {
 		w("| GC, %d leaked (nftables): `nft` processes O(families) (≤ 1 listing + 1 transaction per table, 3 tables) | %d | %s |\n", g.N, n, verdict(n <= 7))
 	}
 	r.gcScaleTargets(w)
+	r.pressureTargets(w)
 	r.thickTargets(w)
 	if c := r.res.CRI; c != nil {
 		q := ratio(c.Shim.total().median(), c.Direct.total().median())
