@@ -71,14 +71,23 @@ type NetworkPorts struct {
 	ReservedPorts, DynamicPorts []Port
 }
 
+// checkContainerID is an ErrInvalidAllocation error when id is not a
+// CNI container id.
+func checkContainerID(id string) error {
+	if !footprint.IsContainerID(id) {
+		return fmt.Errorf("%w: id %q is not a CNI container id (want ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$)", ErrInvalidAllocation, id)
+	}
+	return nil
+}
+
 // validateAllocation rejects what no plugin should ever see, before anything
 // on the host changes.
 func validateAllocation(alloc *Allocation) error {
 	if alloc == nil {
 		return fmt.Errorf("%w: allocation is nil", ErrInvalidAllocation)
 	}
-	if !footprint.IsContainerID(alloc.ID) {
-		return fmt.Errorf("%w: id %q is not a CNI container id (want ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$)", ErrInvalidAllocation, alloc.ID)
+	if err := checkContainerID(alloc.ID); err != nil {
+		return err
 	}
 	seen := make(map[string]bool, len(alloc.NetworkNames))
 	for _, name := range alloc.NetworkNames {

@@ -314,6 +314,29 @@ func (c *Configurator) CachedResult(id, network, ifName string) (types.Result, e
 	return res, nil
 }
 
+// CachedInterfaces lists the interfaces libcni's cache (Config.CacheDir)
+// holds an attachment of container id under in network, sorted: what a
+// runtime may have attached before the host registry recorded it. An
+// unreadable cache is an ErrIO error; an id that is no CNI container id
+// is an ErrInvalidAllocation error.
+func (c *Configurator) CachedInterfaces(id, network string) ([]string, error) {
+	if err := checkContainerID(id); err != nil {
+		return nil, err
+	}
+	cached, err := c.lib.GetCachedAttachments(id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading libcni's cache in %s: %w", ErrIO, c.cacheDir, err)
+	}
+	var out []string
+	for _, a := range cached {
+		if a.Network == network {
+			out = append(out, a.IfName)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
 // ifNaming names a workload's interfaces: <prefix>N, N the network's
 // place among the workload's networks.
 type ifNaming struct{ prefix string }

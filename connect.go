@@ -213,6 +213,7 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 	if err != nil {
 		return nil, err
 	}
+	req.runtimeID = registry.RuntimeIDOf(ctx)
 	leave, err := c.registry.enter(ctx, req.id, true)
 	if err != nil {
 		return nil, err
@@ -254,6 +255,7 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 	if err != nil {
 		return err
 	}
+	req.runtimeID = registry.RuntimeIDOf(ctx)
 	leave, err := c.registry.enter(ctx, req.id, false)
 	if err != nil {
 		return err

@@ -133,6 +133,7 @@ func (r *hostRegistry) recordOf(owner string, req request, att attachment, netns
 		Network:     att.name(),
 		ContainerID: req.id,
 		IfName:      att.ifName,
+		RuntimeID:   req.runtimeID,
 		NetNS:       netns,
 		NetNSInode:  netnsInode(netns),
 		State:       registry.Adding,
@@ -294,6 +295,11 @@ func (r *hostRegistry) recordedConf(rec registry.Record) (networkConf, error) {
 // AttachmentRecord is one attachment as the host registry records it.
 type AttachmentRecord struct {
 	Owner, Network, ID, IfName, NetNS string
+	// RuntimeID is the container id the runtime named, where the plugins
+	// know the attachment by ID instead (cninet daemon's delegate id of a
+	// container's second interface on one network); "": ID is the
+	// runtime's.
+	RuntimeID string
 	// State is "adding" (its ADD began), "attached" or "detaching" (its
 	// DEL began; the next Teardown or GC of its owner finishes it).
 	State     string
@@ -339,8 +345,10 @@ func (c *Configurator) Attachments(ids ...string) ([]AttachmentRecord, error) {
 	all, err := c.registry.store.Summaries() // what a listing shows: no record's conflist decoded
 	out := make([]AttachmentRecord, 0, len(all.Summaries))
 	for _, rec := range all.Summaries {
-		out = append(out, attachmentRecord(rec.Owner, rec.Network, rec.ContainerID, rec.IfName, rec.NetNS,
-			rec.State, rec.Addresses, rec.Capabilities, rec.Since))
+		r := attachmentRecord(rec.Owner, rec.Network, rec.ContainerID, rec.IfName, rec.NetNS,
+			rec.State, rec.Addresses, rec.Capabilities, rec.Since)
+		r.RuntimeID = rec.RuntimeID
+		out = append(out, r)
 	}
 	var errs []error
 	if err != nil {
@@ -357,8 +365,8 @@ func (c *Configurator) Attachments(ids ...string) ([]AttachmentRecord, error) {
 // listed once.
 func (c *Configurator) attachmentsOf(ids []string) ([]AttachmentRecord, error) {
 	for _, id := range ids {
-		if !footprint.IsContainerID(id) {
-			return nil, fmt.Errorf("%w: id %q is not a CNI container id (want ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$)", ErrInvalidAllocation, id)
+		if err := checkContainerID(id); err != nil {
+			return nil, err
 		}
 	}
 	var out []AttachmentRecord
@@ -377,8 +385,10 @@ func (c *Configurator) attachmentsOf(ids []string) ([]AttachmentRecord, error) {
 			errs = append(errs, d)
 		}
 		for _, rec := range recs {
-			out = append(out, attachmentRecord(rec.Owner, rec.Network, rec.ContainerID, rec.IfName, rec.NetNS,
-				rec.State, rec.Addresses, rec.Capabilities, rec.Since))
+			r := attachmentRecord(rec.Owner, rec.Network, rec.ContainerID, rec.IfName, rec.NetNS,
+				rec.State, rec.Addresses, rec.Capabilities, rec.Since)
+			r.RuntimeID = rec.RuntimeID
+			out = append(out, r)
 		}
 	}
 	return out, listingError(errs)

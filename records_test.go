@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -264,5 +265,35 @@ func TestWithOwnerMakesEachOperationsAttachmentsItsOwners(t *testing.T) {
 	}
 	if cf.state() == live {
 		t.Fatal("runtime-a's own GC left its dead attachment")
+	}
+}
+
+func TestCachedInterfacesListsAContainersInterfacesInANetwork(t *testing.T) {
+	cf := newCleanupFixture(t, "nomad")
+	results := filepath.Join(cf.cacheDir, "results")
+	if err := os.MkdirAll(results, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range [][3]string{{"nomad", "c1", "eth1"}, {"nomad", "c1", "eth0"}, {"other", "c1", "eth2"}, {"nomad", "c10", "eth0"}} {
+		body := fmt.Sprintf(`{"kind":"cniCacheV1","containerId":%q,"ifName":%q,"networkName":%q,"config":"e30="}`, a[1], a[2], a[0])
+		if err := os.WriteFile(filepath.Join(results, a[0]+"-"+a[1]+"-"+a[2]), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ name, id, network, want string }{
+		{"every interface of the container in the network, sorted", "c1", "nomad", "eth0,eth1"},
+		{"another network's are not listed", "c1", "other", "eth2"},
+		{"a container whose id begins alike is another", "c10", "nomad", "eth0"},
+		{"none of a container the cache does not know", "c2", "nomad", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := cf.c.CachedInterfaces(tc.id, tc.network)
+			if err != nil || strings.Join(got, ",") != tc.want {
+				t.Fatalf("CachedInterfaces(%q, %q) = %q, %v; want %q", tc.id, tc.network, got, err, tc.want)
+			}
+		})
+	}
+	if _, err := cf.c.CachedInterfaces("../c1", "nomad"); !errors.Is(err, cninet.ErrInvalidAllocation) {
+		t.Fatalf("CachedInterfaces of a path: %v, want ErrInvalidAllocation", err)
 	}
 }

@@ -19,6 +19,9 @@ type request struct {
 	mappings []cni.PortMapping
 	args     [][2]string
 	caps     map[string]any // Allocation.Capabilities, validated
+	// runtimeID is the runtime's container id where id is not it
+	// (registry.WithRuntimeID): the records name it.
+	runtimeID string
 }
 
 // ignoreUnknownArg tells plugins to accept args they do not know, so that

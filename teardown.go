@@ -157,10 +157,10 @@ func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool)
 		if alongside && c.plugins.hostportNFT(att.conf) && !slices.Contains(omit, "portmap") && !d.hostportsOwn(ctx, fa) {
 			omit = append(omit, "portmap")
 		}
-		if d.loUp && runsLoopback(att) && c.canOmit(att) {
-			omit = append(omit, "loopback")
-		}
 		d.logPrevented(req.id, att.name(), prevention, omit)
+		if d.loUp && runsLoopback(att) && c.canOmit(att) {
+			omit = append(slices.Clip(omit), "loopback") // not kept from anyone's state: lo stays up
+		}
 		delCtx, delSpan := c.tel.startSpan(ctx, spanDel)
 		removeErr = c.driverFor(att).del(delCtx, req, att, d.netns, omit)
 		delSpan.end(removeErr)

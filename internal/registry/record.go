@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -40,6 +41,11 @@ type Record struct {
 	Network     string `json:"network"`
 	ContainerID string `json:"containerID"`
 	IfName      string `json:"ifName"`
+	// RuntimeID is the container id the runtime named, where the plugins
+	// know the attachment by another (cninet daemon's delegate id for a
+	// container's second interface on a network); "": ContainerID is the
+	// runtime's.
+	RuntimeID string `json:"runtimeID,omitempty"`
 	// NetNS is the namespace path the ADD was given.
 	NetNS string `json:"netns,omitempty"`
 	// NetNSInode is the inode of that namespace when the ADD ran (0:
@@ -128,3 +134,22 @@ type Damaged struct {
 }
 
 func (d Damaged) Error() string { return fmt.Sprintf("registry file %s: %v", d.Path, d.Err) }
+
+// runtimeIDKey carries WithRuntimeID's id through an operation's context.
+type runtimeIDKey struct{}
+
+// WithRuntimeID returns ctx for an ADD whose plugins know the container
+// by another id than the runtime's: the records it writes name id as
+// RuntimeID. An empty id changes nothing.
+func WithRuntimeID(ctx context.Context, id string) context.Context {
+	if id == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, runtimeIDKey{}, id)
+}
+
+// RuntimeIDOf is the id WithRuntimeID put in ctx, or "".
+func RuntimeIDOf(ctx context.Context) string {
+	id, _ := ctx.Value(runtimeIDKey{}).(string)
+	return id
+}

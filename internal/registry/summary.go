@@ -20,6 +20,7 @@ type Summary struct {
 	Network      string                     `json:"network"`
 	ContainerID  string                     `json:"containerID"`
 	IfName       string                     `json:"ifName"`
+	RuntimeID    string                     `json:"runtimeID,omitempty"`
 	NetNS        string                     `json:"netns,omitempty"`
 	State        State                      `json:"state"`
 	Addresses    []netip.Addr               `json:"addresses,omitempty"`

@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"regexp"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -43,51 +43,71 @@ func delegateIDOf(id, ifName string) string {
 }
 
 // delegateID returns the id under which the delegate's plugins know (or,
-// for an ADD, will know) the attachment of container id to network under
-// ifName. Whichever id the host registry or libcni's cache knows that
-// interface under is kept. Otherwise the container id is used, unless
-// the registry records another interface of the container in network
-// under it; then the interface gets delegateIDOf. An interface name
-// that another network of the container uses keeps the id under which
-// that network has it, so that Connect refuses the second use of the
-// name (ErrAlreadyAttached) instead of the plugins failing on it.
-func delegateID(c *cninet.Configurator, id, network, ifName string) string {
+// for an ADD, will know) the attachment of container id to network as
+// ifName. The interface keeps the id a record of the container's names
+// it under (in any network: a name another network holds is refused by
+// Connect). Otherwise the container id is used when it is free in the
+// network and no other interface of the container holds it there; else
+// the interface's delegate id (delegateIDOf). An id is free in a network
+// unless another container's record holds it there: a runtime may name a
+// container "c1.net1", and its attachments must not be taken for c1's.
+// When the id the interface needs is not free, the error wraps
+// ErrDelegateIDTaken: no attachment of the interface can exist (its ADD
+// is refused; its DEL has nothing to remove).
+func delegateID(c *cninet.Configurator, id, network, ifName string) (string, error) {
 	alt := delegateIDOf(id, ifName)
 	recs, _ := c.Attachments(id, alt) // an unreadable record only hides an attachment: the cache is asked next
-	has := func(of string, match func(cninet.AttachmentRecord) bool) bool {
-		return slices.ContainsFunc(recs, func(r cninet.AttachmentRecord) bool { return r.ID == of && match(r) })
+	mine := func(r cninet.AttachmentRecord) bool {
+		if r.RuntimeID != "" {
+			return r.RuntimeID == id
+		}
+		return r.ID == id
 	}
-	sameIf := func(r cninet.AttachmentRecord) bool { return r.IfName == ifName }
-	otherIfHere := func(r cninet.AttachmentRecord) bool { return r.Network == network && r.IfName != ifName }
-	switch {
-	case has(id, sameIf):
-		return id
-	case has(alt, sameIf):
-		return alt
-	case cachedAs(c, id, network, ifName):
-		return id
-	case cachedAs(c, alt, network, ifName):
-		return alt
-	case has(id, otherIfHere):
-		return alt
+	for _, r := range recs {
+		if r.IfName == ifName && mine(r) {
+			return r.ID, nil
+		}
 	}
-	return id
+	free := func(of string) bool {
+		return !slices.ContainsFunc(recs, func(r cninet.AttachmentRecord) bool { return r.ID == of && r.Network == network && !mine(r) })
+	}
+	cached := cachedInterfaces(c, id, network) // an attachment from before the registry, or whose record is damaged
+	if free(id) && slices.Contains(cached, ifName) {
+		return id, nil
+	}
+	othersHere := slices.ContainsFunc(recs, func(r cninet.AttachmentRecord) bool {
+		return r.ID == id && r.Network == network && r.IfName != ifName && mine(r)
+	}) || slices.ContainsFunc(cached, func(name string) bool { return name != ifName })
+	if free(id) && !othersHere {
+		return id, nil
+	}
+	if !free(alt) || len(cachedInterfaces(c, alt, network)) > 0 {
+		return "", fmt.Errorf("%w: container %s in network %q as %s would be known to the plugins as %s, and another container attached to %q holds that id",
+			ErrDelegateIDTaken, id, network, ifName, alt, network)
+	}
+	return alt, nil
 }
 
-// cachedAs reports whether libcni's cache holds a result of id in
-// network as ifName.
-func cachedAs(c *cninet.Configurator, id, network, ifName string) bool {
-	res, err := c.CachedResult(id, network, ifName)
-	return err == nil && res != nil
+// ErrDelegateIDTaken: the id a container's interface needs in a network
+// (its own, or its delegate id) is another container's there; the error
+// wraps cninet.ErrAlreadyAttached (code 100).
+var ErrDelegateIDTaken = fmt.Errorf("%w: the id is another container's", cninet.ErrAlreadyAttached)
+
+// cachedInterfaces lists the interfaces libcni's cache holds of id in
+// network; none when the cache cannot be read.
+func cachedInterfaces(c *cninet.Configurator, id, network string) []string {
+	names, _ := c.CachedInterfaces(id, network)
+	return names
 }
 
 // liveDelegateIDs maps the runtime's valid attachments of a GC to what
 // the delegate's plugins know: an entry with an interface name keeps
 // that interface under either id it may have; an entry without one
-// keeps every interface of its container, those under delegate ids
-// included (every record whose id is delegateIDOf its container and
-// interface).
-func liveDelegateIDs(c *cninet.Configurator, valid []types.GCAttachment) (ids []string, attachments []cninet.GCAttachment, err error) {
+// keeps every interface of its container, those recorded under delegate
+// ids included. The ADDs of those containers must wait meanwhile
+// (addsOfContainer), or one finished between this read and the GC would
+// be collected.
+func liveDelegateIDs(c *cninet.Configurator, valid []types.GCAttachment) (ids []string, attachments []cninet.GCAttachment) {
 	whole := map[string]bool{}
 	for _, a := range valid {
 		if a.IfName == "" {
@@ -100,28 +120,46 @@ func liveDelegateIDs(c *cninet.Configurator, valid []types.GCAttachment) (ids []
 			cninet.GCAttachment{ID: delegateIDOf(a.ContainerID, a.IfName), IfName: a.IfName})
 	}
 	if len(whole) == 0 {
-		return ids, attachments, nil
+		return ids, attachments
 	}
-	recs, err := c.Attachments()
-	if err != nil && len(recs) == 0 {
-		return nil, nil, err
-	}
+	recs, _ := c.Attachments() // a record that cannot be read is kept by the GC itself
 	for _, r := range recs {
-		suffix := delegateIDOf("", r.IfName)
-		if id, ok := strings.CutSuffix(r.ID, suffix); ok && whole[id] {
+		if r.RuntimeID != "" && whole[r.RuntimeID] {
 			attachments = append(attachments, cninet.GCAttachment{ID: r.ID, IfName: r.IfName})
 		}
 	}
-	return ids, attachments, nil
+	return ids, attachments
 }
 
-// addsOfContainer serialises the ADDs of each container in this process.
+// addsOfContainer serialises the ADDs and DELs of each container in this
+// process, and a GC with the ADDs of the containers it keeps whole.
 var addsOfContainer = keyedLock{held: map[string]chan struct{}{}}
 
 // keyedLock is a mutex per key whose waits are bounded by a context.
 type keyedLock struct {
 	mu   sync.Mutex
 	held map[string]chan struct{} // closed when its holder unlocks
+}
+
+// lockAll locks keys (each once) in order, so that two lockAll calls
+// never wait for each other crosswise.
+func (l *keyedLock) lockAll(ctx context.Context, keys []string) (unlock func(), err error) {
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
+	var unlocks []func()
+	unlock = func() {
+		for i := len(unlocks) - 1; i >= 0; i-- {
+			unlocks[i]()
+		}
+	}
+	for _, k := range keys {
+		u, err := l.lock(ctx, k)
+		if err != nil {
+			unlock()
+			return nil, err
+		}
+		unlocks = append(unlocks, u)
+	}
+	return unlock, nil
 }
 
 // lock waits until no one holds key or ctx is done.

@@ -2,6 +2,7 @@ package thick
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +37,19 @@ func TestDelegateIDOf(t *testing.T) {
 func hashOf(ifName string) string {
 	id := delegateIDOf("", ifName)
 	return strings.TrimPrefix(id, "..")
+}
+
+// idsServed lists, comma-separated, every id under which the delegate
+// saw command for ifName.
+func (d delegate) idsServed(t *testing.T, command, ifName string) string {
+	t.Helper()
+	var ids []string
+	for _, line := range strings.Split(d.calls(t), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == command && f[2] == ifName {
+			ids = append(ids, f[1])
+		}
+	}
+	return strings.Join(ids, ",")
 }
 
 // servedAs returns the id under which the delegate saw command for
@@ -125,7 +139,7 @@ func TestServeDelOfAnADDCutShortRunsUnderTheRecordedDelegateID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &registry.Record{Owner: "cninet-shim", Network: "web", ContainerID: "c1.net1", IfName: "net1", State: registry.Adding,
+	rec := &registry.Record{Owner: "cninet-shim", Network: "web", ContainerID: "c1.net1", RuntimeID: "c1", IfName: "net1", State: registry.Adding,
 		ConfList: []byte(`{"cniVersion":"1.0.0","name":"web","plugins":[{"type":"scripted"}]}`)}
 	if err := store.Put(rec); err != nil {
 		t.Fatal(err)
@@ -138,6 +152,99 @@ func TestServeDelOfAnADDCutShortRunsUnderTheRecordedDelegateID(t *testing.T) {
 	}
 	if recs, err := d.c.Attachments(); err != nil || len(recs) != 0 {
 		t.Fatalf("the registry after the DEL: %+v, %v, want empty", recs, err)
+	}
+}
+
+// A runtime may name a container like another's delegate id ("c1.net1"):
+// neither container's commands ever reach the other's attachments, in
+// whichever order they attach.
+func TestServeAContainerNamedLikeADelegateIDIsAnotherContainer(t *testing.T) {
+	t.Run("the delegate id first: the container so named gets a delegate id of its own", func(t *testing.T) {
+		d := newDelegate(t, resultWithAddress)
+		for _, ifName := range []string{"eth0", "net1"} {
+			if _, err := d.serve(t, CmdAdd, ifName, "", webConf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := d.serveAs(t, "c1.net1", CmdAdd, "net1", "", webConf); err != nil {
+			t.Fatalf("ADD of container c1.net1 as net1: %v", err)
+		}
+		if _, err := d.serveAs(t, "c1.net1", CmdDel, "net1", "", webConf); err != nil {
+			t.Fatalf("DEL of container c1.net1 as net1: %v", err)
+		}
+		if got := d.idsServed(t, CmdDel, "net1"); got != "c1.net1.net1" {
+			t.Fatalf("the delegate's DELs of net1 ran as %q, want c1.net1.net1 alone", got)
+		}
+		if res, err := d.c.CachedResult("c1.net1", "web", "net1"); err != nil || res == nil {
+			t.Fatalf("c1's net1 (delegate id c1.net1) after the other container's DEL: %v, %v", res, err)
+		}
+	})
+	t.Run("the container so named first: the delegate id is refused, and its DEL runs nothing", func(t *testing.T) {
+		d := newDelegate(t, resultWithAddress)
+		if _, err := d.serveAs(t, "c1.net1", CmdAdd, "net1", "", webConf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.serve(t, CmdAdd, "eth0", "", webConf); err != nil {
+			t.Fatal(err)
+		}
+		_, err := d.serve(t, CmdAdd, "net1", "", webConf)
+		if cerr := ErrorFor(err); !errors.Is(err, ErrDelegateIDTaken) || cerr.Code != CodeAlreadyAttached || !strings.Contains(cerr.Msg, "c1.net1") {
+			t.Fatalf("ADD of c1 as net1: %v, want ErrDelegateIDTaken (code %d) naming c1.net1", err, CodeAlreadyAttached)
+		}
+		if _, err := d.serve(t, CmdDel, "net1", "", webConf); err != nil {
+			t.Fatalf("DEL of c1 as net1: %v", err)
+		}
+		if got := d.idsServed(t, CmdDel, "net1"); got != "" {
+			t.Fatalf("the delegate ran DELs of net1 as %q, want none", got)
+		}
+		if res, err := d.c.CachedResult("c1.net1", "web", "net1"); err != nil || res == nil {
+			t.Fatalf("container c1.net1's attachment after c1's DEL of net1: %v, %v", res, err)
+		}
+	})
+}
+
+// An attachment that only libcni's cache knows (made before the host
+// registry, or whose record is damaged) holds the container id too.
+func TestServeAnInterfaceOnlyTheCacheKnowsHoldsTheContainerID(t *testing.T) {
+	d := newDelegate(t, resultWithAddress)
+	if _, err := d.serve(t, CmdAdd, "eth0", "", webConf); err != nil {
+		t.Fatal(err)
+	}
+	store, err := registry.Open(d.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Remove(registry.Key{Network: "web", ContainerID: "c1", IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.serve(t, CmdAdd, "net1", "", webConf); err != nil {
+		t.Fatalf("ADD as net1: %v", err)
+	}
+	if got := d.servedAs(t, CmdAdd, "net1"); got != "c1.net1" {
+		t.Fatalf("the delegate's ADD of net1 ran as %q, want c1.net1", got)
+	}
+	if _, err := d.serve(t, CmdDel, "eth0", "", webConf); err != nil {
+		t.Fatalf("DEL of eth0: %v", err)
+	}
+	if got := d.servedAs(t, CmdDel, "eth0"); got != "c1" {
+		t.Fatalf("the delegate's DEL of eth0 ran as %q, want c1", got)
+	}
+}
+
+func TestRecordedConfListIsFoundUnderTheDelegateID(t *testing.T) {
+	d := newDelegate(t, resultWithAddress)
+	for _, ifName := range []string{"eth0", "net1"} {
+		if _, err := d.serve(t, CmdAdd, ifName, "", webConf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := d.c.Attachments("c1.net1")
+	if err != nil || len(recs) != 1 || recs[0].RuntimeID != "c1" {
+		t.Fatalf("the record of c1's net1: %+v, %v; want one under c1.net1 naming runtime id c1", recs, err)
+	}
+	list, err := recordedConfList(d.state, "c1", "web", "net1")
+	if err != nil || !strings.Contains(string(list), `"name":"web"`) {
+		t.Fatalf("recordedConfList of c1 as net1: %q, %v", list, err)
 	}
 }
 
@@ -177,6 +284,7 @@ func TestServeGCKeepsTheInterfacesListedUnderTheirDelegateIDs(t *testing.T) {
 		{"the first interface alone listed is kept, the second collected", `[{"containerID":"c1","ifname":"eth0"}]`, true, false},
 		{"the container listed without an interface keeps both", `[{"containerID":"c1"}]`, true, true},
 		{"another container listed keeps neither", `[{"containerID":"c2"}]`, false, false},
+		{"an entry that names the delegate id and interface as a container keeps that attachment", `[{"containerID":"c1.net1","ifname":"net1"}]`, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newDelegate(t, resultWithAddress)

@@ -2,11 +2,13 @@ package thick
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/registry"
 )
 
 // Serve runs one request through c, for the request's owner (OwnerOf),
@@ -30,7 +32,11 @@ func Serve(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetC
 	case CmdDel:
 		return nil, Del(ctx, c, req, conf)
 	case CmdCheck:
-		return nil, check(ctx, c, asDelegateSees(c, req, conf), conf)
+		req, ctx, err := asDelegateSees(ctx, c, req, conf)
+		if err != nil {
+			return nil, err
+		}
+		return nil, check(ctx, c, req, conf)
 	case CmdStatus:
 		return nil, c.Status(ctx, conf.Name)
 	case CmdGC:
@@ -54,16 +60,19 @@ func knowNetwork(c *cninet.Configurator, network string) error {
 	return nil
 }
 
-// add is Connect of the attachment under its delegate id. The ADDs of
-// one container wait for each other here, so that two interfaces added
-// to one network at once get different ids.
+// add is Connect of the attachment under its delegate id. The commands
+// of one container wait for each other here (addsOfContainer), so that
+// two interfaces added to one network at once get different ids.
 func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) ([]byte, error) {
 	unlock, err := addsOfContainer.lock(ctx, req.ContainerID)
 	if err != nil {
-		return nil, fmt.Errorf("%w: waiting for another ADD of container %s: %w", cninet.ErrBusy, req.ContainerID, err)
+		return nil, fmt.Errorf("%w: %w: waiting for another command of container %s: %w", ErrBusy, errNotStarted, req.ContainerID, err)
 	}
 	defer unlock()
-	req = asDelegateSees(c, req, conf)
+	req, ctx, err = asDelegateSees(ctx, c, req, conf)
+	if err != nil {
+		return nil, err
+	}
 	alloc, err := Allocation(req, conf)
 	if err != nil {
 		return nil, err
@@ -85,12 +94,29 @@ func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 	return []byte(out.String()), nil
 }
 
+// errNotStarted marks an ADD that returned before anything of it ran:
+// there is nothing of it to roll back.
+var errNotStarted = errors.New("not started")
+
 // Del is cninet's DEL of one attachment (DEL plus force cleanup), as the
 // daemon runs it and as the shim runs it itself when the daemon is down.
 // Port mappings or args it cannot parse do not stop it: the cached ones
-// (or none) are used, since a DEL must clean up whatever it is given.
+// (or none) are used, since a DEL must clean up whatever it is given. An
+// interface whose id is another container's in the network
+// (ErrDelegateIDTaken) has nothing to remove: nothing runs.
 func Del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) error {
-	req = asDelegateSees(c, req, conf)
+	unlock, err := addsOfContainer.lock(ctx, req.ContainerID)
+	if err != nil {
+		return fmt.Errorf("%w: waiting for another command of container %s: %w", ErrBusy, req.ContainerID, err)
+	}
+	defer unlock()
+	req, ctx, err = asDelegateSees(ctx, c, req, conf)
+	if errors.Is(err, ErrDelegateIDTaken) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
 	alloc, err := Allocation(req, conf)
 	if err != nil {
 		alloc = &cninet.Allocation{ID: req.ContainerID}
@@ -105,12 +131,21 @@ func Del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 // collected, though it lists another of the same container. One listed
 // without an interface name keeps every interface of its container.
 // The attachments are named as the delegate's plugins know them
-// (liveDelegateIDs).
+// (liveDelegateIDs), while the ADDs of containers listed without an
+// interface wait.
 func gc(ctx context.Context, c *cninet.Configurator, conf *NetConf) error {
-	live, attachments, err := liveDelegateIDs(c, conf.ValidAttachments)
-	if err != nil {
-		return err
+	var whole []string
+	for _, a := range conf.ValidAttachments {
+		if a.IfName == "" {
+			whole = append(whole, a.ContainerID)
+		}
 	}
+	unlock, err := addsOfContainer.lockAll(ctx, whole)
+	if err != nil {
+		return fmt.Errorf("%w: waiting for the ADDs of the containers listed: %w", ErrBusy, err)
+	}
+	defer unlock()
+	live, attachments := liveDelegateIDs(c, conf.ValidAttachments)
 	if live == nil {
 		live = []string{}
 	}
@@ -118,15 +153,15 @@ func gc(ctx context.Context, c *cninet.Configurator, conf *NetConf) error {
 	return err
 }
 
-// asDelegateSees returns req as the delegate's plugins see it: under the
-// attachment's delegate id (delegateID), a copy when that is not the
-// container id.
-func asDelegateSees(c *cninet.Configurator, req *Request, conf *NetConf) *Request {
-	id := delegateID(c, req.ContainerID, conf.Name, req.IfName)
-	if id == req.ContainerID {
-		return req
+// asDelegateSees returns req as the delegate's plugins see it, under the
+// attachment's delegate id (delegateID): a copy when that is not the
+// container id, with ctx telling the registry the runtime's id.
+func asDelegateSees(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) (*Request, context.Context, error) {
+	id, err := delegateID(c, req.ContainerID, conf.Name, req.IfName)
+	if err != nil || id == req.ContainerID {
+		return req, ctx, err
 	}
 	r := *req
 	r.ContainerID = id
-	return &r
+	return &r, registry.WithRuntimeID(ctx, req.ContainerID), nil
 }

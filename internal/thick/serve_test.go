@@ -85,11 +85,17 @@ exit 0
 // daemon does.
 func (d delegate) serve(t *testing.T, command, ifName, args, config string) ([]byte, error) {
 	t.Helper()
+	return d.serveAs(t, "c1", command, ifName, args, config)
+}
+
+// serveAs is serve for container id.
+func (d delegate) serveAs(t *testing.T, id, command, ifName, args, config string) ([]byte, error) {
+	t.Helper()
 	netns := "/proc/self/ns/net"
 	if command == CmdDel {
 		netns = ""
 	}
-	body := fmt.Sprintf(`{"protocol":1,"command":%q,"containerID":"c1","netns":%q,"ifName":%q,"args":%q,"config":%s}`, command, netns, ifName, args, config)
+	body := fmt.Sprintf(`{"protocol":1,"command":%q,"containerID":%q,"netns":%q,"ifName":%q,"args":%q,"config":%s}`, command, id, netns, ifName, args, config)
 	req, conf, err := DecodeRequest(strings.NewReader(body))
 	if err != nil {
 		return nil, err

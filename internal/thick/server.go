@@ -495,11 +495,15 @@ func (s *Server) rollBack(req *Request, conf *NetConf, addErr error) error {
 
 // mayHaveAttached reports whether an ADD that returned err may have left
 // an attachment of its own: not when it was refused before it ran (a bad
-// request, an unknown network) or found the attachment there already
-// (which is not its to remove).
+// request, an unknown network, still waiting for another command of its
+// container) or found the attachment there already (which is not its to
+// remove).
 func mayHaveAttached(err error) bool {
 	if err == nil {
 		return true
+	}
+	if errors.Is(err, errNotStarted) {
+		return false
 	}
 	switch codeFor(err) {
 	case CodeAlreadyAttached, types.ErrInvalidEnvironmentVariables, types.ErrInvalidNetworkConfig, types.ErrDecodingFailure:

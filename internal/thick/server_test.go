@@ -389,6 +389,8 @@ func TestServerRollsBackUnfinishedAddsAtTheDrainTimeout(t *testing.T) {
 		{"an ADD cut short is rolled back", context.Canceled, true},
 		{"an ADD that finished as the timeout passed is rolled back", nil, true},
 		{"an ADD that found the attachment there already is not", fmt.Errorf("%w: c1", cninet.ErrAlreadyAttached), false},
+		{"an ADD still waiting for another command of its container is not", fmt.Errorf("%w: %w: c1", ErrBusy, errNotStarted), false},
+		{"an ADD whose id is another container's is not", fmt.Errorf("%w: c1", ErrDelegateIDTaken), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
