@@ -86,7 +86,11 @@ func printAttachments(w io.Writer, recs []cninet.AttachmentRecord) {
 		for _, p := range r.Ports {
 			ports = append(ports, fmt.Sprintf("%d:%d/%s", p.HostPort, p.ContainerPort, p.Protocol))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Owner, r.Network, r.ID, r.IfName,
+		id := r.ID
+		if r.RuntimeID != "" { // a delegate id: say whose
+			id += " (of " + r.RuntimeID + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Owner, r.Network, id, r.IfName,
 			orDash(strings.Join(addrs, ",")), orDash(strings.Join(ports, ",")), r.State, r.Since.UTC().Format(time.RFC3339))
 	}
 	tw.Flush()

@@ -20,6 +20,7 @@ func TestStatusAttachmentsListsTheHostRegistry(t *testing.T) {
 			Addresses:    []netip.Addr{netip.MustParseAddr("198.18.0.5")},
 			Capabilities: map[string]json.RawMessage{"portMappings": json.RawMessage(`[{"hostPort":28080,"containerPort":8080,"protocol":"tcp"}]`)}},
 		{Owner: "cninet-daemon", Network: "db", ContainerID: "b2", IfName: "eth1", State: registry.Adding},
+		{Owner: "containerd", Network: "db", ContainerID: "b2.net1", RuntimeID: "b2", IfName: "net1", State: registry.Attached},
 	} {
 		if err := reg.Put(r); err != nil {
 			t.Fatal(err)
@@ -32,7 +33,7 @@ func TestStatusAttachmentsListsTheHostRegistry(t *testing.T) {
 		not  []string
 	}{
 		{"every owner's attachment is listed", []string{"status", "--attachments", "--state-dir", state},
-			[]string{"nomad", "web", "a1", "198.18.0.5", "28080:8080/tcp", "cninet-daemon", "eth1", "adding"}, nil},
+			[]string{"nomad", "web", "a1", "198.18.0.5", "28080:8080/tcp", "cninet-daemon", "eth1", "adding", "b2.net1 (of b2)"}, nil},
 		{"--network narrows the list", []string{"status", "--attachments", "--state-dir", state, "--network", "db"},
 			[]string{"cninet-daemon", "b2"}, []string{"a1", "198.18.0.5"}},
 	}
@@ -58,11 +59,11 @@ func TestStatusAttachmentsListsTheHostRegistry(t *testing.T) {
 	var env struct {
 		OK     bool `json:"ok"`
 		Result struct {
-			Attachments []struct{ Owner, Network, ID string } `json:"attachments"`
+			Attachments []struct{ Owner, Network, ID, RuntimeID string } `json:"attachments"`
 		} `json:"result"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &env) != nil || !env.OK || len(env.Result.Attachments) != 2 ||
-		env.Result.Attachments[0].ID != "a1" || env.Result.Attachments[1].Owner != "cninet-daemon" {
+	if code != 0 || json.Unmarshal([]byte(out), &env) != nil || !env.OK || len(env.Result.Attachments) != 3 ||
+		env.Result.Attachments[0].ID != "a1" || env.Result.Attachments[1].Owner != "cninet-daemon" || env.Result.Attachments[2].RuntimeID != "b2" {
 		t.Fatalf("JSON: exit %d, %s (%s)", code, out, stderr)
 	}
 }
