@@ -40,14 +40,14 @@ func (r *report) pressureSection(w writer) {
 	}
 	w("\n### cninet's own share\n\n")
 	w("From cninet's debug log, per successful cycle (its alloc_id): the host registry (the record before each ADD and its completion, the proof before the DEL, the record's removal), the prevention before the DEL (without the proof), the force cleanup after it, and the waits for the allocation's locks with the finding of its networks (both halves). \"Own per Teardown\" is of each Teardown what is cninet's: the prevention with the proof, the cleanup, the record's removal, lock and find; its share is its median against the Teardown median.\n\n")
-	w("| plugin set | host rules | registry p50 / p95 | prevention p50 / p95 | cleanup p50 / p95 | lock + find p50 / p95 | own per Teardown p50 / p95 / p99 | share of the Teardown median |\n|---|---|---|---|---|---|---|---|\n")
+	w("| plugin set | host rules | registry p50 / p95 / p99 | prevention p50 / p95 / p99 | cleanup p50 / p95 / p99 | lock + find p50 / p95 / p99 | own per Teardown p50 / p95 / p99 | share of the Teardown median |\n|---|---|---|---|---|---|---|---|\n")
 	for _, p := range ps {
 		share := "–"
 		if len(p.TeardownOwn) > 0 && len(p.LibTeardown) > 0 {
 			share = fmt.Sprintf("%.0f%%", 100*ratio(p.TeardownOwn.median(), p.LibTeardown.median()))
 		}
-		w("| %s | %d | %s | %s | %s | %s | %s | %s |\n", p.Set.Name, p.Size, p5095(p.Registry), p5095(p.Prevention), p5095(p.Cleanup),
-			p5095(p.LockFind), pcts(p.TeardownOwn), share)
+		w("| %s | %d | %s | %s | %s | %s | %s | %s |\n", p.Set.Name, p.Size, pcts(p.Registry), pcts(p.Prevention), pcts(p.Cleanup),
+			pcts(p.LockFind), pcts(p.TeardownOwn), share)
 	}
 	w("\n")
 	var failures []string
@@ -89,13 +89,6 @@ func (r *report) pressureTargets(w writer) {
 			w("| under pressure, %s, %d host rules: cninet's own share per Teardown, p99 ≤ %s | %s | %s |\n", p.Set.Name, p.Size, ms(target), ms(own), verdict(own <= target))
 		}
 	}
-}
-
-func p5095(s sample) string {
-	if len(s) == 0 {
-		return "–"
-	}
-	return ms(s.percentile(50)) + " / " + ms(s.percentile(95))
 }
 
 // pressureChart plots the median Teardown against the host size, per
