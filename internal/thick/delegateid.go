@@ -44,17 +44,20 @@ func delegateIDOf(id, ifName string) string {
 
 // delegateID returns the id under which the delegate's plugins know (or,
 // for an ADD, will know) the attachment of container id to network as
-// ifName. The interface keeps the id a record of the container's names
-// it under (in any network: a name another network holds is refused by
-// Connect). Otherwise the container id is used when it is free in the
-// network and no other interface of the container holds it there; else
-// the interface's delegate id (delegateIDOf). An id is free in a network
-// unless another container's record holds it there: a runtime may name a
-// container "c1.net1", and its attachments must not be taken for c1's.
+// ifName. The interface keeps the id under which a record of this
+// container names it in this network, or under which libcni's cache
+// holds it there (an attachment from before the registry, or whose
+// record cannot be read). Otherwise the container id is used when it is
+// free in the network and no other interface of the container holds it
+// there; else the interface's delegate id (delegateIDOf). An id is free
+// in a network unless another container's record holds it there: a
+// runtime may name a container "c1.net1", and its attachments must not
+// be taken for c1's. For an ADD (adding), an interface name the
+// container holds in another network is an ErrAlreadyAttached error.
 // When the id the interface needs is not free, the error wraps
-// ErrDelegateIDTaken: no attachment of the interface can exist (its ADD
-// is refused; its DEL has nothing to remove).
-func delegateID(c *cninet.Configurator, id, network, ifName string) (string, error) {
+// ErrDelegateIDTaken: the interface has no attachment this daemon could
+// have made (its ADD is refused; its DEL has nothing to remove).
+func delegateID(c *cninet.Configurator, id, network, ifName string, adding bool) (string, error) {
 	alt := delegateIDOf(id, ifName)
 	recs, _ := c.Attachments(id, alt) // an unreadable record only hides an attachment: the cache is asked next
 	mine := func(r cninet.AttachmentRecord) bool {
@@ -64,16 +67,25 @@ func delegateID(c *cninet.Configurator, id, network, ifName string) (string, err
 		return r.ID == id
 	}
 	for _, r := range recs {
-		if r.IfName == ifName && mine(r) {
+		if r.IfName == ifName && mine(r) && r.Network == network {
 			return r.ID, nil
+		}
+	}
+	for _, r := range recs {
+		if adding && r.IfName == ifName && mine(r) {
+			return "", fmt.Errorf("%w: container %s has interface %s in network %q (asked: network %q as %s)",
+				cninet.ErrAlreadyAttached, id, ifName, r.Network, network, ifName)
 		}
 	}
 	free := func(of string) bool {
 		return !slices.ContainsFunc(recs, func(r cninet.AttachmentRecord) bool { return r.ID == of && r.Network == network && !mine(r) })
 	}
-	cached := cachedInterfaces(c, id, network) // an attachment from before the registry, or whose record is damaged
-	if free(id) && slices.Contains(cached, ifName) {
+	cached, altCached := cachedInterfaces(c, id, network), cachedInterfaces(c, alt, network)
+	switch {
+	case free(id) && slices.Contains(cached, ifName):
 		return id, nil
+	case free(alt) && slices.Contains(altCached, ifName): // only this interface is ever under alt
+		return alt, nil
 	}
 	othersHere := slices.ContainsFunc(recs, func(r cninet.AttachmentRecord) bool {
 		return r.ID == id && r.Network == network && r.IfName != ifName && mine(r)
@@ -81,7 +93,7 @@ func delegateID(c *cninet.Configurator, id, network, ifName string) (string, err
 	if free(id) && !othersHere {
 		return id, nil
 	}
-	if !free(alt) || len(cachedInterfaces(c, alt, network)) > 0 {
+	if !free(alt) || len(altCached) > 0 {
 		return "", fmt.Errorf("%w: container %s in network %q as %s would be known to the plugins as %s, and another container attached to %q holds that id",
 			ErrDelegateIDTaken, id, network, ifName, alt, network)
 	}
@@ -132,7 +144,8 @@ func liveDelegateIDs(c *cninet.Configurator, valid []types.GCAttachment) (ids []
 }
 
 // addsOfContainer serialises the ADDs and DELs of each container in this
-// process, and a GC with the ADDs of the containers it keeps whole.
+// process (not CHECK), and a GC with the ADDs and DELs of the containers
+// it keeps whole.
 var addsOfContainer = keyedLock{held: map[string]chan struct{}{}}
 
 // keyedLock is a mutex per key whose waits are bounded by a context.

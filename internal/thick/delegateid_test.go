@@ -3,6 +3,8 @@ package thick
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -228,6 +230,101 @@ func TestServeAnInterfaceOnlyTheCacheKnowsHoldsTheContainerID(t *testing.T) {
 	}
 	if got := d.servedAs(t, CmdDel, "eth0"); got != "c1" {
 		t.Fatalf("the delegate's DEL of eth0 ran as %q, want c1", got)
+	}
+}
+
+// withNetworkDB adds network db, of the same plugin, to d's delegates.
+func (d delegate) withNetworkDB(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(d.confs, "db.conflist"), []byte(`{"cniVersion":"1.0.0","name":"db","plugins":[{"type":"scripted"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.c.Reload(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const dbConf = `{"cniVersion":"1.0.0","name":"db","type":"cninet-shim"}`
+
+// An interface name names an attachment in one network: a DEL of the
+// name in another network never runs under the id it has in the first.
+func TestServeDelOfAnInterfaceNameAnotherNetworkHolds(t *testing.T) {
+	t.Run("the id another container holds in the network is left alone", func(t *testing.T) {
+		d := newDelegate(t, resultWithAddress)
+		d.withNetworkDB(t)
+		for _, ifName := range []string{"eth0", "net1"} { // net1 as c1.net1 in web
+			if _, err := d.serve(t, CmdAdd, ifName, "", webConf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := d.serveAs(t, "c1.net1", CmdAdd, "eth0", "", dbConf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.serve(t, CmdDel, "net1", "", dbConf); err != nil {
+			t.Fatalf("DEL of c1 in db as net1: %v", err)
+		}
+		if got := d.idsServed(t, CmdDel, "net1"); got != "c1" {
+			t.Fatalf("the delegate's DELs of net1 ran as %q, want c1 (free in db) alone", got)
+		}
+		if res, err := d.c.CachedResult("c1.net1", "db", "eth0"); err != nil || res == nil {
+			t.Fatalf("container c1.net1's db attachment after c1's DEL of db as net1: %v, %v", res, err)
+		}
+	})
+	t.Run("the container's own id held by another interface in the network is left alone", func(t *testing.T) {
+		d := newDelegate(t, resultWithAddress)
+		d.withNetworkDB(t)
+		if _, err := d.serve(t, CmdAdd, "net1", "", webConf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.serve(t, CmdAdd, "eth0", "", dbConf); err != nil {
+			t.Fatal(err)
+		}
+		_, err := d.serve(t, CmdAdd, "net1", "", dbConf)
+		if cerr := ErrorFor(err); cerr == nil || cerr.Code != CodeAlreadyAttached || !strings.Contains(cerr.Msg, `"web"`) {
+			t.Fatalf("ADD of db as net1, a name web holds: %v, want code %d naming web", err, CodeAlreadyAttached)
+		}
+		if _, err := d.serve(t, CmdDel, "net1", "", dbConf); err != nil {
+			t.Fatalf("DEL of db as net1: %v", err)
+		}
+		if got := d.idsServed(t, CmdDel, "net1"); got != "c1.net1" {
+			t.Fatalf("the delegate's DELs of net1 ran as %q, want c1.net1 alone", got)
+		}
+		for _, a := range [][2]string{{"web", "net1"}, {"db", "eth0"}} {
+			if res, err := d.c.CachedResult("c1", a[0], a[1]); err != nil || res == nil {
+				t.Fatalf("c1's %s attachment as %s after the DEL: %v, %v", a[0], a[1], res, err)
+			}
+		}
+	})
+}
+
+// The record of a second interface that cannot be read (damaged) leaves
+// libcni's cache to say the interface's id.
+func TestServeDelOfASecondInterfaceWhoseRecordIsDamaged(t *testing.T) {
+	d := newDelegate(t, resultWithAddress)
+	for _, ifName := range []string{"eth0", "net1"} {
+		if _, err := d.serve(t, CmdAdd, ifName, "", webConf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store, err := registry.Open(d.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := store.Of("c1.net1")
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("the record of net1: %v, %v", recs, err)
+	}
+	if err := os.WriteFile(recs[0].Path(), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.serve(t, CmdDel, "net1", "", webConf); err != nil {
+		t.Fatalf("DEL of net1: %v", err)
+	}
+	if got := d.idsServed(t, CmdDel, "net1"); got != "c1.net1" {
+		t.Fatalf("the delegate's DELs of net1 ran as %q, want c1.net1", got)
+	}
+	if res, err := d.c.CachedResult("c1.net1", "web", "net1"); err != nil || res != nil {
+		t.Fatalf("net1's cached result after its DEL: %v, %v; want none", res, err)
 	}
 }
 

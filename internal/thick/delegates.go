@@ -1,6 +1,7 @@
 package thick
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -232,7 +233,8 @@ func recordedConfList(stateDir, id, network, ifName string) ([]byte, error) {
 			return nil, fmt.Errorf("the host registry cannot be read: %w", err)
 		}
 		for _, rec := range recs {
-			if rec.Network == network && rec.IfName == ifName && len(rec.ConfList) > 0 {
+			runtimeID := cmp.Or(rec.RuntimeID, rec.ContainerID)
+			if rec.Network == network && rec.IfName == ifName && runtimeID == id && len(rec.ConfList) > 0 {
 				return rec.ConfList, nil
 			}
 		}

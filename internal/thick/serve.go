@@ -32,7 +32,7 @@ func Serve(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetC
 	case CmdDel:
 		return nil, Del(ctx, c, req, conf)
 	case CmdCheck:
-		req, ctx, err := asDelegateSees(ctx, c, req, conf)
+		req, ctx, err := asDelegateSees(ctx, c, req, conf, false)
 		if err != nil {
 			return nil, err
 		}
@@ -69,7 +69,7 @@ func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 		return nil, fmt.Errorf("%w: %w: waiting for another command of container %s: %w", ErrBusy, errNotStarted, req.ContainerID, err)
 	}
 	defer unlock()
-	req, ctx, err = asDelegateSees(ctx, c, req, conf)
+	req, ctx, err = asDelegateSees(ctx, c, req, conf, true)
 	if err != nil {
 		return nil, err
 	}
@@ -103,14 +103,15 @@ var errNotStarted = errors.New("not started")
 // Port mappings or args it cannot parse do not stop it: the cached ones
 // (or none) are used, since a DEL must clean up whatever it is given. An
 // interface whose id is another container's in the network
-// (ErrDelegateIDTaken) has nothing to remove: nothing runs.
+// (ErrDelegateIDTaken) has no attachment this daemon could have made:
+// nothing runs.
 func Del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) error {
 	unlock, err := addsOfContainer.lock(ctx, req.ContainerID)
 	if err != nil {
 		return fmt.Errorf("%w: waiting for another command of container %s: %w", ErrBusy, req.ContainerID, err)
 	}
 	defer unlock()
-	req, ctx, err = asDelegateSees(ctx, c, req, conf)
+	req, ctx, err = asDelegateSees(ctx, c, req, conf, false)
 	if errors.Is(err, ErrDelegateIDTaken) {
 		return nil
 	}
@@ -156,8 +157,8 @@ func gc(ctx context.Context, c *cninet.Configurator, conf *NetConf) error {
 // asDelegateSees returns req as the delegate's plugins see it, under the
 // attachment's delegate id (delegateID): a copy when that is not the
 // container id, with ctx telling the registry the runtime's id.
-func asDelegateSees(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) (*Request, context.Context, error) {
-	id, err := delegateID(c, req.ContainerID, conf.Name, req.IfName)
+func asDelegateSees(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf, adding bool) (*Request, context.Context, error) {
+	id, err := delegateID(c, req.ContainerID, conf.Name, req.IfName, adding)
 	if err != nil || id == req.ContainerID {
 		return req, ctx, err
 	}

@@ -31,6 +31,7 @@ type delegate struct {
 	c     *cninet.Configurator
 	log   string
 	state string // the host registry's dir
+	confs string // the conf dir
 }
 
 func newDelegate(t *testing.T, result string) delegate {
@@ -78,7 +79,7 @@ exit 0
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return delegate{c: c, log: log, state: info.StateDir}
+	return delegate{c: c, log: log, state: info.StateDir, confs: confs}
 }
 
 // serve runs one request of the runtime's, with its config, as the
