@@ -54,6 +54,23 @@ func (d delegate) idsServed(t *testing.T, command, ifName string) string {
 	return strings.Join(ids, ",")
 }
 
+// mustServe serves a request of container id that must succeed.
+func (d delegate) mustServe(t *testing.T, id, command, ifName, config string) {
+	t.Helper()
+	if _, err := d.serveAs(t, id, command, ifName, "", config); err != nil {
+		t.Fatalf("%s of container %s as %s: %v (CNI error %+v)", command, id, ifName, err, ErrorFor(err))
+	}
+}
+
+// mustBeCached fails unless libcni's cache holds a result of id in
+// network as ifName; what names the attachment in the failure.
+func (d delegate) mustBeCached(t *testing.T, id, network, ifName, what string) {
+	t.Helper()
+	if res, err := d.c.CachedResult(id, network, ifName); err != nil || res == nil {
+		t.Fatalf("%s: cached result %v, %v; want one", what, res, err)
+	}
+}
+
 // servedAs returns the id under which the delegate saw command for
 // ifName ("" when it did not).
 func (d delegate) servedAs(t *testing.T, command, ifName string) string {
@@ -73,37 +90,23 @@ func (d delegate) servedAs(t *testing.T, command, ifName string) string {
 func TestServeAttachesOneNetworkUnderSeveralInterfaces(t *testing.T) {
 	d := newDelegate(t, resultWithAddress)
 	for _, ifName := range []string{"eth0", "net1"} {
-		if _, err := d.serve(t, CmdAdd, ifName, "", webConf); err != nil {
-			t.Fatalf("ADD as %s: %v (CNI error %+v)", ifName, err, ErrorFor(err))
-		}
+		d.mustServe(t, "c1", CmdAdd, ifName, webConf)
 	}
 	if eth0, net1 := d.servedAs(t, CmdAdd, "eth0"), d.servedAs(t, CmdAdd, "net1"); eth0 != "c1" || net1 != "c1.net1" {
 		t.Fatalf("the delegate's ADDs: eth0 as %q, net1 as %q, want c1 and c1.net1 (calls %q)", eth0, net1, d.calls(t))
 	}
-	if _, err := d.serve(t, CmdCheck, "net1", "", webConf); err != nil {
-		t.Fatalf("CHECK of net1: %v", err)
-	}
-	if _, err := d.serve(t, CmdDel, "eth0", "", webConf); err != nil {
-		t.Fatalf("DEL of eth0: %v", err)
-	}
+	d.mustServe(t, "c1", CmdCheck, "net1", webConf)
+	d.mustServe(t, "c1", CmdDel, "eth0", webConf)
 	if got := d.servedAs(t, CmdDel, "eth0"); got != "c1" {
 		t.Fatalf("the delegate's DEL of eth0 ran as %q, want c1", got)
 	}
-	if res, err := d.c.CachedResult("c1.net1", "web", "net1"); err != nil || res == nil {
-		t.Fatalf("net1's cached result after eth0's DEL: %v, %v", res, err)
-	}
-	if _, err := d.serve(t, CmdCheck, "net1", "", webConf); err != nil {
-		t.Fatalf("CHECK of net1 after eth0's DEL: %v", err)
-	}
+	d.mustBeCached(t, "c1.net1", "web", "net1", "net1's cached result after eth0's DEL")
+	d.mustServe(t, "c1", CmdCheck, "net1", webConf)
 	// eth0 comes back while net1 holds c1.net1: eth0 gets the container
 	// id again, which no interface of the network uses now.
-	if _, err := d.serve(t, CmdAdd, "eth0", "", webConf); err != nil {
-		t.Fatalf("ADD of eth0 again: %v", err)
-	}
+	d.mustServe(t, "c1", CmdAdd, "eth0", webConf)
 	for _, ifName := range []string{"net1", "eth0"} {
-		if _, err := d.serve(t, CmdDel, ifName, "", webConf); err != nil {
-			t.Fatalf("DEL of %s: %v", ifName, err)
-		}
+		d.mustServe(t, "c1", CmdDel, ifName, webConf)
 	}
 	if got := d.servedAs(t, CmdDel, "net1"); got != "c1.net1" {
 		t.Fatalf("the delegate's DEL of net1 ran as %q, want c1.net1", got)
@@ -118,18 +121,12 @@ func TestServeAttachesOneNetworkUnderSeveralInterfaces(t *testing.T) {
 // of the container id would reach the interface that is there.
 func TestServeDelOfAnUnknownInterfaceNeverRunsAsTheAttachedOnesID(t *testing.T) {
 	d := newDelegate(t, resultWithAddress)
-	if _, err := d.serve(t, CmdAdd, "eth0", "", webConf); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.serve(t, CmdDel, "net9", "", webConf); err != nil {
-		t.Fatalf("DEL of net9: %v", err)
-	}
+	d.mustServe(t, "c1", CmdAdd, "eth0", webConf)
+	d.mustServe(t, "c1", CmdDel, "net9", webConf)
 	if got := d.servedAs(t, CmdDel, "net9"); got != "c1.net9" {
 		t.Fatalf("the delegate's DEL of net9 ran as %q, want c1.net9 (calls %q)", got, d.calls(t))
 	}
-	if res, err := d.c.CachedResult("c1", "web", "eth0"); err != nil || res == nil {
-		t.Fatalf("eth0's cached result after net9's DEL: %v, %v", res, err)
-	}
+	d.mustBeCached(t, "c1", "web", "eth0", "eth0's cached result after net9's DEL")
 }
 
 // An ADD cut short (killed) leaves a record and no cached result; the
@@ -146,9 +143,7 @@ func TestServeDelOfAnADDCutShortRunsUnderTheRecordedDelegateID(t *testing.T) {
 	if err := store.Put(rec); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.serve(t, CmdDel, "net1", "", webConf); err != nil {
-		t.Fatalf("DEL of net1: %v", err)
-	}
+	d.mustServe(t, "c1", CmdDel, "net1", webConf)
 	if got := d.servedAs(t, CmdDel, "net1"); got != "c1.net1" {
 		t.Fatalf("the delegate's DEL of net1 ran as %q, want c1.net1 (calls %q)", got, d.calls(t))
 	}
@@ -164,44 +159,28 @@ func TestServeAContainerNamedLikeADelegateIDIsAnotherContainer(t *testing.T) {
 	t.Run("the delegate id first: the container so named gets a delegate id of its own", func(t *testing.T) {
 		d := newDelegate(t, resultWithAddress)
 		for _, ifName := range []string{"eth0", "net1"} {
-			if _, err := d.serve(t, CmdAdd, ifName, "", webConf); err != nil {
-				t.Fatal(err)
-			}
+			d.mustServe(t, "c1", CmdAdd, ifName, webConf)
 		}
-		if _, err := d.serveAs(t, "c1.net1", CmdAdd, "net1", "", webConf); err != nil {
-			t.Fatalf("ADD of container c1.net1 as net1: %v", err)
-		}
-		if _, err := d.serveAs(t, "c1.net1", CmdDel, "net1", "", webConf); err != nil {
-			t.Fatalf("DEL of container c1.net1 as net1: %v", err)
-		}
+		d.mustServe(t, "c1.net1", CmdAdd, "net1", webConf)
+		d.mustServe(t, "c1.net1", CmdDel, "net1", webConf)
 		if got := d.idsServed(t, CmdDel, "net1"); got != "c1.net1.net1" {
 			t.Fatalf("the delegate's DELs of net1 ran as %q, want c1.net1.net1 alone", got)
 		}
-		if res, err := d.c.CachedResult("c1.net1", "web", "net1"); err != nil || res == nil {
-			t.Fatalf("c1's net1 (delegate id c1.net1) after the other container's DEL: %v, %v", res, err)
-		}
+		d.mustBeCached(t, "c1.net1", "web", "net1", "c1's net1 (delegate id c1.net1) after the other container's DEL")
 	})
 	t.Run("the container so named first: the delegate id is refused, and its DEL runs nothing", func(t *testing.T) {
 		d := newDelegate(t, resultWithAddress)
-		if _, err := d.serveAs(t, "c1.net1", CmdAdd, "net1", "", webConf); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.serve(t, CmdAdd, "eth0", "", webConf); err != nil {
-			t.Fatal(err)
-		}
+		d.mustServe(t, "c1.net1", CmdAdd, "net1", webConf)
+		d.mustServe(t, "c1", CmdAdd, "eth0", webConf)
 		_, err := d.serve(t, CmdAdd, "net1", "", webConf)
 		if cerr := ErrorFor(err); !errors.Is(err, ErrDelegateIDTaken) || cerr.Code != CodeAlreadyAttached || !strings.Contains(cerr.Msg, "c1.net1") {
 			t.Fatalf("ADD of c1 as net1: %v, want ErrDelegateIDTaken (code %d) naming c1.net1", err, CodeAlreadyAttached)
 		}
-		if _, err := d.serve(t, CmdDel, "net1", "", webConf); err != nil {
-			t.Fatalf("DEL of c1 as net1: %v", err)
-		}
+		d.mustServe(t, "c1", CmdDel, "net1", webConf)
 		if got := d.idsServed(t, CmdDel, "net1"); got != "" {
 			t.Fatalf("the delegate ran DELs of net1 as %q, want none", got)
 		}
-		if res, err := d.c.CachedResult("c1.net1", "web", "net1"); err != nil || res == nil {
-			t.Fatalf("container c1.net1's attachment after c1's DEL of net1: %v, %v", res, err)
-		}
+		d.mustBeCached(t, "c1.net1", "web", "net1", "container c1.net1's attachment after c1's DEL of net1")
 	})
 }
 
@@ -209,9 +188,7 @@ func TestServeAContainerNamedLikeADelegateIDIsAnotherContainer(t *testing.T) {
 // registry, or whose record is damaged) holds the container id too.
 func TestServeAnInterfaceOnlyTheCacheKnowsHoldsTheContainerID(t *testing.T) {
 	d := newDelegate(t, resultWithAddress)
-	if _, err := d.serve(t, CmdAdd, "eth0", "", webConf); err != nil {
-		t.Fatal(err)
-	}
+	d.mustServe(t, "c1", CmdAdd, "eth0", webConf)
 	store, err := registry.Open(d.state)
 	if err != nil {
 		t.Fatal(err)
@@ -219,15 +196,11 @@ func TestServeAnInterfaceOnlyTheCacheKnowsHoldsTheContainerID(t *testing.T) {
 	if err := store.Remove(registry.Key{Network: "web", ContainerID: "c1", IfName: "eth0"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.serve(t, CmdAdd, "net1", "", webConf); err != nil {
-		t.Fatalf("ADD as net1: %v", err)
-	}
+	d.mustServe(t, "c1", CmdAdd, "net1", webConf)
 	if got := d.servedAs(t, CmdAdd, "net1"); got != "c1.net1" {
 		t.Fatalf("the delegate's ADD of net1 ran as %q, want c1.net1", got)
 	}
-	if _, err := d.serve(t, CmdDel, "eth0", "", webConf); err != nil {
-		t.Fatalf("DEL of eth0: %v", err)
-	}
+	d.mustServe(t, "c1", CmdDel, "eth0", webConf)
 	if got := d.servedAs(t, CmdDel, "eth0"); got != "c1" {
 		t.Fatalf("the delegate's DEL of eth0 ran as %q, want c1", got)
 	}
@@ -253,39 +226,25 @@ func TestServeDelOfAnInterfaceNameAnotherNetworkHolds(t *testing.T) {
 		d := newDelegate(t, resultWithAddress)
 		d.withNetworkDB(t)
 		for _, ifName := range []string{"eth0", "net1"} { // net1 as c1.net1 in web
-			if _, err := d.serve(t, CmdAdd, ifName, "", webConf); err != nil {
-				t.Fatal(err)
-			}
+			d.mustServe(t, "c1", CmdAdd, ifName, webConf)
 		}
-		if _, err := d.serveAs(t, "c1.net1", CmdAdd, "eth0", "", dbConf); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.serve(t, CmdDel, "net1", "", dbConf); err != nil {
-			t.Fatalf("DEL of c1 in db as net1: %v", err)
-		}
+		d.mustServe(t, "c1.net1", CmdAdd, "eth0", dbConf)
+		d.mustServe(t, "c1", CmdDel, "net1", dbConf)
 		if got := d.idsServed(t, CmdDel, "net1"); got != "c1" {
 			t.Fatalf("the delegate's DELs of net1 ran as %q, want c1 (free in db) alone", got)
 		}
-		if res, err := d.c.CachedResult("c1.net1", "db", "eth0"); err != nil || res == nil {
-			t.Fatalf("container c1.net1's db attachment after c1's DEL of db as net1: %v, %v", res, err)
-		}
+		d.mustBeCached(t, "c1.net1", "db", "eth0", "container c1.net1's db attachment after c1's DEL of db as net1")
 	})
 	t.Run("the container's own id held by another interface in the network is left alone", func(t *testing.T) {
 		d := newDelegate(t, resultWithAddress)
 		d.withNetworkDB(t)
-		if _, err := d.serve(t, CmdAdd, "net1", "", webConf); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.serve(t, CmdAdd, "eth0", "", dbConf); err != nil {
-			t.Fatal(err)
-		}
+		d.mustServe(t, "c1", CmdAdd, "net1", webConf)
+		d.mustServe(t, "c1", CmdAdd, "eth0", dbConf)
 		_, err := d.serve(t, CmdAdd, "net1", "", dbConf)
 		if cerr := ErrorFor(err); cerr == nil || cerr.Code != CodeAlreadyAttached || !strings.Contains(cerr.Msg, `"web"`) {
 			t.Fatalf("ADD of db as net1, a name web holds: %v, want code %d naming web", err, CodeAlreadyAttached)
 		}
-		if _, err := d.serve(t, CmdDel, "net1", "", dbConf); err != nil {
-			t.Fatalf("DEL of db as net1: %v", err)
-		}
+		d.mustServe(t, "c1", CmdDel, "net1", dbConf)
 		if got := d.idsServed(t, CmdDel, "net1"); got != "c1.net1" {
 			t.Fatalf("the delegate's DELs of net1 ran as %q, want c1.net1 alone", got)
 		}
@@ -302,9 +261,7 @@ func TestServeDelOfAnInterfaceNameAnotherNetworkHolds(t *testing.T) {
 func TestServeDelOfASecondInterfaceWhoseRecordIsDamaged(t *testing.T) {
 	d := newDelegate(t, resultWithAddress)
 	for _, ifName := range []string{"eth0", "net1"} {
-		if _, err := d.serve(t, CmdAdd, ifName, "", webConf); err != nil {
-			t.Fatal(err)
-		}
+		d.mustServe(t, "c1", CmdAdd, ifName, webConf)
 	}
 	store, err := registry.Open(d.state)
 	if err != nil {
@@ -317,9 +274,7 @@ func TestServeDelOfASecondInterfaceWhoseRecordIsDamaged(t *testing.T) {
 	if err := os.WriteFile(recs[0].Path(), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.serve(t, CmdDel, "net1", "", webConf); err != nil {
-		t.Fatalf("DEL of net1: %v", err)
-	}
+	d.mustServe(t, "c1", CmdDel, "net1", webConf)
 	if got := d.idsServed(t, CmdDel, "net1"); got != "c1.net1" {
 		t.Fatalf("the delegate's DELs of net1 ran as %q, want c1.net1", got)
 	}
@@ -331,9 +286,7 @@ func TestServeDelOfASecondInterfaceWhoseRecordIsDamaged(t *testing.T) {
 func TestRecordedConfListIsFoundUnderTheDelegateID(t *testing.T) {
 	d := newDelegate(t, resultWithAddress)
 	for _, ifName := range []string{"eth0", "net1"} {
-		if _, err := d.serve(t, CmdAdd, ifName, "", webConf); err != nil {
-			t.Fatal(err)
-		}
+		d.mustServe(t, "c1", CmdAdd, ifName, webConf)
 	}
 	recs, err := d.c.Attachments("c1.net1")
 	if err != nil || len(recs) != 1 || recs[0].RuntimeID != "c1" {
@@ -386,9 +339,7 @@ func TestServeGCKeepsTheInterfacesListedUnderTheirDelegateIDs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newDelegate(t, resultWithAddress)
 			for _, ifName := range []string{"eth0", "net1"} {
-				if _, err := d.serve(t, CmdAdd, ifName, "", webConf); err != nil {
-					t.Fatal(err)
-				}
+				d.mustServe(t, "c1", CmdAdd, ifName, webConf)
 			}
 			if err := d.gc(t, tc.valid); err != nil {
 				t.Fatalf("GC: %v", err)
