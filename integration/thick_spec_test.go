@@ -218,9 +218,10 @@ func TestThickGCCollectsAnInterfaceTheRuntimeDoesNotList(t *testing.T) {
 
 // A runtime attaches one container to one network under two interface
 // names (eth0, then net1), each with a port mapping of its own: both
-// ports answer; eth0's DEL leaves every rule of net1's attachment at
-// every instant (sampled from a second goroutine) and its port
-// answering; net1's DEL then leaves nothing.
+// ports answer; eth0's DEL leaves every rule of net1's attachment, and
+// the workload's lo up, at every instant (sampled from other
+// goroutines), and net1's port answering; net1's DEL then leaves
+// nothing.
 func TestThickOneNetworkUnderTwoInterfaces(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		r := newThickRig(t, set, "1.1.0", false)
@@ -248,8 +249,10 @@ func TestThickOneNetworkUnderTwoInterfaces(t *testing.T) {
 		if err != nil || before == 0 {
 			t.Fatalf("net1's rules before eth0's DEL: %d, %v; want some", before, err)
 		}
-		sampleWhile(t, "net1's rules while eth0's DEL runs", before, net1Rules, func() {
-			r.mustCnitool(as("eth0", 28341), "del", r.name(), w.Path)
+		sampleWhile(t, "the workload's lo up while eth0's DEL runs", 1, loopbackUpCount(w), func() {
+			sampleWhile(t, "net1's rules while eth0's DEL runs", before, net1Rules, func() {
+				r.mustCnitool(as("eth0", 28341), "del", r.name(), w.Path)
+			})
 		})
 		if body, err := fetch(r.nw.gw4, 28342); err != nil || body != "hello from two-"+set.Name {
 			t.Fatalf("net1's host port after eth0's DEL: %q, %v", body, err)
