@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -290,29 +291,35 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	var seen seenRequest
 	acknowledge := func() { w.WriteHeader(StatusAcknowledged) }
 	out, err := s.serve(w, r, &seen, acknowledge)
-	result, code := "ok", uint(0)
+	result, code, status := "ok", uint(0), http.StatusOK
 	if err != nil {
 		cerr := ErrorFor(err)
 		result, code = fmt.Sprint(cerr.Code), cerr.Code
-		status := http.StatusInternalServerError
+		status = http.StatusInternalServerError
 		if errors.Is(err, ErrBadRequest) || errors.Is(err, errForbidden) || errors.Is(err, ErrIncompatibleShim) {
 			status = http.StatusBadRequest
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(cerr)
-	} else {
-		w.Header().Set("Content-Type", "application/json")
-		if len(out) == 0 {
-			out = []byte("{}")
-		}
-		w.Write(out)
+		out, _ = json.Marshal(cerr)
+	} else if len(out) == 0 {
+		out = []byte("{}")
 	}
+	answer(w, status, out)
 	d := time.Since(start)
 	s.logRequest(seen, d, code, err)
 	if s.Observe != nil {
 		s.Observe(seen.command(), result, d)
 	}
+}
+
+// answer writes the final answer whole and flushes it before the handler
+// returns: a daemon that exits once its last handler is done (Shutdown)
+// must not leave the answer in a buffer.
+func answer(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+	http.NewResponseController(w).Flush()
 }
 
 // seenRequest is what the log line tells of a request: as much as was

@@ -425,6 +425,7 @@ func TestServerRollsBackUnfinishedAddsAtTheDrainTimeout(t *testing.T) {
 			if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Shutdown: %v, want the drain timeout's error", err)
 			}
+			s.http.Close() // the daemon exits as Shutdown returns: its answers must be out by then
 			a := <-answered
 			rolledBack := slices.Contains(ranNow(&mu, &ran), "DEL c1 eth0")
 			if rolledBack != tc.wantRollback {
