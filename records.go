@@ -345,10 +345,7 @@ func (c *Configurator) Attachments(ids ...string) ([]AttachmentRecord, error) {
 	all, err := c.registry.store.Summaries() // what a listing shows: no record's conflist decoded
 	out := make([]AttachmentRecord, 0, len(all.Summaries))
 	for _, rec := range all.Summaries {
-		r := attachmentRecord(rec.Owner, rec.Network, rec.ContainerID, rec.IfName, rec.NetNS,
-			rec.State, rec.Addresses, rec.Capabilities, rec.Since)
-		r.RuntimeID = rec.RuntimeID
-		out = append(out, r)
+		out = append(out, attachmentRecord(rec))
 	}
 	var errs []error
 	if err != nil {
@@ -385,20 +382,17 @@ func (c *Configurator) attachmentsOf(ids []string) ([]AttachmentRecord, error) {
 			errs = append(errs, d)
 		}
 		for _, rec := range recs {
-			r := attachmentRecord(rec.Owner, rec.Network, rec.ContainerID, rec.IfName, rec.NetNS,
-				rec.State, rec.Addresses, rec.Capabilities, rec.Since)
-			r.RuntimeID = rec.RuntimeID
-			out = append(out, r)
+			out = append(out, attachmentRecord(rec.Summary()))
 		}
 	}
 	return out, listingError(errs)
 }
 
-// attachmentRecord is the AttachmentRecord of a record's fields.
-func attachmentRecord(owner, network, id, ifName, netns string, state registry.State, addrs []netip.Addr, caps map[string]json.RawMessage, since time.Time) AttachmentRecord {
-	r := AttachmentRecord{Owner: owner, Network: network, ID: id, IfName: ifName, NetNS: netns,
-		State: string(state), Addresses: addrs, Since: since}
-	if raw, ok := caps[capabilityPortMappings]; ok {
+// attachmentRecord is the AttachmentRecord of a record's summary.
+func attachmentRecord(rec registry.Summary) AttachmentRecord {
+	r := AttachmentRecord{Owner: rec.Owner, Network: rec.Network, ID: rec.ContainerID, IfName: rec.IfName, RuntimeID: rec.RuntimeID,
+		NetNS: rec.NetNS, State: string(rec.State), Addresses: rec.Addresses, Since: rec.Since}
+	if raw, ok := rec.Capabilities[capabilityPortMappings]; ok {
 		_ = json.Unmarshal(raw, &r.Ports)
 	}
 	return r

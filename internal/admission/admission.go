@@ -1,8 +1,7 @@
 package admission
 
 import (
-	"slices"
-	"sort"
+	"context"
 	"sync"
 )
 
@@ -11,7 +10,7 @@ import (
 // zero value is ready to use; it must not be copied after first use.
 type Control struct {
 	gate  sync.RWMutex // shared by every call; GC takes it alone while libcni's GC runs
-	locks keyedMutex
+	locks Keyed
 	gc    gcGuard
 }
 
@@ -19,7 +18,7 @@ type Control struct {
 // the allocation is busy.
 func (a *Control) Enter(id string) (leave func()) {
 	a.gate.RLock()
-	unlock := a.locks.lock(id)
+	unlock, _ := a.locks.Lock(context.Background(), id) // no deadline: a call waits for the one before it
 	a.gc.note(id)
 	return func() {
 		unlock()
@@ -50,18 +49,8 @@ func (a *Control) Protected() map[string]bool { return a.gc.protectedIDs() }
 // LockAll takes the locks of ids in sorted order (GC is the only caller
 // that holds several).
 func (a *Control) LockAll(ids []string) (unlock func()) {
-	ids = append([]string(nil), ids...)
-	sort.Strings(ids)
-	ids = slices.Compact(ids) // a lock taken twice would wait for itself
-	unlocks := make([]func(), 0, len(ids))
-	for _, id := range ids {
-		unlocks = append(unlocks, a.locks.lock(id))
-	}
-	return func() {
-		for _, u := range unlocks {
-			u()
-		}
-	}
+	unlock, _ = a.locks.LockAll(context.Background(), ids)
+	return unlock
 }
 
 // gcGuard remembers which allocations were busy when GC began or became
@@ -72,14 +61,14 @@ type gcGuard struct {
 	protected map[string]bool
 }
 
-func (g *gcGuard) begin(locks *keyedMutex) {
+func (g *gcGuard) begin(locks *Keyed) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.active == 0 {
 		g.protected = map[string]bool{}
 	}
 	g.active++
-	for _, id := range locks.keys() {
+	for _, id := range locks.Keys() {
 		g.protected[id] = true
 	}
 }

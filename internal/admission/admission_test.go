@@ -1,7 +1,10 @@
 package admission
 
 import (
+	"context"
+	"errors"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -90,7 +93,61 @@ func TestLockAllTakesEachLockOnceInAnyOrderWithoutDeadlock(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("LockAll deadlocked")
 	}
-	if keys := a.locks.keys(); len(keys) != 0 {
+	if keys := a.locks.Keys(); len(keys) != 0 {
 		t.Fatalf("locks left after every unlock: %v", keys)
 	}
+}
+
+func TestKeyedWaitsForItsKeyAloneAndWithinItsContext(t *testing.T) {
+	var k Keyed
+	ctx := context.Background()
+	unlockA, err := k.Lock(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlockB, err := k.Lock(ctx, "b") // another key never waits
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlockB()
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := k.Lock(short, "a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a second Lock of a held key: %v, want the context's deadline", err)
+	}
+	if got := strings.Join(k.Keys(), ","); got != "a" {
+		t.Fatalf("keys after a wait gave up: %q, want the holder's a alone", got)
+	}
+	got := make(chan error, 1)
+	waiting := make(chan struct{})
+	go func() {
+		close(waiting)
+		unlock, err := k.Lock(ctx, "a")
+		if err == nil {
+			unlock()
+		}
+		got <- err
+	}()
+	<-waiting
+	unlockA()
+	if err := <-got; err != nil {
+		t.Fatalf("the Lock after the holder unlocked: %v", err)
+	}
+	if keys := k.Keys(); len(keys) != 0 {
+		t.Fatalf("keys after every unlock: %v", keys)
+	}
+	unlockAll, err := k.LockAll(ctx, []string{"b", "a", "b"})
+	if err != nil {
+		t.Fatalf("LockAll of a key given twice: %v", err)
+	}
+	if got := strings.Join(k.Keys(), ","); got != "a,b" {
+		t.Fatalf("keys held by LockAll: %q, want a,b", got)
+	}
+	if _, err := k.LockAll(short, []string{"c", "b"}); err == nil {
+		t.Fatal("LockAll of a held key was granted")
+	}
+	if got := strings.Join(k.Keys(), ","); got != "a,b" {
+		t.Fatalf("keys after a LockAll gave up: %q, want a,b (c released)", got)
+	}
+	unlockAll()
 }

@@ -17,5 +17,7 @@
 // Files:
 //
 //	admission.go   Control: Enter, the gate, LockAll, and the GC guard
-//	keyedmutex.go  keyedMutex, a lock per key without a global lock
+//	keyedmutex.go  Keyed, a lock per key without a global lock, whose
+//	               waits a context can bound (cninet daemon's per-container
+//	               lock uses it too)
 package admission

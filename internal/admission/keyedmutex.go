@@ -1,22 +1,28 @@
 package admission
 
 import (
+	"context"
+	"slices"
 	"sort"
 	"sync"
 )
 
-// keyedMutex serialises work per key without a global lock.
-type keyedMutex struct {
+// Keyed is a mutex per key without a global lock, whose waits a context
+// can bound. The zero value is ready to use; it must not be copied after
+// first use.
+type Keyed struct {
 	mu    sync.Mutex
 	locks map[string]*keyedEntry
 }
 
 type keyedEntry struct {
-	mu   sync.Mutex
-	refs int
+	held chan struct{} // while held: closed by the holder's unlock
+	refs int           // holders and waiters
 }
 
-func (k *keyedMutex) lock(key string) (unlock func()) {
+// Lock waits until no one holds key, then holds it; when ctx is done
+// first, it returns ctx's error and holds nothing.
+func (k *Keyed) Lock(ctx context.Context, key string) (unlock func(), err error) {
 	k.mu.Lock()
 	if k.locks == nil {
 		k.locks = map[string]*keyedEntry{}
@@ -27,20 +33,62 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 		k.locks[key] = e
 	}
 	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(k.locks, key)
-		}
+	for e.held != nil {
+		held := e.held
 		k.mu.Unlock()
+		select {
+		case <-held:
+		case <-ctx.Done():
+			k.mu.Lock()
+			k.drop(key, e)
+			k.mu.Unlock()
+			return nil, ctx.Err()
+		}
+		k.mu.Lock()
+	}
+	mine := make(chan struct{})
+	e.held = mine
+	k.mu.Unlock()
+	return func() {
+		k.mu.Lock()
+		e.held = nil
+		close(mine)
+		k.drop(key, e)
+		k.mu.Unlock()
+	}, nil
+}
+
+// drop ends one holder's or waiter's interest in key; k.mu is held.
+func (k *Keyed) drop(key string, e *keyedEntry) {
+	if e.refs--; e.refs == 0 {
+		delete(k.locks, key)
 	}
 }
 
-// keys returns the keys held or waited for.
-func (k *keyedMutex) keys() []string {
+// LockAll takes the locks of keys, each once, in sorted order, so that
+// two callers of LockAll never wait for each other crosswise; when ctx is
+// done first, it returns ctx's error and holds nothing.
+func (k *Keyed) LockAll(ctx context.Context, keys []string) (unlock func(), err error) {
+	keys = slices.Compact(slices.Sorted(slices.Values(keys))) // a lock taken twice would wait for itself
+	unlocks := make([]func(), 0, len(keys))
+	unlock = func() {
+		for i := len(unlocks) - 1; i >= 0; i-- {
+			unlocks[i]()
+		}
+	}
+	for _, key := range keys {
+		u, err := k.Lock(ctx, key)
+		if err != nil {
+			unlock()
+			return nil, err
+		}
+		unlocks = append(unlocks, u)
+	}
+	return unlock, nil
+}
+
+// Keys returns the keys held or waited for, sorted.
+func (k *Keyed) Keys() []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	keys := make([]string, 0, len(k.locks))

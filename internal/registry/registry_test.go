@@ -36,6 +36,7 @@ func full(id, network, ifName string) *Record {
 		Network:     network,
 		ContainerID: id,
 		IfName:      ifName,
+		RuntimeID:   "runtime-" + id,
 		NetNS:       "/var/run/netns/" + id,
 		State:       Attached,
 		Addresses:   []netip.Addr{netip.MustParseAddr("10.88.0.2"), netip.MustParseAddr("fd00::2")},

@@ -31,6 +31,13 @@ type Summary struct {
 	path string // where it was read from
 }
 
+// Summary is what a listing shows of r.
+func (r Record) Summary() Summary {
+	return Summary{Version: r.Version, Owner: r.Owner, Network: r.Network, ContainerID: r.ContainerID, IfName: r.IfName,
+		RuntimeID: r.RuntimeID, NetNS: r.NetNS, State: r.State, Addresses: r.Addresses, Capabilities: r.Capabilities,
+		Since: r.Since, Updated: r.Updated, path: r.path}
+}
+
 // Key returns the summarised record's key.
 func (s Summary) Key() Key { return Key{s.Network, s.ContainerID, s.IfName} }
 

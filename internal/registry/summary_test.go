@@ -12,13 +12,6 @@ import (
 	"time"
 )
 
-// summaryOf is what Summaries must return of the record r.
-func summaryOf(r Record) Summary {
-	return Summary{Version: r.Version, Owner: r.Owner, Network: r.Network, ContainerID: r.ContainerID, IfName: r.IfName,
-		NetNS: r.NetNS, State: r.State, Addresses: r.Addresses, Capabilities: r.Capabilities, Since: r.Since, Updated: r.Updated,
-		path: r.path}
-}
-
 // summaryCases are record files, by what they hold, that the summary
 // decoding must judge as the full one does; the file is c1/net1/eth1.
 func summaryCases(t testing.TB) []struct{ name, raw string } {
@@ -105,8 +98,8 @@ func checkSummaryAgrees(t *testing.T, raw []byte) {
 	if verdict(recErr) != verdict(sumErr) {
 		t.Fatalf("decoded whole: %v; as a summary: %v; want the same verdict", recErr, sumErr)
 	}
-	if recErr == nil && !reflect.DeepEqual(sum, summaryOf(rec)) {
-		t.Fatalf("summary %+v, want the record's %+v", sum, summaryOf(rec))
+	if recErr == nil && !reflect.DeepEqual(sum, rec.Summary()) {
+		t.Fatalf("summary %+v, want the record's %+v", sum, rec.Summary())
 	}
 }
 
@@ -193,7 +186,7 @@ func TestSummariesListWhatAllReads(t *testing.T) {
 	}
 	want := make([]Summary, 0, len(all.Records))
 	for _, r := range all.Records {
-		want = append(want, summaryOf(r))
+		want = append(want, r.Summary())
 	}
 	if !reflect.DeepEqual(sums.Summaries, want) {
 		t.Errorf("Summaries:\n%+v\nwant All's records':\n%+v", sums.Summaries, want)

@@ -1,17 +1,16 @@
 package thick
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"regexp"
 	"slices"
-	"sync"
 
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/admission"
 )
 
 // A runtime may attach one container to one network under several
@@ -117,7 +116,7 @@ func cachedInterfaces(c *cninet.Configurator, id, network string) []string {
 // that interface under either id it may have; an entry without one
 // keeps every interface of its container, those recorded under delegate
 // ids included. The ADDs of those containers must wait meanwhile
-// (addsOfContainer), or one finished between this read and the GC would
+// (containerLocks), or one finished between this read and the GC would
 // be collected.
 func liveDelegateIDs(c *cninet.Configurator, valid []types.GCAttachment) (ids []string, attachments []cninet.GCAttachment) {
 	whole := map[string]bool{}
@@ -143,59 +142,7 @@ func liveDelegateIDs(c *cninet.Configurator, valid []types.GCAttachment) (ids []
 	return ids, attachments
 }
 
-// addsOfContainer serialises the ADDs and DELs of each container in this
+// containerLocks serialises the ADDs and DELs of each container in this
 // process (not CHECK), and a GC with the ADDs and DELs of the containers
 // it keeps whole.
-var addsOfContainer = keyedLock{held: map[string]chan struct{}{}}
-
-// keyedLock is a mutex per key whose waits are bounded by a context.
-type keyedLock struct {
-	mu   sync.Mutex
-	held map[string]chan struct{} // closed when its holder unlocks
-}
-
-// lockAll locks keys (each once) in order, so that two lockAll calls
-// never wait for each other crosswise.
-func (l *keyedLock) lockAll(ctx context.Context, keys []string) (unlock func(), err error) {
-	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
-	var unlocks []func()
-	unlock = func() {
-		for i := len(unlocks) - 1; i >= 0; i-- {
-			unlocks[i]()
-		}
-	}
-	for _, k := range keys {
-		u, err := l.lock(ctx, k)
-		if err != nil {
-			unlock()
-			return nil, err
-		}
-		unlocks = append(unlocks, u)
-	}
-	return unlock, nil
-}
-
-// lock waits until no one holds key or ctx is done.
-func (l *keyedLock) lock(ctx context.Context, key string) (unlock func(), err error) {
-	for {
-		l.mu.Lock()
-		done, busy := l.held[key]
-		if !busy {
-			mine := make(chan struct{})
-			l.held[key] = mine
-			l.mu.Unlock()
-			return func() {
-				l.mu.Lock()
-				delete(l.held, key)
-				l.mu.Unlock()
-				close(mine)
-			}, nil
-		}
-		l.mu.Unlock()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
+var containerLocks admission.Keyed

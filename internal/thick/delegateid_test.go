@@ -1,14 +1,12 @@
 package thick
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
@@ -357,39 +355,5 @@ func TestServeGCKeepsTheInterfacesListedUnderTheirDelegateIDs(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestKeyedLockWaitsForItsKeyAlone(t *testing.T) {
-	l := keyedLock{held: map[string]chan struct{}{}}
-	ctx := context.Background()
-	unlockA, err := l.lock(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	unlockB, err := l.lock(ctx, "b") // another key never waits
-	if err != nil {
-		t.Fatal(err)
-	}
-	unlockB()
-	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer cancel()
-	if _, err := l.lock(short, "a"); err == nil {
-		t.Fatal("a second lock of a held key was granted")
-	}
-	got := make(chan error, 1)
-	go func() {
-		unlock, err := l.lock(ctx, "a")
-		if err == nil {
-			unlock()
-		}
-		got <- err
-	}()
-	unlockA()
-	if err := <-got; err != nil {
-		t.Fatalf("the lock after the holder unlocked: %v", err)
-	}
-	if len(l.held) != 0 {
-		t.Fatalf("held keys after every unlock: %v", l.held)
 	}
 }

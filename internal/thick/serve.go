@@ -61,10 +61,10 @@ func knowNetwork(c *cninet.Configurator, network string) error {
 }
 
 // add is Connect of the attachment under its delegate id. The commands
-// of one container wait for each other here (addsOfContainer), so that
+// of one container wait for each other here (containerLocks), so that
 // two interfaces added to one network at once get different ids.
 func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) ([]byte, error) {
-	unlock, err := addsOfContainer.lock(ctx, req.ContainerID)
+	unlock, err := containerLocks.Lock(ctx, req.ContainerID)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w: waiting for another command of container %s: %w", ErrBusy, errNotStarted, req.ContainerID, err)
 	}
@@ -106,7 +106,7 @@ var errNotStarted = errors.New("not started")
 // (ErrDelegateIDTaken) has no attachment this daemon could have made:
 // nothing runs.
 func Del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) error {
-	unlock, err := addsOfContainer.lock(ctx, req.ContainerID)
+	unlock, err := containerLocks.Lock(ctx, req.ContainerID)
 	if err != nil {
 		return fmt.Errorf("%w: waiting for another command of container %s: %w", ErrBusy, req.ContainerID, err)
 	}
@@ -141,7 +141,7 @@ func gc(ctx context.Context, c *cninet.Configurator, conf *NetConf) error {
 			whole = append(whole, a.ContainerID)
 		}
 	}
-	unlock, err := addsOfContainer.lockAll(ctx, whole)
+	unlock, err := containerLocks.LockAll(ctx, whole)
 	if err != nil {
 		return fmt.Errorf("%w: waiting for the ADDs of the containers listed: %w", ErrBusy, err)
 	}

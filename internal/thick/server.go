@@ -303,12 +303,12 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	} else if len(out) == 0 {
 		out = []byte("{}")
 	}
-	answer(w, status, out)
 	d := time.Since(start)
-	s.logRequest(seen, d, code, err)
+	s.logRequest(seen, d, code, err) // before the answer: a runtime that has it finds the request logged and counted
 	if s.Observe != nil {
 		s.Observe(seen.command(), result, d)
 	}
+	answer(w, status, out)
 }
 
 // answer writes the final answer whole and flushes it before the handler
