@@ -135,3 +135,23 @@ const DefaultLockWait = 30 * time.Second
 // ErrIPTablesMissing says iptables (or ip6tables) could not be opened, so
 // its state was not inspected.
 var ErrIPTablesMissing = errors.New("iptables not available")
+
+// RuleWriter is an optional extension of IPTables: what a repair writes
+// (Check with CheckOptions.Repair), with the same commands the plugins
+// run, so what it restores is byte for byte what they wrote. The
+// signatures are go-iptables' (*iptables.IPTables satisfies it
+// unchanged). Without it, a repair cannot restore a rule cninet writes
+// itself (the bridge plugin's masquerade rules) and says so; what the
+// plugins' own ADD restores is unaffected.
+type RuleWriter interface {
+	// ChainExists reports whether chain exists in table.
+	ChainExists(table, chain string) (bool, error)
+	// NewChain creates chain in table; one that exists is an error.
+	NewChain(table, chain string) error
+	// Exists reports whether the rule exists, as `iptables -C` does.
+	Exists(table, chain string, rulespec ...string) (bool, error)
+	// Append appends the rule to chain.
+	Append(table, chain string, rulespec ...string) error
+	// Insert inserts the rule into chain at pos (1 is the first).
+	Insert(table, chain string, pos int, rulespec ...string) error
+}

@@ -43,6 +43,16 @@ type NFTRule struct {
 	// daddr ==` match names (invalid when there is none, or it is a
 	// prefix or a negation); DNAT is the address a `dnat to` translates to.
 	Saddr, Daddr, DNAT netip.Addr
+	// DPort is the port a `<proto> dport ==` (or `th dport ==`) match
+	// names, and DNATPort the port a `dnat to <addr>:<port>` translates
+	// to; 0 when there is none. A drift check names a missing port
+	// mapping by them.
+	DPort, DNATPort uint16
+	// Verdict is the rule's verdict when it ends in one ("jump", "goto",
+	// "return", "accept", "drop"; "" otherwise), and Target the chain a
+	// jump or goto names: a drift check finds the shared chains' jumps
+	// by them.
+	Verdict, Target string
 	// Expr is the rule's expressions as nft listed them, where the
 	// NFTables lists with nft (none in a brief listing; none from cninet's
 	// default, which lists over netlink); cleanup decides by the fields
@@ -133,4 +143,25 @@ var ErrNFTablesMissing = errors.New("nft not available")
 // rules.
 type NFTHandleDeleter interface {
 	DeleteByHandle(ctx context.Context, table NFTable, rules []NFTRule) ([]HandleOutcome, error)
+}
+
+// NFTScriptRunner is an optional extension of NFTables: run an nft script
+// (as `nft -f -` reads it) as one transaction, all of it or nothing. A
+// repair (Check with CheckOptions.Repair) writes what the plugins' own
+// library would write through it, in the same words, so nft stores it
+// byte for byte as theirs. Without it, a repair cannot restore what
+// cninet writes itself on nftables and says so.
+type NFTScriptRunner interface {
+	RunScript(ctx context.Context, script string) error
+}
+
+// NFTChangeWatcher is an optional extension of NFTables: a signal on
+// every change of the nf_tables ruleset of the caller's network
+// namespace, whoever makes it (nft, iptables-nft, firewalld). The
+// channel receives after each change (several changes may share one
+// receive: a burst is one signal or a few) and is closed when ctx ends
+// or watching fails. The repair watcher (Config.RepairEvery) checks
+// the live attachments again at once on a signal.
+type NFTChangeWatcher interface {
+	WatchChanges(ctx context.Context) (<-chan struct{}, error)
 }
