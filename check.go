@@ -4,23 +4,32 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/seed1280861d/cninet/internal/registry"
 )
 
-// Check runs CNI CHECK on every network of an existing attachment (the
-// same Allocation as Setup's, and every network added with Connect, which
-// libcni's cache knows), for a runner that restarted and found a workload
-// running. An unhealthy attachment is an ErrCheckFailed error
-// wrapping the plugin's and naming each failing network: rebuild the
-// namespace. A namespace that is gone (or no network namespace) is one,
-// at once: ErrCheckFailed wrapping ErrNoNetNS. When no network failed but
-// one could not be checked (disableCheck, a plugin whose CHECK is known
-// to be wrong), the error is ErrCheckUnsupported.
+// Check tells whether a running workload's attachments are whole: every
+// network of the Allocation (and those Connect added), each checked
+// against what its plugins wrote — cninet's own knowledge of each
+// plugin's footprint, read from the host registry's record — then by the
+// plugins' own CHECK where that plugin release's CHECK is sound. One read
+// of the host serves every attachment.
 //
-// CheckOptions narrow it to one attachment, named as a CNI runtime's
-// CHECK names it; an attachment libcni's cache does not know is then an
-// ErrCheckFailed error (there is nothing to check it against). At most
-// one CheckOptions may be given (ErrInvalidArgument).
+//   - nil: whole.
+//   - ErrCheckFailed: something is missing (errors.As gives a *DriftError
+//     naming each piece, per attachment), or a plugin's CHECK failed, or
+//     the namespace is gone (wrapping ErrNoNetNS).
+//   - ErrCheckUnsupported: nothing is missing, but a plugin's CHECK could
+//     not run (disableCheck). It never hides what cninet's check sees.
+//
+// CheckOptions.Repair restores what is missing in place and returns nil
+// once the attachments are whole again; what cannot be restored in place
+// is an ErrNotRepairable error (re-create the workload). See
+// docs/drift.md. CheckOptions.Network and IfName narrow it to one
+// attachment, as a CNI runtime's CHECK names it. At most one
+// CheckOptions may be given (ErrInvalidArgument).
 func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns string, opts ...CheckOptions) error {
 	o, err := optionsOf("Check", opts)
 	if err != nil {
@@ -28,23 +37,31 @@ func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns strin
 	}
 	switch {
 	case o.Network == "" && o.IfName == "":
-		return c.checkAll(ctx, alloc, netns)
+		return c.checkAll(ctx, alloc, netns, o.Repair)
 	case o.Network == "" || o.IfName == "":
 		return fmt.Errorf("%w: CheckOptions names network %q as interface %q: give both, or neither to check every network",
 			ErrInvalidArgument, o.Network, o.IfName)
 	}
-	return c.checkOne(ctx, alloc, o.Network, netns, o.IfName)
+	return c.checkOne(ctx, alloc, o.Network, netns, o.IfName, o.Repair)
 }
 
-// CheckOptions name the one attachment Check checks: the workload's
-// interface IfName in Network (CNI_IFNAME and the network's name, as a
-// runtime's CHECK gives them). Both, or neither for every network.
+// CheckOptions tune Check.
 type CheckOptions struct {
+	// Network and IfName name the one attachment to check: the workload's
+	// interface IfName in Network (CNI_IFNAME and the network's name, as a
+	// runtime's CHECK gives them). Both, or neither for every network.
 	Network, IfName string
+	// Repair restores what is missing, in place: same address, MAC and
+	// interface, no restart of the workload, nothing of another
+	// attachment touched, no rule twice. The plugins' own ADD writes what
+	// they wrote; what only cninet can write again it writes as they do.
+	// Only attachments whose record says attached are repaired, under
+	// their lock.
+	Repair bool
 }
 
 // checkAll is Check of every network of the workload.
-func (c *Configurator) checkAll(ctx context.Context, alloc *Allocation, netns string) (err error) {
+func (c *Configurator) checkAll(ctx context.Context, alloc *Allocation, netns string, repair bool) (err error) {
 	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
 	defer func() { op.end(err) }()
 	req, err := c.requestIn(alloc, netns, ErrCheckFailed) // a namespace that is gone is a verdict: rebuild it
@@ -56,12 +73,66 @@ func (c *Configurator) checkAll(ctx context.Context, alloc *Allocation, netns st
 		return err
 	}
 	defer leave()
-	found, err := c.find.cached(alloc, req, false)
+	found, err := c.find.of(alloc, req, c.ownerOf(ctx), false)
 	if err != nil {
 		return err
 	}
+	return c.checkFound(ctx, c.find.attached(found), netns, repair)
+}
+
+// checkOne is Check of the attachment of ifName in network
+// (CheckOptions): the one the registry records, else the one libcni's
+// cache holds.
+func (c *Configurator) checkOne(ctx context.Context, alloc *Allocation, network, netns, ifName string, repair bool) (err error) {
+	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
+	defer func() { op.end(err) }()
+	req, err := c.namedRequest(alloc, network, netns, ifName, ErrCheckFailed)
+	if err != nil {
+		return err
+	}
+	leave, err := c.registry.enter(ctx, req.id, false)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	conf, err := c.nets.known(network, false)
+	if err != nil {
+		return fmt.Errorf("%w (checking allocation %s)", err, req.id)
+	}
+	fa := foundAttachment{att: attachment{conf: conf, ifName: ifName}, req: req}
+	if rec := c.registry.recorded(req.id, network, ifName); rec != nil && rec.State != registry.Adding {
+		if conf, err := c.registry.recordedConf(*rec); err == nil {
+			fa.att.conf = conf
+		}
+		fa.req, fa.cached, fa.settled = recordedRequest(req, *rec), true, rec.State == registry.Attached
+	} else if a := c.find.cachedAt(req.id, network, ifName); a != nil {
+		fa.req, fa.cached, fa.settled = cachedCapabilities(cachedRequest(req, a), a), true, true
+	} else {
+		return fmt.Errorf("%w: allocation %s is not attached to network %q as %s (neither the host registry in %s nor libcni's cache in %s has it)",
+			ErrCheckFailed, req.id, network, ifName, c.registry.store.Dir(), c.cacheDir)
+	}
+	return c.checkFound(ctx, []foundAttachment{fa}, netns, repair)
+}
+
+// checkFound checks found: cninet's own check of every attachment in one
+// read of the host (with repair, restoring what is missing first), then
+// the plugins' CHECK of each that is whole.
+func (c *Configurator) checkFound(ctx context.Context, found []foundAttachment, netns string, repair bool) error {
+	atts := c.checkedOf(found, netns)
+	health, restored := c.driftCheck(ctx, atts, repair)
+	var drifts []Drift
 	var failed, unsupported []error
-	for _, fa := range c.find.attached(found) {
+	for i, h := range health {
+		fa := atts[i].fa
+		c.tel.checked(ctx, h)
+		if len(h.Missing) > 0 {
+			drifts = append(drifts, driftOf(h, restored[i]))
+			continue
+		}
+		if h.Err != nil {
+			c.logger.Warn("drift check incomplete: what it could not read is left to the plugins' CHECK", "alloc_id", fa.req.id,
+				"network", fa.att.name(), "error", h.Err)
+		}
 		switch err := c.checkNetwork(ctx, fa.req, fa.att, netns); {
 		case errors.Is(err, ErrCheckFailed):
 			failed = append(failed, err)
@@ -69,13 +140,17 @@ func (c *Configurator) checkAll(ctx context.Context, alloc *Allocation, netns st
 			unsupported = append(unsupported, err)
 		}
 	}
+	if err := driftError(drifts); err != nil {
+		failed = append([]error{err}, failed...)
+	}
 	if len(failed) > 0 {
 		return joinErrors(failed)
 	}
 	return joinErrors(unsupported)
 }
 
-// checkNetwork runs CHECK on one network of the attachment.
+// checkNetwork runs the plugins' CHECK on one network of the attachment,
+// without the plugins whose CHECK is known to be unsound here.
 func (c *Configurator) checkNetwork(ctx context.Context, req request, att attachment, netns string) (err error) {
 	ctx, op := c.tel.startNetwork(ctx, opCheckNetwork, att.name(), att.ifName, req.id, netns)
 	defer func() { op.end(err) }()
@@ -83,7 +158,8 @@ func (c *Configurator) checkNetwork(ctx context.Context, req request, att attach
 		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, att.name())
 	}
 	driver := c.driverFor(att)
-	if err := driver.check(ctx, req, att, netns); err != nil {
+	omit := c.plugins.unsoundChecks(ctx, driver, att)
+	if err := driver.check(ctx, req, att, netns, omit); err != nil {
 		if why := c.plugins.knownFalseFailure(ctx, driver, att, err); why != "" {
 			return fmt.Errorf("%w: allocation %s in network %q: %s: %w", ErrCheckUnsupported, req.id, att.name(), why, err)
 		}
@@ -92,11 +168,24 @@ func (c *Configurator) checkNetwork(ctx context.Context, req request, att attach
 	return nil
 }
 
+// unsoundChecks returns the plugins of att's chain whose CHECK is known
+// to fail on healthy attachments here, which cninet's own check stands in
+// for: portmap releases before CNI spec 1.1 (Debian's 1.1.1 among them)
+// check the DNAT chain of both IP families for every address. Where the
+// driver cannot leave a plugin out (an injected Config.CNI), none.
+func (p *plugins) unsoundChecks(ctx context.Context, driver netDriver, att attachment) []string {
+	if !driver.runsPlugins() || !slices.Contains(att.conf.info.pluginTypes, "portmap") {
+		return nil
+	}
+	if p.versions.supports(ctx, p.lib, "portmap", "1.1.0") {
+		return nil
+	}
+	return []string{"portmap"}
+}
+
 // knownFalseFailure recognises CHECK failures that are plugin bugs, not
-// unhealthy attachments, and says why. portmap releases that predate CNI
-// spec 1.1 (Debian's v1.1.1 among them) check the DNAT chain of both IP
-// families for every address, so CHECK of any attachment fails on a host
-// with iptables and ip6tables; later releases check the address's family.
+// unhealthy attachments, and says why: where a chain runs whole (an
+// injected Config.CNI), portmap's before CNI spec 1.1 (unsoundChecks).
 //
 // The bridge plugin's CHECK runs the IPAM plugin whether or not its
 // config names one, so on an L2-only network (no IPAM) it always fails
@@ -115,28 +204,3 @@ func (p *plugins) knownFalseFailure(ctx context.Context, driver netDriver, att a
 	return "this portmap release (before CNI spec 1.1) checks both IP families' DNAT chains for every address, so its CHECK fails on healthy attachments"
 }
 
-// checkOne is Check of the attachment of ifName in network
-// (CheckOptions).
-func (c *Configurator) checkOne(ctx context.Context, alloc *Allocation, network, netns, ifName string) (err error) {
-	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
-	defer func() { op.end(err) }()
-	req, err := c.namedRequest(alloc, network, netns, ifName, ErrCheckFailed)
-	if err != nil {
-		return err
-	}
-	leave, err := c.registry.enter(ctx, req.id, false)
-	if err != nil {
-		return err
-	}
-	defer leave()
-	conf, err := c.nets.known(network, false)
-	if err != nil {
-		return fmt.Errorf("%w (checking allocation %s)", err, req.id)
-	}
-	a := c.find.cachedAt(req.id, network, ifName)
-	if a == nil {
-		return fmt.Errorf("%w: allocation %s is not attached to network %q as %s (libcni's cache in %s has no such attachment)",
-			ErrCheckFailed, req.id, network, ifName, c.cacheDir)
-	}
-	return c.checkNetwork(ctx, cachedCapabilities(cachedRequest(req, a), a), attachment{conf: conf, ifName: ifName}, netns)
-}

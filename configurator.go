@@ -168,10 +168,10 @@ func New(cfg Config) (*Configurator, error) {
 	}
 	// An explicit exec: given none, libcni sets one lazily on first use,
 	// unsynchronised, which races when workloads attach concurrently.
-	c.lib = libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, c.cacheDir,
-		&invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}})
-	c.driver = libDriver{lib: c.lib, noCache: libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, filepath.Join(c.cacheDir, "cninet", "no-cache"),
-		&invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}})}
+	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
+	c.lib = libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, c.cacheDir, exec)
+	c.driver = libDriver{lib: c.lib, noCache: libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, filepath.Join(c.cacheDir, "cninet", "no-cache"), exec),
+		exec: exec}
 	if c.nets, err = newNetworks(cfg, c.logger); err != nil {
 		return nil, err
 	}

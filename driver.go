@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 )
@@ -16,7 +18,14 @@ import (
 // netDriver runs one network's plugins for one attachment. Setup, Check
 // and Teardown send the same port mappings and args through it.
 type netDriver interface {
-	add(ctx context.Context, req request, att attachment, netns string) (*cni.Result, error)
+	// add runs n's ADD chain and returns the result as go-cni reads it
+	// and, where the driver has it, the plugins' own result (raw); nil
+	// raw from an injected Config.CNI.
+	add(ctx context.Context, req request, att attachment, netns string) (res *cni.Result, raw *types100.Result, err error)
+	// addPlugin runs the ADD of n's plugin of type typ alone, with the
+	// attachment's result as prevResult: a repair (Check with
+	// CheckOptions.Repair) restores that plugin's footprint with it.
+	addPlugin(ctx context.Context, req request, att attachment, netns, typ string, prev types.Result) error
 	// del runs n's DEL chain without the plugins of the types in omit
 	// (see detachment.one).
 	del(ctx context.Context, req request, att attachment, netns string, omit []string) error
@@ -24,7 +33,9 @@ type netDriver interface {
 	// networks' own DELs still need their cached results (see
 	// detachment.hostportsOnce).
 	delHostports(ctx context.Context, req request, att attachment, netns string) error
-	check(ctx context.Context, req request, att attachment, netns string) error
+	// check runs n's CHECK chain without the plugins of the types in
+	// omit (those whose CHECK is unsound on this host).
+	check(ctx context.Context, req request, att attachment, netns string, omit []string) error
 	// runsPlugins reports whether cninet runs the plugin binaries from
 	// PluginDirs itself, so it can look for them first and ask them
 	// their versions.
@@ -45,12 +56,44 @@ func (c *Configurator) canOmit(att attachment) bool {
 	return !att.viaCNI || c.findPlugins
 }
 
+// PluginAdder is what an injected Config.CNI may also offer: the ADD of
+// one plugin of the network's chain alone, for an attachment made
+// before, with its result as prevResult. Check's repair
+// (CheckOptions.Repair) restores a plugin's missing rules with it.
+// go-cni cannot (cninet then runs the plugin from PluginDirs itself);
+// cninettest's fake CNI can. Without it, a repair that needs a plugin's
+// ADD fails and says so.
+type PluginAdder interface {
+	AddPlugin(ctx context.Context, id, netns, pluginType string, prevResult types.Result, opts ...cni.NamespaceOpts) error
+}
+
 // cniDriver attaches the default network as the first interface through
 // Config.CNI (go-cni by default): the single-network path, as it always was.
 type cniDriver struct{ c *Configurator }
 
-func (d cniDriver) add(ctx context.Context, req request, _ attachment, netns string) (*cni.Result, error) {
-	return d.c.cni.Setup(ctx, req.id, netns, req.opts()...)
+func (d cniDriver) add(ctx context.Context, req request, _ attachment, netns string) (*cni.Result, *types100.Result, error) {
+	res, err := d.c.cni.Setup(ctx, req.id, netns, req.opts()...)
+	if err != nil {
+		return nil, nil, err
+	}
+	var raw *types100.Result
+	if r := res.Raw(); len(r) == 1 {
+		raw = r[0]
+	}
+	return res, raw, nil
+}
+
+// addPlugin goes through libcni: go-cni runs whole chains only. An
+// injected Config.CNI runs one plugin alone only if it says it can
+// (PluginAdder).
+func (d cniDriver) addPlugin(ctx context.Context, req request, att attachment, netns, typ string, prev types.Result) error {
+	if d.c.findPlugins {
+		return d.c.driver.addPlugin(ctx, req, att, netns, typ, prev)
+	}
+	if pa, ok := d.c.cni.(PluginAdder); ok {
+		return pa.AddPlugin(ctx, req.id, netns, typ, prev, req.opts()...)
+	}
+	return fmt.Errorf("%w: %s's ADD of network %q cannot run alone", errWholeChainsOnly, typ, att.name())
 }
 
 // del runs go-cni's Remove, which runs the whole chain; a chain without
@@ -83,7 +126,13 @@ func (d cniDriver) delHostports(ctx context.Context, req request, att attachment
 // a chain alone.
 var errWholeChainsOnly = errors.New("the injected CNI runs whole DEL chains only")
 
-func (d cniDriver) check(ctx context.Context, req request, _ attachment, netns string) error {
+// check runs go-cni's Check, which runs the whole chain; a chain without
+// some plugins goes through libcni on the same plugin and cache
+// directories. An injected Config.CNI checks whole chains.
+func (d cniDriver) check(ctx context.Context, req request, att attachment, netns string, omit []string) error {
+	if len(omit) > 0 && d.c.findPlugins {
+		return d.c.driver.check(ctx, req, att, netns, omit)
+	}
 	return d.c.cni.Check(ctx, req.id, netns, req.opts()...)
 }
 
@@ -99,27 +148,37 @@ type libDriver struct {
 	// only removes from it, so a DEL through it leaves libcni's cache
 	// alone.
 	noCache *libcni.CNIConfig
+	// exec runs a plugin alone (addPlugin): libcni runs only whole
+	// chains, and a chain's first plugin is never given a prevResult.
+	exec invoke.Exec
 }
 
 // runtimeConf is what libcni is told about n's attachment: the same
 // container id and args as every network, the port mappings and the
 // other capability arguments only where the conflist declares them.
 func (d libDriver) runtimeConf(req request, att attachment, netns string) *libcni.RuntimeConf {
+	return runtimeConfOf(req, att, netns)
+}
+
+// runtimeConfOf is what libcni is told about att's attachment (see
+// libDriver.runtimeConf).
+func runtimeConfOf(req request, att attachment, netns string) *libcni.RuntimeConf {
 	rt := &libcni.RuntimeConf{ContainerID: req.id, NetNS: netns, IfName: att.ifName, Args: req.args}
 	rt.CapabilityArgs = declaredCapabilities(req, att.conf.info)
 	return rt
 }
 
-func (d libDriver) add(ctx context.Context, req request, att attachment, netns string) (*cni.Result, error) {
+func (d libDriver) add(ctx context.Context, req request, att attachment, netns string) (*cni.Result, *types100.Result, error) {
 	res, err := d.lib.AddNetworkList(ctx, att.conf.list, d.runtimeConf(req, att, netns))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r, err := types100.NewResultFromResult(res)
 	if err != nil {
-		return nil, fmt.Errorf("%w: network %q: converting the result: %w", ErrNoAddress, att.name(), err)
+		return nil, nil, fmt.Errorf("%w: network %q: converting the result: %w", ErrNoAddress, att.name(), err)
 	}
-	return resultFromCNI(r, att.ifName)
+	out, err := resultFromCNI(r, att.ifName)
+	return out, r, err
 }
 
 func (d libDriver) del(ctx context.Context, req request, att attachment, netns string, omit []string) error {
@@ -152,8 +211,50 @@ func (d libDriver) delHostports(ctx context.Context, req request, att attachment
 	return d.noCache.DelNetworkList(ctx, onlyPlugin(att.conf.list, "portmap"), d.runtimeConf(req, att, netns))
 }
 
-func (d libDriver) check(ctx context.Context, req request, att attachment, netns string) error {
-	return d.lib.CheckNetworkList(ctx, att.conf.list, d.runtimeConf(req, att, netns))
+// addPlugin runs the ADD of att's plugin of type typ alone, configured as
+// libcni configures each plugin of a chain (the list's name and CNI
+// version, the capability arguments it declares as runtimeConfig) and
+// given prev, the attachment's result, as prevResult, with the same
+// environment libcni gives it. Nothing is cached: libcni's cache keeps
+// the whole chain's result.
+func (d libDriver) addPlugin(ctx context.Context, req request, att attachment, netns, typ string, prev types.Result) error {
+	list := att.conf.list
+	i := slices.IndexFunc(list.Plugins, func(p *libcni.PluginConfig) bool { return p.Network != nil && p.Network.Type == typ })
+	if i < 0 {
+		return fmt.Errorf("%w: network %q runs no plugin %q", ErrInvalidConfig, att.name(), typ)
+	}
+	prev, err := prev.GetAsVersion(list.CNIVersion)
+	if err != nil {
+		return fmt.Errorf("network %q: the result as CNI %s: %w", att.name(), list.CNIVersion, err)
+	}
+	rt := d.runtimeConf(req, att, netns)
+	conf, err := libcni.InjectConf(list.Plugins[i], map[string]any{"name": list.Name, "cniVersion": list.CNIVersion, "prevResult": prev})
+	if err != nil {
+		return err
+	}
+	caps := map[string]any{}
+	for name, on := range conf.Network.Capabilities {
+		if v, ok := rt.CapabilityArgs[name]; on && ok {
+			caps[name] = v
+		}
+	}
+	if len(caps) > 0 {
+		if conf, err = libcni.InjectConf(conf, map[string]any{"runtimeConfig": caps}); err != nil {
+			return err
+		}
+	}
+	path, err := d.exec.FindInPath(typ, d.lib.Path)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrPluginMissing, typ, err)
+	}
+	args := &invoke.Args{Command: "ADD", ContainerID: rt.ContainerID, NetNS: rt.NetNS, PluginArgs: rt.Args, IfName: rt.IfName,
+		Path: strings.Join(d.lib.Path, string(os.PathListSeparator))}
+	_, err = invoke.ExecPluginWithResult(ctx, path, conf.Bytes, args, d.exec)
+	return err
+}
+
+func (d libDriver) check(ctx context.Context, req request, att attachment, netns string, omit []string) error {
+	return d.lib.CheckNetworkList(ctx, withoutPlugins(att.conf.list, omit), d.runtimeConf(req, att, netns))
 }
 
 func (d libDriver) runsPlugins() bool { return true }

@@ -50,10 +50,19 @@ var (
 	// ErrCheckFailed: CNI CHECK reported the attachment unhealthy; the runner
 	// should rebuild the namespace.
 	ErrCheckFailed = errors.New("network check failed")
-	// ErrCheckUnsupported: CHECK could not be performed (disabled in the
-	// conflist, or a plugin version whose CHECK is known to be wrong). It is
-	// not a verdict on the attachment's health.
+	// ErrCheckUnsupported: a plugin's own CHECK could not be performed
+	// (disabled in the conflist, or an injected Config.CNI whose whole
+	// chain includes a plugin whose CHECK is known to be wrong). It is no
+	// verdict on the attachment's health, and never hides drift cninet's
+	// own check sees: that is ErrCheckFailed.
 	ErrCheckUnsupported = errors.New("network check not possible")
+	// ErrNotRepairable: Check's repair (CheckOptions.Repair) found
+	// something that cannot be restored while the workload lives — its
+	// namespace, its interface or an address on it, the host's end of its
+	// veth, an address host-local has given to another workload since.
+	// It comes wrapped in ErrCheckFailed with a *DriftError naming it
+	// (Drift.Unrepairable); nothing was repaired. Re-create the workload.
+	ErrNotRepairable = errors.New("drift cannot be repaired in place")
 	// ErrBusy: another operation on the same allocation, in this process
 	// or another one on the host, held its lock until ctx was done (or
 	// two minutes passed), or a GC held the host's GC lock while Setup or

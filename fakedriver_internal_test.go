@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	cni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
 )
 
 // driverCall is one call a fakeDriver received.
@@ -42,11 +44,11 @@ func (f *fakeDriver) record(verb string, req request, att attachment) {
 	f.calls = append(f.calls, driverCall{verb, att.name(), att.ifName, req.id, req.mappings, req.args})
 }
 
-func (f *fakeDriver) add(ctx context.Context, req request, att attachment, _ string) (*cni.Result, error) {
+func (f *fakeDriver) add(ctx context.Context, req request, att attachment, _ string) (*cni.Result, *types100.Result, error) {
 	f.record("ADD", req, att)
 	if f.addHook != nil {
 		if err := f.addHook(ctx, att); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	f.mu.Lock()
@@ -54,14 +56,19 @@ func (f *fakeDriver) add(ctx context.Context, req request, att attachment, _ str
 	if errs := f.addErrs[att.name()]; len(errs) > 0 {
 		f.addErrs[att.name()] = errs[1:]
 		if errs[0] != nil {
-			return nil, errs[0]
+			return nil, nil, errs[0]
 		}
 	}
 	ip := net.IPv4(198, 18, byte(len(f.calls)), 2) // a different address per call
 	if err := f.cache(req, att, ip); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &cni.Result{Interfaces: map[string]*cni.Config{att.ifName: {Sandbox: "/x", IPConfigs: []*cni.IPConfig{{IP: ip}}}}}, nil
+	return &cni.Result{Interfaces: map[string]*cni.Config{att.ifName: {Sandbox: "/x", IPConfigs: []*cni.IPConfig{{IP: ip}}}}}, nil, nil
+}
+
+func (f *fakeDriver) addPlugin(_ context.Context, req request, att attachment, _, typ string, _ types.Result) error {
+	f.record("ADD "+typ, req, att)
+	return nil
 }
 
 // cache writes libcni's cache file of the attachment, as libcni's ADD does.
@@ -126,7 +133,7 @@ func (f *fakeDriver) delHostports(_ context.Context, req request, att attachment
 	return nil
 }
 
-func (f *fakeDriver) check(_ context.Context, req request, att attachment, _ string) error {
+func (f *fakeDriver) check(_ context.Context, req request, att attachment, _ string, _ []string) error {
 	f.record("CHECK", req, att)
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	cni "github.com/containerd/go-cni"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/admission"
 	"github.com/seed1280861d/cninet/internal/footprint"
@@ -172,9 +173,17 @@ func (r *hostRegistry) recordAdding(owner string, req request, att attachment, n
 	return rec, nil
 }
 
-// recordAttached completes rec with what the ADD returned.
-func (r *hostRegistry) recordAttached(rec *registry.Record, res *cni.Result) error {
+// recordAttached completes rec with what the ADD returned: its addresses
+// and the result itself (raw; from an injected Config.CNI, which gives
+// none, the result as go-cni read it).
+func (r *hostRegistry) recordAttached(rec *registry.Record, res *cni.Result, raw *types100.Result) error {
 	rec.State = registry.Attached
+	if raw == nil {
+		raw = rawResult(res, rec)
+	}
+	if b, err := json.Marshal(raw); err == nil && raw != nil {
+		rec.Result = b
+	}
 	if cur := r.recorded(rec.ContainerID, rec.Network, rec.IfName); cur != nil {
 		rec.AddAddresses(cur.Addresses...) // what a cleanup between attempts recorded as proof
 	}

@@ -10,6 +10,7 @@ import (
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
 )
 
 // RetryPolicy says how often and how patiently Setup retries a failed ADD.
@@ -101,7 +102,7 @@ func (p RetryPolicy) wait(ctx context.Context, n int) error {
 
 // withRetry runs att's ADD until it succeeds, fails permanently, runs
 // out of attempts, or ctx is done.
-func (a attaching) withRetry(ctx context.Context, att attachment, alongside bool) (*cni.Result, error) {
+func (a attaching) withRetry(ctx context.Context, att attachment, alongside bool) (*cni.Result, *types100.Result, error) {
 	c, req, netns := a.c, a.req, a.netns
 	driver := c.driverFor(att)
 	var first error
@@ -109,18 +110,18 @@ func (a attaching) withRetry(ctx context.Context, att attachment, alongside bool
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
 		addCtx, try := c.tel.startAttempt(ctx, att, attempt, waited)
-		res, err := driver.add(addCtx, req, att, netns)
+		res, raw, err := driver.add(addCtx, req, att, netns)
 		try.end(err)
 		if err == nil {
 			c.logger.Debug("network attached", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "duration", time.Since(start))
-			return res, nil
+			return res, raw, nil
 		}
 		c.logger.Warn("failed to attach network", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "error", err, "duration", time.Since(start))
 		if first == nil {
 			first = err
 		}
 		if attempt >= c.retry.Attempts || isPermanent(err) || ctx.Err() != nil {
-			return nil, setupError(req.id, att.name(), attempt, first, err, ctx.Err())
+			return nil, nil, setupError(req.id, att.name(), attempt, first, err, ctx.Err())
 		}
 		// Without this DEL the retry cannot succeed: host-local already
 		// reserved an address for this id and refuses a second ADD. The
@@ -132,7 +133,7 @@ func (a attaching) withRetry(ctx context.Context, att attachment, alongside bool
 		}
 		waitStart := time.Now()
 		if werr := c.retry.wait(ctx, attempt); werr != nil {
-			return nil, setupError(req.id, att.name(), attempt, first, err, werr)
+			return nil, nil, setupError(req.id, att.name(), attempt, first, err, werr)
 		}
 		waited = time.Since(waitStart)
 	}

@@ -180,12 +180,12 @@ func (a attaching) one(ctx context.Context, att attachment, alongside bool) (_ *
 		return nil, fmt.Errorf("%w: allocation %s in network %q: recording the attachment before its ADD: %w", ErrSetupFailed, req.id, att.name(), err)
 	}
 	recorded := time.Since(recordStart)
-	res, err := a.withRetry(ctx, att, alongside)
+	res, raw, err := a.withRetry(ctx, att, alongside)
 	if err != nil {
 		return nil, err
 	}
 	recordStart = time.Now()
-	if err := c.registry.recordAttached(rec, res); err != nil {
+	if err := c.registry.recordAttached(rec, res, raw); err != nil {
 		return nil, fmt.Errorf("%w: allocation %s in network %q: %w", ErrSetupFailed, req.id, att.name(), err)
 	}
 	c.logger.Debug("attachment recorded", "alloc_id", req.id, "network", att.name(), "record", recorded+time.Since(recordStart))

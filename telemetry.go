@@ -38,6 +38,10 @@ const (
 	attrDetail    = attribute.Key("cninet.detail")     // the removed rule, chain or file
 	attrLive      = attribute.Key("cninet.live")       // GC: how many allocations are live
 	attrErrorType = attribute.Key("error.type")        // the sentinel a failure wraps
+	attrPlugin    = attribute.Key("cninet.plugin")     // whose footprint a missing piece is
+	attrOutcome   = attribute.Key("cninet.outcome")    // how a repair ended
+	attrMissing   = attribute.Key("cninet.missing")    // how many pieces a check found missing
+	attrRestored  = attribute.Key("cninet.restored")   // how many a repair restored
 )
 
 // operation is what a span and the operation metrics are about.
@@ -97,6 +101,9 @@ type telemetry struct {
 	retries       metric.Int64Counter     // cninet.add.retries
 	cleanup       metric.Int64Counter     // cninet.cleanup.removed
 	gcRemoved     metric.Int64Counter     // cninet.gc.removed
+	driftMissing  metric.Int64Counter     // cninet.drift.missing
+	repairs       metric.Int64Counter     // cninet.repairs
+	repairLatency metric.Float64Histogram // cninet.repair.latency
 	gauges        metric.Registration     // cninet.networks, cninet.network.ready
 
 	mu    sync.RWMutex

@@ -22,6 +22,9 @@ func (t *telemetry) instruments(m metric.Meter, c *Configurator) {
 	t.retries = counter(m, &errs, "cninet.add.retries", "{attempt}", "CNI ADD attempts after the first: ADD failed and was retried.")
 	t.cleanup = counter(m, &errs, "cninet.cleanup.removed", "{item}", "Items the force cleanup removed after a CNI DEL: state the plugins left behind.")
 	t.gcRemoved = counter(m, &errs, "cninet.gc.removed", "{item}", "Items GC removed: stale attachments and their state.")
+	t.driftMissing = counter(m, &errs, "cninet.drift.missing", "{item}", "Pieces of live attachments' footprints a drift check found missing (Check, the repair watcher).")
+	t.repairs = counter(m, &errs, "cninet.repairs", "{repair}", "Repairs of live attachments, by outcome: repaired, failed, not_in_place, refused (a drift that keeps coming back).")
+	t.repairLatency = histogram(m, &errs, "cninet.repair.latency", "The repair watcher's time from a firewall change to the attachment whole again.")
 	t.gauges = t.registerGauges(m, c, &errs)
 	if err := errors.Join(errs...); err != nil {
 		c.logger.Warn("OpenTelemetry instruments unavailable; those metrics are not recorded", "error", err)

@@ -1,6 +1,8 @@
 package footprint
 
 import (
+	"encoding/json"
+
 	"github.com/containernetworking/plugins/pkg/utils"
 )
 
@@ -42,5 +44,42 @@ func (bandwidth) plan(v *view, set attSet, _ *evidence, p *plan) {
 		} else if ok {
 			p.links = append(p.links, linkChange{att: a, name: name})
 		}
+	}
+}
+
+// bandwidthConf is what of the bandwidth plugin's configuration says
+// whether it shapes egress, which is what its ifb device is for.
+type bandwidthConf struct {
+	EgressRate  uint64 `json:"egressRate"`
+	EgressBurst uint64 `json:"egressBurst"`
+}
+
+// expect: the ifb device, where the plugin shapes the workload's egress
+// (its configuration, or the bandwidth capability it was given). Its tc
+// setup on the host's veth is gone with the device: not restored in
+// place.
+func (bandwidth) expect(v *liveView, a *Live, h *Health) {
+	confs := configs[bandwidthConf](a.Net, "bandwidth")
+	if len(confs) == 0 {
+		return
+	}
+	egress := confs[0].EgressRate > 0 && confs[0].EgressBurst > 0
+	if raw, ok := a.Capabilities["bandwidth"]; ok {
+		var c bandwidthConf
+		if json.Unmarshal(raw, &c) == nil && c.EgressRate > 0 && c.EgressBurst > 0 {
+			egress = true
+		}
+	}
+	if !egress {
+		return
+	}
+	links, _, err := v.hostLinks()
+	if err != nil {
+		h.unknown(err)
+		return
+	}
+	if name := a.BandwidthDevice(); links[name].Name == "" {
+		h.miss(Missing{Plugin: "bandwidth", Kind: KindLink, Backend: "links", Detail: "ifb " + name, Restore: NotInPlace,
+			Why: "the bandwidth plugin's shaping is not restored in place"})
 	}
 }

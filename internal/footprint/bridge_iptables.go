@@ -2,6 +2,7 @@ package footprint
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -155,4 +156,61 @@ func parseMasqComment(comment string) (Attachment, bool) {
 // gives every attachment's rules, of any network.
 func isMasqComment(c string) bool {
 	return strings.HasPrefix(c, "name: ") && strings.Contains(c, " id: ")
+}
+
+// masqPlugin returns the network's bridge or ptp plugin that masquerades
+// (ipMasq) and the backend it used.
+func masqPlugin(a *Live) (typ, backend string, ok bool) {
+	type masqConf struct {
+		IPMasq bool `json:"ipMasq"`
+	}
+	for _, t := range []string{"bridge", "ptp"} {
+		for _, conf := range configs[masqConf](a.Net, t) {
+			if conf.IPMasq {
+				return t, orDefault(a.backend(t), "iptables"), true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// multicastNet is what the masquerade chain leaves alone, per family
+// (pkg/ip's SetupIPMasq).
+func multicastNet(v6 bool) string {
+	if v6 {
+		return "ff00::/8"
+	}
+	return "224.0.0.0/4"
+}
+
+// expect: for each of the result's addresses, the masquerade chain with
+// its two rules and the POSTROUTING jump to it, as pkg/ip's SetupIPMasq
+// writes them (the bridge plugin hands it every address of its result).
+// cninet restores them itself, with the same commands (restore.go).
+func (bridgeIPT) expect(v *liveView, a *Live, h *Health) {
+	typ, backend, ok := masqPlugin(a)
+	if !ok || backend != "iptables" {
+		return
+	}
+	for _, v6 := range []bool{false, true} {
+		addrs := a.addrs(v6)
+		if len(addrs) == 0 {
+			continue
+		}
+		expectChains(v, v6, typ, ByCninet, h, "nat", a.MasqChain())
+		expectRules(v, v6, typ, ByCninet, h, masqRules(a.Attachment, addrs, v6)...)
+	}
+}
+
+// masqRules are the rules SetupIPMasq writes for addrs, in its order.
+func masqRules(a Attachment, addrs []netip.Prefix, v6 bool) []wantRule {
+	chain, comment := a.MasqChain(), a.MasqComment()
+	var out []wantRule
+	for _, p := range addrs {
+		out = append(out,
+			rule("nat", chain, "accept to "+p.Masked().String(), "-d", p.String(), "-j", "ACCEPT", "-m", "comment", "--comment", comment),
+			rule("nat", chain, "masquerade but to "+multicastNet(v6), "!", "-d", multicastNet(v6), "-j", "MASQUERADE", "-m", "comment", "--comment", comment),
+			rule("nat", postrouting, "jump from "+p.Addr().String()+" to "+chain, "-s", p.Addr().String(), "-j", chain, "-m", "comment", "--comment", comment))
+	}
+	return out
 }

@@ -152,3 +152,56 @@ func parseNFTMasqComment(comment string) (Attachment, string, bool) {
 	}
 	return a, ifName, true
 }
+
+// expect: the table's postrouting chain going to masq_checks (after its
+// two multicast returns), and in masq_checks one rule per address of the
+// result, as pkg/ip's nftables SetupIPMasqForNetworks writes them. cninet
+// restores them itself, in one transaction of the same commands
+// (restore.go).
+func (bridgeNFT) expect(v *liveView, a *Live, h *Health) {
+	typ, backend, ok := masqPlugin(a)
+	if !ok || backend != "nftables" || len(a.allAddrs()) == 0 {
+		return
+	}
+	rules, err := v.nftRules()
+	if err != nil {
+		h.unknown(err)
+		return
+	}
+	in := func(chain string) []host.NFTRule {
+		var out []host.NFTRule
+		for _, r := range rules {
+			if r.Family == nftMasqTable.Family && r.Table == nftMasqTable.Name && r.Chain == chain {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	miss := func(chain, what string) {
+		h.miss(Missing{Plugin: typ, Kind: KindNFTRule, Backend: "nftables", Detail: nftMasqTable.String() + " " + chain + ": " + what, Restore: ByCninet})
+	}
+	post := in("postrouting")
+	if countNFT(post, func(r host.NFTRule) bool { return r.Verdict == "return" }) < 2 {
+		miss("postrouting", "the multicast returns")
+	}
+	if countNFT(post, func(r host.NFTRule) bool { return r.Verdict == "goto" && r.Target == nftMasqChain }) == 0 {
+		miss("postrouting", "goto "+nftMasqChain)
+	}
+	comment, own := a.NFTMasqComment(a.IfName), in(nftMasqChain)
+	for _, p := range a.allAddrs() {
+		if countNFT(own, func(r host.NFTRule) bool { return r.Comment == comment && r.Saddr == p.Addr() }) == 0 {
+			miss(nftMasqChain, fmt.Sprintf("masquerade from %s but to %s (comment %q)", p.Addr(), p.Masked(), comment))
+		}
+	}
+}
+
+// countNFT counts the rules that match.
+func countNFT(rules []host.NFTRule, match func(host.NFTRule) bool) int {
+	n := 0
+	for _, r := range rules {
+		if match(r) {
+			n++
+		}
+	}
+	return n
+}

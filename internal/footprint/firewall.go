@@ -146,3 +146,41 @@ func sortedAddrs[V any](m map[netip.Addr]V) []netip.Addr {
 	}
 	return uniqueAddrs(out)
 }
+
+// firewallConf is what of the firewall plugin's configuration names its
+// chains.
+type firewallConf struct {
+	Backend    string `json:"backend"`
+	AdminChain string `json:"iptablesAdminChainName"`
+}
+
+// expect: for each family the result has addresses of, FORWARD's jump to
+// CNI-FORWARD, CNI-FORWARD's jump to the admin chain, and per address the
+// two ACCEPT rules, as the plugin's iptables backend writes them. Its
+// own ADD restores them: it creates what is missing and adds a rule only
+// when it is not there (both releases).
+func (firewallIPT) expect(v *liveView, a *Live, h *Health) {
+	confs := configs[firewallConf](a.Net, "firewall")
+	if len(confs) == 0 || (confs[0].Backend != "" && confs[0].Backend != "iptables") {
+		return // firewalld's backend keeps its state in firewalld
+	}
+	admin := orDefault(confs[0].AdminChain, "CNI-ADMIN")
+	for _, v6 := range []bool{false, true} {
+		addrs := a.addrs(v6)
+		if len(addrs) == 0 {
+			continue
+		}
+		expectChains(v, v6, "firewall", ByPlugin, h, "filter", firewallChain, admin)
+		want := []wantRule{
+			rule("filter", "FORWARD", "jump to "+firewallChain, "-m", "comment", "--comment", "CNI firewall plugin rules", "-j", firewallChain),
+			rule("filter", firewallChain, "jump to "+admin, "-m", "comment", "--comment", "CNI firewall plugin admin overrides", "-j", admin),
+		}
+		for _, p := range addrs {
+			ip := p.Addr().String()
+			want = append(want,
+				rule("filter", firewallChain, "accept replies to "+ip, "-d", ip, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"),
+				rule("filter", firewallChain, "accept from "+ip, "-s", ip, "-j", "ACCEPT"))
+		}
+		expectRules(v, v6, "firewall", ByPlugin, h, want...)
+	}
+}

@@ -203,3 +203,42 @@ func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// expect: for each address of the result, its reservation in the
+// network's IPAM directory, naming the attachment. A missing one cninet
+// writes again as host-local does (restore.go); one that names another
+// holder means host-local gave the address away: it cannot be taken back
+// while that workload lives.
+func (hostLocal) expect(_ *liveView, a *Live, h *Health) {
+	if len(a.Net.IPAMDirs) == 0 {
+		return
+	}
+	for _, p := range a.allAddrs() {
+		path, holder, err := reservationOf(a.Net, p.Addr())
+		switch {
+		case err != nil:
+			h.unknown(err)
+		case holder == "":
+			h.miss(Missing{Plugin: "host-local", Kind: KindReservation, Backend: "files", Detail: path, Restore: ByCninet})
+		case holder != a.ID:
+			h.miss(Missing{Plugin: "host-local", Kind: KindReservation, Backend: "files", Detail: path, Restore: NotInPlace,
+				Why: fmt.Sprintf("host-local reserved %s for %s since", p.Addr(), holder)})
+		}
+	}
+}
+
+// reservationOf returns where n's reservation of addr is (or would be,
+// in its first IPAM directory) and whom it names ("" when there is none).
+func reservationOf(n Network, addr netip.Addr) (path, holder string, err error) {
+	for _, dir := range n.IPAMDirs {
+		p := filepath.Join(dir, addr.String())
+		id, err := reservationHolder(p)
+		switch {
+		case err == nil:
+			return p, id, nil
+		case !errors.Is(err, os.ErrNotExist):
+			return p, "", fmt.Errorf("reading host-local's reservation %s: %w", p, err)
+		}
+	}
+	return filepath.Join(n.IPAMDirs[0], addr.String()), "", nil
+}

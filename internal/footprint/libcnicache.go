@@ -231,3 +231,25 @@ func withholdFromCache(cacheDir, path string, drop addrSet) error {
 	}
 	return writeFileAtomic(cacheDir, path, out, fi.Mode().Perm())
 }
+
+// expect: the attachment's cached result. libcni's CHECK and DEL read it,
+// and the plugins' DELs delete by what it names. cninet writes it again
+// from the ADD's result the host registry recorded, as libcni does
+// (restore.go); without one recorded it cannot.
+func (libcniCache) expect(_ *liveView, a *Live, h *Health) {
+	if a.Uncached {
+		return
+	}
+	path := cachePath(a.Net.CacheDir, a.Network, a.ID, a.IfName)
+	if _, err := os.Stat(path); err == nil {
+		return
+	} else if !errors.Is(err, os.ErrNotExist) {
+		h.unknown(fmt.Errorf("reading libcni's cached result %s: %w", path, err))
+		return
+	}
+	m := Missing{Plugin: "libcni", Kind: KindCachedResult, Backend: "files", Detail: path, Restore: ByCninet}
+	if a.Result == nil || len(a.Result.Raw) == 0 {
+		m.Restore, m.Why = NotInPlace, "the host registry records no result to write it from"
+	}
+	h.miss(m)
+}

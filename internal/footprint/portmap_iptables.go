@@ -2,6 +2,9 @@ package footprint
 
 import (
 	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/seed1280861d/cninet/internal/iptables"
@@ -100,4 +103,134 @@ func parseDNATComment(v *view, comment string) (Attachment, bool) {
 		}
 	}
 	return Attachment{}, false
+}
+
+// The shared chains portmap hangs every attachment's rules from
+// (genToplevelDnatChain, genSetMarkChain and genMarkMasqChain in the
+// plugin).
+const (
+	hostportSetMarkChain = "CNI-HOSTPORT-SETMARK"
+	hostportMasqChain    = "CNI-HOSTPORT-MASQ"
+)
+
+// portmapConf is what of portmap's configuration says which rules it
+// writes; the defaults are the plugin's.
+type portmapConf struct {
+	SNAT                 *bool   `json:"snat"`
+	MasqAll              bool    `json:"masqAll"`
+	MarkMasqBit          *int    `json:"markMasqBit"`
+	ExternalSetMarkChain *string `json:"externalSetMarkChain"`
+}
+
+// portmapOf returns the network's portmap configuration, with the
+// plugin's defaults; ok is false when it runs no portmap.
+func portmapOf(a *Live) (conf portmapConf, ok bool) {
+	confs := configs[portmapConf](a.Net, "portmap")
+	if len(confs) == 0 {
+		return portmapConf{}, false
+	}
+	conf = confs[0]
+	if conf.SNAT == nil {
+		snat := true
+		conf.SNAT = &snat
+	}
+	if conf.MarkMasqBit == nil {
+		bit := 13
+		conf.MarkMasqBit = &bit
+	}
+	return conf, true
+}
+
+// setMarkChain is the chain the hairpin and localhost rules jump to.
+func (c portmapConf) setMarkChain() string {
+	if c.ExternalSetMarkChain != nil {
+		return *c.ExternalSetMarkChain
+	}
+	return hostportSetMarkChain
+}
+
+// mark is the masquerade mark, as the plugin formats it.
+func (c portmapConf) mark() string {
+	m := 1 << uint(*c.MarkMasqBit&31)
+	return fmt.Sprintf("%#x/%#x", m, m)
+}
+
+// expect: for each family the workload has an address of, the shared
+// chains and their entry rules, the attachment's CNI-HOSTPORT-DNAT jumps
+// (one per protocol and 15 ports), its CNI-DN chain, and in it, per
+// mapping, the hairpin and localhost marks (with snat) and the DNAT rule
+// — as forwardPorts writes them. portmap's own ADD restores them: it
+// creates what is missing and adds each rule only when it is not there
+// (pinned by the integration tests, for Debian's 1.1.1 and upstream's).
+func (portmapIPT) expect(v *liveView, a *Live, h *Health) {
+	conf, ok := portmapOf(a)
+	if !ok || len(a.Mappings) == 0 || a.backend("portmap") == "nftables" {
+		return
+	}
+	for _, v6 := range []bool{false, true} {
+		addr, ok := a.sandboxAddr(v6)
+		if !ok {
+			continue
+		}
+		chains := []string{hostportDNATChain, a.DNATChain()}
+		if *conf.SNAT && conf.ExternalSetMarkChain == nil {
+			chains = append(chains, hostportSetMarkChain, hostportMasqChain)
+		}
+		expectChains(v, v6, "portmap", ByPlugin, h, "nat", chains...)
+		expectRules(v, v6, "portmap", ByPlugin, h, portmapRules(a, conf, addr)...)
+	}
+}
+
+// portmapRules are the rules forwardPorts writes for the workload address
+// addr, shared ones first.
+func portmapRules(a *Live, conf portmapConf, addr netip.Prefix) []wantRule {
+	v6 := addr.Addr().Is6()
+	out := []wantRule{
+		rule("nat", "PREROUTING", "jump to "+hostportDNATChain, "-m", "addrtype", "--dst-type", "LOCAL", "-j", hostportDNATChain),
+		rule("nat", "OUTPUT", "jump to "+hostportDNATChain, "-m", "addrtype", "--dst-type", "LOCAL", "-j", hostportDNATChain),
+	}
+	if *conf.SNAT && conf.ExternalSetMarkChain == nil {
+		out = append(out,
+			rule("nat", hostportSetMarkChain, "mark for masquerade", "-m", "comment", "--comment", "CNI portfwd masquerade mark", "-j", "MARK", "--set-xmark", conf.mark()),
+			rule("nat", hostportMasqChain, "masquerade the marked", "-m", "mark", "--mark", conf.mark(), "-j", "MASQUERADE"),
+			rule("nat", postrouting, "jump to "+hostportMasqChain, "-m", "comment", "--comment", "CNI portfwd requiring masquerade", "-j", hostportMasqChain))
+	}
+	var protos []string
+	ports := map[string][]string{}
+	for _, m := range a.Mappings { // the jumps name every mapping's port, of either family
+		if _, ok := ports[m.Protocol]; !ok {
+			protos = append(protos, m.Protocol)
+		}
+		ports[m.Protocol] = append(ports[m.Protocol], strconv.Itoa(m.HostPort))
+	}
+	slices.Sort(protos)
+	chain, comment := a.DNATChain(), a.DNATComment()
+	for _, proto := range protos {
+		for group := range slices.Chunk(ports[proto], 15) {
+			spec := strings.Join(group, ",")
+			out = append(out, rule("nat", hostportDNATChain, fmt.Sprintf("jump of %s ports %s to %s", proto, spec, chain),
+				"-m", "comment", "--comment", comment, "-m", "multiport", "-p", proto, "--destination-ports", spec, "-j", chain))
+		}
+	}
+	for _, m := range a.mappings(v6) {
+		base := []string{"-p", m.Protocol, "--dport", strconv.Itoa(m.HostPort)}
+		what := fmt.Sprintf("%s/%d", m.Protocol, m.HostPort)
+		if hostIP, err := netip.ParseAddr(m.HostIP); err == nil && !hostIP.IsUnspecified() {
+			base = append(base, "-d", m.HostIP)
+			what = m.HostIP + ":" + what
+		}
+		if *conf.SNAT {
+			masq := addr.String()
+			if conf.MasqAll {
+				masq = map[bool]string{false: "0.0.0.0/0", true: "::/0"}[v6]
+			}
+			out = append(out, rule("nat", chain, "hairpin mark of "+what, append(slices.Clip(base), "-s", masq, "-j", conf.setMarkChain())...))
+			if !v6 && !conf.MasqAll {
+				out = append(out, rule("nat", chain, "localhost mark of "+what, append(slices.Clip(base), "-s", "127.0.0.1", "-j", conf.setMarkChain())...))
+			}
+		}
+		to := netip.AddrPortFrom(addr.Addr(), uint16(m.ContainerPort)).String()
+		out = append(out, rule("nat", chain, "DNAT of "+what+" to "+to, append(slices.Clip(base), "-j", "DNAT", "--to-destination", to)...))
+	}
+	return out
 }

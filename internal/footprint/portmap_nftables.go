@@ -1,6 +1,7 @@
 package footprint
 
 import (
+	"fmt"
 	"net/netip"
 
 	"github.com/seed1280861d/cninet/host"
@@ -167,6 +168,99 @@ func foreignIDRules(v *view, set attSet) []host.NFTRule {
 	var out []host.NFTRule
 	for _, r := range v.nft.list() {
 		if addr, ok := nftHostportAddr(r); ok && ids[r.Comment] && !own[addr] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// expect: for each family the workload has an address of, the table's
+// entry chains jumping to hostports_all and it to the two hostport
+// chains, and per mapping the DNAT rule (and with snat the masquerade
+// rules) carrying the container id, as forwardPorts writes them.
+// portmap's ADD adds its rules without looking for them, so a repair
+// first deletes what is left of the attachment's own, then runs it
+// (Health.ownHostportRules).
+func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
+	conf, ok := portmapOf(a)
+	if !ok || len(a.Mappings) == 0 || a.backend("portmap") != "nftables" {
+		return
+	}
+	rules, err := v.nftRules()
+	if err != nil {
+		h.unknown(err)
+		return
+	}
+	for i, v6 := range []bool{false, true} {
+		addr, ok := a.sandboxAddr(v6)
+		if !ok {
+			continue
+		}
+		table := nftHostportTables[i]
+		in := func(chain string, match func(host.NFTRule) bool) bool {
+			return countNFT(rules, func(r host.NFTRule) bool {
+				return r.Family == table.Family && r.Table == table.Name && r.Chain == chain && match(r)
+			}) > 0
+		}
+		miss := func(chain, what string) {
+			h.miss(Missing{Plugin: "portmap", Kind: KindNFTRule, Backend: "nftables", Detail: table.String() + " " + chain + ": " + what, Restore: ByPlugin})
+		}
+		jumps := func(target string) func(host.NFTRule) bool {
+			return func(r host.NFTRule) bool { return r.Verdict == "jump" && r.Target == target }
+		}
+		for _, entry := range []string{"prerouting", "output"} {
+			if !in(entry, jumps("hostports_all")) {
+				miss(entry, "jump hostports_all")
+			}
+		}
+		for _, target := range []string{"hostip_hostports", "hostports"} {
+			if !in("hostports_all", jumps(target)) {
+				miss("hostports_all", "jump "+target)
+			}
+		}
+		ip := addr.Addr()
+		for _, m := range a.mappings(v6) {
+			hostIP, _ := netip.ParseAddr(m.HostIP)
+			if hostIP.IsUnspecified() {
+				hostIP = netip.Addr{}
+			}
+			what := fmt.Sprintf("%s dport %d dnat to %s (comment %q)", m.Protocol, m.HostPort, netip.AddrPortFrom(ip, uint16(m.ContainerPort)), a.ID)
+			if hostIP.IsValid() {
+				what = "daddr " + hostIP.String() + " " + what
+			}
+			if !in("hostports", func(r host.NFTRule) bool {
+				return r.Comment == a.ID && r.DNAT == ip && int(r.DNATPort) == m.ContainerPort && int(r.DPort) == m.HostPort && r.Daddr == hostIP
+			}) {
+				miss("hostports", what)
+			}
+		}
+		if !*conf.SNAT {
+			continue
+		}
+		sources := []netip.Addr{ip}
+		if !v6 {
+			sources = append(sources, netip.MustParseAddr("127.0.0.1"))
+		}
+		for _, src := range sources {
+			if !in("masquerading", func(r host.NFTRule) bool { return r.Comment == a.ID && r.Saddr == src && r.Daddr == ip }) {
+				miss("masquerading", fmt.Sprintf("saddr %s daddr %s masquerade (comment %q)", src, ip, a.ID))
+			}
+		}
+	}
+}
+
+// ownHostportRules returns what is left of a's own hostport rules: those
+// carrying its id whose workload address is one of its own. A repair
+// deletes them before portmap's ADD writes them all again. A rule of the
+// same id on another network names another address: it is left alone.
+func ownHostportRules(rules []host.NFTRule, a *Live) []host.NFTRule {
+	own := map[netip.Addr]bool{}
+	for _, p := range a.allAddrs() {
+		own[p.Addr()] = true
+	}
+	var out []host.NFTRule
+	for _, r := range rules {
+		if addr, ok := nftHostportAddr(r); ok && r.Comment == a.ID && own[addr] {
 			out = append(out, r)
 		}
 	}

@@ -59,6 +59,11 @@ type Record struct {
 	// and every address a cleanup read as proof before a DEL that erases
 	// it (a reservation, a cached result).
 	Addresses []netip.Addr `json:"addresses,omitempty"`
+	// Result is the CNI result the ADD returned (its cniVersion inside):
+	// a drift check expects what it names, and a repair hands it to the
+	// plugins as prevResult and writes libcni's cache from it. Records of
+	// older versions have none.
+	Result json.RawMessage `json:"result,omitempty"`
 	// Args are the CNI args of the attachment's commands.
 	Args [][2]string `json:"args,omitempty"`
 	// Capabilities are the capability args its plugins were given

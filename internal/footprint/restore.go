@@ -1,0 +1,309 @@
+package footprint
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/iptables"
+	"sigs.k8s.io/knftables"
+)
+
+// A repair restores a live attachment's missing pieces in place, and only
+// its own: the plugins' own ADD writes what it wrote (portmap, firewall:
+// both add a rule only where it is missing), and what no plugin can write
+// again alone cninet writes exactly as the plugin or its library does —
+// the bridge's masquerade rules (pkg/ip's SetupIPMasqForNetworks, same
+// commands, same words), host-local's reservation, libcni's cached
+// result. Nothing of another attachment is deleted or changed: the shared
+// chains a plugin's ADD touches it only adds to (or, on nftables,
+// replaces with the same rules in one transaction).
+
+// ErrNotInPlace says a repair was not tried: something missing cannot be
+// restored while the workload lives (Restore NotInPlace).
+var ErrNotInPlace = errors.New("cannot be restored in place")
+
+// Restorers are what a repair runs outside this package.
+type Restorers struct {
+	// PluginADD runs the ADD of the network's plugin of type typ alone,
+	// for the attachment, with its cached result as prevResult.
+	PluginADD func(typ string) error
+	// WriteCache writes libcni's cached result of the attachment again.
+	WriteCache func() error
+	// ReservationMode is the mode host-local gives its reservation files
+	// (0644 before its 1.2 releases, 0600 since).
+	ReservationMode os.FileMode
+}
+
+// Repair restores what h found missing, in this order: libcni's cached
+// result and host-local's reservations (the plugins' DEL and CHECK read
+// them), the masquerade rules, then each plugin's own ADD in the
+// conflist's order. Before portmap's ADD on nftables, which adds its
+// rules without looking for them, what is left of the attachment's own
+// hostport rules is deleted. It returns what it restored; a step that
+// fails does not stop the others. With anything NotInPlace it does
+// nothing and returns an ErrNotInPlace error naming it.
+func (c *Checker) Repair(h Health, r Restorers) (restored []Missing, err error) {
+	if !h.InPlace() {
+		var lost []Missing
+		for _, m := range h.Missing {
+			if m.Restore == NotInPlace {
+				lost = append(lost, m)
+			}
+		}
+		return nil, fmt.Errorf("%w: %s", ErrNotInPlace, joinDetails(lost))
+	}
+	a := h.Live
+	var errs []error
+	done := func(plugin string, restore Restore, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		for _, m := range h.Missing {
+			if m.Plugin == plugin && m.Restore == restore {
+				restored = append(restored, m)
+			}
+		}
+	}
+	if slices.ContainsFunc(h.Missing, func(m Missing) bool { return m.Plugin == "libcni" }) {
+		done("libcni", ByCninet, wrapRestore("libcni's cached result", r.WriteCache()))
+	}
+	if slices.ContainsFunc(h.Missing, func(m Missing) bool { return m.Plugin == "host-local" }) {
+		done("host-local", ByCninet, c.reserve(a, r.ReservationMode))
+	}
+	if typ, backend, ok := masqPlugin(a); ok && slices.ContainsFunc(h.Missing, func(m Missing) bool { return m.Plugin == typ && m.Restore == ByCninet }) {
+		if backend == "nftables" {
+			done(typ, ByCninet, c.masqueradeNFT(a))
+		} else {
+			done(typ, ByCninet, c.masqueradeIPT(a))
+		}
+	}
+	for _, typ := range h.Plugins() {
+		if typ == "portmap" && a.backend("portmap") == "nftables" {
+			if err := c.dropOwnHostportRules(a); err != nil {
+				done(typ, ByPlugin, err)
+				continue
+			}
+		}
+		done(typ, ByPlugin, wrapRestore(typ+"'s ADD", r.PluginADD(typ)))
+	}
+	return restored, errors.Join(errs...)
+}
+
+func wrapRestore(what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("restoring %s: %w", what, err)
+	}
+	return nil
+}
+
+// reserve writes each missing reservation of a's addresses as host-local
+// does ("ID\r\nIFNAME", created only where no file is), under
+// host-local's lock. One that appeared meanwhile naming another holder
+// is that holder's: an error, and nothing is written over it.
+func (c *Checker) reserve(a *Live, mode os.FileMode) error {
+	var errs []error
+	for _, p := range a.allAddrs() {
+		path, holder, err := reservationOf(a.Net, p.Addr())
+		if err != nil || holder == a.ID {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, c.reserveAt(a, path, mode))
+	}
+	return errors.Join(errs...)
+}
+
+// reserveAt writes one reservation file under host-local's lock.
+func (c *Checker) reserveAt(a *Live, path string, mode os.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("restoring host-local's reservation %s: %w", path, err)
+	}
+	unlock, err := lockDir(c.ctx, dir)
+	if err != nil {
+		return fmt.Errorf("restoring host-local's reservation %s: %w", path, err)
+	}
+	defer unlock()
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_EXCL|os.O_CREATE, mode)
+	if errors.Is(err, os.ErrExist) {
+		if holder, _ := reservationHolder(path); holder == a.ID {
+			return nil
+		}
+		return fmt.Errorf("restoring host-local's reservation %s: %w: another attachment reserved the address meanwhile", path, ErrNotInPlace)
+	}
+	if err != nil {
+		return fmt.Errorf("restoring host-local's reservation %s: %w", path, err)
+	}
+	_, werr := f.WriteString(strings.TrimSpace(a.ID) + "\r\n" + a.IfName)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		os.Remove(path)
+		return fmt.Errorf("restoring host-local's reservation %s: %w", path, werr)
+	}
+	return nil
+}
+
+// masqueradeIPT writes the masquerade chain and rules of each of a's
+// addresses where they are missing, with the commands pkg/ip's
+// SetupIPMasq runs: the chain if it is not there, then each rule unless
+// it exists, appended.
+func (c *Checker) masqueradeIPT(a *Live) error {
+	var errs []error
+	for _, v6 := range []bool{false, true} {
+		addrs := a.addrs(v6)
+		if len(addrs) == 0 {
+			continue
+		}
+		ipt, err := c.host.IPTables(v6)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("restoring the masquerade rules: %s: %w", familyName(v6), err))
+			continue
+		}
+		w, ok := iptables.BindContext(c.ctx, ipt).(host.RuleWriter)
+		if !ok {
+			errs = append(errs, fmt.Errorf("restoring the masquerade rules: %s cannot write rules (no host.RuleWriter)", familyName(v6)))
+			continue
+		}
+		chain, comment := a.MasqChain(), a.MasqComment()
+		for _, p := range addrs {
+			errs = append(errs, ensureChain(w, "nat", chain),
+				appendUnique(w, "nat", chain, "-d", p.String(), "-j", "ACCEPT", "-m", "comment", "--comment", comment),
+				appendUnique(w, "nat", chain, "!", "-d", multicastNet(v6), "-j", "MASQUERADE", "-m", "comment", "--comment", comment),
+				appendUnique(w, "nat", postrouting, "-s", p.Addr().String(), "-j", chain, "-m", "comment", "--comment", comment))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func ensureChain(w host.RuleWriter, table, chain string) error {
+	exists, err := w.ChainExists(table, chain)
+	if err == nil && !exists {
+		err = w.NewChain(table, chain)
+	}
+	if err != nil {
+		return fmt.Errorf("restoring chain %s %s: %w", table, chain, err)
+	}
+	return nil
+}
+
+func appendUnique(w host.RuleWriter, table, chain string, spec ...string) error {
+	exists, err := w.Exists(table, chain, spec...)
+	if err == nil && !exists {
+		err = w.Append(table, chain, spec...)
+	}
+	if err != nil {
+		return fmt.Errorf("restoring rule %s %s %s: %w", table, chain, strings.Join(spec, " "), err)
+	}
+	return nil
+}
+
+// masqueradeNFT writes, in one nftables transaction, what pkg/ip's
+// nftables SetupIPMasqForNetworks writes for a: the table and its chains,
+// postrouting's rules again (flushed and added back in the same
+// transaction, so no packet ever sees it without them), and a's own
+// masquerade rules, replacing what is left of them. The script is
+// knftables' rendering of the same operations, so nft stores the rules
+// as the plugin's.
+func (c *Checker) masqueradeNFT(a *Live) error {
+	nft, runner, err := c.nftScripting()
+	if err != nil {
+		return fmt.Errorf("restoring the masquerade rules: %w", err)
+	}
+	rules, err := nft.ListRules(c.ctx, []host.NFTable{nftMasqTable})
+	if err != nil {
+		return fmt.Errorf("restoring the masquerade rules: listing %s: %w", nftMasqTable, err)
+	}
+	comment := a.NFTMasqComment(a.IfName)
+	hash, _, _ := strings.Cut(comment, ",")
+	tx := knftables.NewFake(knftables.InetFamily, nftMasqTable.Name).NewTransaction()
+	tx.Add(&knftables.Table{Comment: knftables.PtrTo("Masquerading for plugins from github.com/containernetworking/plugins")})
+	tx.Add(&knftables.Chain{Name: nftMasqChain, Comment: knftables.PtrTo("Masquerade traffic from certain IPs to any (non-multicast) IP outside their subnet")})
+	tx.Add(&knftables.Chain{Name: "postrouting", Type: knftables.PtrTo(knftables.NATType), Hook: knftables.PtrTo(knftables.PostroutingHook),
+		Priority: knftables.PtrTo(knftables.SNATPriority)})
+	tx.Flush(&knftables.Chain{Name: "postrouting"})
+	tx.Add(&knftables.Rule{Chain: "postrouting", Rule: "ip daddr == 224.0.0.0/4  return"})
+	tx.Add(&knftables.Rule{Chain: "postrouting", Rule: "ip6 daddr == ff00::/8  return"})
+	tx.Add(&knftables.Rule{Chain: "postrouting", Rule: knftables.Concat("goto", nftMasqChain)})
+	for _, r := range rules {
+		if r.Chain == nftMasqChain && strings.HasPrefix(r.Comment, hash) {
+			tx.Delete(&knftables.Rule{Chain: nftMasqChain, Handle: knftables.PtrTo(r.Handle)})
+		}
+	}
+	for _, p := range a.allAddrs() {
+		ip := "ip"
+		if p.Addr().Is6() {
+			ip = "ip6"
+		}
+		tx.Add(&knftables.Rule{Chain: nftMasqChain, Rule: knftables.Concat(ip, "saddr", "==", p.Addr(), ip, "daddr", "!=", p.Masked(), "masquerade"),
+			Comment: knftables.PtrTo(comment)})
+	}
+	script := tx.String()
+	if strings.Contains(script, "# ERROR") {
+		return fmt.Errorf("restoring the masquerade rules: %s", script)
+	}
+	if err := runner.RunScript(c.ctx, script); err != nil {
+		return fmt.Errorf("restoring the masquerade rules on nftables: %w", err)
+	}
+	return nil
+}
+
+// nftScripting opens nftables for a repair that writes.
+func (c *Checker) nftScripting() (host.NFTables, host.NFTScriptRunner, error) {
+	if c.host.NFTables == nil {
+		return nil, nil, host.ErrNFTablesMissing
+	}
+	nft, err := c.host.NFTables()
+	if err != nil {
+		return nil, nil, err
+	}
+	runner, ok := nft.(host.NFTScriptRunner)
+	if !ok {
+		return nil, nil, errors.New("the NFTables seam cannot run a script (no host.NFTScriptRunner)")
+	}
+	return nft, runner, nil
+}
+
+// dropOwnHostportRules deletes what is left of a's own hostport rules
+// (ownHostportRules), each by its handle, so that portmap's ADD, which
+// adds every rule of the attachment without looking for it, leaves one
+// of each. Only the attachment's own go: its workload is without them
+// until the ADD runs, and no neighbour ever is.
+func (c *Checker) dropOwnHostportRules(a *Live) error {
+	if c.host.NFTables == nil {
+		return nil
+	}
+	nft, err := c.host.NFTables()
+	if errors.Is(err, host.ErrNFTablesMissing) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("restoring portmap's rules: %w", err)
+	}
+	rules, err := nft.ListRules(c.ctx, nftHostportTables[:])
+	if err != nil {
+		return fmt.Errorf("restoring portmap's rules: listing them: %w", err)
+	}
+	var errs []error
+	for _, t := range nftHostportTables {
+		var own []host.NFTRule
+		for _, r := range ownHostportRules(rules, a) {
+			if r.Family == t.Family && r.Table == t.Name {
+				own = append(own, r)
+			}
+		}
+		if len(own) > 0 {
+			if err := nft.DeleteRules(c.ctx, t, own); err != nil {
+				errs = append(errs, fmt.Errorf("restoring portmap's rules: deleting what is left of them in %s: %w", t, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
