@@ -203,4 +203,3 @@ func (p *plugins) knownFalseFailure(ctx context.Context, driver netDriver, att a
 	}
 	return "this portmap release (before CNI spec 1.1) checks both IP families' DNAT chains for every address, so its CHECK fails on healthy attachments"
 }
-

@@ -104,4 +104,3 @@ func hostDevices(v *liveView, a *Live, h *Health, lost func(kind Kind, detail, w
 		}
 	}
 }
-
