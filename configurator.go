@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
@@ -91,6 +92,19 @@ type Config struct {
 	// under cninet's, but go-cni always uses the global provider: they
 	// appear only when the global provider is set.
 	TracerProvider trace.TracerProvider
+	// RepairEvery, when positive, starts a watcher that keeps every live
+	// attachment of Owner whole by itself: it checks them all at that
+	// interval, and at once when the nf_tables ruleset changes (a
+	// firewall reload, an `iptables -F`, `nft flush ruleset`), and
+	// repairs what is missing as Check with CheckOptions.Repair does,
+	// each attachment under its lock. A drift that keeps coming back is
+	// reported rather than fought. Close stops it. 0: no watcher (the
+	// default). See docs/drift.md.
+	RepairEvery time.Duration
+	// RepairAnyOwner makes the watcher keep other owners' attachments
+	// on this Configurator's networks whole too: cninet daemon, which
+	// serves every CNI runtime as an owner of its own, sets it.
+	RepairAnyOwner bool
 	// MeterProvider receives cninet's metrics (cninet.operations,
 	// cninet.cleanup.removed, …; README, "Observability"). nil: the
 	// global provider (otel.GetMeterProvider).
@@ -131,6 +145,7 @@ type Configurator struct {
 	tel      *telemetry
 
 	watcher   *watcher
+	repairer  *repairWatcher // Config.RepairEvery's
 	closeErr  error
 	closeOnce sync.Once
 }
@@ -192,11 +207,18 @@ func New(cfg Config) (*Configurator, error) {
 		injectedCNI: !c.findPlugins}
 	c.seams = &cleanerSeams{iptOpener: ipt, nftOpener: nft, openLinks: cfg.Links, cacheDir: c.cacheDir, ifs: c.ifs, nets: c.nets, plugins: c.plugins}
 	c.tel = newTelemetry(cfg, c)
+	if cfg.RepairEvery < 0 {
+		c.tel.close()
+		return nil, fmt.Errorf("%w: RepairEvery %s: want a positive interval, or 0 for no repair watcher", ErrInvalidConfig, cfg.RepairEvery)
+	}
 	if cfg.Watch {
 		if c.watcher, err = startWatcher(c); err != nil {
 			c.tel.close()
 			return nil, err
 		}
+	}
+	if cfg.RepairEvery > 0 {
+		c.repairer = startRepairWatcher(c, cfg.RepairEvery, cfg.RepairAnyOwner)
 	}
 	return c, nil
 }
@@ -277,11 +299,16 @@ func (s *cleanerSeams) cleaner(ctx context.Context, att attachment, proofs footp
 	return footprint.NewCleaner(ctx, s.network(att.conf, att.ifName, nil), seams)
 }
 
-// Close stops watching ConfDir. Calls after Close fail with ErrClosed,
+// Close stops the repair watcher (RepairEvery; a pass under way finishes
+// first, and nothing repairs after Close returns) and watching ConfDir.
+// Calls after Close fail with ErrClosed,
 // except Teardown, which still cleans up. Close is idempotent and safe to
 // call concurrently: every call returns the first one's result.
 func (c *Configurator) Close() error {
 	c.closeOnce.Do(func() {
+		if c.repairer != nil {
+			c.repairer.stop()
+		}
 		c.nets.close()
 		c.tel.close()
 		if c.watcher != nil {

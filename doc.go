@@ -110,15 +110,15 @@ operations share is a type in a file named after what it holds.
 	allocation.go         Allocation, Port, NetworkPorts, PortMappings.
 	networks.go           networks: every known network, read from Config and on Reload, handed to go-cni; networkConf; Networks.
 	conflist.go           Conflists: LoadConfList, BridgeConfig, BridgeConfList, WriteConfList, parsing.
-	request.go            The request: built from an Allocation (and from libcni's cache or a record), and its CNI args; optionsOf.
-	capabilities.go       Capability arguments: ValidateCapabilities, which a network is given.
+	request.go            The request: built from an Allocation (and from libcni's cache or a record), its CNI args and capability arguments (ValidateCapabilities); optionsOf.
 	attachments.go        attachmentFinder: an allocation's attachments, from the Allocation, the registry and libcni's cache; ifNaming; CachedResult.
 	setup.go              Setup; attaching: attach every network concurrently, all or nothing, and the rollback.
 	retry.go              RetryPolicy and the ADD retry loop (attaching.withRetry).
-	teardown.go           Teardown; detachment: prevention, DEL, force cleanup and the record's removal per network.
-	lockretry.go          whileLockHeld: a cleanup step (or a GC's sweep) that missed a gap in a held xtables lock runs again until the deadline.
+	teardown.go           Teardown; detachment: prevention, DEL, force cleanup and the record's removal per network; whileLockHeld: a cleanup step that missed a gap in a held xtables lock runs again until the deadline.
 	connect.go            Connect, Disconnect, ConnectOptions, CheckIfName.
-	check.go              Check: CNI CHECK of an attachment, or of one named.
+	check.go              Check, CheckOptions, DriftError, Drift: cninet's own check of each attachment, then the plugins' CHECK where it is sound.
+	repair.go             The drift check and repair of found attachments (driftCheck), a live attachment from its record (liveOf), libcni's cache written again.
+	repairwatch.go        The repair watcher (Config.RepairEvery): a pass at start, every interval and on nf_tables changes; never fights.
 	status.go             Status: whether each network (or each one named) can attach workloads.
 	gc.go                 GC; gcRun: the recorded, then the cached dead attachments detached, then the sweep of what no record or cache remembers.
 	gc_report.go          GCOptions, GCAttachment, GCReport, GCItem, GCKind: what GC is asked, what it removed, its progress.
@@ -129,7 +129,7 @@ operations share is a type in a file named after what it holds.
 	result.go             NetworkStatus, Attachment, DNSConfig, StatusFromResult.
 	errors.go             The Err… sentinels every error wraps, and joinErrors.
 	telemetry.go          Traces: a span per operation, network, attempt, DEL and cleanup.
-	telemetry_items.go    What a cleanup removed, grouped by kind and backend for spans.
+	telemetry_items.go    What a cleanup removed, grouped by kind and backend for spans; what drift checks found and repairs restored.
 	telemetry_metrics.go  Metrics.
 	netns_linux.go        Whether a path is a network namespace.
 	netns_other.go        The same off Linux.

@@ -87,6 +87,24 @@ func (r *hostRegistry) enter(ctx context.Context, id string, adding bool) (leave
 	}, nil
 }
 
+// tryEnter is enter for a caller that would rather not wait (the repair
+// watcher): busy when this process or another holds id.
+func (r *hostRegistry) tryEnter(id string) (leave func(), busy bool) {
+	leaveAdm, ok := r.adm.TryEnter(id)
+	if !ok {
+		return nil, true
+	}
+	unlockID, err := r.store.TryLockID(id)
+	if err != nil {
+		leaveAdm()
+		return nil, true
+	}
+	return func() {
+		unlockID()
+		leaveAdm()
+	}, false
+}
+
 // lockGC takes the host's GC lock alone: no ADD of any process runs while
 // this GC does (CNI 1.1). The wait is bounded by ctx.
 func (r *hostRegistry) lockGC(ctx context.Context) (unlock func(), err error) {

@@ -2,8 +2,11 @@ package cninet
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"testing"
+
+	"github.com/containernetworking/cni/libcni"
 )
 
 func TestCNIArgsAreIgnoreUnknownThenSortedUserArgs(t *testing.T) {
@@ -59,5 +62,51 @@ func TestCNIArgsRejects(t *testing.T) {
 				t.Fatalf("err = %v, want ErrInvalidAllocation", err)
 			}
 		})
+	}
+}
+
+func TestValidateCapabilities(t *testing.T) {
+	cases := []struct {
+		name string
+		caps map[string]any
+		ok   bool
+	}{
+		{"no capabilities are valid", nil, true},
+		{"the well-known capabilities with JSON values are valid", map[string]any{CapabilityAliases: []string{"web"}, CapabilityIPs: []string{"198.18.0.9/24"},
+			CapabilityMAC: "02:00:00:00:00:01", CapabilityBandwidth: map[string]int{"ingressRate": 1000}, CapabilityIPRanges: [][]map[string]string{{{"subnet": "198.18.1.0/24"}}},
+			CapabilityDNS: map[string][]string{"servers": {"198.18.0.1"}}}, true},
+		{"a capability a custom plugin declares is valid", map[string]any{"io.example/zone": "a"}, true},
+		{"an empty name is refused", map[string]any{"": 1}, false},
+		{"portMappings is refused: Ports gives it", map[string]any{"portMappings": []any{}}, false},
+		{"a value JSON cannot carry is refused", map[string]any{CapabilityBandwidth: math.Inf(1)}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ValidateCapabilities(tc.caps)
+			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrInvalidAllocation)) {
+				t.Fatalf("got %v, want ok=%v (errors wrapping ErrInvalidAllocation)", err, tc.ok)
+			}
+		})
+	}
+}
+
+// A network is told only the capabilities its conflist declares, port
+// mappings included, whatever else the allocation carries.
+func TestRuntimeConfPassesOnlyDeclaredCapabilities(t *testing.T) {
+	list, err := libcni.ConfListFromBytes([]byte(`{"cniVersion":"1.0.0","name":"n","plugins":[
+		{"type":"bridge"},{"type":"bandwidth","capabilities":{"bandwidth":true}},{"type":"portmap","capabilities":{"portMappings":true,"aliases":false}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc := &Allocation{ID: "a1", Ports: []Port{{Value: 8080, Protocol: "tcp"}},
+		Capabilities: map[string]any{CapabilityBandwidth: map[string]int{"ingressRate": 1}, CapabilityMAC: "02:00:00:00:00:01", CapabilityAliases: []string{"x"}}}
+	req, err := newRequest(alloc, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att := attachment{conf: networkConf{list: list, info: newNetworkInfo(list)}, ifName: "eth1"}
+	rt := libDriver{}.runtimeConf(req, att, "/proc/self/ns/net")
+	if rt.IfName != "eth1" || len(rt.CapabilityArgs) != 2 || rt.CapabilityArgs["bandwidth"] == nil || rt.CapabilityArgs["portMappings"] == nil {
+		t.Fatalf("runtime conf %+v: want eth1 with portMappings and bandwidth only (mac undeclared, aliases declared false)", rt)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	cni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/pkg/types"
 )
 
 // Call is one recorded call.
@@ -186,6 +187,44 @@ func (f *CNI) Footprints(id string) []Footprint {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]Footprint(nil), f.attached[id]...)
+}
+
+// AddPlugin implements cninet.PluginAdder: with Host set, the ADD of the
+// loaded conflist's plugin of type pluginType alone for id, as a repair
+// runs it. portmap and firewall write what of their rules is missing
+// (both add a rule only where it is not there); any other plugin is
+// refused, as its ADD alone would make a second interface. prevResult
+// is not read: the fake knows what it handed out.
+func (f *CNI) AddPlugin(_ context.Context, id, netns, pluginType string, _ types.Result, opts ...cni.NamespaceOpts) error {
+	if _, err := f.record("AddPlugin "+pluginType, id, netns, opts); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.Host == nil || f.net == nil {
+		return fmt.Errorf("fake CNI: %s's ADD alone: no Host to act on", pluginType)
+	}
+	if len(f.attached[id]) == 0 {
+		return fmt.Errorf("fake CNI: %s's ADD alone: %s is not attached", pluginType, id)
+	}
+	for _, fp := range f.attached[id] {
+		ipt := f.Host.Family(fp.IPv6())
+		switch pluginType {
+		case "portmap":
+			if len(fp.Ports) > 0 {
+				ipt.Ensure("nat", SharedNAT)
+				ipt.Ensure("nat", Footprint{Network: fp.Network, ID: fp.ID, Addr: fp.Addr, Ports: fp.Ports}.NAT())
+			}
+		case "firewall":
+			if fp.Firewall {
+				ipt.Ensure("filter", SharedFilter(fp.AdminChain))
+				ipt.Ensure("filter", fp.Filter())
+			}
+		default:
+			return fmt.Errorf("fake CNI: %s's ADD cannot run alone", pluginType)
+		}
+	}
+	return nil
 }
 
 // SetupSerially implements cni.CNI.

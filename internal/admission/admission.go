@@ -26,6 +26,24 @@ func (a *Control) Enter(id string) (leave func()) {
 	}
 }
 
+// TryEnter is Enter for a caller that would rather not wait: false when
+// the allocation (or the gate, for a GC) is busy.
+func (a *Control) TryEnter(id string) (leave func(), ok bool) {
+	if !a.gate.TryRLock() {
+		return nil, false
+	}
+	unlock, ok := a.locks.TryLock(id)
+	if !ok {
+		a.gate.RUnlock()
+		return nil, false
+	}
+	a.gc.note(id)
+	return func() {
+		unlock()
+		a.gate.RUnlock()
+	}, true
+}
+
 // LockGate takes the gate alone: no call can Enter until unlock. GC holds
 // it while libcni's GC runs.
 func (a *Control) LockGate() (unlock func()) {

@@ -65,6 +65,33 @@ func (k *Keyed) drop(key string, e *keyedEntry) {
 	}
 }
 
+// TryLock holds key if no one does, else returns false at once.
+func (k *Keyed) TryLock(key string) (unlock func(), ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedEntry{}
+	}
+	e := k.locks[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.locks[key] = e
+	}
+	if e.held != nil {
+		return nil, false
+	}
+	e.refs++
+	mine := make(chan struct{})
+	e.held = mine
+	return func() {
+		k.mu.Lock()
+		e.held = nil
+		close(mine)
+		k.drop(key, e)
+		k.mu.Unlock()
+	}, true
+}
+
 // LockAll takes the locks of keys, each once, in sorted order, so that
 // two callers of LockAll never wait for each other crosswise; when ctx is
 // done first, it returns ctx's error and holds nothing.

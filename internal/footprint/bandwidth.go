@@ -60,7 +60,7 @@ type bandwidthConf struct {
 // place.
 func (bandwidth) expect(v *liveView, a *Live, h *Health) {
 	confs := configs[bandwidthConf](a.Net, "bandwidth")
-	if len(confs) == 0 {
+	if len(confs) == 0 || v.shallow {
 		return
 	}
 	egress := confs[0].EgressRate > 0 && confs[0].EgressBurst > 0

@@ -21,8 +21,9 @@
 //	tuning.go             the tuning plugin's saved interface settings
 //	withheld.go           cninet's own intent records (see the prevention rule)
 //
-// Adding a plugin is one such file and one line in footprints
-// (pipeline.go). NetworkOf (conflist.go) reads from a conflist which of
+// Each also knows what must be there while an attachment lives (expect,
+// see "What must be there" below). Adding a plugin is one such file and
+// one line in footprints (pipeline.go). NetworkOf (conflist.go) reads from a conflist which of
 // them a network's attachments can leave.
 //
 // # One pipeline
@@ -114,15 +115,42 @@
 // What belongs to a live attachment is never removed, at any instant,
 // whatever process dies when, and nothing is ever added back.
 //
+// # What must be there
+//
+// A live attachment's footprint is known twice. From the same files,
+// each footprint says what its plugin wrote for the attachment and must
+// still be there (expect): the rules and chains, the shared chains and
+// jumps they hang from, the reservation, the cached result; health.go
+// adds the workload's namespace, interface and addresses and the host's
+// end of its veth. A Checker reads the host once (liveView) for every
+// attachment it is given, and Health names each missing piece with how
+// a repair restores it: the plugin's own ADD (portmap, firewall: both
+// add a rule only where it is missing; portmap's nftables backend adds
+// without looking, so what is left of the attachment's own rules goes
+// first), cninet writing it as the plugin or its library does (the
+// masquerade rules, host-local's reservation, libcni's cache), or not at
+// all in place (a device, the namespace, an address another attachment
+// holds now). Nothing of another attachment is deleted or changed.
+//
 // # Files, in reading order
 //
 //	doc.go                this overview
 //	attachment.go         Attachment (network and container id) and the
-//	                      names the plugins derive from it
+//	                      names the plugins derive from it; NetworkOf:
+//	                      which footprints a network can leave
 //	cleaner.go            Network, Seams, ProofStore, Cleaner: NewCleaner for a Teardown,
-//	                      NewSweep for a GC; Discover, Clean, CleanAll
-//	conflist.go           NetworkOf: which footprints a network can leave
-//	pipeline.go           the footprint interface, claims and evidence
+//	                      NewSweep for a GC; Discover, Clean, CleanAll;
+//	                      a GC's pass over every family at once
+//	pipeline.go           the footprint interface, claims and evidence;
+//	                      who holds an address now
+//	health.go             Live (a live attachment as its record tells
+//	                      it), Checker, Health, Missing: what must be
+//	                      there while it lives; the workload's devices
+//	liveview.go           the host as one drift check reads it, for
+//	                      every attachment at once; rules as the plugins
+//	                      write them, matched in iptables' listings
+//	restore.go            Checker.Repair: what is missing restored in
+//	                      place, by the plugins' ADD or as they write it
 //	view.go               what one pass read of the host, read once
 //	iptview.go            iptables listings, probed or listed, per family
 //	nftview.go            nftables listings, sketched or listed
@@ -130,7 +158,6 @@
 //	                      looked up by handle after the DEL
 //	files.go              reservations, cached results, tuning files and
 //	                      intent records as read for one pass
-//	owners.go             who holds an address now
 //	hostlocal.go          host-local's reservations (footprint)
 //	hostlocal_lock_unix.go host-local's directory lock, taken as it does
 //	hostlocal_lock_other.go the same off Unix: none
@@ -149,5 +176,4 @@
 //	apply_nftables.go     deletions by handle, then one nft transaction
 //	apply_files.go        files removed under host-local's lock; devices
 //	report.go             Report and Item: exactly what was removed
-//	sweep.go              a GC's pass over every family at once
 package footprint

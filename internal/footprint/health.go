@@ -2,8 +2,11 @@ package footprint
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
+	"os"
 	"slices"
 	"strings"
 )
@@ -102,6 +105,10 @@ func (h *Health) Plugins() []string {
 type Checker struct {
 	ctx  context.Context
 	host Seams
+	// Shallow leaves the devices out but for the namespace's existence
+	// (a stat): firewall rules and files only, what a repair can restore.
+	// The repair watcher's passes read no more.
+	Shallow bool
 }
 
 // NewChecker returns a checker of live attachments on host h; ctx bounds
@@ -112,6 +119,7 @@ func NewChecker(ctx context.Context, h Seams) *Checker { return &Checker{ctx: ct
 // the host.
 func (c *Checker) Check(lives []*Live) []Health {
 	v := newLiveView(c.ctx, c.host)
+	v.shallow = c.Shallow
 	out := make([]Health, len(lives))
 	for i, a := range lives {
 		out[i] = checkOne(v, a)
@@ -154,4 +162,241 @@ func joinDetails(ms []Missing) string {
 		s[i] = m.String()
 	}
 	return strings.Join(s, "; ")
+}
+
+// Live is one live attachment as its record tells it: what a drift check
+// expects on the host (Checker) and what a repair restores. The caller
+// builds it from the host registry's record and the ADD's result.
+type Live struct {
+	// Attachment is the network and the container id the plugins know
+	// the attachment by.
+	Attachment
+	// IfName is the workload's interface; NetNS the namespace the ADD was
+	// given.
+	IfName, NetNS string
+	// Net is the network as its recorded conflist defines it (NetworkOf),
+	// with CacheDir set.
+	Net Network
+	// Backends are the backends the network's plugins really used, by
+	// plugin type ("iptables" or "nftables"; none for a plugin without
+	// one).
+	Backends map[string]string
+	// Uncached says the attachment's CNI keeps libcni's cache where cninet
+	// does not look (an injected Config.CNI): it is not expected.
+	Uncached bool
+	// Result is what the ADD returned; nil when neither the record nor
+	// libcni's cache holds it, and then only the cached result itself is
+	// expected.
+	Result *Result
+	// Mappings are the port mappings the plugins were given, and
+	// Capabilities every capability argument (portMappings among them),
+	// as libcni passed them.
+	Mappings     []PortMapping
+	Capabilities map[string]json.RawMessage
+}
+
+// Result is the part of a CNI result a check reads: the interfaces the
+// plugins made and the addresses they gave.
+type Result struct {
+	Interfaces []ResultInterface
+	IPs        []ResultIP
+	// Raw is the result as JSON (libcni's cache keeps it so): what a
+	// repair writes back when the cache file is gone.
+	Raw json.RawMessage
+}
+
+// ResultInterface is one interface of a result.
+type ResultInterface struct {
+	Name, MAC, Sandbox string
+}
+
+// ResultIP is one address of a result and the interface it is on (-1:
+// the result does not say).
+type ResultIP struct {
+	Addr      netip.Prefix
+	Interface int
+}
+
+// PortMapping is one port mapping as the plugins are given it
+// (capability portMappings).
+type PortMapping struct {
+	HostPort      int    `json:"hostPort"`
+	ContainerPort int    `json:"containerPort"`
+	Protocol      string `json:"protocol"`
+	HostIP        string `json:"hostIP,omitempty"`
+}
+
+// backend returns the backend the plugin of type typ used, "" when none
+// is recorded.
+func (l *Live) backend(typ string) string { return l.Backends[typ] }
+
+// addrs returns the result's addresses of one family (v6), in order.
+func (l *Live) addrs(v6 bool) []netip.Prefix {
+	if l.Result == nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, ip := range l.Result.IPs {
+		if ip.Addr.Addr().Is6() == v6 && ip.Addr.IsValid() {
+			out = append(out, ip.Addr)
+		}
+	}
+	return out
+}
+
+// allAddrs returns every address of the result, IPv4 first.
+func (l *Live) allAddrs() []netip.Prefix { return append(l.addrs(false), l.addrs(true)...) }
+
+// sandboxAddr returns the first address of family v6 on the workload's
+// own interface, as portmap picks the address it maps ports to: an
+// address that names an interface counts only when that interface is
+// IfName inside a sandbox.
+func (l *Live) sandboxAddr(v6 bool) (netip.Prefix, bool) {
+	if l.Result == nil {
+		return netip.Prefix{}, false
+	}
+	for _, ip := range l.Result.IPs {
+		if !ip.Addr.IsValid() || ip.Addr.Addr().Is6() != v6 {
+			continue
+		}
+		if i := ip.Interface; i >= 0 && i < len(l.Result.Interfaces) {
+			if intf := l.Result.Interfaces[i]; intf.Name != l.IfName || intf.Sandbox == "" {
+				continue
+			}
+		}
+		return ip.Addr, true
+	}
+	return netip.Prefix{}, false
+}
+
+// workloadInterface returns the result's interface in the workload's
+// namespace, named IfName.
+func (l *Live) workloadInterface() (ResultInterface, bool) {
+	if l.Result == nil {
+		return ResultInterface{}, false
+	}
+	i := slices.IndexFunc(l.Result.Interfaces, func(r ResultInterface) bool { return r.Name == l.IfName && r.Sandbox != "" })
+	if i < 0 {
+		return ResultInterface{Name: l.IfName}, true // a result that lists no interface still made this one
+	}
+	return l.Result.Interfaces[i], true
+}
+
+// mappings returns the port mappings portmap applies to an address of
+// family v6: those without a host IP, or with one of the same family.
+func (l *Live) mappings(v6 bool) []PortMapping {
+	var out []PortMapping
+	for _, m := range l.Mappings {
+		if m.HostIP != "" {
+			if ip, err := netip.ParseAddr(m.HostIP); err == nil && ip.Is6() != v6 {
+				continue
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// The workload's own devices: its interface, with the result's addresses,
+// in its namespace, and (bridge, ptp) the host's end of its veth, on the
+// bridge. None of them can be made again while the workload lives — a
+// veth's two ends go together, and re-creating one is re-creating the
+// workload — so what is missing here is NotInPlace.
+
+// workloadDevices is the check of a live attachment's devices; it is no
+// plugin's footprint (nothing of it is ever deleted by cleanup).
+type workloadDevices struct{}
+
+// Kinds of what a drift check finds missing besides what cleanup removes.
+const (
+	KindNetNS   Kind = "network namespace"
+	KindAddress Kind = "address"
+)
+
+func (workloadDevices) expect(v *liveView, a *Live, h *Health) {
+	intf, ok := a.workloadInterface()
+	if !ok || a.NetNS == "" {
+		return
+	}
+	if v.shallow {
+		if _, err := os.Stat(a.NetNS); errors.Is(err, os.ErrNotExist) {
+			h.miss(Missing{Plugin: "workload", Kind: KindNetNS, Backend: "links", Detail: a.NetNS, Restore: NotInPlace,
+				Why: "the workload's network namespace is gone"})
+		}
+		return
+	}
+	_, inspector, err := v.hostLinks()
+	if err != nil {
+		h.unknown(err)
+		return
+	}
+	lost := func(kind Kind, detail, why string) {
+		h.miss(Missing{Plugin: "workload", Kind: kind, Backend: "links", Detail: detail, Restore: NotInPlace, Why: why})
+	}
+	link, found, err := inspector.LinkIn(a.NetNS, a.IfName)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		lost(KindNetNS, a.NetNS, "the workload's network namespace is gone")
+		return
+	case err != nil:
+		h.unknown(fmt.Errorf("reading %s in %s: %w", a.IfName, a.NetNS, err))
+	case !found:
+		lost(KindLink, a.IfName+" in "+a.NetNS, "the workload's interface is gone")
+	default:
+		if intf.MAC != "" && link.MAC != "" && !strings.EqualFold(intf.MAC, link.MAC) {
+			lost(KindLink, fmt.Sprintf("%s in %s with MAC %s", a.IfName, a.NetNS, intf.MAC), "its MAC is "+link.MAC+" now")
+		}
+		for _, ip := range a.Result.IPs {
+			onIt := ip.Interface < 0 || ip.Interface >= len(a.Result.Interfaces) || a.Result.Interfaces[ip.Interface].Name == a.IfName
+			if onIt && !slices.Contains(link.Addrs, ip.Addr) {
+				lost(KindAddress, fmt.Sprintf("%s on %s in %s", ip.Addr, a.IfName, a.NetNS), "cninet does not address a workload's interface again")
+			}
+		}
+	}
+	hostDevices(v, a, h, lost)
+}
+
+// hostDevices expects the host's end of the workload's veth (the bridge
+// and ptp plugins' result lists it without a sandbox), on the bridge.
+func hostDevices(v *liveView, a *Live, h *Health, lost func(kind Kind, detail, why string)) {
+	typ := ""
+	for _, t := range []string{"bridge", "ptp"} {
+		if a.Net.runs(t) {
+			typ = t
+		}
+	}
+	if typ == "" {
+		return
+	}
+	links, _, err := v.hostLinks()
+	if err != nil {
+		h.unknown(err)
+		return
+	}
+	bridge := ""
+	if typ == "bridge" {
+		type bridgeConf struct {
+			Bridge string `json:"bridge"`
+		}
+		bridge = "cni0"
+		if confs := configs[bridgeConf](a.Net, "bridge"); len(confs) > 0 && confs[0].Bridge != "" {
+			bridge = confs[0].Bridge
+		}
+		if _, ok := links[bridge]; !ok {
+			lost(KindLink, "bridge "+bridge, "the network's bridge is gone")
+			return
+		}
+	}
+	for _, intf := range a.Result.Interfaces {
+		if intf.Sandbox != "" || intf.Name == bridge || intf.Name == "" {
+			continue
+		}
+		link, ok := links[intf.Name]
+		switch {
+		case !ok:
+			lost(KindLink, "veth "+intf.Name, "the host's end of the workload's veth is gone, and its peer with it")
+		case bridge != "" && link.Master != bridge:
+			lost(KindLink, fmt.Sprintf("veth %s on bridge %s", intf.Name, bridge), fmt.Sprintf("it is on %q now", link.Master))
+		}
+	}
 }
