@@ -157,11 +157,18 @@ func newOwnedConfigurator(t *testing.T, set netsandbox.PluginSet, conf []byte, o
 }
 
 // countRulesOf counts the firewall rules and chains of the attachment of
+// id in network (rulesOf).
+func countRulesOf(network, id string, addrs []netip.Addr) (int, error) {
+	lines, err := rulesOf(network, id, addrs)
+	return len(lines), err
+}
+
+// rulesOf returns the firewall rules and chains of the attachment of
 // id in network: iptables and ip6tables lines naming its bridge
 // masquerade or portmap chain (CNI-<h[:24]>, CNI-DN-<h[:21]>) or one of
 // its addresses (masquerade, DNAT, firewall rules), and the nftables
 // rules of the plugins' tables (cni_*) naming one of its addresses.
-func countRulesOf(network, id string, addrs []netip.Addr) (int, error) {
+func rulesOf(network, id string, addrs []netip.Addr) ([]string, error) {
 	sum := sha512.Sum512([]byte(network + id))
 	h := hex.EncodeToString(sum[:])
 	chains := []string{"CNI-" + h[:24], "CNI-DN-" + h[:21]}
@@ -180,14 +187,14 @@ func countRulesOf(network, id string, addrs []netip.Addr) (int, error) {
 	for _, bin := range []string{"iptables-save", "ip6tables-save"} {
 		out, err := exec.Command(bin).Output()
 		if err != nil {
-			return 0, fmt.Errorf("%s: %v", bin, err)
+			return nil, fmt.Errorf("%s: %v", bin, err)
 		}
 		lines = append(lines, strings.Split(string(out), "\n")...)
 	}
 	if _, err := exec.LookPath("nft"); err == nil {
 		out, err := exec.Command("nft", "list", "ruleset").Output()
 		if err != nil {
-			return 0, fmt.Errorf("nft list ruleset: %v", err)
+			return nil, fmt.Errorf("nft list ruleset: %v", err)
 		}
 		inCNI := false
 		for _, line := range strings.Split(string(out), "\n") {
@@ -199,14 +206,14 @@ func countRulesOf(network, id string, addrs []netip.Addr) (int, error) {
 			}
 		}
 	}
-	n := 0
+	var out []string
 	for _, line := range lines {
 		if slices.ContainsFunc(chains, func(c string) bool { return strings.Contains(line, c) }) ||
 			slices.ContainsFunc(pats, func(p *regexp.Regexp) bool { return p.MatchString(line) }) {
-			n++
+			out = append(out, strings.TrimSpace(line))
 		}
 	}
-	return n, nil
+	return out, nil
 }
 
 // assertRecordedAs fails unless c's Attachments lists id in network as
