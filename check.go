@@ -225,6 +225,9 @@ type Drift struct {
 	Unrepairable []string
 	// Repaired names what a repair restored (CheckOptions.Repair).
 	Repaired []string
+	// Incomplete, when not empty, says what the check could not read
+	// (Drifts): what it would have shown is not in Missing.
+	Incomplete string
 }
 
 func (e *DriftError) Error() string {

@@ -29,6 +29,56 @@ import (
 // missing in place (footprint.Checker.Repair), under the attachment's
 // lock, only while its record says it is attached.
 
+// Drifts checks, in one read of the host and changing nothing, every
+// attachment the host registry records as attached, whoever its owner
+// (ids narrow it to those containers'), and returns each one's Drift in
+// the registry's order: nothing Missing when it is whole. Incomplete
+// names what could not be read for it. Records that cannot be read are
+// named in the error, which wraps ErrIO, after the drifts of those that
+// could.
+func (c *Configurator) Drifts(ctx context.Context, ids ...string) ([]Drift, error) {
+	var recs []registry.Record
+	var errs []error
+	if len(ids) == 0 {
+		all, err := c.registry.store.All()
+		recs = all.Records
+		errs = append(errs, err)
+		for _, d := range all.Damaged {
+			errs = append(errs, d)
+		}
+	} else {
+		for _, id := range ids {
+			if err := checkContainerID(id); err != nil {
+				return nil, err
+			}
+			of, damaged, err := c.registry.store.Of(id)
+			recs = append(recs, of...)
+			errs = append(errs, err)
+			for _, d := range damaged {
+				errs = append(errs, d)
+			}
+		}
+	}
+	var atts []checkedAttachment
+	for i := range recs {
+		if recs[i].State != registry.Attached {
+			continue
+		}
+		if ca, ok := c.checkedOfRecord(&recs[i]); ok {
+			atts = append(atts, ca)
+		}
+	}
+	health, _ := c.driftCheck(ctx, atts, false)
+	out := make([]Drift, len(health))
+	for i, h := range health {
+		out[i] = driftOf(h, nil)
+		if h.Err != nil {
+			out[i].Incomplete = h.Err.Error()
+		}
+	}
+	return out, listingError(slices.DeleteFunc(errs, func(err error) bool { return err == nil }))
+}
+
 // checkedAttachment is one found attachment as a drift check sees it.
 type checkedAttachment struct {
 	fa   foundAttachment

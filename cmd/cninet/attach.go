@@ -109,14 +109,18 @@ func (c *cli) teardownCommand() *cobra.Command {
 }
 
 func (c *cli) checkCommand() *cobra.Command {
-	return c.attachCommand("check --id ID --netns PATH [-p host:container[/proto]]...",
-		"Run CNI CHECK on every network of an attachment", true,
+	var repair bool
+	cmd := c.attachCommand("check --id ID --netns PATH [-p host:container[/proto]]... [--repair]",
+		"Check every network of an attachment against what its plugins wrote, then with CNI CHECK", true,
 		func(ctx context.Context, cfg *cninet.Configurator, alloc *cninet.Allocation, netns string) error {
-			err := cfg.Check(ctx, alloc, netns)
-			if errors.Is(err, cninet.ErrCheckUnsupported) {
+			err := cfg.Check(ctx, alloc, netns, cninet.CheckOptions{Repair: repair})
+			if errors.Is(err, cninet.ErrCheckUnsupported) && !errors.Is(err, cninet.ErrCheckFailed) {
 				fmt.Fprintf(c.stderr, "cninet check: warning: %v\n", err)
 				c.done(map[string]any{"id": alloc.ID, "checked": false, "warning": err.Error()}, func(w io.Writer) { fmt.Fprintln(w, "not checked") })
 				return nil
+			}
+			if de := driftOf(err); de != nil {
+				c.done(map[string]any{"id": alloc.ID, "checked": true, "drift": de.Drifts}, func(w io.Writer) { printDrifts(w, de.Drifts) })
 			}
 			if err != nil {
 				return err
@@ -124,4 +128,38 @@ func (c *cli) checkCommand() *cobra.Command {
 			c.done(map[string]any{"id": alloc.ID, "checked": true}, func(w io.Writer) { fmt.Fprintln(w, "ok") })
 			return nil
 		})
+	cmd.Long += `
+
+It first compares each attachment with what its plugins wrote for it (the
+host registry records it): rules and chains, reservations, libcni's cached
+result, the workload's interface and the host's end of its veth, and names
+what is missing; then it runs the plugins' CHECK where that plugin release's
+CHECK is sound. With --repair, what is missing is restored in place (the
+plugins' own ADD writes what they wrote) and the check passes once the
+attachment is whole again; what cannot be restored in place (the workload's
+interface or namespace is gone) fails, saying to re-create the workload.`
+	cmd.Flags().BoolVar(&repair, "repair", false, "restore what is missing, in place")
+	return cmd
+}
+
+// driftOf returns the DriftError in err, or nil.
+func driftOf(err error) *cninet.DriftError {
+	var de *cninet.DriftError
+	if errors.As(err, &de) {
+		return de
+	}
+	return nil
+}
+
+// printDrifts writes what each attachment misses, a line each piece.
+func printDrifts(w io.Writer, drifts []cninet.Drift) {
+	for _, d := range drifts {
+		fmt.Fprintf(w, "%s in network %q as %s: %d missing\n", d.ID, d.Network, d.IfName, len(d.Missing))
+		for _, m := range d.Missing {
+			fmt.Fprintf(w, "  %s\n", m)
+		}
+		if len(d.Unrepairable) > 0 {
+			fmt.Fprintf(w, "  %d cannot be restored in place: re-create the workload\n", len(d.Unrepairable))
+		}
+	}
 }

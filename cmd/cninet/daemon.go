@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/thick"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -23,8 +24,12 @@ import (
 type daemonFlags struct {
 	socket, confDir, cniPath, cacheDir, stateDir, metricsListen, logLevel, logFormat string
 	maxConcurrent, maxProbes                                                         int
-	timeout, drain, rollback, watch, readyCache                                      time.Duration
+	timeout, drain, rollback, watch, readyCache, repairEvery                         time.Duration
 }
+
+// defaultRepairEvery is how often the daemon checks every runtime's
+// attachments for drift (besides at once on an nf_tables change).
+const defaultRepairEvery = 30 * time.Second
 
 func (f *daemonFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.socket, "socket", thick.DefaultSocket, "unix socket the cninet-shim plugin connects to; its directory is made 0700 when missing and refused when not root's or writable by group or others; the socket is 0600")
@@ -41,6 +46,7 @@ func (f *daemonFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.watch, "conf-watch-interval", thick.DefaultWatchInterval, "how often the conf dir is looked at for changes (SIGHUP reloads at once)")
 	fs.DurationVar(&f.timeout, "timeout", thick.DefaultTimeout, "deadline of each request, its wait in the queue included")
 	fs.DurationVar(&f.drain, "drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long requests in flight may take to finish")
+	fs.DurationVar(&f.repairEvery, "repair-every", defaultRepairEvery, "keep every runtime's attachments whole: check them all this often, and at once when the nf_tables ruleset changes (a firewall reload, iptables -F, nft flush ruleset), and repair what is missing in place; 0: no repair watcher")
 	fs.DurationVar(&f.readyCache, "ready-cache", thick.DefaultReadyCache, "how long /readyz reuses the delegates' STATUS verdict (concurrent probes share one run; a conf dir reload or SIGHUP drops it; 0: run it for every probe)")
 }
 
@@ -91,6 +97,9 @@ func (f *daemonFlags) validate() error {
 	if f.maxConcurrent < 1 || f.maxProbes < 1 || f.timeout <= 0 || f.drain <= 0 || f.rollback <= 0 || f.watch <= 0 {
 		return fmt.Errorf("%w: --max-concurrent, --max-concurrent-probes, --timeout, --drain-timeout, --rollback-timeout and --conf-watch-interval must be positive", errUsage)
 	}
+	if f.repairEvery < 0 {
+		return fmt.Errorf("%w: --repair-every %s, want 0 (no repair watcher) or more", errUsage, f.repairEvery)
+	}
 	if f.readyCache < 0 {
 		return fmt.Errorf("%w: --ready-cache %s, want 0 (no cache) or more", errUsage, f.readyCache)
 	}
@@ -111,7 +120,9 @@ func runDaemon(ctx context.Context, f daemonFlags, logger hclog.Logger) error {
 	if err != nil {
 		return err
 	}
-	delegates, err := thick.OpenDelegates(info, logger.Named("cninet"), m.provider)
+	delegates, err := thick.OpenDelegates(info, logger.Named("cninet"), m.provider, func(cfg *cninet.Config) {
+		cfg.RepairEvery, cfg.RepairAnyOwner = f.repairEvery, true // every runtime is an owner of its own
+	})
 	if err != nil {
 		return err
 	}

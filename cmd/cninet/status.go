@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -27,8 +28,10 @@ workloads: its conflist is valid and every plugin it names is found.
 
 With --attachments, list the host registry instead (--state-dir): every
 attachment any process on the host made through cninet, whoever its owner,
-with its network, interface, addresses, ports and since when; --network
-narrows the list.
+with its network, interface, addresses, ports, since when and its health:
+"whole", or how many pieces of what its plugins wrote are missing, each
+named (a drift check, in one read of the host; cninet check --repair
+restores them); --network narrows the list.
 
 ` + sourcesHelp,
 	}
@@ -40,7 +43,9 @@ narrows the list.
 		defer cfg.Close()
 		defer n.printTrace(c.stderr)
 		if attachments {
-			return c.listAttachments(cfg, n.networks)
+			ctx, cancel := signalContext()
+			defer cancel()
+			return c.listAttachments(ctx, cfg, n.networks)
 		}
 		ctx, cancel := signalContext()
 		defer cancel()
@@ -60,23 +65,63 @@ narrows the list.
 }
 
 // listAttachments prints the host registry, narrowed to networks when
-// any are named. Records it cannot read are named in the error, after
-// the list.
-func (c *cli) listAttachments(cfg *cninet.Configurator, networks []string) error {
+// any are named, with each attachment's health. Records it cannot read
+// are named in the error, after the list.
+func (c *cli) listAttachments(ctx context.Context, cfg *cninet.Configurator, networks []string) error {
 	recs, err := cfg.Attachments()
 	if len(networks) > 0 {
 		recs = slices.DeleteFunc(recs, func(r cninet.AttachmentRecord) bool { return !slices.Contains(networks, r.Network) })
 	}
-	if recs == nil {
-		recs = []cninet.AttachmentRecord{}
+	drifts, derr := cfg.Drifts(ctx)
+	if err == nil {
+		err = derr
 	}
-	c.done(map[string]any{"attachments": recs}, func(w io.Writer) { printAttachments(w, recs) })
+	out := make([]attachmentHealth, len(recs))
+	for i, r := range recs {
+		out[i] = attachmentHealth{AttachmentRecord: r}
+		if i := slices.IndexFunc(drifts, func(d cninet.Drift) bool { return d.ID == r.ID && d.Network == r.Network && d.IfName == r.IfName }); i >= 0 {
+			d := drifts[i]
+			out[i].Health = &health{Whole: len(d.Missing) == 0 && d.Incomplete == "", Missing: d.Missing, Unrepairable: d.Unrepairable,
+				Incomplete: d.Incomplete}
+		}
+	}
+	c.done(map[string]any{"attachments": out}, func(w io.Writer) { printAttachments(w, out) })
 	return err
 }
 
-func printAttachments(w io.Writer, recs []cninet.AttachmentRecord) {
+// attachmentHealth is a record as status --attachments shows it.
+type attachmentHealth struct {
+	cninet.AttachmentRecord
+	Health *health `json:"health,omitempty"` // nil: not attached, so not checked
+}
+
+// health is what a drift check found of one attachment.
+type health struct {
+	Whole        bool     `json:"whole"`
+	Missing      []string `json:"missing,omitempty"`
+	Unrepairable []string `json:"unrepairable,omitempty"`
+	Incomplete   string   `json:"incomplete,omitempty"`
+}
+
+func (h *health) String() string {
+	switch {
+	case h == nil:
+		return "-"
+	case h.Whole:
+		return "whole"
+	case len(h.Missing) == 0:
+		return "unknown: " + h.Incomplete
+	}
+	s := fmt.Sprintf("%d missing: %s", len(h.Missing), strings.Join(h.Missing, "; "))
+	if len(h.Unrepairable) > 0 {
+		s += fmt.Sprintf(" (%d not repairable in place)", len(h.Unrepairable))
+	}
+	return s
+}
+
+func printAttachments(w io.Writer, recs []attachmentHealth) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "OWNER\tNETWORK\tID\tINTERFACE\tADDRESSES\tPORTS\tSTATE\tSINCE")
+	fmt.Fprintln(tw, "OWNER\tNETWORK\tID\tINTERFACE\tADDRESSES\tPORTS\tSTATE\tSINCE\tHEALTH")
 	for _, r := range recs {
 		addrs := make([]string, len(r.Addresses))
 		for i, a := range r.Addresses {
@@ -90,8 +135,8 @@ func printAttachments(w io.Writer, recs []cninet.AttachmentRecord) {
 		if r.RuntimeID != "" { // a delegate id: say whose
 			id += " (of " + r.RuntimeID + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Owner, r.Network, id, r.IfName,
-			orDash(strings.Join(addrs, ",")), orDash(strings.Join(ports, ",")), r.State, r.Since.UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Owner, r.Network, id, r.IfName,
+			orDash(strings.Join(addrs, ",")), orDash(strings.Join(ports, ",")), r.State, r.Since.UTC().Format(time.RFC3339), r.Health)
 	}
 	tw.Flush()
 }

@@ -68,8 +68,16 @@ type summaryJSON struct {
 	NetNSInode uint64      `json:"netnsInode,omitempty"`
 	Args       [][2]string `json:"args,omitempty"`
 	ConfList   base64Only  `json:"confList,omitempty"`
+	Result     jsonOnly    `json:"result,omitempty"`
 	Plugins    []Plugin    `json:"plugins,omitempty"`
 }
+
+// jsonOnly accepts what a json.RawMessage field accepts (any JSON value,
+// which encoding/json checked before it decodes any of the document) and
+// keeps nothing: the ADD's result is for a drift check, not a listing.
+type jsonOnly struct{}
+
+func (*jsonOnly) UnmarshalJSON([]byte) error { return nil }
 
 // decodeSummary decodes one record's summary (a decoder).
 func decodeSummary(raw []byte, path string, k Key) (Summary, error) {
