@@ -50,7 +50,8 @@ type repairWatcher struct {
 	done     chan struct{}
 
 	mu       sync.Mutex
-	repairs  map[registry.Key][]time.Time // when each attachment was repaired, within fightWindow
+	repairs  map[registry.Key][]time.Time // when each attachment's repair was tried, within fightWindow
+	failed   map[registry.Key]string      // the error of its last repair, "" when it succeeded
 	reported map[registry.Key]time.Time   // refused or not in place: reported once until then
 	lost     map[registry.Key]time.Time   // found not repairable in place, as of the record's Updated
 	passes   int                          // passes run (tests wait on it)
@@ -60,7 +61,7 @@ type repairWatcher struct {
 func startRepairWatcher(c *Configurator, every time.Duration, anyOwner bool) *repairWatcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &repairWatcher{c: c, every: every, anyOwner: anyOwner, cancel: cancel, done: make(chan struct{}),
-		repairs: map[registry.Key][]time.Time{}, reported: map[registry.Key]time.Time{}, lost: map[registry.Key]time.Time{}}
+		repairs: map[registry.Key][]time.Time{}, failed: map[registry.Key]string{}, reported: map[registry.Key]time.Time{}, lost: map[registry.Key]time.Time{}}
 	go w.run(ctx)
 	return w
 }
@@ -222,9 +223,19 @@ func (c *Configurator) checkedOfRecord(rec *registry.Record) (checkedAttachment,
 	if err != nil {
 		return checkedAttachment{}, false
 	}
-	fa := foundAttachment{att: attachment{conf: conf, ifName: rec.IfName},
+	fa := foundAttachment{att: c.recordedAttachment(conf, rec.IfName),
 		req: recordedRequest(request{id: rec.ContainerID, runtimeID: rec.RuntimeID}, *rec), cached: true, settled: true}
 	return checkedAttachment{fa: fa, rec: rec, live: c.liveOf(fa, rec, "")}, true
+}
+
+// recordedAttachment is the attachment of conf as ifName, as Setup made
+// it: the default network as the first interface goes through go-cni
+// (Config.CNI).
+func (c *Configurator) recordedAttachment(conf networkConf, ifName string) attachment {
+	c.nets.mu.RLock()
+	def := c.nets.conf.info.name
+	c.nets.mu.RUnlock()
+	return attachment{conf: conf, ifName: ifName, viaCNI: conf.info.name == def && ifName == c.ifs.at(0)}
 }
 
 // mayRepair reports whether the watcher repairs ca, which h found
@@ -257,9 +268,12 @@ func (w *repairWatcher) mayRepair(ca checkedAttachment, h footprint.Health) bool
 	case len(recent) >= maxRepairs:
 		if at, done := w.reported[key]; !done || now.Sub(at) >= fightWindow {
 			w.reported[key] = now
-			w.c.logger.Error("repair watcher: drift keeps coming back: another program removes this attachment's rules; not repairing it for now",
-				"alloc_id", a.ID, "network", a.Network, "ifname", a.IfName, "repairs", len(recent), "window", fightWindow,
-				"missing", driftOf(h, nil).Missing)
+			msg := "repair watcher: drift keeps coming back: another program removes this attachment's rules; not repairing it for now"
+			if w.failed[key] != "" {
+				msg = "repair watcher: repair keeps failing; not trying it again for now"
+			}
+			w.c.logger.Error(msg, "alloc_id", a.ID, "network", a.Network, "ifname", a.IfName, "repairs", len(recent), "window", fightWindow,
+				"missing", driftOf(h, nil).Missing, "last_error", w.failed[key])
 			w.c.tel.countRepair(context.Background(), a.Network, outcomeRefused)
 		}
 		return false
@@ -288,16 +302,19 @@ func (w *repairWatcher) repair(ctx context.Context, ca checkedAttachment, change
 		return
 	}
 	health, restored := c.driftCheck(ctx, []checkedAttachment{fresh}, true)
-	if !health[0].InPlace() {
-		w.mu.Lock()
-		w.lost[rec.Key()] = rec.Updated
-		w.mu.Unlock()
+	key := rec.Key()
+	w.mu.Lock()
+	switch {
+	case !health[0].InPlace():
+		w.lost[key] = rec.Updated
+	case len(restored[0]) > 0 || len(health[0].Missing) > 0:
+		w.repairs[key] = append(w.repairs[key], time.Now())
+		w.failed[key] = ""
+		if len(restored[0]) == 0 { // the repair restored nothing: it failed
+			w.failed[key] = driftOf(health[0], nil).String()
+		}
 	}
-	if len(restored[0]) > 0 {
-		w.mu.Lock()
-		w.repairs[rec.Key()] = append(w.repairs[rec.Key()], time.Now())
-		w.mu.Unlock()
-	}
+	w.mu.Unlock()
 	if health[0].Whole() && !changed.IsZero() {
 		c.tel.repairedAfter(ctx, rec.Network, time.Since(changed))
 	}

@@ -529,3 +529,12 @@ func (p Probing) MayMentionOther(table, chain string, addrs []netip.Addr, except
 	}
 	return false, nil
 }
+
+// Reset empties every table and deletes every chain but the built-in
+// ones, as a firewall reload (iptables -F; iptables -X) does.
+func (t *IPTables) Reset() {
+	fresh := NewIPTables()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.tables = fresh.tables
+}

@@ -1,0 +1,55 @@
+package cninet
+
+import (
+	"os"
+	"reflect"
+	"testing"
+
+	cni "github.com/containerd/go-cni"
+	"github.com/seed1280861d/cninet/internal/footprint"
+)
+
+// libcni's cache file, written again by a repair, reads back through
+// libcni itself as what its ADD cached: the result, the args and the
+// capability arguments the network declares.
+func TestACachedResultWrittenAgainReadsAsLibcnisOwn(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	conf, err := f.c.nets.known("b", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := request{id: "w", args: [][2]string{{"IgnoreUnknown", "1"}},
+		mappings: []cni.PortMapping{{HostPort: 8080, ContainerPort: 80, Protocol: "tcp"}}}
+	fa := foundAttachment{att: attachment{conf: conf, ifName: "eth1"}, req: req}
+	raw := `{"cniVersion":"1.0.0","interfaces":[{"name":"eth1","mac":"0a:58:c6:12:01:02","sandbox":"/x"}],` +
+		`"ips":[{"interface":0,"address":"198.18.1.2/24","gateway":"198.18.1.1"}]}`
+	live := &footprint.Live{NetNS: "/x", Result: &footprint.Result{Raw: []byte(raw)}}
+	if err := f.c.writeCachedResult(fa, live); err != nil {
+		t.Fatal(err)
+	}
+	rt := runtimeConfOf(req, fa.att, "/x")
+	res, err := f.c.lib.GetNetworkListCachedResult(conf.list, rt)
+	if err != nil || res == nil {
+		t.Fatalf("libcni reads no result: %v, %v", res, err)
+	}
+	want, _ := liveResult(live)
+	if got, _ := res.GetAsVersion("1.0.0"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("libcni reads %v, want %v", got, want)
+	}
+	atts, err := f.c.lib.GetCachedAttachments("w")
+	if err != nil || len(atts) != 1 {
+		t.Fatalf("cached attachments %+v, %v", atts, err)
+	}
+	a := atts[0]
+	if a.Network != "b" || a.IfName != "eth1" || a.NetNS != "/x" || !reflect.DeepEqual(a.CniArgs, req.args) || a.CapabilityArgs["portMappings"] == nil {
+		t.Fatalf("cached attachment %+v, want b as eth1 in /x with the request's args and port mappings", a)
+	}
+	path := f.c.cacheDir + "/results/b-w-eth1"
+	before, _ := os.ReadFile(path)
+	if err := f.c.writeCachedResult(fa, live); err != nil {
+		t.Fatalf("writing over libcni's own: %v", err)
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Fatal("a cache file already there was written over: libcni's own is kept")
+	}
+}

@@ -1,0 +1,181 @@
+package cninet
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/cninettest/fakes"
+)
+
+// watchFixture is a Configurator with a repair watcher on a fake host
+// whose fake CNI acts as the plugins, and the log it writes.
+type watchFixture struct {
+	c     *Configurator
+	netns string // a file standing for the workloads' namespace: the fake plugins never enter it
+	host  *fakes.Host
+	cni   *fakes.CNI
+	log   *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newWatchFixture(t *testing.T, every time.Duration) watchFixture {
+	t.Helper()
+	conf, err := BridgeConfList(BridgeConfig{NetworkName: "w", BridgeName: "br-w", IPv4Subnet: "198.18.0.0/24", IPAMDataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fakes.NewHost()
+	f := watchFixture{host: h, cni: &fakes.CNI{Host: h, CacheDir: t.TempDir()}, log: &syncBuffer{}, netns: filepath.Join(t.TempDir(), "netns")}
+	if err := os.WriteFile(f.netns, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.c, err = New(Config{ConfList: conf, CNI: f.cni, CacheDir: f.cni.CacheDir, StateDir: t.TempDir(), Owner: "runner",
+		IPTables: h.IPTables, NFTables: h.NFTables, Links: h.Links, RepairEvery: every,
+		Logger: hclog.New(&hclog.LoggerOptions{Output: f.log, Level: hclog.Info})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.c.Close() })
+	return f
+}
+
+// lines returns what of id's footprint the host's IPv4 tables hold.
+func (f watchFixture) lines(id string) []string {
+	var left []string
+	for _, fp := range f.cni.Footprints(id) {
+		left = append(left, f.host.Leftovers(fp)...)
+	}
+	return left
+}
+
+// flush empties every IPv4 table and deletes its chains, as a firewall
+// reload does.
+func (f watchFixture) flush() { f.host.IPv4.Reset() }
+
+// waitFor polls cond until it holds, failing after a while.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("waited 10s for %s", what)
+}
+
+// waitPasses waits until the watcher has run n passes more.
+func (f watchFixture) waitPasses(t *testing.T, n int) {
+	t.Helper()
+	start := f.c.repairer.passesRun()
+	waitFor(t, "the watcher's passes", func() bool { return f.c.repairer.passesRun() >= start+n })
+}
+
+func TestTheRepairWatcherRestoresAFlushByItselfAndNothingAfterClose(t *testing.T) {
+	f := newWatchFixture(t, 10*time.Millisecond)
+	alloc := &Allocation{ID: "web-1", Ports: []Port{{Value: 8080, To: 80}}}
+	if _, err := f.c.Setup(context.Background(), alloc, f.netns); err != nil {
+		t.Fatal(err)
+	}
+	want := len(f.lines("web-1"))
+	f.flush()
+	defer func() {
+		if t.Failed() {
+			t.Log(f.log.String())
+		}
+	}()
+	waitFor(t, "web-1's rules back", func() bool { return len(f.lines("web-1")) == want })
+	if !strings.Contains(f.log.String(), "attachment repaired") {
+		t.Fatalf("no log line names the repair:\n%s", f.log.String())
+	}
+	if err := f.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.flush()
+	time.Sleep(100 * time.Millisecond) // ten intervals
+	if left := f.lines("web-1"); len(left) != 0 {
+		t.Fatalf("after Close the watcher restored %q", left)
+	}
+}
+
+func TestTheRepairWatcherNeverBringsBackATornDownAttachment(t *testing.T) {
+	f := newWatchFixture(t, 2*time.Millisecond)
+	alloc := &Allocation{ID: "web-1", Ports: []Port{{Value: 8080, To: 80}}}
+	for range 20 {
+		if _, err := f.c.Setup(context.Background(), alloc, f.netns); err != nil {
+			t.Fatal(err)
+		}
+		f.flush() // the watcher races the Teardown to repair it
+		if err := f.c.Teardown(context.Background(), alloc, f.netns); err != nil {
+			t.Fatal(err)
+		}
+		f.waitPasses(t, 2)
+		if left := f.lines("web-1"); len(left) != 0 {
+			t.Fatalf("the watcher brought back what Teardown took: %q", left)
+		}
+	}
+}
+
+func TestTheRepairWatcherReportsADriftThatKeepsComingBackInsteadOfFightingIt(t *testing.T) {
+	f := newWatchFixture(t, 2*time.Millisecond)
+	alloc := &Allocation{ID: "web-1", Ports: []Port{{Value: 8080, To: 80}}}
+	if _, err := f.c.Setup(context.Background(), alloc, f.netns); err != nil {
+		t.Fatal(err)
+	}
+	jump := ""
+	for _, l := range f.lines("web-1") {
+		if strings.HasPrefix(l, "-A CNI-HOSTPORT-DNAT") {
+			jump = l
+		}
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // another program that keeps deleting the jump
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				f.host.IPv4.Unload("nat", jump)
+			}
+		}
+	}()
+	defer func() {
+		if t.Failed() {
+			t.Log(f.log.String())
+		}
+	}()
+	waitFor(t, "the drift reported as coming back", func() bool { return strings.Contains(f.log.String(), "drift keeps coming back") })
+	f.waitPasses(t, 10)
+	n := 0
+	for _, v := range f.cni.Verbs() {
+		if v == "AddPlugin portmap" {
+			n++
+		}
+	}
+	if n != maxRepairs {
+		t.Fatalf("portmap's ADD ran %d times, want %d: then the drift is reported, not fought", n, maxRepairs)
+	}
+}
