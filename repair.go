@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -251,22 +250,10 @@ func (c *Configurator) writeCachedResult(fa foundAttachment, live *footprint.Liv
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return nil // libcni wrote it meanwhile: its own is as good
-	}
-	if err != nil {
+	if err := footprint.CreateWhole(path, body, 0o600); !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	_, werr := f.Write(body)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		os.Remove(path)
-		return fmt.Errorf("writing %s: %w", path, werr)
-	}
-	return nil
+	return nil // libcni wrote it meanwhile: its own is as good
 }
 
 // cachedInfo is libcni's cache file, as its ADD writes it.

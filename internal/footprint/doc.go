@@ -159,8 +159,9 @@
 //	files.go              reservations, cached results, tuning files and
 //	                      intent records as read for one pass
 //	hostlocal.go          host-local's reservations (footprint)
-//	hostlocal_lock_unix.go host-local's directory lock, taken as it does
-//	hostlocal_lock_other.go the same off Unix: none
+//	hostfiles_linux.go    host-local's directory lock, taken as it does;
+//	                      a file created whole (CreateWhole)
+//	hostfiles_other.go    the same off Linux: no lock, plain creates
 //	libcnicache.go        libcni's cached results (footprint)
 //	bridge_iptables.go    the bridge's masquerade jump and chain (footprint)
 //	bridge_nftables.go    the same with "ipMasqBackend": "nftables"

@@ -130,7 +130,7 @@ func (c *Checker) reserveAt(a *Live, path string, mode os.FileMode) error {
 		return fmt.Errorf("restoring host-local's reservation %s: %w", path, err)
 	}
 	defer unlock()
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_EXCL|os.O_CREATE, mode)
+	err = CreateWhole(path, []byte(strings.TrimSpace(a.ID)+"\r\n"+a.IfName), mode)
 	if errors.Is(err, os.ErrExist) {
 		if holder, _ := reservationHolder(path); holder == a.ID {
 			return nil
@@ -140,15 +140,24 @@ func (c *Checker) reserveAt(a *Live, path string, mode os.FileMode) error {
 	if err != nil {
 		return fmt.Errorf("restoring host-local's reservation %s: %w", path, err)
 	}
-	_, werr := f.WriteString(strings.TrimSpace(a.ID) + "\r\n" + a.IfName)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		os.Remove(path)
-		return fmt.Errorf("restoring host-local's reservation %s: %w", path, werr)
-	}
 	return nil
+}
+
+// createExclusive creates path holding body, only where no file is, with
+// an exclusive create and a write; a write that fails removes it.
+func createExclusive(path string, body []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+	}
+	return err
 }
 
 // masqueradeIPT writes the masquerade chain and rules of each of a's

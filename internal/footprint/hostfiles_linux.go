@@ -1,4 +1,4 @@
-//go:build unix
+//go:build linux
 
 package footprint
 
@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // lockPoll is how often a held host-local lock is tried again.
@@ -42,4 +45,30 @@ func lockDir(ctx context.Context, dir string) (unlock func(), err error) {
 		case <-time.After(lockPoll):
 		}
 	}
+}
+
+// CreateWhole creates path holding body with mode, whole or not at all,
+// and only where no file is (os.ErrExist otherwise): body is written to
+// an unnamed file in path's directory (O_TMPFILE), which is then linked
+// into place. A process killed at any point leaves no cut file and no
+// stray one. A file system without O_TMPFILE gets an exclusive create
+// and a write, as host-local and libcni write theirs.
+func CreateWhole(path string, body []byte, mode os.FileMode) error {
+	fd, err := unix.Open(filepath.Dir(path), unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, uint32(mode.Perm()))
+	if err != nil {
+		return createExclusive(path, body, mode)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	if _, err := f.Write(body); err != nil {
+		return err
+	}
+	if err := f.Chmod(mode.Perm()); err != nil { // the umask took bits away
+		return err
+	}
+	err = unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW)
+	if errors.Is(err, unix.EEXIST) {
+		return &os.PathError{Op: "link", Path: path, Err: os.ErrExist}
+	}
+	return err
 }
