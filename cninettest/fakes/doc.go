@@ -7,8 +7,10 @@
 // (IPTables, NFTables, Links). CNI, given a Host, emulates the plugins of
 // the conflist it is loaded with: it hands out addresses as host-local
 // does and writes the rules bridge, portmap and firewall write (a
-// Footprint per address), and its Remove takes them back as their DEL
-// does, or, with LeakOnRemove, leaves them for cninet's cleanup to find.
+// Footprint per address) and the devices the bridge plugin makes (the
+// bridge, and the workload's interface with its addresses in Links by
+// namespace path), and its Remove takes them back as their DEL does, or,
+// with LeakOnRemove, leaves them for cninet's cleanup to find.
 // Package cninettest wires all of it into a ready Config.
 //
 // IPTables answers List, Delete and ClearAndDeleteChain as the iptables

@@ -3,6 +3,7 @@ package fakes
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -63,6 +64,40 @@ func (l *Links) AddIn(netns string, links ...host.LinkInfo) {
 		link.Addrs = slices.Clone(link.Addrs)
 		l.netns[netns][link.Name] = link
 	}
+}
+
+// addAddrs adds addrs to the device name of the namespace at netns,
+// making both (up) where they are not there.
+func (l *Links) addAddrs(netns, name string, addrs []netip.Prefix) {
+	l.mu.Lock()
+	link, ok := l.netns[netns][name]
+	l.mu.Unlock()
+	if !ok {
+		link = host.LinkInfo{Name: name, Up: true}
+	}
+	for _, a := range addrs {
+		if !slices.Contains(link.Addrs, a) {
+			link.Addrs = append(link.Addrs, a)
+		}
+	}
+	l.AddIn(netns, link)
+}
+
+// dropAddrs takes addrs off the device name of the namespace at netns,
+// and deletes the device when no address is left on it.
+func (l *Links) dropAddrs(netns, name string, addrs []netip.Prefix) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	link, ok := l.netns[netns][name]
+	if !ok {
+		return
+	}
+	link.Addrs = slices.DeleteFunc(slices.Clone(link.Addrs), func(a netip.Prefix) bool { return slices.Contains(addrs, a) })
+	if len(link.Addrs) == 0 {
+		delete(l.netns[netns], name)
+		return
+	}
+	l.netns[netns][name] = link
 }
 
 // DeleteIn deletes a device of the namespace mounted at netns, as the

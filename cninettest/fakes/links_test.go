@@ -1,6 +1,7 @@
 package fakes_test
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"os"
@@ -61,5 +62,43 @@ func TestLinksInspectsTheHostsDevicesAndAWorkloadsNamespace(t *testing.T) {
 	}
 	if ok, _ := l.LinkExists("veth1"); ok {
 		t.Error("veth1 still there after DeleteLink")
+	}
+}
+
+// The fake CNI's ADD makes the bridge plugin's devices, its DEL takes
+// the workload's interface away; ids a test attaches to one namespace
+// path share the interface, each with its own address.
+func TestCNIKeepsTheBridgePluginsDevices(t *testing.T) {
+	h := fakes.NewHost()
+	f := loaded(t, &fakes.CNI{Host: h}, conflist(""))
+	const netns = "/var/run/netns/web"
+	for _, id := range []string{"a", "b"} {
+		if _, err := f.Setup(context.Background(), id, netns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, _ := h.Devices.LinkExists("cni0"); !ok {
+		t.Error("no bridge cni0 after an ADD (the bridge plugin's default name)")
+	}
+	eth0, found, err := h.Devices.LinkIn(netns, "eth0")
+	want := []netip.Prefix{netip.MustParsePrefix("198.18.0.2/24"), netip.MustParsePrefix("fd00:198:18::2/64"),
+		netip.MustParsePrefix("198.18.0.3/24"), netip.MustParsePrefix("fd00:198:18::3/64")}
+	if err != nil || !found || !eth0.Up || !reflect.DeepEqual(eth0.Addrs, want) {
+		t.Fatalf("LinkIn(eth0) = %+v, %v, %v; want it up with %v", eth0, found, err, want)
+	}
+	if err := f.Remove(context.Background(), "a", netns); err != nil {
+		t.Fatal(err)
+	}
+	if eth0, _, _ := h.Devices.LinkIn(netns, "eth0"); !reflect.DeepEqual(eth0.Addrs, want[2:]) {
+		t.Errorf("after a's DEL: eth0 holds %v, want b's %v alone", eth0.Addrs, want[2:])
+	}
+	if err := f.Remove(context.Background(), "b", netns); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, _ := h.Devices.LinkIn(netns, "eth0"); found {
+		t.Error("eth0 still there after the last DEL")
+	}
+	if ok, _ := h.Devices.LinkExists("cni0"); !ok {
+		t.Error("the bridge went with the last DEL; the plugin leaves it")
 	}
 }
