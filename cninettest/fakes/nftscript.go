@@ -81,6 +81,11 @@ func (s *nftState) apply(line string) error {
 		return fmt.Errorf("family %q: %w", words[2], errUnreadable)
 	}
 	verb := words[0] + " " + words[1]
+	switch verb {
+	case "add table", "flush table", "add chain", "flush chain", "add rule", "delete rule":
+	default:
+		return fmt.Errorf("%q: %w", verb, errUnreadable)
+	}
 	if verb != "add table" && !s.tables[t] {
 		return fmt.Errorf("table %s: %w", t, errNoSuchObject)
 	}
@@ -105,19 +110,15 @@ func (s *nftState) apply(line string) error {
 		return errUnreadable
 	}
 	chain := nftChain{t, words[4]}
-	switch verb {
-	case "add chain":
+	if verb == "add chain" {
 		if err := readBlock(words[5:], true); err != nil {
 			return err
 		}
 		s.chains[chain] = true
 		return nil
-	case "flush chain", "add rule", "delete rule":
-		if !s.chains[chain] {
-			return fmt.Errorf("chain %s %s: %w", t, chain.name, errNoSuchObject)
-		}
-	default:
-		return fmt.Errorf("%q: %w", verb, errUnreadable)
+	}
+	if !s.chains[chain] {
+		return fmt.Errorf("chain %s %s: %w", t, chain.name, errNoSuchObject)
 	}
 	inChain := func(r host.NFTRule) bool { return r.Family == t.Family && r.Table == t.Name && r.Chain == chain.name }
 	switch verb {

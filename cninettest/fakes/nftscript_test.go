@@ -148,6 +148,7 @@ func TestRunScriptAppliesAllOrNothing(t *testing.T) {
 		{"a set is not read", "add rule ip cni_hostport hostports tcp dport { 80, 443 } accept", "{ 80, 443 }", true},
 		{"an unknown statement", "add rule ip cni_hostport hostports ct state established accept", "ct state", true},
 		{"a verb not in the subset", "insert rule ip cni_hostport hostports accept", "insert rule", true},
+		{"a verb not in the subset, of a table that is not there", "delete table ip nosuch", "delete table", true},
 		{"a deletion by handle, and a flush", "delete rule ip cni_hostport hostports handle 1\nflush chain ip cni_hostport masquerading", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
