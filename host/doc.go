@@ -1,7 +1,8 @@
 // Package host holds the seams through which cninet reaches the host's
 // firewall and network devices: the interfaces Config.IPTables,
-// Config.NFTables and Config.Links take, their optional extensions, and
-// the values and errors that cross them. cninet's defaults implement
+// Config.NFTables and Config.Links take, their optional extensions
+// (what cleanup reads and deletes with, and what a drift check reads and
+// a repair writes with), and the values and errors that cross them. cninet's defaults implement
 // them against the real host; a test replaces any of them with a fake
 // (package cninettest/fakes has fakes of exactly these interfaces, which
 // cninet's own tests use too), and
@@ -11,17 +12,25 @@
 // given. Without one, cleanup lists and deletes the same things the slow
 // way (ContextBinder aside, which bounds commands by a context), so a
 // fake needs only the base interface, and a wrapper that hides an
-// extension makes cleanup slower, never wrong.
+// extension makes cleanup slower, never wrong. The drift seams are the
+// exception: without RuleWriter or NFTScriptRunner a repair cannot write
+// what cninet writes itself, without LinkInspector devices are not
+// checked, and without NFTChangeWatcher the repair watcher waits for its
+// next periodic check; each says so rather than guess.
 //
 // Nothing here changes the host by itself; the package imports nothing
 // of cninet.
 //
 // # Files
 //
-//	iptables.go   IPTables, its nine optional extensions, ListedRule,
-//	              ErrXtablesLock, ErrIPTablesMissing, DefaultLockWait
-//	nftables.go   NFTables and NFTable, NFTRule, its optional extensions
-//	              and NFTRuleSketch, ErrNFTablesMissing
+//	iptables.go   IPTables, its ten optional extensions (RuleWriter: what
+//	              a repair writes), ListedRule, ErrXtablesLock,
+//	              ErrIPTablesMissing, DefaultLockWait
+//	nftables.go   NFTables and NFTable, NFTRule (addresses, ports,
+//	              verdict), its optional extensions (NFTScriptRunner and
+//	              NFTChangeWatcher for repairs) and NFTRuleSketch,
+//	              ErrNFTablesMissing
 //	handles.go    HandleOutcome: what became of a deletion by rule handle
-//	links.go      Links, the host's network devices
+//	links.go      Links, the host's network devices, and LinkInspector
+//	              with LinkInfo: what a drift check reads of them
 package host

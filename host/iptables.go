@@ -16,9 +16,10 @@ import (
 // SaveStreamer and Restorer save processes on whole-host sweeps;
 // ChainProber, AddrScanner and OtherAddrScanner let a Teardown rule
 // chains out without listing them; HandleDeleter deletes by nf_tables
-// handle; ContextBinder bounds every command by a context. The default
-// offers all of them on iptables-nft, and all but the three probes and
-// HandleDeleter on iptables-legacy.
+// handle; ContextBinder bounds every command by a context; RuleWriter
+// writes what a repair restores. The default offers all of them on
+// iptables-nft, and all but the three probes and HandleDeleter on
+// iptables-legacy.
 type IPTables interface {
 	// List returns the rules of one chain as `iptables -t table -S chain`
 	// prints them, the chain's own -N or -P line first. A chain that does

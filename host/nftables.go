@@ -22,7 +22,8 @@ func (t NFTable) String() string { return t.Family + " " + t.Name }
 // ip6 cni_hostport). Config.NFTables replaces the default, which runs nft
 // and reads nf_tables over netlink; tests give a fake. An implementation
 // may also offer NFTRuleMatcher, NFTRuleLookup, NFTBriefLister and
-// NFTHandleDeleter.
+// NFTHandleDeleter (cleanup), and NFTScriptRunner and NFTChangeWatcher
+// (repairs); the default offers all six.
 type NFTables interface {
 	// ListRules returns the rules of those of tables that exist; a table
 	// that does not exist is no error.

@@ -150,6 +150,7 @@ func (f *CNI) add(call Call) (*cni.Result, error) {
 		f.Host.plant(fp)
 		f.attached[call.ID] = append(f.attached[call.ID], fp)
 	}
+	f.Host.plug(n.bridge, call.NetNS, n.ifName, addrs)
 	if f.CacheDir != "" {
 		if err := f.cache(n, call, addrs); err != nil {
 			return nil, err
@@ -158,16 +159,20 @@ func (f *CNI) add(call Call) (*cni.Result, error) {
 	return result(n.ifName, call.NetNS, addrs), nil
 }
 
-// del is the plugins' DEL. Called with f.mu held.
-func (f *CNI) del(id string) error {
+// del is the plugins' DEL of id in the namespace at netns. Called with
+// f.mu held.
+func (f *CNI) del(id, netns string) error {
 	n := f.net
 	if n == nil || f.LeakOnRemove {
 		return nil
 	}
 	if f.Host != nil {
+		var addrs []netip.Prefix
 		for _, fp := range f.attached[id] {
 			f.Host.uproot(fp)
+			addrs = append(addrs, fp.Addr)
 		}
+		f.Host.unplug(netns, n.ifName, addrs)
 		delete(f.attached, id)
 		if err := f.release(n, id); err != nil {
 			return err
@@ -248,7 +253,7 @@ func (f *CNI) Remove(ctx context.Context, id, path string, opts ...cni.Namespace
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.del(id)
+	return f.del(id, path)
 }
 
 // Check implements cni.CNI.

@@ -2,6 +2,7 @@ package fakes
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -100,6 +101,31 @@ func (h *Host) plant(fp Footprint) {
 	if fp.Firewall {
 		ipt.Ensure("filter", SharedFilter(fp.AdminChain))
 		ipt.Load("filter", fp.Filter())
+	}
+}
+
+// plug makes the devices the bridge plugin's ADD makes: the network's
+// bridge (none for "") and the workload's interface ifName in netns with
+// addrs. The host's end of the veth is left out: the emulated result
+// names no host interface. Tests may attach several ids to one
+// namespace path, which the plugins would refuse: the interface then
+// holds the addresses of each.
+func (h *Host) plug(bridge, netns, ifName string, addrs []netip.Prefix) {
+	if h.Devices == nil {
+		return
+	}
+	if bridge != "" {
+		h.Devices.AddLinks(host.LinkInfo{Name: bridge, Up: true})
+	}
+	h.Devices.addAddrs(netns, ifName, addrs)
+}
+
+// unplug takes addrs off the workload's interface, and the interface
+// away with its last address, as the plugin's DEL deletes the veth; the
+// bridge stays.
+func (h *Host) unplug(netns, ifName string, addrs []netip.Prefix) {
+	if h.Devices != nil {
+		h.Devices.dropAddrs(netns, ifName, addrs)
 	}
 }
 

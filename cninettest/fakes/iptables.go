@@ -3,7 +3,6 @@ package fakes
 import (
 	"fmt"
 	"net/netip"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -36,14 +35,15 @@ type IPTables struct {
 	calls  []string
 
 	// FailList and FailDelete make List, or Delete and ClearAndDeleteChain,
-	// of the named "table/chain" fail with the given error.
-	FailList, FailDelete map[string]error
+	// of the named "table/chain" fail with the given error; FailWrite
+	// makes NewChain, Append and Insert of it fail.
+	FailList, FailDelete, FailWrite map[string]error
 }
 
 // NewIPTables returns tables holding only the built-in chains.
 func NewIPTables() *IPTables {
 	t := &IPTables{tables: map[string]map[string][]string{},
-		FailList: map[string]error{}, FailDelete: map[string]error{}}
+		FailList: map[string]error{}, FailDelete: map[string]error{}, FailWrite: map[string]error{}}
 	for table, chains := range builtin {
 		t.tables[table] = map[string][]string{}
 		for _, c := range chains {
@@ -262,35 +262,6 @@ func (t *IPTables) ClearAndDeleteChain(table, chain string) error {
 	}
 	delete(t.tables[table], chain)
 	return nil
-}
-
-// Append appends a rule to a chain, as go-iptables' Append does.
-func (t *IPTables) Append(table, chain string, spec ...string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.calls = append(t.calls, "Append "+table+" "+chain+" "+strings.Join(spec, " "))
-	rules, ok := t.tables[table][chain]
-	if !ok {
-		return &IPTablesError{Msg: "iptables: No chain/target/match by that name.", NotExist: true}
-	}
-	t.tables[table][chain] = append(rules, "-A "+chain+" "+FormatRule(spec))
-	return nil
-}
-
-var plain = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
-
-// FormatRule renders a rule specification as iptables -S does: the comment
-// value is quoted (with ", \ and ' escaped) unless it is plain; the other
-// values are printed as they are.
-func FormatRule(spec []string) string {
-	out := make([]string, len(spec))
-	for i, s := range spec {
-		if i > 0 && spec[i-1] == "--comment" && !plain.MatchString(s) {
-			s = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, `'`, `\'`).Replace(s) + `"`
-		}
-		out[i] = s
-	}
-	return strings.Join(out, " ")
 }
 
 // Batching adds the optional TableLister and Restorer extensions to an

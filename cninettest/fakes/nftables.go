@@ -3,6 +3,7 @@ package fakes
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -13,14 +14,71 @@ import (
 
 // NFTables is a fake host.NFTables. The zero value holds no table.
 type NFTables struct {
-	mu     sync.Mutex
-	tables map[host.NFTable]bool
-	rules  []host.NFTRule
-	calls  []string
+	mu    sync.Mutex
+	state nftState
+	calls []string
+	// watchers are the channels of WatchChanges whose context runs.
+	watchers []chan struct{}
 
-	// FailList, FailDelete and FailAdd, when set, are returned by every
-	// ListRules, DeleteRules or AddRules call.
-	FailList, FailDelete, FailAdd error
+	// FailList, FailDelete, FailAdd, FailScript and FailWatch, when set,
+	// are returned by every ListRules, DeleteRules, AddRules, RunScript
+	// or WatchChanges call.
+	FailList, FailDelete, FailAdd, FailScript, FailWatch error
+}
+
+// nftState is what the fake holds; a script changes a copy of it, which
+// replaces it whole when every line applied.
+type nftState struct {
+	tables map[host.NFTable]bool
+	// chains are those a script added and those holding or having held
+	// a rule; a flush of the ruleset alone removes them.
+	chains map[nftChain]bool
+	rules  []host.NFTRule
+	// handles is the last handle given in each table: like nf_tables,
+	// the fake never gives one twice.
+	handles map[host.NFTable]int
+}
+
+type nftChain struct {
+	table host.NFTable
+	name  string
+}
+
+// clone is a copy of s that changes independently of it.
+func (s *nftState) clone() nftState {
+	c := nftState{tables: map[host.NFTable]bool{}, chains: map[nftChain]bool{}, handles: map[host.NFTable]int{},
+		rules: slices.Clone(s.rules)}
+	maps.Copy(c.tables, s.tables)
+	maps.Copy(c.chains, s.chains)
+	maps.Copy(c.handles, s.handles)
+	return c
+}
+
+// add adds r to its table and chain, creating them, with the handle it
+// has (fresh: the table's next one).
+func (s *nftState) add(r host.NFTRule, fresh bool) {
+	if s.tables == nil {
+		s.tables, s.chains, s.handles = map[host.NFTable]bool{}, map[nftChain]bool{}, map[host.NFTable]int{}
+	}
+	t := host.NFTable{Family: r.Family, Name: r.Table}
+	if fresh {
+		r.Handle = s.handles[t] + 1
+	}
+	s.handles[t] = max(s.handles[t], r.Handle)
+	s.tables[t] = true
+	s.chains[nftChain{t, r.Chain}] = true
+	s.rules = append(s.rules, r)
+}
+
+// changed tells every watcher that the ruleset changed, without waiting
+// for any: one pending signal is enough. f.mu is held.
+func (f *NFTables) changed() {
+	for _, w := range f.watchers {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Load adds the tables and rules of `nft -j list ruleset|table` output.
@@ -33,16 +91,16 @@ func (f *NFTables) Load(listing []byte) error {
 	return nil
 }
 
-// Add adds rules, creating their tables.
+// Add adds rules as they are, handles included, creating their tables
+// and chains.
 func (f *NFTables) Add(rules ...host.NFTRule) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.tables == nil {
-		f.tables = map[host.NFTable]bool{}
-	}
 	for _, r := range rules {
-		f.tables[host.NFTable{Family: r.Family, Name: r.Table}] = true
-		f.rules = append(f.rules, r)
+		f.state.add(r, false)
+	}
+	if len(rules) > 0 {
+		f.changed()
 	}
 }
 
@@ -50,7 +108,27 @@ func (f *NFTables) Add(rules ...host.NFTRule) {
 func (f *NFTables) Rules() []host.NFTRule {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]host.NFTRule(nil), f.rules...)
+	return append([]host.NFTRule(nil), f.state.rules...)
+}
+
+// FlushTable drops every rule of table and keeps its chains, as `nft
+// flush table` does: a foreign change (a firewall reload) for tests.
+func (f *NFTables) FlushTable(table host.NFTable) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state.rules = slices.DeleteFunc(f.state.rules, func(r host.NFTRule) bool {
+		return r.Family == table.Family && r.Table == table.Name
+	})
+	f.changed()
+}
+
+// FlushRuleset drops every table, chain and rule, as `nft flush ruleset`
+// does: a foreign change for tests.
+func (f *NFTables) FlushRuleset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state = nftState{handles: f.state.handles} // handles are still never given twice
+	f.changed()
 }
 
 // Calls returns every call received, like "ListRules" or
@@ -84,7 +162,7 @@ func (f *NFTables) list(tables []host.NFTable, call string, withExpr bool) ([]ho
 		want[t] = true
 	}
 	var out []host.NFTRule
-	for _, r := range f.rules {
+	for _, r := range f.state.rules {
 		if want[host.NFTable{Family: r.Family, Name: r.Table}] {
 			if !withExpr {
 				r.Expr = nil
@@ -106,23 +184,26 @@ func (f *NFTables) DeleteRules(_ context.Context, table host.NFTable, rules []ho
 	}
 	drop := map[int]bool{}
 	for _, r := range rules {
-		i := f.index(table, r.Chain, r.Handle)
+		i := f.state.index(table, r.Chain, r.Handle)
 		if i < 0 {
 			return fmt.Errorf("Error: Could not process rule: No such file or directory: delete rule %s %s handle %d", table, r.Chain, r.Handle)
 		}
 		drop[i] = true
 	}
-	kept := f.rules[:0:0]
-	for i, r := range f.rules {
+	kept := f.state.rules[:0:0]
+	for i, r := range f.state.rules {
 		if !drop[i] {
 			kept = append(kept, r)
 		}
 	}
-	f.rules = kept
+	f.state.rules = kept
+	if len(rules) > 0 {
+		f.changed()
+	}
 	return nil
 }
 
-// AddRules implements host.NFTables: each rule gets the next handle
+// AddRules adds rules as a transaction would: each gets the next handle
 // of its table.
 func (f *NFTables) AddRules(_ context.Context, rules []host.NFTRule) error {
 	f.mu.Lock()
@@ -132,19 +213,16 @@ func (f *NFTables) AddRules(_ context.Context, rules []host.NFTRule) error {
 		return f.FailAdd
 	}
 	for _, r := range rules {
-		r.Handle = 1
-		for _, have := range f.rules {
-			if have.Family == r.Family && have.Table == r.Table && have.Handle >= r.Handle {
-				r.Handle = have.Handle + 1
-			}
-		}
-		f.rules = append(f.rules, r)
+		f.state.add(r, true)
+	}
+	if len(rules) > 0 {
+		f.changed()
 	}
 	return nil
 }
 
-func (f *NFTables) index(table host.NFTable, chain string, handle int) int {
-	for i, r := range f.rules {
+func (s *nftState) index(table host.NFTable, chain string, handle int) int {
+	for i, r := range s.rules {
 		if r.Family == table.Family && r.Table == table.Name && r.Chain == chain && r.Handle == handle {
 			return i
 		}
@@ -166,7 +244,7 @@ type Matching struct {
 func (m Matching) AnyRule(_ context.Context, tables []host.NFTable, match func(host.NFTRuleSketch) bool) (bool, error) {
 	m.mu.Lock()
 	m.calls = append(m.calls, "AnyRule")
-	rules := append([]host.NFTRule(nil), m.rules...)
+	rules := append([]host.NFTRule(nil), m.state.rules...)
 	m.mu.Unlock()
 	if m.FailMatch != nil {
 		return false, m.FailMatch
@@ -191,11 +269,11 @@ func (m Matching) LookupRule(_ context.Context, table host.NFTable, chain string
 	if m.FailLookup != nil {
 		return host.NFTRuleSketch{}, false, m.FailLookup
 	}
-	i := m.index(table, chain, handle)
+	i := m.state.index(table, chain, handle)
 	if i < 0 {
 		return host.NFTRuleSketch{}, false, nil
 	}
-	r := m.rules[i]
+	r := m.state.rules[i]
 	return host.NFTRuleSketch{Table: table, Chain: r.Chain, Handle: r.Handle, Comment: r.Comment, Raw: sketchRaw(r)}, true, nil
 }
 
@@ -209,4 +287,36 @@ func sketchRaw(r host.NFTRule) []byte {
 		}
 	}
 	return raw
+}
+
+// WatchChanges implements host.NFTChangeWatcher: the channel receives
+// after every change the fake makes (Add, Load, DeleteRules, AddRules,
+// RunScript, FlushTable, FlushRuleset), holding one pending signal at
+// most, and is closed when ctx ends.
+func (f *NFTables) WatchChanges(ctx context.Context) (<-chan struct{}, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "WatchChanges")
+	if f.FailWatch != nil {
+		return nil, f.FailWatch
+	}
+	w := make(chan struct{}, 1)
+	f.watchers = append(f.watchers, w)
+	go func() {
+		<-ctx.Done()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.watchers = slices.DeleteFunc(f.watchers, func(c chan struct{}) bool { return c == w })
+		close(w) // under f.mu: changed never sends on it after
+	}()
+	return w, nil
+}
+
+// Watchers returns how many WatchChanges channels are open. A channel
+// is closed, and no longer counted, soon after its context ends: wait
+// for it to be closed before counting.
+func (f *NFTables) Watchers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.watchers)
 }

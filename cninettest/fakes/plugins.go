@@ -1,6 +1,7 @@
 package fakes
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -16,7 +17,8 @@ import (
 type network struct {
 	name, ifName string
 	bytes        []byte
-	masquerade   bool // bridge or ptp with ipMasq
+	masquerade   bool   // bridge or ptp with ipMasq
+	bridge       string // the bridge plugin's bridge; "" without one
 	portmap      bool
 	firewall     bool
 	adminChain   string
@@ -50,6 +52,7 @@ func decodeNetwork(opts []cni.Opt) (*network, error) {
 func (n *network) read(plugin []byte) error {
 	var p struct {
 		Type       string `json:"type"`
+		Bridge     string `json:"bridge"`
 		IPMasq     bool   `json:"ipMasq"`
 		AdminChain string `json:"iptablesAdminChainName"`
 		IPAM       struct {
@@ -67,6 +70,9 @@ func (n *network) read(plugin []byte) error {
 	switch p.Type {
 	case "bridge", "ptp":
 		n.masquerade = n.masquerade || p.IPMasq
+		if p.Type == "bridge" {
+			n.bridge = cmp.Or(p.Bridge, "cni0") // the plugin's default
+		}
 	case "portmap":
 		n.portmap = true
 	case "firewall":

@@ -12,8 +12,8 @@ import (
 	"sync"
 )
 
-// Legacy emulates iptables-legacy over fake tables: -S, -D, -F, -X,
-// iptables-restore --noflush and iptables-save, each after taking the
+// Legacy emulates iptables-legacy over fake tables: -S, -D, -F, -X, -C,
+// -N, -A, -I, iptables-restore --noflush and iptables-save, each after taking the
 // xtables lock (iptables-save excepted) as iptables -w N does. While the
 // lock is held by another process it answers as iptables did when its -w
 // ran out (from the captured messages), or, with block set, waits until
@@ -58,8 +58,17 @@ func (l *Legacy) Commands() []string {
 	return slices.Clone(l.cmdline)
 }
 
+// ExitStatus is the error of an iptables command that exited with that
+// status; like *exec.ExitError, it says so by ExitCode.
+type ExitStatus int
+
+func (e ExitStatus) Error() string { return "exit status " + strconv.Itoa(int(e)) }
+
+// ExitCode is the command's exit status.
+func (e ExitStatus) ExitCode() int { return int(e) }
+
 // ErrExit is the error of an iptables command that failed (exit status 1).
-var ErrExit = errors.New("exit status 1")
+var ErrExit error = ExitStatus(1)
 
 // Run runs one emulated command: the command runner of
 // iptables.NewEmulated.
@@ -83,7 +92,7 @@ func (l *Legacy) Run(ctx context.Context, bin string, stdin []byte, args ...stri
 		return "", "", errors.New("signal: killed")
 	}
 	if held {
-		return "", l.giveUp, errors.New("exit status 4")
+		return "", l.giveUp, ExitStatus(4)
 	}
 	if bin == "iptables-restore" {
 		return "", "", l.restore(stdin)
@@ -114,6 +123,22 @@ func (l *Legacy) iptables(args []string) (string, string, error) {
 		}
 	case "-X":
 		err = l.Tables.ClearAndDeleteChain(table, chain)
+	case "-C":
+		var found bool
+		if found, err = l.Tables.Exists(table, chain, args[4:]...); err == nil && !found {
+			//lint:ignore ST1005 iptables-legacy's own message, word for word
+			err = errors.New("iptables: Bad rule (does a matching rule exist in that chain?).")
+		}
+	case "-N":
+		err = l.Tables.NewChain(table, chain)
+	case "-A":
+		err = l.Tables.Append(table, chain, args[4:]...)
+	case "-I":
+		pos, convErr := strconv.Atoi(args[4])
+		if convErr != nil {
+			return "", "iptables: Invalid rule number `" + args[4] + "'", ExitStatus(2)
+		}
+		err = l.Tables.Insert(table, chain, pos, args[5:]...)
 	}
 	if err != nil {
 		return "", err.Error(), ErrExit

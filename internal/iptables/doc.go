@@ -25,6 +25,9 @@
 //	                 netlink, and noticing a switch of binaries
 //	handles.go       HandleDeleter on iptables-nft: a listed rule deleted by
 //	                 its nf_tables handle only when it is exactly as listed
+//	write.go         RuleWriter: what a repair writes, go-iptables' calls
+//	                 run as the other commands are; iptables-nft's chain
+//	                 probe
 //	listing.go       Rule and Listing: `iptables -S` lines parsed into the
 //	                 substrings ownership reads, kept compactly for sweeps
 //	stream.go        SaveEach: iptables-save read as a stream, line by line

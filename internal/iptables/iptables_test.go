@@ -134,8 +134,12 @@ func TestBindingKeepsEveryExtension(t *testing.T) {
 			_, saves := bound.(host.Saver)
 			_, restores := bound.(host.Restorer)
 			_, binds := bound.(host.ContextBinder)
-			if !lists || !saves || !restores || !binds {
-				t.Errorf("bound: TableLister %v, Saver %v, Restorer %v, ContextBinder %v; want all", lists, saves, restores, binds)
+			_, writes := bound.(host.RuleWriter)
+			if !lists || !saves || !restores || !binds || !writes {
+				t.Errorf("bound: TableLister %v, Saver %v, Restorer %v, ContextBinder %v, RuleWriter %v; want all", lists, saves, restores, binds, writes)
+			}
+			if _, ok := BindContext(context.Background(), tc.ipt.(host.IPTables)).(host.RuleWriter); !ok {
+				t.Error("BindContext hides RuleWriter")
 			}
 			_, probes := bound.(host.ChainProber)
 			_, scans := bound.(host.AddrScanner)

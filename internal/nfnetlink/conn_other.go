@@ -3,6 +3,7 @@
 package nfnetlink
 
 import (
+	"context"
 	"errors"
 
 	"github.com/seed1280861d/cninet/host"
@@ -31,3 +32,5 @@ func DeleteChains(family, table string, chains []string) ([]host.HandleOutcome, 
 }
 
 func ListTables() (map[host.NFTable]bool, error) { return nil, errNoNFNetlink }
+
+func WatchChanges(ctx context.Context) (<-chan struct{}, error) { return nil, errNoNFNetlink }

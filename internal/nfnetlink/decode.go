@@ -15,6 +15,15 @@ import (
 // address loaded into the register a nat expression of type DNAT takes
 // its address from. Anything else (a negation, a prefix, a set, a range,
 // a map) is no single address, as it is none in nft's listing.
+//
+// A drift check reads three things more, the same way: the port of a
+// `tcp dport == P` match (a load of the transport header's bytes 2 and 3,
+// compared for equality; `udp`, `sctp`, `dccp` and `udplite` alike, and
+// `th dport` where no protocol match precedes it), the port a `dnat to
+// A:P` translates to (an immediate in the register the nat expression
+// takes its lowest port from, and no range), and the verdict a rule ends
+// in (an immediate to the verdict register: accept, drop, jump, goto,
+// return, with the chain a jump or goto names).
 
 // nf_tables expression attributes (linux/netfilter/nf_tables.h).
 const (
@@ -22,30 +31,52 @@ const (
 	nftaExprName = 1
 	nftaExprData = 2
 	nftaDataVal  = 1
+	nftaDataVerd = 2
 
-	nftaPayloadDreg   = 1
-	nftaPayloadBase   = 2
-	nftaPayloadOffset = 3
-	nftaPayloadLen    = 4
-	nftaCmpSreg       = 1
-	nftaCmpOp         = 2
-	nftaCmpData       = 3
-	nftaImmDreg       = 1
-	nftaImmData       = 2
-	nftaMetaDreg      = 1
-	nftaMetaKey       = 2
-	nftaNatType       = 1
-	nftaNatRegAddrMin = 3
-	nftaNatRegAddrMax = 4
+	nftaVerdictCode  = 1
+	nftaVerdictChain = 2
 
-	nftPayloadNetworkHeader = 1
-	nftCmpEq                = 0
-	nftNatDNAT              = 1
-	nftMetaNFProto          = 15
-	nfprotoIPv4             = 2
-	nfprotoIPv6             = 10
-	nftRegVerdict           = 0
+	nftaPayloadDreg    = 1
+	nftaPayloadBase    = 2
+	nftaPayloadOffset  = 3
+	nftaPayloadLen     = 4
+	nftaCmpSreg        = 1
+	nftaCmpOp          = 2
+	nftaCmpData        = 3
+	nftaImmDreg        = 1
+	nftaImmData        = 2
+	nftaMetaDreg       = 1
+	nftaMetaKey        = 2
+	nftaNatType        = 1
+	nftaNatRegAddrMin  = 3
+	nftaNatRegAddrMax  = 4
+	nftaNatRegProtoMin = 5
+	nftaNatRegProtoMax = 6
+
+	nftPayloadNetworkHeader   = 1
+	nftPayloadTransportHeader = 2
+	nftCmpEq                  = 0
+	nftNatDNAT                = 1
+	nftMetaNFProto            = 15
+	nftMetaL4Proto            = 16
+	nfprotoIPv4               = 2
+	nfprotoIPv6               = 10
+	nftRegVerdict             = 0
+
+	// Verdict codes (linux/netfilter.h, nf_tables.h), as signed 32 bits.
+	nfDrop    = 0
+	nfAccept  = 1
+	nftJump   = -3
+	nftGoto   = -4
+	nftReturn = -5
 )
+
+// dportProtocols are the transport protocols whose header has the
+// destination port at bytes 2 and 3, by IP protocol number: nft lists a
+// match of those bytes as `<protocol> dport` after a match of one of
+// them (for another protocol they are something else: ICMP's checksum),
+// and as `th dport` when no protocol match precedes it.
+var dportProtocols = map[uint8]bool{6: true, 17: true, 33: true, 132: true, 136: true} // tcp, udp, dccp, sctp, udplite
 
 // Addrs is what a rule says of addresses, as nft lists them: each is
 // invalid when the rule has none, or none that is one address.
@@ -53,9 +84,23 @@ type Addrs struct {
 	Saddr, Daddr, DNAT netip.Addr
 }
 
+// Decoded is what a rule says as nft lists it: its addresses, its
+// destination port and the port a DNAT translates to (0 where there is
+// none, or none that is one port), and the verdict it ends in ("accept",
+// "drop", "jump", "goto", "return"; "" for none) with the chain a jump or
+// goto names.
+type Decoded struct {
+	Addrs
+	DPort, DNATPort uint16
+	Verdict, Target string
+}
+
 // register is what the decoding knows a register holds.
 type register struct {
-	kind           byte // 0: unknown; 'p': a network-header payload; 'i': an immediate; 'm': the nfproto meta
+	// kind is 0: unknown; 'p': a network-header payload; 't': a
+	// transport-header payload; 'i': an immediate; 'm': the nfproto meta;
+	// 'l': the l4proto meta.
+	kind           byte
 	offset, length uint32
 	value          []byte
 }
@@ -64,8 +109,17 @@ type register struct {
 // A rule of an inet table matches an address only after a `meta nfproto`
 // match names its protocol, as nft requires; ip and ip6 tables have one.
 func (r Rule) Addrs() (Addrs, error) {
-	var out Addrs
+	d, err := r.Decode()
+	return d.Addrs, err
+}
+
+// Decode decodes r's expressions into what nft's listing says of them
+// (see the file's head): Addrs, and the ports and verdict a drift check
+// reads.
+func (r Rule) Decode() (Decoded, error) {
+	var out Decoded
 	proto := map[string]uint8{"ip": nfprotoIPv4, "ip6": nfprotoIPv6}[r.Family]
+	l4 := -1 // the transport protocol a match named; -1: none yet
 	regs := map[uint32]register{}
 	var inner []error
 	err := eachAttr(r.Expr, func(typ uint16, elem []byte) {
@@ -87,19 +141,27 @@ func (r Rule) Addrs() (Addrs, error) {
 		switch name {
 		case "payload":
 			reg := register{}
-			if be32(attrs[nftaPayloadBase]) == nftPayloadNetworkHeader {
+			switch be32(attrs[nftaPayloadBase]) {
+			case nftPayloadNetworkHeader:
 				reg = register{kind: 'p', offset: be32(attrs[nftaPayloadOffset]), length: be32(attrs[nftaPayloadLen])}
+			case nftPayloadTransportHeader:
+				reg = register{kind: 't', offset: be32(attrs[nftaPayloadOffset]), length: be32(attrs[nftaPayloadLen])}
 			}
 			regs[be32(attrs[nftaPayloadDreg])] = reg
 		case "immediate":
 			if dreg := be32(attrs[nftaImmDreg]); dreg != nftRegVerdict {
 				regs[dreg] = register{kind: 'i', value: dataValue(attrs[nftaImmData])}
+			} else {
+				out.Verdict, out.Target = verdictOf(attrs[nftaImmData])
 			}
 		case "meta":
 			if dreg, ok := attrs[nftaMetaDreg]; ok {
 				reg := register{}
-				if be32(attrs[nftaMetaKey]) == nftMetaNFProto {
+				switch be32(attrs[nftaMetaKey]) {
+				case nftMetaNFProto:
 					reg.kind = 'm'
+				case nftMetaL4Proto:
+					reg.kind = 'l'
 				}
 				regs[be32(dreg)] = reg
 			}
@@ -111,18 +173,22 @@ func (r Rule) Addrs() (Addrs, error) {
 			switch {
 			case reg.kind == 'm' && len(value) == 1 && r.Family == "inet":
 				proto = value[0]
+			case len(value) == 1 && (reg.kind == 'l' || isL4ProtoField(proto, reg)):
+				l4 = int(value[0])
 			case reg.kind == 'p':
-				matchAddr(&out, proto, reg, value)
+				matchAddr(&out.Addrs, proto, reg, value)
+			case reg.kind == 't' && reg.offset == 2 && reg.length == 2 && len(value) == 2 && (l4 < 0 || dportProtocols[uint8(l4)]):
+				out.DPort = binary.BigEndian.Uint16(value)
 			}
 		case "nat":
-			_, ranged := attrs[nftaNatRegAddrMax]
-			min, hasMin := attrs[nftaNatRegAddrMin]
-			if be32(attrs[nftaNatType]) != nftNatDNAT || !hasMin {
+			if be32(attrs[nftaNatType]) != nftNatDNAT {
 				return
 			}
-			out.DNAT = netip.Addr{}
-			if reg := regs[be32(min)]; reg.kind == 'i' && (!ranged || be32(attrs[nftaNatRegAddrMax]) == be32(min)) {
-				out.DNAT = addrOf(reg.value)
+			if _, hasMin := attrs[nftaNatRegAddrMin]; hasMin {
+				out.DNAT = addrOf(singleRegister(regs, attrs, nftaNatRegAddrMin, nftaNatRegAddrMax))
+			}
+			if port := singleRegister(regs, attrs, nftaNatRegProtoMin, nftaNatRegProtoMax); len(port) == 2 {
+				out.DNATPort = binary.BigEndian.Uint16(port)
 			}
 		case "counter", "log", "limit", "quota", "reject", "masq", "notrack", "range":
 			// They write no register.
@@ -136,9 +202,70 @@ func (r Rule) Addrs() (Addrs, error) {
 		err = errors.Join(inner...)
 	}
 	if err != nil {
-		return Addrs{}, fmt.Errorf("netlink: decoding the expressions of %s %s %s handle %d: %w", r.Family, r.Table, r.Chain, r.Handle, err)
+		return Decoded{}, fmt.Errorf("netlink: decoding the expressions of %s %s %s handle %d: %w", r.Family, r.Table, r.Chain, r.Handle, err)
 	}
 	return out, nil
+}
+
+// isL4ProtoField reports whether reg holds the network header's
+// transport protocol field: `ip protocol` or `ip6 nexthdr`, which nft
+// also accepts as the protocol match a `tcp dport` depends on.
+func isL4ProtoField(proto uint8, reg register) bool {
+	return reg.kind == 'p' && reg.length == 1 &&
+		((proto == nfprotoIPv4 && reg.offset == 9) || (proto == nfprotoIPv6 && reg.offset == 6))
+}
+
+// singleRegister is the immediate value a nat expression takes from the
+// register its min attribute names, when its max attribute names none or
+// the same register (one value, not a range); nil otherwise.
+func singleRegister(regs map[uint32]register, attrs map[uint16][]byte, min, max uint16) []byte {
+	minReg, ok := attrs[min]
+	if !ok {
+		return nil
+	}
+	if maxReg, ranged := attrs[max]; ranged && be32(maxReg) != be32(minReg) {
+		return nil
+	}
+	if reg := regs[be32(minReg)]; reg.kind == 'i' {
+		return reg.value
+	}
+	return nil
+}
+
+// verdictOf reads an NFTA_DATA nest holding a verdict: its name as nft
+// lists it, and the chain a jump or goto names (the kernel sends one for
+// those alone). Another verdict (continue, break, queue) is "".
+func verdictOf(data []byte) (verdict, chain string) {
+	eachAttr(data, func(typ uint16, b []byte) {
+		if typ != nftaDataVerd {
+			return
+		}
+		var code []byte
+		eachAttr(b, func(typ uint16, v []byte) {
+			switch typ {
+			case nftaVerdictCode:
+				code = v
+			case nftaVerdictChain:
+				chain = cString(v)
+			}
+		})
+		if len(code) != 4 {
+			return
+		}
+		switch int32(binary.BigEndian.Uint32(code)) {
+		case nfAccept:
+			verdict = "accept"
+		case nfDrop:
+			verdict = "drop"
+		case nftJump:
+			verdict = "jump"
+		case nftGoto:
+			verdict = "goto"
+		case nftReturn:
+			verdict = "return"
+		}
+	})
+	return verdict, chain
 }
 
 // matchAddr records an equality match of a network-header load: the

@@ -1,9 +1,10 @@
 // Package nfnetlink is a small nf_tables netlink client: it probes a
 // chain by name, looks up a rule by handle, scans the rules of a table or chain without decoding
-// them into text, lists a table's rules with the addresses nft would list
-// for them (Rule.Addrs), lists tables, and deletes rules by handle and chains
-// by name in acked batches at the generation of the dump they were
-// matched on. Packages iptables (for iptables-nft), nftables and
+// them into text, lists a table's rules with the addresses, ports and
+// verdicts nft would list for them (Rule.Addrs, Rule.Decode), lists
+// tables, deletes rules by handle and chains by name in acked batches at
+// the generation of the dump they were matched on, and signals each
+// change of the ruleset (WatchChanges). Packages iptables (for iptables-nft), nftables and
 // footprint (its address scans of rule sketches) use it; nothing here
 // knows the plugins.
 //
@@ -12,7 +13,8 @@
 //	nfnetlink.go   messages and dumps: Rule, ProbeChain's, LookupRule's,
 //	               AnyRule's and ListRules' requests, parsing what the
 //	               kernel answers
-//	decode.go      Rule.Addrs: the addresses of a rule's expressions, as
+//	decode.go      Rule.Decode and Rule.Addrs: the addresses, destination
+//	               port, DNAT port and verdict of a rule's expressions, as
 //	               nft lists them
 //	batch.go       Target, DeleteRules, DeleteChains: matching planned
 //	               deletions on a fresh dump, batching, settling each ack
@@ -23,5 +25,9 @@
 //	               LookupRule, AnyRule, ListRules, DeleteRules, DeleteChains,
 //	               ListTables) that
 //	               open one each
+//	watch.go       the change notifications read: each a signal, never
+//	               waiting for the reader, an overrun one too
+//	watch_linux.go WatchChanges: a socket in nf_tables' multicast group,
+//	               read through Go's poller, closed with its context
 //	conn_other.go  the same calls off Linux: an error
 package nfnetlink

@@ -1,8 +1,10 @@
 // Package nftables is cninet's default host.NFTables: netlink (package
 // nfnetlink) for the list of tables, the listings whose addresses
-// ownership reads (decoded in-process, as nft would list them), rule
-// scans, lookups and deletions by handle; `nft -j` only where netlink cannot list
-// a table. nft reads the host's whole ruleset to list one table, so its
+// ownership reads (decoded in-process, as nft would list them, with the
+// ports and verdicts a drift check reads), rule scans, lookups and
+// deletions by handle, and the change notifications a repair watcher
+// waits on; `nft -j` only where netlink cannot list a table, and `nft -f`
+// for the scripts a repair runs. nft reads the host's whole ruleset to list one table, so its
 // cost grows with every other rule on the host.
 //
 // ParseListing shares one copy of each name ShareNames was given among
@@ -17,5 +19,8 @@
 //	handles.go    DeleteByHandle: a listed rule deleted by handle only
 //	              while it is still the rule listed; DeleteRules
 //	listing.go    ParseListing: `nft -j` output read as a stream into
-//	              host.NFTRule values, names and comments shared
+//	              host.NFTRule values (addresses, ports, verdicts), names
+//	              and comments shared
+//	script.go     RunScript: `nft -f -`, bounded by a context
+//	watch.go      WatchChanges: nf_tables' change notifications
 package nftables

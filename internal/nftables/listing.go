@@ -34,16 +34,28 @@ type (
 	}
 	nftNAT struct {
 		Addr json.RawMessage `json:"addr"`
+		Port json.RawMessage `json:"port"`
 	}
+	nftJump struct {
+		Target string `json:"target"`
+	}
+	// nftExpr is one expression; a verdict without an argument is
+	// listed as {"accept": null}, which leaves its field "null".
 	nftExpr struct {
-		Match *nftMatch `json:"match"`
-		DNAT  *nftNAT   `json:"dnat"`
+		Match  *nftMatch       `json:"match"`
+		DNAT   *nftNAT         `json:"dnat"`
+		Jump   *nftJump        `json:"jump"`
+		Goto   *nftJump        `json:"goto"`
+		Accept json.RawMessage `json:"accept"`
+		Drop   json.RawMessage `json:"drop"`
+		Return json.RawMessage `json:"return"`
 	}
 )
 
 // ParseListing reads the rules of `nft -j list table|chain|ruleset`
 // output. Objects other than rules (tables, chains, metainfo) are skipped;
-// an expression it does not know leaves the rule's addresses as they are.
+// an expression it does not know leaves the rule's addresses, ports and
+// verdict as they are.
 func ParseListing(out []byte) ([]host.NFTRule, error) {
 	return readNFTListing(bytes.NewReader(out), true, nil, nil)
 }
@@ -114,9 +126,9 @@ func enterNFTObjects(dec *json.Decoder) error {
 	return errors.New("no \"nftables\" array")
 }
 
-// parseNFTRule reads the addresses of one rule's expressions, decoded in
-// one pass. An expression of another shape than the two it knows leaves
-// the rule's addresses as they are.
+// parseNFTRule reads the addresses, ports and verdict of one rule's
+// expressions, decoded in one pass (readExpr). An expression of another
+// shape than those it knows leaves the rule as it is.
 func parseNFTRule(jr *nftJSONRule) (host.NFTRule, error) {
 	r := host.NFTRule{Family: nftName(jr.Family), Table: nftName(jr.Table), Chain: nftName(jr.Chain), Handle: jr.Handle, Comment: jr.Comment, Expr: jr.Expr}
 	if len(jr.Expr) == 0 {
@@ -158,26 +170,56 @@ func nftName(s string) string {
 	return s
 }
 
+// readExpr reads what one expression says of the rule: an address or
+// destination port it matches, where a DNAT translates to, its verdict.
 func readExpr(r *host.NFTRule, expr nftExpr) {
 	switch {
 	case expr.DNAT != nil:
 		r.DNAT, _ = jsonAddr(expr.DNAT.Addr)
+		r.DNATPort, _ = jsonPort(expr.DNAT.Port)
 	case expr.Match != nil && expr.Match.Op == "==" && expr.Match.Left.Payload != nil:
-		p := expr.Match.Left.Payload
-		if p.Protocol != "ip" && p.Protocol != "ip6" {
-			return
-		}
-		addr, ok := jsonAddr(expr.Match.Right)
+		readMatch(r, expr.Match.Left.Payload.Protocol, expr.Match.Left.Payload.Field, expr.Match.Right)
+	case expr.Jump != nil:
+		r.Verdict, r.Target = "jump", nftName(expr.Jump.Target)
+	case expr.Goto != nil:
+		r.Verdict, r.Target = "goto", nftName(expr.Goto.Target)
+	case expr.Accept != nil:
+		r.Verdict, r.Target = "accept", ""
+	case expr.Drop != nil:
+		r.Verdict, r.Target = "drop", ""
+	case expr.Return != nil:
+		r.Verdict, r.Target = "return", ""
+	}
+}
+
+// readMatch reads an equality match of a payload field: an address of
+// ip or ip6, or a destination port.
+func readMatch(r *host.NFTRule, protocol, field string, right json.RawMessage) {
+	switch {
+	case (protocol == "ip" || protocol == "ip6") && (field == "saddr" || field == "daddr"):
+		addr, ok := jsonAddr(right)
 		if !ok {
 			return
 		}
-		switch p.Field {
-		case "saddr":
+		if field == "saddr" {
 			r.Saddr = addr
-		case "daddr":
+		} else {
 			r.Daddr = addr
 		}
+	case field == "dport": // of tcp, udp, sctp, dccp, udplite, th: a port in each
+		if port, ok := jsonPort(right); ok {
+			r.DPort = port
+		}
 	}
+}
+
+// jsonPort reads a single port: a number, not a range or a set.
+func jsonPort(raw json.RawMessage) (uint16, bool) {
+	var p uint16
+	if len(raw) == 0 || json.Unmarshal(raw, &p) != nil {
+		return 0, false
+	}
+	return p, true
 }
 
 // jsonAddr reads a single address: a plain string (nft lists a /32 or

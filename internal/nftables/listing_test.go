@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"unsafe"
@@ -64,5 +65,46 @@ func TestReadNFTListingSharesEqualComments(t *testing.T) {
 		if r.Comment != "web-1" || unsafe.StringData(r.Comment) != unsafe.StringData(rules[0].Comment) {
 			t.Errorf("rule %d's comment %q is a copy of its own; want the first rule's", r.Handle, r.Comment)
 		}
+	}
+}
+
+// The expressions as nft 1.0.6 lists the plugins' rules (and shapes
+// that name no single port) with -j.
+func TestReadNFTListingReadsPortsAndVerdicts(t *testing.T) {
+	for _, tc := range []struct {
+		name, expr string
+		want       host.NFTRule
+	}{
+		{"tcp dport 28084 dnat to 198.18.1.2:80", `[{"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 28084}}, {"dnat": {"addr": "198.18.1.2", "port": 80}}]`,
+			host.NFTRule{DPort: 28084, DNAT: netip.MustParseAddr("198.18.1.2"), DNATPort: 80}},
+		{"udp dport 53 dnat ip to 198.18.1.3:5353 in an inet table", `[{"match": {"op": "==", "left": {"payload": {"protocol": "udp", "field": "dport"}}, "right": 53}}, {"dnat": {"family": "ip", "addr": "198.18.1.3", "port": 5353}}]`,
+			host.NFTRule{DPort: 53, DNAT: netip.MustParseAddr("198.18.1.3"), DNATPort: 5353}},
+		{"th dport 99 dnat to [fd00::2]", `[{"match": {"op": "==", "left": {"payload": {"protocol": "th", "field": "dport"}}, "right": 99}}, {"dnat": {"addr": "fd00::2"}}]`,
+			host.NFTRule{DPort: 99, DNAT: netip.MustParseAddr("fd00::2")}},
+		{"icmp checksum is no port", `[{"match": {"op": "==", "left": {"payload": {"protocol": "icmp", "field": "checksum"}}, "right": 5}}]`, host.NFTRule{}},
+		{"a port range is no port", `[{"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": {"range": [8080, 8090]}}}]`, host.NFTRule{}},
+		{"tcp dport != 80 is no port", `[{"match": {"op": "!=", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 80}}]`, host.NFTRule{}},
+		{"a dnat to a port range has no port", `[{"dnat": {"addr": "198.18.1.2", "port": {"range": [80, 90]}}}]`, host.NFTRule{DNAT: netip.MustParseAddr("198.18.1.2")}},
+		{"ip daddr 224.0.0.0/4 return", `[{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}}, "right": {"prefix": {"addr": "224.0.0.0", "len": 4}}}}, {"return": null}]`,
+			host.NFTRule{Verdict: "return"}},
+		{"goto masq_checks", `[{"goto": {"target": "masq_checks"}}]`, host.NFTRule{Verdict: "goto", Target: "masq_checks"}},
+		{"jump hostports_all", `[{"jump": {"target": "hostports_all"}}]`, host.NFTRule{Verdict: "jump", Target: "hostports_all"}},
+		{"accept", `[{"counter": {"packets": 0, "bytes": 0}}, {"accept": null}]`, host.NFTRule{Verdict: "accept"}},
+		{"drop", `[{"drop": null}]`, host.NFTRule{Verdict: "drop"}},
+		{"masquerade ends in no verdict", `[{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}}, "right": "198.18.1.2"}}, {"masquerade": null}]`,
+			host.NFTRule{Saddr: netip.MustParseAddr("198.18.1.2")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			listing := `{"nftables": [{"rule": {"family": "ip", "table": "t", "chain": "c", "handle": 3, "expr": ` + tc.expr + `}}]}`
+			rules, err := ParseListing([]byte(listing))
+			if err != nil || len(rules) != 1 {
+				t.Fatalf("ParseListing = %+v, %v; want one rule", rules, err)
+			}
+			got := rules[0]
+			got.Family, got.Table, got.Chain, got.Handle, got.Expr = "", "", "", 0, nil
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("rule = %+v\nwant   %+v", got, tc.want)
+			}
+		})
 	}
 }

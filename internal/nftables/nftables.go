@@ -79,14 +79,14 @@ func (h *hostNFTables) listRules(ctx context.Context, tables []host.NFTable) ([]
 }
 
 // listTableNetlink lists one table over netlink, appending its rules to
-// rules with the addresses nft would list for them.
+// rules with the addresses, ports and verdicts nft would list for them.
 func listTableNetlink(t host.NFTable, rules []host.NFTRule, comments map[string]string) ([]host.NFTRule, error) {
 	listed, err := nfnetlink.ListRules(t.Family, t.Name)
 	if err != nil {
 		return nil, err
 	}
 	for _, r := range listed {
-		addrs, err := r.Addrs()
+		d, err := r.Decode()
 		if err != nil {
 			return nil, err
 		}
@@ -95,7 +95,8 @@ func listTableNetlink(t host.NFTable, rules []host.NFTRule, comments map[string]
 			comment, comments[r.Comment] = r.Comment, r.Comment
 		}
 		rules = append(rules, host.NFTRule{Family: nftName(t.Family), Table: nftName(t.Name), Chain: nftName(r.Chain),
-			Handle: int(r.Handle), Comment: comment, Saddr: addrs.Saddr, Daddr: addrs.Daddr, DNAT: addrs.DNAT})
+			Handle: int(r.Handle), Comment: comment, Saddr: d.Saddr, Daddr: d.Daddr, DNAT: d.DNAT,
+			DPort: d.DPort, DNATPort: d.DNATPort, Verdict: d.Verdict, Target: nftName(d.Target)})
 	}
 	return rules, nil
 }

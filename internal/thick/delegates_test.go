@@ -75,6 +75,10 @@ func (r *delegateRig) calls() string {
 func useFakes(cfg *cninet.Config) {
 	cfg.IPTables = func(bool) (host.IPTables, error) { return fakes.NewIPTables(), nil }
 	cfg.NFTables = func() (host.NFTables, error) { return &fakes.NFTables{}, nil }
+	// Devices without host.LinkInspector: a drift check leaves them
+	// unchecked, where the default would read the devices of the test's
+	// own namespace (the workloads here are /proc/self/ns/net).
+	cfg.Links = func() (host.Links, error) { return struct{ host.Links }{&fakes.Links{}}, nil }
 }
 
 func (r *delegateRig) open(t *testing.T) *Delegates {

@@ -12,8 +12,6 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/seed1280861d/cninet"
-	"github.com/seed1280861d/cninet/cninettest/fakes"
-	"github.com/seed1280861d/cninet/host"
 )
 
 // A result with an interface and an address, and one of an L2-only
@@ -71,10 +69,7 @@ exit 0
 		}
 	}
 	info := Info{ConfDir: confs, CNIPath: []string{plugins}, CacheDir: filepath.Join(dir, "cache"), StateDir: filepath.Join(dir, "state")}
-	c, err := NewConfigurator(info, nil, nil, func(cfg *cninet.Config) {
-		cfg.IPTables = func(bool) (host.IPTables, error) { return fakes.NewIPTables(), nil }
-		cfg.NFTables = func() (host.NFTables, error) { return &fakes.NFTables{}, nil }
-	})
+	c, err := NewConfigurator(info, nil, nil, useFakes)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,81 @@
+//go:build linux
+
+package nfnetlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// watchBuffer receives one notification at a time; what does not fit is
+// cut (and dropped by the kernel), which is fine: only that one came is
+// read.
+const watchBuffer = 4 << 10
+
+// WatchChanges subscribes to the nf_tables changes of the calling
+// thread's network namespace (see watch.go) and signals each on the
+// returned channel, which holds one pending signal at most. The channel
+// is closed, after the socket, when ctx ends or reading fails.
+func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
+	f, err := openWatch()
+	if err != nil {
+		return nil, err
+	}
+	raw, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("netlink: watching nf_tables: %w", err)
+	}
+	buf := make([]byte, watchBuffer)
+	receive := func() error {
+		var recvErr error
+		err := raw.Read(func(fd uintptr) bool {
+			_, _, _, _, recvErr = unix.Recvmsg(int(fd), buf, nil, 0)
+			return !errors.Is(recvErr, unix.EAGAIN) // else: wait in the poller
+		})
+		if err != nil {
+			return err // closed: the watching ends
+		}
+		return recvErr
+	}
+	changes := make(chan struct{}, 1)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = watchChanges(receive, changes)
+	}()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-stopped: // reading failed
+		}
+		f.Close() // wakes the reader, which stops
+		<-stopped
+		close(changes)
+	}()
+	return changes, nil
+}
+
+// openWatch opens a netfilter socket in the calling thread's network
+// namespace (a goroutine that moved to another namespace is locked to
+// its thread), joined to the nf_tables group, non-blocking so that Go's
+// poller waits for it and closing it wakes its reader.
+func openWatch() (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_NETFILTER)
+	if err != nil {
+		return nil, fmt.Errorf("netlink: opening a netfilter socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("netlink: binding: %w", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_ADD_MEMBERSHIP, nfnlGroupNFTables); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("netlink: joining the nf_tables notifications: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "nf_tables notifications"), nil
+}
