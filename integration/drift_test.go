@@ -152,6 +152,11 @@ var drifts = []drift{
 			}
 		}
 	}},
+	{name: "its cached result deleted", applies: always, do: func(t *testing.T, d driftScene) {
+		if err := os.Remove(filepath.Join("/var/lib/cni/results", d.nw.cfg.NetworkName+"-"+d.id+"-eth0")); err != nil {
+			t.Fatal(err)
+		}
+	}},
 	{name: "the host's end of its veth deleted", applies: always, lost: true, do: func(t *testing.T, d driftScene) {
 		run(t, "ip", "link", "del", d.ifWorkload)
 	}},
