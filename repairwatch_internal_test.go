@@ -3,6 +3,7 @@ package cninet
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -177,5 +178,51 @@ func TestTheRepairWatcherReportsADriftThatKeepsComingBackInsteadOfFightingIt(t *
 	}
 	if n != maxRepairs {
 		t.Fatalf("portmap's ADD ran %d times, want %d: then the drift is reported, not fought", n, maxRepairs)
+	}
+}
+
+func TestARepairWritesNothingForAnAttachmentThatIsNotAttachedOrNotRepairableInPlace(t *testing.T) {
+	cases := []struct {
+		name  string
+		state func(t *testing.T, f watchFixture)
+		want  error
+	}{
+		{name: "its detach began (the record says detaching)", want: ErrCheckFailed, state: func(t *testing.T, f watchFixture) {
+			rec := f.c.registry.recorded("web-1", "w", "eth0")
+			rec.State = "detaching"
+			if err := f.c.registry.store.Put(rec); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "host-local gave its address to another workload", want: ErrNotRepairable, state: func(t *testing.T, f watchFixture) {
+			rec := f.c.registry.recorded("web-1", "w", "eth0")
+			dir := f.c.seams.network(f.c.nets.conf, "eth0", nil).IPAMDirs[0]
+			if err := os.WriteFile(filepath.Join(dir, rec.Addresses[0].String()), []byte("web-9\r\neth0"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newWatchFixture(t, 0)
+			alloc := &Allocation{ID: "web-1", Ports: []Port{{Value: 8080, To: 80}}}
+			if _, err := f.c.Setup(context.Background(), alloc, f.netns); err != nil {
+				t.Fatal(err)
+			}
+			tc.state(t, f)
+			f.flush()
+			err := f.c.Check(context.Background(), alloc, f.netns, CheckOptions{Repair: true})
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Repair: %v, want %v", err, tc.want)
+			}
+			if left := f.lines("web-1"); len(left) != 0 {
+				t.Fatalf("the repair wrote %q", left)
+			}
+			for _, v := range f.cni.Verbs() {
+				if strings.HasPrefix(v, "AddPlugin") {
+					t.Fatalf("the repair ran %s", v)
+				}
+			}
+		})
 	}
 }
