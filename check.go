@@ -125,7 +125,6 @@ func (c *Configurator) checkFound(ctx context.Context, found []foundAttachment, 
 	var failed, unsupported []error
 	for i, h := range health {
 		fa := atts[i].fa
-		c.tel.checked(ctx, h)
 		if len(h.Missing) > 0 {
 			drifts = append(drifts, driftOf(h, restored[i]))
 			continue

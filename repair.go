@@ -134,6 +134,9 @@ func (c *Configurator) driftCheck(ctx context.Context, atts []checkedAttachment,
 			health[i] = checked[at[i]]
 		}
 	}
+	for _, h := range health {
+		c.tel.checked(ctx, h)
+	}
 	restored := make([][]footprint.Missing, len(atts))
 	if !repair {
 		return health, restored

@@ -131,6 +131,9 @@ func (t *telemetry) checked(ctx context.Context, h footprint.Health) {
 // startRepair starts the span of one attachment's repair.
 func (t *telemetry) startRepair(ctx context.Context, a *footprint.Live) (context.Context, childSpan) {
 	ctx, span := t.child(ctx, "cninet.repair")
+	if !span.IsRecording() && t.tracing() && !trace.SpanFromContext(ctx).SpanContext().IsValid() {
+		ctx, span = t.tracer.Start(ctx, "cninet.repair") // the watcher's: a root of its own
+	}
 	if span.IsRecording() {
 		span.SetAttributes(attrID.String(a.ID), attrNetwork.String(a.Network), attrIfName.String(a.IfName))
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/cninettest"
 	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
 	footprintpkg "github.com/seed1280861d/cninet/internal/footprint"
@@ -315,5 +316,39 @@ func TestTelemetryGoesToTheGlobalProvidersInstalledAfterNew(t *testing.T) {
 	childOf(t, rig.one(t, "cninet.add"), rig.one(t, "cninet.attach"))
 	if got := rig.sum(t, "cninet.operations", map[string]string{"cninet.operation": "setup"}); got != 1 {
 		t.Errorf("setup operations %d, want 1", got)
+	}
+}
+
+func TestTelemetryOfARepair(t *testing.T) {
+	rig := newOtelRig(t)
+	env, err := cninettest.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Config.TracerProvider, env.Config.MeterProvider = rig.tp, rig.mp
+	c, err := cninet.New(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	alloc := &cninet.Allocation{ID: "web-1", Ports: []cninet.Port{{Value: 8080, To: 80}}}
+	ctx := context.Background()
+	if _, err := c.Setup(ctx, alloc, "/var/run/netns/web-1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, fp := range env.CNI.Footprints("web-1") {
+		env.Host.IPv4.Unload("filter", fp.Filter()) // its two forward rules
+	}
+	if err := c.Check(ctx, alloc, "/var/run/netns/web-1", cninet.CheckOptions{Repair: true}); err != nil {
+		t.Fatal(err)
+	}
+	repair := rig.one(t, "cninet.repair")
+	childOf(t, repair, rig.one(t, "cninet.Check"))
+	wantAttrs(t, repair, map[string]string{"cni.id": "web-1", "cni.name": cninettest.Network, "cninet.missing": "2", "cninet.restored": "2"})
+	if got := rig.points(t, "cninet.drift.missing", "cninet.plugin", "cninet.backend"); !slices.Equal(got, []string{"firewall/iptables=2"}) {
+		t.Errorf("cninet.drift.missing by plugin/backend: %v, want the firewall's two iptables rules", got)
+	}
+	if got := rig.points(t, "cninet.repairs", "cninet.outcome"); !slices.Equal(got, []string{"repaired=1"}) {
+		t.Errorf("cninet.repairs by outcome: %v, want one repaired", got)
 	}
 }
