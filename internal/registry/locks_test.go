@@ -62,9 +62,9 @@ func TestLockID(t *testing.T) {
 		g := open(t)
 		unlock := lockOrFail(t, g, "c1")
 		defer unlock()
+		start := time.Now() // before the deadline is set: it falls 100ms after start at the earliest
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		start := time.Now()
 		u2, err := g.LockID(ctx, "c1")
 		if err == nil {
 			u2()
