@@ -79,7 +79,8 @@ bench: deps
 		-gobench ../.cache/gobench.txt -out ../BENCHMARKS.md -svg results.svg -state results.json $(BENCH_ARGS)
 
 # Installs thick mode: cninet into $(BINDIR), the cninet-shim plugin into
-# the CNI plugin dir, the systemd units (contrib/systemd, ExecStart
+# the CNI plugin dir with a link to cninet beside it (the shim runs its
+# DEL with it when the daemon gives none an answer), the systemd units (contrib/systemd, ExecStart
 # pointing at $(BINDIR)) into $(SYSTEMD_UNIT_DIR), and makes the daemon's
 # conf dir. DESTDIR stages it all under another root (packaging; the
 # tests install into a temp dir). Then: systemctl daemon-reload &&
@@ -96,9 +97,10 @@ install:
 	  $(GO) build -o "$$tmp/cninet-shim" ./cmd/cninet-shim; \
 	  install -D -m 0755 "$$tmp/cninet" "$(DESTDIR)$(BINDIR)/cninet"; \
 	  install -D -m 0755 "$$tmp/cninet-shim" "$(DESTDIR)$(CNI_BIN_DIR)/cninet-shim"; \
+	  ln -sfn "$(BINDIR)/cninet" "$(DESTDIR)$(CNI_BIN_DIR)/cninet"; \
 	  install -d -m 0755 "$(DESTDIR)$(SYSTEMD_UNIT_DIR)" "$(DESTDIR)$(CNINET_CONF_DIR)"; \
 	  sed 's|/usr/local/bin/cninet|$(BINDIR)/cninet|; s|--conf-dir /etc/cninet/net.d|--conf-dir $(CNINET_CONF_DIR)|; s|--cni-path /opt/cni/bin|--cni-path $(CNI_BIN_DIR)|' \
 	    contrib/systemd/cninet.service > "$$tmp/cninet.service"; \
 	  install -m 0644 "$$tmp/cninet.service" "$(DESTDIR)$(SYSTEMD_UNIT_DIR)/cninet.service"; \
 	  install -m 0644 contrib/systemd/cninet.socket "$(DESTDIR)$(SYSTEMD_UNIT_DIR)/cninet.socket"; \
-	  echo "installed cninet into $(DESTDIR)$(BINDIR), cninet-shim into $(DESTDIR)$(CNI_BIN_DIR), units into $(DESTDIR)$(SYSTEMD_UNIT_DIR)"
+	  echo "installed cninet into $(DESTDIR)$(BINDIR), cninet-shim (and a link to cninet, which runs its DEL when the daemon gives none an answer) into $(DESTDIR)$(CNI_BIN_DIR), units into $(DESTDIR)$(SYSTEMD_UNIT_DIR)"

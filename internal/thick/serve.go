@@ -87,11 +87,7 @@ func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 	if err != nil {
 		return nil, fmt.Errorf("allocation %s attached to network %q, but its result cannot be read: %w", req.ContainerID, conf.Name, err)
 	}
-	var out strings.Builder
-	if err := res.PrintTo(&out); err != nil {
-		return nil, fmt.Errorf("%w: encoding the result: %w", cninet.ErrIO, err)
-	}
-	return []byte(out.String()), nil
+	return answerResult(res, conf.CNIVersion)
 }
 
 // errNotStarted marks an ADD that returned before anything of it ran:

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/buildinfo"
+	"github.com/seed1280861d/cninet/internal/thickwire"
 	"golang.org/x/sys/unix"
 )
 
@@ -103,7 +104,7 @@ type Gauges interface {
 // their iptables) at once.
 const (
 	DefaultMaxConcurrent = 16
-	DefaultTimeout       = 2 * time.Minute
+	DefaultTimeout       = thickwire.DefaultTimeout
 	// DefaultMaxConcurrentProbes: STATUS and CHECK fork few plugins (or
 	// none), so a small pool of their own keeps them answering promptly.
 	DefaultMaxConcurrentProbes = 4
