@@ -88,6 +88,10 @@ type cyclePhases struct {
 	Registry                                         registryTime
 	Add, Prevent, Del, Cleanup                       time.Duration
 	SetupLock, SetupFind, TeardownLock, TeardownFind time.Duration
+	// Loopback is looking at the workload's lo before and after the
+	// operations whose chain has the loopback plugin (Connect,
+	// Disconnect: "workload's lo checked").
+	Loopback time.Duration
 }
 
 // setupOutside is what of a Setup that took wall its ADDs and the
@@ -115,6 +119,9 @@ var (
 	recordedField  = regexp.MustCompile(`attachment recorded:.* record="?([^"\s]+)`)
 	proofField     = regexp.MustCompile(`network detached:.* record="?([^"\s]+)`)
 	forgottenField = regexp.MustCompile(`attachment forgotten:.* record="?([^"\s]+)`)
+	// The workload's lo looked at before and after an operation.
+	loCheckField   = regexp.MustCompile(`workload's lo checked:.* check="?([^"\s]+)`)
+	loRestoreField = regexp.MustCompile(`workload's lo checked:.* restore="?([^"\s]+)`)
 )
 
 // logDuration is the duration re's first group reads in p, if any.
@@ -150,7 +157,8 @@ func (ph *cyclePhases) addLine(p []byte) {
 		re *regexp.Regexp
 		to *time.Duration
 	}{{cleanupField, &ph.Cleanup}, {preventField, &ph.Prevent}, {delField, &ph.Del}, {addField, &ph.Add},
-		{recordedField, &ph.Registry.Setup}, {proofField, &ph.Registry.Proof}, {forgottenField, &ph.Registry.Removal}} {
+		{recordedField, &ph.Registry.Setup}, {proofField, &ph.Registry.Proof}, {forgottenField, &ph.Registry.Removal},
+		{loCheckField, &ph.Loopback}, {loRestoreField, &ph.Loopback}} {
 		if d, ok := logDuration(f.re, p); ok {
 			*f.to += d
 		}
@@ -158,7 +166,7 @@ func (ph *cyclePhases) addLine(p []byte) {
 	if m := foundLine.FindSubmatch(p); m != nil {
 		lock, _ := time.ParseDuration(string(m[2]))
 		find, _ := time.ParseDuration(string(m[3]))
-		if string(m[1]) == "setup" {
+		if op := string(m[1]); op == "setup" || op == "connect" {
 			ph.SetupLock, ph.SetupFind = ph.SetupLock+lock, ph.SetupFind+find
 		} else {
 			ph.TeardownLock, ph.TeardownFind = ph.TeardownLock+lock, ph.TeardownFind+find

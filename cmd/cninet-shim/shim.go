@@ -67,13 +67,18 @@ func exeDir() (string, error) {
 	return exe[:max(lastSlash(exe), 1)], nil
 }
 
+// readlink is the target of the symbolic link at path.
 func readlink(path string) (string, error) {
-	buf := make([]byte, 4096)
-	n, err := syscall.Readlink(path, buf)
-	if err != nil {
-		return "", syscallError("readlink "+path, err)
+	for size := 256; ; size *= 4 { // a small buffer first: most paths fit
+		buf := make([]byte, size)
+		n, err := syscall.Readlink(path, buf)
+		if err != nil {
+			return "", syscallError("readlink "+path, err)
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
 	}
-	return string(buf[:n]), nil
 }
 
 func lastSlash(s string) int {
