@@ -30,6 +30,8 @@
 //	pressure_report.go  its section of BENCHMARKS.md and its plot
 //	procs.go        counting the processes a cleanup starts
 //	stats.go        samples, medians, ratios
+//	noise.go        the noise a ratio is judged at: the control's spread,
+//	                more cycles while a ratio is within it, "not measurable"
 //	report.go       BENCHMARKS.md
 //	plot.go         the SVG plot
 package main

@@ -257,7 +257,7 @@ func overheadScenario(r *report, set pluginSet) error {
 	if err != nil {
 		return err
 	}
-	res, err := b.measure(r.opts.overheadN, "ovh")
+	res, err := b.measure(r.opts.overheadN, r.opts.noiseCap*r.opts.overheadN, "ovh")
 	if err != nil {
 		return err
 	}
@@ -332,6 +332,14 @@ func (b *bench) order(i int) []contender {
 	}[i%6]
 }
 
+// rotation is how many rounds order takes to come round.
+func (b *bench) rotation() int {
+	if b.control == nil {
+		return 2
+	}
+	return 6
+}
+
 // run is one cycle of who, labelled with who in a CPU profile
 // (-cpuprofile; go tool pprof -tagfocus contender=cninet).
 func (b *bench) run(who contender, id string) (ph phases, err error) {
@@ -346,9 +354,11 @@ func (b *bench) run(who contender, id string) (ph phases, err error) {
 }
 
 // measure runs one unmeasured warm-up cycle per contender, then n
-// measured ones each, interleaved with a rotating first, then counts the
-// processes of one more cycle of cninet and of go-cni.
-func (b *bench) measure(n int, prefix string) (overheadResult, error) {
+// measured ones each, interleaved with a rotating first, and more, up to
+// limit each, while cninet/go-cni is within the noise of overheadTarget
+// (moreCycles); then counts the processes of one more cycle of cninet and
+// of go-cni.
+func (b *bench) measure(n, limit int, prefix string) (overheadResult, error) {
 	res := overheadResult{Set: b.set}
 	for _, who := range b.order(0) {
 		if _, err := b.run(who, fmt.Sprintf("%s-warm-%d", prefix, who)); err != nil {
@@ -356,7 +366,16 @@ func (b *bench) measure(n int, prefix string) (overheadResult, error) {
 		}
 	}
 	b.log.take()
-	for i := 0; i < n; i++ {
+	for i := 0; ; i++ {
+		if i >= n {
+			more := moreCycles(ratio(res.Lib.median(), res.Direct.median()), overheadTarget, res.noise(), i, b.rotation(), limit)
+			if more == 0 {
+				break
+			}
+			fmt.Fprintf(os.Stderr, "bench:   %s: cninet/go-cni %.3f is within ±%.1f %% of its target after %d cycles: %d more\n",
+				prefix, ratio(res.Lib.median(), res.Direct.median()), 100*noiseMargin(res.noise(), i), i, more)
+			n = i + more
+		}
 		for _, who := range b.order(i) {
 			ph, err := b.run(who, fmt.Sprintf("%s-%d-%d", prefix, i, who))
 			if err != nil {
