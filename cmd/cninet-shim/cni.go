@@ -296,7 +296,7 @@ func checkIfName(name string) *cniError {
 	case name == "." || name == "..":
 		return newError(codeInvalidEnvironment, "interface name is . or ..", "")
 	}
-	for _, r := range []rune(name) {
+	for _, r := range name {
 		if r == '/' || r == ':' || unicode.IsSpace(r) {
 			return newError(codeInvalidEnvironment, "interface name contains / or : or whitespace characters", "")
 		}
