@@ -244,3 +244,35 @@ func TestReadBuildInfoOfAnExecutable(t *testing.T) {
 		t.Error("a shell script has build info, want none")
 	}
 }
+
+// The build info blob is found at a 16-byte boundary; one that goes on
+// past what was read says so, for a longer read.
+func TestBuildInfoIn(t *testing.T) {
+	frame := strings.Repeat("F", 16)
+	blob := func(modinfo string) []byte {
+		b := append([]byte(buildInfoMagic), 8, 0x2)
+		b = append(b, make([]byte, 16)...)
+		b = append(b, 6)
+		b = append(b, "go1.26"...)
+		framed := frame + modinfo + frame
+		for n := len(framed); ; n >>= 7 {
+			if n < 0x80 {
+				b = append(b, byte(n))
+				break
+			}
+			b = append(b, byte(n&0x7f|0x80))
+		}
+		return append(b, framed...)
+	}
+	long := strings.Repeat("dep\texample.com/x\tv1.0.0\t\n", 20)
+	data := append(make([]byte, 32), blob(long)...)
+	if got, cut, err := buildInfoIn(data); err != nil || cut || got != long {
+		t.Fatalf("whole blob at offset 32: %q, cut %v, %v", got, cut, err)
+	}
+	if _, cut, err := buildInfoIn(data[:200]); !cut || err == nil {
+		t.Fatalf("a blob cut short: cut %v, %v; want cut", cut, err)
+	}
+	if _, _, err := buildInfoIn(make([]byte, 512)); err == nil {
+		t.Fatal("no blob found, yet no error")
+	}
+}

@@ -62,49 +62,74 @@ func orDevel(v string) string {
 // errNoBuildInfo: the file is no ELF Go executable with build info.
 var errNoBuildInfo = errorString("no Go build info")
 
-// readBuildInfo reads the module info of the ELF Go executable at path:
-// its .go.buildinfo section holds a 32-byte header ("\xff Go buildinf:",
-// then the pointer size and flags) followed, since Go 1.18, by two
-// strings, each its length as a varint and its bytes: the Go version,
-// then the module info.
+// buildInfoMagic starts the Go build info blob: "\xff Go buildinf:",
+// then the pointer size and flags, then (flags bit 2, Go 1.18 and later)
+// two strings, each its length as a varint and its bytes: the Go
+// version, then the module info, framed by 16 bytes on either side.
+const buildInfoMagic = "\xff Go buildinf:"
+
+// readBuildInfo reads the module info of the ELF Go executable at path,
+// as debug/buildinfo finds it without section headers: in the first
+// writable, not executable, loadable segment, at a 16-byte boundary
+// (the Go linker puts it at the segment's start). One read of the file's
+// head (the ELF header and the program headers), one of the segment's.
 func readBuildInfo(path string) (string, error) {
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return "", syscallError("open "+path, err)
 	}
 	defer syscall.Close(fd)
-	read := func(off, n uint64) ([]byte, error) {
-		if n > 1<<20 {
+	read := func(off uint64, size int) ([]byte, error) {
+		buf := make([]byte, size)
+		n, err := syscall.Pread(fd, buf, int64(off))
+		if err != nil || n < 64 {
 			return nil, errNoBuildInfo
 		}
-		b := make([]byte, n)
-		got, err := syscall.Pread(fd, b, int64(off))
-		if err != nil || uint64(got) != n {
-			return nil, errNoBuildInfo
-		}
-		return b, nil
+		return buf[:n], nil
 	}
-	off, size, err := buildInfoSection(read)
+	head, err := read(0, 4096)
 	if err != nil {
 		return "", err
 	}
-	data, err := read(off, size)
-	if err != nil || len(data) < 32 || string(data[:14]) != "\xff Go buildinf:" || data[15]&0x2 == 0 {
-		return "", errNoBuildInfo
+	off, err := dataSegment(head)
+	if err != nil {
+		return "", err
 	}
-	_, rest, ok := varintString(data[32:])
-	if !ok {
-		return "", errNoBuildInfo
+	for size := 4096; ; size *= 16 {
+		data, err := read(off, size)
+		if err != nil {
+			return "", err
+		}
+		modinfo, cut, err := buildInfoIn(data)
+		if !cut || len(data) < size || size >= 1<<20 {
+			return modinfo, err
+		}
 	}
-	modinfo, _, ok := varintString(rest)
-	if !ok {
-		return "", errNoBuildInfo
+}
+
+// buildInfoIn finds the build info blob at a 16-byte boundary of data
+// and returns its module info; cut says the blob goes on past data.
+func buildInfoIn(data []byte) (modinfo string, cut bool, err error) {
+	for at := 0; at+32 <= len(data); at += 16 {
+		if string(data[at:at+len(buildInfoMagic)]) != buildInfoMagic {
+			continue
+		}
+		if data[at+15]&0x2 == 0 {
+			return "", false, errNoBuildInfo // a Go before 1.18
+		}
+		_, rest, ok := varintString(data[at+32:])
+		if ok {
+			modinfo, _, ok = varintString(rest)
+		}
+		switch {
+		case !ok:
+			return "", true, errNoBuildInfo
+		case len(modinfo) < 33:
+			return "", false, nil
+		}
+		return modinfo[16 : len(modinfo)-16], false, nil
 	}
-	// The module info is framed by 16 bytes on either side.
-	if len(modinfo) < 33 {
-		return "", nil
-	}
-	return modinfo[16 : len(modinfo)-16], nil
+	return "", false, errNoBuildInfo
 }
 
 // varintString reads a string written as its length (an unsigned
@@ -124,14 +149,15 @@ func varintString(b []byte) (s string, rest []byte, ok bool) {
 	return "", nil, false
 }
 
-// buildInfoSection finds the file offset and size of the .go.buildinfo
-// section of an ELF file (32- or 64-bit, either byte order).
-func buildInfoSection(read func(off, n uint64) ([]byte, error)) (off, size uint64, err error) {
-	h, err := read(0, 64)
-	if err != nil || string(h[:4]) != "\x7fELF" {
-		return 0, 0, errNoBuildInfo
+// dataSegment is the file offset of the first loadable segment of an
+// ELF file (32- or 64-bit, either byte order) that is writable and not
+// executable, from the file's head: the ELF header and the program
+// headers after it.
+func dataSegment(head []byte) (uint64, error) {
+	if string(head[:4]) != "\x7fELF" {
+		return 0, errNoBuildInfo
 	}
-	wide, big := h[4] == 2, h[5] == 2
+	wide, big := head[4] == 2, head[5] == 2
 	word := func(b []byte, n int) uint64 {
 		var v uint64
 		for i := range n {
@@ -143,36 +169,24 @@ func buildInfoSection(read func(off, n uint64) ([]byte, error)) (off, size uint6
 		}
 		return v
 	}
-	// e_shoff, e_shentsize, e_shnum, e_shstrndx; then, in a section
-	// header, sh_name, sh_offset and sh_size.
-	shoff, entsize, num, strndx := word(h[32:], 4), word(h[46:], 2), word(h[48:], 2), word(h[50:], 2)
-	nameAt, offAt, sizeAt, width := 0, 16, 20, 4
+	// e_phoff, e_phentsize, e_phnum; then, in a program header, p_type,
+	// p_flags and p_offset.
+	phoff, entsize, num := word(head[28:], 4), word(head[42:], 2), word(head[44:], 2)
+	flagsAt, offAt, width := 24, 4, 4
 	if wide {
-		shoff, entsize, num, strndx = word(h[40:], 8), word(h[58:], 2), word(h[60:], 2), word(h[62:], 2)
-		offAt, sizeAt, width = 24, 32, 8
+		phoff, entsize, num = word(head[32:], 8), word(head[54:], 2), word(head[56:], 2)
+		flagsAt, offAt, width = 4, 8, 8
 	}
-	if num == 0 || strndx >= num || entsize < uint64(sizeAt+width) {
-		return 0, 0, errNoBuildInfo
-	}
-	sections, err := read(shoff, num*entsize)
-	if err != nil {
-		return 0, 0, err
-	}
-	section := func(i uint64) (name, off, size uint64) {
-		s := sections[i*entsize:]
-		return word(s[nameAt:], 4), word(s[offAt:], width), word(s[sizeAt:], width)
-	}
-	_, strOff, strSize := section(strndx)
-	names, err := read(strOff, strSize)
-	if err != nil {
-		return 0, 0, err
-	}
-	const want = ".go.buildinfo\x00"
+	const ptLoad, pfX, pfW = 1, 1, 2
 	for i := range num {
-		name, off, size := section(i)
-		if name+uint64(len(want)) <= uint64(len(names)) && string(names[name:name+uint64(len(want))]) == want {
-			return off, size, nil
+		at := phoff + i*entsize
+		if at+entsize > uint64(len(head)) || entsize < uint64(offAt+width) {
+			return 0, errNoBuildInfo
+		}
+		ph := head[at:]
+		if flags := word(ph[flagsAt:], 4); word(ph, 4) == ptLoad && flags&pfW != 0 && flags&pfX == 0 {
+			return word(ph[offAt:], width), nil
 		}
 	}
-	return 0, 0, errNoBuildInfo
+	return 0, errNoBuildInfo
 }
