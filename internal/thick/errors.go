@@ -55,7 +55,7 @@ func codeFor(err error) uint {
 	case errors.Is(err, cninet.ErrCheckFailed):
 		return CodeCheckFailed
 	case errors.Is(err, cninet.ErrCleanupFailed), errors.Is(err, ErrUntrustedPath):
-		// Only the shim's own DEL meets an untrusted info file: it did not
+		// Only the DEL cninet runs for the shim meets an untrusted info file: it did not
 		// run, and a DEL again (through the daemon) finishes it.
 		return CodeCleanupFailed
 	case errors.Is(err, ErrIncompatibleShim):
