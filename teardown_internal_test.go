@@ -83,3 +83,31 @@ func TestSetupAndTeardownLogTheirLockWaitAndFindingBeforeAnyPlugin(t *testing.T)
 		t.Errorf("log order %v, want %v:\n%s", ops, want, log.String())
 	}
 }
+
+// Connect and Disconnect of a named interface (a runtime's ADD and DEL,
+// as thick mode makes them) log the same line before their plugins run.
+func TestConnectAndDisconnectAsLogTheirLockWaitAndFindingBeforeAnyPlugin(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	var log strings.Builder
+	f.c.logger = hclog.New(&hclog.LoggerOptions{Output: &log, Level: hclog.Debug})
+	alloc := &Allocation{ID: "w"}
+	if _, err := f.c.Connect(context.Background(), alloc, "a", "/x", ConnectOptions{IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Disconnect(context.Background(), alloc, "a", "/x", ConnectOptions{IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	found := regexp.MustCompile(`attachments found: alloc_id=w operation=(\w+) networks=(\d+) lock="?([^"\s]+)"? find="?([^"\s]+)`)
+	var ops []string
+	for _, line := range strings.Split(log.String(), "\n") {
+		switch m := found.FindStringSubmatch(line); {
+		case m != nil:
+			ops = append(ops, m[1]+" "+m[2])
+		case strings.Contains(line, "network attached"), strings.Contains(line, "network detached"):
+			ops = append(ops, "plugins")
+		}
+	}
+	if want := []string{"connect 1", "plugins", "disconnect 1", "plugins"}; !slices.Equal(ops, want) {
+		t.Errorf("log order %v, want %v:\n%s", ops, want, log.String())
+	}
+}
