@@ -540,3 +540,28 @@ func TestErrorsArePrintedAsSkelPrintsThem(t *testing.T) {
 		t.Fatalf("printed %q without details", got)
 	}
 }
+
+// Once the daemon acknowledged a request, the shim waits for the answer
+// past the silence limit, until the deadline (and the grace after it).
+func TestAnAcknowledgedRequestWaitsPastTheSilenceLimit(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "cninet.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(thickwire.StatusAcknowledged)
+		time.Sleep(500 * time.Millisecond) // five silence limits
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, `{"late":true}`)
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	s := testShim(&strings.Builder{}, t.TempDir())
+	conf := &config{socket: socket, limits: thickwire.Limits{Silence: 100 * time.Millisecond, Timeout: 10 * time.Second}}
+	answer, err := s.forward(conf, s.request(thickwire.CmdCheck, cmdArgs(socket, "1.1.0"), conf))
+	if err != nil || string(answer) != `{"late":true}` {
+		t.Fatalf("got %q, %v; want the answer that came after the acknowledgement", answer, err)
+	}
+}
