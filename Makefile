@@ -52,6 +52,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRule$$' -fuzztime $(FUZZTIME) ./internal/footprint
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(THICK_FUZZTIME) ./internal/thick
 	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime $(THICK_FUZZTIME) ./cmd/cninet-shim
+	$(GO) test -run '^$$' -fuzz '^FuzzReadConfig$$' -fuzztime $(THICK_FUZZTIME) ./cmd/cninet-shim
 
 # Unit tests (sandboxed and checked, see unit), then the integration suite
 # (in its own network and mount namespace, against every plugin set), then
