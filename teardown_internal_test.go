@@ -63,21 +63,7 @@ func TestSetupAndTeardownLogTheirLockWaitAndFindingBeforeAnyPlugin(t *testing.T)
 	if err := f.c.Teardown(context.Background(), alloc, "/x"); err != nil {
 		t.Fatal(err)
 	}
-	found := regexp.MustCompile(`attachments found: alloc_id=w operation=(\w+) networks=(\d+) lock="?([^"\s]+)"? find="?([^"\s]+)`)
-	var ops []string
-	for _, line := range strings.Split(log.String(), "\n") {
-		switch m := found.FindStringSubmatch(line); {
-		case m != nil:
-			for _, d := range m[3:] {
-				if _, err := time.ParseDuration(d); err != nil {
-					t.Errorf("line %q: %q is no duration", line, d)
-				}
-			}
-			ops = append(ops, m[1]+" "+m[2])
-		case strings.Contains(line, "network attached"), strings.Contains(line, "network detached"):
-			ops = append(ops, "plugins")
-		}
-	}
+	ops := foundAndPlugins(t, log.String())
 	want := []string{"setup 2", "plugins", "plugins", "teardown 2", "plugins", "plugins"}
 	if !slices.Equal(ops, want) {
 		t.Errorf("log order %v, want %v:\n%s", ops, want, log.String())
@@ -97,17 +83,31 @@ func TestConnectAndDisconnectAsLogTheirLockWaitAndFindingBeforeAnyPlugin(t *test
 	if err := f.c.Disconnect(context.Background(), alloc, "a", "/x", ConnectOptions{IfName: "eth0"}); err != nil {
 		t.Fatal(err)
 	}
+	ops := foundAndPlugins(t, log.String())
+	if want := []string{"connect 1", "plugins", "disconnect 1", "plugins"}; !slices.Equal(ops, want) {
+		t.Errorf("log order %v, want %v:\n%s", ops, want, log.String())
+	}
+}
+
+// foundAndPlugins reads allocation w's debug log in order: "OP N" for
+// each "attachments found" line (its lock and find durations checked),
+// "plugins" for each network attached or detached.
+func foundAndPlugins(t *testing.T, log string) []string {
+	t.Helper()
 	found := regexp.MustCompile(`attachments found: alloc_id=w operation=(\w+) networks=(\d+) lock="?([^"\s]+)"? find="?([^"\s]+)`)
 	var ops []string
-	for _, line := range strings.Split(log.String(), "\n") {
+	for _, line := range strings.Split(log, "\n") {
 		switch m := found.FindStringSubmatch(line); {
 		case m != nil:
+			for _, d := range m[3:] {
+				if _, err := time.ParseDuration(d); err != nil {
+					t.Errorf("line %q: %q is no duration", line, d)
+				}
+			}
 			ops = append(ops, m[1]+" "+m[2])
 		case strings.Contains(line, "network attached"), strings.Contains(line, "network detached"):
 			ops = append(ops, "plugins")
 		}
 	}
-	if want := []string{"connect 1", "plugins", "disconnect 1", "plugins"}; !slices.Equal(ops, want) {
-		t.Errorf("log order %v, want %v:\n%s", ops, want, log.String())
-	}
+	return ops
 }
