@@ -52,6 +52,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRule$$' -fuzztime $(FUZZTIME) ./internal/footprint
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(THICK_FUZZTIME) ./internal/thick
 	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime $(THICK_FUZZTIME) ./cmd/cninet-shim
+	$(GO) test -run '^$$' -fuzz '^FuzzReadConfig$$' -fuzztime $(THICK_FUZZTIME) ./cmd/cninet-shim
 
 # Unit tests (sandboxed and checked, see unit), then the integration suite
 # (in its own network and mount namespace, against every plugin set), then
@@ -79,7 +80,8 @@ bench: deps
 		-gobench ../.cache/gobench.txt -out ../BENCHMARKS.md -svg results.svg -state results.json $(BENCH_ARGS)
 
 # Installs thick mode: cninet into $(BINDIR), the cninet-shim plugin into
-# the CNI plugin dir, the systemd units (contrib/systemd, ExecStart
+# the CNI plugin dir with a link to cninet beside it (the shim runs its
+# DEL with it when the daemon gives none an answer), the systemd units (contrib/systemd, ExecStart
 # pointing at $(BINDIR)) into $(SYSTEMD_UNIT_DIR), and makes the daemon's
 # conf dir. DESTDIR stages it all under another root (packaging; the
 # tests install into a temp dir). Then: systemctl daemon-reload &&
@@ -96,9 +98,10 @@ install:
 	  $(GO) build -o "$$tmp/cninet-shim" ./cmd/cninet-shim; \
 	  install -D -m 0755 "$$tmp/cninet" "$(DESTDIR)$(BINDIR)/cninet"; \
 	  install -D -m 0755 "$$tmp/cninet-shim" "$(DESTDIR)$(CNI_BIN_DIR)/cninet-shim"; \
+	  ln -sfn "$(BINDIR)/cninet" "$(DESTDIR)$(CNI_BIN_DIR)/cninet"; \
 	  install -d -m 0755 "$(DESTDIR)$(SYSTEMD_UNIT_DIR)" "$(DESTDIR)$(CNINET_CONF_DIR)"; \
 	  sed 's|/usr/local/bin/cninet|$(BINDIR)/cninet|; s|--conf-dir /etc/cninet/net.d|--conf-dir $(CNINET_CONF_DIR)|; s|--cni-path /opt/cni/bin|--cni-path $(CNI_BIN_DIR)|' \
 	    contrib/systemd/cninet.service > "$$tmp/cninet.service"; \
 	  install -m 0644 "$$tmp/cninet.service" "$(DESTDIR)$(SYSTEMD_UNIT_DIR)/cninet.service"; \
 	  install -m 0644 contrib/systemd/cninet.socket "$(DESTDIR)$(SYSTEMD_UNIT_DIR)/cninet.socket"; \
-	  echo "installed cninet into $(DESTDIR)$(BINDIR), cninet-shim into $(DESTDIR)$(CNI_BIN_DIR), units into $(DESTDIR)$(SYSTEMD_UNIT_DIR)"
+	  echo "installed cninet into $(DESTDIR)$(BINDIR), cninet-shim (and a link to cninet, which runs its DEL when the daemon gives none an answer) into $(DESTDIR)$(CNI_BIN_DIR), units into $(DESTDIR)$(SYSTEMD_UNIT_DIR)"

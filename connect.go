@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/registry"
@@ -174,10 +175,20 @@ func (c *Configurator) disconnectNetwork(ctx context.Context, alloc *Allocation,
 // wrong when it loses one network of several (a Disconnect, a Connect
 // rolled back).
 func keepLoopback(logger hclog.Logger, id, netns string, found []foundAttachment) (up bool, restore func()) {
-	if !slices.ContainsFunc(found, func(fa foundAttachment) bool { return runsLoopback(fa.att) }) || !loopbackUp(netns) {
+	if !slices.ContainsFunc(found, func(fa foundAttachment) bool { return runsLoopback(fa.att) }) {
 		return false, func() {}
 	}
+	start := time.Now()
+	if !loopbackUp(netns) {
+		logger.Debug("workload's lo checked", "alloc_id", id, "check", time.Since(start))
+		return false, func() {}
+	}
+	check := time.Since(start)
 	return true, func() {
+		start := time.Now()
+		defer func() {
+			logger.Debug("workload's lo checked", "alloc_id", id, "check", check, "restore", time.Since(start))
+		}()
 		if loopbackUp(netns) {
 			return
 		}
@@ -214,11 +225,13 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 		return nil, err
 	}
 	req.runtimeID = registry.RuntimeIDOf(ctx)
+	start := time.Now()
 	leave, err := c.registry.enter(ctx, req.id, true)
 	if err != nil {
 		return nil, err
 	}
 	defer leave()
+	locked := time.Now()
 	conf, err := c.nets.known(network, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
@@ -241,6 +254,7 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 	if err := a.preflight(att); err != nil {
 		return nil, err
 	}
+	c.logFound(opConnect, req.id, 1, locked.Sub(start), time.Since(locked))
 	up, restore := keepLoopback(c.logger, req.id, netns, []foundAttachment{{att: att}})
 	defer restore()
 	a.loUp = up
@@ -256,11 +270,13 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 		return err
 	}
 	req.runtimeID = registry.RuntimeIDOf(ctx)
+	start := time.Now()
 	leave, err := c.registry.enter(ctx, req.id, false)
 	if err != nil {
 		return err
 	}
 	defer leave()
+	locked := time.Now()
 	owner := c.ownerOf(ctx)
 	rec := c.registry.recorded(req.id, network, ifName)
 	conf, err := c.nets.known(network, true)
@@ -286,6 +302,7 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 		fa.att.conf, fa.req, fa.cached = conf, recordedRequest(fa.req, *rec), true
 		fa.settled = rec.State == registry.Attached
 	}
+	c.logFound(opDisconnect, req.id, 1, locked.Sub(start), time.Since(locked))
 	up, restore := keepLoopback(c.logger, req.id, netns, []foundAttachment{fa})
 	defer restore()
 	d := c.detaching(owner, netns, true) // as in connectAs: others may be there unseen

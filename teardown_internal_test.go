@@ -63,9 +63,40 @@ func TestSetupAndTeardownLogTheirLockWaitAndFindingBeforeAnyPlugin(t *testing.T)
 	if err := f.c.Teardown(context.Background(), alloc, "/x"); err != nil {
 		t.Fatal(err)
 	}
+	ops := foundAndPlugins(t, log.String())
+	want := []string{"setup 2", "plugins", "plugins", "teardown 2", "plugins", "plugins"}
+	if !slices.Equal(ops, want) {
+		t.Errorf("log order %v, want %v:\n%s", ops, want, log.String())
+	}
+}
+
+// Connect and Disconnect of a named interface (a runtime's ADD and DEL,
+// as thick mode makes them) log the same line before their plugins run.
+func TestConnectAndDisconnectAsLogTheirLockWaitAndFindingBeforeAnyPlugin(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	var log strings.Builder
+	f.c.logger = hclog.New(&hclog.LoggerOptions{Output: &log, Level: hclog.Debug})
+	alloc := &Allocation{ID: "w"}
+	if _, err := f.c.Connect(context.Background(), alloc, "a", "/x", ConnectOptions{IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Disconnect(context.Background(), alloc, "a", "/x", ConnectOptions{IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	ops := foundAndPlugins(t, log.String())
+	if want := []string{"connect 1", "plugins", "disconnect 1", "plugins"}; !slices.Equal(ops, want) {
+		t.Errorf("log order %v, want %v:\n%s", ops, want, log.String())
+	}
+}
+
+// foundAndPlugins reads allocation w's debug log in order: "OP N" for
+// each "attachments found" line (its lock and find durations checked),
+// "plugins" for each network attached or detached.
+func foundAndPlugins(t *testing.T, log string) []string {
+	t.Helper()
 	found := regexp.MustCompile(`attachments found: alloc_id=w operation=(\w+) networks=(\d+) lock="?([^"\s]+)"? find="?([^"\s]+)`)
 	var ops []string
-	for _, line := range strings.Split(log.String(), "\n") {
+	for _, line := range strings.Split(log, "\n") {
 		switch m := found.FindStringSubmatch(line); {
 		case m != nil:
 			for _, d := range m[3:] {
@@ -78,8 +109,5 @@ func TestSetupAndTeardownLogTheirLockWaitAndFindingBeforeAnyPlugin(t *testing.T)
 			ops = append(ops, "plugins")
 		}
 	}
-	want := []string{"setup 2", "plugins", "plugins", "teardown 2", "plugins", "plugins"}
-	if !slices.Equal(ops, want) {
-		t.Errorf("log order %v, want %v:\n%s", ops, want, log.String())
-	}
+	return ops
 }

@@ -20,14 +20,18 @@
 //	reboot.go       the reboot shape: cached results and registry records
 //	thick.go        thick mode through cnitool: cycles taken apart, bursts side
 //	                by side, and the daemon's peak RSS under a larger one
-//	thick_log.go    the daemon's log read line by line: its request lines
-//	                and cninet's phases, per container id
+//	thick_log.go    the daemon's log read line by line: its request lines,
+//	                their steps and cninet's phases, per container id
+//	thick_handoff.go  each command through the shim taken apart at every
+//	                step on both sides (the shim's moments, the daemon's)
 //	cri.go          thick mode under containerd's CRI, driven by crictl
 //	registry.go     cninet status --attachments over a host registry of 10,000 records
 //	pressure.go     a busy host: kube-proxy's rules, a competing writer, 16 workers
 //	pressure_report.go  its section of BENCHMARKS.md and its plot
 //	procs.go        counting the processes a cleanup starts
 //	stats.go        samples, medians, ratios
+//	noise.go        the noise a ratio is judged at: the control's spread,
+//	                more cycles while a ratio is within it, "not measurable"
 //	report.go       BENCHMARKS.md
 //	plot.go         the SVG plot
 package main

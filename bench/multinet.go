@@ -207,7 +207,7 @@ func (r *report) multiSection(w writer) {
 	for _, m := range r.res.Multi {
 		q := ratio(m.Lib.median(), m.Direct.median())
 		w("| %s | %d | %d | %s | %s | **%.3f×** | %s | %s / %s | %s / %s | %s / %s / %s / %s | %s / %s |\n", m.Set.Name, m.N, len(m.Lib),
-			ms(m.Lib.median()), ms(m.Direct.median()), q, verdict(q <= overheadTarget),
+			ms(m.Lib.median()), ms(m.Direct.median()), q, callRatio(m.Lib, m.Direct, spread(m.Direct, m.Lib), multiTarget(m)).verdict(),
 			ms(m.LibSetup.median()), ms(m.LibTeardown.median()), ms(m.DirectSetup.median()), ms(m.DirectRemove.median()),
 			ms(m.Add.median()), ms(m.Prevent.median()), ms(m.Del.median()), ms(m.Cleanup.median()), ms(m.LibMaxAdd.median()), ms(m.LibMaxDetach.median()))
 	}

@@ -82,12 +82,13 @@ func (r *report) markdown() string {
 	w("- Machine: %s. Shared with other jobs while this ran (load average well above the core count at times).\n", r.res.Machine)
 	w("- Plugins: Debian's `containernetworking-plugins` 1.1.1 (`%s`, iptables backend only) and the upstream reference plugins v1.9.1 (`%s`), with the iptables backends and with `\"ipMasqBackend\"`/`\"backend\": \"nftables\"` (cninet's `BridgeConfig.Backend = BackendNFTables`); the firewall plugin always uses iptables. Real binaries, run inside a throwaway network and mount namespace (`internal/netsandbox`).\n", o.pluginDir, o.upstreamDir)
 	w("- Command: `make bench` (as root), which runs `go test -run '^$' -bench . -benchmem .` and then\n")
-	w("  `cd bench && go run . -plugins %s -upstream %s -failonce ../.cache/bench-plugins -overhead-n %d -scale-n %d -scale-sizes %s -recovery-n %d -conc-rounds %d -gc-n %d -gc-big-n %d -gc-nft-n %d -gc-scale-sizes %s -multinet-n %d -status-n %d -status-runs %d -pressure-rules %s -pressure-n %d%s`.\n",
-		o.pluginDir, o.upstreamDir, o.overheadN, o.scaleN, joinInts(o.scaleSizes), o.recoveryN, o.concRounds, o.gcN, o.gcBigN, o.gcNFTN, joinInts(o.gcScaleSizes), o.multiN, o.statusN, o.statusRuns, joinInts(o.pressureSizes), o.pressureN,
+	w("  `cd bench && go run . -plugins %s -upstream %s -failonce ../.cache/bench-plugins -overhead-n %d -scale-n %d -scale-sizes %s -recovery-n %d -conc-rounds %d -gc-n %d -gc-big-n %d -gc-nft-n %d -gc-scale-sizes %s -multinet-n %d -status-n %d -status-runs %d -pressure-rules %s -pressure-n %d -noise-cap %d%s`.\n",
+		o.pluginDir, o.upstreamDir, o.overheadN, o.scaleN, joinInts(o.scaleSizes), o.recoveryN, o.concRounds, o.gcN, o.gcBigN, o.gcNFTN, joinInts(o.gcScaleSizes), o.multiN, o.statusN, o.statusRuns, joinInts(o.pressureSizes), o.pressureN, o.noiseCap,
 		map[bool]string{true: "", false: " -control=false"}[o.control])
 	w("  `make bench BENCH_ARGS='-only overhead-scale,gc-nft'` reruns a subset (%s) and keeps the other sections from `bench/results.json`.\n", strings.Join(scenarioNames(), ", "))
 	w("- Contenders are interleaved in one run (ABAB…, alternating which goes first; in the overhead scenarios with their control, a second go-cni, the six orders of three in turn), so machine drift hits them alike.\n")
-	w("  The machine is shared and small: compare ratios, not absolute times.\n\n")
+	w("  The machine is shared and small: compare ratios, not absolute times.\n")
+	w("- A ratio of medians is judged against its target only where the machine's noise lets it be told apart (`noise.go`). The noise is the spread of log(control/baseline) over the pairs of cycles (the control: a second go-cni; where a scenario has none, the candidate's pairs with the baseline), and a ratio within two standard errors of its target (`±x %%`) is neither met nor missed. In the overhead, overhead-at-scale and thick scenarios such a ratio gets more cycles, up to -noise-cap (%d) times the cycles asked for; one still within the noise then is reported as **not measurable** at that spread.\n\n", o.noiseCap)
 
 	r.targets(w)
 	r.overheadSection(w)
@@ -147,11 +148,11 @@ func (r *report) targets(w writer) {
 	w("## Targets\n\n| target | result | |\n|---|---|---|\n")
 	for _, o := range r.res.Overhead {
 		q := ratio(o.Lib.median(), o.Direct.median())
-		w("| overhead, %s: cninet/go-cni median ≤ %.2f× | %.3f×%s | %s |\n", o.Set.Name, overheadTarget, q, controlNote(o), verdict(q <= overheadTarget))
+		w("| overhead, %s: cninet/go-cni median ≤ %.2f× | %.3f×%s | %s |\n", o.Set.Name, overheadTarget, q, controlNote(o), o.call().verdict())
 	}
 	for _, s := range r.res.Scale {
 		q := ratio(s.Lib.median(), s.Direct.median())
-		w("| overhead at scale, %s, %d others: ≤ %.2f× | %.3f×%s | %s |\n", s.Set.Name, s.Others, overheadTarget, q, controlNote(s.overheadResult), verdict(q <= overheadTarget))
+		w("| overhead at scale, %s, %d others: ≤ %.2f× | %.3f×%s | %s |\n", s.Set.Name, s.Others, overheadTarget, q, controlNote(s.overheadResult), s.call().verdict())
 	}
 	if rc := r.res.Recovery; rc != nil {
 		q := ratio(rc.Fixed.median(), rc.Lib.median())
@@ -167,7 +168,7 @@ func (r *report) targets(w writer) {
 	}
 	for _, m := range r.res.Multi {
 		q, target := ratio(m.Lib.median(), m.Direct.median()), multiTarget(m)
-		w("| several networks, %s, N = %d: cninet/go-cni median ≤ %.2f× | %.3f× | %s |\n", m.Set.Name, m.N, target, q, verdict(q <= target))
+		w("| several networks, %s, N = %d: cninet/go-cni median ≤ %.2f× | %.3f× | %s |\n", m.Set.Name, m.N, target, q, callRatio(m.Lib, m.Direct, spread(m.Direct, m.Lib), target).verdict())
 	}
 	if g := r.res.GCNFT; g != nil {
 		q := ratio(g.PerID, g.Sweep)
@@ -180,7 +181,9 @@ func (r *report) targets(w writer) {
 	r.thickTargets(w)
 	if c := r.res.CRI; c != nil {
 		q := ratio(c.Shim.total().median(), c.Direct.total().median())
-		w("| thick mode under containerd's CRI, %s: crictl runp+stopp+rmp through the shim / on the delegate, median ≤ %.2f× | %.3f× | %s |\n", c.Set.Name, criTarget, q, verdict(q <= criTarget))
+		shim, direct := c.Shim.total(), c.Direct.total()
+		w("| thick mode under containerd's CRI, %s: crictl runp+stopp+rmp through the shim / on the delegate, median ≤ %.2f× | %.3f× | %s |\n", c.Set.Name, criTarget, q,
+			callRatio(shim, direct, spread(direct, shim), criTarget).verdict())
 	}
 	if s := r.res.Status; s != nil {
 		w("| host registry: `cninet status --attachments` over %d records, median < %s (text and JSON, the slower) | %s | %s |\n", s.N, seconds(statusTarget), ms(s.slowest()), verdict(s.slowest() < statusTarget))
@@ -208,7 +211,7 @@ func (r *report) overheadSection(w writer) {
 	for _, o := range r.res.Overhead {
 		q := ratio(o.Lib.median(), o.Direct.median())
 		w("| %s | %d | %s | %s | %s | %s | **%.3f×** | %s | %s | %.3f× | %.3f× | %s |\n", o.Set.Name, len(o.Lib), ms(o.Lib.median()), ms(o.Lib.p95()),
-			ms(o.Direct.median()), ms(o.Direct.p95()), q, verdict(q <= overheadTarget), controlRatio(o), ratio(o.Lib.p95(), o.Direct.p95()), pairedRatio(o.Lib, o.Direct), ms(o.Cleanup.median()))
+			ms(o.Direct.median()), ms(o.Direct.p95()), q, o.call().verdict(), controlRatio(o), ratio(o.Lib.p95(), o.Direct.p95()), pairedRatio(o.Lib, o.Direct), ms(o.Cleanup.median()))
 	}
 	w("\nTarget: ratio of medians ≤ %.2f×. Control: a second go-cni, interleaved with the two in the same run (the six orders of three in turn: each contender runs first, second and third, and after each other one, equally often), against the first: the ratio this machine gives when nothing differs. Paired ratio: the median of cninet/go-cni over adjacent pairs of cycles (not the target).\n\n", overheadTarget)
 	w("Processes per cycle (counting shim in PATH; the plugins find it too):\n\n| plugin set | go-cni Setup+Remove: plugins' iptables/nft processes | cninet Setup+Teardown: all | of which cninet's own: count × mean wall time |\n|---|---|---|---|\n")
@@ -235,7 +238,7 @@ func (r *report) scaleSection(w writer) {
 	for _, s := range r.res.Scale {
 		q := ratio(s.Lib.median(), s.Direct.median())
 		w("| %s | %d | %d / %d | %s | %s | %s | %s | **%.3f×** | %s | %s | %.3f× | %+.1f ms | %s | %d |\n", s.Set.Name, s.Others, s.RulesIPT, s.RulesNFT,
-			ms(s.Lib.median()), ms(s.Lib.p95()), ms(s.Direct.median()), ms(s.Direct.p95()), q, verdict(q <= overheadTarget), controlRatio(s.overheadResult), pairedRatio(s.Lib, s.Direct),
+			ms(s.Lib.median()), ms(s.Lib.p95()), ms(s.Direct.median()), ms(s.Direct.p95()), q, s.call().verdict(), controlRatio(s.overheadResult), pairedRatio(s.Lib, s.Direct),
 			float64((s.Lib.median()-s.Direct.median()).Microseconds())/1000, ms(s.Cleanup.median()), s.Procs.Own)
 	}
 	w("\nTarget: ratio of medians ≤ %.2f× at every size. \"cninet's cleanup after DEL\" is the force cleanup's own time as cninet logs it (`network detached … cleanup=`), the part of a Teardown go-cni does not do; \"rules on host\" counts `-A` lines of both `*-save` and every nftables rule (iptables-nft's own tables included).\n\n", overheadTarget)

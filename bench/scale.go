@@ -43,7 +43,7 @@ func overheadScale(r *report) error {
 				}
 				present = size
 			}
-			res, err := b.measure(r.opts.scaleN, fmt.Sprintf("scale-%d", size))
+			res, err := b.measure(r.opts.scaleN, r.opts.noiseCap*r.opts.scaleN, fmt.Sprintf("scale-%d", size))
 			if err != nil {
 				return fmt.Errorf("%s, %d others: %w", set.Name, size, err)
 			}

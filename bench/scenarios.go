@@ -88,6 +88,10 @@ type cyclePhases struct {
 	Registry                                         registryTime
 	Add, Prevent, Del, Cleanup                       time.Duration
 	SetupLock, SetupFind, TeardownLock, TeardownFind time.Duration
+	// Loopback is looking at the workload's lo before and after the
+	// operations whose chain has the loopback plugin (Connect,
+	// Disconnect: "workload's lo checked").
+	Loopback time.Duration
 }
 
 // setupOutside is what of a Setup that took wall its ADDs and the
@@ -115,6 +119,9 @@ var (
 	recordedField  = regexp.MustCompile(`attachment recorded:.* record="?([^"\s]+)`)
 	proofField     = regexp.MustCompile(`network detached:.* record="?([^"\s]+)`)
 	forgottenField = regexp.MustCompile(`attachment forgotten:.* record="?([^"\s]+)`)
+	// The workload's lo looked at before and after an operation.
+	loCheckField   = regexp.MustCompile(`workload's lo checked:.* check="?([^"\s]+)`)
+	loRestoreField = regexp.MustCompile(`workload's lo checked:.* restore="?([^"\s]+)`)
 )
 
 // logDuration is the duration re's first group reads in p, if any.
@@ -150,7 +157,8 @@ func (ph *cyclePhases) addLine(p []byte) {
 		re *regexp.Regexp
 		to *time.Duration
 	}{{cleanupField, &ph.Cleanup}, {preventField, &ph.Prevent}, {delField, &ph.Del}, {addField, &ph.Add},
-		{recordedField, &ph.Registry.Setup}, {proofField, &ph.Registry.Proof}, {forgottenField, &ph.Registry.Removal}} {
+		{recordedField, &ph.Registry.Setup}, {proofField, &ph.Registry.Proof}, {forgottenField, &ph.Registry.Removal},
+		{loCheckField, &ph.Loopback}, {loRestoreField, &ph.Loopback}} {
 		if d, ok := logDuration(f.re, p); ok {
 			*f.to += d
 		}
@@ -158,7 +166,7 @@ func (ph *cyclePhases) addLine(p []byte) {
 	if m := foundLine.FindSubmatch(p); m != nil {
 		lock, _ := time.ParseDuration(string(m[2]))
 		find, _ := time.ParseDuration(string(m[3]))
-		if string(m[1]) == "setup" {
+		if op := string(m[1]); op == "setup" || op == "connect" {
 			ph.SetupLock, ph.SetupFind = ph.SetupLock+lock, ph.SetupFind+find
 		} else {
 			ph.TeardownLock, ph.TeardownFind = ph.TeardownLock+lock, ph.TeardownFind+find
@@ -249,7 +257,7 @@ func overheadScenario(r *report, set pluginSet) error {
 	if err != nil {
 		return err
 	}
-	res, err := b.measure(r.opts.overheadN, "ovh")
+	res, err := b.measure(r.opts.overheadN, r.opts.noiseCap*r.opts.overheadN, "ovh")
 	if err != nil {
 		return err
 	}
@@ -324,6 +332,14 @@ func (b *bench) order(i int) []contender {
 	}[i%6]
 }
 
+// rotation is how many rounds order takes to come round.
+func (b *bench) rotation() int {
+	if b.control == nil {
+		return 2
+	}
+	return 6
+}
+
 // run is one cycle of who, labelled with who in a CPU profile
 // (-cpuprofile; go tool pprof -tagfocus contender=cninet).
 func (b *bench) run(who contender, id string) (ph phases, err error) {
@@ -338,9 +354,11 @@ func (b *bench) run(who contender, id string) (ph phases, err error) {
 }
 
 // measure runs one unmeasured warm-up cycle per contender, then n
-// measured ones each, interleaved with a rotating first, then counts the
-// processes of one more cycle of cninet and of go-cni.
-func (b *bench) measure(n int, prefix string) (overheadResult, error) {
+// measured ones each, interleaved with a rotating first, and more, up to
+// limit each, while cninet/go-cni is within the noise of overheadTarget
+// (moreCycles); then counts the processes of one more cycle of cninet and
+// of go-cni.
+func (b *bench) measure(n, limit int, prefix string) (overheadResult, error) {
 	res := overheadResult{Set: b.set}
 	for _, who := range b.order(0) {
 		if _, err := b.run(who, fmt.Sprintf("%s-warm-%d", prefix, who)); err != nil {
@@ -348,7 +366,16 @@ func (b *bench) measure(n int, prefix string) (overheadResult, error) {
 		}
 	}
 	b.log.take()
-	for i := 0; i < n; i++ {
+	for i := 0; ; i++ {
+		if i >= n {
+			more := moreCycles(ratio(res.Lib.median(), res.Direct.median()), overheadTarget, res.noise(), i, b.rotation(), limit)
+			if more == 0 {
+				break
+			}
+			fmt.Fprintf(os.Stderr, "bench:   %s: cninet/go-cni %.3f is within ±%.1f %% of its target after %d cycles: %d more\n",
+				prefix, ratio(res.Lib.median(), res.Direct.median()), 100*noiseMargin(res.noise(), i), i, more)
+			n = i + more
+		}
 		for _, who := range b.order(i) {
 			ph, err := b.run(who, fmt.Sprintf("%s-%d-%d", prefix, i, who))
 			if err != nil {

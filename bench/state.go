@@ -126,6 +126,20 @@ type overheadResult struct {
 	Control, ControlSetup, ControlTeardown sample
 }
 
+// noise is the spread of the cycles' ratio when nothing differs: the
+// control's pairs with go-cni, or cninet's where the run had no control.
+func (o overheadResult) noise() float64 {
+	if len(o.Control) > 0 {
+		return spread(o.Direct, o.Control)
+	}
+	return spread(o.Direct, o.Lib)
+}
+
+// call judges cninet/go-cni against overheadTarget at that noise.
+func (o overheadResult) call() ratioCall {
+	return callRatio(o.Lib, o.Direct, o.noise(), overheadTarget)
+}
+
 // cpuSamples is the CPU of one half of each cycle: in the bench process
 // and in its children; and the bench process's Go heap allocations and
 // finished collections.

@@ -18,6 +18,7 @@ import (
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 	"github.com/seed1280861d/cninet/internal/thick"
+	"github.com/seed1280861d/cninet/internal/thickwire"
 )
 
 // thickResult is thick mode measured: libcni's cnitool ADD+DEL through the
@@ -67,6 +68,18 @@ type thickSplit struct {
 	// exit, cnitool's output and exit). Timestamps of the log are in ms.
 	Before, After time.Duration
 	Phases        cyclePhases // cninet in the daemon
+	// AddHandoff and DelHandoff are each command taken apart at every
+	// step on both sides (thick_handoff.go).
+	AddHandoff, DelHandoff handoff
+}
+
+// noise is the spread of the cycles' ratio: there is no control, so the
+// pairs of shim and direct cycles stand for it.
+func (t *thickResult) noise() float64 { return spread(t.Direct, t.Shim) }
+
+// call judges shim/direct against thickTarget at that noise.
+func (t *thickResult) call() ratioCall {
+	return callRatio(t.Shim, t.Direct, t.noise(), thickTarget)
 }
 
 // plugins is the plugins' time in the daemon: cninet's ADD and DEL, each
@@ -123,6 +136,10 @@ type thickRig struct {
 	socket, confDir, cache string
 	debugLog               io.Writer // when set, the daemon's log is also written here
 	log                    *thickLog
+	// shimTimes is the file the shims write their moments to
+	// (CNINET_SHIM_TIMES), read from shimTimesRead on.
+	shimTimes     string
+	shimTimesRead int64
 }
 
 // thickScenario: cnitool ADD+DEL through the shim vs. on the delegate, on
@@ -144,7 +161,16 @@ func thickScenario(r *report) error {
 	}
 	rig.log.forget()
 	res.CyclesLoad[0] = loadavg()
-	for i := range r.opts.thickN {
+	for i, n := 0, r.opts.thickN; ; i++ {
+		if i >= n {
+			more := moreCycles(ratio(res.Shim.median(), res.Direct.median()), thickTarget, res.noise(), i, 2, r.opts.noiseCap*r.opts.thickN)
+			if more == 0 {
+				break
+			}
+			fmt.Fprintf(os.Stderr, "bench:   shim/direct %.3f is within ±%.1f %% of its target after %d cycles: %d more\n",
+				ratio(res.Shim.median(), res.Direct.median()), 100*noiseMargin(res.noise(), i), i, more)
+			n = i + more
+		}
 		for _, shim := range []bool{i%2 == 0, i%2 != 0} {
 			c, err := rig.cycle(shim, 28901+i%50)
 			if err != nil {
@@ -220,7 +246,7 @@ func prepareThickRig(set pluginSet) (*thickRig, error) {
 	rig := &thickRig{set: set, tool: tool, shimDir: filepath.Join(tmp, "bin"), shimNet: filepath.Join(tmp, "shim.d"),
 		directNet: filepath.Join(tmp, "direct.d"), confDir: filepath.Join(tmp, "delegates"),
 		socket: filepath.Join(tmp, "run", "cninet.sock"), cache: filepath.Join("/var/lib/cni", "cninet-bench-daemon"),
-		log: newThickLog()}
+		log: newThickLog(), shimTimes: filepath.Join(tmp, "shim-times.log")}
 	for _, cmd := range []string{"cninet", "cninet-shim"} {
 		build := exec.Command("go", "build", "-o", filepath.Join(rig.shimDir, cmd), "./cmd/"+cmd)
 		build.Dir = ".."
@@ -314,6 +340,9 @@ func (rig *thickRig) cnitool(shim bool, verb, netns string, hostPort int) error 
 	}
 	cmd.Env = append(os.Environ(), "NETCONFPATH="+netconf, "CNI_PATH="+path,
 		fmt.Sprintf(`CAP_ARGS={"portMappings": [{"hostPort": %d, "containerPort": 8080, "protocol": "tcp"}]}`, hostPort))
+	if shim {
+		cmd.Env = append(cmd.Env, thickwire.ShimTimesEnv+"="+rig.shimTimes)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
@@ -361,6 +390,13 @@ func (rig *thickRig) cycle(shim bool, hostPort int) (thickSplit, error) {
 	c.Before = add.start().Sub(addStart) + del.start().Sub(delStart)
 	c.After = delStart.Sub(add.at) + end.Sub(del.at)
 	c.Phases = rig.log.phasesOf(id)
+	shims, read, err := shimTimes(rig.shimTimes, rig.shimTimesRead)
+	if err != nil {
+		return c, err
+	}
+	rig.shimTimesRead = read
+	c.AddHandoff = handoffOf(addStart, delStart, shims[id+" ADD"], add.steps)
+	c.DelHandoff = handoffOf(delStart, end, shims[id+" DEL"], del.steps)
 	return c, nil
 }
 
@@ -475,9 +511,13 @@ func (r *report) thickSection(w writer) {
 	q := ratio(t.Shim.median(), t.Direct.median())
 	w("| plugin set | cycles | shim median | p95 | delegate directly median | p95 | ratio (median) | | paired ratio | shim − directly (paired mean) |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	w("| %s | %d | %s | %s | %s | %s | **%.3f×** | %s | %.3f× | %s |\n\n", t.Set.Name, len(t.Shim), ms(t.Shim.median()), ms(t.Shim.p95()),
-		ms(t.Direct.median()), ms(t.Direct.p95()), q, verdict(q <= thickTarget), pairedRatio(t.Shim, t.Direct), pairedString(t.Shim, t.Direct))
+		ms(t.Direct.median()), ms(t.Direct.p95()), q, t.call().verdict(), pairedRatio(t.Shim, t.Direct), pairedString(t.Shim, t.Direct))
 	w("Target: ratio of medians ≤ %.2f×. The shim's extra work per command: one process exec and an HTTP request over the unix socket; the daemon runs the same plugins through cninet (registry, prevention, DEL, force cleanup), with its own libcni cache.\n\n", thickTarget)
-	r.thickSplitTable(w, t)
+	if len(t.Split) > 0 && t.Split[0].AddHandoff.Parts != nil {
+		r.handoffTable(w, t)
+	} else {
+		r.thickSplitTable(w, t)
+	}
 	r.thickBurstTable(w, t)
 }
 
@@ -566,7 +606,7 @@ func (r *report) thickTargets(w writer) {
 		return
 	}
 	q := ratio(t.Shim.median(), t.Direct.median())
-	w("| thick mode, %s: cnitool through the shim / on the delegate, median ≤ %.2f× | %.3f× | %s |\n", t.Set.Name, thickTarget, q, verdict(q <= thickTarget))
+	w("| thick mode, %s: cnitool through the shim / on the delegate, median ≤ %.2f× | %.3f× | %s |\n", t.Set.Name, thickTarget, q, t.call().verdict())
 	var shimAdd, directAdd sample
 	for _, b := range t.Bursts {
 		if b.Shim {

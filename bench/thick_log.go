@@ -19,14 +19,16 @@ type thickLog struct {
 	mu       sync.Mutex
 	lines    lineSplitter
 	requests map[string]daemonRequest // by container id and command: "ID ADD"
+	steps    map[string]moments       // likewise, from the "request steps" lines
 	phases   map[string]*cyclePhases  // by container id (alloc_id)
 	seen     chan struct{}            // signalled on every request line
 }
 
-// daemonRequest is one request line of the daemon.
+// daemonRequest is one request line of the daemon, and its steps.
 type daemonRequest struct {
-	at               time.Time // the line's time: the answer was written just before
+	at               time.Time // the line's time: the answer was written just after
 	duration, queued time.Duration
+	steps            moments // from its "request steps" line
 }
 
 // start is when the daemon began handling the request.
@@ -37,7 +39,7 @@ func (r daemonRequest) start() time.Time { return r.at.Add(-r.duration) }
 var requestLine = regexp.MustCompile(`^(\S+) \[INFO\]\s+cninet-daemon: request: command=(\w+) container_id=(\S+) .*duration="?([^"\s]+)"? queued="?([^"\s]+)"?`)
 
 func newThickLog() *thickLog {
-	return &thickLog{requests: map[string]daemonRequest{}, phases: map[string]*cyclePhases{}, seen: make(chan struct{}, 1)}
+	return &thickLog{requests: map[string]daemonRequest{}, steps: map[string]moments{}, phases: map[string]*cyclePhases{}, seen: make(chan struct{}, 1)}
 }
 
 // Write takes what the daemon wrote, in pieces of any size, line by line.
@@ -68,6 +70,14 @@ func (l *thickLog) line(p []byte) {
 	if bytes.Contains(p, []byte("[WARN]")) || bytes.Contains(p, []byte("[ERROR]")) {
 		os.Stderr.Write(p)
 	}
+	if key, m, ok := daemonSteps(p); ok {
+		l.steps[key] = m
+		select {
+		case l.seen <- struct{}{}:
+		default:
+		}
+		return
+	}
 	if m := requestLine.FindSubmatch(p); m != nil {
 		at, err := time.Parse(hclog.TimeFormat, string(m[1]))
 		d, derr := time.ParseDuration(string(m[4]))
@@ -94,25 +104,31 @@ func (l *thickLog) line(p []byte) {
 }
 
 // requestsOf waits, up to timeout, for the request lines of id's ADD and
-// DEL, and returns and forgets them (phasesOf has id's phases: they were
-// logged before the DEL's request line).
+// DEL and their steps lines (written after the answer), and returns and
+// forgets them (phasesOf has id's phases: they were logged before the
+// DEL's request line).
 func (l *thickLog) requestsOf(id string, timeout time.Duration) (add, del daemonRequest, err error) {
 	deadline := time.After(timeout)
 	for {
 		l.mu.Lock()
 		add, okAdd := l.requests[id+" ADD"]
 		del, okDel := l.requests[id+" DEL"]
-		if okAdd && okDel {
-			delete(l.requests, id+" ADD")
-			delete(l.requests, id+" DEL")
+		addSteps, okAddSteps := l.steps[id+" ADD"]
+		delSteps, okDelSteps := l.steps[id+" DEL"]
+		if okAdd && okDel && okAddSteps && okDelSteps {
+			for _, key := range []string{id + " ADD", id + " DEL"} {
+				delete(l.requests, key)
+				delete(l.steps, key)
+			}
 			l.mu.Unlock()
+			add.steps, del.steps = addSteps, delSteps
 			return add, del, nil
 		}
 		l.mu.Unlock()
 		select {
 		case <-l.seen:
 		case <-deadline:
-			return add, del, fmt.Errorf("the daemon logged no request line for the ADD and the DEL of %s within %s", id, timeout)
+			return add, del, fmt.Errorf("the daemon logged no request and steps lines for the ADD and the DEL of %s within %s", id, timeout)
 		}
 	}
 }
@@ -134,5 +150,6 @@ func (l *thickLog) forget() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	clear(l.requests)
+	clear(l.steps)
 	clear(l.phases)
 }

@@ -54,7 +54,7 @@ func newThickRig(t *testing.T, set netsandbox.PluginSet, shimVersion string, met
 	}
 	r := &thickRig{t: t, set: set, nw: newNetwork(t, set, false), tool: tool,
 		daemonBin: netsandbox.BuildCommand(t, "cninet", "./cmd/cninet"),
-		shimDir:   filepath.Dir(netsandbox.BuildCommand(t, "cninet-shim", "./cmd/cninet-shim"))}
+		shimDir:   filepath.Dir(netsandbox.BuildShim(t))}
 	tmp := t.TempDir()
 	r.socket = filepath.Join(tmp, "run", "cninet.sock")
 	r.confDir, r.netDir = filepath.Join(tmp, "delegates"), filepath.Join(tmp, "net.d")

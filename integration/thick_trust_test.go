@@ -26,7 +26,7 @@ const otherUser = 65534
 // (a sticky shared one such as /tmp, 1777) or another user owns, naming it
 // and leaving it as it was; a private directory it makes inside a sticky
 // shared one serves cnitool through the shim, the shared one keeping its
-// mode. The shim's own DEL (daemon down) refuses an info file root does
+// mode. The DEL cninet runs for the shim (daemon down) refuses an info file root does
 // not own or others may write, naming it, and runs nothing until it is
 // fixed.
 func TestThickSocketDirectoryTrust(t *testing.T) {
@@ -125,7 +125,7 @@ func TestThickSocketDirectoryTrust(t *testing.T) {
 		wantDir(t, shared, 0, fs.ModeSticky|0o777, "after the daemon stopped")
 	})
 
-	t.Run("the shim's own DEL refuses an info file that is not root's or that others may write, and runs nothing until it is fixed", func(t *testing.T) {
+	t.Run("the DEL cninet runs for the shim refuses an info file that is not root's or that others may write, and runs nothing until it is fixed", func(t *testing.T) {
 		r := newThickRig(t, set, "1.1.0", false)
 		info := thick.InfoPath(r.socket)
 		wantFile(t, info, 0, 0o600, "written by the daemon")
@@ -136,7 +136,7 @@ func TestThickSocketDirectoryTrust(t *testing.T) {
 		if len(attached) == 0 {
 			t.Fatal("the ADD left no trace on the host: the test could not tell a DEL that ran from one that did not")
 		}
-		r.kill() // the runtime's DEL now runs in the shim, with the info file
+		r.kill() // the runtime's DEL now runs in cninet shim-del, with the info file
 		dir := filepath.Dir(info)
 		tampers := []struct {
 			name         string

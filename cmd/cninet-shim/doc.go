@@ -4,28 +4,45 @@
 // neighbour-safe, leak-free attachments. The conflist's "socket" names
 // the daemon's socket (default /run/cninet/cninet.sock); the daemon runs
 // its own conflist of the same name. It speaks CNI 0.3.0 to 1.1.0 and
-// prints results in the version of the config it was given. It never
-// waits on the daemon without bound: a daemon silent past the silence
-// limit (5s), or without an answer past the config's "timeout", is one
-// that did not answer. A DEL the daemon does not answer (down, stopped,
-// stalled) still detaches and cleans up, in this process; an answer, an
-// error included, always goes to the runtime as it is. See
-// docs/thick-mode.md.
+// prints results in the version of the config it was given (the daemon
+// sends them so). It never waits on the daemon without bound: a daemon
+// silent past the silence limit (5s), or without an answer past the
+// config's "timeout", is one that did not answer. A DEL the daemon does
+// not answer (down, stopped, stalled) still detaches and cleans up: the
+// shim runs `cninet shim-del` for it (the config's "cninet", else the
+// cninet beside the shim); an answer, an error included, always goes to
+// the runtime as it is. See docs/thick-mode.md.
+//
+// The shim is exec'd for every CNI command, so it links only what it
+// needs to speak CNI and HTTP over the socket (cmd/cninet's deps_test
+// holds the list): no os, fmt, reflect, net, encoding/json or CNI
+// library, and of cninet only internal/thickwire. The few bytes of JSON
+// and HTTP/1.1 it needs it reads and writes itself, and tests hold them
+// to what encoding/json, net/http and skel do.
 //
 // # Reading order
 //
-//   - main.go: the CNI versions the shim accepts (its VERSION answer
-//     names cninet's version too), and main, which hands each CNI command
-//     to the shim through skel.
-//   - shim.go: the shim: its config (the "socket", the "timeout"),
-//     forward (one request to the daemon over HTTP on the unix socket,
-//     waiting for its acknowledgement within the silence limit and for
-//     its answer until the deadline; the daemon's CNI error passed on
-//     unchanged), noAnswer and the CNI code of a daemon that gave none,
-//     and del, which runs the DEL in this process (internal/thick's Del,
-//     with the daemon's info file only when root wrote it) when the
-//     daemon gave no answer.
+//   - main.go: main, cninet's version in the VERSION answer, and plain
+//     reads and writes of the standard streams.
+//   - cni.go: the CNI front, as libcni's skel reads a plugin's
+//     environment and stdin (the same checks, the same codes, in the
+//     same order), and cniError, printed as skel prints one.
+//   - shim.go: the commands: the request (the runtime's command as the
+//     daemon decodes it), forward (one request to the daemon, waiting for
+//     its acknowledgement within the silence limit and for its answer
+//     until the deadline; the daemon's CNI error passed on unchanged),
+//     noAnswer and the CNI code of a daemon that gave none.
+//   - config.go: what the shim reads of its config: the "socket", the
+//     "timeout" and "cninet".
+//   - fallback.go: a DEL the daemon gave no answer to, run by `cninet
+//     shim-del` (found, checked and exec'd), whose answer is passed on.
+//   - conn.go: the unix socket, each call bounded by the time left.
+//   - http.go: the POST and the answers, as HTTP/1.1 has them.
+//   - json.go: reading a JSON object's string members as encoding/json
+//     reads them, and writing strings as it writes them.
+//   - version.go: cninet's version from the executable's build info.
+//   - times.go: the moments of each step, for the benchmarks'
+//     breakdown (CNINET_SHIM_TIMES).
 //
-// The request and its validation, the daemon's info file and the result
-// conversion live in internal/thick, shared with the daemon.
+// What the shim and the daemon must agree on is in internal/thickwire.
 package main

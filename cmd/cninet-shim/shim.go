@@ -1,183 +1,194 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"net/http/httptrace"
-	"net/textproto"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync"
-	"sync/atomic"
+	"strconv"
+	"syscall"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/types"
-	"github.com/hashicorp/go-hclog"
-	"github.com/seed1280861d/cninet"
-	"github.com/seed1280861d/cninet/internal/buildinfo"
-	"github.com/seed1280861d/cninet/internal/thick"
+	"github.com/seed1280861d/cninet/internal/thickwire"
 )
 
 // shim runs the CNI commands; its fields are the seams tests replace.
 type shim struct {
 	stdout io.Writer
-	// tweaks change the Config of the in-process DEL's Configurator.
-	tweaks []func(*cninet.Config)
+	// version is cninet's version, sent with each request.
+	version string
+	// owner is the calling runtime's executable name ("" when it cannot
+	// be told): the owner of its attachments when the config names none.
+	owner func() string
+	// exeDir is the directory of the shim's executable, where its DEL
+	// finds cninet when the config names none.
+	exeDir func() (string, error)
 	// dialTimeout bounds reaching the daemon (within the silence limit).
 	dialTimeout time.Duration
 	// answerGrace is how long past the request's deadline the shim still
 	// waits for the daemon's final answer.
 	answerGrace time.Duration
-	// delTimeout bounds the in-process DEL.
-	delTimeout time.Duration
+	// times, when asked for, records the moments of the command's steps.
+	times *times
 }
 
 func newShim(stdout io.Writer) *shim {
-	return &shim{stdout: stdout, dialTimeout: 3 * time.Second, answerGrace: thick.AnswerGrace, delTimeout: 2 * time.Minute}
+	return &shim{stdout: stdout, owner: runtimeName, exeDir: exeDir, dialTimeout: 3 * time.Second,
+		answerGrace: thickwire.AnswerGrace, times: &times{}}
 }
 
-// config is what the shim reads of its own config: the conf, the daemon's
-// socket and how long command may wait for it.
-func config(args *skel.CmdArgs, command string) (*thick.NetConf, string, thick.Limits, error) {
-	var conf thick.NetConf
-	if err := json.Unmarshal(args.StdinData, &conf); err != nil {
-		return nil, "", thick.Limits{}, types.NewError(types.ErrDecodingFailure, "cninet-shim: config is not a CNI network config", err.Error())
-	}
-	socket := conf.Socket
-	if socket == "" {
-		socket = thick.DefaultSocket
-	}
-	if !filepath.IsAbs(socket) || filepath.Clean(socket) != socket {
-		return nil, "", thick.Limits{}, types.NewError(types.ErrInvalidNetworkConfig,
-			fmt.Sprintf("cninet-shim: socket %q, want a clean absolute path (like %q): the daemon's info file beside it is found by it", socket, filepath.Clean("/"+socket)), "")
-	}
-	limits, err := thick.ShimLimits(&conf, command)
-	if err != nil {
-		return nil, "", thick.Limits{}, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
-	}
-	return &conf, socket, limits, nil
-}
-
-func request(command string, args *skel.CmdArgs) thick.Request {
-	return thick.Request{Command: command, ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName,
-		Args: args.Args, Path: args.Path, Config: args.StdinData, Owner: runtimeName()}
+func (s *shim) commands() cniCommands {
+	return cniCommands{Add: s.add, Del: s.del, Check: s.check, Status: s.status, GC: s.gc}
 }
 
 // runtimeName is the calling runtime's executable name (containerd,
 // crio, podman, cnitool …): the owner of its attachments when the shim's
 // config names none. "" when it cannot be told.
 func runtimeName() string {
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", os.Getppid()))
+	exe, err := readlink("/proc/" + strconv.Itoa(syscall.Getppid()) + "/exe")
 	if err != nil {
 		return ""
 	}
-	name := strings.TrimSuffix(filepath.Base(exe), " (deleted)")
-	if thick.CheckOwner(name) != nil {
+	name := exe[lastSlash(exe)+1:]
+	if n := len(name) - len(" (deleted)"); n > 0 && name[n:] == " (deleted)" {
+		name = name[:n]
+	}
+	if !thickwire.IsOwnerName(name) {
 		return ""
 	}
 	return name
 }
 
-func (s *shim) add(args *skel.CmdArgs) error {
-	conf, socket, limits, err := config(args, thick.CmdAdd)
+// exeDir is the directory of the shim's executable file, symbolic
+// links resolved (/proc/self/exe).
+func exeDir() (string, error) {
+	exe, err := readlink("/proc/self/exe")
 	if err != nil {
-		return err
+		return "", err
 	}
-	body, err := s.forward(socket, request(thick.CmdAdd, args), limits)
-	if err != nil {
-		return noAnswerIs(err, types.ErrTryAgainLater)
-	}
-	res, err := thick.ConvertResult(body, conf.CNIVersion)
-	if err != nil {
-		return types.NewError(types.ErrDecodingFailure, "cninet-shim: the daemon's result", err.Error())
-	}
-	return res.PrintTo(s.stdout)
+	return exe[:max(lastSlash(exe), 1)], nil
 }
 
-func (s *shim) check(args *skel.CmdArgs) error {
-	return s.forwardOnly(args, thick.CmdCheck, types.ErrTryAgainLater)
+// readlink is the target of the symbolic link at path.
+func readlink(path string) (string, error) {
+	for size := 256; ; size *= 4 { // a small buffer first: most paths fit
+		buf := make([]byte, size)
+		n, err := syscall.Readlink(path, buf)
+		if err != nil {
+			return "", syscallError("readlink "+path, err)
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
 }
-func (s *shim) status(args *skel.CmdArgs) error {
-	return s.forwardOnly(args, thick.CmdStatus, types.ErrPluginNotAvailable)
+
+func lastSlash(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '/' {
+			return i
+		}
+	}
+	return -1
 }
-func (s *shim) gc(args *skel.CmdArgs) error {
-	return s.forwardOnly(args, thick.CmdGC, types.ErrTryAgainLater)
+
+// add forwards the ADD and prints the daemon's result, which it sends in
+// the CNI version of the config.
+func (s *shim) add(args *cniArgs) error {
+	conf, cerr := readConfig(args.StdinData, thickwire.CmdAdd)
+	if cerr != nil {
+		return cerr
+	}
+	result, err := s.forward(conf, s.request(thickwire.CmdAdd, args, conf))
+	if err != nil {
+		return noAnswerIs(err, codeTryAgainLater)
+	}
+	if _, err := s.stdout.Write(result); err != nil {
+		return newError(codeIOFailure, "cninet-shim: printing the result: "+err.Error(), "")
+	}
+	s.times.mark("printed")
+	return nil
+}
+
+func (s *shim) check(args *cniArgs) error {
+	return s.forwardOnly(args, thickwire.CmdCheck, codeTryAgainLater)
+}
+func (s *shim) status(args *cniArgs) error {
+	return s.forwardOnly(args, thickwire.CmdStatus, codePluginNotAvailable)
+}
+func (s *shim) gc(args *cniArgs) error {
+	return s.forwardOnly(args, thickwire.CmdGC, codeTryAgainLater)
 }
 
 // forwardOnly forwards a command whose answer is success or an error;
 // a daemon that does not answer is CNI error code.
-func (s *shim) forwardOnly(args *skel.CmdArgs, command string, code uint) error {
-	_, socket, limits, err := config(args, command)
-	if err != nil {
-		return err
+func (s *shim) forwardOnly(args *cniArgs, command string, code uint) error {
+	conf, cerr := readConfig(args.StdinData, command)
+	if cerr != nil {
+		return cerr
 	}
-	_, err = s.forward(socket, request(command, args), limits)
+	_, err := s.forward(conf, s.request(command, args, conf))
 	return noAnswerIs(err, code)
 }
 
 // del forwards the DEL; when the daemon gives no answer (cannot be
 // reached, silent past the silence limit, or no final answer by the
-// deadline), the shim detaches the attachment itself, with the daemon's
+// deadline), cninet runs it instead (delByCninet), with the daemon's
 // conf dir, plugins, cache and registry: a DEL must never leave state
 // behind because a daemon is down or stuck. An answer, error or not, is
 // the runtime's: the daemon ran the DEL or decided not to (busy, an
-// xtables lock held), and running it here as well would defeat that.
-func (s *shim) del(args *skel.CmdArgs) error {
-	conf, socket, limits, err := config(args, thick.CmdDel)
-	if err != nil {
-		return err
+// xtables lock held), and running it again would defeat that.
+func (s *shim) del(args *cniArgs) error {
+	conf, cerr := readConfig(args.StdinData, thickwire.CmdDel)
+	if cerr != nil {
+		return cerr
 	}
-	_, err = s.forward(socket, request(thick.CmdDel, args), limits)
+	req := s.request(thickwire.CmdDel, args, conf)
+	_, err := s.forward(conf, req)
 	var none *noAnswer
 	if !errors.As(err, &none) {
 		return err
 	}
-	if ferr := s.delHere(socket, args, conf); ferr != nil {
-		return thick.ErrorFor(fmt.Errorf("cninet-shim: %v; the DEL run in the shim instead failed: %w", err, ferr))
-	}
-	return nil
+	return s.delByCninet(conf, req.body(), none)
 }
 
-// delHere is the daemon's DEL, run in this process with the daemon's
-// info (thick.ReadInfo: an untrusted one is refused, and then nothing
-// runs), under the host registry's locks, which serialise it with a
-// daemon that wakes up and runs the same DEL.
-func (s *shim) delHere(socket string, args *skel.CmdArgs, conf *thick.NetConf) error {
-	req := request(thick.CmdDel, args)
-	reqConf, err := decodeOwn(req)
-	if err != nil {
-		return err
-	}
-	info, _, err := thick.ReadInfo(socket, filepath.SplitList(args.Path))
-	if err != nil {
-		return err
-	}
-	c, err := thick.ConfiguratorForDel(info, &req, reqConf, hclog.NewNullLogger(), nil, s.tweaks...)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), s.delTimeout)
-	defer cancel()
-	return thick.Del(ctx, c, &req, reqConf)
+// request is one command as the daemon gets it.
+type request struct {
+	command         string
+	args            *cniArgs
+	owner, version  string
+	ackBy, deadline time.Time
+	limits          thickwire.Limits
 }
 
-// decodeOwn validates the request as the daemon would.
-func decodeOwn(req thick.Request) (*thick.NetConf, error) {
-	b, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
+// request is command with args under conf, its limits counted from now.
+func (s *shim) request(command string, args *cniArgs, conf *config) *request {
+	now := time.Now()
+	return &request{command: command, args: args, owner: s.owner(), version: s.version,
+		ackBy: now.Add(conf.limits.Silence), deadline: now.Add(conf.limits.Timeout), limits: conf.limits}
+}
+
+// body is the request as JSON, in the shape of internal/thick's Request.
+func (r *request) body() []byte {
+	a := r.args
+	b := make([]byte, 0, 256+len(a.StdinData))
+	b = appendString(append(b, `{"command":`...), r.command)
+	for _, f := range []struct{ name, value string }{
+		{"containerID", a.ContainerID}, {"netns", a.Netns}, {"ifName", a.IfName}, {"args", a.Args}, {"path", a.Path},
+	} {
+		if f.value != "" {
+			b = appendString(append(b, `,"`+f.name+`":`...), f.value)
+		}
 	}
-	_, conf, err := thick.DecodeRequest(bytes.NewReader(b))
-	return conf, err
+	b = append(append(b, `,"config":`...), a.StdinData...)
+	if r.owner != "" {
+		b = appendString(append(b, `,"owner":`...), r.owner)
+	}
+	b = strconv.AppendInt(append(b, `,"protocol":`...), thickwire.ProtocolVersion, 10)
+	if r.version != "" {
+		b = appendString(append(b, `,"shimVersion":`...), r.version)
+	}
+	b = append(appendTime(append(b, `,"ackBy":"`...), r.ackBy), '"')
+	b = append(appendTime(append(b, `,"deadline":"`...), r.deadline), '"')
+	return append(b, '}')
 }
 
 // noAnswer: the daemon gave no answer to a request: it could not be
@@ -192,7 +203,7 @@ type noAnswer struct {
 }
 
 func (n *noAnswer) Error() string {
-	return fmt.Sprintf("cninet daemon at %s %s: %v", n.socket, n.why, n.err)
+	return "cninet daemon at " + n.socket + " " + n.why + ": " + n.err.Error()
 }
 
 func (n *noAnswer) Unwrap() error { return n.err }
@@ -202,113 +213,108 @@ func (n *noAnswer) Unwrap() error { return n.err }
 func noAnswerIs(err error, code uint) error {
 	var none *noAnswer
 	if errors.As(err, &none) {
-		return types.NewError(code, none.Error(), "is cninet daemon running? (systemctl status cninet)")
+		return newError(code, none.Error(), "is cninet daemon running? (systemctl status cninet)")
 	}
 	return err
 }
 
-// forward posts req to the daemon at socket and returns its answer's
-// body; the daemon's CNI error comes back as the *types.Error it sent,
-// no answer as a *noAnswer. It waits limits.Silence for the first
-// response headers (the daemon's acknowledgement or its answer), then,
-// once acknowledged, until the request's deadline (limits.Timeout) plus
-// the grace for the final answer. Each limit is a deadline on the
-// connection, so a daemon that reads nothing (its socket buffer full)
-// cannot block the sending either.
-func (s *shim) forward(socket string, req thick.Request, limits thick.Limits) ([]byte, error) {
-	start := time.Now()
-	ackBy, deadline := start.Add(limits.Silence), start.Add(limits.Timeout)
-	req.Protocol, req.ShimVersion, req.AckBy, req.Deadline = thick.ProtocolVersion, buildinfo.Version(), &ackBy, &deadline
-	b, err := json.Marshal(req)
+// forward posts req to the daemon at conf's socket and returns its
+// answer's body; the daemon's CNI error comes back as the *cniError it
+// sent, no answer as a *noAnswer. It waits limits.Silence for the first
+// answer (the daemon's acknowledgement or its final answer), then, once
+// acknowledged, until the request's deadline plus the grace for the
+// final answer. Each limit bounds every system call on the connection,
+// so a daemon that reads nothing (its socket buffer full) cannot block
+// the sending either.
+func (s *shim) forward(conf *config, req *request) ([]byte, error) {
+	socket := conf.socket
+	c, err := dialUnix(socket, minTime(req.ackBy, time.Now().Add(s.dialTimeout)))
 	if err != nil {
-		return nil, types.NewError(types.ErrInternal, "cninet-shim: encoding the request", err.Error())
+		return nil, &noAnswer{socket: socket, why: "is unreachable", err: err}
 	}
-	conn := &waitedConn{}
-	client := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			d := net.Dialer{Timeout: s.dialTimeout, Deadline: ackBy}
-			c, err := d.DialContext(ctx, "unix", socket)
-			if err != nil {
-				return nil, err
-			}
-			conn.set(c, ackBy)
-			return c, nil
-		},
-		DisableKeepAlives: true,
-	}}
-	var acknowledged atomic.Bool
-	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
-		if code == thick.StatusAcknowledged {
-			acknowledged.Store(true)
-			conn.extend(deadline.Add(s.answerGrace))
+	defer c.close()
+	s.times.mark("dialed")
+	body := req.body()
+	if err := c.write(append(postHead(len(body), req.command, req.version, req.ackBy, req.deadline), body...), req.ackBy); err != nil {
+		return nil, whyNoAnswer(socket, false, req.limits, s.answerGrace, err)
+	}
+	s.times.mark("sent")
+	r := &answerReader{c: c, by: req.ackBy}
+	acknowledged := false
+	var h answerHead
+	for {
+		if h, err = r.head(); err != nil {
+			return nil, whyNoAnswer(socket, acknowledged, req.limits, s.answerGrace, err)
 		}
+		if h.code >= 200 {
+			break
+		}
+		if h.code == thickwire.StatusAcknowledged && !acknowledged {
+			acknowledged = true
+			r.by = req.deadline.Add(s.answerGrace)
+			s.times.mark("acknowledged")
+		}
+	}
+	s.times.mark("answered")
+	r.by = time.Now().Add(req.limits.Silence) // the body comes with the head
+	answer, err := r.body(h)
+	if err != nil {
+		return nil, newError(codeTryAgainLater, "cninet daemon at "+socket+" answered "+h.status+", but the answer was cut short", err.Error())
+	}
+	s.times.mark("read")
+	if h.code == 200 {
+		return answer, nil
+	}
+	if cerr := readError(answer); cerr != nil {
+		return nil, cerr
+	}
+	return nil, newError(codeInternal, "cninet daemon at "+socket+" answered "+h.status+" without a CNI error", string(answer))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// readError reads a CNI error object (code, msg, details); nil when
+// data is none or its code is missing or 0.
+func readError(data []byte) *cniError {
+	members, err := readObject(data)
+	if err != nil {
 		return nil
-	}}
-	post, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, "http://cninet"+thick.RequestPath, bytes.NewReader(b))
-	if err != nil {
-		return nil, types.NewError(types.ErrInternal, "cninet-shim: the request", err.Error())
 	}
-	post.Header.Set("Content-Type", "application/json")
-	req.SetHead(post.Header) // the daemon queues the request by its head and reads the body once a slot is free
-	resp, err := client.Do(post)
-	if err != nil {
-		return nil, conn.noAnswer(socket, acknowledged.Load(), limits, s.answerGrace, err)
+	var cerr cniError
+	for _, m := range members {
+		if equalFold(m.name, "code") {
+			n, err := strconv.ParseUint(string(m.value), 10, 0)
+			if err != nil {
+				return nil
+			}
+			cerr.Code = uint(n)
+		}
 	}
-	defer resp.Body.Close()
-	conn.extend(time.Now().Add(limits.Silence)) // the body comes with the headers
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("cninet daemon at %s answered %s, but the answer was cut short", socket, resp.Status), err.Error())
+	msg, err1 := stringMember(members, "msg")
+	details, err2 := stringMember(members, "details")
+	if cerr.Code == 0 || err1 != nil || err2 != nil {
+		return nil
 	}
-	if resp.StatusCode == http.StatusOK {
-		return body, nil
-	}
-	cerr := &types.Error{}
-	if err := json.Unmarshal(body, cerr); err != nil || cerr.Code == 0 {
-		return nil, types.NewError(types.ErrInternal, fmt.Sprintf("cninet daemon at %s answered %s without a CNI error", socket, resp.Status), string(body))
-	}
-	return nil, cerr
+	cerr.Msg, cerr.Details = msg, details
+	return &cerr
 }
 
-// waitedConn is the one connection of a request, once dialed, and the
-// deadline the shim waits on it until.
-type waitedConn struct {
-	mu sync.Mutex
-	c  net.Conn
-}
-
-func (w *waitedConn) set(c net.Conn, deadline time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.c = c
-	c.SetDeadline(deadline)
-}
-
-// extend moves the deadline to t.
-func (w *waitedConn) extend(t time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.c != nil {
-		w.c.SetDeadline(t)
-	}
-}
-
-// noAnswer says why a request failed without an answer.
-func (w *waitedConn) noAnswer(socket string, acknowledged bool, limits thick.Limits, grace time.Duration, err error) error {
-	w.mu.Lock()
-	dialed := w.c != nil
-	w.mu.Unlock()
-	var netErr net.Error
-	timedOut := errors.As(err, &netErr) && netErr.Timeout()
+// whyNoAnswer says why a request failed without an answer.
+func whyNoAnswer(socket string, acknowledged bool, limits thickwire.Limits, grace time.Duration, err error) error {
+	var timeout *timeoutError
+	timedOut := errors.As(err, &timeout)
 	switch {
-	case !dialed:
-		return &noAnswer{socket: socket, why: "is unreachable", err: err}
 	case acknowledged && timedOut:
-		return &noAnswer{socket: socket, why: fmt.Sprintf("acknowledged the request but sent no answer within %s", limits.Timeout+grace), err: err}
+		return &noAnswer{socket: socket, why: "acknowledged the request but sent no answer within " + (limits.Timeout + grace).String(), err: err}
 	case acknowledged:
 		return &noAnswer{socket: socket, why: "acknowledged the request, then the connection broke without an answer", err: err}
 	case timedOut:
-		return &noAnswer{socket: socket, why: fmt.Sprintf("did not answer within %s (stopped or stalled)", limits.Silence), err: err}
+		return &noAnswer{socket: socket, why: "did not answer within " + limits.Silence.String() + " (stopped or stalled)", err: err}
 	}
 	return &noAnswer{socket: socket, why: "closed the connection without an answer", err: err}
 }

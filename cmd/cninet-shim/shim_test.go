@@ -1,8 +1,7 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -11,91 +10,213 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/types"
-	"github.com/hashicorp/go-hclog"
-	"github.com/seed1280861d/cninet"
-	"github.com/seed1280861d/cninet/cninettest/fakes"
-	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/buildinfo"
 	"github.com/seed1280861d/cninet/internal/thick"
+	"github.com/seed1280861d/cninet/internal/thickwire"
 )
 
-const result100 = `{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/run/netns/w"}],"ips":[{"address":"198.18.0.5/24","interface":0}]}`
+const result040 = "{\n    \"cniVersion\": \"0.4.0\",\n    \"ips\": [\n        {\n            \"version\": \"4\",\n            \"address\": \"198.18.0.5/24\"\n        }\n    ]\n}"
+
+// received is what a fake daemon got: the request as the daemon decodes
+// it, and its head.
+type received struct {
+	req    *thick.Request
+	conf   *thick.NetConf
+	err    error
+	header http.Header
+}
 
 // fakeDaemon answers every request on a socket in a temp dir with status
-// and body, and records the requests.
-func fakeDaemon(t *testing.T, status int, body string) (socket string, got *[]thick.Request) {
+// and body, and records the requests as the daemon decodes them.
+func fakeDaemon(t *testing.T, status int, body string) (socket string, got func() []received) {
 	t.Helper()
 	socket = filepath.Join(t.TempDir(), "cninet.sock")
 	l, err := net.Listen("unix", socket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reqs := &[]thick.Request{}
+	var mu sync.Mutex
+	var reqs []received
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req thick.Request
-		json.NewDecoder(r.Body).Decode(&req)
-		*reqs = append(*reqs, req)
+		req, conf, err := thick.DecodeRequest(r.Body)
+		mu.Lock()
+		reqs = append(reqs, received{req, conf, err, r.Header})
+		mu.Unlock()
 		w.WriteHeader(status)
 		fmt.Fprint(w, body)
 	})}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
-	return socket, reqs
+	return socket, func() []received {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]received(nil), reqs...)
+	}
 }
 
-func cmdArgs(socket, version string) *skel.CmdArgs { return cmdArgsWithin(socket, version, "") }
+func cmdArgs(socket, version string) *cniArgs { return cmdArgsWithin(socket, version, "") }
 
 // cmdArgsWithin is cmdArgs with the shim config's "timeout" ("": none).
-func cmdArgsWithin(socket, version, timeout string) *skel.CmdArgs {
+func cmdArgsWithin(socket, version, timeout string) *cniArgs {
 	conf := fmt.Sprintf(`{"cniVersion":%q,"name":"web","type":"cninet-shim","socket":%q,"timeout":%q,"runtimeConfig":{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]}}`, version, socket, timeout)
-	return &skel.CmdArgs{ContainerID: "c1", Netns: "/run/netns/w", IfName: "eth0", Args: "K=V", Path: "/opt/cni/bin", StdinData: []byte(conf)}
+	return &cniArgs{ContainerID: "c1", Netns: "/run/netns/w", IfName: "eth0", Args: "K=V", Path: "/opt/cni/bin", StdinData: []byte(conf)}
 }
 
-func TestAddForwardsAndPrintsInTheConfigVersion(t *testing.T) {
-	for _, version := range []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
-		t.Run("a 1.0.0 delegate result is printed as "+version, func(t *testing.T) {
-			socket, reqs := fakeDaemon(t, http.StatusOK, result100)
-			var out strings.Builder
-			if err := newShim(&out).add(cmdArgs(socket, version)); err != nil {
-				t.Fatal(err)
-			}
-			var res struct {
-				CNIVersion string `json:"cniVersion"`
-				IPs        []struct{ Address string }
-			}
-			if err := json.Unmarshal([]byte(out.String()), &res); err != nil || res.CNIVersion != version || len(res.IPs) != 1 || res.IPs[0].Address != "198.18.0.5/24" {
-				t.Fatalf("printed %s (%v), want the address as a %s result", out.String(), err, version)
-			}
-			req := (*reqs)[0]
-			if req.Command != "ADD" || req.ContainerID != "c1" || req.NetNS != "/run/netns/w" || req.IfName != "eth0" || req.Args != "K=V" ||
-				!strings.Contains(string(req.Config), `"portMappings"`) {
-				t.Fatalf("forwarded %+v, want the runtime's id, netns, ifname, args and config", req)
-			}
-		})
+// testShim is a shim writing to out, owned by "cnitool", whose DEL finds
+// cninet in dir.
+func testShim(out io.Writer, dir string) *shim {
+	s := newShim(out)
+	s.version = "v0.0.0-test"
+	s.owner = func() string { return "cnitool" }
+	s.exeDir = func() (string, error) { return dir, nil }
+	return s
+}
+
+// The daemon answers an ADD in the config's version (protocol 3): the
+// shim prints the answer as it came, and the daemon gets the runtime's
+// request, which it decodes as its own.
+func TestAddForwardsAndPrintsTheAnswer(t *testing.T) {
+	socket, got := fakeDaemon(t, http.StatusOK, result040)
+	var out strings.Builder
+	if err := testShim(&out, t.TempDir()).add(cmdArgs(socket, "0.4.0")); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != result040 {
+		t.Fatalf("printed %q, want the daemon's answer %q", out.String(), result040)
+	}
+	r := got()[0]
+	if r.err != nil {
+		t.Fatalf("the daemon cannot decode the request: %v", r.err)
+	}
+	req := r.req
+	if req.Command != "ADD" || req.ContainerID != "c1" || req.NetNS != "/run/netns/w" || req.IfName != "eth0" || req.Args != "K=V" ||
+		req.Path != "/opt/cni/bin" || req.Owner != "cnitool" || r.conf.Name != "web" || !strings.Contains(string(req.Config), `"portMappings"`) {
+		t.Fatalf("forwarded %+v, want the runtime's id, netns, ifname, args, path, owner and config", req)
+	}
+}
+
+// Every request names the shim's protocol and release, and when the
+// shim stops waiting for the acknowledgement and for the answer, in its
+// head and its body alike.
+func TestRequestsCarryTheShimsProtocolAndLimits(t *testing.T) {
+	socket, got := fakeDaemon(t, http.StatusOK, "{}")
+	before := time.Now()
+	if err := testShim(&strings.Builder{}, t.TempDir()).check(cmdArgsWithin(socket, "1.1.0", "45s")); err != nil {
+		t.Fatal(err)
+	}
+	r := got()[0]
+	req := r.req
+	if r.err != nil || req.Protocol != thickwire.ProtocolVersion || req.ShimVersion != "v0.0.0-test" {
+		t.Errorf("protocol %d, shim version %q (%v); want %d, v0.0.0-test", req.Protocol, req.ShimVersion, r.err, thickwire.ProtocolVersion)
+	}
+	if req.AckBy == nil || req.AckBy.Before(before.Add(thickwire.SilenceLimit)) || req.AckBy.After(time.Now().Add(thickwire.SilenceLimit)) {
+		t.Errorf("ackBy %v, want %s after the request", req.AckBy, thickwire.SilenceLimit)
+	}
+	if req.Deadline == nil || req.Deadline.Before(before.Add(45*time.Second)) || req.Deadline.After(time.Now().Add(45*time.Second)) {
+		t.Errorf("deadline %v, want the configured 45s after the request", req.Deadline)
+	}
+	head, ok, err := thick.RequestHead(r.header)
+	if !ok || err != nil || head.Protocol != req.Protocol || head.Command != "CHECK" || head.ShimVersion != req.ShimVersion ||
+		!head.AckBy.Equal(*req.AckBy) || !head.Deadline.Equal(*req.Deadline) {
+		t.Errorf("head %+v (%v, %v), want what the body says: %+v", head, ok, err, req)
+	}
+}
+
+// Strings the runtime sends reach the daemon as sent, whatever they hold.
+func TestRequestsCarryAnyStringExactly(t *testing.T) {
+	socket, got := fakeDaemon(t, http.StatusOK, "{}")
+	args := cmdArgs(socket, "1.1.0")
+	args.Args = "K=\"v\"\\;X=<&>\u2028\t;Y=é"
+	if err := testShim(&strings.Builder{}, t.TempDir()).check(args); err != nil {
+		t.Fatal(err)
+	}
+	if r := got()[0]; r.err != nil || r.req.Args != args.Args {
+		t.Fatalf("args %q (%v), want %q", r.req.Args, r.err, args.Args)
 	}
 }
 
 func TestDaemonErrorsReachTheRuntimeUnchanged(t *testing.T) {
 	socket, _ := fakeDaemon(t, http.StatusInternalServerError, `{"code":123,"msg":"bridge says no","details":"cninet: setup failed"}`)
-	s := newShim(&strings.Builder{})
-	commands := map[string]func(*skel.CmdArgs) error{"ADD": s.add, "CHECK": s.check, "DEL": s.del, "STATUS": s.status, "GC": s.gc}
-	for name, command := range commands {
+	s := testShim(&strings.Builder{}, t.TempDir())
+	for name, command := range s.commandsByName() {
 		t.Run(name+" passes the daemon's code and message", func(t *testing.T) {
-			var cerr *types.Error
-			if err := command(cmdArgs(socket, "1.1.0")); !errors.As(err, &cerr) || cerr.Code != 123 || cerr.Msg != "bridge says no" {
-				t.Fatalf("got %v, want code 123 and the daemon's message", err)
+			var cerr *cniError
+			if err := command(cmdArgs(socket, "1.1.0")); !errors.As(err, &cerr) || cerr.Code != 123 || cerr.Msg != "bridge says no" || cerr.Details != "cninet: setup failed" {
+				t.Fatalf("got %v, want code 123 and the daemon's message and details", err)
 			}
 		})
 	}
 	t.Run("an answer that is no CNI error is internal, with the body", func(t *testing.T) {
 		socket, _ := fakeDaemon(t, http.StatusBadGateway, "upstream broke")
-		var cerr *types.Error
-		if err := s.check(cmdArgs(socket, "1.1.0")); !errors.As(err, &cerr) || cerr.Code != types.ErrInternal || cerr.Details != "upstream broke" {
+		var cerr *cniError
+		if err := s.check(cmdArgs(socket, "1.1.0")); !errors.As(err, &cerr) || cerr.Code != codeInternal || cerr.Details != "upstream broke" {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+func (s *shim) commandsByName() map[string]func(*cniArgs) error {
+	return map[string]func(*cniArgs) error{"ADD": s.add, "CHECK": s.check, "DEL": s.del, "STATUS": s.status, "GC": s.gc}
+}
+
+// answerOnce serves one connection on a socket in a temp dir: it reads
+// the request and writes raw, the daemon's answer as bytes.
+func answerOnce(t *testing.T, raw string) string {
+	t.Helper()
+	socket := filepath.Join(t.TempDir(), "cninet.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 64<<10)
+		c.Read(buf)
+		c.Write([]byte(raw))
+	}()
+	return socket
+}
+
+// The answers HTTP/1.1 allows are read: an acknowledgement first, a
+// chunked body, a body until the connection closes.
+func TestAnswersAreReadAsHTTPWritesThem(t *testing.T) {
+	cases := []struct{ name, raw, want string }{
+		{"with a Content-Length after an acknowledgement", "HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n{\"a\":1}", `{"a":1}`},
+		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\n{\"a\r\n4\r\n\":1}\r\n0\r\nTrailer: t\r\n\r\n", `{"a":1}`},
+		{"until the connection closes", "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{\"b\":2}", `{"b":2}`},
+		{"with LF line ends", "HTTP/1.1 100 Continue\n\nHTTP/1.1 200 OK\ncontent-length: 2\n\n{}", `{}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			if err := testShim(&out, t.TempDir()).add(cmdArgs(answerOnce(t, tc.raw), "1.0.0")); err != nil || out.String() != tc.want {
+				t.Fatalf("printed %q (%v), want %q", out.String(), err, tc.want)
+			}
+		})
+	}
+	bad := []struct{ name, raw string }{
+		{"a body cut short", "HTTP/1.1 200 OK\r\nContent-Length: 70\r\n\r\n{}"},
+		{"a body longer than the shim reads", fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", maxAnswerBytes+1)},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name+" is an answer cut short (code 11)", func(t *testing.T) {
+			var cerr *cniError
+			if err := testShim(&strings.Builder{}, t.TempDir()).add(cmdArgs(answerOnce(t, tc.raw), "1.0.0")); !errors.As(err, &cerr) || cerr.Code != codeTryAgainLater || !strings.Contains(cerr.Msg, "cut short") {
+				t.Fatalf("got %v", err)
+			}
+		})
+	}
+	t.Run("what is no HTTP is no answer", func(t *testing.T) {
+		var cerr *cniError
+		if err := testShim(&strings.Builder{}, t.TempDir()).add(cmdArgs(answerOnce(t, "SSH-2.0-x\r\n\r\n"), "1.0.0")); !errors.As(err, &cerr) || cerr.Code != codeTryAgainLater || !strings.Contains(cerr.Msg, "without an answer") {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -103,133 +224,31 @@ func TestDaemonErrorsReachTheRuntimeUnchanged(t *testing.T) {
 
 func TestUnreachableDaemon(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "nobody.sock")
-	s := newShim(&strings.Builder{})
+	s := testShim(&strings.Builder{}, t.TempDir())
 	cases := []struct {
 		name    string
-		command func(*skel.CmdArgs) error
+		command func(*cniArgs) error
 		code    uint
 	}{
-		{"ADD is try again later", s.add, types.ErrTryAgainLater},
-		{"CHECK is try again later", s.check, types.ErrTryAgainLater},
-		{"GC is try again later", s.gc, types.ErrTryAgainLater},
-		{"STATUS is plugin not available", s.status, types.ErrPluginNotAvailable},
+		{"ADD is try again later", s.add, codeTryAgainLater},
+		{"CHECK is try again later", s.check, codeTryAgainLater},
+		{"GC is try again later", s.gc, codeTryAgainLater},
+		{"STATUS is plugin not available", s.status, codePluginNotAvailable},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name+", naming the socket", func(t *testing.T) {
-			var cerr *types.Error
+			var cerr *cniError
 			if err := tc.command(cmdArgs(socket, "1.1.0")); !errors.As(err, &cerr) || cerr.Code != tc.code || !strings.Contains(cerr.Msg, socket) {
 				t.Fatalf("got %v, want code %d naming %s", err, tc.code, socket)
 			}
 		})
 	}
 	t.Run("a relative socket path is an invalid network config", func(t *testing.T) {
-		var cerr *types.Error
-		if err := s.add(cmdArgs("run/cninet.sock", "1.1.0")); !errors.As(err, &cerr) || cerr.Code != types.ErrInvalidNetworkConfig {
+		var cerr *cniError
+		if err := s.add(cmdArgs("run/cninet.sock", "1.1.0")); !errors.As(err, &cerr) || cerr.Code != codeInvalidNetworkConfig {
 			t.Fatalf("got %v", err)
 		}
 	})
-}
-
-// recorder writes a plugin that logs each call and prints a result on
-// ADD, and a delegate conflist of network web using it.
-func recorder(t *testing.T) (info thick.Info, log string) {
-	t.Helper()
-	dir := t.TempDir()
-	log = filepath.Join(dir, "calls.log")
-	plugins, confs := filepath.Join(dir, "bin"), filepath.Join(dir, "delegates")
-	for _, d := range []string{plugins, confs} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	script := fmt.Sprintf(`#!/bin/sh
-echo "$CNI_COMMAND $CNI_CONTAINERID $CNI_IFNAME" >> %q
-case "$CNI_COMMAND" in
-VERSION) echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0","1.1.0"]}' ;;
-ADD) echo '{"cniVersion":"1.0.0","ips":[{"address":"198.18.0.5/24"}]}' ;;
-esac
-`, log)
-	if err := os.WriteFile(filepath.Join(plugins, "recorder"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	conf := `{"cniVersion":"1.0.0","name":"web","plugins":[{"type":"recorder"}]}`
-	if err := os.WriteFile(filepath.Join(confs, "web.conflist"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return thick.Info{ConfDir: confs, CNIPath: []string{plugins}, CacheDir: filepath.Join(dir, "cache"), StateDir: filepath.Join(dir, "state")}, log
-}
-
-func useFakes(cfg *cninet.Config) {
-	cfg.IPTables = func(bool) (host.IPTables, error) { return fakes.NewIPTables(), nil }
-	cfg.NFTables = func() (host.NFTables, error) { return &fakes.NFTables{}, nil }
-}
-
-// attach makes the attachment c1/eth0 in network web, as the daemon does.
-func attach(t *testing.T, info thick.Info) {
-	t.Helper()
-	c, err := thick.NewConfigurator(info, hclog.NewNullLogger(), nil, useFakes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Connect(context.Background(), &cninet.Allocation{ID: "c1"}, "web", "/proc/self/ns/net", cninet.ConnectOptions{IfName: "eth0"}); err != nil {
-		t.Fatal(err)
-	}
-	if res, err := c.CachedResult("c1", "web", "eth0"); err != nil || res == nil {
-		t.Fatalf("no cached result after the ADD: %v", err)
-	}
-}
-
-func TestDelWithTheDaemonDownRunsInProcess(t *testing.T) {
-	info, log := recorder(t)
-	attach(t, info)
-	socket := filepath.Join(t.TempDir(), "cninet.sock") // nobody listens
-	if err := thick.WriteInfo(socket, info); err != nil {
-		t.Fatal(err)
-	}
-	s := newShim(&strings.Builder{})
-	s.tweaks = []func(*cninet.Config){useFakes}
-	args := cmdArgs(socket, "1.1.0")
-	args.Netns = "" // the namespace is gone
-	if err := s.del(args); err != nil {
-		t.Fatal(err)
-	}
-	assertDetachedHere(t, info, log)
-}
-
-// assertDetachedHere wants the DEL of c1/eth0 run through the delegate
-// and libcni's cached result gone.
-func assertDetachedHere(t *testing.T, info thick.Info, log string) {
-	t.Helper()
-	calls, _ := os.ReadFile(log)
-	if !strings.Contains(string(calls), "DEL c1 eth0") {
-		t.Fatalf("the delegate saw %q, want a DEL of c1 eth0", calls)
-	}
-	c, err := thick.NewConfigurator(info, nil, nil, useFakes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if res, err := c.CachedResult("c1", "web", "eth0"); err != nil || res != nil {
-		t.Fatalf("cached result after the DEL: %v, %v; want none", res, err)
-	}
-}
-
-// assertNotDetachedHere wants no DEL run in the shim: the delegate saw
-// none, and libcni's cached result is still there.
-func assertNotDetachedHere(t *testing.T, info thick.Info, log string) {
-	t.Helper()
-	if calls, _ := os.ReadFile(log); strings.Contains(string(calls), "DEL") {
-		t.Fatalf("the delegate saw %q, want no DEL run in the shim", calls)
-	}
-	c, err := thick.NewConfigurator(info, nil, nil, useFakes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if res, err := c.CachedResult("c1", "web", "eth0"); err != nil || res == nil {
-		t.Fatalf("cached result: %v, %v; want the attachment's, untouched", res, err)
-	}
 }
 
 // silentDaemon is a daemon on a socket in a temp dir that never gives a
@@ -290,7 +309,7 @@ func hangingDaemon(t *testing.T, acknowledge bool) (string, <-chan struct{}) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if acknowledge {
-			w.WriteHeader(thick.StatusAcknowledged)
+			w.WriteHeader(thickwire.StatusAcknowledged)
 		}
 		<-released
 	})}
@@ -314,19 +333,34 @@ func within(t *testing.T, command func() error) error {
 	return nil
 }
 
-// A DEL that the daemon does not answer within the limit runs in the
-// shim, under the registry's locks, without waiting for the daemon.
-func TestDelOnASilentDaemonRunsInProcess(t *testing.T) {
-	for _, tc := range silentDaemons {
+// fakeCninet writes a cninet into dir that records its arguments and
+// stdin there and answers as script says (shell).
+func fakeCninet(t *testing.T, dir, script string) (argv, stdin string) {
+	t.Helper()
+	argv, stdin = filepath.Join(dir, "argv"), filepath.Join(dir, "stdin")
+	body := fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > %q\ncat > %q\n%s\n", argv, stdin, script)
+	if err := os.WriteFile(filepath.Join(dir, "cninet"), []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return argv, stdin
+}
+
+// A DEL the daemon does not answer (down, stopped, stalled) is run by
+// the cninet next to the shim, `cninet shim-del`, with the request the
+// daemon did not answer; the shim does not wait for the daemon.
+func TestDelOnASilentDaemonRunsInCninet(t *testing.T) {
+	daemons := append([]struct {
+		name   string
+		daemon silentDaemon
+	}{{"a daemon that is down", func(t *testing.T) (string, <-chan struct{}) {
+		return filepath.Join(t.TempDir(), "cninet.sock"), make(chan struct{})
+	}}}, silentDaemons...)
+	for _, tc := range daemons {
 		t.Run(tc.name, func(t *testing.T) {
-			info, log := recorder(t)
-			attach(t, info)
+			dir := t.TempDir()
+			argvFile, stdinFile := fakeCninet(t, dir, "exit 0")
 			socket, released := tc.daemon(t)
-			if err := thick.WriteInfo(socket, info); err != nil {
-				t.Fatal(err)
-			}
-			s := newShim(&strings.Builder{})
-			s.tweaks = []func(*cninet.Config){useFakes}
+			s := testShim(&strings.Builder{}, dir)
 			s.answerGrace = 50 * time.Millisecond
 			if err := within(t, func() error { return s.del(cmdArgsWithin(socket, "1.1.0", "200ms")) }); err != nil {
 				t.Fatal(err)
@@ -336,31 +370,103 @@ func TestDelOnASilentDaemonRunsInProcess(t *testing.T) {
 				t.Fatal("the DEL returned only once the daemon was released")
 			default:
 			}
-			assertDetachedHere(t, info, log)
+			argv, _ := os.ReadFile(argvFile)
+			lines := strings.Split(strings.TrimSpace(string(argv)), "\n")
+			if len(lines) != 3 || lines[0] != thickwire.ShimDelCommand || lines[1] != "--socket="+socket || !strings.HasPrefix(lines[2], "--why=cninet daemon at "+socket) {
+				t.Fatalf("cninet ran with %q, want shim-del --socket=%s --why=<why>", lines, socket)
+			}
+			stdin, _ := os.ReadFile(stdinFile)
+			req, _, err := thick.DecodeRequest(bytes.NewReader(stdin))
+			if err != nil || req.Command != "DEL" || req.ContainerID != "c1" || req.IfName != "eth0" || req.Owner != "cnitool" {
+				t.Fatalf("cninet got %s (%v), want the DEL of c1 eth0 as the daemon reads it", stdin, err)
+			}
 		})
 	}
+}
+
+// cninet's answer is the runtime's; a cninet that cannot run, or ends
+// without a CNI error, is code 102 saying so.
+func TestTheDelInCninetAnswersTheRuntime(t *testing.T) {
+	cases := []struct {
+		name   string
+		script string
+		mode   os.FileMode
+		code   uint
+		says   string
+	}{
+		{"cninet's CNI error passes unchanged", `printf '{"code": 7, "msg": "no such network"}'; exit 1`, 0o755, 7, "no such network"},
+		{"an exit without a CNI error is code 102, naming how it ended", "echo oops; exit 3", 0o755, thickwire.CodeCleanupFailed, "exited with status 3 without a CNI error"},
+		{"a kill is code 102, naming the signal", "kill -9 $$", 0o755, thickwire.CodeCleanupFailed, "killed by signal 9"},
+		{"a cninet others may write is not run: code 102", "exit 0", 0o775, thickwire.CodeCleanupFailed, "writable by group or others"},
+		{"a cninet that is not executable is not run: code 102", "exit 0", 0o644, thickwire.CodeCleanupFailed, "is not executable"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			argv, _ := fakeCninet(t, dir, tc.script)
+			if err := os.Chmod(filepath.Join(dir, "cninet"), tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			socket := filepath.Join(t.TempDir(), "cninet.sock") // nobody listens
+			var cerr *cniError
+			err := testShim(&strings.Builder{}, dir).del(cmdArgs(socket, "1.1.0"))
+			if !errors.As(err, &cerr) || cerr.Code != tc.code || !strings.Contains(cerr.Error(), tc.says) {
+				t.Fatalf("got %v, want code %d saying %q", err, tc.code, tc.says)
+			}
+			if _, err := os.Stat(argv); (err == nil) != (tc.mode&0o111 != 0 && tc.mode&0o022 == 0) {
+				t.Errorf("cninet ran: %v; want it run only when it may be", err == nil)
+			}
+		})
+	}
+}
+
+// cninet is the one the config's "cninet" names, else the one next to
+// the shim; one that is missing is code 102 saying where it was looked
+// for and how to install it.
+func TestTheDelFindsCninet(t *testing.T) {
+	named, next := t.TempDir(), t.TempDir()
+	fakeCninet(t, named, "exit 0")
+	socket := filepath.Join(t.TempDir(), "cninet.sock")
+	t.Run(`the config's "cninet" first`, func(t *testing.T) {
+		args := cmdArgs(socket, "1.1.0")
+		args.StdinData = []byte(strings.Replace(string(args.StdinData), `"name"`, `"cninet":"`+named+`/cninet","name"`, 1))
+		if err := testShim(&strings.Builder{}, next).del(args); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(named, "argv")); err != nil {
+			t.Fatal("the named cninet did not run")
+		}
+	})
+	t.Run("none next to the shim is code 102, naming where and how", func(t *testing.T) {
+		var cerr *cniError
+		err := testShim(&strings.Builder{}, next).del(cmdArgs(socket, "1.1.0"))
+		if !errors.As(err, &cerr) || cerr.Code != thickwire.CodeCleanupFailed || !strings.Contains(cerr.Msg, next+"/cninet") ||
+			!strings.Contains(cerr.Msg, "next to cninet-shim") || !strings.Contains(cerr.Msg, "make install") || !strings.Contains(cerr.Msg, socket) {
+			t.Fatalf("got %v", err)
+		}
+	})
 }
 
 // The other commands give up on a silent daemon with the CNI code of an
 // unavailable daemon, naming its socket, and run nothing.
 func TestOtherCommandsOnASilentDaemonGiveUp(t *testing.T) {
-	s := newShim(&strings.Builder{})
+	s := testShim(&strings.Builder{}, t.TempDir())
 	s.answerGrace = 50 * time.Millisecond
 	commands := []struct {
 		name    string
-		command func(*skel.CmdArgs) error
+		command func(*cniArgs) error
 		code    uint
 	}{
-		{"ADD is try again later", s.add, types.ErrTryAgainLater},
-		{"CHECK is try again later", s.check, types.ErrTryAgainLater},
-		{"GC is try again later", s.gc, types.ErrTryAgainLater},
-		{"STATUS is plugin not available", s.status, types.ErrPluginNotAvailable},
+		{"ADD is try again later", s.add, codeTryAgainLater},
+		{"CHECK is try again later", s.check, codeTryAgainLater},
+		{"GC is try again later", s.gc, codeTryAgainLater},
+		{"STATUS is plugin not available", s.status, codePluginNotAvailable},
 	}
 	for _, daemon := range silentDaemons {
 		for _, tc := range commands {
 			t.Run(tc.name+" with "+daemon.name, func(t *testing.T) {
 				socket, released := daemon.daemon(t)
-				var cerr *types.Error
+				var cerr *cniError
 				err := within(t, func() error { return tc.command(cmdArgsWithin(socket, "1.1.0", "200ms")) })
 				if !errors.As(err, &cerr) || cerr.Code != tc.code || !strings.Contains(cerr.Msg, socket) {
 					t.Fatalf("got %v, want code %d naming %s", err, tc.code, socket)
@@ -375,134 +481,87 @@ func TestOtherCommandsOnASilentDaemonGiveUp(t *testing.T) {
 	}
 }
 
-// An answer is the runtime's, error or not: the shim never runs a DEL
-// itself after the daemon answered (it ran the DEL, or decided not to).
+// An answer is the runtime's, error or not: the shim never hands a DEL
+// to cninet after the daemon answered (it ran the DEL, or decided not to).
 func TestDelAnsweredWithAnErrorIsNotRunAgain(t *testing.T) {
 	cases := []struct {
 		name, answer string
 		code         uint
 	}{
-		{"a request that found no free slot before its deadline", `{"code":11,"msg":"cninet daemon busy: not run: no free slot before the request's deadline"}`, types.ErrTryAgainLater},
-		{"a DEL that met a held xtables lock", `{"code":11,"msg":"xtables lock held by another process"}`, types.ErrTryAgainLater},
-		{"a daemon draining before it exits", `{"code":11,"msg":"cninet daemon busy: draining before exit"}`, types.ErrTryAgainLater},
-		{"a DEL that could not remove everything", `{"code":102,"msg":"cleanup failed"}`, thick.CodeCleanupFailed},
-		{"a shim the daemon finds incompatible", `{"code":104,"msg":"incompatible cninet-shim"}`, thick.CodeIncompatible},
+		{"a request that found no free slot before its deadline", `{"code":11,"msg":"cninet daemon busy: not run: no free slot before the request's deadline"}`, codeTryAgainLater},
+		{"a DEL that met a held xtables lock", `{"code":11,"msg":"xtables lock held by another process"}`, codeTryAgainLater},
+		{"a daemon draining before it exits", `{"code":11,"msg":"cninet daemon busy: draining before exit"}`, codeTryAgainLater},
+		{"a DEL that could not remove everything", `{"code":102,"msg":"cleanup failed"}`, thickwire.CodeCleanupFailed},
+		{"a shim the daemon finds incompatible", `{"code":104,"msg":"incompatible cninet-shim"}`, thickwire.CodeIncompatible},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name+" is returned as is", func(t *testing.T) {
-			info, log := recorder(t)
-			attach(t, info)
+			dir := t.TempDir()
+			argv, _ := fakeCninet(t, dir, "exit 0")
 			socket, _ := fakeDaemon(t, http.StatusInternalServerError, tc.answer)
-			if err := thick.WriteInfo(socket, info); err != nil {
-				t.Fatal(err)
-			}
-			s := newShim(&strings.Builder{})
-			s.tweaks = []func(*cninet.Config){useFakes}
-			var cerr *types.Error
-			if err := s.del(cmdArgs(socket, "1.1.0")); !errors.As(err, &cerr) || cerr.Code != tc.code {
+			var cerr *cniError
+			if err := testShim(&strings.Builder{}, dir).del(cmdArgs(socket, "1.1.0")); !errors.As(err, &cerr) || cerr.Code != tc.code {
 				t.Fatalf("got %v, want the daemon's code %d", err, tc.code)
 			}
-			assertNotDetachedHere(t, info, log)
+			if _, err := os.Stat(argv); err == nil {
+				t.Fatal("cninet ran the DEL after the daemon answered")
+			}
 		})
-	}
-}
-
-// With the daemon down, the shim runs plugins only from an info file root
-// wrote: one another user could have changed is refused, and the DEL
-// fails (code 102) naming it, without running anything.
-func TestDelRefusesAnUntrustedInfoFile(t *testing.T) {
-	info, log := recorder(t)
-	attach(t, info)
-	socket := filepath.Join(t.TempDir(), "cninet.sock")
-	if err := thick.WriteInfo(socket, info); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(thick.InfoPath(socket), 0o666); err != nil {
-		t.Fatal(err)
-	}
-	s := newShim(&strings.Builder{})
-	s.tweaks = []func(*cninet.Config){useFakes}
-	var cerr *types.Error
-	if err := s.del(cmdArgs(socket, "1.1.0")); !errors.As(err, &cerr) || cerr.Code != thick.CodeCleanupFailed ||
-		!strings.Contains(cerr.Msg, thick.InfoPath(socket)) || !strings.Contains(cerr.Msg, "writable by group or others") {
-		t.Fatalf("got %v, want code 102 naming %s and its mode", err, thick.InfoPath(socket))
-	}
-	assertNotDetachedHere(t, info, log)
-}
-
-// Every request names the shim's protocol and release, and when the
-// shim stops waiting for the acknowledgement and for the answer.
-func TestRequestsCarryTheShimsProtocolAndLimits(t *testing.T) {
-	socket, reqs := fakeDaemon(t, http.StatusOK, "{}")
-	before := time.Now()
-	if err := newShim(&strings.Builder{}).check(cmdArgsWithin(socket, "1.1.0", "45s")); err != nil {
-		t.Fatal(err)
-	}
-	req := (*reqs)[0]
-	if req.Protocol != thick.ProtocolVersion || req.ShimVersion != buildinfo.Version() {
-		t.Errorf("protocol %d, shim version %q; want %d, %q", req.Protocol, req.ShimVersion, thick.ProtocolVersion, buildinfo.Version())
-	}
-	if req.AckBy == nil || req.AckBy.Before(before.Add(thick.SilenceLimit)) || req.AckBy.After(time.Now().Add(thick.SilenceLimit)) {
-		t.Errorf("ackBy %v, want %s after the request", req.AckBy, thick.SilenceLimit)
-	}
-	if req.Deadline == nil || req.Deadline.Before(before.Add(45*time.Second)) || req.Deadline.After(time.Now().Add(45*time.Second)) {
-		t.Errorf("deadline %v, want the configured 45s after the request", req.Deadline)
 	}
 }
 
 // A "timeout" that is no duration is an invalid network config naming
 // the key, and nothing is sent.
 func TestABadTimeoutIsRefused(t *testing.T) {
-	socket, reqs := fakeDaemon(t, http.StatusOK, "{}")
-	s := newShim(&strings.Builder{})
-	for name, command := range map[string]func(*skel.CmdArgs) error{"ADD": s.add, "CHECK": s.check, "DEL": s.del, "STATUS": s.status, "GC": s.gc} {
+	socket, got := fakeDaemon(t, http.StatusOK, "{}")
+	s := testShim(&strings.Builder{}, t.TempDir())
+	for name, command := range s.commandsByName() {
 		t.Run(name, func(t *testing.T) {
-			var cerr *types.Error
-			if err := command(cmdArgsWithin(socket, "1.1.0", "soon")); !errors.As(err, &cerr) || cerr.Code != types.ErrInvalidNetworkConfig ||
+			var cerr *cniError
+			if err := command(cmdArgsWithin(socket, "1.1.0", "soon")); !errors.As(err, &cerr) || cerr.Code != codeInvalidNetworkConfig ||
 				!strings.Contains(cerr.Msg, `"timeout"`) || !strings.Contains(cerr.Msg, "soon") {
 				t.Fatalf("got %v, want code 7 naming the key and its value", err)
 			}
 		})
 	}
-	if len(*reqs) != 0 {
-		t.Fatalf("sent %d requests with a bad timeout", len(*reqs))
+	if n := len(got()); n != 0 {
+		t.Fatalf("sent %d requests with a bad timeout", n)
 	}
 }
 
-func TestDelFallbackWithoutInfoUsesTheRuntimesPluginPath(t *testing.T) {
+// Errors are printed as skel prints them: indented JSON that libcni reads.
+func TestErrorsArePrintedAsSkelPrintsThem(t *testing.T) {
+	got := string((&cniError{Code: 11, Msg: "a \"b\"", Details: "c"}).encode())
+	want := "{\n    \"code\": 11,\n    \"msg\": \"a \\\"b\\\"\",\n    \"details\": \"c\"\n}"
+	if got != want {
+		t.Fatalf("printed %q, want %q", got, want)
+	}
+	if got := string((&cniError{Code: 4, Msg: "m"}).encode()); got != "{\n    \"code\": 4,\n    \"msg\": \"m\"\n}" {
+		t.Fatalf("printed %q without details", got)
+	}
+}
+
+// Once the daemon acknowledged a request, the shim waits for the answer
+// past the silence limit, until the deadline (and the grace after it).
+func TestAnAcknowledgedRequestWaitsPastTheSilenceLimit(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "cninet.sock")
-	info, found, err := thick.ReadInfo(socket, []string{"/opt/cni/bin", "/usr/lib/cni"})
-	if err != nil || found || info.ConfDir != thick.DefaultConfDir || info.CacheDir != thick.DefaultCacheDir || len(info.CNIPath) != 2 {
-		t.Fatalf("got %+v, %v, %v; want the defaults with CNI_PATH's directories", info, found, err)
-	}
-}
-
-// The shim's own DEL, with the daemon down and its conf dir emptied
-// since the ADD, runs with the conflist the host registry recorded then.
-func TestDelWithTheDaemonDownAndTheConflistGoneRunsTheRecordedOne(t *testing.T) {
-	info, log := recorder(t)
-	attach(t, info)
-	conf := filepath.Join(info.ConfDir, "web.conflist")
-	saved, err := os.ReadFile(conf)
+	l, err := net.Listen("unix", socket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(conf); err != nil {
-		t.Fatal(err)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(thickwire.StatusAcknowledged)
+		time.Sleep(500 * time.Millisecond) // five silence limits
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, `{"late":true}`)
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	s := testShim(&strings.Builder{}, t.TempDir())
+	conf := &config{socket: socket, limits: thickwire.Limits{Silence: 100 * time.Millisecond, Timeout: 10 * time.Second}}
+	answer, err := s.forward(conf, s.request(thickwire.CmdCheck, cmdArgs(socket, "1.1.0"), conf))
+	if err != nil || string(answer) != `{"late":true}` {
+		t.Fatalf("got %q, %v; want the answer that came after the acknowledgement", answer, err)
 	}
-	socket := filepath.Join(t.TempDir(), "cninet.sock") // nobody listens
-	if err := thick.WriteInfo(socket, info); err != nil {
-		t.Fatal(err)
-	}
-	s := newShim(&strings.Builder{})
-	s.tweaks = []func(*cninet.Config){useFakes}
-	args := cmdArgs(socket, "1.1.0")
-	args.Netns = ""
-	if err := s.del(args); err != nil {
-		t.Fatalf("DEL with the conflist gone: %v, want success", err)
-	}
-	if err := os.WriteFile(conf, saved, 0o644); err != nil { // for assertDetachedHere's Configurator
-		t.Fatal(err)
-	}
-	assertDetachedHere(t, info, log)
 }

@@ -37,3 +37,34 @@ func TestNoProductionBinaryLinksTestHelpers(t *testing.T) {
 		})
 	}
 }
+
+// shimImports is all the cninet-shim links besides the Go runtime (the
+// standard library's internal/ and runtime packages): what it needs to
+// speak CNI and HTTP over a unix socket. Each package more is paid for at
+// every start of the shim, which runtimes exec for every CNI command;
+// its own DEL runs in cninet. Not here, on purpose: os, fmt, reflect,
+// net, net/http, encoding/json, regexp, runtime/debug, the CNI
+// libraries, and every package of cninet but thickwire.
+var shimImports = []string{
+	"cmp", "errors", "io", "iter", "math/bits", "slices", "strconv", "strings", "sync", "sync/atomic",
+	"syscall", "time", "unicode", "unicode/utf16", "unicode/utf8", "unsafe",
+	"github.com/seed1280861d/cninet/internal/thickwire",
+	"github.com/seed1280861d/cninet/cmd/cninet-shim",
+}
+
+func TestTheShimLinksOnlyWhatItNeeds(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		netsandbox.Unavailable(t, "no go tool to list the dependencies with")
+	}
+	out, err := exec.Command(goTool, "list", "-deps", "../cninet-shim").Output()
+	if err != nil {
+		t.Fatalf("go list -deps ../cninet-shim: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if pkg == "runtime" || strings.HasPrefix(pkg, "internal/") || strings.HasPrefix(pkg, "runtime/internal/") || slices.Contains(shimImports, pkg) {
+			continue
+		}
+		t.Errorf("cninet-shim links %s, which is not in shimImports: each package is paid for at every start of the shim", pkg)
+	}
+}

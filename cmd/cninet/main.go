@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/buildinfo"
 	"github.com/spf13/cobra"
 )
@@ -43,10 +44,18 @@ func main() {
 // run runs one command line and returns its exit code: 0 success, 1 the
 // operation failed, 2 a usage error (cobra's errors in parsing included).
 func run(args []string, stdout, stderr io.Writer) int {
-	c := &cli{stdout: stdout, stderr: stderr, output: outputText}
+	return (&cli{stdout: stdout, stderr: stderr, output: outputText}).run(args)
+}
+
+// run runs one command line with c's streams.
+func (c *cli) run(args []string) int {
+	stdout, stderr := c.stdout, c.stderr
 	root := c.root()
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	if c.stdin != nil {
+		root.SetIn(c.stdin)
+	}
 	if len(args) == 0 {
 		root.SetOut(stderr)
 		root.Help()
@@ -80,12 +89,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 // cli is one run of the command line: where it writes, in which format,
 // and what the command that ran produced.
 type cli struct {
+	stdin          io.Reader // nil: os.Stdin
 	stdout, stderr io.Writer
 	output         outputFormat
 	command        string // the command that ran, "" for cninet alone
 	ran            bool   // the command's own code started
 	result         any    // for the JSON envelope
 	text           func(io.Writer)
+	// tweaks change the Config of the Configurators that shim-del makes
+	// (tests inject fake iptables and nftables).
+	tweaks []func(*cninet.Config)
 }
 
 // root builds the command tree.
@@ -112,7 +125,7 @@ With --output json every command prints one JSON envelope on stdout:
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	root.AddCommand(c.conflistCommand(), c.setupCommand(), c.teardownCommand(), c.checkCommand(),
 		c.connectCommand(), c.disconnectCommand(), c.gcCommand(), c.statusCommand(),
-		c.demoCommand(), c.daemonCommand(), c.versionCommand(), c.manCommand())
+		c.demoCommand(), c.daemonCommand(), c.versionCommand(), c.manCommand(), c.shimDelCommand())
 	return root
 }
 

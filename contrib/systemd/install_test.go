@@ -13,8 +13,10 @@ import (
 )
 
 // `make install DESTDIR=… PREFIX=/usr` stages the binaries, the shim in
-// the CNI plugin dir and the units, with ExecStart pointing at the
-// installed cninet, and nothing outside DESTDIR.
+// the CNI plugin dir with a link beside it to the installed cninet (which
+// runs the shim's DEL when the daemon gives none an answer) and the
+// units, with ExecStart pointing at the installed cninet, and nothing
+// outside DESTDIR.
 func TestMakeInstallIntoDestdir(t *testing.T) {
 	mk, err := exec.LookPath("make")
 	if err != nil {
@@ -44,6 +46,9 @@ func TestMakeInstallIntoDestdir(t *testing.T) {
 		if fi.Mode() != w.mode {
 			t.Errorf("%s has mode %v, want %v", w.path, fi.Mode(), w.mode)
 		}
+	}
+	if link, err := os.Readlink(filepath.Join(dest, "usr/libexec/cni/cninet")); err != nil || link != "/usr/bin/cninet" {
+		t.Errorf("cninet beside the shim links to %q (%v), want /usr/bin/cninet, where it is installed", link, err)
 	}
 	if out, err := exec.Command(filepath.Join(dest, "usr/bin/cninet"), "version").CombinedOutput(); err != nil {
 		t.Errorf("the installed cninet does not run: %v\n%s", err, out)

@@ -82,6 +82,23 @@ func BuildCommand(t testing.TB, name, pkg string) string {
 	return filepath.Join(dir, name)
 }
 
+// BuildShim compiles cmd/cninet-shim and cmd/cninet (once per test
+// binary, as BuildCommand does) and returns the shim's path, with the
+// cninet that runs the shim's own DEL beside it (a symbolic link to
+// BuildCommand's cninet), as `make install` leaves them.
+func BuildShim(t testing.TB) string {
+	t.Helper()
+	cninet := BuildCommand(t, "cninet", "./cmd/cninet")
+	shim := BuildCommand(t, "cninet-shim", "./cmd/cninet-shim")
+	beside := filepath.Join(filepath.Dir(shim), "cninet")
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if err := os.Symlink(cninet, beside); err != nil && !os.IsExist(err) {
+		t.Fatal(err)
+	}
+	return shim
+}
+
 // removeBuilt removes what BuildPlugin and BuildCommand built.
 func removeBuilt() {
 	buildMu.Lock()

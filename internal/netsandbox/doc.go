@@ -24,5 +24,6 @@
 //   - audit.go: Snapshot, TakeSnapshot and Leaks, internal/sandbox's
 //     audit of what tests leave on a host, under the names the tests use.
 //   - build.go: RepoRoot, and BuildPlugin and BuildCommand, which compile
-//     a test plugin or a command once per test binary.
+//     a test plugin or a command once per test binary; BuildShim, the
+//     cninet-shim with the cninet it runs its own DEL with beside it.
 package netsandbox

@@ -90,7 +90,13 @@ var receiveBuffers = sync.Pool{New: func() any {
 // sockets: one whose exchange ended cleanly waits in idle for the next
 // question asked from the same network namespace (a socket talks to the
 // namespace it was opened in, whatever thread uses it later). Batches of
-// deletions still open and close their own.
+// deletions (DeleteRules, DeleteChains) do too: their own commit waits
+// for the mutex anyway, but a close after it would wait for the next
+// writer's commit as well (measured beside a writer of 1,000-rule
+// batches every second and iptables-nft commands in a loop: a close took
+// 10.6 ms at the median and 56 ms at p99, a question 18 µs). A batch
+// whose acks came late is no risk to the next exchange: every exchange
+// reads past answers of an earlier sequence number.
 
 // netnsID names a network namespace: its nsfs inode. A namespace lives
 // while a socket in it is open, so a kept socket's inode is never reused.
@@ -242,29 +248,31 @@ func ListRules(family, table string) ([]Rule, error) {
 var nfWrite sync.Mutex
 
 // DeleteRules deletes the rules of targets by handle, as deleteRules
-// does, over a socket of its own.
+// does, over a kept socket (acquire) or one of its own.
 func DeleteRules(family, table string, targets []Target) ([]host.HandleOutcome, error) {
 	nfWrite.Lock()
 	defer nfWrite.Unlock()
-	c, err := openNF()
+	c, err := acquire()
 	if err != nil {
 		return make([]host.HandleOutcome, len(targets)), err
 	}
-	defer c.close()
-	return deleteRules(c, family, table, targets)
+	out, err := deleteRules(c, family, table, targets)
+	release(c, err == nil)
+	return out, err
 }
 
 // DeleteChains flushes and deletes chains by name, as deleteChains
-// does, over a socket of its own.
+// does, over a kept socket (acquire) or one of its own.
 func DeleteChains(family, table string, chains []string) ([]host.HandleOutcome, error) {
 	nfWrite.Lock()
 	defer nfWrite.Unlock()
-	c, err := openNF()
+	c, err := acquire()
 	if err != nil {
 		return make([]host.HandleOutcome, len(chains)), err
 	}
-	defer c.close()
-	return deleteChains(c, family, table, chains)
+	out, err := deleteChains(c, family, table, chains)
+	release(c, err == nil)
+	return out, err
 }
 
 // ListTables lists the nf_tables tables, as listTables does, over a

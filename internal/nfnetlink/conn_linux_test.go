@@ -4,6 +4,7 @@ package nfnetlink
 
 import (
 	"errors"
+	"os"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -53,16 +54,8 @@ func TestReceiveRetriesASignalAndRefusesACutDatagram(t *testing.T) {
 // A socket whose exchange ended cleanly serves the next question from the
 // same namespace; one that did not is closed, and so is one past maxIdle.
 func TestSocketsAreKeptOnlyAfterACleanExchangeAndUpToMaxIdle(t *testing.T) {
-	drain := func() {
-		idle.mu.Lock()
-		defer idle.mu.Unlock()
-		for _, c := range idle.conns {
-			c.close()
-		}
-		idle.conns = nil
-	}
-	drain()
-	t.Cleanup(drain)
+	drainIdle()
+	t.Cleanup(drainIdle)
 
 	first, err := acquire()
 	if err != nil {
@@ -84,7 +77,7 @@ func TestSocketsAreKeptOnlyAfterACleanExchangeAndUpToMaxIdle(t *testing.T) {
 	} else {
 		release(fresh, true)
 	}
-	drain()
+	drainIdle()
 	var held []*nfConn
 	for range maxIdle + 2 {
 		c, err := acquire()
@@ -102,4 +95,43 @@ func TestSocketsAreKeptOnlyAfterACleanExchangeAndUpToMaxIdle(t *testing.T) {
 	if kept != maxIdle {
 		t.Errorf("%d sockets kept after %d clean releases, want maxIdle (%d)", kept, len(held), maxIdle)
 	}
+}
+
+// A batch of deletions keeps its socket for the next exchange once it
+// ended cleanly, as a question does: closing it would wait for the next
+// writer's commit. (Nothing is deleted here: without targets a batch
+// only asks for the ruleset's generation.)
+func TestADeletionBatchKeepsItsSocket(t *testing.T) {
+	drainIdle()
+	t.Cleanup(drainIdle)
+	for name, batch := range map[string]func() error{
+		"DeleteRules":  func() error { _, err := DeleteRules("ip", "cninet_test_absent", nil); return err },
+		"DeleteChains": func() error { _, err := DeleteChains("ip", "cninet_test_absent", nil); return err },
+	} {
+		t.Run(name, func(t *testing.T) {
+			drainIdle()
+			if err := batch(); err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("nf_tables cannot be asked (CI=true forbids skipping): %v", err)
+				}
+				t.Skipf("nf_tables cannot be asked here (not root?): %v", err)
+			}
+			idle.mu.Lock()
+			kept := len(idle.conns)
+			idle.mu.Unlock()
+			if kept != 1 {
+				t.Fatalf("%d sockets kept after a clean batch, want its own (1)", kept)
+			}
+		})
+	}
+}
+
+// drainIdle closes the kept sockets.
+func drainIdle() {
+	idle.mu.Lock()
+	defer idle.mu.Unlock()
+	for _, c := range idle.conns {
+		c.close()
+	}
+	idle.conns = nil
 }

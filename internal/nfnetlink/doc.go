@@ -19,12 +19,11 @@
 //	batch.go       Target, DeleteRules, DeleteChains: matching planned
 //	               deletions on a fresh dump, batching, settling each ack
 //	write.go       batch framing and sending; the table listing
-//	conn_linux.go  the socket, kept for the next question from the same
-//	               network namespace (closing one waits for nf_tables'
-//	               commit mutex), and the exported calls (ProbeChain,
-//	               LookupRule, AnyRule, ListRules, DeleteRules, DeleteChains,
-//	               ListTables) that
-//	               open one each
+//	conn_linux.go  the socket, kept for the next question or batch from
+//	               the same network namespace (closing one waits for
+//	               nf_tables' commit mutex), and the exported calls
+//	               (ProbeChain, LookupRule, AnyRule, ListRules, DeleteRules,
+//	               DeleteChains, ListTables) that take one each
 //	watch.go       the change notifications read: each a signal, never
 //	               waiting for the reader, an overrun one too
 //	watch_linux.go WatchChanges: a socket in nf_tables' multicast group,

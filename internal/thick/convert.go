@@ -1,35 +1,26 @@
 package thick
 
 import (
-	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/cni/pkg/version"
 )
 
-// ConvertResult reads a CNI result in whatever version it names (its
-// "cniVersion") and returns it as version to, the version of the config
-// the runtime gave: a 1.0.0 delegate's result reaches a runtime that wrote
-// a 0.4.0 conflist as a 0.4.0 result. A result that cannot be read or
-// converted is an error naming both versions.
-func ConvertResult(body []byte, to string) (types.Result, error) {
-	var head struct {
-		CNIVersion string `json:"cniVersion"`
-	}
-	if err := json.Unmarshal(body, &head); err != nil {
-		return nil, fmt.Errorf("%w: the daemon's result is not JSON: %w", errMalformed, err)
-	}
-	if head.CNIVersion == "" {
-		return nil, fmt.Errorf("%w: the daemon's result names no cniVersion", errMalformed)
-	}
-	res, err := version.NewResult(head.CNIVersion, body)
-	if err != nil {
-		return nil, fmt.Errorf("reading a %s result: %w", head.CNIVersion, err)
-	}
+// answerResult is the ADD's answer: the delegate's result res in version
+// to, the CNI version of the runtime's config (a 1.0.0 delegate's result
+// reaches a runtime that wrote a 0.4.0 conflist as a 0.4.0 result),
+// printed as a plugin prints it, so that the shim passes it on unread
+// (protocol 3). A result that cannot be converted is an error naming
+// both versions.
+func answerResult(res types.Result, to string) ([]byte, error) {
 	out, err := res.GetAsVersion(to)
 	if err != nil {
-		return nil, fmt.Errorf("converting a %s result to %s: %w", head.CNIVersion, to, err)
+		return nil, fmt.Errorf("%w: converting the delegate's %s result to the config's %s: %w", errMalformed, res.Version(), to, err)
 	}
-	return out, nil
+	var b strings.Builder
+	if err := out.PrintTo(&b); err != nil {
+		return nil, fmt.Errorf("%w: encoding the result: %w", errMalformed, err)
+	}
+	return []byte(b.String()), nil
 }

@@ -1,7 +1,9 @@
 // Package thick is cninet's thick mode: the request a cninet-shim plugin
 // forwards to the cninet daemon, how the daemon serves it through a
-// cninet.Configurator, and the DEL the shim runs itself when the daemon
-// is down.
+// cninet.Configurator, and the DEL `cninet shim-del` runs for the shim
+// when the daemon gives none an answer. What the shim and the daemon
+// share is in internal/thickwire, which the shim links instead of this
+// package.
 //
 // # Reading order
 //
@@ -11,7 +13,7 @@
 //     DecodeRequest and its validation (CheckCNIVersion: the config's
 //     cniVersion, CNIVersions), ErrBadRequest, the protocol
 //     number and CheckProtocol, the acknowledgement (StatusAcknowledged),
-//     and the defaults both sides share (DefaultSocket, RequestPath).
+//     and the names both sides share (from thickwire).
 //   - head.go: a request's head as HTTP headers (SetHead, RequestHead):
 //     what the daemon acknowledges and queues a request by before it
 //     reads the body, and the check that the body says the same.
@@ -32,8 +34,9 @@
 //     ErrUntrustedPath.
 //   - serve.go: Serve, one decoded request through the Configurator (ADD
 //     is Connect, DEL is Del, CHECK, STATUS, GC by the valid attachments'
-//     interfaces), and Del, which the shim also runs itself when the
-//     daemon is down.
+//     interfaces), and Del, which DelForShim also runs.
+//   - shimdel.go: DelForShim, the DEL of a request the daemon gave no
+//     answer to, as `cninet shim-del` runs it for the shim.
 //   - delegateid.go: the delegate id, under which the plugins know a
 //     container's second and later interfaces on one network (so one
 //     interface's DEL never takes another's chains), found again by
@@ -63,9 +66,7 @@
 //   - info.go: Info, the conf dir, plugin path and cache dir the daemon
 //     writes beside its socket, for the shim's DEL while it is down, and
 //     ReadInfo, which trusts it only as trust.go says.
-//   - convert.go: ConvertResult, the daemon's result in the CNI version
-//     of the runtime's config (the shim prints it).
-//   - version.go: PluginInfo, the shim's VERSION answer with cninet's
-//     version added, and Healthz, the daemon's /healthz ("ok" and the
-//     version).
+//   - convert.go: answerResult, the delegate's result in the CNI version
+//     of the runtime's config, which the shim prints as it comes.
+//   - version.go: Healthz, the daemon's /healthz ("ok" and the version).
 package thick

@@ -6,16 +6,17 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/thickwire"
 )
 
 // The error codes the daemon answers with besides the CNI spec's own
 // (a delegate plugin's code always passes through unchanged).
 const (
-	CodeAlreadyAttached uint = 100 // ADD of an attachment that exists
-	CodeCheckFailed     uint = 101 // CHECK found the attachment unhealthy
-	CodeCleanupFailed   uint = 102 // DEL or GC could not remove everything
-	CodeSetupFailed     uint = 103 // ADD failed without a plugin's error code
-	CodeIncompatible    uint = 104 // the shim speaks a protocol the daemon does not
+	CodeAlreadyAttached = thickwire.CodeAlreadyAttached // ADD of an attachment that exists
+	CodeCheckFailed     = thickwire.CodeCheckFailed     // CHECK found the attachment unhealthy
+	CodeCleanupFailed   = thickwire.CodeCleanupFailed   // DEL or GC could not remove everything
+	CodeSetupFailed     = thickwire.CodeSetupFailed     // ADD failed without a plugin's error code
+	CodeIncompatible    = thickwire.CodeIncompatible    // the shim speaks a protocol the daemon does not
 )
 
 // ErrorFor turns an error of Serve or DecodeRequest into the CNI error the
@@ -54,7 +55,7 @@ func codeFor(err error) uint {
 	case errors.Is(err, cninet.ErrCheckFailed):
 		return CodeCheckFailed
 	case errors.Is(err, cninet.ErrCleanupFailed), errors.Is(err, ErrUntrustedPath):
-		// Only the shim's own DEL meets an untrusted info file: it did not
+		// Only the DEL cninet runs for the shim meets an untrusted info file: it did not
 		// run, and a DEL again (through the daemon) finishes it.
 		return CodeCleanupFailed
 	case errors.Is(err, ErrIncompatibleShim):

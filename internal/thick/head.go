@@ -6,19 +6,21 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/seed1280861d/cninet/internal/thickwire"
 )
 
-// The HTTP headers that carry a protocol-2 request's head: what the
-// daemon needs to acknowledge a request and queue it for a slot. The
-// body repeats them; the daemon reads it only once a slot is free, so a
-// queue of waiting requests holds no bodies (each up to
+// The HTTP headers that carry a request's head (protocol 2 and later):
+// what the daemon needs to acknowledge a request and queue it for a
+// slot. The body repeats them; the daemon reads it only once a slot is
+// free, so a queue of waiting requests holds no bodies (each up to
 // MaxRequestBytes) in the daemon's memory.
 const (
-	HeaderProtocol    = "Cninet-Protocol"
-	HeaderCommand     = "Cninet-Command"
-	HeaderAckBy       = "Cninet-Ack-By"
-	HeaderDeadline    = "Cninet-Deadline"
-	HeaderShimVersion = "Cninet-Shim-Version"
+	HeaderProtocol    = thickwire.HeaderProtocol
+	HeaderCommand     = thickwire.HeaderCommand
+	HeaderAckBy       = thickwire.HeaderAckBy
+	HeaderDeadline    = thickwire.HeaderDeadline
+	HeaderShimVersion = thickwire.HeaderShimVersion
 )
 
 // SetHead writes req's head into h: its protocol, command, shim version

@@ -16,7 +16,7 @@ type Info struct {
 	ConfDir  string   `json:"confDir"`
 	CNIPath  []string `json:"cniPath"`
 	CacheDir string   `json:"cacheDir"`
-	// StateDir is the host registry the daemon and the shim's own DEL
+	// StateDir is the host registry the daemon and the DEL cninet runs for the shim
 	// share with every other process on the host; "": DefaultStateDir.
 	StateDir string `json:"stateDir,omitempty"`
 }
@@ -28,7 +28,7 @@ const (
 	DefaultCacheDir = "/var/lib/cninet/cache"
 	DefaultStateDir = "/var/lib/cninet"
 	// Owner owns the attachments thick mode makes, in the daemon and in
-	// the shim's own DEL alike: the registry keeps them apart from the
+	// the DEL cninet runs for the shim alike: the registry keeps them apart from the
 	// attachments of orchestrators that embed cninet on the same host.
 	Owner = "cninet-daemon"
 )

@@ -15,27 +15,24 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/thickwire"
 )
 
-// The CNI commands the shim forwards.
+// The names the shim and the daemon share (package thickwire holds
+// them, so that the shim links nothing of this package).
 const (
-	CmdAdd    = "ADD"
-	CmdDel    = "DEL"
-	CmdCheck  = "CHECK"
-	CmdStatus = "STATUS"
-	CmdGC     = "GC"
+	CmdAdd             = thickwire.CmdAdd
+	CmdDel             = thickwire.CmdDel
+	CmdCheck           = thickwire.CmdCheck
+	CmdStatus          = thickwire.CmdStatus
+	CmdGC              = thickwire.CmdGC
+	MaxRequestBytes    = thickwire.MaxRequestBytes
+	DefaultSocket      = thickwire.DefaultSocket
+	RequestPath        = thickwire.RequestPath
+	ProtocolVersion    = thickwire.ProtocolVersion
+	OldestProtocol     = thickwire.OldestProtocol
+	StatusAcknowledged = thickwire.StatusAcknowledged
 )
-
-// MaxRequestBytes bounds a request body: a runtime's config with a
-// prevResult and thousands of valid attachments fits many times over.
-const MaxRequestBytes = 1 << 20
-
-// DefaultSocket is where the daemon listens and the shim connects when
-// the shim's config names no "socket".
-const DefaultSocket = "/run/cninet/cninet.sock"
-
-// RequestPath is the HTTP path the shim posts requests to.
-const RequestPath = "/cni"
 
 // Request is one CNI invocation of the shim, as the runtime made it: the
 // CNI_* environment and the config it wrote on stdin (with its
@@ -69,27 +66,6 @@ type Request struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 }
 
-// ProtocolVersion is the thick-mode protocol this build speaks: the
-// request's shape and meaning, and the answers (an acknowledgement, then
-// the final answer). It goes up only when shim and daemon of different
-// builds could misunderstand each other; cninet's release version does
-// not matter. Protocol 1 added the number itself, AckBy, Deadline and the
-// acknowledgement. Protocol 2 sends the request's head (protocol, command,
-// AckBy, Deadline, shim version) as HTTP headers too, so that the daemon
-// reads a body only once a slot is free (see RequestHead).
-const ProtocolVersion = 2
-
-// OldestProtocol is the oldest protocol the daemon still serves.
-const OldestProtocol = 1
-
-// StatusAcknowledged is the informational (1xx) HTTP status the daemon
-// sends as soon as it has accepted a request's head (protocol 2; the
-// whole request for protocol 1), before it waits for a slot: the shim
-// then knows the daemon is alive, and waits for the final answer until
-// its Deadline instead of giving up on silence. A body found bad once a
-// slot is free is answered as any refusal is: nothing ran.
-const StatusAcknowledged = 102 // 102 Processing
-
 // ErrIncompatibleShim: the shim speaks a thick-mode protocol the daemon
 // does not; install the cninet-shim of the daemon's release.
 var ErrIncompatibleShim = errors.New("incompatible cninet-shim")
@@ -121,33 +97,9 @@ func OwnerOf(req *Request, conf *NetConf) string {
 	return Owner
 }
 
-// ownerNameMax is the longest owner name, in bytes.
-const ownerNameMax = 64
-
-// isOwnerName says whether s may name an owner: a name, as executables
-// have: 1-64 ASCII letters, digits, '.', '_', '+' or '-', the first a
-// letter or a digit. A loop, not a regexp: a counted repetition such as
-// {0,63} compiles to a program of 64 copies, which every process linking
-// this package (each cninet-shim start among them) would build at init.
-func isOwnerName(s string) bool {
-	if len(s) == 0 || len(s) > ownerNameMax || !isASCIIAlnum(s[0]) {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		if c := s[i]; !isASCIIAlnum(c) && c != '.' && c != '_' && c != '+' && c != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-func isASCIIAlnum(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-}
-
 // CheckOwner says whether owner can name an owner ("" can: none).
 func CheckOwner(owner string) error {
-	if owner != "" && !isOwnerName(owner) {
+	if owner != "" && !thickwire.IsOwnerName(owner) {
 		return fmt.Errorf("%w: owner %q, want 1-64 letters, digits, '.', '_', '+' or '-'", ErrBadRequest, owner)
 	}
 	return nil
@@ -176,7 +128,7 @@ var ErrBadRequest = errors.New("bad thick-mode request")
 
 // CNIVersions are the CNI versions a shim config may name: the shim
 // answers VERSION with them, and the daemon serves nothing else.
-var CNIVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+var CNIVersions = thickwire.CNIVersions
 
 // ErrIncompatibleCNIVersion: the config names a CNI version thick mode
 // does not serve, or one that has no such command (CHECK came with 0.4.0,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/registry"
@@ -22,15 +23,35 @@ import (
 // names the delegate network, which c must know; an unknown name makes c
 // read its conf dir again once, so that a conflist added since is found.
 func Serve(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) ([]byte, error) {
+	return serve(ctx, c, req, conf, nil)
+}
+
+// serveMarks are when an ADD or a DEL reached its steps in Serve, for
+// the daemon's request steps: its delegate id known (delegated), and
+// cninet's Connect or Disconnect returned (operated).
+type serveMarks struct{ delegated, operated time.Time }
+
+// mark sets *at to now; a nil m marks nothing.
+func (m *serveMarks) mark(at func(*serveMarks) *time.Time) {
+	if m != nil {
+		*at(m) = time.Now()
+	}
+}
+
+func delegated(m *serveMarks) *time.Time { return &m.delegated }
+func operated(m *serveMarks) *time.Time  { return &m.operated }
+
+// serve is Serve, marking its steps in marks (nil: none).
+func serve(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf, marks *serveMarks) ([]byte, error) {
 	ctx = cninet.WithOwner(ctx, OwnerOf(req, conf))
 	if err := knowNetwork(c, conf.Name); err != nil && req.Command != CmdDel {
 		return nil, err
 	}
 	switch req.Command {
 	case CmdAdd:
-		return add(ctx, c, req, conf)
+		return add(ctx, c, req, conf, marks)
 	case CmdDel:
-		return nil, Del(ctx, c, req, conf)
+		return nil, del(ctx, c, req, conf, marks)
 	case CmdCheck:
 		req, ctx, err := asDelegateSees(ctx, c, req, conf, false)
 		if err != nil {
@@ -63,7 +84,7 @@ func knowNetwork(c *cninet.Configurator, network string) error {
 // add is Connect of the attachment under its delegate id. The commands
 // of one container wait for each other here (containerLocks), so that
 // two interfaces added to one network at once get different ids.
-func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) ([]byte, error) {
+func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf, marks *serveMarks) ([]byte, error) {
 	unlock, err := containerLocks.Lock(ctx, req.ContainerID)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w: waiting for another command of container %s: %w", ErrBusy, errNotStarted, req.ContainerID, err)
@@ -77,7 +98,10 @@ func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.Connect(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName}); err != nil {
+	marks.mark(delegated)
+	_, err = c.Connect(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName})
+	marks.mark(operated)
+	if err != nil {
 		return nil, err
 	}
 	res, err := c.CachedResult(req.ContainerID, conf.Name, req.IfName)
@@ -87,11 +111,7 @@ func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 	if err != nil {
 		return nil, fmt.Errorf("allocation %s attached to network %q, but its result cannot be read: %w", req.ContainerID, conf.Name, err)
 	}
-	var out strings.Builder
-	if err := res.PrintTo(&out); err != nil {
-		return nil, fmt.Errorf("%w: encoding the result: %w", cninet.ErrIO, err)
-	}
-	return []byte(out.String()), nil
+	return answerResult(res, conf.CNIVersion)
 }
 
 // errNotStarted marks an ADD that returned before anything of it ran:
@@ -106,6 +126,11 @@ var errNotStarted = errors.New("not started")
 // (ErrDelegateIDTaken) has no attachment this daemon could have made:
 // nothing runs.
 func Del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) error {
+	return del(ctx, c, req, conf, nil)
+}
+
+// del is Del, marking its steps in marks (nil: none).
+func del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf, marks *serveMarks) error {
 	unlock, err := containerLocks.Lock(ctx, req.ContainerID)
 	if err != nil {
 		return fmt.Errorf("%w: waiting for another command of container %s: %w", ErrBusy, req.ContainerID, err)
@@ -123,6 +148,8 @@ func Del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 		alloc = &cninet.Allocation{ID: req.ContainerID}
 	}
 	ctx = cninet.WithOwner(ctx, OwnerOf(req, conf))
+	marks.mark(delegated)
+	defer marks.mark(operated)
 	return c.Disconnect(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName})
 }
 

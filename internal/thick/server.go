@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/buildinfo"
+	"github.com/seed1280861d/cninet/internal/thickwire"
 	"golang.org/x/sys/unix"
 )
 
@@ -103,7 +104,7 @@ type Gauges interface {
 // their iptables) at once.
 const (
 	DefaultMaxConcurrent = 16
-	DefaultTimeout       = 2 * time.Minute
+	DefaultTimeout       = thickwire.DefaultTimeout
 	// DefaultMaxConcurrentProbes: STATUS and CHECK fork few plugins (or
 	// none), so a small pool of their own keeps them answering promptly.
 	DefaultMaxConcurrentProbes = 4
@@ -113,8 +114,9 @@ const (
 )
 
 type (
-	peerKey struct{} // the peer's uid, or -1
-	connKey struct{} // the request's net.Conn
+	peerKey     struct{} // the peer's uid, or -1
+	connKey     struct{} // the request's net.Conn
+	acceptedKey struct{} // when the connection was accepted
 )
 
 // Listen prepares socket's directory (PrepareSocketDir: made root's and
@@ -181,6 +183,7 @@ func (s *Server) init() {
 			Handler:           mux,
 			ReadHeaderTimeout: 10 * time.Second,
 			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+				ctx = context.WithValue(ctx, acceptedKey{}, time.Now())
 				return context.WithValue(context.WithValue(ctx, peerKey{}, peerUID(c)), connKey{}, c)
 			},
 		}
@@ -288,9 +291,14 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	start := time.Now()
-	var seen seenRequest
-	acknowledge := func() { w.WriteHeader(StatusAcknowledged) }
+	seen := seenRequest{steps: requestSteps{head: start}}
+	seen.steps.accepted, _ = r.Context().Value(acceptedKey{}).(time.Time)
+	acknowledge := func() {
+		w.WriteHeader(StatusAcknowledged)
+		seen.steps.acknowledged = time.Now()
+	}
 	out, err := s.serve(w, r, &seen, acknowledge)
+	seen.steps.ran = time.Now()
 	result, code, status := "ok", uint(0), http.StatusOK
 	if err != nil {
 		cerr := ErrorFor(err)
@@ -309,6 +317,8 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		s.Observe(seen.command(), result, d)
 	}
 	answer(w, status, out)
+	seen.steps.answered = time.Now()
+	s.logSteps(seen)
 }
 
 // answer writes the final answer whole and flushes it before the handler
@@ -330,6 +340,43 @@ type seenRequest struct {
 	// queued is how long the request waited for a slot: the part of its
 	// duration a busy daemon adds, told apart from the work itself.
 	queued time.Duration
+	steps  requestSteps
+}
+
+// requestSteps are when a request reached each step in the daemon, for
+// the debug line that the benchmarks take the hand-off apart with
+// (logSteps): its connection accepted, its head read (the handler
+// started), acknowledged, a slot taken, its body read and decoded, then
+// for ADD and DEL its delegate id known and cninet's operation returned
+// (serve), its run ended, its answer written. A step it never reached is
+// zero.
+type requestSteps struct {
+	accepted, head, acknowledged, slot, body time.Time
+	serve                                    serveMarks
+	ran, answered                            time.Time
+}
+
+// logSteps writes the request's steps at debug level, each as Unix
+// nanoseconds, after the answer (the request line comes before it).
+func (s *Server) logSteps(seen seenRequest) {
+	if !s.Logger.IsDebug() {
+		return
+	}
+	fields := []any{"command", seen.command()}
+	if seen.req != nil {
+		fields = append(fields, "container_id", seen.req.ContainerID)
+	}
+	st := seen.steps
+	for _, step := range []struct {
+		name string
+		at   time.Time
+	}{{"accepted", st.accepted}, {"head", st.head}, {"acknowledged", st.acknowledged}, {"slot", st.slot}, {"body", st.body},
+		{"delegated", st.serve.delegated}, {"operated", st.serve.operated}, {"ran", st.ran}, {"answered", st.answered}} {
+		if !step.at.IsZero() {
+			fields = append(fields, step.name, step.at.UnixNano())
+		}
+	}
+	s.Logger.Debug("request steps", fields...)
 }
 
 func (r seenRequest) command() string {
@@ -399,7 +446,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, seen *seenRequest
 	}
 	queuedAt := time.Now()
 	release, err := s.takeSlot(wait, head.Command)
-	seen.queued = time.Since(queuedAt)
+	seen.steps.slot = time.Now()
+	seen.queued = seen.steps.slot.Sub(queuedAt)
 	if err != nil {
 		if r.Context().Err() != nil {
 			err = fmt.Errorf("%w: %w", errShimGone, err)
@@ -417,6 +465,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, seen *seenRequest
 			return nil, err
 		}
 	}
+	seen.steps.body = time.Now()
 	req, conf := seen.req, seen.conf
 	if s.Gauges != nil {
 		s.Gauges.InFlight(req.Command, 1)
@@ -436,7 +485,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, seen *seenRequest
 		stop := context.AfterFunc(s.abort, cancel)
 		defer stop()
 	}
-	out, err := s.dispatch(ctx, req, conf)
+	out, err := s.dispatch(ctx, req, conf, &seen.steps.serve)
 	if req.Command == CmdAdd && s.abort.Err() != nil && mayHaveAttached(err) {
 		return nil, s.rollBack(req, conf, err)
 	}
@@ -493,7 +542,7 @@ func (s *Server) rollBack(req *Request, conf *NetConf, addErr error) error {
 	defer cancel()
 	del := *req
 	del.Command = CmdDel
-	_, err := s.dispatch(ctx, &del, conf)
+	_, err := s.dispatch(ctx, &del, conf, nil)
 	if err != nil {
 		return fmt.Errorf("%w: the daemon is exiting and the ADD did not finish within the drain timeout; its rollback failed (a DEL finishes it): %w (the ADD: %v)", ErrBusy, err, addErr)
 	}
@@ -546,18 +595,19 @@ func (s *Server) takeSlot(ctx context.Context, command string) (release func(), 
 // errDrainTimedOut: a request still queued when the drain timeout passed.
 var errDrainTimedOut = errors.New("the daemon is exiting: the drain timeout passed before a slot was free")
 
-// dispatch runs a decoded request with the Configurator of its network.
-func (s *Server) dispatch(ctx context.Context, req *Request, conf *NetConf) ([]byte, error) {
+// dispatch runs a decoded request with the Configurator of its
+// network, marking Serve's steps in marks (nil: none).
+func (s *Server) dispatch(ctx context.Context, req *Request, conf *NetConf, marks *serveMarks) ([]byte, error) {
 	if s.run != nil {
 		return s.run(ctx, req, conf)
 	}
 	if s.Delegates == nil {
-		return Serve(ctx, s.C, req, conf)
+		return serve(ctx, s.C, req, conf, marks)
 	}
 	c, err := s.Delegates.Configurator()
 	switch {
 	case err == nil:
-		return Serve(ctx, c, req, conf)
+		return serve(ctx, c, req, conf, marks)
 	case req.Command == CmdStatus:
 		return nil, fmt.Errorf("%w: %w", cninet.ErrNotReady, err)
 	case req.Command != CmdDel:
@@ -570,7 +620,7 @@ func (s *Server) dispatch(ctx context.Context, req *Request, conf *NetConf) ([]b
 		return nil, err
 	}
 	defer c.Close()
-	return nil, Del(ctx, c, req, conf)
+	return nil, del(ctx, c, req, conf, marks)
 }
 
 // errShimGone marks a request the shim stopped waiting for.

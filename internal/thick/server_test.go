@@ -687,3 +687,37 @@ func TestServerRefusesWhatIsStillQueuedAtTheDrainTimeout(t *testing.T) {
 		t.Fatalf("the queued DEL was answered %+v (ran %d requests), want code 11 unrun, naming the drain timeout", cerr, ran.Load())
 	}
 }
+
+// At debug level each request gets a second line after its answer: when
+// it reached each step, in Unix nanoseconds, in the order it took them
+// (the benchmarks take the hand-off apart with it).
+func TestServerLogsTheStepsOfARequestAtDebugLevel(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := hclog.New(&hclog.LoggerOptions{Output: &lockedBuilder{mu: &mu, b: &buf}, JSONFormat: true, Level: hclog.Debug})
+	c := startServer(t, &Server{run: func(context.Context, *Request, *NetConf) ([]byte, error) { return nil, nil }, Logger: logger, AllowPeer: func(uint32) bool { return true }})
+	before := time.Now().UnixNano()
+	post(t, c, reqBody("DEL", "c1", "/run/netns/w", "eth0", shimConf))
+	var steps map[string]any
+	for deadline := time.Now().Add(10 * time.Second); steps == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			var got map[string]any
+			if json.Unmarshal([]byte(line), &got) == nil && got["@message"] == "request steps" {
+				steps = got
+			}
+		}
+		mu.Unlock()
+	}
+	if steps == nil || steps["command"] != "DEL" || steps["container_id"] != "c1" {
+		t.Fatalf("steps line %v, want one of the DEL of c1", steps)
+	}
+	last := float64(before)
+	for _, step := range []string{"accepted", "head", "acknowledged", "slot", "body", "ran", "answered"} {
+		at, ok := steps[step].(float64)
+		if !ok || at < last || at > float64(time.Now().UnixNano()) {
+			t.Fatalf("step %s at %v, want a time after the one before (%v): %v", step, steps[step], last, steps)
+		}
+		last = at
+	}
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// A ratio of medians close to its target may be on either side of it by
+// the machine's noise alone. The bench measures the noise with the
+// control (a contender that differs from the baseline by nothing: a
+// second go-cni) or, without one, with the pairs of candidate and
+// baseline; it keeps measuring while the ratio is within the noise of
+// its target, up to -noise-cap times the cycles asked for, and reports a
+// ratio still within the noise then as not measurable at that spread:
+// neither met nor missed.
+
+// spread is the noise of a ratio between two contenders that differ by
+// nothing, on the log scale: the robust standard deviation (1.4826 ×
+// the median absolute deviation) of log(other_i / base_i) over the pairs
+// of cycles that ran side by side, other being the control (a second
+// baseline). Where a scenario has no control, other is the candidate:
+// its pairs with the baseline vary by the noise and by whatever of the
+// difference itself varies, so the noise is not underestimated.
+func spread(base, other sample) float64 {
+	var logs []float64
+	for i := range min(len(base), len(other)) {
+		if base[i] > 0 && other[i] > 0 {
+			logs = append(logs, math.Log(float64(other[i])/float64(base[i])))
+		}
+	}
+	return robustSD(logs)
+}
+
+func robustSD(xs []float64) float64 {
+	if len(xs) < 2 {
+		return math.Inf(1)
+	}
+	med := medianOf(xs)
+	dev := make([]float64, len(xs))
+	for i, x := range xs {
+		dev[i] = math.Abs(x - med)
+	}
+	return 1.4826 * medianOf(dev)
+}
+
+func medianOf(xs []float64) float64 {
+	c := append([]float64(nil), xs...)
+	sort.Float64s(c)
+	if len(c)%2 == 1 {
+		return c[len(c)/2]
+	}
+	return (c[len(c)/2-1] + c[len(c)/2]) / 2
+}
+
+// medianSE is the standard error of a median of n normal values of
+// standard deviation 1: √(π/2)/√n.
+func medianSE(n int) float64 { return math.Sqrt(math.Pi/2) / math.Sqrt(float64(n)) }
+
+// noiseMargin is the half-width, as a factor, within which a ratio of
+// medians of n cycles each is the noise of its spread: two standard
+// errors of the log ratio (about 95 %).
+func noiseMargin(spread float64, n int) float64 {
+	if n == 0 {
+		return math.Inf(1)
+	}
+	return math.Exp(2*spread*medianSE(n)) - 1
+}
+
+// ratioCall is what a ratio of medians says of its target at the noise
+// it was measured with.
+type ratioCall struct {
+	Q, Target float64
+	// Margin is the noise's half-width at the cycles measured (0.012:
+	// ±1.2 %).
+	Margin float64
+	N      int
+}
+
+// callRatio judges candidate / base against target at noise (a
+// spread).
+func callRatio(candidate, base sample, noise, target float64) ratioCall {
+	n := min(len(candidate), len(base))
+	return ratioCall{Q: ratio(candidate.median(), base.median()), Target: target, Margin: noiseMargin(noise, n), N: n}
+}
+
+// told says whether the ratio is told apart from its target.
+func (c ratioCall) told() bool {
+	return math.Abs(math.Log(c.Q/c.Target)) > math.Log1p(c.Margin)
+}
+
+// verdict is met, missed, or not measurable at the margin.
+func (c ratioCall) verdict() string {
+	if !c.told() {
+		return fmt.Sprintf("not measurable at ±%.1f %% noise (%d cycles)", 100*c.Margin, c.N)
+	}
+	return verdict(c.Q <= c.Target)
+}
+
+// cyclesToTell is how many cycles a ratio q would need to be told apart
+// from target at spread: (2 × √(π/2) × spread / |ln q − ln target|)².
+func cyclesToTell(q, target, spread float64) int {
+	d := math.Abs(math.Log(q / target))
+	if d == 0 || math.IsInf(spread, 1) {
+		return math.MaxInt32
+	}
+	n := math.Ceil(math.Pow(2*math.Sqrt(math.Pi/2)*spread/d, 2))
+	return int(min(n, math.MaxInt32))
+}
+
+// moreCycles is how many cycles to run beyond done for a ratio q of
+// target at spread: none when it is told apart already, else up to what
+// would tell it, in steps of step, at most up to limit in all.
+func moreCycles(q, target, spread float64, done, step, limit int) int {
+	if done >= limit || math.Abs(math.Log(q/target)) > math.Log1p(noiseMargin(spread, done)) {
+		return 0
+	}
+	need := cyclesToTell(q, target, spread) - done
+	need = (max(need, 1) + step - 1) / step * step
+	return min(need, limit-done)
+}
