@@ -55,10 +55,12 @@ type Config struct {
 	// IPTables opens iptables (ipv6 false) or ip6tables (ipv6 true) for
 	// cleanup. nil: github.com/coreos/go-iptables.
 	IPTables func(ipv6 bool) (host.IPTables, error)
-	// NFTables opens nftables for cleanup: the plugins' nftables backends
-	// are cleaned whatever the conflist names. nil: the host's nft (listed
-	// with `nft -j`, changed through sigs.k8s.io/knftables); a host without
-	// nft has no nftables rules, which is no error.
+	// NFTables opens nftables for cleanup, drift checks and repairs: the
+	// plugins' nftables backends are cleaned whatever the conflist names.
+	// nil: the host's, read and changed over netlink (rules deleted by
+	// handle, listings decoded in-process; `nft -j` only where netlink
+	// cannot list a table), repairs written as `nft -f` scripts; a host
+	// without nft has no nftables rules, which is no error.
 	NFTables func() (host.NFTables, error)
 	// CNI drives the plugins. nil: go-cni built from PluginDirs and
 	// InterfacePrefix. Tests inject fakes here.

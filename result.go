@@ -11,8 +11,8 @@ import (
 
 // NetworkStatus is what Setup learned about the attachment. Its
 // InterfaceName, Address, AddressIPv6 and DNS are the first network's (the
-// default network's, for an allocation that names none); Networks has
-// every network's.
+// default network's, for an allocation that names none); Attachments
+// has every network's.
 type NetworkStatus struct {
 	// InterfaceName is the interface the address was taken from.
 	InterfaceName string
