@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -61,12 +60,9 @@ func TestCheckPassesOnAHealthyAttachmentAndFailsOnABrokenOne(t *testing.T) {
 		if _, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
 			t.Fatal(err)
 		}
-		err := c.Check(ctxFor(t, time.Minute), alloc, w.Path)
-		switch {
-		case err == nil:
-		case errors.Is(err, cninet.ErrCheckUnsupported) && strings.HasPrefix(set.Name, "debian"):
-			t.Logf("CHECK not possible with this plugin set, as expected: %v", err)
-		default:
+		// nil on every plugin set: where portmap's own CHECK is unsound
+		// (Debian's 1.1.1), cninet's check stands in for it.
+		if err := c.Check(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
 			t.Fatalf("healthy attachment: %v", err)
 		}
 		if err := w.Delete(); err != nil {
