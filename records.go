@@ -153,6 +153,7 @@ func (r *hostRegistry) recordOf(owner string, req request, att attachment, netns
 		ContainerID: req.id,
 		IfName:      att.ifName,
 		RuntimeID:   req.runtimeID,
+		ViaCNI:      att.viaCNI,
 		NetNS:       netns,
 		NetNSInode:  netnsInode(netns),
 		State:       registry.Adding,

@@ -1,6 +1,7 @@
 package cninet
 
 import (
+	"context"
 	"os"
 	"reflect"
 	"testing"
@@ -51,5 +52,29 @@ func TestACachedResultWrittenAgainReadsAsLibcnisOwn(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(path); string(after) != string(before) {
 		t.Fatal("a cache file already there was written over: libcni's own is kept")
+	}
+}
+
+// A record says which way its ADD ran, so that a repair of it long after
+// (the watcher's, from the record alone) runs the plugins the same way
+// and knows whether libcni's cache is where cninet looks.
+func TestARecordSaysWhetherItsADDRanThroughConfigCNI(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	alloc := &Allocation{ID: "w", NetworkNames: []string{"a"}}
+	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.c.Connect(context.Background(), alloc, "c", "/x"); err != nil {
+		t.Fatal(err)
+	}
+	for network, want := range map[string]bool{"a": true, "c": false} {
+		rec := f.c.registry.recorded("w", network, map[string]string{"a": "eth0", "c": "eth1"}[network])
+		if rec == nil || rec.ViaCNI != want {
+			t.Fatalf("record of %s: %+v, want viaCNI %v", network, rec, want)
+		}
+		ca, ok := f.c.checkedOfRecord(rec)
+		if !ok || ca.fa.att.viaCNI != want || ca.live.Uncached != want {
+			t.Fatalf("the attachment %s's record gives: viaCNI %v, uncached %v; want both %v", network, ca.fa.att.viaCNI, ca.live.Uncached, want)
+		}
 	}
 }

@@ -223,19 +223,9 @@ func (c *Configurator) checkedOfRecord(rec *registry.Record) (checkedAttachment,
 	if err != nil {
 		return checkedAttachment{}, false
 	}
-	fa := foundAttachment{att: c.recordedAttachment(conf, rec.IfName),
+	fa := foundAttachment{att: attachment{conf: conf, ifName: rec.IfName, viaCNI: rec.ViaCNI},
 		req: recordedRequest(request{id: rec.ContainerID, runtimeID: rec.RuntimeID}, *rec), cached: true, settled: true}
 	return checkedAttachment{fa: fa, rec: rec, live: c.liveOf(fa, rec, "")}, true
-}
-
-// recordedAttachment is the attachment of conf as ifName, as Setup made
-// it: the default network as the first interface goes through go-cni
-// (Config.CNI).
-func (c *Configurator) recordedAttachment(conf networkConf, ifName string) attachment {
-	c.nets.mu.RLock()
-	def := c.nets.conf.info.name
-	c.nets.mu.RUnlock()
-	return attachment{conf: conf, ifName: ifName, viaCNI: conf.info.name == def && ifName == c.ifs.at(0)}
 }
 
 // mayRepair reports whether the watcher repairs ca, which h found

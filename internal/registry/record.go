@@ -46,6 +46,12 @@ type Record struct {
 	// container's second interface on a network); "": ContainerID is the
 	// runtime's.
 	RuntimeID string `json:"runtimeID,omitempty"`
+	// ViaCNI says the ADD ran through the Configurator's go-cni
+	// (Config.CNI: the default network as the first interface of a
+	// Setup), not through libcni directly: a repair of it runs the
+	// plugins the same way, and an injected Config.CNI may cache its
+	// result where cninet does not look.
+	ViaCNI bool `json:"viaCNI,omitempty"`
 	// NetNS is the namespace path the ADD was given.
 	NetNS string `json:"netns,omitempty"`
 	// NetNSInode is the inode of that namespace when the ADD ran (0:

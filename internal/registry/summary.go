@@ -66,6 +66,7 @@ func (g *Registry) Summaries() (Summaries, error) {
 type summaryJSON struct {
 	Summary
 	NetNSInode uint64      `json:"netnsInode,omitempty"`
+	ViaCNI     bool        `json:"viaCNI,omitempty"`
 	Args       [][2]string `json:"args,omitempty"`
 	ConfList   base64Only  `json:"confList,omitempty"`
 	Result     jsonOnly    `json:"result,omitempty"`
