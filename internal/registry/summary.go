@@ -66,6 +66,7 @@ func (g *Registry) Summaries() (Summaries, error) {
 type summaryJSON struct {
 	Summary
 	NetNSInode uint64      `json:"netnsInode,omitempty"`
+	Boot       string      `json:"boot,omitempty"`
 	Args       [][2]string `json:"args,omitempty"`
 	ConfList   base64Only  `json:"confList,omitempty"`
 	Plugins    []Plugin    `json:"plugins,omitempty"`
