@@ -27,7 +27,7 @@ import (
 // journalDisk is the real disk, with every call recorded.
 type journalDisk struct {
 	osDisk
-	ops  []diskOp
+	ops   []diskOp
 	drop  int      // when > 0, the drop-th sync (of a file or a directory) is not made
 	n     int      // syncs so far
 	sites []string // the site of each
