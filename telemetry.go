@@ -37,6 +37,7 @@ const (
 	attrRemovedBy = attribute.Key("cninet.removed_by") // "<backend> <kind>: <count>", one per group
 	attrDetail    = attribute.Key("cninet.detail")     // the removed rule, chain or file
 	attrLive      = attribute.Key("cninet.live")       // GC: how many allocations are live
+	attrReason    = attribute.Key("cninet.reason")     // why an attachment was kept (cninet.kept)
 	attrErrorType = attribute.Key("error.type")        // the sentinel a failure wraps
 )
 
@@ -97,6 +98,7 @@ type telemetry struct {
 	retries       metric.Int64Counter     // cninet.add.retries
 	cleanup       metric.Int64Counter     // cninet.cleanup.removed
 	gcRemoved     metric.Int64Counter     // cninet.gc.removed
+	keptAtts      metric.Int64Counter     // cninet.kept
 	gauges        metric.Registration     // cninet.networks, cninet.network.ready
 
 	mu    sync.RWMutex

@@ -22,6 +22,8 @@ func (t *telemetry) instruments(m metric.Meter, c *Configurator) {
 	t.retries = counter(m, &errs, "cninet.add.retries", "{attempt}", "CNI ADD attempts after the first: ADD failed and was retried.")
 	t.cleanup = counter(m, &errs, "cninet.cleanup.removed", "{item}", "Items the force cleanup removed after a CNI DEL: state the plugins left behind.")
 	t.gcRemoved = counter(m, &errs, "cninet.gc.removed", "{item}", "Items GC removed: stale attachments and their state.")
+	t.keptAtts = counter(m, &errs, "cninet.kept", "{attachment}",
+		"Attachments a DEL or GC left alone that it was asked to remove or could have collected: another owner's whose namespace lives, state no record claims whose namespace lives, an unreadable record's.")
 	t.gauges = t.registerGauges(m, c, &errs)
 	if err := errors.Join(errs...); err != nil {
 		c.logger.Warn("OpenTelemetry instruments unavailable; those metrics are not recorded", "error", err)
@@ -151,3 +153,18 @@ func (t *telemetry) optsFor(k optKey) measureOpts {
 }
 
 const maxOptCombinations = 4096
+
+// The reasons an attachment was kept (cninet.kept's "reason").
+const (
+	keptOtherOwners = "another owner's, namespace alive"
+	keptUnrecorded  = "no record, namespace alive"
+	keptUnreadable  = "unreadable record"
+)
+
+// kept counts an attachment of network left alone for reason.
+func (t *telemetry) kept(ctx context.Context, reason, network string) {
+	if !t.metering() {
+		return
+	}
+	t.keptAtts.Add(ctx, 1, metric.WithAttributes(attrReason.String(reason), attrNetwork.String(network)))
+}

@@ -172,7 +172,10 @@ func attach(t *testing.T, info thick.Info) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Connect(context.Background(), &cninet.Allocation{ID: "c1"}, "web", "/proc/self/ns/net", cninet.ConnectOptions{IfName: "eth0"}); err != nil {
+	// As the daemon serves the runtime's ADD: for the owner the shim's
+	// DEL then names (the runtime that runs it).
+	ctx := cninet.WithOwner(context.Background(), thick.OwnerOf(&thick.Request{Owner: runtimeName()}, &thick.NetConf{}))
+	if _, err := c.Connect(ctx, &cninet.Allocation{ID: "c1"}, "web", "/proc/self/ns/net", cninet.ConnectOptions{IfName: "eth0"}); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := c.CachedResult("c1", "web", "eth0"); err != nil || res == nil {

@@ -28,7 +28,9 @@ workloads: its conflist is valid and every plugin it names is found.
 With --attachments, list the host registry instead (--state-dir): every
 attachment any process on the host made through cninet, whoever its owner,
 with its network, interface, addresses, ports and since when; --network
-narrows the list.
+narrows the list. A registry file this cninet cannot read (damaged, or a
+newer cninet's record) is listed in state "unreadable", kept as it is,
+and named on stderr; no operation acts on its attachment.
 
 ` + sourcesHelp,
 	}
@@ -60,8 +62,8 @@ narrows the list.
 }
 
 // listAttachments prints the host registry, narrowed to networks when
-// any are named. Records it cannot read are named in the error, after
-// the list.
+// any are named. A record it cannot read is listed as "unreadable" (and
+// kept), and named in the error, after the list.
 func (c *cli) listAttachments(cfg *cninet.Configurator, networks []string) error {
 	recs, err := cfg.Attachments()
 	if len(networks) > 0 {
@@ -90,8 +92,12 @@ func printAttachments(w io.Writer, recs []cninet.AttachmentRecord) {
 		if r.RuntimeID != "" { // a delegate id: say whose
 			id += " (of " + r.RuntimeID + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Owner, r.Network, id, r.IfName,
-			orDash(strings.Join(addrs, ",")), orDash(strings.Join(ports, ",")), r.State, r.Since.UTC().Format(time.RFC3339))
+		since := r.Since.UTC().Format(time.RFC3339)
+		if r.Unreadable != "" { // kept: whose it is and since when are unknown
+			since = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orDash(r.Owner), orDash(r.Network), id, orDash(r.IfName),
+			orDash(strings.Join(addrs, ",")), orDash(strings.Join(ports, ",")), r.State, since)
 	}
 	tw.Flush()
 }
