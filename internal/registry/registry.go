@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/seed1280861d/cninet/internal/killpoint"
 )
 
 // The layout under the state directory:
@@ -146,6 +148,7 @@ func (g *Registry) Put(r *Record) error {
 		return fmt.Errorf("recording %s: %w", k, err)
 	}
 	r.path = path
+	killpoint.Reached(killpoint.Recorded)
 	return nil
 }
 
