@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
@@ -129,6 +130,8 @@ type Configurator struct {
 	find     *attachmentFinder // an allocation's attachments
 	seams    *cleanerSeams     // how a cleanup reaches the host
 	tel      *telemetry
+
+	unrecordedAt atomic.Int64 // when Status last reported unrecorded attachments (UnixNano)
 
 	watcher   *watcher
 	closeErr  error

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
 
@@ -351,5 +352,33 @@ func TestNewRefusesARelativeStateDir(t *testing.T) {
 	_, err := New(Config{ConfList: []byte(`{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"bridge"}]}`), StateDir: "var/lib/cninet"})
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "absolute") {
 		t.Fatalf("New with a relative StateDir: %v, want ErrInvalidConfig asking for an absolute path", err)
+	}
+}
+
+// Unrecorded lists what libcni's cache holds in the Configurator's
+// networks that no record claims, saying whether its namespace is gone;
+// Status reports them in its log.
+func TestUnrecordedListsWhatNoRecordClaims(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	var log bytes.Buffer
+	f.c.logger = hclog.New(&hclog.LoggerOptions{Output: &log, Level: hclog.Info})
+	ns := newLiveNamespace(t)
+	if _, err := f.c.Connect(context.Background(), &Allocation{ID: "recorded-1"}, "b", ns.path, ConnectOptions{IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	f.writeCacheIn(t, "b", "tool-1", ns.path)
+	f.writeCacheIn(t, "b", "tool-2", "/gone")
+	f.writeCacheIn(t, "elsewhere", "tool-3", ns.path) // a network this Configurator does not know
+	got, err := f.c.Unrecorded()
+	want := []UnrecordedAttachment{
+		{Network: "b", ID: "tool-1", IfName: "eth0", NetNS: ns.path},
+		{Network: "b", ID: "tool-2", IfName: "eth0", NetNS: "/gone", NamespaceGone: true},
+	}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("Unrecorded: %+v, %v; want %+v", got, err, want)
+	}
+	_ = f.c.Status(context.Background()) // not ready without plugins: what matters is the report
+	if !strings.Contains(log.String(), "no record of the host registry claims") || !strings.Contains(log.String(), "tool-1") {
+		t.Fatalf("Status's log lacks the unrecorded attachments:\n%s", log.String())
 	}
 }

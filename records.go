@@ -28,7 +28,8 @@ import (
 // an attachment before its ADD and complete the record after it; a
 // detach records, before the DEL, every address the attachment's files
 // prove, and removes the record when the cleanup found nothing left; a
-// GC collects its own owner's dead records and never another owner's.
+// GC collects its own owner's dead records, and another owner's only
+// when written in an earlier boot.
 // Every operation holds the container id's lock in the registry, which
 // every process honours; an ADD also holds the GC lock shared.
 
@@ -89,8 +90,9 @@ func (r *hostRegistry) enter(ctx context.Context, id string, adding bool) (leave
 	}, nil
 }
 
-// lockGC takes the host's GC lock alone: no ADD of any process runs while
-// this GC does (CNI 1.1). The wait is bounded by ctx.
+// lockGC takes the host's GC lock alone: no ADD of any process runs
+// while the GC step that takes it does (the plugins' GC command, the
+// sweep). The wait is bounded by ctx.
 func (r *hostRegistry) lockGC(ctx context.Context) (unlock func(), err error) {
 	ctx, cancel := context.WithTimeout(ctx, lockWait)
 	defer cancel()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -30,7 +31,10 @@ attachment any process on the host made through cninet, whoever its owner,
 with its network, interface, addresses, ports and since when; --network
 narrows the list. A registry file this cninet cannot read (damaged, or a
 newer cninet's record) is listed in state "unreadable", kept as it is,
-and named on stderr; no operation acts on its attachment.
+and named on stderr; no operation acts on its attachment. Attachments of
+the networks that libcni's cache holds and no record claims (another
+tool's, or from before the registry) follow, owner "-", state
+"unrecorded": GC leaves each while its namespace lives.
 
 ` + sourcesHelp,
 	}
@@ -66,18 +70,35 @@ and named on stderr; no operation acts on its attachment.
 // kept), and named in the error, after the list.
 func (c *cli) listAttachments(cfg *cninet.Configurator, networks []string) error {
 	recs, err := cfg.Attachments()
+	unrecorded, uerr := cfg.Unrecorded()
 	if len(networks) > 0 {
 		recs = slices.DeleteFunc(recs, func(r cninet.AttachmentRecord) bool { return !slices.Contains(networks, r.Network) })
+		unrecorded = slices.DeleteFunc(unrecorded, func(u cninet.UnrecordedAttachment) bool { return !slices.Contains(networks, u.Network) })
 	}
 	if recs == nil {
 		recs = []cninet.AttachmentRecord{}
 	}
-	c.done(map[string]any{"attachments": recs}, func(w io.Writer) { printAttachments(w, recs) })
-	return err
+	if unrecorded == nil {
+		unrecorded = []cninet.UnrecordedAttachment{}
+	}
+	c.done(map[string]any{"attachments": recs, "unrecorded": unrecorded}, func(w io.Writer) { printAttachments(w, recs, unrecorded) })
+	return errors.Join(err, uerr)
 }
 
-func printAttachments(w io.Writer, recs []cninet.AttachmentRecord) {
+// printAttachments prints the registry's attachments, then those of the
+// networks that libcni's cache holds and no record claims (owner "-").
+func printAttachments(w io.Writer, recs []cninet.AttachmentRecord, unrecorded []cninet.UnrecordedAttachment) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	defer tw.Flush()
+	defer func() {
+		for _, u := range unrecorded {
+			state := "unrecorded"
+			if u.NamespaceGone {
+				state += ", namespace gone"
+			}
+			fmt.Fprintf(tw, "-\t%s\t%s\t%s\t-\t-\t%s\t-\n", u.Network, u.ID, u.IfName, state)
+		}
+	}()
 	fmt.Fprintln(tw, "OWNER\tNETWORK\tID\tINTERFACE\tADDRESSES\tPORTS\tSTATE\tSINCE")
 	for _, r := range recs {
 		addrs := make([]string, len(r.Addresses))
@@ -99,7 +120,6 @@ func printAttachments(w io.Writer, recs []cninet.AttachmentRecord) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orDash(r.Owner), orDash(r.Network), id, orDash(r.IfName),
 			orDash(strings.Join(addrs, ",")), orDash(strings.Join(ports, ",")), r.State, since)
 	}
-	tw.Flush()
 }
 
 func orDash(s string) string {

@@ -16,6 +16,10 @@ const (
 	CodeCleanupFailed   uint = 102 // DEL or GC could not remove everything
 	CodeSetupFailed     uint = 103 // ADD failed without a plugin's error code
 	CodeIncompatible    uint = 104 // the shim speaks a protocol the daemon does not
+	// CodeRecordUnreadable: the host registry's record of the attachment
+	// cannot be read (damaged, or a newer cninet's): it is kept, and
+	// nothing ran.
+	CodeRecordUnreadable uint = 105
 )
 
 // ErrorFor turns an error of Serve or DecodeRequest into the CNI error the
@@ -37,6 +41,8 @@ func ErrorFor(err error) *types.Error {
 
 func codeFor(err error) uint {
 	switch {
+	case errors.Is(err, cninet.ErrRecordUnreadable): // whatever else it wraps: nothing ran
+		return CodeRecordUnreadable
 	case errors.Is(err, ErrIncompatibleCNIVersion):
 		return types.ErrIncompatibleCNIVersion
 	case errors.Is(err, errMalformed):
