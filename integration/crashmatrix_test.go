@@ -23,6 +23,7 @@ import (
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/killpoint"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
+	"github.com/seed1280861d/cninet/internal/sandbox"
 )
 
 // crashMatrixRunnerEnv, set in a child's environment, makes the test
@@ -143,11 +144,18 @@ func awaitSamples(path string) {
 	}
 }
 
-// crashMatrixPoints are the killpoints each operation is killed at too
-// (the first time each is reached): after a record was written (before
-// a Setup's first ADD; before a detach's DEL, the proof recorded), and
-// inside a cleanup, after its rules went and after its files went.
-var crashMatrixPoints = []string{killpoint.Recorded, killpoint.RulesRemoved, killpoint.FilesRemoved}
+// crashMatrixPoints are the killpoints op is killed at too (the first
+// time each is reached): after a record was written (before a Setup's
+// or a Connect's first ADD; before a detach's DEL, the proof recorded),
+// and inside a cleanup, after its rules went and after its files went
+// (a Setup's between its attempts; a Connect, whose one ADD succeeds,
+// runs none).
+func crashMatrixPoints(op string) []string {
+	if op == "Connect" {
+		return []string{killpoint.Recorded}
+	}
+	return []string{killpoint.Recorded, killpoint.RulesRemoved, killpoint.FilesRemoved}
+}
 
 // killAt is where a cell's runner dies.
 type killAt struct {
@@ -531,43 +539,96 @@ func waitForPlugins(t *testing.T, wrapDir string) {
 //
 // Last, the sampler's positive control: a neighbour's DEL run without
 // cninet (through libcni, unprevented) drops the count it watches.
+//
+// Each plugin set's matrix runs in a child process of its own, in
+// network and mount namespaces of its own (as the suite's sandbox), so
+// that the three run at once: their hosts are apart, their baselines
+// their own.
 func TestCrashMatrixARunnerKilledAfterAnyPluginCommandLeavesNothingAndNeverCostsANeighbourARule(t *testing.T) {
-	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
-		m := newCrashMatrix(t, set)
-		for _, op := range crashMatrixOps {
-			t.Run(op, func(t *testing.T) {
-				start := time.Now()
-				var log []string
-				t.Run("k=0", func(t *testing.T) { log = m.cell(t, op, killAt{}) })
-				n := len(log)
-				if n == 0 {
-					t.Fatalf("the uninterrupted %s ran no plugin command", op)
-				}
-				t.Logf("the uninterrupted %s's plugin commands:\n%s", op, strings.Join(log, "\n"))
-				for k := 1; k <= n; k++ {
-					t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { m.cell(t, op, killAt{command: k}) })
-				}
-				for _, point := range crashMatrixPoints {
-					t.Run("at "+point, func(t *testing.T) { m.cell(t, op, killAt{point: point}) })
-				}
-				if op == "Disconnect" {
-					at := killAt{command: n, returned: true}
-					t.Run(at.String(), func(t *testing.T) { m.cell(t, op, at) })
-				}
-				t.Logf("%s: %d plugin commands, killed after each and at %v, in %v", op, n, crashMatrixPoints, time.Since(start).Round(time.Millisecond))
-			})
-		}
-		t.Run("the sampler's positive control", func(t *testing.T) {
-			before, err := m.neighbourLines()
-			if err != nil || before == 0 {
-				t.Fatalf("the neighbours' rules: %d, %v; want some", before, err)
+	netsandbox.Require(t)
+	if only := os.Getenv(crashMatrixSetEnv); only != "" { // a plugin set's child
+		for _, set := range netsandbox.PluginSets(t) {
+			if set.Name == only {
+				t.Run(set.Name, func(t *testing.T) { crashMatrixOf(t, set) })
+				return
 			}
-			nb := m.neighbours[0]
-			sampleDropWhile(t, "the neighbours' rules during an unprevented DEL of one", before, m.neighbourLines, func() {
-				if err := unpreventedDEL(t, set, m.n1.conf, nb.ID, m.nbNetns[0], "eth0", nb.Ports); err != nil {
-					t.Errorf("the unprevented DEL: %v", err)
-				}
-			})
+		}
+		t.Fatalf("no plugin set %q", only)
+	}
+	for _, set := range netsandbox.PluginSets(t) {
+		t.Run(set.Name, func(t *testing.T) {
+			t.Parallel()
+			crashMatrixChild(t, set)
+		})
+	}
+}
+
+// crashMatrixSetEnv, in a child's environment, names the plugin set whose
+// crash matrix it runs, in namespaces of its own.
+const crashMatrixSetEnv = "CNINET_CRASH_MATRIX_SET"
+
+// crashMatrixChild runs set's crash matrix in a child: this test binary
+// again, in new network and mount namespaces, which it prepares as the
+// suite's sandbox does (internal/sandbox). Its output is logged: whole
+// when it fails, its per-operation lines when it passes.
+func crashMatrixChild(t *testing.T, set netsandbox.PluginSet) {
+	top, _, _ := strings.Cut(t.Name(), "/")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+top+"$", "-test.v", "-test.count=1", "-test.timeout=30m")
+	cmd.Env = append(os.Environ(), crashMatrixSetEnv+"="+set.Name, sandbox.Marker+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err := cmd.Run()
+	if err != nil {
+		t.Fatalf("the crash matrix of %s in its own namespaces: %v, after %v:\n%s", set.Name, err, time.Since(start).Round(time.Second), out.String())
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Contains(line, "plugin commands, killed") || strings.Contains(line, "unprevented DEL dropped") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+	t.Logf("the crash matrix of %s took %v", set.Name, time.Since(start).Round(time.Second))
+}
+
+// crashMatrixOf runs set's crash matrix here.
+func crashMatrixOf(t *testing.T, set netsandbox.PluginSet) {
+	m := newCrashMatrix(t, set)
+	for _, op := range crashMatrixOps {
+		t.Run(op, func(t *testing.T) {
+			start := time.Now()
+			var log []string
+			t.Run("k=0", func(t *testing.T) { log = m.cell(t, op, killAt{}) })
+			n := len(log)
+			if n == 0 {
+				t.Fatalf("the uninterrupted %s ran no plugin command", op)
+			}
+			t.Logf("the uninterrupted %s's plugin commands:\n%s", op, strings.Join(log, "\n"))
+			for k := 1; k <= n; k++ {
+				t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { m.cell(t, op, killAt{command: k}) })
+			}
+			for _, point := range crashMatrixPoints(op) {
+				t.Run("at "+point, func(t *testing.T) { m.cell(t, op, killAt{point: point}) })
+			}
+			if op == "Disconnect" {
+				at := killAt{command: n, returned: true}
+				t.Run(at.String(), func(t *testing.T) { m.cell(t, op, at) })
+			}
+			t.Logf("%s: %d plugin commands, killed after each and at %v, in %v", op, n, crashMatrixPoints(op), time.Since(start).Round(time.Millisecond))
+		})
+	}
+	t.Run("the sampler's positive control", func(t *testing.T) {
+		before, err := m.neighbourLines()
+		if err != nil || before == 0 {
+			t.Fatalf("the neighbours' rules: %d, %v; want some", before, err)
+		}
+		nb := m.neighbours[0]
+		sampleDropWhile(t, "the neighbours' rules during an unprevented DEL of one", before, m.neighbourLines, func() {
+			if err := unpreventedDEL(t, set, m.n1.conf, nb.ID, m.nbNetns[0], "eth0", nb.Ports); err != nil {
+				t.Errorf("the unprevented DEL: %v", err)
+			}
 		})
 	})
 }
