@@ -123,7 +123,7 @@ func (l *lockWaits) Accept(_ string, _ hclog.Level, msg string, args ...any) {
 			lock, _ = args[i+1].(time.Duration)
 		}
 	}
-	if op == "Setup" {
+	if op == "setup" {
 		l.mu.Lock()
 		l.waits = append(l.waits, lock)
 		l.mu.Unlock()
