@@ -64,14 +64,11 @@ func (g *gcRun) cached(ctx context.Context) (err error) {
 // would take the same id's rules on a network this GC spares.
 func (g *gcRun) collectCached(ctx context.Context, id string, atts []*libcni.NetworkAttachment, names map[string]bool, spares bool) {
 	c := g.c
-	unlockAdm := c.registry.adm.LockAll([]string{id})
-	defer unlockAdm()
-	unlockID, err := c.registry.store.TryLockID(id)
-	if err != nil {
-		c.logger.Debug("GC left a busy allocation's cached attachments alone", "alloc_id", id, "error", err)
+	unlock, ok := g.lockDead(id)
+	if !ok {
 		return
 	}
-	defer unlockID()
+	defer unlock()
 	if g.holdsLiveUnrecorded(ctx, id) {
 		g.live[id] = true // its state is not this GC's to judge, on any network
 		return
@@ -85,7 +82,7 @@ func (g *gcRun) collectCached(ctx context.Context, id string, atts []*libcni.Net
 		req := cachedCapabilities(cachedRequest(request{id: id}, a), a)
 		found = append(found, foundAttachment{att: attachment{conf: conf, ifName: a.IfName}, req: req, cached: true})
 	}
-	found, _, err = c.find.withRecords(g.collects, request{id: id}, found)
+	found, _, err := c.find.withRecords(g.collects, request{id: id}, found)
 	if err == nil {
 		all := found
 		found = slices.DeleteFunc(slices.Clone(found), func(fa foundAttachment) bool {

@@ -94,14 +94,11 @@ func (g *gcRun) collects(rec registry.Record) bool {
 // attachment's (recordedNetNS).
 func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) error {
 	c := g.c
-	unlockAdm := c.registry.adm.LockAll([]string{id})
-	defer unlockAdm()
-	unlockID, err := c.registry.store.TryLockID(id)
-	if err != nil {
-		c.logger.Debug("GC left a busy allocation's records alone", "alloc_id", id, "error", err)
+	unlock, ok := g.lockDead(id)
+	if !ok {
 		return nil
 	}
-	defer unlockID()
+	defer unlock()
 	found, _, err := c.find.withRecords(g.collects, request{id: id}, nil)
 	if err != nil {
 		return err
@@ -131,4 +128,27 @@ func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) 
 		g.report.addCached(GCItem{Kind: GCRecordedAttachment, ID: id, Network: fa.att.name(), Detail: fa.att.ifName})
 	}
 	return nil
+}
+
+// lockDead takes the lock of the dead allocation id for its collection:
+// in this process (waiting for an operation of this process on it), and
+// across the host without waiting. ok is false when an operation of this
+// process took the id while this GC ran (it is protected), or another
+// process holds it: the id is left for the next GC.
+func (g *gcRun) lockDead(id string) (unlock func(), ok bool) {
+	unlockAdm := g.c.registry.adm.LockAll([]string{id})
+	if g.c.registry.adm.Protected()[id] {
+		unlockAdm()
+		return nil, false
+	}
+	unlockID, err := g.c.registry.store.TryLockID(id)
+	if err != nil {
+		unlockAdm()
+		g.c.logger.Debug("GC left a busy allocation alone", "alloc_id", id, "error", err)
+		return nil, false
+	}
+	return func() {
+		unlockID()
+		unlockAdm()
+	}, true
 }
