@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/workload"
@@ -168,6 +169,11 @@ type gcRun struct {
 	skipped  map[string]bool
 	report   *GCReport
 	progress *gcProgress    // from when the GC begins
+	// start is when the GC began: a record written since is another
+	// operation's, made or changed while this GC collected unlocked (a
+	// Setup of the same owner in another process, say), which the
+	// caller's live set, older, does not speak for.
+	start time.Time
 	ns       workload.Probe // whether the namespaces of unrecorded and other owners' state are gone
 }
 
@@ -183,7 +189,7 @@ func (g *gcRun) covers(network string) bool {
 // owner) of everything but liveAllocIDs.
 func (c *Configurator) gcRun(ctx context.Context, liveAllocIDs []string) *gcRun {
 	g := &gcRun{c: c, owner: c.ownerOf(ctx), live: map[string]bool{}, only: gcOnly(ctx), dry: gcDryRun(ctx),
-		skipped: map[string]bool{}, report: &GCReport{}}
+		skipped: map[string]bool{}, report: &GCReport{}, start: time.Now()}
 	g.liveIfs, _ = ctx.Value(gcLiveKey{}).(map[string]map[string]bool)
 	for _, id := range liveAllocIDs {
 		g.live[id] = true

@@ -147,8 +147,25 @@ func (g *gcRun) lockDead(id string) (unlock func(), ok bool) {
 		g.c.logger.Debug("GC left a busy allocation alone", "alloc_id", id, "error", err)
 		return nil, false
 	}
-	return func() {
+	unlock = func() {
 		unlockID()
 		unlockAdm()
-	}, true
+	}
+	if g.recordedSinceStart(id) {
+		unlock()
+		g.c.logger.Debug("GC left an allocation recorded while it ran alone", "alloc_id", id)
+		return nil, false
+	}
+	return unlock, true
+}
+
+// recordedSinceStart reports whether a record of id was written while
+// this GC ran (or the id's records cannot be read): an operation made or
+// changed it meanwhile, and it is not this GC's to judge.
+func (g *gcRun) recordedSinceStart(id string) bool {
+	recs, _, err := g.c.registry.store.Of(id)
+	if err != nil {
+		return true
+	}
+	return slices.ContainsFunc(recs, func(rec registry.Record) bool { return rec.Updated.After(g.start) })
 }

@@ -73,8 +73,9 @@ func (g *gcRun) sweepOnce(ctx context.Context) error {
 
 // claimedNow returns the ids whose state the sweep must leave, as the
 // registry and libcni's cache say now: another owner's records of this
-// boot, registry files this cninet cannot read, and cached attachments
-// no record claims whose namespace still lives.
+// boot, records written while this GC ran, registry files this cninet
+// cannot read, and cached attachments no record claims whose namespace
+// still lives.
 func (g *gcRun) claimedNow() (map[string]bool, error) {
 	c := g.c
 	all, err := c.registry.store.All()
@@ -85,7 +86,7 @@ func (g *gcRun) claimedNow() (map[string]bool, error) {
 	recorded := map[registry.Key]bool{}
 	for _, rec := range all.Records {
 		recorded[rec.Key()] = true
-		if !g.collects(rec) {
+		if !g.collects(rec) || rec.Updated.After(g.start) { // another's, or recorded while this GC ran
 			claimed[rec.ContainerID] = true
 		}
 	}
