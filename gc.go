@@ -168,13 +168,13 @@ type gcRun struct {
 	nets     []networkConf
 	skipped  map[string]bool
 	report   *GCReport
-	progress *gcProgress    // from when the GC begins
+	progress *gcProgress // from when the GC begins
 	// start is when the GC began: a record written since is another
 	// operation's, made or changed while this GC collected unlocked (a
 	// Setup of the same owner in another process, say), which the
 	// caller's live set, older, does not speak for.
 	start time.Time
-	ns       workload.Probe // whether the namespaces of unrecorded and other owners' state are gone
+	ns    workload.Probe // whether the namespaces of unrecorded and other owners' state are gone
 }
 
 // covers reports whether this GC collects in network: one this
