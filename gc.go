@@ -39,7 +39,8 @@ import (
 // liveAllocIDs must not be nil (an empty slice means nothing is live).
 // Allocations this Configurator is setting up, checking or tearing down
 // when GC starts, or starts to while it runs, are never collected, nor
-// are those another process holds the lock of. Each dead allocation is
+// are those another process holds the lock of or records while GC runs
+// (liveAllocIDs, older, does not speak for them). Each dead allocation is
 // collected under its own lock, so Setups of other allocations, in any
 // process, run meanwhile; GC holds the host's GC lock, under which no
 // Setup or Connect of any process runs its ADD, only where CNI requires
