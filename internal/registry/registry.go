@@ -115,7 +115,8 @@ func (g *Registry) Put(r *Record) error {
 	}
 	path := g.path(k)
 	now := time.Now().UTC()
-	old, err := readRecord(path, k)
+	var buf []byte
+	old, err := readDecoded(path, k, &buf, decodeHead)
 	switch {
 	case err == nil:
 		if r.Since.IsZero() {
@@ -303,6 +304,27 @@ func decodeRecord(raw []byte, path string, k Key) (Record, error) {
 	return r, nil
 }
 
+// recordHead is what a write or a removal needs of the record it
+// replaces: that it is one of this format, of its key, and when it was
+// first written. The rest is not kept; encoding/json still checks that
+// the whole file is JSON. (What decodes as a head but not as a Record,
+// a field of another shape in a record of this format, is damage that
+// Of and All report, and that the operations refuse before they write.)
+type recordHead struct {
+	Version     int       `json:"version"`
+	Network     string    `json:"network"`
+	ContainerID string    `json:"containerID"`
+	IfName      string    `json:"ifName"`
+	Since       time.Time `json:"since"`
+}
+
+// decodeHead decodes a record's head (a decoder).
+func decodeHead(raw []byte, _ string, k Key) (recordHead, error) {
+	var h recordHead
+	err := checkDecoded(raw, json.Unmarshal(raw, &h), h.Version, Key{h.Network, h.ContainerID, h.IfName}, k)
+	return h, err
+}
+
 // checkDecoded judges a decoded record, whatever its Go type: its
 // decoding's error decodeErr, and its format version and the key it names
 // against k, its path's. The record must be of this format version and
@@ -339,7 +361,8 @@ func (g *Registry) Remove(k Key) error {
 		return err
 	}
 	path := g.path(k)
-	if _, err := readRecord(path, k); err != nil && !errors.Is(err, os.ErrNotExist) {
+	var buf []byte
+	if _, err := readDecoded(path, k, &buf, decodeHead); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing the record of %s: %w: %w", k, ErrUnreadable, Damaged{Path: path, ContainerID: k.ContainerID, Key: k, Err: err})
 	}
 	if err := step("remove"); err != nil {
