@@ -15,7 +15,7 @@
 //
 //	record.go        Record, State, Key, Plugin, Damaged: what a record holds
 //	boot.go          CurrentBoot: the boot a record was written in
-//	registry.go      Registry: Open, Put, Of, All, Remove, RemoveStaleTemps; the layout on disk, read by as many goroutines as CPUs; an unreadable file never replaced or removed (ErrUnreadable)
+//	registry.go      Registry: Open, Put, Of, All, Remove, RemoveStaleTemps; the layout on disk, read by as many goroutines as CPUs; a file that is not a record of this format and key never replaced or removed (ErrUnreadable)
 //	summary.go       Summaries: every record as a listing shows it, its conflist checked, not kept
 //	read_unix.go     Reading a record with no system call it does not need
 //	read_other.go    Reading a record off unix: os.ReadFile

@@ -105,9 +105,11 @@ func (g *Registry) path(k Key) string {
 // Put writes r durably (see the layout), replacing the record of its
 // key. Since and Boot are kept from the first write (Boot: the boot the
 // attachment was made in, CurrentBoot when r has none); Updated is now.
-// A file at the key's path that is no record this version can read is
-// never replaced: the error wraps ErrUnreadable and names it. The caller
-// holds the id's lock.
+// A file at the key's path that is not JSON, of this format, naming its
+// key (a newer cninet's record, a damaged one) is never replaced: the
+// error wraps ErrUnreadable and names it. (A record of this format whose
+// other fields are damaged is for the caller to refuse: Of reports it.)
+// The caller holds the id's lock.
 func (g *Registry) Put(r *Record) error {
 	k := r.Key()
 	if err := checkKey(k); err != nil {
@@ -354,8 +356,8 @@ func checkDecoded(raw []byte, decodeErr error, version int, named, k Key) error 
 
 // Remove removes k's record, durably, and its id's directories when they
 // are empty. A record already gone is no error; a file at k's path that
-// is no record this version can read is never removed (the error wraps
-// ErrUnreadable and names it). The caller holds the id's lock.
+// is not JSON, of this format, naming k is never removed (the error wraps
+// ErrUnreadable and names it; see Put). The caller holds the id's lock.
 func (g *Registry) Remove(k Key) error {
 	if err := checkKey(k); err != nil {
 		return err
