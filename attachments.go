@@ -111,14 +111,15 @@ type foundAttachment struct {
 // for owner (withRecords); another owner's records take theirs away,
 // and so do records of networks this Configurator does not know that the
 // allocation does not name: another Configurator of the same owner made
-// them.
-func (f *attachmentFinder) of(alloc *Allocation, req request, owner string, forTeardown bool) ([]foundAttachment, error) {
+// them. unreadable are the id's registry files this cninet cannot read:
+// their attachments are left out.
+func (f *attachmentFinder) of(alloc *Allocation, req request, owner string, forTeardown bool) (_ []foundAttachment, unreadable []registry.Damaged, _ error) {
 	found, err := f.cached(alloc, req, forTeardown)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if found, err = f.withRecords(owner, req, found); err != nil {
-		return nil, err
+	if found, unreadable, err = f.withRecords(ownedBy(owner), req, found); err != nil {
+		return nil, nil, err
 	}
 	// A record of a network this Configurator does not know is another
 	// Configurator's of the same owner, unless the allocation names the
@@ -126,7 +127,12 @@ func (f *attachmentFinder) of(alloc *Allocation, req request, owner string, forT
 	return slices.DeleteFunc(found, func(fa foundAttachment) bool {
 		_, err := f.nets.known(fa.att.name(), true)
 		return err != nil && !slices.Contains(alloc.NetworkNames, fa.att.name())
-	}), nil
+	}), unreadable, nil
+}
+
+// ownedBy says an operation acts on owner's records alone.
+func ownedBy(owner string) func(registry.Record) bool {
+	return func(rec registry.Record) bool { return rec.Owner == owner }
 }
 
 // cached returns every network alloc is attached to: the networks it
@@ -240,25 +246,29 @@ func (f *attachmentFinder) cachedOnly(req request, byNetwork map[string][]*libcn
 }
 
 // withRecords adds to found, an allocation's attachments as the
-// Allocation and libcni's cache say, those its own owner's records say:
-// the registry is the one source that outlives a DEL, so a record names
-// an attachment whose detach a killed process began. A found attachment
-// with a record is told what the record says (its conflist, args and
-// capabilities). Records of another owner are another runtime's
-// attachments: left out, and so are found attachments they name.
-func (f *attachmentFinder) withRecords(owner string, req request, found []foundAttachment) ([]foundAttachment, error) {
+// Allocation and libcni's cache say, those of its records that acts
+// says the operation acts on (its own owner's, ownedBy): the registry is
+// the one source that outlives a DEL, so a record names an attachment
+// whose detach a killed process began. A found attachment with such a
+// record is told what the record says (its conflist, args and
+// capabilities). Other records are other owners' attachments: left out,
+// and so are found attachments they name. So are those whose registry
+// file this cninet cannot read (unreadable, every such file of the id):
+// whose they are is unknown.
+func (f *attachmentFinder) withRecords(acts func(registry.Record) bool, req request, found []foundAttachment) (_ []foundAttachment, unreadable []registry.Damaged, _ error) {
 	recs, damaged, err := f.registry.store.Of(req.id)
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading the host registry: %w", ErrIO, err)
+		return nil, nil, fmt.Errorf("%w: reading the host registry: %w", ErrIO, err)
 	}
 	for _, d := range damaged {
-		f.logger.Warn("registry file is no usable record: kept, not acted on", "alloc_id", req.id, "path", d.Path, "error", d.Err)
+		f.logger.Warn("registry file is no usable record: kept, and its attachment left alone", "alloc_id", req.id, "path", d.Path, "error", d.Err)
 	}
+	found = withoutUnreadable(found, damaged)
 	for _, rec := range recs {
 		at := slices.IndexFunc(found, func(fa foundAttachment) bool {
 			return fa.att.name() == rec.Network && fa.att.ifName == rec.IfName
 		})
-		if rec.Owner != owner {
+		if !acts(rec) {
 			if at >= 0 {
 				f.logger.Debug("attachment of another owner left alone", "alloc_id", req.id, "network", rec.Network, "owner", rec.Owner)
 				found = slices.Delete(found, at, at+1)
@@ -278,7 +288,7 @@ func (f *attachmentFinder) withRecords(owner string, req request, found []foundA
 		found = append(found, foundAttachment{att: attachment{conf: conf, ifName: rec.IfName}, req: recordedRequest(req, rec),
 			cached: true, settled: rec.State == registry.Attached})
 	}
-	return found, nil
+	return found, damaged, nil
 }
 
 // cachedAt returns libcni's cached attachment of id in network as ifName,

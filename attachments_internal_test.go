@@ -133,7 +133,7 @@ func TestAFoundAttachmentIsSettledOnlyOnceItsADDReturned(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			found, err := f.c.find.of(alloc, req, owner, true)
+			found, _, err := f.c.find.of(alloc, req, owner, true)
 			if err != nil {
 				t.Fatal(err)
 			}

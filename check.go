@@ -74,11 +74,14 @@ func (c *Configurator) checkAll(ctx context.Context, alloc *Allocation, netns st
 		return err
 	}
 	defer leave()
-	found, err := c.find.of(alloc, req, c.ownerOf(ctx), false)
+	found, unreadable, err := c.find.of(alloc, req, c.ownerOf(ctx), false)
 	if err != nil {
 		return err
 	}
-	return c.checkFound(ctx, c.find.attached(found), netns, repair)
+	// An unreadable record's attachment is not checked, nor repaired: the
+	// error names its file.
+	return joinErrors(slices.DeleteFunc([]error{c.checkFound(ctx, c.find.attached(found), netns, repair), unreadableError(req.id, unreadable)},
+		func(err error) bool { return err == nil }))
 }
 
 // checkOne is Check of the attachment of ifName in network

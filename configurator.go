@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cni "github.com/containerd/go-cni"
@@ -80,11 +81,15 @@ type Config struct {
 	// is and what its cleanup needs, and the locks every process on the
 	// host honours. Every process that attaches workloads on the host
 	// (orchestrators, cninet daemon, the CLI) must use the same one,
-	// whatever its CacheDir. "": /var/lib/cninet. Tests: a temp dir.
+	// whatever its CacheDir: an absolute path (a relative one is
+	// ErrInvalidConfig). "": /var/lib/cninet. Tests: a temp dir.
 	StateDir string
 	// Owner names whose attachments this Configurator makes: its GC
 	// collects only its own owner's dead attachments (and state no record
-	// claims), never another owner's. "": the executable's base name.
+	// claims once its namespace is gone), never another owner's live
+	// ones; a DEL of one attachment (Disconnect with
+	// ConnectOptions.IfName) of another owner's live attachment changes
+	// nothing. "": the executable's base name.
 	Owner string
 	// TracerProvider receives a span per Setup, Teardown, Check, Status,
 	// GC and Reload, with children per network, ADD attempt, DEL and
@@ -145,6 +150,8 @@ type Configurator struct {
 	find     *attachmentFinder // an allocation's attachments
 	seams    *cleanerSeams     // how a cleanup reaches the host
 	tel      *telemetry
+
+	unrecordedAt atomic.Int64 // when Status last reported unrecorded attachments (UnixNano)
 
 	watcher   *watcher
 	repairer  *repairWatcher // Config.RepairEvery's

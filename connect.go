@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/workload"
 )
 
 // Connect attaches the live workload of alloc to one more network, as
@@ -73,7 +74,7 @@ func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, netwo
 		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
 	}
 	owner := c.ownerOf(ctx)
-	found, err := c.find.of(alloc, req, owner, false)
+	found, _, err := c.find.of(alloc, req, owner, false) // an unreadable record of the network connected fails its preflight
 	if err != nil {
 		return nil, err
 	}
@@ -115,8 +116,14 @@ func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, netwo
 // little yet may have reserved an address — so it is the right operation
 // for a runtime's DEL, and as idempotent as Teardown. Its DEL never
 // reaches another attachment of the same container, one this
-// Configurator cannot see included. At most one ConnectOptions may be
-// given (ErrInvalidArgument).
+// Configurator cannot see included. When the host registry records the
+// attachment as another owner's (WithOwner, Config.Owner) and its
+// namespace still lives, it changes nothing and returns nil (logged,
+// counted in cninet.kept): libcni's GC sends a DEL for every cached
+// attachment it was not told is valid, whoever made it. One whose
+// namespace is gone is detached. An attachment whose registry file
+// this cninet cannot read is left alone (ErrRecordUnreadable). At most
+// one ConnectOptions may be given (ErrInvalidArgument).
 func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, network, netns string, opts ...ConnectOptions) error {
 	o, err := optionsOf("Disconnect", opts)
 	if err != nil {
@@ -149,21 +156,22 @@ func (c *Configurator) disconnectNetwork(ctx context.Context, alloc *Allocation,
 		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
 	}
 	owner := c.ownerOf(ctx)
-	found, err := c.find.of(alloc, req, owner, true)
+	found, unreadable, err := c.find.of(alloc, req, owner, true)
 	if err != nil {
 		return err
 	}
+	unreadable = slices.DeleteFunc(unreadable, func(d registry.Damaged) bool { return d.Key.Network != "" && d.Key.Network != network })
 	attached := c.find.attached(found)
 	found = slices.DeleteFunc(slices.Clone(attached), func(fa foundAttachment) bool { return fa.att.name() != network })
 	if len(found) == 0 {
 		c.logger.Debug("disconnect: not attached", "alloc_id", req.id, "network", network)
-		return nil
+		return unreadableError(req.id, unreadable)
 	}
-	d := c.detaching(owner, netns, len(attached) > len(found))
+	d := c.detaching(owner, netns, len(attached) > len(found) || len(unreadable) > 0)
 	up, restore := keepLoopback(c.logger, req.id, netns, found)
 	defer restore()
 	d.settled, d.loUp = true, up
-	return d.all(ctx, found)
+	return joinErrors([]error{d.all(ctx, found), unreadableError(req.id, unreadable)})
 }
 
 // keepLoopback, when found run the loopback plugin, notes whether the
@@ -179,7 +187,7 @@ func keepLoopback(logger hclog.Logger, id, netns string, found []foundAttachment
 		return false, func() {}
 	}
 	start := time.Now()
-	if !loopbackUp(netns) {
+	if !workload.LoopbackUp(netns) {
 		logger.Debug("workload's lo checked", "alloc_id", id, "check", time.Since(start))
 		return false, func() {}
 	}
@@ -189,10 +197,10 @@ func keepLoopback(logger hclog.Logger, id, netns string, found []foundAttachment
 		defer func() {
 			logger.Debug("workload's lo checked", "alloc_id", id, "check", check, "restore", time.Since(start))
 		}()
-		if loopbackUp(netns) {
+		if workload.LoopbackUp(netns) {
 			return
 		}
-		if err := setLoopbackUp(netns); err != nil {
+		if err := workload.SetLoopbackUp(netns); err != nil {
 			logger.Warn("could not bring the workload's loopback interface up again after a DEL of the loopback plugin",
 				"alloc_id", id, "netns", netns, "error", err)
 		}
@@ -287,14 +295,28 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 	if a := c.find.cachedAt(req.id, network, ifName); a != nil {
 		fa.req, fa.cached, fa.settled = cachedCapabilities(cachedRequest(req, a), a), true, true
 	}
-	if rec != nil { // the record knows best, even when the conflist changed or went
-		// The caller names the attachment exactly (a runtime's DEL): it is
-		// detached whoever recorded it — a runtime's DEL that cannot
-		// succeed leaves a pod stuck — and the record says whose it was.
-		if rec.Owner != owner {
-			c.logger.Info("detaching an attachment another owner recorded: the caller named it exactly",
-				"alloc_id", req.id, "network", network, "if_name", ifName, "recorded_owner", rec.Owner, "owner", owner)
+	if d, err := c.registry.unreadableAt(req.id, network, ifName); err != nil || d != nil {
+		if err == nil {
+			err = unreadableError(req.id, []registry.Damaged{*d})
 		}
+		return err
+	}
+	if rec != nil && rec.Owner != owner {
+		// Another owner's attachment: a DEL that names it may be libcni's
+		// GC of a runtime that shares libcni's cache with its owner, which
+		// DELs every cached attachment it was not told is valid. While its
+		// namespace lives, nothing changes; once it is gone, nothing live
+		// can be harmed, and the DEL cleans it.
+		if !(&workload.Probe{}).RecordGone(*rec) {
+			c.logger.Info("DEL of another owner's live attachment: nothing changed (its own owner, or the cninet CLI with --owner, detaches it)",
+				"alloc_id", req.id, "network", network, "if_name", ifName, "recorded_owner", rec.Owner, "owner", owner, "netns", rec.NetNS)
+			c.tel.kept(ctx, keptOtherOwners, network)
+			return nil
+		}
+		c.logger.Info("detaching another owner's attachment: its namespace is gone",
+			"alloc_id", req.id, "network", network, "if_name", ifName, "recorded_owner", rec.Owner, "owner", owner, "netns", rec.NetNS)
+	}
+	if rec != nil { // the record knows best, even when the conflist changed or went
 		conf, err := c.registry.recordedConf(*rec)
 		if err != nil {
 			return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)

@@ -91,7 +91,9 @@ One noun per concept, in the documentation and in the code:
     every proof its cleanup needs; removed when the cleanup found
     nothing left (Attachments lists them).
   - owner: whose attachments a Configurator makes (Config.Owner); a GC
-    collects only its own owner's.
+    collects only its own owner's (and any owner's recorded in an
+    earlier boot). A DEL of another owner's attachment whose namespace
+    lives changes nothing (the namespace judged by internal/workload).
   - intent record: what cninet wrote before it had a registry, the
     addresses it withheld from a DEL; still read as proof, and removed
     with the attachment.
@@ -120,9 +122,13 @@ operations share is a type in a file named after what it holds.
 	repair.go             The drift check and repair of found attachments (driftCheck), a live attachment from its record (liveOf), libcni's cache written again.
 	repairwatch.go        The repair watcher (Config.RepairEvery): a pass at start, every interval and on nf_tables changes; never fights.
 	status.go             Status: whether each network (or each one named) can attach workloads.
-	gc.go                 GC; gcRun: the recorded, then the cached dead attachments detached, then the sweep of what no record or cache remembers.
+	gc.go                 GC; gcRun: the recorded, then the cached dead attachments detached, then the sweep of what no record or cache remembers; the registry's housekeeping.
+	gc_recorded.go        The dead recorded attachments (this owner's, any owner's of an earlier boot), each under its id's lock.
+	gc_cached.go          The stale attachments libcni's cache holds, each under its id's lock, unrecorded ones only once their namespace is gone; the CNI GC command under the host's GC lock.
+	gc_sweep.go           The sweep, under the host's GC lock: what the registry and libcni's cache claim now is left.
 	gc_report.go          GCOptions, GCAttachment, GCReport, GCItem, GCKind: what GC is asked, what it removed, its progress.
 	records.go            hostRegistry: the host registry in every operation: records, owners, locks; Attachments.
+	unreadable.go         Registry files this cninet cannot read: kept, their attachments left alone; ErrRecordUnreadable.
 	reload.go             Reload and the ConfDir watcher.
 	plugins.go            plugins: the plugin binaries found before Setup, their versions, the firewall backend each really uses here.
 	driver.go             How one network's plugins run: through go-cni (Config.CNI) or libcni.
@@ -131,8 +137,4 @@ operations share is a type in a file named after what it holds.
 	telemetry.go          Traces: a span per operation, network, attempt, DEL and cleanup.
 	telemetry_items.go    What a cleanup removed, grouped by kind and backend for spans; what drift checks found and repairs restored.
 	telemetry_metrics.go  Metrics.
-	netns_linux.go        Whether a path is a network namespace.
-	netns_other.go        The same off Linux.
-	loopback_linux.go     The workload's loopback interface, kept up when it loses one network of several.
-	loopback_other.go     The same off Linux.
 */

@@ -2,6 +2,7 @@ package cninet
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/seed1280861d/cninet/host"
 )
@@ -86,6 +87,14 @@ var (
 	// changed: Teardown (or GC) again, once the lock is free, finishes the
 	// cleanup. It comes wrapped in ErrCleanupFailed.
 	ErrXtablesLock = host.ErrXtablesLock
+	// ErrRecordUnreadable: the host registry holds a file where an
+	// attachment's record belongs that this cninet cannot read — damaged,
+	// or written by a newer cninet (a later format). It is kept byte for
+	// byte: Setup and Connect of that attachment fail before any plugin
+	// runs, and Teardown, Disconnect and GC leave the attachment alone.
+	// The error names the file. Upgrade cninet, or, when the file is
+	// damaged, remove it and Teardown the allocation again.
+	ErrRecordUnreadable = errors.New("host registry record unreadable")
 	// ErrNotReady: Status found the configurator unable to attach workloads.
 	ErrNotReady = errors.New("cni not ready")
 	// ErrClosed: the Configurator was closed.
@@ -95,8 +104,10 @@ var (
 	ErrIO = errors.New("host i/o failed")
 )
 
-// joinErrors is errors.Join that returns a lone error as it is.
+// joinErrors is errors.Join that returns a lone error as it is (nils
+// are dropped).
 func joinErrors(errs []error) error {
+	errs = slices.DeleteFunc(slices.Clone(errs), func(err error) bool { return err == nil })
 	if len(errs) == 1 {
 		return errs[0]
 	}

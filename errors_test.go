@@ -22,7 +22,7 @@ var sentinels = []error{
 	cninet.ErrInvalidAllocation, cninet.ErrInvalidArgument, cninet.ErrInvalidConfig, cninet.ErrNetworkNotFound,
 	cninet.ErrPluginMissing, cninet.ErrSetupFailed, cninet.ErrNoAddress, cninet.ErrCheckFailed,
 	cninet.ErrCheckUnsupported, cninet.ErrCleanupFailed, cninet.ErrIPTablesMissing, cninet.ErrNotReady,
-	cninet.ErrClosed, cninet.ErrIO, cninet.ErrXtablesLock,
+	cninet.ErrClosed, cninet.ErrIO, cninet.ErrXtablesLock, cninet.ErrRecordUnreadable,
 }
 
 // errPlugin stands for whatever a plugin or the host said.

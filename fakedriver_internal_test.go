@@ -36,6 +36,8 @@ type fakeDriver struct {
 	// addHook, if set, runs inside ADD after it is recorded; a non-nil
 	// error it returns fails the ADD.
 	addHook func(ctx context.Context, att attachment) error
+	// delHook, if set, runs inside DEL after it is recorded.
+	delHook func(ctx context.Context, id string)
 }
 
 func (f *fakeDriver) record(verb string, req request, att attachment) {
@@ -44,7 +46,7 @@ func (f *fakeDriver) record(verb string, req request, att attachment) {
 	f.calls = append(f.calls, driverCall{verb, att.name(), att.ifName, req.id, req.mappings, req.args})
 }
 
-func (f *fakeDriver) add(ctx context.Context, req request, att attachment, _ string) (*cni.Result, *types100.Result, error) {
+func (f *fakeDriver) add(ctx context.Context, req request, att attachment, netns string) (*cni.Result, *types100.Result, error) {
 	f.record("ADD", req, att)
 	if f.addHook != nil {
 		if err := f.addHook(ctx, att); err != nil {
@@ -60,7 +62,7 @@ func (f *fakeDriver) add(ctx context.Context, req request, att attachment, _ str
 		}
 	}
 	ip := net.IPv4(198, 18, byte(len(f.calls)), 2) // a different address per call
-	if err := f.cache(req, att, ip); err != nil {
+	if err := f.cache(req, att, netns, ip); err != nil {
 		return nil, nil, err
 	}
 	return &cni.Result{Interfaces: map[string]*cni.Config{att.ifName: {Sandbox: "/x", IPConfigs: []*cni.IPConfig{{IP: ip}}}}}, nil, nil
@@ -72,11 +74,11 @@ func (f *fakeDriver) addPlugin(_ context.Context, req request, att attachment, _
 }
 
 // cache writes libcni's cache file of the attachment, as libcni's ADD does.
-func (f *fakeDriver) cache(req request, att attachment, ip net.IP) error {
+func (f *fakeDriver) cache(req request, att attachment, netns string, ip net.IP) error {
 	if f.cacheDir == "" {
 		return nil
 	}
-	body, err := json.Marshal(map[string]any{"kind": "cniCacheV1", "containerId": req.id, "ifName": att.ifName, "networkName": att.name(),
+	body, err := json.Marshal(map[string]any{"kind": "cniCacheV1", "containerId": req.id, "ifName": att.ifName, "networkName": att.name(), "netns": netns,
 		"config": att.conf.bytes, "cniArgs": req.args, "capabilityArgs": map[string]any{"portMappings": req.mappings},
 		"result": map[string]any{"cniVersion": "1.0.0", "ips": []map[string]string{{"address": ip.String() + "/24"}}}})
 	if err != nil {
@@ -118,8 +120,11 @@ func (f *fakeDriver) sortedLog() string {
 	return strings.Join(s, ", ")
 }
 
-func (f *fakeDriver) del(_ context.Context, req request, att attachment, _ string, _ []string) error {
+func (f *fakeDriver) del(ctx context.Context, req request, att attachment, _ string, _ []string) error {
 	f.record("DEL", req, att)
+	if f.delHook != nil {
+		f.delHook(ctx, req.id)
+	}
 	if f.cacheDir != "" {
 		if err := os.Remove(f.cachePath(req, att)); err != nil && !os.IsNotExist(err) {
 			return err

@@ -57,11 +57,13 @@ type GCItem struct {
 // night removes hundreds of thousands of rules, and the report must not
 // cost more than the sweep — so its items are rendered when they are
 // read: All and Removed render them, Len, Count and IDs render none. It
-// marshals to JSON as {"removed": [GCItem...]}.
+// marshals to JSON as {"removed": [GCItem...]} (and "unreadable": the
+// registry files it kept, when any).
 type GCReport struct {
-	mu     sync.Mutex
-	cached []GCItem          // attachments libcni's GC detached
-	swept  *footprint.Report // what the sweep removed
+	mu         sync.Mutex
+	cached     []GCItem          // attachments libcni's GC detached
+	swept      *footprint.Report // what the sweep removed
+	unreadable []string          // registry files kept: no record this cninet can read
 }
 
 // Len returns how many items were removed.
@@ -124,11 +126,28 @@ func (r *GCReport) IDs() []string {
 	return slices.Compact(ids)
 }
 
-// MarshalJSON renders the report as {"removed": [...]}.
+// Unreadable returns the registry files GC found that are no record this
+// cninet can read (damaged, or a newer cninet's), sorted: each was kept
+// byte for byte, and nothing of its allocation was collected.
+func (r *GCReport) Unreadable() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Sorted(slices.Values(r.unreadable))
+}
+
+// MarshalJSON renders the report as {"removed": [...]}, with
+// "unreadable": [paths] when GC kept registry files it cannot read.
 func (r *GCReport) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Removed []GCItem `json:"removed"`
-	}{r.Removed()})
+		Removed    []GCItem `json:"removed"`
+		Unreadable []string `json:"unreadable,omitempty"`
+	}{r.Removed(), r.Unreadable()})
+}
+
+func (r *GCReport) addUnreadable(path string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unreadable = append(r.unreadable, path)
 }
 
 func (r *GCReport) addCached(it GCItem) {
@@ -176,7 +195,7 @@ type GCOptions struct {
 	// remove — the recorded and cached attachments it would detach, then
 	// every rule, chain, file and device its sweep would remove (some of
 	// which the detaches' DELs would remove first) — and no plugin runs.
-	// It does not hold the host's GC lock.
+	// It does not take the host's GC lock.
 	DryRun bool
 }
 

@@ -2,6 +2,7 @@ package cninet
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	cni "github.com/containerd/go-cni"
@@ -18,6 +20,7 @@ import (
 	"github.com/seed1280861d/cninet/internal/admission"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/workload"
 )
 
 // The host registry (internal/registry) holds one record per attachment,
@@ -26,7 +29,8 @@ import (
 // an attachment before its ADD and complete the record after it; a
 // detach records, before the DEL, every address the attachment's files
 // prove, and removes the record when the cleanup found nothing left; a
-// GC collects its own owner's dead records and never another owner's.
+// GC collects its own owner's dead records, and another owner's only
+// when written in an earlier boot.
 // Every operation holds the container id's lock in the registry, which
 // every process honours; an ADD also holds the GC lock shared.
 
@@ -105,8 +109,9 @@ func (r *hostRegistry) tryEnter(id string) (leave func(), busy bool) {
 	}, false
 }
 
-// lockGC takes the host's GC lock alone: no ADD of any process runs while
-// this GC does (CNI 1.1). The wait is bounded by ctx.
+// lockGC takes the host's GC lock alone: no ADD of any process runs
+// while the GC step that takes it does (the plugins' GC command, the
+// sweep). The wait is bounded by ctx.
 func (r *hostRegistry) lockGC(ctx context.Context) (unlock func(), err error) {
 	ctx, cancel := context.WithTimeout(ctx, lockWait)
 	defer cancel()
@@ -155,7 +160,7 @@ func (r *hostRegistry) recordOf(owner string, req request, att attachment, netns
 		RuntimeID:   req.runtimeID,
 		ViaCNI:      att.viaCNI,
 		NetNS:       netns,
-		NetNSInode:  netnsInode(netns),
+		NetNSInode:  workload.Inode(netns),
 		State:       registry.Adding,
 		Args:        req.args,
 		ConfList:    att.conf.bytes,
@@ -329,11 +334,31 @@ type AttachmentRecord struct {
 	// runtime's.
 	RuntimeID string
 	// State is "adding" (its ADD began), "attached" or "detaching" (its
-	// DEL began; the next Teardown or GC of its owner finishes it).
+	// DEL began; the next Teardown or GC of its owner finishes it), or
+	// "unreadable" (see Unreadable).
 	State     string
 	Addresses []netip.Addr
 	Ports     []cni.PortMapping
 	Since     time.Time
+	// Unreadable, when set, says why the registry file that stands for
+	// this attachment cannot be read (damaged, or a newer cninet's
+	// record), naming the file; State is then "unreadable", and of the
+	// rest only what the file's path says is known (ID, and Network and
+	// IfName unless a directory is what is damaged). The file is kept,
+	// and no operation acts on the attachment (ErrRecordUnreadable).
+	Unreadable string
+}
+
+// unreadableRecord is the AttachmentRecord of a damaged registry file.
+func unreadableRecord(d registry.Damaged) AttachmentRecord {
+	return AttachmentRecord{ID: d.ContainerID, Network: d.Key.Network, IfName: d.Key.IfName, State: "unreadable", Unreadable: d.Error()}
+}
+
+// sortRecords sorts a listing by id, network and interface.
+func sortRecords(recs []AttachmentRecord) {
+	slices.SortStableFunc(recs, func(a, b AttachmentRecord) int {
+		return cmp.Or(strings.Compare(a.ID, b.ID), strings.Compare(a.Network, b.Network), strings.Compare(a.IfName, b.IfName))
+	})
 }
 
 // ownerKey carries WithOwner's owner through an operation's context.
@@ -363,15 +388,16 @@ func (c *Configurator) ownerOf(ctx context.Context) string {
 // the host made through cninet with this StateDir, whoever its owner,
 // sorted by id, network and interface. Given ids, it lists only those
 // containers' attachments and reads only their records, so it is cheap
-// enough for every request of a busy runtime. Files in the registry that
-// are no usable record (corrupt, or of a newer cninet) are named in the
-// error, which wraps ErrIO, after the records that could be read.
+// enough for every request of a busy runtime. A file in the registry
+// that is no usable record (corrupt, or of a newer cninet) is listed too,
+// as an attachment in state "unreadable" (AttachmentRecord.Unreadable
+// says why), and named in the error, which wraps ErrIO.
 func (c *Configurator) Attachments(ids ...string) ([]AttachmentRecord, error) {
 	if len(ids) > 0 {
 		return c.attachmentsOf(ids)
 	}
 	all, err := c.registry.store.Summaries() // what a listing shows: no record's conflist decoded
-	out := make([]AttachmentRecord, 0, len(all.Summaries))
+	out := make([]AttachmentRecord, 0, len(all.Summaries)+len(all.Damaged))
 	for _, rec := range all.Summaries {
 		out = append(out, attachmentRecord(rec))
 	}
@@ -381,6 +407,10 @@ func (c *Configurator) Attachments(ids ...string) ([]AttachmentRecord, error) {
 	}
 	for _, d := range all.Damaged {
 		errs = append(errs, d)
+		out = append(out, unreadableRecord(d))
+	}
+	if len(all.Damaged) > 0 {
+		sortRecords(out)
 	}
 	return out, listingError(errs)
 }
@@ -406,12 +436,18 @@ func (c *Configurator) attachmentsOf(ids []string) ([]AttachmentRecord, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
+		var ofID []AttachmentRecord
+		for _, rec := range recs {
+			ofID = append(ofID, attachmentRecord(rec.Summary()))
+		}
 		for _, d := range damaged {
 			errs = append(errs, d)
+			ofID = append(ofID, unreadableRecord(d))
 		}
-		for _, rec := range recs {
-			out = append(out, attachmentRecord(rec.Summary()))
+		if len(damaged) > 0 {
+			sortRecords(ofID)
 		}
+		out = append(out, ofID...)
 	}
 	return out, listingError(errs)
 }
@@ -437,7 +473,7 @@ func listingError(errs []error) error {
 // recordedNetNS returns the namespace a DEL of id's found attachments may
 // enter, for a caller that was given none (GC): the one their records
 // name, while it is still theirs — the same namespace, whose interface
-// still holds a recorded address (netnsStillHolds) — else "". Entering
+// still holds a recorded address (workload.StillHolds) — else "". Entering
 // it lets the plugins remove the workload's interfaces (and with them
 // the host's ends of its veths); a namespace path that another workload
 // reuses is never entered.
@@ -455,7 +491,7 @@ func (r *hostRegistry) recordedNetNS(id string, found []foundAttachment) string 
 			return ""
 		}
 		rec := recs[at]
-		if (netns != "" && rec.NetNS != netns) || !netnsStillHolds(rec.NetNS, rec.NetNSInode, rec.IfName, rec.Addresses) {
+		if (netns != "" && rec.NetNS != netns) || rec.FromEarlierBoot() || !workload.StillHolds(rec.NetNS, rec.NetNSInode, rec.IfName, rec.Addresses) {
 			return ""
 		}
 		netns = rec.NetNS

@@ -9,6 +9,7 @@ import (
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/workload"
 )
 
 // request is everything the plugins are told about one allocation. It is
@@ -68,8 +69,8 @@ func requestAt(alloc *Allocation, netns string, ignoreHostIP bool, noNetNS error
 		return req, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, req.id)
 	}
 	if runs {
-		if err := checkNetNS(netns); err != nil {
-			return req, fmt.Errorf("%w: allocation %s: %w", noNetNS, req.id, err)
+		if err := workload.CheckNetNS(netns); err != nil {
+			return req, fmt.Errorf("%w: allocation %s: %w: %w", noNetNS, req.id, ErrNoNetNS, err)
 		}
 	}
 	return req, nil

@@ -26,7 +26,9 @@ import (
 // (behind a held xtables lock, say) is named in the error, wrapped
 // (ErrCleanupFailed, ErrXtablesLock), and a Teardown of the allocation
 // finishes it. An unknown network is an ErrNetworkNotFound error before
-// any plugin runs.
+// any plugin runs, and so is (ErrRecordUnreadable) a network whose record
+// in the host registry this cninet cannot read (damaged, or a newer
+// cninet's): the file is kept byte for byte, and the error names it.
 func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startOp(ctx, opSetup, allocID(alloc), netns)
 	defer func() { op.end(err) }()
@@ -87,8 +89,12 @@ func (a attaching) undoing() detachment {
 }
 
 // preflight fails before anything runs when a plugin of att's network
-// that cninet would run is missing.
+// that cninet would run is missing, or a registry file this cninet
+// cannot read stands where att's record belongs (ErrRecordUnreadable).
 func (a attaching) preflight(att attachment) error {
+	if err := a.c.registry.refuseUnreadable(a.req.id, att.name(), att.ifName); err != nil {
+		return err
+	}
 	if !a.c.driverFor(att).runsPlugins() {
 		return nil // an injected cni.CNI finds its plugins itself
 	}

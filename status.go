@@ -1,8 +1,16 @@
 package cninet
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/workload"
 )
 
 // Status reports whether this Configurator can attach workloads now, in
@@ -16,6 +24,11 @@ import (
 //
 // Given networks, Status checks only those: a network this Configurator
 // does not know is then an ErrNetworkNotFound error.
+//
+// Status of every network also reports, in the log (Info, at most once a
+// minute), the attachments libcni's cache holds in its networks that no
+// record of the host registry claims (Unrecorded): another tool's, or
+// from before the registry; GC leaves them while their namespace lives.
 func (c *Configurator) Status(ctx context.Context, networks ...string) (err error) {
 	if len(networks) > 0 {
 		return c.statusOf(ctx, networks)
@@ -34,10 +47,83 @@ func (c *Configurator) Status(ctx context.Context, networks ...string) (err erro
 			errs = append(errs, err)
 		}
 	}
+	c.logUnrecorded()
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrNotReady, joinErrors(errs))
 	}
 	return nil
+}
+
+// UnrecordedAttachment is an attachment that libcni's cache (CacheDir)
+// holds in one of this Configurator's networks and that no record of the
+// host registry claims: another tool's (a runtime's own CNI, cnitool, a
+// cninet with another StateDir), or one from before the registry. GC
+// collects it, whatever its live set says, only once its namespace is
+// gone; Teardown of its ID detaches it.
+type UnrecordedAttachment struct {
+	Network, ID, IfName, NetNS string
+	// NamespaceGone says its namespace is provably gone: the next GC
+	// collects it.
+	NamespaceGone bool
+}
+
+// Unrecorded lists the attachments of this Configurator's networks that
+// no record claims, sorted by network, ID and interface. An unreadable
+// cache or registry is an ErrIO error.
+func (c *Configurator) Unrecorded() ([]UnrecordedAttachment, error) {
+	cached, err := c.lib.GetCachedAttachments("")
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading libcni's cache in %s: %w", ErrIO, c.cacheDir, err)
+	}
+	all, err := c.registry.store.Summaries()
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading the host registry: %w", ErrIO, err)
+	}
+	claimed := map[registry.Key]bool{}
+	for _, rec := range all.Summaries {
+		claimed[rec.Key()] = true
+	}
+	var ns workload.Probe
+	var out []UnrecordedAttachment
+	for _, a := range cached {
+		k := registry.Key{Network: a.Network, ContainerID: a.ContainerID, IfName: a.IfName}
+		if _, err := c.nets.known(a.Network, false); err != nil || claimed[k] ||
+			slices.ContainsFunc(all.Damaged, func(d registry.Damaged) bool { return d.Covers(k) }) {
+			continue
+		}
+		out = append(out, UnrecordedAttachment{Network: a.Network, ID: a.ContainerID, IfName: a.IfName, NetNS: a.NetNS, NamespaceGone: ns.Gone(a.NetNS, 0)})
+	}
+	slices.SortFunc(out, func(a, b UnrecordedAttachment) int {
+		return cmp.Or(strings.Compare(a.Network, b.Network), strings.Compare(a.ID, b.ID), strings.Compare(a.IfName, b.IfName))
+	})
+	return out, nil
+}
+
+// unrecordedEvery bounds how often Status reads libcni's cache and the
+// registry to report unrecorded attachments: Status is a probe.
+const unrecordedEvery = time.Minute
+
+// logUnrecorded reports Unrecorded in the log, per network, unless it
+// did less than unrecordedEvery ago.
+func (c *Configurator) logUnrecorded() {
+	now := time.Now()
+	if last := c.unrecordedAt.Load(); last != 0 && now.Sub(time.Unix(0, last)) < unrecordedEvery || !c.unrecordedAt.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	unrecorded, err := c.Unrecorded()
+	if err != nil {
+		c.logger.Debug("attachments no record claims not reported", "error", err)
+		return
+	}
+	byNetwork := map[string][]string{}
+	for _, a := range unrecorded {
+		byNetwork[a.Network] = append(byNetwork[a.Network], a.ID)
+	}
+	for _, network := range slices.Sorted(maps.Keys(byNetwork)) {
+		ids := byNetwork[network]
+		c.logger.Info("attachments no record of the host registry claims (another tool's, or from before the registry): GC leaves each while its namespace lives",
+			"network", network, "attachments", len(ids), "alloc_ids", ids[:min(len(ids), 10)])
+	}
 }
 
 // networkReady is Status for one network. The default network's STATUS

@@ -32,7 +32,9 @@ import (
 // No DEL can take anything of another attachment (the prevention rule, see
 // detach), and a Teardown killed at any point is finished by the next
 // one, in any process. Each attachment's record goes once nothing of it
-// is left. One network's failure does not stop the others; the error joins each network's, the last network
+// is left. An attachment whose registry file this cninet cannot read
+// (damaged, or a newer cninet's) is left alone and the file kept; the
+// error, wrapping ErrRecordUnreadable, names it. One network's failure does not stop the others; the error joins each network's, the last network
 // first. It is idempotent: tearing down twice, or tearing down what was
 // never set up, returns nil. netns may be empty or already deleted.
 func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) (err error) {
@@ -50,14 +52,14 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 	defer leave()
 	locked := time.Now()
 	owner := c.ownerOf(ctx)
-	found, err := c.find.of(alloc, req, owner, true)
+	found, unreadable, err := c.find.of(alloc, req, owner, true)
 	if err != nil {
 		return err
 	}
 	c.logFound(opTeardown, req.id, len(found), locked.Sub(start), time.Since(locked))
-	d := c.detaching(owner, netns, false)
+	d := c.detaching(owner, netns, len(unreadable) > 0) // an unreadable record's attachment stays: the workload keeps it
 	d.settled = true
-	return d.all(ctx, found)
+	return joinErrors([]error{d.all(ctx, found), unreadableError(req.id, unreadable)})
 }
 
 // logFound reports, before an operation's first plugin runs, how long it

@@ -37,6 +37,7 @@ const (
 	attrRemovedBy = attribute.Key("cninet.removed_by") // "<backend> <kind>: <count>", one per group
 	attrDetail    = attribute.Key("cninet.detail")     // the removed rule, chain or file
 	attrLive      = attribute.Key("cninet.live")       // GC: how many allocations are live
+	attrReason    = attribute.Key("cninet.reason")     // why an attachment was kept (cninet.kept)
 	attrErrorType = attribute.Key("error.type")        // the sentinel a failure wraps
 	attrPlugin    = attribute.Key("cninet.plugin")     // whose footprint a missing piece is
 	attrOutcome   = attribute.Key("cninet.outcome")    // how a repair ended
@@ -104,6 +105,7 @@ type telemetry struct {
 	driftMissing  metric.Int64Counter     // cninet.drift.missing
 	repairs       metric.Int64Counter     // cninet.repairs
 	repairLatency metric.Float64Histogram // cninet.repair.latency
+	keptAtts      metric.Int64Counter     // cninet.kept
 	gauges        metric.Registration     // cninet.networks, cninet.network.ready
 
 	mu    sync.RWMutex

@@ -25,6 +25,8 @@ func (t *telemetry) instruments(m metric.Meter, c *Configurator) {
 	t.driftMissing = counter(m, &errs, "cninet.drift.missing", "{item}", "Pieces of live attachments' footprints a drift check found missing (Check, the repair watcher).")
 	t.repairs = counter(m, &errs, "cninet.repairs", "{repair}", "Repairs of live attachments, by outcome: repaired, failed, not_in_place, refused (a drift that keeps coming back).")
 	t.repairLatency = histogram(m, &errs, "cninet.repair.latency", "The repair watcher's time from a firewall change to the attachment whole again.")
+	t.keptAtts = counter(m, &errs, "cninet.kept", "{attachment}",
+		"Attachments a DEL or GC left alone that it was asked to remove or could have collected: another owner's whose namespace lives, state no record claims whose namespace lives, an unreadable record's.")
 	t.gauges = t.registerGauges(m, c, &errs)
 	if err := errors.Join(errs...); err != nil {
 		c.logger.Warn("OpenTelemetry instruments unavailable; those metrics are not recorded", "error", err)
@@ -154,3 +156,18 @@ func (t *telemetry) optsFor(k optKey) measureOpts {
 }
 
 const maxOptCombinations = 4096
+
+// The reasons an attachment was kept (cninet.kept's "reason").
+const (
+	keptOtherOwners = "another owner's, namespace alive"
+	keptUnrecorded  = "no record, namespace alive"
+	keptUnreadable  = "unreadable record"
+)
+
+// kept counts an attachment of network left alone for reason.
+func (t *telemetry) kept(ctx context.Context, reason, network string) {
+	if !t.metering() {
+		return
+	}
+	t.keptAtts.Add(ctx, 1, metric.WithAttributes(attrReason.String(reason), attrNetwork.String(network)))
+}

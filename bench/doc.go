@@ -18,6 +18,7 @@
 //	gc.go           GC against per-id cleanup of leaked attachments
 //	gcscale.go      one GC at thousands of leaked attachments, two shapes
 //	reboot.go       the reboot shape: cached results and registry records
+//	gcwait.go       Setups during a GC of the reboot shape: their lock wait
 //	thick.go        thick mode through cnitool: cycles taken apart, bursts side
 //	                by side, and the daemon's peak RSS under a larger one
 //	thick_log.go    the daemon's log read line by line: its request lines,

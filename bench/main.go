@@ -24,6 +24,7 @@ type options struct {
 	concRounds    int
 	gcN           int
 	gcBigN        int
+	gcWaitN       int
 	gcNFTN        int
 	gcCountSample int
 	gcScaleSizes  []int
@@ -70,6 +71,7 @@ var scenarios = []scenario{
 	{"thick", "thick mode: cnitool ADD+DEL through the cninet-shim and daemon vs. on the delegate; a burst of concurrent ADDs and the daemon's peak RSS", thickScenario},
 	{"cri", "thick mode under containerd's CRI: crictl runp+stopp+rmp of a pod with a hostPort, through the cninet-shim conflist vs. the delegate conflist directly, one containerd", criScenario},
 	{"gc-scale", "1,000 and 10,000 leaked attachments, iptables and nftables backends, swept and after a reboot: GC time, CPU, processes, memory", gcScaleScenario},
+	{"gc-setup-wait", "Setups started one after another during a GC of -gc-wait-n (10,000) leaked attachments after a reboot: p50/p99 of their lock wait", gcWaitScenario},
 	{"pressure", "a busy host: -pressure-rules kube-proxy-shaped iptables and nftables rules, a writer's 1,000-rule batch every second, 16 workers: Setup and Teardown percentiles, cninet vs. go-cni, three plugin sets", pressureScenario},
 	{"registry-status", "cninet status --attachments over a host registry of -status-n (10,000) records, text and JSON", registryStatus},
 }
@@ -95,6 +97,7 @@ func main() {
 	flag.IntVar(&o.concRounds, "conc-rounds", 3, "rounds per concurrency level")
 	flag.IntVar(&o.gcN, "gc-n", 1000, "leaked attachments in the gc scenario")
 	flag.IntVar(&o.gcBigN, "gc-big-n", 10000, "leaked attachments in the gc-10k scenario")
+	flag.IntVar(&o.gcWaitN, "gc-wait-n", 10000, "leaked attachments the GC of the gc-setup-wait scenario collects")
 	flag.IntVar(&o.gcNFTN, "gc-nft-n", 1000, "leaked attachments in the gc-nft scenario")
 	flag.IntVar(&o.gcCountSample, "gc-count-sample", 100, "ids whose per-id cleanup is counted in processes (gc, gc-nft)")
 	flag.IntVar(&o.scaleN, "scale-n", 12, "Setup+Teardown cycles per contender, per size and plugin set (overhead-scale)")

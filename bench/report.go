@@ -82,8 +82,8 @@ func (r *report) markdown() string {
 	w("- Machine: %s. Shared with other jobs while this ran (load average well above the core count at times).\n", r.res.Machine)
 	w("- Plugins: Debian's `containernetworking-plugins` 1.1.1 (`%s`, iptables backend only) and the upstream reference plugins v1.9.1 (`%s`), with the iptables backends and with `\"ipMasqBackend\"`/`\"backend\": \"nftables\"` (cninet's `BridgeConfig.Backend = BackendNFTables`); the firewall plugin always uses iptables. Real binaries, run inside a throwaway network and mount namespace (`internal/netsandbox`).\n", o.pluginDir, o.upstreamDir)
 	w("- Command: `make bench` (as root), which runs `go test -run '^$' -bench . -benchmem .` and then\n")
-	w("  `cd bench && go run . -plugins %s -upstream %s -failonce ../.cache/bench-plugins -overhead-n %d -scale-n %d -scale-sizes %s -recovery-n %d -conc-rounds %d -gc-n %d -gc-big-n %d -gc-nft-n %d -gc-scale-sizes %s -multinet-n %d -status-n %d -status-runs %d -pressure-rules %s -pressure-n %d -noise-cap %d%s`.\n",
-		o.pluginDir, o.upstreamDir, o.overheadN, o.scaleN, joinInts(o.scaleSizes), o.recoveryN, o.concRounds, o.gcN, o.gcBigN, o.gcNFTN, joinInts(o.gcScaleSizes), o.multiN, o.statusN, o.statusRuns, joinInts(o.pressureSizes), o.pressureN, o.noiseCap,
+	w("  `cd bench && go run . -plugins %s -upstream %s -failonce ../.cache/bench-plugins -overhead-n %d -scale-n %d -scale-sizes %s -recovery-n %d -conc-rounds %d -gc-n %d -gc-big-n %d -gc-wait-n %d -gc-nft-n %d -gc-scale-sizes %s -multinet-n %d -status-n %d -status-runs %d -pressure-rules %s -pressure-n %d -noise-cap %d%s`.\n",
+		o.pluginDir, o.upstreamDir, o.overheadN, o.scaleN, joinInts(o.scaleSizes), o.recoveryN, o.concRounds, o.gcN, o.gcBigN, o.gcWaitN, o.gcNFTN, joinInts(o.gcScaleSizes), o.multiN, o.statusN, o.statusRuns, joinInts(o.pressureSizes), o.pressureN, o.noiseCap,
 		map[bool]string{true: "", false: " -control=false"}[o.control])
 	w("  `make bench BENCH_ARGS='-only overhead-scale,gc-nft'` reruns a subset (%s) and keeps the other sections from `bench/results.json`.\n", strings.Join(scenarioNames(), ", "))
 	w("- Contenders are interleaved in one run (ABAB…, alternating which goes first; in the overhead scenarios with their control, a second go-cni, the six orders of three in turn), so machine drift hits them alike.\n")
@@ -97,6 +97,7 @@ func (r *report) markdown() string {
 	r.concSection(w)
 	r.gcSection(w)
 	r.gcScaleSection(w)
+	r.gcWaitSection(w)
 
 	w("## 6. Allocations (go test -bench -benchmem)\n\n")
 	if raw, err := os.ReadFile(o.goBench); err == nil {
@@ -177,6 +178,7 @@ func (r *report) targets(w writer) {
 		w("| GC, %d leaked (nftables): `nft` processes O(families) (≤ 1 listing + 1 transaction per table, 3 tables) | %d | %s |\n", g.N, n, verdict(n <= 7))
 	}
 	r.gcScaleTargets(w)
+	r.gcWaitTargets(w)
 	r.pressureTargets(w)
 	r.thickTargets(w)
 	if c := r.res.CRI; c != nil {

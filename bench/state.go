@@ -26,6 +26,7 @@ type results struct {
 	GCBig    *gcBigResult   // iptables, gc-big-n, sweep only
 	GCNFT    *gcResult      // nftables, gc-nft-n, sweep vs. per id
 	GCScale  *gcScaleResult // both backends, gc-scale-sizes, sweep only
+	GCWait   *gcWaitResult  // gc-setup-wait: Setups during a GC of gc-wait-n
 
 	Multi []multiResult // multinet: per plugin set and number of networks
 	Thick *thickResult  // thick: cnitool through the shim vs. the delegate

@@ -116,6 +116,10 @@ type ListedRule struct {
 	Line string
 	// Position is its index among the rules of its chain in that listing.
 	Position int
+	// ChainLen is how many rules its chain had in that listing (0: not
+	// known). Where the chain has another length now, it changed since,
+	// and Position is not trusted: the rule is not deleted by handle.
+	ChainLen int
 }
 
 // ErrXtablesLock says an iptables command could not have the xtables lock

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
@@ -43,6 +44,18 @@ func loopbackUpCount(w *netsandbox.Workload) func() (int, error) {
 		})
 		return up, err
 	}
+}
+
+// loopbackDEL runs set's loopback plugin's DEL in netns through libcni,
+// as a chain's DEL would run it without cninet.
+func loopbackDEL(t *testing.T, set netsandbox.PluginSet, netns string) error {
+	t.Helper()
+	list, err := libcni.ConfListFromBytes([]byte(`{"cniVersion":"1.0.0","name":"lo-control","plugins":[{"type":"loopback"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return libcni.NewCNIConfigWithCacheDir([]string{set.Dir}, t.TempDir(), nil).DelNetworkList(ctxFor(t, time.Minute), list,
+		&libcni.RuntimeConf{ContainerID: "lo-control", NetNS: netns, IfName: "lo"})
 }
 
 func TestAConnectedNetworkIsDetachedByTeardownWithTheOriginalAllocationAfterTheNamespaceWentAway(t *testing.T) {
@@ -114,6 +127,13 @@ func TestDisconnectKeepsTheOtherNetworkReachableThroughItsMappedPort(t *testing.
 		if body, err := fetch(st.Attachments[0].Address, 8080); err != nil || body != "hello from disconnect-1" {
 			t.Fatalf("at its %s address after the disconnect: %q, %v", n1.cfg.NetworkName, body, err)
 		}
+		// The lo sampler's positive control: the loopback plugin's own
+		// DEL, run without cninet, takes lo down, and the sampler sees it.
+		sampleDropWhile(t, "the workload's lo during the loopback plugin's own DEL", 1, loopbackUpCount(w), func() {
+			if err := loopbackDEL(t, set, w.Path); err != nil {
+				t.Errorf("the loopback plugin's DEL: %v", err)
+			}
+		})
 		if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -20,7 +21,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/sasha-s/go-deadlock"
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/killpoint"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
+	"github.com/seed1280861d/cninet/internal/sandbox"
 )
 
 // crashMatrixRunnerEnv, set in a child's environment, makes the test
@@ -53,12 +56,23 @@ func matrixConfig(r matrixRunner) cninet.Config {
 		Retry: cninet.RetryPolicy{Attempts: 3, BaseDelay: 10 * time.Millisecond, MaxDelay: 100 * time.Millisecond}}
 }
 
+// crashMatrixPointEnv, set in a runner's environment as "<point>:<n>",
+// kills the runner when it reaches the n-th killpoint of that name,
+// after a sample was taken (as killwrap does after a plugin command).
+const crashMatrixPointEnv = "CNINET_CRASH_MATRIX_KILL_POINT"
+
 // runMatrixRunner is the child's whole life; it returns its exit code.
 func runMatrixRunner(spec string) int {
 	var r matrixRunner
 	if err := json.Unmarshal([]byte(spec), &r); err != nil {
 		fmt.Fprintln(os.Stderr, "matrix runner:", err)
 		return 2
+	}
+	// The plugins the runner's plugins run (the IPAM plugin the bridge
+	// plugin runs) kill this process, not their parent.
+	os.Setenv("KILLWRAP_RUNNER", strconv.Itoa(os.Getpid()))
+	if at := os.Getenv(crashMatrixPointEnv); at != "" {
+		armKillPoint(at, os.Getenv("KILLWRAP_AWAIT_SAMPLES"))
 	}
 	c, err := cninet.New(matrixConfig(r))
 	if err == nil {
@@ -95,34 +109,72 @@ func (r matrixRunner) do(ctx context.Context, c *cninet.Configurator) error {
 // crashMatrixOps are the operations of the matrix, in order.
 var crashMatrixOps = []string{"Setup", "Teardown", "Connect", "Disconnect", "GC"}
 
-// crashMatrixKs are the ks run for op, whose uninterrupted run logged
-// the plugin commands in log (killwrap's lines, "<n> <command> <plugin>
-// <id> <exit code>"): every k for Teardown and Disconnect, and with
-// CNINET_CRASH_MATRIX=full for every operation; otherwise the first and
-// the last command, the middle one, and for Setup the failed ADD and the
-// first DEL of its retry (the attachment that was never cached).
-func crashMatrixKs(op string, log []string) []int {
-	n := len(log)
-	if os.Getenv("CNINET_CRASH_MATRIX") == "full" || op == "Teardown" || op == "Disconnect" {
-		ks := make([]int, n)
-		for i := range ks {
-			ks[i] = i + 1
+// armKillPoint kills this process with SIGKILL at the n-th killpoint of
+// the name spec ("<point>:<n>") gives, once the test's sampler, counting
+// in the file samples, has taken a sample wholly after it.
+func armKillPoint(spec, samples string) {
+	point, nth, _ := strings.Cut(spec, ":")
+	want, _ := strconv.Atoi(nth)
+	var reached atomic.Int32
+	killpoint.SetHook(func(p string) {
+		if p != point || int(reached.Add(1)) != want {
+			return
 		}
-		return ks
-	}
-	pick := map[int]bool{1: true, (n + 1) / 2: true, n: true}
-	for i, line := range log {
-		if f := strings.Fields(line); len(f) == 5 && f[4] != "0" && i+2 <= n {
-			pick[i+1], pick[i+2] = true, true
+		if samples != "" {
+			awaitSamples(samples)
 		}
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // never returns: the kill is on its way
+	})
+}
+
+// awaitSamples holds a kill until the test's sampler, which counts its
+// samples in the file at path, has taken one wholly after this point (as
+// killwrap's awaitSamples); bounded, so that a sampler that stopped
+// cannot hang the runner.
+func awaitSamples(path string) {
+	count := func() int {
+		b, _ := os.ReadFile(path)
+		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return n
 	}
-	var ks []int
-	for k := 1; k <= n; k++ {
-		if pick[k] {
-			ks = append(ks, k)
-		}
+	c0 := count()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && count() < c0+3; {
+		time.Sleep(5 * time.Millisecond)
 	}
-	return ks
+}
+
+// crashMatrixPoints are the killpoints op is killed at too (the first
+// time each is reached): after a record was written (before a Setup's
+// or a Connect's first ADD; before a detach's DEL, the proof recorded),
+// and inside a cleanup, after its rules went and after its files went
+// (a Setup's between its attempts; a Connect, whose one ADD succeeds,
+// runs none).
+func crashMatrixPoints(op string) []string {
+	if op == "Connect" {
+		return []string{killpoint.Recorded}
+	}
+	return []string{killpoint.Recorded, killpoint.RulesRemoved, killpoint.FilesRemoved}
+}
+
+// killAt is where a cell's runner dies.
+type killAt struct {
+	command int    // right after its command-th plugin command (0: not there)
+	point   string // at the first killpoint of that name ("": not there)
+	// returned: a Disconnect killed after its last plugin command, with
+	// libcni's cached result of the departed network dropped first, as
+	// libcni drops it once the chain's DEL returned.
+	returned bool
+}
+
+func (k killAt) String() string {
+	switch {
+	case k.point != "":
+		return "at " + k.point
+	case k.returned:
+		return fmt.Sprintf("k=%d,after-the-DEL-returned", k.command)
+	}
+	return fmt.Sprintf("k=%d", k.command)
 }
 
 // crashMatrix is one plugin set's rig: two networks, the plugins wrapped
@@ -137,6 +189,7 @@ type crashMatrix struct {
 	neighbours []*cninet.Allocation
 	nbPorts    []int
 	nbAddrs    []string
+	nbNetns    []string
 	base       netsandbox.Snapshot
 }
 
@@ -146,7 +199,7 @@ func killwrapDir(t *testing.T, realDirs []string) string {
 	t.Helper()
 	bin := filepath.Join(netsandbox.BuildPlugin(t, "killwrap"), "killwrap")
 	dir := t.TempDir()
-	for _, name := range []string{"loopback", "bridge", "firewall", "portmap", "failonce"} {
+	for _, name := range []string{"loopback", "bridge", "host-local", "firewall", "portmap", "failonce"} {
 		if err := os.Symlink(bin, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
@@ -180,6 +233,7 @@ func newCrashMatrix(t *testing.T, set netsandbox.PluginSet) *crashMatrix {
 		m.neighbours = append(m.neighbours, alloc)
 		m.nbPorts = append(m.nbPorts, port)
 		m.nbAddrs = append(m.nbAddrs, st.Address.String())
+		m.nbNetns = append(m.nbNetns, w.Path)
 		t.Cleanup(func() {
 			if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
 				t.Error(err)
@@ -280,11 +334,14 @@ func (m *crashMatrix) assertNeighboursServed(t *testing.T, when string) {
 
 // departed is the allocation op acts on, set up (and, for GC, left dead)
 // by the test process before the runner starts.
-func (m *crashMatrix) departed(t *testing.T, op string, k int) (*cninet.Allocation, *netsandbox.Workload, string) {
+func (m *crashMatrix) departed(t *testing.T, op string, at killAt) (*cninet.Allocation, *netsandbox.Workload, string) {
 	t.Helper()
-	id := fmt.Sprintf("cm-%s-%d", strings.ToLower(op), k)
-	if k < 0 {
+	id := fmt.Sprintf("cm-%s-%d", strings.ToLower(op), at.command)
+	switch {
+	case at.returned:
 		id = fmt.Sprintf("cm-%s-returned", strings.ToLower(op))
+	case at.point != "":
+		id = fmt.Sprintf("cm-%s-%s", strings.ToLower(op), strings.ReplaceAll(at.point, " ", "-"))
 	}
 	alloc := &cninet.Allocation{ID: id, Ports: []cninet.Port{{Value: hostPort(m.n1.cfg.NetworkName, 1), To: 8080}},
 		NetworkNames: []string{m.n1.cfg.NetworkName, m.n2.cfg.NetworkName}}
@@ -312,22 +369,17 @@ func (m *crashMatrix) departed(t *testing.T, op string, k int) (*cninet.Allocati
 	return alloc, w, second
 }
 
-// cell runs op in a runner killed after its k-th plugin command (never
-// when k is 0; for a Disconnect, k = -n is its last command n, with
-// libcni's cache of the departed network dropped as libcni does when the
-// DEL returned, and the restarted runner first disconnects again and
-// finds no rule naming the departed network's address left), then the
-// restarted runner's Teardown and GC, and checks
-// that nothing of the departed allocation is left and the neighbours
-// never lost a rule. It returns the log of the plugin commands the runner
-// ran.
-func (m *crashMatrix) cell(t *testing.T, op string, k int) []string {
+// cell runs op in a runner killed where at says (never for the zero
+// killAt), then a restarted runner's Teardown of the departed
+// allocation — after which nothing of it may be left, before any GC —
+// then its GC, and checks that nothing of the departed allocation is
+// left and the neighbours never lost a rule. For a Disconnect killed
+// after its DEL returned, the restarted runner first disconnects again
+// and finds no rule naming the departed network's address left. It
+// returns the log of the plugin commands the runner ran.
+func (m *crashMatrix) cell(t *testing.T, op string, at killAt) []string {
 	t.Helper()
-	alloc, w, second := m.departed(t, op, k)
-	returned := k < 0
-	if returned {
-		k = -k
-	}
+	alloc, w, second := m.departed(t, op, at)
 	want, err := m.neighbourLines()
 	if err != nil {
 		t.Fatal(err)
@@ -345,9 +397,13 @@ func (m *crashMatrix) cell(t *testing.T, op string, k int) []string {
 	}
 	runner := exec.Command(os.Args[0], "-test.run=^$")
 	samples := filepath.Join(wrapDir, "samples")
-	runner.Env = append(os.Environ(), crashMatrixRunnerEnv+"="+string(spec), "KILLWRAP_DIR="+wrapDir, "KILLWRAP_KILL_AT="+strconv.Itoa(k),
-		"KILLWRAP_AWAIT_SAMPLES="+samples)
-	if returned {
+	runner.Env = append(os.Environ(), crashMatrixRunnerEnv+"="+string(spec), "KILLWRAP_DIR="+wrapDir, "KILLWRAP_AWAIT_SAMPLES="+samples)
+	if at.point != "" {
+		runner.Env = append(runner.Env, crashMatrixPointEnv+"="+at.point+":1")
+	} else {
+		runner.Env = append(runner.Env, "KILLWRAP_KILL_AT="+strconv.Itoa(at.command))
+	}
+	if at.returned {
 		runner.Env = append(runner.Env, "KILLWRAP_DROP_CACHE=1")
 	}
 	var stderr bytes.Buffer
@@ -361,18 +417,21 @@ func (m *crashMatrix) cell(t *testing.T, op string, k int) []string {
 		commands = nil
 	}
 	var exit *exec.ExitError
+	killed := at != killAt{}
 	switch {
-	case k == 0 && runErr != nil:
+	case !killed && runErr != nil:
 		t.Fatalf("the uninterrupted %s failed: %v; stderr:\n%s", op, runErr, stderr.String())
-	case k > 0 && (!errors.As(runErr, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL):
-		t.Fatalf("the runner ended with %v, want killed by SIGKILL after plugin command %d; plugin commands:\n%s\nstderr:\n%s", runErr, k, log, stderr.String())
-	case k > 0:
-		t.Logf("killed after command %d of %s: %s", k, op, commands[k-1])
+	case killed && (!errors.As(runErr, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL):
+		t.Fatalf("the runner ended with %v, want killed by SIGKILL %s; plugin commands:\n%s\nstderr:\n%s", runErr, at, log, stderr.String())
+	case at.point != "":
+		t.Logf("killed %s of %s, after %d plugin command(s)", at, op, len(commands))
+	case killed:
+		t.Logf("killed after command %d of %s: %s", at.command, op, commands[at.command-1])
 	}
-	m.assertNeighboursServed(t, fmt.Sprintf("after the runner's %s (k=%d)", op, k))
+	m.assertNeighboursServed(t, fmt.Sprintf("after the runner's %s (%s)", op, at))
 
 	c := m.configurator(t)
-	if returned {
+	if at.returned {
 		sampleWhile(t, "the neighbours' rules during the restarted runner's Disconnect", want, m.neighbourLines, func() {
 			runErr = c.Disconnect(ctxFor(t, time.Minute), alloc, m.n2.cfg.NetworkName, w.Path)
 		})
@@ -383,30 +442,45 @@ func (m *crashMatrix) cell(t *testing.T, op string, k int) []string {
 			t.Fatalf("after the restarted runner's Disconnect, %d rule line(s) still name %s's address %s in %s (%v)", left, alloc.ID, second, m.n2.cfg.NetworkName, err)
 		}
 	}
+	// One sampler for both: a GC with nothing left to collect can end
+	// within a sample.
 	sampleWhile(t, "the neighbours' rules during the restarted runner's Teardown and GC", want, m.neighbourLines, func() {
-		if runErr = c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); runErr != nil {
-			return
+		if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+			t.Fatalf("the restarted runner's Teardown: %v", err)
 		}
-		_, runErr = c.GC(ctxFor(t, time.Minute), []string{m.neighbours[0].ID, m.neighbours[1].ID})
+		m.assertDeparted(t, c, alloc, fmt.Sprintf("after the restarted runner's Teardown alone (%s, %s)", op, at))
+		if _, err := c.GC(ctxFor(t, time.Minute), []string{m.neighbours[0].ID, m.neighbours[1].ID}); err != nil {
+			t.Fatalf("the restarted runner's GC: %v", err)
+		}
 	})
-	if runErr != nil {
-		t.Fatalf("the restarted runner: %v", runErr)
-	}
 	if err := w.Delete(); err != nil {
 		t.Fatal(err)
 	}
+	m.assertDeparted(t, c, alloc, fmt.Sprintf("after the restarted runner's GC (%s, %s)", op, at))
+	m.assertNeighboursServed(t, fmt.Sprintf("after the restarted runner (%s, %s)", op, at))
+	return commands
+}
+
+// assertDeparted fails when the registry still records alloc, or the
+// host holds anything beyond the matrix's baseline.
+func (m *crashMatrix) assertDeparted(t *testing.T, c *cninet.Configurator, alloc *cninet.Allocation, when string) {
+	t.Helper()
 	atts, err := c.Attachments()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range atts {
 		if a.ID == alloc.ID {
-			t.Errorf("the registry still records %s in %s (%s)", a.ID, a.Network, a.State)
+			t.Errorf("%s: the registry still records %s in %s (%s)", when, a.ID, a.Network, a.State)
 		}
 	}
-	assertNoLeaks(t, m.base, allowBoth(m.n1, m.n2))
-	m.assertNeighboursServed(t, fmt.Sprintf("after the restarted runner (%s, k=%d)", op, k))
-	return commands
+	now, err := netsandbox.TakeSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaks := netsandbox.Leaks(m.base, now, allowBoth(m.n1, m.n2)); len(leaks) > 0 {
+		t.Fatalf("%s: %d item(s) left:\n  %s", when, len(leaks), strings.Join(leaks, "\n  "))
+	}
 }
 
 // waitForPlugins waits until no plugin a killed runner started still runs.
@@ -426,37 +500,32 @@ func waitForPlugins(t *testing.T, wrapDir string) {
 	}
 }
 
-// The crash matrix (issue 31): for each of Setup of a workload on two
-// networks (the second's first ADD fails once, through failonce, so Setup
-// retries), Teardown, Connect (of the second network), Disconnect (of the
-// second of two) and GC (of a dead workload's attachments), a runner child
-// process is killed with SIGKILL right after its k-th plugin command
-// completes. The killwrap test plugin stands in for every plugin of the
-// chains (loopback, bridge, firewall, portmap, failonce; not the IPAM
-// plugin bridge runs itself): it runs the real one, counts the command and
-// kills its parent, the runner, at the k-th, before the runner reads the
-// result. Two live neighbours (one per network, each with a mapped port,
-// of the same owner) serve HTTP throughout, and a goroutine counts their
-// rules while the runner runs and dies: never fewer. After each kill a
-// restarted runner — a new Configurator in the test process, with the
-// child's Owner — runs the Teardown of the departed allocation, then GC
-// with the neighbours live (still counted); then nothing of the departed
-// allocation is left (the host against a baseline that holds the
-// neighbours, and the registry), and the neighbours still answer on their
-// ports.
+// The crash matrix (issues 31 and 39): for each of Setup of a workload
+// on two networks (the second's first ADD fails once, through failonce,
+// so Setup retries), Teardown, Connect (of the second network),
+// Disconnect (of the second of two) and GC (of a dead workload's
+// attachments), a runner child process is killed with SIGKILL right after
+// its k-th plugin command completes, for every k. The killwrap test
+// plugin stands in for every plugin of the chains (loopback, bridge, the
+// host-local IPAM plugin the bridge plugin runs, firewall, portmap,
+// failonce): it runs the real one, counts the command and kills the
+// runner at the k-th, before the runner reads the result. Each operation
+// is also killed at the first of each of cninet's own killpoints: right
+// after a record of the host registry was written (for Setup, before
+// its first ADD; for a detach, its proof recorded before the DEL), and
+// inside a cleanup, after its rules went and after its files went. Two
+// live neighbours (one per network, each with a mapped port, of the same
+// owner) serve HTTP throughout, and a goroutine counts their rules while
+// the runner runs and dies: never fewer. After each kill a restarted
+// runner — a new Configurator in the test process, with the child's
+// Owner — runs the Teardown of the departed allocation, and then, before
+// any GC, nothing of it may be left (the host against a baseline that
+// holds the neighbours, and the registry); then its GC with the
+// neighbours live (still counted) may leave nothing either, and the
+// neighbours still answer on their ports.
 //
-// k = 0 is the uninterrupted run, which counts the commands (the test logs
-// them): with the Debian plugins and upstream's iptables backends, Setup
-// runs 19 (the first network's four ADDs; the second's five, whose last
-// fails; its five DELs and five ADDs again), Teardown and GC 9, Connect and
-// Disconnect 5; with the nftables backends portmap's DEL runs once for a
-// whole workload and not at all for one network of several, one fewer.
-// Teardown and Disconnect run every k on every plugin set. To keep the
-// suite within its time on two cores, Setup, Connect and GC run a
-// representative subset (crashMatrixKs): the first, middle and last
-// command, and for Setup the failed ADD and its retry's first DEL;
-// CNINET_CRASH_MATRIX=full runs every k of every operation. Nothing is
-// skipped, under CI or not.
+// k = 0 is the uninterrupted run, which counts the commands (the test
+// logs them). Nothing is skipped, under CI or not.
 //
 // One more Disconnect cell, "after-the-DEL-returned", kills the runner
 // after its last plugin command with libcni's cached result of the
@@ -467,29 +536,100 @@ func waitForPlugins(t *testing.T, wrapDir string) {
 // rule may name the departed network's address (with the nftables
 // backends, portmap was left out of that DEL: its rules carry only the
 // bare container id).
+//
+// Last, the sampler's positive control: a neighbour's DEL run without
+// cninet (through libcni, unprevented) drops the count it watches.
+//
+// Each plugin set's matrix runs in a child process of its own, in
+// network and mount namespaces of its own (as the suite's sandbox), so
+// that the three run at once: their hosts are apart, their baselines
+// their own.
 func TestCrashMatrixARunnerKilledAfterAnyPluginCommandLeavesNothingAndNeverCostsANeighbourARule(t *testing.T) {
-	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
-		m := newCrashMatrix(t, set)
-		for _, op := range crashMatrixOps {
-			t.Run(op, func(t *testing.T) {
-				start := time.Now()
-				var log []string
-				t.Run("k=0", func(t *testing.T) { log = m.cell(t, op, 0) })
-				n := len(log)
-				if n == 0 {
-					t.Fatalf("the uninterrupted %s ran no plugin command", op)
-				}
-				t.Logf("the uninterrupted %s's plugin commands:\n%s", op, strings.Join(log, "\n"))
-				ks := crashMatrixKs(op, log)
-				for _, k := range ks {
-					t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { m.cell(t, op, k) })
-				}
-				if op == "Disconnect" {
-					t.Run(fmt.Sprintf("k=%d,after-the-DEL-returned", n), func(t *testing.T) { m.cell(t, op, -n) })
-				}
-				t.Logf("%s: %d plugin commands, killed after each of %v, in %v", op, n, ks, time.Since(start).Round(time.Millisecond))
-			})
+	netsandbox.Require(t)
+	if only := os.Getenv(crashMatrixSetEnv); only != "" { // a plugin set's child
+		for _, set := range netsandbox.PluginSets(t) {
+			if set.Name == only {
+				t.Run(set.Name, func(t *testing.T) { crashMatrixOf(t, set) })
+				return
+			}
 		}
+		t.Fatalf("no plugin set %q", only)
+	}
+	for _, set := range netsandbox.PluginSets(t) {
+		t.Run(set.Name, func(t *testing.T) {
+			t.Parallel()
+			crashMatrixChild(t, set)
+		})
+	}
+}
+
+// crashMatrixSetEnv, in a child's environment, names the plugin set whose
+// crash matrix it runs, in namespaces of its own.
+const crashMatrixSetEnv = "CNINET_CRASH_MATRIX_SET"
+
+// crashMatrixChild runs set's crash matrix in a child: this test binary
+// again, in new network and mount namespaces, which it prepares as the
+// suite's sandbox does (internal/sandbox). Its output is logged: whole
+// when it fails, its per-operation lines when it passes.
+func crashMatrixChild(t *testing.T, set netsandbox.PluginSet) {
+	top, _, _ := strings.Cut(t.Name(), "/")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+top+"$", "-test.v", "-test.count=1", "-test.timeout=30m")
+	cmd.Env = append(os.Environ(), crashMatrixSetEnv+"="+set.Name, sandbox.Marker+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err := cmd.Run()
+	if err != nil {
+		t.Fatalf("the crash matrix of %s in its own namespaces: %v, after %v:\n%s", set.Name, err, time.Since(start).Round(time.Second), out.String())
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Contains(line, "plugin commands, killed") || strings.Contains(line, "unprevented DEL dropped") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+	t.Logf("the crash matrix of %s took %v", set.Name, time.Since(start).Round(time.Second))
+}
+
+// crashMatrixOf runs set's crash matrix here.
+func crashMatrixOf(t *testing.T, set netsandbox.PluginSet) {
+	m := newCrashMatrix(t, set)
+	for _, op := range crashMatrixOps {
+		t.Run(op, func(t *testing.T) {
+			start := time.Now()
+			var log []string
+			t.Run("k=0", func(t *testing.T) { log = m.cell(t, op, killAt{}) })
+			n := len(log)
+			if n == 0 {
+				t.Fatalf("the uninterrupted %s ran no plugin command", op)
+			}
+			t.Logf("the uninterrupted %s's plugin commands:\n%s", op, strings.Join(log, "\n"))
+			for k := 1; k <= n; k++ {
+				t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { m.cell(t, op, killAt{command: k}) })
+			}
+			for _, point := range crashMatrixPoints(op) {
+				t.Run("at "+point, func(t *testing.T) { m.cell(t, op, killAt{point: point}) })
+			}
+			if op == "Disconnect" {
+				at := killAt{command: n, returned: true}
+				t.Run(at.String(), func(t *testing.T) { m.cell(t, op, at) })
+			}
+			t.Logf("%s: %d plugin commands, killed after each and at %v, in %v", op, n, crashMatrixPoints(op), time.Since(start).Round(time.Millisecond))
+		})
+	}
+	t.Run("the sampler's positive control", func(t *testing.T) {
+		before, err := m.neighbourLines()
+		if err != nil || before == 0 {
+			t.Fatalf("the neighbours' rules: %d, %v; want some", before, err)
+		}
+		nb := m.neighbours[0]
+		sampleDropWhile(t, "the neighbours' rules during an unprevented DEL of one", before, m.neighbourLines, func() {
+			if err := unpreventedDEL(t, set, m.n1.conf, nb.ID, m.nbNetns[0], "eth0", nb.Ports); err != nil {
+				t.Errorf("the unprevented DEL: %v", err)
+			}
+		})
 	})
 }
 

@@ -41,15 +41,24 @@
 //     costs the live neighbour its rules.
 //   - crashmatrix_test.go: the crash matrix: Setup (with a retry),
 //     Teardown, Connect, Disconnect and GC, each in a runner killed right
-//     after its k-th plugin command (the killwrap plugin), for every k
-//     (a subset for Setup, Connect and GC), and a Disconnect killed after
-//     its DEL returned; then a restarted runner leaves nothing of the
-//     departed allocation, and live neighbours never lose a rule.
+//     after its k-th plugin command (the killwrap plugin, the IPAM plugin
+//     included), for every k, at each of cninet's killpoints (a record
+//     written; a cleanup's rules, then files, removed), and a Disconnect
+//     killed after its DEL returned; then a restarted runner's Teardown
+//     alone leaves nothing of the departed allocation, nor does its GC
+//     after, and live neighbours never lose a rule (the sampler's
+//     positive control last).
 //   - owners_test.go: one host, many owners: another owner's GC (in this
 //     process or another, sharing libcni's cache or not) never touches a
 //     live attachment; a host without iptables gets nftables from the
 //     plugins, and a Disconnect keeps the other network's port mappings;
-//     two processes tearing down one id take turns.
+//     two processes tearing down one id take turns, both running their
+//     DELs (and overlap when they share no registry: the control).
+//   - hostshare_test.go: one host shared: two runtimes through the shim,
+//     one's cnitool gc (libcni's DEL-then-GC) never taking the other's
+//     live workload; a workload cnitool made itself never collected
+//     while it lives; a newer cninet's record kept byte for byte; a GC
+//     of 2,000 leaked attachments that does not hold up a Setup.
 //   - xtables_lock_test.go: Setup and Teardown while another process holds
 //     the xtables lock end by their deadline and leave nothing.
 //   - xtables_bursts_test.go: 50 concurrent Setup+Teardown cycles, each

@@ -55,6 +55,7 @@ type ownersRunner struct {
 	Ports        []cninet.Port
 	Netns        string
 	Go           string // a file whose appearance starts the work, so that runners start together
+	StateDir     string // the host registry ("": the default)
 }
 
 // runOwnersRunnerIfAsked runs this process as an ownersRunner child and
@@ -86,7 +87,7 @@ func runOwnersRunner(spec string) int {
 	}
 	results, _ := filepath.Glob("/var/lib/cni/results/*")
 	fmt.Printf("cached=%d\n", len(results))
-	c, err := cninet.New(cninet.Config{ConfList: r.ConfList, PluginDirs: r.PluginDirs, Owner: r.Owner})
+	c, err := cninet.New(cninet.Config{ConfList: r.ConfList, PluginDirs: r.PluginDirs, Owner: r.Owner, StateDir: r.StateDir})
 	if err != nil {
 		return fail(1, err)
 	}
@@ -782,77 +783,106 @@ func readStamps(t *testing.T, path string) []stampSpan {
 }
 
 // Two processes tear down the same allocation at the same moment (a
-// runtime's DEL and the CLI's, say): both succeed, nothing is left, and
-// the registry's id lock makes them take turns: no plugin DEL of one
-// overlaps one of the other's.
+// runtime's DEL and the CLI's, say): both succeed, both run their DELs,
+// nothing is left, and the registry's id lock makes them take turns: no
+// plugin DEL of one overlaps one of the other's. The positive control:
+// two runners that do not share the registry (each a state directory of
+// its own, so no lock in common) tearing down another allocation at the
+// same moment overlap.
 func TestTwoProcessesTearingDownOneIDAtOnceTakeTurnsAndLeaveNothing(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		if _, err := exec.LookPath("jq"); err != nil {
 			netsandbox.Unavailable(t, "jq is not installed (the stamp plugin needs it)")
 		}
-		stampDir, logPath := t.TempDir(), filepath.Join(t.TempDir(), "stamps")
+		stampDir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(stampDir, "stamp"), []byte(stampPlugin), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		nw := newNetwork(t, set, true)
-		nw.conf = withPlugin(t, nw.conf, map[string]any{"type": "stamp", "log": logPath})
-		c := newOwnedConfigurator(t, set, nw.conf, "two-runners", stampDir)
 		base := baseline(t)
-		w := netsandbox.NewWorkload(t)
-		alloc := &cninet.Allocation{ID: "twice", Ports: []cninet.Port{{Value: 28430, To: 8080}}}
-		st, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n, err := countRulesOf(nw.cfg.NetworkName, alloc.ID, []netip.Addr{st.Address, st.AddressIPv6}); err != nil || n == 0 {
-			t.Fatalf("the allocation's rules after Setup: %d, %v", n, err)
-		}
-		goFile := filepath.Join(t.TempDir(), "go")
-		runners := make([]*exec.Cmd, 2)
-		outs := make([]*bytes.Buffer, 2)
-		for i := range runners {
-			runners[i] = ownersRunnerCmd(t, ownersRunner{Mode: "teardown", ConfList: nw.conf, PluginDirs: []string{set.Dir, stampDir},
-				Owner: "two-runners", ID: alloc.ID, Ports: alloc.Ports, Netns: w.Path, Go: goFile})
-			outs[i] = &bytes.Buffer{}
-			runners[i].Stdout, runners[i].Stderr = outs[i], outs[i]
-			if err := runners[i].Start(); err != nil {
+		tearDownTwice := func(id string, port int, stateDirs [2]string) (spans []stampSpan, pids map[int]bool) {
+			t.Helper()
+			logPath := filepath.Join(t.TempDir(), "stamps")
+			conf := withPlugin(t, nw.conf, map[string]any{"type": "stamp", "log": logPath})
+			c := newOwnedConfigurator(t, set, conf, "two-runners", stampDir)
+			w := netsandbox.NewWorkload(t)
+			alloc := &cninet.Allocation{ID: id, Ports: []cninet.Port{{Value: port, To: 8080}}}
+			st, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path)
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		time.Sleep(500 * time.Millisecond) // both have started (they wait for goFile after New)
-		if err := os.WriteFile(goFile, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		pids := map[int]bool{}
-		for i, r := range runners {
-			if err := r.Wait(); err != nil {
-				t.Errorf("runner %d (pid %d): %v\n%s", i, r.Process.Pid, err, outs[i])
+			if n, err := countRulesOf(nw.cfg.NetworkName, alloc.ID, []netip.Addr{st.Address, st.AddressIPv6}); err != nil || n == 0 {
+				t.Fatalf("the allocation's rules after Setup: %d, %v", n, err)
 			}
-			pids[r.Process.Pid] = true
-		}
-		spans := readStamps(t, logPath)
-		if len(spans) == 0 {
-			t.Fatal("no DEL ran")
-		}
-		for i, s := range spans {
-			if !pids[s.pid] {
-				t.Fatalf("a DEL by pid %d, not a runner's (%v)", s.pid, pids)
+			goFile := filepath.Join(t.TempDir(), "go")
+			runners := make([]*exec.Cmd, 2)
+			outs := make([]*bytes.Buffer, 2)
+			for i := range runners {
+				runners[i] = ownersRunnerCmd(t, ownersRunner{Mode: "teardown", ConfList: conf, PluginDirs: []string{set.Dir, stampDir},
+					Owner: "two-runners", ID: alloc.ID, Ports: alloc.Ports, Netns: w.Path, Go: goFile, StateDir: stateDirs[i]})
+				outs[i] = &bytes.Buffer{}
+				runners[i].Stdout, runners[i].Stderr = outs[i], outs[i]
+				if err := runners[i].Start(); err != nil {
+					t.Fatal(err)
+				}
 			}
-			if i > 0 && s.begin < spans[i-1].end && s.pid != spans[i-1].pid {
-				t.Fatalf("the DELs of the two runners overlapped: pid %d's from %d to %d, pid %d's from %d to %d",
-					spans[i-1].pid, spans[i-1].begin, spans[i-1].end, s.pid, s.begin, s.end)
+			time.Sleep(500 * time.Millisecond) // both have started (they wait for goFile after New)
+			if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+				t.Fatal(err)
 			}
+			pids = map[int]bool{}
+			for i, r := range runners {
+				if err := r.Wait(); err != nil && stateDirs == [2]string{} {
+					t.Errorf("runner %d (pid %d): %v\n%s", i, r.Process.Pid, err, outs[i])
+				}
+				pids[r.Process.Pid] = true
+			}
+			spans = readStamps(t, logPath)
+			ran := map[int]bool{}
+			for _, s := range spans {
+				if !pids[s.pid] {
+					t.Fatalf("a DEL by pid %d, not a runner's (%v)", s.pid, pids)
+				}
+				ran[s.pid] = true
+			}
+			if len(ran) != 2 {
+				t.Fatalf("DELs ran in %d of the 2 runners (%v): want both to run theirs", len(ran), spans)
+			}
+			if stateDirs != [2]string{} { // the control: clean up after it, whatever the runners did
+				if err := c.Teardown(ctxFor(t, time.Minute), alloc, w.Path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			assertRecordedAs(t, c, "after both Teardowns", alloc.ID, nw.cfg.NetworkName, "", false)
+			if n, err := countRulesOf(nw.cfg.NetworkName, alloc.ID, []netip.Addr{st.Address, st.AddressIPv6}); err != nil || n != 0 {
+				t.Fatalf("the allocation's rules after both Teardowns: %d, %v", n, err)
+			}
+			w.Delete()
+			return spans, pids
+		}
+		overlap := func(spans []stampSpan) string {
+			for i, s := range spans {
+				if i > 0 && s.begin < spans[i-1].end && s.pid != spans[i-1].pid {
+					return fmt.Sprintf("pid %d's from %d to %d, pid %d's from %d to %d", spans[i-1].pid, spans[i-1].begin, spans[i-1].end, s.pid, s.begin, s.end)
+				}
+			}
+			return ""
+		}
+
+		spans, _ := tearDownTwice("twice", 28430, [2]string{})
+		if o := overlap(spans); o != "" {
+			t.Fatalf("the DELs of the two runners overlapped: %s", o)
 		}
 		var desc []string
 		for _, s := range spans {
 			desc = append(desc, strconv.Itoa(s.pid)+": "+time.Duration(s.end-s.begin).Round(time.Millisecond).String())
 		}
 		t.Logf("DELs one after another: %s", strings.Join(desc, ", "))
-		assertRecordedAs(t, c, "after both Teardowns", alloc.ID, nw.cfg.NetworkName, "", false)
-		if n, err := countRulesOf(nw.cfg.NetworkName, alloc.ID, []netip.Addr{st.Address, st.AddressIPv6}); err != nil || n != 0 {
-			t.Fatalf("the allocation's rules after both Teardowns: %d, %v", n, err)
+
+		spans, _ = tearDownTwice("twice-unlocked", 28431, [2]string{t.TempDir(), t.TempDir()})
+		if overlap(spans) == "" {
+			t.Fatalf("the positive control: two runners sharing no registry did not overlap (%v); the check cannot see an overlap", spans)
 		}
-		w.Delete()
 		assertNoLeaks(t, base, nw.allowance())
 	})
 }

@@ -48,10 +48,7 @@ type rigOption func(*thickRig)
 // --metrics-listen on a free loopback port.
 func newThickRig(t *testing.T, set netsandbox.PluginSet, shimVersion string, metrics bool, opts ...rigOption) *thickRig {
 	t.Helper()
-	tool := filepath.Join(netsandbox.RepoRoot(t), ".cache", "bin", "cnitool")
-	if _, err := os.Stat(tool); err != nil {
-		netsandbox.Unavailable(t, "libcni's cnitool is not installed (run scripts/install-deps.sh): "+err.Error())
-	}
+	tool := cnitoolPath(t)
 	r := &thickRig{t: t, set: set, nw: newNetwork(t, set, false), tool: tool,
 		daemonBin: netsandbox.BuildCommand(t, "cninet", "./cmd/cninet"),
 		shimDir:   filepath.Dir(netsandbox.BuildShim(t))}
@@ -166,10 +163,31 @@ const runtimeWait = 3 * time.Minute
 // only plugin; env adds variables (CAP_ARGS, CNI_IFNAME). It is killed
 // after runtimeWait.
 func (r *thickRig) cnitool(env []string, args ...string) (stdout, stderr string, err error) {
+	return r.cnitoolIn(r.netDir, env, args...)
+}
+
+// cnitoolIn is cnitool with the conflists of netDir.
+func (r *thickRig) cnitoolIn(netDir string, env []string, args ...string) (stdout, stderr string, err error) {
+	return runCnitool(r.tool, netDir, r.shimDir, env, args...)
+}
+
+// cnitoolPath is libcni's cnitool, which the suite installs.
+func cnitoolPath(t *testing.T) string {
+	t.Helper()
+	tool := filepath.Join(netsandbox.RepoRoot(t), ".cache", "bin", "cnitool")
+	if _, err := os.Stat(tool); err != nil {
+		netsandbox.Unavailable(t, "libcni's cnitool is not installed (run scripts/install-deps.sh): "+err.Error())
+	}
+	return tool
+}
+
+// runCnitool runs tool with the conflists of netDir and the plugins of
+// cniPath; env adds variables. It is killed after runtimeWait.
+func runCnitool(tool, netDir, cniPath string, env []string, args ...string) (stdout, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), runtimeWait)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, r.tool, args...)
-	cmd.Env = append(os.Environ(), append([]string{"NETCONFPATH=" + r.netDir, "CNI_PATH=" + r.shimDir}, env...)...)
+	cmd := exec.CommandContext(ctx, tool, args...)
+	cmd.Env = append(os.Environ(), append([]string{"NETCONFPATH=" + netDir, "CNI_PATH=" + cniPath}, env...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()

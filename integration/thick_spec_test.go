@@ -221,7 +221,8 @@ func TestThickGCCollectsAnInterfaceTheRuntimeDoesNotList(t *testing.T) {
 // ports answer; eth0's DEL leaves every rule of net1's attachment, and
 // the workload's lo up, at every instant (sampled from other
 // goroutines), and net1's port answering; net1's DEL then leaves
-// nothing.
+// nothing, and the sampler of net1's rules sees that DEL drop them (its
+// positive control; the lo sampler's is in connect_test.go).
 func TestThickOneNetworkUnderTwoInterfaces(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		r := newThickRig(t, set, "1.1.0", false)
@@ -260,7 +261,11 @@ func TestThickOneNetworkUnderTwoInterfaces(t *testing.T) {
 		if hasInterface(t, w, "eth0") || !hasInterface(t, w, "net1") {
 			t.Fatalf("after eth0's DEL the workload has eth0: %v, net1: %v; want net1 alone", hasInterface(t, w, "eth0"), hasInterface(t, w, "net1"))
 		}
-		r.mustCnitool(as("net1", 28342), "del", r.name(), w.Path)
+		// The net1 sampler's positive control: net1's own DEL drops the
+		// count it watches.
+		sampleDropWhile(t, "net1's rules during its own DEL", before, net1Rules, func() {
+			r.mustCnitool(as("net1", 28342), "del", r.name(), w.Path)
+		})
 		stop()
 		assertNoLeaks(t, base, r.nw.allowance())
 	})

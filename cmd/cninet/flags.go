@@ -42,7 +42,7 @@ func (n *networkFlags) register(fs *pflag.FlagSet, networkUsage string) {
 	fs.StringVar(&n.cniPath, "cni-path", defaultCNIPath(), "plugin `directories`, separated by ':'")
 	fs.StringVar(&n.logLevel, "log-level", "warn", "log `level`: trace, debug, info, warn or error")
 	fs.StringVar(&n.stateDir, "state-dir", defaultStateDir, "the host registry `directory` every process on the host shares (records, locks)")
-	fs.StringVar(&n.owner, "owner", defaultOwner, "act for this `owner`: whose attachments setup records and gc collects (an orchestrator's, e.g. nomad)")
+	fs.StringVar(&n.owner, "owner", defaultOwner, "act for this `owner`: whose attachments setup records, teardown and disconnect detach, and gc collects (another runtime's too, e.g. nomad or containerd)")
 	fs.BoolVar(&n.trace, "trace", false, "print what cninet did (its OpenTelemetry spans, go-cni's too) as a tree with durations to stderr")
 }
 

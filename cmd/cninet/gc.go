@@ -36,8 +36,11 @@ The live ids come from --live (comma-separated, repeatable) and --live-file
 be a valid CNI container id. --none-live says that nothing is live.
 
 gc collects only --owner's attachments (the host registry in --state-dir
-says whose each is), plus state no record claims that the ownership rule
-proves dead; another owner's are never touched.
+says whose each is), any owner's recorded in an earlier boot of the host,
+and state no record claims once its namespace is gone and the ownership
+rule proves it dead; another owner's live attachments are never touched.
+A registry file this cninet cannot read is kept and named, and nothing of
+its allocation is collected.
 
 --dry-run removes nothing and runs no plugin: it prints the plan — the
 recorded and cached attachments gc would detach, then every rule, chain,
@@ -78,7 +81,12 @@ file and device its sweep would remove.`,
 			})
 			return err
 		}
-		c.done(report, func(w io.Writer) { printGCItems(w, "removed", slices.Collect(report.All())) })
+		c.done(report, func(w io.Writer) {
+			printGCItems(w, "removed", slices.Collect(report.All()))
+			for _, path := range report.Unreadable() {
+				fmt.Fprintf(w, "kept: registry file %s is no record this cninet can read; nothing of its allocation was collected\n", path)
+			}
+		})
 		return err
 	})
 	fs := cmd.Flags()

@@ -30,10 +30,11 @@ import (
 //	teardown         {"id": "..."}
 //	disconnect       {"id": "...", "network": "..."}
 //	check            {"id": "...", "checked": true} or "checked": false with "warning"
-//	gc               {"removed": [{"kind", "id", "network"?, "backend"?, "detail"}]}
+//	gc               {"removed": [{"kind", "id", "network"?, "backend"?, "detail"}], "unreadable"?: ["path", ...]}
 //	gc --dry-run     {"dry_run": true, "would_remove": [items as gc's]}
 //	status           {"ready": ["network", ...]}
-//	status --attachments {"attachments": [{"Owner", "Network", "ID", "IfName", "NetNS", "State", "Addresses", "Ports", "Since"}, ...]}
+//	status --attachments {"attachments": [{"Owner", "Network", "ID", "IfName", "NetNS", "State", "Addresses", "Ports", "Since", "Unreadable"}, ...],
+//	                      "unrecorded": [{"Network", "ID", "IfName", "NetNS", "NamespaceGone"}, ...]}
 //	demo             {"steps": [{"step", "detail", "took_ms"?}], "leaks": [...]}
 //	version          {"version": "..."}
 //	man              {"written": ["path", ...]}

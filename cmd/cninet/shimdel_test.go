@@ -62,7 +62,10 @@ func shimDelAttach(t *testing.T, info thick.Info) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Connect(context.Background(), &cninet.Allocation{ID: "c1"}, "web", "/proc/self/ns/net", cninet.ConnectOptions{IfName: "eth0"}); err != nil {
+	// As the daemon serves the runtime's ADD: for the owner the shim's DEL
+	// then names (shimDelRequest's).
+	ctx := cninet.WithOwner(context.Background(), "cnitool")
+	if _, err := c.Connect(ctx, &cninet.Allocation{ID: "c1"}, "web", "/proc/self/ns/net", cninet.ConnectOptions{IfName: "eth0"}); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := c.CachedResult("c1", "web", "eth0"); err != nil || res == nil {

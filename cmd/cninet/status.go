@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -31,7 +32,12 @@ attachment any process on the host made through cninet, whoever its owner,
 with its network, interface, addresses, ports, since when and its health:
 "whole", or how many pieces of what its plugins wrote are missing, each
 named (a drift check, in one read of the host; cninet check --repair
-restores them); --network narrows the list.
+restores them); --network narrows the list. A registry file this cninet
+cannot read (damaged, or a newer cninet's record) is listed in state
+"unreadable", kept as it is, and named on stderr; no operation acts on its
+attachment. Attachments of the networks that libcni's cache holds and no
+record claims (another tool's, or from before the registry) follow, owner
+"-", state "unrecorded": GC leaves each while its namespace lives.
 
 ` + sourcesHelp,
 	}
@@ -65,17 +71,18 @@ restores them); --network narrows the list.
 }
 
 // listAttachments prints the host registry, narrowed to networks when
-// any are named, with each attachment's health. Records it cannot read
-// are named in the error, after the list.
+// any are named, with each attachment's health; then the attachments
+// libcni's cache holds that no record claims. A record it cannot read is
+// listed as "unreadable" (and kept), and named in the error, after the
+// list.
 func (c *cli) listAttachments(ctx context.Context, cfg *cninet.Configurator, networks []string) error {
 	recs, err := cfg.Attachments()
+	unrecorded, uerr := cfg.Unrecorded()
 	if len(networks) > 0 {
 		recs = slices.DeleteFunc(recs, func(r cninet.AttachmentRecord) bool { return !slices.Contains(networks, r.Network) })
+		unrecorded = slices.DeleteFunc(unrecorded, func(u cninet.UnrecordedAttachment) bool { return !slices.Contains(networks, u.Network) })
 	}
 	drifts, derr := cfg.Drifts(ctx)
-	if err == nil {
-		err = derr
-	}
 	out := make([]attachmentHealth, len(recs))
 	for i, r := range recs {
 		out[i] = attachmentHealth{AttachmentRecord: r}
@@ -85,8 +92,14 @@ func (c *cli) listAttachments(ctx context.Context, cfg *cninet.Configurator, net
 				Incomplete: d.Incomplete}
 		}
 	}
-	c.done(map[string]any{"attachments": out}, func(w io.Writer) { printAttachments(w, out) })
-	return err
+	if unrecorded == nil {
+		unrecorded = []cninet.UnrecordedAttachment{}
+	}
+	c.done(map[string]any{"attachments": out, "unrecorded": unrecorded}, func(w io.Writer) { printAttachments(w, out, unrecorded) })
+	if err != nil { // Drifts names the same unreadable records again
+		derr = nil
+	}
+	return errors.Join(err, uerr, derr)
 }
 
 // attachmentHealth is a record as status --attachments shows it.
@@ -119,8 +132,21 @@ func (h *health) String() string {
 	return s
 }
 
-func printAttachments(w io.Writer, recs []attachmentHealth) {
+// printAttachments prints the registry's attachments with their health,
+// then those of the networks that libcni's cache holds and no record
+// claims (owner "-").
+func printAttachments(w io.Writer, recs []attachmentHealth, unrecorded []cninet.UnrecordedAttachment) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	defer tw.Flush()
+	defer func() {
+		for _, u := range unrecorded {
+			state := "unrecorded"
+			if u.NamespaceGone {
+				state += ", namespace gone"
+			}
+			fmt.Fprintf(tw, "-\t%s\t%s\t%s\t-\t-\t%s\t-\t-\n", u.Network, u.ID, u.IfName, state)
+		}
+	}()
 	fmt.Fprintln(tw, "OWNER\tNETWORK\tID\tINTERFACE\tADDRESSES\tPORTS\tSTATE\tSINCE\tHEALTH")
 	for _, r := range recs {
 		addrs := make([]string, len(r.Addresses))
@@ -135,10 +161,13 @@ func printAttachments(w io.Writer, recs []attachmentHealth) {
 		if r.RuntimeID != "" { // a delegate id: say whose
 			id += " (of " + r.RuntimeID + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Owner, r.Network, id, r.IfName,
-			orDash(strings.Join(addrs, ",")), orDash(strings.Join(ports, ",")), r.State, r.Since.UTC().Format(time.RFC3339), r.Health)
+		since := r.Since.UTC().Format(time.RFC3339)
+		if r.Unreadable != "" { // kept: whose it is and since when are unknown
+			since = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orDash(r.Owner), orDash(r.Network), id, orDash(r.IfName),
+			orDash(strings.Join(addrs, ",")), orDash(strings.Join(ports, ",")), r.State, since, r.Health)
 	}
-	tw.Flush()
 }
 
 func orDash(s string) string {

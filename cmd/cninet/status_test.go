@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -65,5 +67,25 @@ func TestStatusAttachmentsListsTheHostRegistry(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &env) != nil || !env.OK || len(env.Result.Attachments) != 3 ||
 		env.Result.Attachments[0].ID != "a1" || env.Result.Attachments[1].Owner != "cninet-daemon" || env.Result.Attachments[2].RuntimeID != "b2" {
 		t.Fatalf("JSON: exit %d, %s (%s)", code, out, stderr)
+	}
+}
+
+// A registry file this cninet cannot read is listed, state
+// "unreadable", kept, and named on stderr (exit 1).
+func TestStatusAttachmentsListsAnUnreadableRecord(t *testing.T) {
+	state := t.TempDir()
+	path := filepath.Join(state, "attachments", "c9", "web", "eth0")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(`{"version": 2}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runCLI("status", "--attachments", "--state-dir", state)
+	if code != 1 || !strings.Contains(out, "c9") || !strings.Contains(out, "unreadable") || !strings.Contains(stderr, path) {
+		t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s\nwant exit 1, c9 listed unreadable, and the file named", code, out, stderr)
+	}
+	if raw, err := os.ReadFile(path); err != nil || string(raw) != `{"version": 2}` {
+		t.Fatalf("the file after the listing: %q, %v", raw, err)
 	}
 }

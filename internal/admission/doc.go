@@ -7,9 +7,10 @@
 // The locking rule: every call that reads or changes an allocation's
 // attachments holds that allocation's lock for its whole run (Enter);
 // calls for different allocations run in parallel. GC takes the gate
-// alone only while libcni's GC runs (its DELs must not race a Setup's
-// ADD: LockGate), and then the locks of the dead allocations it sweeps,
-// in sorted order (LockAll): locks are only ever taken gate first, then
+// alone only while the plugins' GC command runs (it must not race a
+// Setup's ADD: LockGate); it takes each dead allocation's lock alone as
+// it collects it, and the locks of the dead allocations it sweeps in
+// sorted order (LockAll): locks are only ever taken gate first, then
 // allocation locks in sorted order, so nothing can deadlock. An
 // allocation entered while a GC runs is protected from that GC
 // (Protected).

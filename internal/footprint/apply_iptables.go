@@ -165,7 +165,8 @@ func applyByHandle(f *iptView, table string, changes []iptChange, rep *Report) (
 		rules := make([]host.ListedRule, len(chunk))
 		for k, i := range chunk {
 			r := items[i].rule
-			rules[k] = host.ListedRule{Line: r.Line, Position: int(r.Pos) - removed[r.Chain]}
+			listed, _ := f.rules(table, r.Chain)
+			rules[k] = host.ListedRule{Line: r.Line, Position: int(r.Pos) - removed[r.Chain], ChainLen: len(listed) - removed[r.Chain]}
 		}
 		out, _, err := hd.DeleteByHandle(table, rules, nil)
 		for k, o := range out {

@@ -89,7 +89,7 @@ func TestApplyDeletesByHandleWhatMatchedAndLeavesOnlyTheRestToIPTablesRestore(t 
 				{table: natTable, att: rep.attIndex(a), chain: "CNI-a"}, {table: natTable, att: rep.attIndex(b), chain: "CNI-b"},
 				{table: natTable, att: rep.attIndex(a), rule: &rules[0]}, {table: natTable, att: rep.attIndex(b), rule: &rules[2]},
 			}, errs, rep)
-			if want := []host.ListedRule{{Line: jumpA, Position: 0}, {Line: jumpB, Position: 2}}; !slices.Equal(ipt.asked, want) || !slices.Equal(ipt.askedChains, tc.wantChains) {
+			if want := []host.ListedRule{{Line: jumpA, Position: 0, ChainLen: 3}, {Line: jumpB, Position: 2, ChainLen: 3}}; !slices.Equal(ipt.asked, want) || !slices.Equal(ipt.askedChains, tc.wantChains) {
 				t.Errorf("asked to delete %v and chains %v; want %v (positions in the chain) and %v", ipt.asked, ipt.askedChains, want, tc.wantChains)
 			}
 			if !slices.Equal(ipt.restored, tc.wantRestored) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/iptables"
+	"github.com/seed1280861d/cninet/internal/killpoint"
 )
 
 // plan is what a run will change, by backend: planned completely before
@@ -121,9 +122,11 @@ func apply(v *view, p *plan, rep *Report) {
 		}()
 	}
 	wg.Wait()
+	killpoint.Reached(killpoint.RulesRemoved)
 	if !cutShort(v.errs.err()) && !v.listingFailed() {
 		applyFiles(v, p.files, rep)
 	}
+	killpoint.Reached(killpoint.FilesRemoved)
 	applyLinks(v, p.links, rep)
 	if v.errs.errExcept(host.ErrIPTablesMissing) == nil { // the record is the proof of whatever failed
 		applyFiles(v, p.records, rep)

@@ -65,7 +65,7 @@ func iptablesTarget(lr host.ListedRule) (nfnetlink.Target, bool) {
 	if !ok || lr.Position < 0 {
 		return nfnetlink.Target{}, false
 	}
-	t := nfnetlink.Target{Chain: r.Chain, Pos: lr.Position, Comment: r.Comment, XtComment: true}
+	t := nfnetlink.Target{Chain: r.Chain, Pos: lr.Position, ChainLen: lr.ChainLen, Comment: r.Comment, XtComment: true}
 	spec := r.Args()
 	for i := 0; i+1 < len(spec); i++ {
 		switch spec[i] {

@@ -19,7 +19,7 @@
 //     that cannot run there, or fail it when CI=true.
 //   - workload.go: Workload (internal/sandbox's) and NewWorkload, a
 //     workload namespace removed when the test ends.
-//   - plugins.go: PluginSets, the installed sets of CNI reference plugins
+//   - plugins.go: PluginSets, the installed sets of CNI reference plugins (a missing set left out alone: a failure under CI); AllPluginSets and Missing
 //     (and backends) the suite runs against.
 //   - audit.go: Snapshot, TakeSnapshot and Leaks, internal/sandbox's
 //     audit of what tests leave on a host, under the names the tests use.

@@ -65,6 +65,13 @@ type Target struct {
 	Chain  string
 	Pos    int    // its index among the chain's rules, or -1: anywhere
 	Handle uint64 // its handle, or 0: whatever handle it has
+	// ChainLen, with Pos, is how many rules the chain had when Pos was
+	// taken (0: not known). A chain of another length now changed since:
+	// another rule may have slid into Pos, one that the comment and
+	// needles cannot tell from the planned one (the firewall plugin's
+	// two comment-less rules of one address), so no position in it is
+	// trusted.
+	ChainLen int
 	// Comment must equal the rule's Comment; needles must each appear
 	// in its expressions.
 	Comment string
@@ -248,6 +255,11 @@ func matchChain(s nlSocket, proto uint8, family, table, chain string, targets []
 		return ErrGenerationChanged
 	case err != nil:
 		return fmt.Errorf("reading chain %s: %w", chain, err)
+	}
+	for _, i := range idx {
+		if t := targets[i]; t.Pos >= 0 && t.ChainLen > 0 && t.ChainLen != pos {
+			handles[i] = 0 // the chain changed since its position was taken
+		}
 	}
 	return nil
 }

@@ -79,6 +79,26 @@ func TestDeleteRulesDeletesByHandleOnlyWhatIsExactlyAsPlanned(t *testing.T) {
 			want: []host.HandleOutcome{host.NotDeleted, host.NotDeleted}, left: []uint64{9, 10, 11, 12}, batches: 0,
 		},
 		{
+			name: "a rule of the same comment and address that slid into a planned rule's place is not taken for it",
+			// The firewall plugin's two rules of an address carry no
+			// comment and the same address: listed as three rules, the
+			// chain lost its first before the dump, and the second rule
+			// now holds the first's place.
+			targets: []Target{{Chain: "POSTROUTING", Pos: 1, ChainLen: 3, Needles: [][]byte{netip.MustParseAddr("198.18.0.5").AsSlice()}}},
+			setup: func(k *fakeKernel) {
+				k.chains["POSTROUTING"] = []fakeRule{{31, "", rawOf("198.18.0.5", "d")}, {32, "", rawOf("198.18.0.5", "s")}}
+			},
+			want: []host.HandleOutcome{host.NotDeleted}, left: []uint64{31, 32}, batches: 0,
+		},
+		{
+			name:    "a rule at its place in a chain of the length listed is deleted by handle",
+			targets: []Target{{Chain: "POSTROUTING", Pos: 1, ChainLen: 2, Needles: [][]byte{netip.MustParseAddr("198.18.0.5").AsSlice()}}},
+			setup: func(k *fakeKernel) {
+				k.chains["POSTROUTING"] = []fakeRule{{31, "", rawOf("198.18.0.5", "d")}, {32, "", rawOf("198.18.0.5", "s")}}
+			},
+			want: []host.HandleOutcome{host.Deleted}, left: []uint64{31}, batches: 1,
+		},
+		{
 			name:    "a rule whose comment differs is not the planned one",
 			targets: []Target{at(0, "ab", "198.18.0.5", "CNI-a")},
 			want:    []host.HandleOutcome{host.NotDeleted}, left: []uint64{10, 11, 12}, batches: 0,

@@ -14,12 +14,13 @@
 // Files:
 //
 //	record.go        Record, State, Key, Plugin, Damaged: what a record holds
-//	registry.go      Registry: Open, Put, Of, All, Remove; the layout on disk, read by as many goroutines as CPUs
+//	boot.go          CurrentBoot: the boot a record was written in
+//	registry.go      Registry: Open, Put, Of, All, Remove, RemoveStaleTemps; the layout on disk, read by as many goroutines as CPUs; a file that is not a record of this format and key never replaced or removed (ErrUnreadable)
 //	summary.go       Summaries: every record as a listing shows it, its conflist checked, not kept
 //	read_unix.go     Reading a record with no system call it does not need
 //	read_other.go    Reading a record off unix: os.ReadFile
-//	write.go         Durable writes: temporary file, fsync, rename, fsync of the directory
-//	locks.go         The locking rule: LockID, TryLockID, LockGC
+//	write.go         Durable writes: temporary file, fsync, rename, fsync of the directory; every new directory synced into its parent; the disk seam
+//	locks.go         The locking rule: LockID, TryLockID, LockGC; RemoveUnusedLocks
 //	locks_unix.go    flock(2) locks
 //	locks_other.go   No locks off unix
 package registry

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 )
@@ -37,7 +38,7 @@ func (g *Registry) LockID(ctx context.Context, id string) (unlock func(), err er
 	if !containerID.MatchString(id) {
 		return nil, fmt.Errorf("%w: container id %q", ErrInvalid, id)
 	}
-	if _, err := g.mkdir(filepath.Join("locks", "id")); err != nil {
+	if _, err := g.mkdir("locks", "id"); err != nil {
 		return nil, err
 	}
 	return lockFile(ctx, g.idLockPath(id), true, true)
@@ -49,10 +50,46 @@ func (g *Registry) TryLockID(id string) (unlock func(), err error) {
 	if !containerID.MatchString(id) {
 		return nil, fmt.Errorf("%w: container id %q", ErrInvalid, id)
 	}
-	if _, err := g.mkdir(filepath.Join("locks", "id")); err != nil {
+	if _, err := g.mkdir("locks", "id"); err != nil {
 		return nil, err
 	}
 	return tryLockFile(g.idLockPath(id), true, true)
+}
+
+// RemoveUnusedLocks removes the lock files of ids that have no record,
+// each under its own lock: a process killed while it held an id's lock
+// leaves the file behind (the kernel drops the lock, not the file). A
+// lock someone holds is left alone. It returns how many it removed. GC
+// calls it.
+func (g *Registry) RemoveUnusedLocks() int {
+	dir := filepath.Join(g.dir, "locks", "id")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		id := e.Name()
+		if !e.Type().IsRegular() || !containerID.MatchString(id) || g.hasRecordDir(id) {
+			continue
+		}
+		unlock, err := tryLockFile(g.idLockPath(id), true, true)
+		if err != nil {
+			continue // held: in use
+		}
+		if !g.hasRecordDir(id) { // a holder may have recorded it before we locked
+			n++
+		}
+		unlock() // removes the file, still under the lock
+	}
+	return n
+}
+
+// hasRecordDir reports whether id has a directory of records (or
+// anything else) under attachments/.
+func (g *Registry) hasRecordDir(id string) bool {
+	_, err := os.Lstat(g.idDir(id))
+	return !errors.Is(err, os.ErrNotExist)
 }
 
 // LockGC takes the host-wide GC lock, alone (a GC) or shared (an ADD),

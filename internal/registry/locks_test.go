@@ -348,12 +348,19 @@ func TestLockAcrossProcesses(t *testing.T) {
 		u()
 	}
 
+	path := filepath.Join(g.Dir(), "locks", "id", "c1")
+	if n := g.RemoveUnusedLocks(); n != 0 {
+		t.Fatalf("RemoveUnusedLocks while the child holds c1's lock removed %d", n)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the held lock's file after RemoveUnusedLocks: %v, want it kept", err)
+	}
+
 	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no unlock runs
 		t.Fatal(err)
 	}
 	cmd.Wait()
 	killed = true
-	path := filepath.Join(g.Dir(), "locks", "id", "c1")
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("the killed child's lock file: %v, want it left behind", err)
 	}
@@ -361,6 +368,39 @@ func TestLockAcrossProcesses(t *testing.T) {
 	unlock()
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the lock file after unlock: %v, want it gone", err)
+	}
+}
+
+// TestRemoveUnusedLocks: the lock files a killed process left are
+// removed, under their locks, for ids without a record; a held lock's
+// file and the lock file of an id with records are kept.
+func TestRemoveUnusedLocks(t *testing.T) {
+	g := open(t)
+	dir := filepath.Join(g.Dir(), "locks", "id")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"left-1", "left-2", "recorded", "held"} {
+		if err := os.WriteFile(filepath.Join(dir, id), nil, 0o600); err != nil { // as a killed holder leaves it
+			t.Fatal(err)
+		}
+	}
+	mustPut(t, g, full("recorded", "net1", "eth0"))
+	unlock := lockOrFail(t, g, "held")
+	defer unlock()
+	if n := g.RemoveUnusedLocks(); n != 2 {
+		t.Errorf("RemoveUnusedLocks removed %d, want the 2 left by killed holders", n)
+	}
+	for id, want := range map[string]bool{"left-1": false, "left-2": false, "recorded": true, "held": true} {
+		if _, err := os.Stat(filepath.Join(dir, id)); (err == nil) != want {
+			t.Errorf("lock file of %s: %v, want kept: %v", id, err, want)
+		}
+	}
+	if u, err := g.TryLockID("held"); !errors.Is(err, ErrBusy) {
+		if u != nil {
+			u()
+		}
+		t.Fatalf("the held lock after RemoveUnusedLocks: %v, want still held", err)
 	}
 }
 

@@ -59,6 +59,11 @@ type Record struct {
 	// is still the same one, not another workload's mounted at a path
 	// that was reused.
 	NetNSInode uint64 `json:"netnsInode,omitempty"`
+	// Boot is the boot the attachment was made in (the kernel's boot id,
+	// CurrentBoot; "": unknown, a record of an older cninet). A record
+	// of an earlier boot is dead whoever owns it (FromEarlierBoot): no
+	// namespace survives a reboot.
+	Boot string `json:"boot,omitempty"`
 	// State is how far the attachment got.
 	State State `json:"state"`
 	// Addresses are what the attachment provably held: the ADD's result's,
@@ -132,6 +137,15 @@ func containsAddr(addrs []netip.Addr, a netip.Addr) bool {
 	return false
 }
 
+// FromEarlierBoot reports whether r was written in an earlier boot of
+// this host than the running one: its namespace is gone, whoever owns it.
+// A record that names no boot, or a host whose boot id cannot be read,
+// is never judged so.
+func (r Record) FromEarlierBoot() bool {
+	now := CurrentBoot()
+	return r.Boot != "" && now != "" && r.Boot != now
+}
+
 // Damaged is a file in the registry that is no record this version can
 // use: unreadable, corrupt, or of a later format. It is kept: what it
 // held may be the only proof of an attachment's state.
@@ -141,10 +155,24 @@ type Damaged struct {
 	// anyone's, so nothing of that id is judged dead while the file is
 	// there.
 	ContainerID string
-	Err         error
+	// Key is the attachment the path names: its IfName is empty where a
+	// network's directory is damaged, and its Network too where the id's
+	// is (Covers).
+	Key Key
+	Err error
 }
 
 func (d Damaged) Error() string { return fmt.Sprintf("registry file %s: %v", d.Path, d.Err) }
+
+// Covers reports whether the damaged file stands where k's record would
+// be: k's own file, or a directory on its path.
+func (d Damaged) Covers(k Key) bool {
+	id := d.Key.ContainerID
+	if id == "" {
+		id = d.ContainerID
+	}
+	return id == k.ContainerID && (d.Key.Network == "" || d.Key.Network == k.Network) && (d.Key.IfName == "" || d.Key.IfName == k.IfName)
+}
 
 // runtimeIDKey carries WithRuntimeID's id through an operation's context.
 type runtimeIDKey struct{}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/seed1280861d/cninet/internal/killpoint"
 )
 
 // The layout under the state directory:
@@ -42,22 +44,34 @@ type Registry struct {
 	dir string
 }
 
-// Open returns the registry in dir. Nothing is read or created until it
-// is used: its directories are created (0700) by the first write or lock.
+// ErrUnreadable marks a registry file that is no record this version can
+// read (damaged, or of a later format) where a record was to be written
+// or removed: it is kept byte for byte, and the error names it.
+var ErrUnreadable = errors.New("registry record unreadable")
+
+// Open returns the registry in dir, which must be an absolute path: every
+// process on the host must find the same one, whatever its working
+// directory. Nothing is read or created until it is used: its
+// directories are created (0700), each synced into its parent, by the
+// first write or lock.
 func Open(dir string) (*Registry, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: empty state directory", ErrInvalid)
 	}
-	return &Registry{dir: dir}, nil
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("%w: state directory %q is relative, want an absolute path (every process on the host must find the same one)", ErrInvalid, dir)
+	}
+	return &Registry{dir: filepath.Clean(dir)}, nil
 }
 
-// mkdir creates the registry's directory sub when missing.
-func (g *Registry) mkdir(sub string) (string, error) {
-	dir := filepath.Join(g.dir, sub)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+// mkdir creates the registry's directory sub (a path of one or more
+// elements) when missing, and the state directory itself, each new
+// directory synced into its parent.
+func (g *Registry) mkdir(sub ...string) (string, error) {
+	if _, err := mkdirAllSynced(g.dir, sub...); err != nil {
 		return "", fmt.Errorf("host registry: %w", err)
 	}
-	return dir, nil
+	return filepath.Join(append([]string{g.dir}, sub...)...), nil
 }
 
 // Dir is the state directory.
@@ -89,8 +103,13 @@ func (g *Registry) path(k Key) string {
 }
 
 // Put writes r durably (see the layout), replacing the record of its
-// key. Since is kept from the first write; Updated is now. The caller
-// holds the id's lock.
+// key. Since and Boot are kept from the first write (Boot: the boot the
+// attachment was made in, CurrentBoot when r has none); Updated is now.
+// A file at the key's path that is not JSON, of this format, naming its
+// key (a newer cninet's record, a damaged one) is never replaced: the
+// error wraps ErrUnreadable and names it. (A record of this format whose
+// other fields are damaged is for the caller to refuse: Of reports it.)
+// The caller holds the id's lock.
 func (g *Registry) Put(r *Record) error {
 	k := r.Key()
 	if err := checkKey(k); err != nil {
@@ -98,20 +117,26 @@ func (g *Registry) Put(r *Record) error {
 	}
 	path := g.path(k)
 	now := time.Now().UTC()
-	if r.Since.IsZero() {
-		// A record of the key may be there already (r built afresh
-		// rather than read): Since is when the key was first recorded.
-		r.Since = now
-		if old, err := readRecord(path, k); err == nil && !old.Since.IsZero() {
+	var buf []byte
+	old, err := readDecoded(path, k, &buf, decodeHead)
+	switch {
+	case err == nil:
+		if r.Since.IsZero() {
+			// r built afresh rather than read: Since is when the key was
+			// first recorded.
 			r.Since = old.Since
 		}
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("recording %s: %w: %w", k, ErrUnreadable, Damaged{Path: path, ContainerID: k.ContainerID, Key: k, Err: err})
+	}
+	if r.Since.IsZero() {
+		r.Since = now
+	}
+	if r.Boot == "" {
+		r.Boot = CurrentBoot()
 	}
 	r.Version, r.Updated = FormatVersion, now
 	raw, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("recording %s: %w", k, err)
-	}
-	root, err := g.mkdir("attachments")
 	if err != nil {
 		return fmt.Errorf("recording %s: %w", k, err)
 	}
@@ -119,13 +144,14 @@ func (g *Registry) Put(r *Record) error {
 	if err != nil {
 		return fmt.Errorf("recording %s: %w", k, err)
 	}
-	if _, err := mkdirAllSynced(root, k.ContainerID, k.Network); err != nil {
+	if _, err := g.mkdir("attachments", k.ContainerID, k.Network); err != nil {
 		return fmt.Errorf("recording %s: %w", k, err)
 	}
 	if err := writeFileAtomic(tmp, path, raw); err != nil {
 		return fmt.Errorf("recording %s: %w", k, err)
 	}
 	r.path = path
+	killpoint.Reached(killpoint.Recorded)
 	return nil
 }
 
@@ -189,7 +215,7 @@ func readAll[T any](g *Registry, decode decoder[T]) ([]T, []Damaged, error) {
 			for i := int(next.Add(1) - 1); i < len(ids); i = int(next.Add(1) - 1) {
 				e := ids[i]
 				if !e.IsDir() {
-					reads[i].damaged = []Damaged{{Path: filepath.Join(root, e.Name()), ContainerID: e.Name(), Err: errors.New("not a directory")}}
+					reads[i].damaged = []Damaged{{Path: filepath.Join(root, e.Name()), ContainerID: e.Name(), Key: Key{ContainerID: e.Name()}, Err: errors.New("not a directory")}}
 					continue
 				}
 				reads[i].recs, reads[i].damaged, reads[i].err = readID(filepath.Join(root, e.Name()), e.Name(), &buf, decode)
@@ -230,7 +256,7 @@ func readID[T any](idDir, id string, buf *[]byte, decode decoder[T]) ([]T, []Dam
 	for _, n := range nets {
 		netDir := filepath.Join(idDir, n.Name())
 		if !n.IsDir() {
-			damaged = append(damaged, Damaged{Path: netDir, ContainerID: id, Err: errors.New("not a directory")})
+			damaged = append(damaged, Damaged{Path: netDir, ContainerID: id, Key: Key{Network: n.Name(), ContainerID: id}, Err: errors.New("not a directory")})
 			continue
 		}
 		files, err := os.ReadDir(netDir)
@@ -240,9 +266,10 @@ func readID[T any](idDir, id string, buf *[]byte, decode decoder[T]) ([]T, []Dam
 		}
 		for _, f := range files {
 			path := filepath.Join(netDir, f.Name())
-			r, err := readDecoded(path, Key{Network: n.Name(), ContainerID: id, IfName: f.Name()}, buf, decode)
+			k := Key{Network: n.Name(), ContainerID: id, IfName: f.Name()}
+			r, err := readDecoded(path, k, buf, decode)
 			if err != nil {
-				damaged = append(damaged, Damaged{Path: path, ContainerID: id, Err: err})
+				damaged = append(damaged, Damaged{Path: path, ContainerID: id, Key: k, Err: err})
 				continue
 			}
 			recs = append(recs, r)
@@ -279,6 +306,27 @@ func decodeRecord(raw []byte, path string, k Key) (Record, error) {
 	return r, nil
 }
 
+// recordHead is what a write or a removal needs of the record it
+// replaces: that it is one of this format, of its key, and when it was
+// first written. The rest is not kept; encoding/json still checks that
+// the whole file is JSON. (What decodes as a head but not as a Record,
+// a field of another shape in a record of this format, is damage that
+// Of and All report, and that the operations refuse before they write.)
+type recordHead struct {
+	Version     int       `json:"version"`
+	Network     string    `json:"network"`
+	ContainerID string    `json:"containerID"`
+	IfName      string    `json:"ifName"`
+	Since       time.Time `json:"since"`
+}
+
+// decodeHead decodes a record's head (a decoder).
+func decodeHead(raw []byte, _ string, k Key) (recordHead, error) {
+	var h recordHead
+	err := checkDecoded(raw, json.Unmarshal(raw, &h), h.Version, Key{h.Network, h.ContainerID, h.IfName}, k)
+	return h, err
+}
+
 // checkDecoded judges a decoded record, whatever its Go type: its
 // decoding's error decodeErr, and its format version and the key it names
 // against k, its path's. The record must be of this format version and
@@ -306,32 +354,48 @@ func checkDecoded(raw []byte, decodeErr error, version int, named, k Key) error 
 	return nil
 }
 
-// Remove removes r's record, durably, and its id's directories when they
-// are empty. A record already gone is no error. The caller holds the
-// id's lock.
+// Remove removes k's record, durably, and its id's directories when they
+// are empty. A record already gone is no error; a file at k's path that
+// is not JSON, of this format, naming k is never removed (the error wraps
+// ErrUnreadable and names it; see Put). The caller holds the id's lock.
 func (g *Registry) Remove(k Key) error {
 	if err := checkKey(k); err != nil {
 		return err
 	}
 	path := g.path(k)
+	var buf []byte
+	if _, err := readDecoded(path, k, &buf, decodeHead); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing the record of %s: %w: %w", k, ErrUnreadable, Damaged{Path: path, ContainerID: k.ContainerID, Key: k, Err: err})
+	}
 	if err := step("remove"); err != nil {
 		return err
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := fsys.remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing the record of %s: %w", k, err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := step("unlinked"); err != nil {
+		return err
+	}
+	if err := fsys.syncDir(filepath.Dir(path)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing the record of %s: %w", k, err)
 	}
 	// Empty directories go too; one that is not empty (another record)
-	// stays, which is no failure.
-	if os.Remove(filepath.Dir(path)) == nil {
-		if os.Remove(g.idDir(k.ContainerID)) == nil {
-			_ = syncDir(filepath.Join(g.dir, "attachments"))
-		} else {
-			_ = syncDir(g.idDir(k.ContainerID))
-		}
+	// stays, which is no failure. A directory left behind by a kill
+	// here is empty, which a reader takes for no record.
+	if fsys.remove(filepath.Dir(path)) != nil {
+		return nil
 	}
+	if err := step("unlinked dir"); err != nil {
+		return err
+	}
+	if fsys.remove(g.idDir(k.ContainerID)) != nil {
+		_ = fsys.syncDir(g.idDir(k.ContainerID))
+		return nil
+	}
+	if err := step("unlinked dir"); err != nil {
+		return err
+	}
+	_ = fsys.syncDir(filepath.Join(g.dir, "attachments"))
 	return nil
 }
 
@@ -339,16 +403,24 @@ func (g *Registry) Remove(k Key) error {
 // one a killed write left: no write takes that long.
 const staleTempAge = 10 * time.Minute
 
-// RemoveStaleTemps removes what killed writes left in tmp/.
-func (g *Registry) RemoveStaleTemps() {
+// RemoveStaleTemps removes what killed writes left in tmp/ and returns
+// how many files it removed. GC calls it.
+func (g *Registry) RemoveStaleTemps() int {
 	dir := filepath.Join(g.dir, "tmp")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return
+		return 0
 	}
+	n := 0
 	for _, e := range entries {
 		if info, err := e.Info(); err == nil && info.Mode().IsRegular() && time.Since(info.ModTime()) > staleTempAge {
-			os.Remove(filepath.Join(dir, e.Name()))
+			if fsys.remove(filepath.Join(dir, e.Name())) == nil {
+				n++
+			}
 		}
 	}
+	if n > 0 {
+		_ = fsys.syncDir(dir)
+	}
+	return n
 }

@@ -441,6 +441,21 @@ func TestDamagedRecordsAreKeptAndReported(t *testing.T) {
 			if err != nil || len(recs) != 0 || len(damaged) != 1 {
 				t.Fatalf("after removing its sibling: Of = %v, %v, %v", keysOf(recs), damaged, err)
 			}
+			if k := (Key{Network: "net1", ContainerID: "c1", IfName: "eth1"}); damaged[0].Key != k || !damaged[0].Covers(k) || damaged[0].Covers(good.Key()) {
+				t.Errorf("the damaged file names %v (covers its own key: %v, its sibling's: %v), want %v", damaged[0].Key, damaged[0].Covers(k), damaged[0].Covers(good.Key()), k)
+			}
+
+			// Neither a Put nor a Remove of its own key touches it.
+			over := full("c1", "net1", "eth1")
+			if err := g.Put(over); !errors.Is(err, ErrUnreadable) || !strings.Contains(err.Error(), bad) {
+				t.Errorf("Put over the damaged file: %v, want ErrUnreadable naming %s", err, bad)
+			}
+			if err := g.Remove(over.Key()); !errors.Is(err, ErrUnreadable) || !strings.Contains(err.Error(), bad) {
+				t.Errorf("Remove of the damaged file: %v, want ErrUnreadable naming %s", err, bad)
+			}
+			if raw, err := os.ReadFile(bad); err != nil || !bytes.Equal(raw, c.content) {
+				t.Fatalf("after a Put and a Remove of its key, the damaged file is %q, %v; want %q kept", raw, err, c.content)
+			}
 		})
 	}
 
@@ -559,6 +574,42 @@ func BenchmarkPut(b *testing.B) {
 	for b.Loop() {
 		if err := g.Put(r); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestBoots: a record names the boot it was first written in, kept by
+// later writes; one of another boot is from an earlier one, one that
+// names none (an older cninet's) is never judged so.
+func TestBoots(t *testing.T) {
+	g := open(t)
+	now := CurrentBoot()
+	if now == "" {
+		t.Fatalf("no boot id in %s", bootIDPath)
+	}
+	r := full("c1", "net1", "eth0")
+	mustPut(t, g, r)
+	if r.Boot != now || r.FromEarlierBoot() {
+		t.Fatalf("a new record's boot %q (earlier: %v), want the running one %q", r.Boot, r.FromEarlierBoot(), now)
+	}
+	old := full("c2", "net1", "eth0")
+	old.Boot = "11111111-2222-3333-4444-555555555555"
+	mustPut(t, g, old)
+	old.State = Detaching
+	mustPut(t, g, old) // a detach's proof, written in this boot, of an attachment made in an earlier one
+	recs, _, err := g.Of("c2")
+	if err != nil || len(recs) != 1 || recs[0].Boot != old.Boot || !recs[0].FromEarlierBoot() {
+		t.Fatalf("a record of an earlier boot rewritten: %+v, %v; want its boot kept and judged earlier", recs, err)
+	}
+	if (Record{}).FromEarlierBoot() {
+		t.Fatal("a record that names no boot judged from an earlier one")
+	}
+}
+
+func TestOpenRefusesARelativeStateDirectory(t *testing.T) {
+	for _, dir := range []string{"state", "./var/lib/cninet", "../cninet"} {
+		if _, err := Open(dir); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "absolute") {
+			t.Errorf("Open(%q): %v, want ErrInvalid asking for an absolute path", dir, err)
 		}
 	}
 }

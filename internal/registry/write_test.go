@@ -62,8 +62,8 @@ func TestKillAtEachWriteStep(t *testing.T) {
 		{
 			name:      "a first Put",
 			op:        func(g *Registry) error { return g.Put(updated()) },
-			steps:     []string{"sync new dir", "sync new dir", "write", "sync", "rename", "sync dir"},
-			afterKill: []outcome{none, none, none, none, none, newRec},
+			steps:     []string{"sync new dir", "sync new dir", "sync new dir", "sync new dir", "write", "sync", "rename", "sync dir"},
+			afterKill: []outcome{none, none, none, none, none, none, none, newRec},
 			done:      newRec,
 		},
 		{
@@ -86,16 +86,16 @@ func TestKillAtEachWriteStep(t *testing.T) {
 			name:      "a Remove",
 			setup:     []*Record{old(), sibling},
 			op:        func(g *Registry) error { return g.Remove(key) },
-			steps:     []string{"remove"},
-			afterKill: []outcome{oldRec},
+			steps:     []string{"remove", "unlinked", "unlinked dir"},
+			afterKill: []outcome{oldRec, none, none},
 			done:      none,
 		},
 		{
 			name:      "a Remove of an id's last record",
 			setup:     []*Record{old()},
 			op:        func(g *Registry) error { return g.Remove(key) },
-			steps:     []string{"remove"},
-			afterKill: []outcome{oldRec},
+			steps:     []string{"remove", "unlinked", "unlinked dir", "unlinked dir"},
+			afterKill: []outcome{oldRec, none, none, none},
 			done:      none,
 		},
 	}

@@ -66,7 +66,11 @@ func delegateID(c *cninet.Configurator, id, network, ifName string, adding bool)
 		return r.ID == id
 	}
 	for _, r := range recs {
-		if r.IfName == ifName && mine(r) && r.Network == network {
+		// An unreadable record under either id, where this interface's
+		// belongs, is taken for its own: every command then fails naming
+		// the file (cninet.ErrRecordUnreadable), and nothing runs.
+		unreadable := r.Unreadable != "" && (r.ID == id || r.ID == alt)
+		if r.IfName == ifName && (mine(r) || unreadable) && r.Network == network {
 			return r.ID, nil
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
@@ -136,7 +137,7 @@ func TestServeDelOfAnADDCutShortRunsUnderTheRecordedDelegateID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &registry.Record{Owner: "cninet-shim", Network: "web", ContainerID: "c1.net1", RuntimeID: "c1", IfName: "net1", State: registry.Adding,
+	rec := &registry.Record{Owner: Owner, Network: "web", ContainerID: "c1.net1", RuntimeID: "c1", IfName: "net1", State: registry.Adding,
 		ConfList: []byte(`{"cniVersion":"1.0.0","name":"web","plugins":[{"type":"scripted"}]}`)}
 	if err := store.Put(rec); err != nil {
 		t.Fatal(err)
@@ -254,8 +255,10 @@ func TestServeDelOfAnInterfaceNameAnotherNetworkHolds(t *testing.T) {
 	})
 }
 
-// The record of a second interface that cannot be read (damaged) leaves
-// libcni's cache to say the interface's id.
+// The record of a second interface that cannot be read (damaged, or a
+// newer cninet's) is kept byte for byte: the DEL of that interface runs
+// no plugin and fails naming the file (cninet.ErrRecordUnreadable); the
+// first interface's DEL is not held up by it.
 func TestServeDelOfASecondInterfaceWhoseRecordIsDamaged(t *testing.T) {
 	d := newDelegate(t, resultWithAddress)
 	for _, ifName := range []string{"eth0", "net1"} {
@@ -269,15 +272,26 @@ func TestServeDelOfASecondInterfaceWhoseRecordIsDamaged(t *testing.T) {
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("the record of net1: %v, %v", recs, err)
 	}
-	if err := os.WriteFile(recs[0].Path(), []byte("{"), 0o600); err != nil {
+	damaged := recs[0].Path()
+	if err := os.WriteFile(damaged, []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d.mustServe(t, "c1", CmdDel, "net1", webConf)
-	if got := d.idsServed(t, CmdDel, "net1"); got != "c1.net1" {
-		t.Fatalf("the delegate's DELs of net1 ran as %q, want c1.net1", got)
+	_, err = d.serve(t, CmdDel, "net1", "", webConf)
+	if !errors.Is(err, cninet.ErrRecordUnreadable) || !strings.Contains(err.Error(), damaged) {
+		t.Fatalf("DEL of net1 whose record is damaged: %v, want ErrRecordUnreadable naming %s", err, damaged)
 	}
-	if res, err := d.c.CachedResult("c1.net1", "web", "net1"); err != nil || res != nil {
-		t.Fatalf("net1's cached result after its DEL: %v, %v; want none", res, err)
+	if got := d.idsServed(t, CmdDel, "net1"); got != "" {
+		t.Fatalf("the delegate's DELs of net1 ran as %q, want none", got)
+	}
+	if raw, err := os.ReadFile(damaged); err != nil || string(raw) != "{" {
+		t.Fatalf("the damaged record after the DEL: %q, %v; want it kept", raw, err)
+	}
+	if res, err := d.c.CachedResult("c1.net1", "web", "net1"); err != nil || res == nil {
+		t.Fatalf("net1's cached result after the refused DEL: %v, %v; want it kept", res, err)
+	}
+	d.mustServe(t, "c1", CmdDel, "eth0", webConf)
+	if got := d.idsServed(t, CmdDel, "eth0"); got != "c1" {
+		t.Fatalf("the delegate's DELs of eth0 ran as %q, want c1", got)
 	}
 }
 

@@ -12,11 +12,12 @@ import (
 // The error codes the daemon answers with besides the CNI spec's own
 // (a delegate plugin's code always passes through unchanged).
 const (
-	CodeAlreadyAttached = thickwire.CodeAlreadyAttached // ADD of an attachment that exists
-	CodeCheckFailed     = thickwire.CodeCheckFailed     // CHECK found the attachment unhealthy
-	CodeCleanupFailed   = thickwire.CodeCleanupFailed   // DEL or GC could not remove everything
-	CodeSetupFailed     = thickwire.CodeSetupFailed     // ADD failed without a plugin's error code
-	CodeIncompatible    = thickwire.CodeIncompatible    // the shim speaks a protocol the daemon does not
+	CodeAlreadyAttached  = thickwire.CodeAlreadyAttached  // ADD of an attachment that exists
+	CodeCheckFailed      = thickwire.CodeCheckFailed      // CHECK found the attachment unhealthy
+	CodeCleanupFailed    = thickwire.CodeCleanupFailed    // DEL or GC could not remove everything
+	CodeSetupFailed      = thickwire.CodeSetupFailed      // ADD failed without a plugin's error code
+	CodeIncompatible     = thickwire.CodeIncompatible     // the shim speaks a protocol the daemon does not
+	CodeRecordUnreadable = thickwire.CodeRecordUnreadable // the attachment's record cannot be read: kept, nothing ran
 )
 
 // ErrorFor turns an error of Serve or DecodeRequest into the CNI error the
@@ -38,6 +39,8 @@ func ErrorFor(err error) *types.Error {
 
 func codeFor(err error) uint {
 	switch {
+	case errors.Is(err, cninet.ErrRecordUnreadable): // whatever else it wraps: nothing ran
+		return CodeRecordUnreadable
 	case errors.Is(err, ErrIncompatibleCNIVersion):
 		return types.ErrIncompatibleCNIVersion
 	case errors.Is(err, errMalformed):

@@ -29,6 +29,7 @@ func TestErrorFor(t *testing.T) {
 		{"an existing attachment has its own code", fmt.Errorf("%w: eth0", cninet.ErrAlreadyAttached), CodeAlreadyAttached, ""},
 		{"an unhealthy attachment has its own code", fmt.Errorf("%w: x", cninet.ErrCheckFailed), CodeCheckFailed, ""},
 		{"an incomplete cleanup has its own code", fmt.Errorf("%w: x", cninet.ErrCleanupFailed), CodeCleanupFailed, ""},
+		{"an unreadable record has its own code, whatever else the error says", fmt.Errorf("%w: %w: x", cninet.ErrCleanupFailed, cninet.ErrRecordUnreadable), CodeRecordUnreadable, ""},
 		{"anything else is internal", errors.New("surprise"), types.ErrInternal, ""},
 	}
 	for _, tc := range cases {

@@ -126,6 +126,10 @@ const (
 	CodeCleanupFailed   uint = 102 // DEL or GC could not remove everything
 	CodeSetupFailed     uint = 103 // ADD failed without a plugin's error code
 	CodeIncompatible    uint = 104 // the shim speaks a protocol the daemon does not
+	// CodeRecordUnreadable: the host registry's record of the attachment
+	// cannot be read (damaged, or a newer cninet's): it is kept, and
+	// nothing ran.
+	CodeRecordUnreadable uint = 105
 )
 
 // OwnerNameMax is the longest owner name, in bytes.

@@ -11,9 +11,12 @@
 // (its result written), killwrap counts the command in KILLWRAP_DIR/count
 // (under a file lock: networks attach in parallel), appends a line to
 // KILLWRAP_DIR/log ("<n> <command> <plugin> <container id> <exit code>"),
-// and when the count reaches KILLWRAP_KILL_AT kills its parent, the
-// runner, with SIGKILL — before the runner could read the result, as an
-// OOM kill or an agent restart would. It then exits as the real plugin
+// and when the count reaches KILLWRAP_KILL_AT kills the runner with
+// SIGKILL — before the runner could read the result, as an OOM kill or
+// an agent restart would. The runner is the process KILLWRAP_RUNNER
+// names (its pid), else killwrap's parent: a plugin that another plugin
+// runs (the IPAM plugin the bridge plugin runs) kills the runner all
+// the same. It then exits as the real plugin
 // did. With KILLWRAP_DROP_CACHE set, a kill after a DEL first removes
 // libcni's cached result of that attachment, as libcni does once the
 // chain's last DEL returned: the runner then dies after the DEL returned
@@ -93,14 +96,18 @@ func run(dir, name, real, command string) int {
 		if os.Getenv("KILLWRAP_DROP_CACHE") != "" && command == "DEL" && code == 0 {
 			dropCache(stdin)
 		}
+		runner := os.Getppid()
+		if pid, err := strconv.Atoi(os.Getenv("KILLWRAP_RUNNER")); err == nil && pid > 0 {
+			runner = pid
+		}
 		if samples := os.Getenv("KILLWRAP_AWAIT_SAMPLES"); samples != "" {
 			// Frozen first, so that while the sampler looks the runner
 			// starts nothing more (another network's chain runs
 			// concurrently): it dies where it was when the k-th ended.
-			syscall.Kill(os.Getppid(), syscall.SIGSTOP)
+			syscall.Kill(runner, syscall.SIGSTOP)
 			awaitSamples(samples)
 		}
-		syscall.Kill(os.Getppid(), syscall.SIGKILL)
+		syscall.Kill(runner, syscall.SIGKILL)
 	}
 	return code
 }

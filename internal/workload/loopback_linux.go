@@ -1,13 +1,13 @@
-package cninet
+package workload
 
 import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 )
 
-// loopbackUp reports whether the workload's lo is up; false when netns
+// LoopbackUp reports whether the workload's lo is up; false when netns
 // cannot be entered (empty, or gone).
-func loopbackUp(netns string) bool {
+func LoopbackUp(netns string) bool {
 	up := false
 	if netns == "" {
 		return false
@@ -21,8 +21,8 @@ func loopbackUp(netns string) bool {
 	return up
 }
 
-// setLoopbackUp brings the workload's lo up again.
-func setLoopbackUp(netns string) error {
+// SetLoopbackUp brings the workload's lo up again.
+func SetLoopbackUp(netns string) error {
 	return ns.WithNetNSPath(netns, func(ns.NetNS) error {
 		return withLoopback(func(fd int, ifr *unix.Ifreq) error {
 			ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)

@@ -1,0 +1,171 @@
+package cninet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/seed1280861d/cninet/internal/registry"
+)
+
+// recorded collects this owner's recorded attachments whose allocation
+// is not live, in the networks GC covers, and any owner's recorded in an
+// earlier boot (their namespaces are gone): each is detached as Teardown
+// detaches, with its recorded conflist, args and port mappings, and its
+// record goes when nothing of it is left. Each id is collected under its
+// own lock, taken without waiting: an id another operation holds is left
+// for later, and no other id waits for this GC. Another owner's records
+// of this boot are never touched: their ids, and those a registry file
+// that is no usable record names, count as live for the rest of the GC.
+// Nor are this owner's records of networks this Configurator does not
+// know (another Configurator of the same owner knows them, or a Teardown
+// naming the network finishes them): their ids count as live too.
+func (g *gcRun) recorded(ctx context.Context) error {
+	c := g.c
+	all, err := c.registry.store.All()
+	if err != nil {
+		return fmt.Errorf("%w: reading the host registry: %w (its records were not collected)", ErrCleanupFailed, err)
+	}
+	others := map[string]bool{} // no GC of this owner may judge them
+	for _, d := range all.Damaged {
+		c.logger.Warn("registry file is no usable record: kept, and its id is not collected", "path", d.Path, "error", d.Err)
+		c.tel.kept(ctx, keptUnreadable, d.Key.Network)
+		g.report.addUnreadable(d.Path)
+		others[d.ContainerID] = true
+	}
+	dead := map[string]bool{}
+	elsewhere := map[string]bool{} // ids this owner recorded on networks this GC does not cover
+	unjudged := map[string]bool{}  // of those, the ids whose other state this GC leaves alone
+	for _, rec := range all.Records {
+		mine, earlier := rec.Owner == g.owner, rec.FromEarlierBoot()
+		switch {
+		case !mine && !earlier:
+			others[rec.ContainerID] = true
+		case !g.covers(rec.Network):
+			if !mine {
+				continue // dead, on a network this GC does not look at
+			}
+			elsewhere[rec.ContainerID] = true
+			if _, err := c.nets.known(rec.Network, false); err == nil && g.only != nil {
+				// Spared by GCOptions.Networks: the narrowed GC keeps
+				// away from that network by itself.
+				continue
+			}
+			// A network this Configurator does not know (another
+			// Configurator of the same owner attached it), or one
+			// whose conflist sets disableGC: the id lives there, so
+			// none of its other state is this GC's to judge.
+			unjudged[rec.ContainerID] = true
+		case !g.liveAt(rec.ContainerID, rec.IfName):
+			dead[rec.ContainerID] = true
+		}
+	}
+	protected := c.registry.adm.Protected()
+	var errs []error
+	for _, id := range slices.Sorted(maps.Keys(dead)) {
+		if protected[id] || others[id] {
+			continue
+		}
+		if err := g.collectRecorded(ctx, id, elsewhere[id] || g.partlyLive(id)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for id := range others {
+		g.live[id] = true // another owner's, or a damaged record's: never this GC's to judge
+	}
+	for id := range unjudged {
+		g.live[id] = true // attached where this GC does not look: its other state is not this GC's to judge
+	}
+	return errors.Join(errs...)
+}
+
+// collects says which records a GC collects: its own owner's, and any
+// owner's of an earlier boot.
+func (g *gcRun) collects(rec registry.Record) bool {
+	return rec.Owner == g.owner || rec.FromEarlierBoot()
+}
+
+// collectRecorded detaches the dead id's recorded attachments that this
+// GC collects in the networks it covers, unless another operation holds
+// the id; elsewhere says the id keeps attachments in others. Its DEL
+// enters the recorded namespace only while that is provably still the
+// attachment's (recordedNetNS).
+func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) error {
+	c := g.c
+	unlock, ok := g.lockDead(id)
+	if !ok {
+		return nil
+	}
+	defer unlock()
+	found, _, err := c.find.withRecords(g.collects, request{id: id}, nil)
+	if err != nil {
+		return err
+	}
+	all := found
+	found = slices.DeleteFunc(slices.Clone(found), func(fa foundAttachment) bool {
+		return !g.covers(fa.att.name()) || g.liveAt(id, fa.att.ifName) || g.partlyLive(id) && g.siblingLive(id, fa.att.name(), all)
+	})
+	if len(found) == 0 {
+		return nil
+	}
+	if !g.dry {
+		netns, alongside := c.registry.recordedNetNS(id, found), g.only != nil || elsewhere
+		d := c.detaching(g.owner, netns, alongside)
+		if alongside && netns != "" {
+			// The workload stays on other networks: the loopback
+			// plugin's DEL must not leave its lo down.
+			up, restore := keepLoopback(c.logger, id, netns, found)
+			defer restore()
+			d.loUp = up
+		}
+		if err := d.all(ctx, found); err != nil {
+			return err
+		}
+	}
+	for _, fa := range found {
+		g.report.addCached(GCItem{Kind: GCRecordedAttachment, ID: id, Network: fa.att.name(), Detail: fa.att.ifName})
+	}
+	return nil
+}
+
+// lockDead takes the lock of the dead allocation id for its collection:
+// in this process (waiting for an operation of this process on it), and
+// across the host without waiting. ok is false when an operation of this
+// process took the id while this GC ran (it is protected), or another
+// process holds it: the id is left for the next GC.
+func (g *gcRun) lockDead(id string) (unlock func(), ok bool) {
+	unlockAdm := g.c.registry.adm.LockAll([]string{id})
+	if g.c.registry.adm.Protected()[id] {
+		unlockAdm()
+		return nil, false
+	}
+	unlockID, err := g.c.registry.store.TryLockID(id)
+	if err != nil {
+		unlockAdm()
+		g.c.logger.Debug("GC left a busy allocation alone", "alloc_id", id, "error", err)
+		return nil, false
+	}
+	unlock = func() {
+		unlockID()
+		unlockAdm()
+	}
+	if g.recordedSinceStart(id) {
+		unlock()
+		g.c.logger.Debug("GC left an allocation recorded while it ran alone", "alloc_id", id)
+		return nil, false
+	}
+	return unlock, true
+}
+
+// recordedSinceStart reports whether a record of id was written while
+// this GC ran (or the id's records cannot be read): an operation made or
+// changed it meanwhile, and it is not this GC's to judge.
+func (g *gcRun) recordedSinceStart(id string) bool {
+	recs, _, err := g.c.registry.store.Of(id)
+	if err != nil {
+		return true
+	}
+	return slices.ContainsFunc(recs, func(rec registry.Record) bool { return rec.Updated.After(g.start) })
+}
