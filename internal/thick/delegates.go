@@ -204,6 +204,9 @@ func confDirStamp(dir string) string {
 // daemon restarted since) still removes the attachment. Without either,
 // the error wraps ErrNoDelegates and cninet.ErrNetworkNotFound.
 func ConfiguratorForDel(info Info, req *Request, conf *NetConf, logger hclog.Logger, meters metric.MeterProvider, tweaks ...func(*cninet.Config)) (*cninet.Configurator, error) {
+	// It lives for one DEL: no repair watcher, whatever the daemon's own
+	// Configurator runs.
+	tweaks = append(slices.Clone(tweaks), func(cfg *cninet.Config) { cfg.RepairEvery, cfg.RepairAnyOwner = 0, false })
 	c, err := NewConfigurator(info, logger, meters, tweaks...)
 	if err == nil || !(errors.Is(err, cninet.ErrNetworkNotFound) || errors.Is(err, fs.ErrNotExist)) {
 		return c, err

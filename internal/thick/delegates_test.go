@@ -251,3 +251,48 @@ func TestDelAfterTheConflistWentRunsTheRecordedOne(t *testing.T) {
 		})
 	}
 }
+
+// A DEL's own Configurator lives for one DEL: it starts no repair
+// watcher, whatever the daemon's Configurator runs (a watcher would
+// check, and may repair, every runtime's attachments before the DEL is
+// answered).
+func TestTheConfiguratorOfOneDELWatchesNothing(t *testing.T) {
+	for _, conf := range []bool{true, false} {
+		t.Run(map[bool]string{true: "the conflist is there", false: "only the record has it"}[conf], func(t *testing.T) {
+			r := newDelegateRig(t)
+			r.writeConf(t)
+			nft := &fakes.NFTables{}
+			daemonLike := func(cfg *cninet.Config) {
+				useFakes(cfg)
+				cfg.NFTables = func() (host.NFTables, error) { return nft, nil }
+				cfg.RepairEvery, cfg.RepairAnyOwner = time.Millisecond, true
+			}
+			d, err := OpenDelegates(r.info, nil, nil, daemonLike)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := startServer(t, &Server{Delegates: d, Info: r.info, AllowPeer: func(uint32) bool { return true }})
+			if code, cerr := post(t, srv, reqBody("ADD", "c1", "/proc/self/ns/net", "eth0", shimConf)); code != http.StatusOK {
+				t.Fatalf("ADD: HTTP %d %+v", code, cerr)
+			}
+			d.Close()
+			if !conf {
+				r.removeConf(t)
+			}
+			delNFT := &fakes.NFTables{}
+			delLike := func(cfg *cninet.Config) {
+				daemonLike(cfg)
+				cfg.NFTables = func() (host.NFTables, error) { return delNFT, nil }
+			}
+			c, err := ConfiguratorForDel(r.info, &Request{ContainerID: "c1", IfName: "eth0"}, &NetConf{Name: "web"}, nil, nil, delLike)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			time.Sleep(50 * time.Millisecond) // fifty of the daemon's intervals
+			if n := delNFT.Watchers(); n != 0 {
+				t.Fatalf("%d watchers of the ruleset while the DEL's Configurator lived, want none", n)
+			}
+		})
+	}
+}
