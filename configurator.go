@@ -214,7 +214,8 @@ func New(cfg Config) (*Configurator, error) {
 	c.registry = &hostRegistry{store: store, logger: c.logger, nets: c.nets, plugins: c.plugins}
 	c.find = &attachmentFinder{nets: c.nets, registry: c.registry, lib: c.lib, cacheDir: c.cacheDir, ifs: c.ifs, logger: c.logger,
 		injectedCNI: !c.findPlugins}
-	c.seams = &cleanerSeams{iptOpener: ipt, nftOpener: nft, openLinks: cfg.Links, cacheDir: c.cacheDir, ifs: c.ifs, nets: c.nets, plugins: c.plugins}
+	c.seams = &cleanerSeams{iptOpener: ipt, nftOpener: nft, openLinks: cfg.Links, cacheDir: c.cacheDir, ifs: c.ifs, nets: c.nets, plugins: c.plugins,
+		records: c.registry}
 	c.tel = newTelemetry(cfg, c)
 	if cfg.RepairEvery < 0 {
 		c.tel.close()
@@ -273,6 +274,7 @@ type cleanerSeams struct {
 	ifs       ifNaming
 	nets      *networks
 	plugins   *plugins
+	records   footprint.RecordedHolders // the host registry
 }
 
 // network is what the cleaner must know about conf's network: its
@@ -295,7 +297,7 @@ func (s *cleanerSeams) all() footprint.Seams {
 	for i, conf := range known {
 		nets[i] = s.network(conf, ifNames[0], ifNames)
 	}
-	return footprint.Seams{IPTables: s.iptOpener.Get, NFTables: s.nftOpener.Get, Links: s.openLinks, Networks: nets}
+	return footprint.Seams{IPTables: s.iptOpener.Get, NFTables: s.nftOpener.Get, Links: s.openLinks, Networks: nets, Records: s.records}
 }
 
 // cleaner is a cleaner of att's footprint, its proofs kept in proofs

@@ -309,6 +309,46 @@ func (p *recordProofs) Record(att footprint.Attachment, addrs []netip.Addr) erro
 	return p.reg.store.Put(p.rec)
 }
 
+// Holding implements footprint.RecordedHolders: the attachments recorded
+// as attached or being added that name one of addrs, whoever owns them.
+// A registry that cannot be read holds nothing it can name; the files
+// and rules are still asked.
+func (r *hostRegistry) Holding(addrs []netip.Addr) map[netip.Addr][]footprint.Attachment {
+	want := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		want[a] = true
+	}
+	all, _ := r.store.Summaries()
+	out := map[netip.Addr][]footprint.Attachment{}
+	for _, s := range all.Summaries {
+		if s.State != registry.Attached && s.State != registry.Adding {
+			continue
+		}
+		for _, a := range s.Addresses {
+			if want[a] {
+				out[a] = append(out[a], footprint.Attachment{Network: s.Network, ID: s.ContainerID})
+			}
+		}
+	}
+	return out
+}
+
+// detaching marks the attachment's record as detaching before its DEL,
+// where Record did not (the files proved nothing new): from then on no
+// repair writes anything of it (a repair restores only what a record
+// says is attached), whatever becomes of the DEL. Without a record there
+// is nothing to mark.
+func (p *recordProofs) detaching() error {
+	p.load()
+	if p.rec == nil || p.rec.State == registry.Detaching {
+		return nil
+	}
+	p.rec.State = registry.Detaching
+	start := time.Now()
+	defer func() { p.spent += time.Since(start) }()
+	return p.reg.store.Put(p.rec)
+}
+
 // recordedConf is the conflist rec's ADD ran with, else the known
 // network's: a DEL after the conflist changed or went runs as the ADD did.
 func (r *hostRegistry) recordedConf(rec registry.Record) (networkConf, error) {

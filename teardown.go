@@ -155,6 +155,9 @@ func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool)
 	prevention, preventErr := whileLockHeld(ctx, func() (footprint.Prevention, error) {
 		return cl.Prevent([]string{req.id}) // also reads the proof the DEL erases
 	})
+	if preventErr == nil {
+		preventErr = proofs.detaching()
+	}
 	prevented := time.Now()
 	if preventErr == nil {
 		omit := prevention.Omit

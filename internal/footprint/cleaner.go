@@ -65,6 +65,11 @@ type Seams struct {
 	// records under each network's CacheDir (withheld.go), as cninet
 	// kept them before it had a registry.
 	Proofs ProofStore
+	// Records says which attachments the host registry records as
+	// attached (or being added) with which addresses: each holds its
+	// addresses, even where every file and rule that would say so is
+	// gone (a drift). nil: the registry is not asked.
+	Records RecordedHolders
 	// Networks is every network whose state may be on the host. Evidence
 	// that another attachment holds an address is read from all of them:
 	// reservations and cached results of one network say nothing about
@@ -82,6 +87,13 @@ type ProofStore interface {
 	// Record adds addrs to what is recorded for att, durably, before it
 	// returns.
 	Record(att Attachment, addrs []netip.Addr) error
+}
+
+// RecordedHolders is the host registry as the ownership rule asks it.
+type RecordedHolders interface {
+	// Holding returns, for each of addrs, the attachments the registry
+	// records as attached or being added with that address.
+	Holding(addrs []netip.Addr) map[netip.Addr][]Attachment
 }
 
 // Cleaner removes the footprint of attachments, by the ownership rule.

@@ -140,6 +140,16 @@ func askHoldersOf(v *view, set attSet, ev *evidence, asked addrSet) {
 			}
 		}
 	}
+	if v.host.Records == nil {
+		return
+	}
+	for addr, holders := range v.host.Records.Holding(asked.all()) { // a live attachment whose files a drift took
+		for _, by := range holders {
+			if !set[by] && !slices.Contains(ev.held[addr], by) {
+				ev.held[addr] = append(ev.held[addr], by)
+			}
+		}
+	}
 }
 
 func newEvidence() *evidence {
