@@ -76,7 +76,11 @@ func (r *hostRegistry) enter(ctx context.Context, id string, adding bool) (leave
 			return nil, fmt.Errorf("%w: allocation %s: a GC holds the host's GC lock: %w", ErrBusy, id, err)
 		}
 	}
-	leaveAdm := r.adm.Enter(id)
+	leaveAdm, err := r.adm.EnterWithin(ctx, id)
+	if err != nil {
+		unlockGC()
+		return nil, fmt.Errorf("%w: allocation %s: another operation of this process holds it: %w", ErrBusy, id, err)
+	}
 	unlockID, err := r.store.LockID(ctx, id)
 	if err != nil {
 		leaveAdm()

@@ -36,6 +36,9 @@ var (
 	// is reported instead of repaired.
 	fightWindow = time.Minute
 	maxRepairs  = 3
+	// repairTimeout bounds one repair of the watcher's: its plugins'
+	// ADDs and writes, while it holds the attachment's lock.
+	repairTimeout = time.Minute
 	// resubscribeDelay is the pause before watching the ruleset again
 	// after the notifications stopped.
 	resubscribeDelay = time.Second
@@ -278,6 +281,8 @@ func (w *repairWatcher) mayRepair(ca checkedAttachment, h footprint.Health) bool
 // an attachment being torn down, or gone, comes back.
 func (w *repairWatcher) repair(ctx context.Context, ca checkedAttachment, changed time.Time) {
 	c := w.c
+	ctx, cancel := context.WithTimeout(ctx, repairTimeout) // a plugin that hangs holds the id no longer
+	defer cancel()
 	unlock, busy := c.registry.tryEnter(ca.rec.ContainerID)
 	if busy {
 		return

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	cni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/cninettest/fakes"
 )
@@ -223,5 +225,59 @@ func TestARepairWritesNothingForAnAttachmentThatIsNotAttachedOrNotRepairableInPl
 				}
 			}
 		})
+	}
+}
+
+// hangingAdder is a fake CNI whose plugin ADD alone hangs (a plugin
+// waiting for a lock) until released.
+type hangingAdder struct {
+	*fakes.CNI
+	started chan struct{}
+	release chan struct{}
+}
+
+func (h hangingAdder) AddPlugin(ctx context.Context, id, netns, typ string, prev types.Result, opts ...cni.NamespaceOpts) error {
+	select {
+	case h.started <- struct{}{}:
+	default:
+	}
+	<-h.release
+	return h.CNI.AddPlugin(ctx, id, netns, typ, prev, opts...)
+}
+
+// The watcher's repair of an attachment holds its lock; a Teardown of it
+// waits no longer than its own deadline, then fails with ErrBusy.
+func TestATeardownWaitsForAHungRepairNoLongerThanItsDeadline(t *testing.T) {
+	f := newWatchFixture(t, 0)
+	hang := hangingAdder{CNI: f.cni, started: make(chan struct{}, 1), release: make(chan struct{})}
+	conf, _ := f.c.nets.current()
+	c, err := New(Config{ConfList: conf.bytes, CNI: hang, CacheDir: f.cni.CacheDir, StateDir: f.c.registry.store.Dir(), Owner: "runner",
+		IPTables: f.host.IPTables, NFTables: f.host.NFTables, Links: f.host.Links, RepairEvery: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer close(hang.release)
+	alloc := &Allocation{ID: "web-1", Ports: []Port{{Value: 8080, To: 80}}}
+	if _, err := c.Setup(context.Background(), alloc, f.netns); err != nil {
+		t.Fatal(err)
+	}
+	f.flush() // a firewall reload: the watcher repairs, and its plugin hangs
+	select {
+	case <-hang.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no repair started")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Teardown(ctx, alloc, f.netns) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrBusy) {
+			t.Fatalf("Teardown behind a hung repair: %v, want ErrBusy", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a Teardown with a 200ms deadline still waits for the hung repair after 10s")
 	}
 }

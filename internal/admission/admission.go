@@ -17,13 +17,25 @@ type Control struct {
 // Enter serialises calls for one allocation and lets a running GC know
 // the allocation is busy.
 func (a *Control) Enter(id string) (leave func()) {
+	leave, _ = a.EnterWithin(context.Background(), id) // no deadline: a call waits for the one before it
+	return leave
+}
+
+// EnterWithin is Enter whose wait for the call before it ends with ctx
+// (its error, holding nothing): a call may not wait past its deadline
+// for another that hangs.
+func (a *Control) EnterWithin(ctx context.Context, id string) (leave func(), err error) {
 	a.gate.RLock()
-	unlock, _ := a.locks.Lock(context.Background(), id) // no deadline: a call waits for the one before it
+	unlock, err := a.locks.Lock(ctx, id)
+	if err != nil {
+		a.gate.RUnlock()
+		return nil, err
+	}
 	a.gc.note(id)
 	return func() {
 		unlock()
 		a.gate.RUnlock()
-	}
+	}, nil
 }
 
 // TryEnter is Enter for a caller that would rather not wait: false when
