@@ -211,7 +211,7 @@ func New(cfg Config) (*Configurator, error) {
 	}
 	ipt, nft := &iptables.Opener{Open: cfg.IPTables}, &nftables.Opener{Open: cfg.NFTables}
 	c.plugins = &plugins{dirs: cfg.PluginDirs, lib: c.lib, iptOpener: ipt, nftOpener: nft}
-	c.registry = &hostRegistry{store: store, logger: c.logger, nets: c.nets, plugins: c.plugins}
+	c.registry = &hostRegistry{store: store, cacheDir: c.cacheDir, logger: c.logger, nets: c.nets, plugins: c.plugins}
 	c.find = &attachmentFinder{nets: c.nets, registry: c.registry, lib: c.lib, cacheDir: c.cacheDir, ifs: c.ifs, logger: c.logger,
 		injectedCNI: !c.findPlugins}
 	c.seams = &cleanerSeams{iptOpener: ipt, nftOpener: nft, openLinks: cfg.Links, cacheDir: c.cacheDir, ifs: c.ifs, nets: c.nets, plugins: c.plugins,

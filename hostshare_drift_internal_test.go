@@ -100,3 +100,30 @@ func TestATeardownThatFailsLeavesNothingForARepairToBringBack(t *testing.T) {
 		t.Fatal("a repair wrote the reservation of an attachment being torn down")
 	}
 }
+
+// A record names the libcni cache its ADD's process cached the result
+// in: a drift check by a process with another cache (the CLI, looking at
+// cninet daemon's attachments) looks there, not in its own.
+func TestADriftCheckLooksForACachedResultWhereItsMakerCachedIt(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	alloc := &Allocation{ID: "w", NetworkNames: []string{"a"}}
+	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.c.Connect(context.Background(), alloc, "c", "/x"); err != nil {
+		t.Fatal(err)
+	}
+	other := f
+	other.cache = t.TempDir()
+	drifts, err := other.configurator(t).Drifts(context.Background(), "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range drifts {
+		for _, m := range d.Missing {
+			if strings.Contains(m, "cached result") {
+				t.Fatalf("%s in %s: %s, where its maker cached it in %s", d.ID, d.Network, m, f.cache)
+			}
+		}
+	}
+}

@@ -38,11 +38,12 @@ import (
 // records, and the locks of an id and of GC, which every process honours,
 // taken together with this process's own (admission).
 type hostRegistry struct {
-	store   *registry.Registry
-	adm     admission.Control // per-allocation locks and the GC guard, in this process
-	logger  hclog.Logger
-	nets    *networks // the known conflist of a recorded network
-	plugins *plugins  // the backends a record names
+	store    *registry.Registry
+	cacheDir string            // libcni's cache, which records name
+	adm      admission.Control // per-allocation locks and the GC guard, in this process
+	logger   hclog.Logger
+	nets     *networks // the known conflist of a recorded network
+	plugins  *plugins  // the backends a record names
 }
 
 // defaultStateDir is the registry every process on a host shares.
@@ -163,6 +164,7 @@ func (r *hostRegistry) recordOf(owner string, req request, att attachment, netns
 		IfName:      att.ifName,
 		RuntimeID:   req.runtimeID,
 		ViaCNI:      att.viaCNI,
+		CacheDir:    r.cacheDir,
 		NetNS:       netns,
 		NetNSInode:  workload.Inode(netns),
 		State:       registry.Adding,

@@ -249,7 +249,7 @@ func (c *Configurator) writeCachedResult(fa foundAttachment, live *footprint.Liv
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(c.cacheDir, "results", strings.Join([]string{list.Name, rt.ContainerID, rt.IfName}, "-"))
+	path := filepath.Join(live.Net.CacheDir, "results", strings.Join([]string{list.Name, rt.ContainerID, rt.IfName}, "-"))
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
@@ -304,6 +304,9 @@ func (c *Configurator) liveOf(fa foundAttachment, rec *registry.Record, netns st
 		l.Capabilities, raw = rec.Capabilities, rec.Result
 		if l.NetNS == "" {
 			l.NetNS = rec.NetNS
+		}
+		if rec.CacheDir != "" { // its maker's libcni cache, which may not be this process's
+			l.Net.CacheDir = rec.CacheDir
 		}
 	} else {
 		for _, np := range att.conf.info.netfilter {

@@ -24,7 +24,7 @@ func TestACachedResultWrittenAgainReadsAsLibcnisOwn(t *testing.T) {
 	fa := foundAttachment{att: attachment{conf: conf, ifName: "eth1"}, req: req}
 	raw := `{"cniVersion":"1.0.0","interfaces":[{"name":"eth1","mac":"0a:58:c6:12:01:02","sandbox":"/x"}],` +
 		`"ips":[{"interface":0,"address":"198.18.1.2/24","gateway":"198.18.1.1"}]}`
-	live := &footprint.Live{NetNS: "/x", Result: &footprint.Result{Raw: []byte(raw)}}
+	live := &footprint.Live{NetNS: "/x", Net: footprint.Network{CacheDir: f.c.cacheDir}, Result: &footprint.Result{Raw: []byte(raw)}}
 	if err := f.c.writeCachedResult(fa, live); err != nil {
 		t.Fatal(err)
 	}

@@ -52,6 +52,10 @@ type Record struct {
 	// plugins the same way, and an injected Config.CNI may cache its
 	// result where cninet does not look.
 	ViaCNI bool `json:"viaCNI,omitempty"`
+	// CacheDir is the libcni cache directory the ADD's process cached its
+	// result in: a drift check by another process (the CLI, another
+	// runtime's) looks for it there. "": the default, /var/lib/cni.
+	CacheDir string `json:"cacheDir,omitempty"`
 	// NetNS is the namespace path the ADD was given.
 	NetNS string `json:"netns,omitempty"`
 	// NetNSInode is the inode of that namespace when the ADD ran (0:

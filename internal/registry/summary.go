@@ -67,6 +67,7 @@ type summaryJSON struct {
 	Summary
 	NetNSInode uint64      `json:"netnsInode,omitempty"`
 	ViaCNI     bool        `json:"viaCNI,omitempty"`
+	CacheDir   string      `json:"cacheDir,omitempty"`
 	Boot       string      `json:"boot,omitempty"`
 	Args       [][2]string `json:"args,omitempty"`
 	ConfList   base64Only  `json:"confList,omitempty"`
