@@ -48,29 +48,42 @@ func (bandwidth) plan(v *view, set attSet, _ *evidence, p *plan) {
 }
 
 // bandwidthConf is what of the bandwidth plugin's configuration says
-// whether it shapes egress, which is what its ifb device is for.
+// whether it shapes egress, which is what its ifb device is for. A rate
+// or burst named in the configuration (any of the four) makes the plugin
+// take the configuration's, else the bandwidth capability's
+// (getBandwidth in the plugin).
 type bandwidthConf struct {
-	EgressRate  uint64 `json:"egressRate"`
-	EgressBurst uint64 `json:"egressBurst"`
+	IngressRate, IngressBurst, EgressRate, EgressBurst *uint64
 }
 
-// expect: the ifb device, where the plugin shapes the workload's egress
-// (its configuration, or the bandwidth capability it was given). Its tc
-// setup on the host's veth is gone with the device: not restored in
-// place.
+func (b bandwidthConf) named() bool {
+	return b.IngressRate != nil || b.IngressBurst != nil || b.EgressRate != nil || b.EgressBurst != nil
+}
+
+func (b bandwidthConf) egress() bool {
+	return b.EgressRate != nil && b.EgressBurst != nil && *b.EgressRate > 0 && *b.EgressBurst > 0
+}
+
+// expect: the ifb device, where the plugin shapes the workload's egress.
+// Its tc setup on the host's veth is gone with the device: not restored
+// in place.
 func (bandwidth) expect(v *liveView, a *Live, h *Health) {
-	confs := configs[bandwidthConf](a.Net, "bandwidth")
+	type pluginConf struct {
+		bandwidthConf
+		Capabilities map[string]bool `json:"capabilities"`
+	}
+	confs := configs[pluginConf](a.Net, "bandwidth")
 	if len(confs) == 0 || v.shallow {
 		return
 	}
-	egress := confs[0].EgressRate > 0 && confs[0].EgressBurst > 0
-	if raw, ok := a.Capabilities["bandwidth"]; ok {
-		var c bandwidthConf
-		if json.Unmarshal(raw, &c) == nil && c.EgressRate > 0 && c.EgressBurst > 0 {
-			egress = true
+	bw := confs[0].bandwidthConf
+	if raw, ok := a.Capabilities["bandwidth"]; !bw.named() && ok && confs[0].Capabilities["bandwidth"] { // libcni passes a capability only to a plugin that declares it
+		bw = bandwidthConf{}
+		if json.Unmarshal(raw, &bw) != nil {
+			return
 		}
 	}
-	if !egress {
+	if !bw.egress() {
 		return
 	}
 	links, _, err := v.hostLinks()

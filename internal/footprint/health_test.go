@@ -2,6 +2,7 @@ package footprint_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -234,5 +235,64 @@ func TestOneReadOfTheHostServesEveryAttachmentChecked(t *testing.T) {
 	}
 	if n := v4.Count("SaveAll") + v6.Count("SaveAll"); n > 2 {
 		t.Fatalf("%d iptables-saves for 20 attachments, want one per family", n)
+	}
+}
+
+// The bandwidth plugin takes its rates from its configuration when that
+// names any, else from the bandwidth capability, which libcni hands only
+// to a plugin that declares it: an ifb is expected only where it made
+// one, for egress.
+func TestTheBandwidthPluginsIfbIsExpectedWhereItShapesEgress(t *testing.T) {
+	links := &fakes.Links{}
+	links.AddIn("/run/netns/w", host.LinkInfo{Name: "eth0", Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.0.2/24")}})
+	seams := footprint.Seams{Links: func() (host.Links, error) { return links, nil }}
+	egressCap := map[string]json.RawMessage{"bandwidth": json.RawMessage(`{"egressRate":1000000,"egressBurst":100000}`)}
+	cases := []struct {
+		name string
+		conf string
+		caps map[string]json.RawMessage
+		want bool
+	}{
+		{"the capability not declared: no ifb", `{"type":"bandwidth"}`, egressCap, false},
+		{"the configuration's own ingress rates win over the capability's egress: no ifb",
+			`{"type":"bandwidth","capabilities":{"bandwidth":true},"ingressRate":1000,"ingressBurst":1000}`, egressCap, false},
+		{"the declared capability's egress: an ifb", `{"type":"bandwidth","capabilities":{"bandwidth":true}}`, egressCap, true},
+		{"the configuration's egress: an ifb", `{"type":"bandwidth","egressRate":1000,"egressBurst":1000}`, nil, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &footprint.Live{
+				Attachment: footprint.Attachment{Network: "n", ID: "w1"}, IfName: "eth0", NetNS: "/run/netns/w",
+				Net:          footprint.NetworkOf("n", []footprint.Plugin{{Type: "bandwidth", Bytes: []byte(tc.conf)}}),
+				Capabilities: tc.caps, Uncached: true,
+				Result: &footprint.Result{Interfaces: []footprint.ResultInterface{{Name: "eth0", Sandbox: "/run/netns/w"}},
+					IPs: []footprint.ResultIP{{Addr: netip.MustParsePrefix("198.18.0.2/24"), Interface: 0}}, Raw: []byte(`{}`)},
+			}
+			h := footprint.NewChecker(context.Background(), seams).Check([]*footprint.Live{l})[0]
+			got := strings.Contains(strings.Join(missing(h), "\n"), "ifb bwp")
+			if got != tc.want {
+				t.Fatalf("ifb expected: %v, want %v (missing %q)", got, tc.want, missing(h))
+			}
+		})
+	}
+}
+
+// libcni hands the port mappings only to a portmap that declares the
+// portMappings capability: one that does not was given none and wrote
+// nothing, so nothing of it is expected.
+func TestAPortmapThatDeclaresNoPortMappingsIsExpectedToHaveWrittenNothing(t *testing.T) {
+	seams, v4, _ := capturedHost(t, true)
+	l := alloc1(t, t.TempDir())
+	for i, p := range l.Net.Plugins {
+		if p.Type == "portmap" {
+			l.Net.Plugins[i].Bytes = []byte(`{"type":"portmap","snat":true}`)
+		}
+	}
+	for _, r := range v4.Rules("nat", "CNI-HOSTPORT-DNAT") {
+		v4.Unload("nat", r)
+	}
+	h := footprint.NewChecker(context.Background(), seams).Check([]*footprint.Live{l})[0]
+	if got := missing(h); len(got) > 0 {
+		t.Fatalf("missing %q of a portmap that was given no mappings", got)
 	}
 }

@@ -116,10 +116,13 @@ const (
 // portmapConf is what of portmap's configuration says which rules it
 // writes; the defaults are the plugin's.
 type portmapConf struct {
-	SNAT                 *bool   `json:"snat"`
-	MasqAll              bool    `json:"masqAll"`
-	MarkMasqBit          *int    `json:"markMasqBit"`
-	ExternalSetMarkChain *string `json:"externalSetMarkChain"`
+	// Capabilities must declare portMappings: libcni hands the port
+	// mappings only to a plugin that does.
+	Capabilities         map[string]bool `json:"capabilities"`
+	SNAT                 *bool           `json:"snat"`
+	MasqAll              bool            `json:"masqAll"`
+	MarkMasqBit          *int            `json:"markMasqBit"`
+	ExternalSetMarkChain *string         `json:"externalSetMarkChain"`
 }
 
 // portmapOf returns the network's portmap configuration, with the
@@ -130,6 +133,9 @@ func portmapOf(a *Live) (conf portmapConf, ok bool) {
 		return portmapConf{}, false
 	}
 	conf = confs[0]
+	if !conf.Capabilities["portMappings"] {
+		return portmapConf{}, false // it was given no mappings: it wrote nothing
+	}
 	if conf.SNAT == nil {
 		snat := true
 		conf.SNAT = &snat
