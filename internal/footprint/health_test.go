@@ -296,3 +296,40 @@ func TestAPortmapThatDeclaresNoPortMappingsIsExpectedToHaveWrittenNothing(t *tes
 		t.Fatalf("missing %q of a portmap that was given no mappings", got)
 	}
 }
+
+// With masqAll, portmap releases that know it mark hairpin traffic from
+// any source (iptables lists it without -s) and write no localhost mark;
+// older ones (Debian's 1.1.1) ignore it and write what they always do.
+// Either is whole.
+func TestPortmapsMasqAllMarksAreWholeAsEitherReleaseWritesThem(t *testing.T) {
+	const dn = "CNI-DN-9142979c1d97ca631090d"
+	for _, knows := range []bool{false, true} {
+		t.Run(map[bool]string{false: "a release that ignores masqAll", true: "a release that knows masqAll"}[knows], func(t *testing.T) {
+			seams, v4, v6 := capturedHost(t, true)
+			l := alloc1(t, t.TempDir())
+			for i, p := range l.Net.Plugins {
+				if p.Type == "portmap" {
+					l.Net.Plugins[i].Bytes = []byte(`{"type":"portmap","capabilities":{"portMappings":true},"snat":true,"masqAll":true}`)
+				}
+			}
+			if knows {
+				for _, ipt := range []*fakes.IPTables{v4, v6} {
+					for _, r := range ipt.Rules("nat", dn) {
+						if !strings.Contains(r, "-j CNI-HOSTPORT-SETMARK") {
+							continue
+						}
+						ipt.Unload("nat", r)
+						if !strings.Contains(r, "-s 127.0.0.1/32") {
+							f := strings.Fields(r)
+							ipt.Load("nat", strings.Join(append(f[:2:2], f[4:]...), " ")) // the same mark, from any source
+						}
+					}
+				}
+			}
+			h := footprint.NewChecker(context.Background(), seams).Check([]*footprint.Live{l})[0]
+			if got := missing(h); len(got) > 0 {
+				t.Fatalf("missing %q", got)
+			}
+		})
+	}
+}

@@ -226,11 +226,15 @@ func portmapRules(a *Live, conf portmapConf, addr netip.Prefix) []wantRule {
 			what = m.HostIP + ":" + what
 		}
 		if *conf.SNAT {
-			masq := addr.String()
+			// With masqAll, releases that know it mark from any source
+			// (which iptables lists without -s) and add no localhost
+			// mark; older ones ignore it. Either way a mark rule of the
+			// mapping is there, from some source.
+			hairpin := append(slices.Clip(base), "-s", addr.String(), "-j", conf.setMarkChain())
 			if conf.MasqAll {
-				masq = map[bool]string{false: "0.0.0.0/0", true: "::/0"}[v6]
+				hairpin = append(slices.Clip(base), "-j", conf.setMarkChain())
 			}
-			out = append(out, rule("nat", chain, "hairpin mark of "+what, append(slices.Clip(base), "-s", masq, "-j", conf.setMarkChain())...))
+			out = append(out, rule("nat", chain, "hairpin mark of "+what, hairpin...))
 			if !v6 && !conf.MasqAll {
 				out = append(out, rule("nat", chain, "localhost mark of "+what, append(slices.Clip(base), "-s", "127.0.0.1", "-j", conf.setMarkChain())...))
 			}
