@@ -40,14 +40,17 @@ type fakeDriver struct {
 	delHook func(ctx context.Context, id string)
 }
 
-func (f *fakeDriver) record(verb string, req request, att attachment) {
+// record notes a call and returns how many calls there are with it: an
+// ADD's address is told apart by it, whatever ADDs run at once.
+func (f *fakeDriver) record(verb string, req request, att attachment) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, driverCall{verb, att.name(), att.ifName, req.id, req.mappings, req.args})
+	return len(f.calls)
 }
 
 func (f *fakeDriver) add(ctx context.Context, req request, att attachment, netns string) (*cni.Result, *types100.Result, error) {
-	f.record("ADD", req, att)
+	n := f.record("ADD", req, att)
 	if f.addHook != nil {
 		if err := f.addHook(ctx, att); err != nil {
 			return nil, nil, err
@@ -61,7 +64,7 @@ func (f *fakeDriver) add(ctx context.Context, req request, att attachment, netns
 			return nil, nil, errs[0]
 		}
 	}
-	ip := net.IPv4(198, 18, byte(len(f.calls)), 2) // a different address per call
+	ip := net.IPv4(198, 18, byte(n), 2) // a different address per call
 	if err := f.cache(req, att, netns, ip); err != nil {
 		return nil, nil, err
 	}

@@ -49,6 +49,9 @@ type NFTRule struct {
 	// to; 0 when there is none. A drift check names a missing port
 	// mapping by them.
 	DPort, DNATPort uint16
+	// L4Proto is the transport protocol DPort is of, as nft lists
+	// `<protocol> dport` ("tcp", "udp", …); "" for `th dport`.
+	L4Proto string
 	// Verdict is the rule's verdict when it ends in one ("jump", "goto",
 	// "return", "accept", "drop"; "" otherwise), and Target the chain a
 	// jump or goto names: a drift check finds the shared chains' jumps

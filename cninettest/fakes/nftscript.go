@@ -292,6 +292,9 @@ func readStatement(r *host.NFTRule, words []string) (int, error) {
 		}
 		if equal && words[1] == "dport" {
 			r.DPort = uint16(port)
+			if words[0] != "th" {
+				r.L4Proto = words[0]
+			}
 		}
 	}
 	return from + op + 1, nil

@@ -333,3 +333,64 @@ func TestPortmapsMasqAllMarksAreWholeAsEitherReleaseWritesThem(t *testing.T) {
 		})
 	}
 }
+
+// portmap's nftables backend enters its chains through hostports_all
+// since 1.9 and straight from prerouting and output before (1.6.1 to
+// 1.8, with a host IP's DNAT in hostip_hostports): either layout is
+// whole, and one rule of a mapping's missing is named by its protocol.
+func TestPortmapsNFTablesRulesAreWholeInEitherReleasesLayout(t *testing.T) {
+	ip := netip.MustParseAddr("198.18.0.2")
+	lo := netip.MustParseAddr("127.0.0.1")
+	hostIP := netip.MustParseAddr("198.18.9.9")
+	rule := func(chain string, r host.NFTRule) host.NFTRule {
+		r.Family, r.Table, r.Chain = "ip", "cni_hostport", chain
+		return r
+	}
+	own := []host.NFTRule{
+		rule("masquerading", host.NFTRule{Comment: "alloc-1", Saddr: ip, Daddr: ip}),
+		rule("masquerading", host.NFTRule{Comment: "alloc-1", Saddr: lo, Daddr: ip}),
+	}
+	dnat := func(chain, proto string, daddr netip.Addr) host.NFTRule {
+		return rule(chain, host.NFTRule{Comment: "alloc-1", L4Proto: proto, DPort: 8080, DNAT: ip, DNATPort: 80, Daddr: daddr})
+	}
+	layouts := map[string][]host.NFTRule{
+		"since 1.9": append([]host.NFTRule{
+			rule("prerouting", host.NFTRule{Verdict: "jump", Target: "hostports_all"}), rule("output", host.NFTRule{Verdict: "jump", Target: "hostports_all"}),
+			rule("hostports_all", host.NFTRule{Verdict: "jump", Target: "hostip_hostports"}), rule("hostports_all", host.NFTRule{Verdict: "jump", Target: "hostports"}),
+			dnat("hostports", "tcp", netip.Addr{}), dnat("hostports", "udp", netip.Addr{}), dnat("hostports", "tcp", hostIP)}, own...),
+		"1.6.1 to 1.8": append([]host.NFTRule{
+			rule("prerouting", host.NFTRule{Verdict: "jump", Target: "hostip_hostports"}), rule("prerouting", host.NFTRule{Verdict: "jump", Target: "hostports"}),
+			rule("output", host.NFTRule{Verdict: "jump", Target: "hostip_hostports"}), rule("output", host.NFTRule{Verdict: "jump", Target: "hostports"}),
+			dnat("hostports", "tcp", netip.Addr{}), dnat("hostports", "udp", netip.Addr{}), dnat("hostip_hostports", "tcp", hostIP)}, own...),
+	}
+	for name, rules := range layouts {
+		t.Run(name, func(t *testing.T) {
+			for _, drop := range []string{"", "udp"} {
+				nft := &fakes.NFTables{}
+				for _, r := range rules {
+					if drop == "" || r.L4Proto != drop {
+						nft.Add(r)
+					}
+				}
+				l := &footprint.Live{
+					Attachment: footprint.Attachment{Network: "n", ID: "alloc-1"}, IfName: "eth0", Uncached: true,
+					Net: footprint.NetworkOf("n", []footprint.Plugin{{Type: "portmap",
+						Bytes: []byte(`{"type":"portmap","backend":"nftables","capabilities":{"portMappings":true},"snat":true}`)}}),
+					Backends: map[string]string{"portmap": "nftables"},
+					Result: &footprint.Result{Interfaces: []footprint.ResultInterface{{Name: "eth0", Sandbox: "/run/netns/w"}},
+						IPs: []footprint.ResultIP{{Addr: netip.MustParsePrefix("198.18.0.2/24"), Interface: 0}}, Raw: []byte(`{}`)},
+					Mappings: []footprint.PortMapping{{HostPort: 8080, ContainerPort: 80, Protocol: "tcp"}, {HostPort: 8080, ContainerPort: 80, Protocol: "udp"},
+						{HostPort: 8080, ContainerPort: 80, Protocol: "tcp", HostIP: hostIP.String()}},
+				}
+				seams := footprint.Seams{NFTables: func() (host.NFTables, error) { return nft, nil }}
+				got := missing(footprint.NewChecker(context.Background(), seams).Check([]*footprint.Live{l})[0])
+				switch {
+				case drop == "" && len(got) > 0:
+					t.Fatalf("missing %q of a whole attachment", got)
+				case drop != "" && (len(got) != 1 || !strings.Contains(got[0], "udp dport 8080")):
+					t.Fatalf("with its udp rule deleted, missing %q; want that rule alone", got)
+				}
+			}
+		})
+	}
+}

@@ -208,13 +208,21 @@ func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
 		jumps := func(target string) func(host.NFTRule) bool {
 			return func(r host.NFTRule) bool { return r.Verdict == "jump" && r.Target == target }
 		}
+		// Releases since 1.9 enter through hostports_all; earlier ones
+		// (1.6.1 to 1.8) jump from prerouting and output to the two
+		// hostport chains themselves. Either layout is whole.
+		direct := func(entry string) bool { return in(entry, jumps("hostip_hostports")) && in(entry, jumps("hostports")) }
+		viaAll := false
 		for _, entry := range []string{"prerouting", "output"} {
-			if !in(entry, jumps("hostports_all")) {
+			switch {
+			case in(entry, jumps("hostports_all")):
+				viaAll = true
+			case !direct(entry):
 				miss(entry, "jump hostports_all")
 			}
 		}
 		for _, target := range []string{"hostip_hostports", "hostports"} {
-			if !in("hostports_all", jumps(target)) {
+			if viaAll && !in("hostports_all", jumps(target)) {
 				miss("hostports_all", "jump "+target)
 			}
 		}
@@ -228,9 +236,11 @@ func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
 			if hostIP.IsValid() {
 				what = "daddr " + hostIP.String() + " " + what
 			}
-			if !in("hostports", func(r host.NFTRule) bool {
-				return r.Comment == a.ID && r.DNAT == ip && int(r.DNATPort) == m.ContainerPort && int(r.DPort) == m.HostPort && r.Daddr == hostIP
-			}) {
+			dnat := func(r host.NFTRule) bool { // a host IP's in hostip_hostports, before 1.9
+				return r.Comment == a.ID && r.DNAT == ip && int(r.DNATPort) == m.ContainerPort && int(r.DPort) == m.HostPort && r.Daddr == hostIP &&
+					r.L4Proto == m.Protocol
+			}
+			if !in("hostports", dnat) && !(hostIP.IsValid() && in("hostip_hostports", dnat)) {
 				miss("hostports", what)
 			}
 		}

@@ -92,8 +92,15 @@ type Addrs struct {
 type Decoded struct {
 	Addrs
 	DPort, DNATPort uint16
+	// L4Proto names the transport protocol DPort is of ("tcp", "udp",
+	// "sctp", "dccp", "udplite"), as nft lists `<protocol> dport`; ""
+	// for `th dport` or no port.
+	L4Proto         string
 	Verdict, Target string
 }
+
+// l4Names name the transport protocols of dportProtocols as nft does.
+var l4Names = map[uint8]string{6: "tcp", 17: "udp", 33: "dccp", 132: "sctp", 136: "udplite"}
 
 // register is what the decoding knows a register holds.
 type register struct {
@@ -179,6 +186,9 @@ func (r Rule) Decode() (Decoded, error) {
 				matchAddr(&out.Addrs, proto, reg, value)
 			case reg.kind == 't' && reg.offset == 2 && reg.length == 2 && len(value) == 2 && (l4 < 0 || dportProtocols[uint8(l4)]):
 				out.DPort = binary.BigEndian.Uint16(value)
+				if l4 >= 0 {
+					out.L4Proto = l4Names[uint8(l4)]
+				}
 			}
 		case "nat":
 			if be32(attrs[nftaNatType]) != nftNatDNAT {

@@ -209,6 +209,9 @@ func readMatch(r *host.NFTRule, protocol, field string, right json.RawMessage) {
 	case field == "dport": // of tcp, udp, sctp, dccp, udplite, th: a port in each
 		if port, ok := jsonPort(right); ok {
 			r.DPort = port
+			if protocol != "th" {
+				r.L4Proto = protocol
+			}
 		}
 	}
 }

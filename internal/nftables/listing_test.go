@@ -76,9 +76,9 @@ func TestReadNFTListingReadsPortsAndVerdicts(t *testing.T) {
 		want       host.NFTRule
 	}{
 		{"tcp dport 28084 dnat to 198.18.1.2:80", `[{"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 28084}}, {"dnat": {"addr": "198.18.1.2", "port": 80}}]`,
-			host.NFTRule{DPort: 28084, DNAT: netip.MustParseAddr("198.18.1.2"), DNATPort: 80}},
+			host.NFTRule{DPort: 28084, L4Proto: "tcp", DNAT: netip.MustParseAddr("198.18.1.2"), DNATPort: 80}},
 		{"udp dport 53 dnat ip to 198.18.1.3:5353 in an inet table", `[{"match": {"op": "==", "left": {"payload": {"protocol": "udp", "field": "dport"}}, "right": 53}}, {"dnat": {"family": "ip", "addr": "198.18.1.3", "port": 5353}}]`,
-			host.NFTRule{DPort: 53, DNAT: netip.MustParseAddr("198.18.1.3"), DNATPort: 5353}},
+			host.NFTRule{DPort: 53, L4Proto: "udp", DNAT: netip.MustParseAddr("198.18.1.3"), DNATPort: 5353}},
 		{"th dport 99 dnat to [fd00::2]", `[{"match": {"op": "==", "left": {"payload": {"protocol": "th", "field": "dport"}}, "right": 99}}, {"dnat": {"addr": "fd00::2"}}]`,
 			host.NFTRule{DPort: 99, DNAT: netip.MustParseAddr("fd00::2")}},
 		{"icmp checksum is no port", `[{"match": {"op": "==", "left": {"payload": {"protocol": "icmp", "field": "checksum"}}, "right": 5}}]`, host.NFTRule{}},

@@ -96,7 +96,7 @@ func listTableNetlink(t host.NFTable, rules []host.NFTRule, comments map[string]
 		}
 		rules = append(rules, host.NFTRule{Family: nftName(t.Family), Table: nftName(t.Name), Chain: nftName(r.Chain),
 			Handle: int(r.Handle), Comment: comment, Saddr: d.Saddr, Daddr: d.Daddr, DNAT: d.DNAT,
-			DPort: d.DPort, DNATPort: d.DNATPort, Verdict: d.Verdict, Target: nftName(d.Target)})
+			DPort: d.DPort, DNATPort: d.DNATPort, L4Proto: d.L4Proto, Verdict: d.Verdict, Target: nftName(d.Target)})
 	}
 	return rules, nil
 }
