@@ -260,6 +260,9 @@ func readID[T any](idDir, id string, buf *[]byte, decode decoder[T]) ([]T, []Dam
 			continue
 		}
 		files, err := os.ReadDir(netDir)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed since the id's directory was read: another process's detach
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("reading the host registry: %w", err))
 			continue
@@ -268,6 +271,9 @@ func readID[T any](idDir, id string, buf *[]byte, decode decoder[T]) ([]T, []Dam
 			path := filepath.Join(netDir, f.Name())
 			k := Key{Network: n.Name(), ContainerID: id, IfName: f.Name()}
 			r, err := readDecoded(path, k, buf, decode)
+			if errors.Is(err, os.ErrNotExist) {
+				continue // removed since its directory was read
+			}
 			if err != nil {
 				damaged = append(damaged, Damaged{Path: path, ContainerID: id, Key: k, Err: err})
 				continue

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -653,5 +654,40 @@ func TestRemoveStaleTemps(t *testing.T) {
 				t.Fatalf("removed: %v, want %v (stat: %v)", gone, c.gone, err)
 			}
 		})
+	}
+}
+
+// A listing taken while another process detaches (GC, the repair
+// watcher and Attachments list without the ids' locks) sees each record
+// whole or not at all: one removed meanwhile is gone, not damaged, and
+// the listing does not fail for it.
+func TestAListingRacingARemovalSeesItGoneNotDamaged(t *testing.T) {
+	g := open(t)
+	if err := g.Put(full("keep", "n", "eth0")); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = g.Put(full("churn", "n", "eth0"))
+			_ = g.Remove(Key{Network: "n", ContainerID: "churn", IfName: "eth0"})
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for range 2000 {
+		l, err := g.All()
+		if err != nil || len(l.Damaged) > 0 {
+			t.Fatalf("a listing racing a removal: %v, damaged %v", err, l.Damaged)
+		}
+		if !slices.ContainsFunc(l.Records, func(r Record) bool { return r.ContainerID == "keep" }) {
+			t.Fatal("the record that stays was not listed")
+		}
 	}
 }
