@@ -123,13 +123,15 @@ func (c *Configurator) checkOne(ctx context.Context, alloc *Allocation, network,
 // the plugins' CHECK of each that is whole.
 func (c *Configurator) checkFound(ctx context.Context, found []foundAttachment, netns string, repair bool) error {
 	atts := c.checkedOf(found, netns)
-	health, restored := c.driftCheck(ctx, atts, repair)
 	var drifts []Drift
-	var failed, unsupported []error
-	for i, h := range health {
-		fa := atts[i].fa
+	var failed, unsupported, repairErrs []error
+	for i, r := range c.driftCheck(ctx, atts, repair) {
+		fa, h := atts[i].fa, r.health
 		if len(h.Missing) > 0 {
-			drifts = append(drifts, driftOf(h, restored[i]))
+			drifts = append(drifts, driftOf(h, r.repaired))
+			if r.err != nil && !errors.Is(r.err, footprint.ErrNotInPlace) { // ErrNotRepairable says that
+				repairErrs = append(repairErrs, fmt.Errorf("repairing allocation %s in network %q: %w", fa.req.id, fa.att.name(), r.err))
+			}
 			continue
 		}
 		if h.Err != nil {
@@ -144,7 +146,7 @@ func (c *Configurator) checkFound(ctx context.Context, found []foundAttachment, 
 		}
 	}
 	if err := driftError(drifts); err != nil {
-		failed = append([]error{err}, failed...)
+		failed = append(append([]error{err}, repairErrs...), failed...) // a repair's cause keeps its sentinel (ErrPluginMissing, ctx's)
 	}
 	if len(failed) > 0 {
 		return joinErrors(failed)

@@ -67,12 +67,12 @@ func (c *Configurator) Drifts(ctx context.Context, ids ...string) ([]Drift, erro
 			atts = append(atts, ca)
 		}
 	}
-	health, _ := c.driftCheck(ctx, atts, false)
-	out := make([]Drift, len(health))
-	for i, h := range health {
-		out[i] = driftOf(h, nil)
-		if h.Err != nil {
-			out[i].Incomplete = h.Err.Error()
+	results := c.driftCheck(ctx, atts, false)
+	out := make([]Drift, len(results))
+	for i, r := range results {
+		out[i] = driftOf(r.health, nil)
+		if r.health.Err != nil {
+			out[i].Incomplete = r.health.Err.Error()
 		}
 	}
 	return out, listingError(slices.DeleteFunc(errs, func(err error) bool { return err == nil }))
@@ -111,11 +111,18 @@ func (c *Configurator) checkedOf(found []foundAttachment, netns string) []checke
 // does not see) only the plugins' CHECK can tell.
 func (ca checkedAttachment) known() bool { return ca.live.Result != nil || ca.rec != nil }
 
+// driftResult is what a drift check, and a repair, did of one
+// attachment.
+type driftResult struct {
+	health   footprint.Health    // what is missing, after the repair if any
+	repaired []footprint.Missing // what the repair restored: missing before, there after
+	err      error               // why the repair did not restore the rest
+}
+
 // driftCheck checks atts in one read of the host and, with repair,
-// restores what each repairable one lacks, then checks those again. The
-// caller holds their ids' locks. It returns each attachment's health
-// (after the repair) and what the repair restored.
-func (c *Configurator) driftCheck(ctx context.Context, atts []checkedAttachment, repair bool) ([]footprint.Health, [][]footprint.Missing) {
+// restores what each repairable one lacks, then checks those again in one
+// more read. The caller holds their ids' locks.
+func (c *Configurator) driftCheck(ctx context.Context, atts []checkedAttachment, repair bool) []driftResult {
 	var lives []*footprint.Live
 	at := make([]int, len(atts)) // atts[i]'s place in lives, or -1
 	for i, ca := range atts {
@@ -127,65 +134,80 @@ func (c *Configurator) driftCheck(ctx context.Context, atts []checkedAttachment,
 	}
 	checker := footprint.NewChecker(ctx, c.seams.all())
 	checked := checker.Check(lives)
-	health := make([]footprint.Health, len(atts))
+	out := make([]driftResult, len(atts))
 	for i := range atts {
-		health[i] = footprint.Health{Live: atts[i].live}
+		out[i].health = footprint.Health{Live: atts[i].live}
 		if at[i] >= 0 {
-			health[i] = checked[at[i]]
+			out[i].health = checked[at[i]]
 		}
+		c.tel.checked(ctx, out[i].health)
 	}
-	for _, h := range health {
-		c.tel.checked(ctx, h)
-	}
-	restored := make([][]footprint.Missing, len(atts))
 	if !repair {
-		return health, restored
+		return out
 	}
 	var again []int
-	for i, h := range health {
-		if len(h.Missing) == 0 || !atts[i].repairable() {
+	restored := make([][]footprint.Missing, len(atts))
+	starts := make([]time.Time, len(atts))
+	for i := range out {
+		if len(out[i].health.Missing) == 0 || !atts[i].repairable() {
 			continue
 		}
-		restored[i] = c.repairOne(ctx, checker, atts[i], h)
+		starts[i] = time.Now()
+		restored[i], out[i].err = c.repairOne(ctx, checker, atts[i], out[i].health)
 		again = append(again, i)
 	}
-	if len(again) > 0 {
-		recheck := make([]*footprint.Live, len(again))
-		for j, i := range again {
-			recheck[j] = atts[i].live
-		}
-		for j, h := range footprint.NewChecker(ctx, c.seams.all()).Check(recheck) {
-			health[again[j]] = h
-		}
+	if len(again) == 0 {
+		return out
 	}
-	return health, restored
+	recheck := make([]*footprint.Live, len(again))
+	for j, i := range again {
+		recheck[j] = atts[i].live
+	}
+	for j, h := range footprint.NewChecker(ctx, c.seams.all()).Check(recheck) {
+		i := again[j]
+		out[i].health = h
+		still := map[string]bool{}
+		for _, m := range h.Missing {
+			still[m.String()] = true
+		}
+		for _, m := range restored[i] {
+			if !still[m.String()] { // a piece its restoring did not bring back is not repaired
+				out[i].repaired = append(out[i].repaired, m)
+			}
+		}
+		c.logRepair(atts[i].live, out[i], time.Since(starts[i]))
+	}
+	return out
 }
 
-// repairOne restores what h found missing of ca, and reports it: a span,
-// a log line naming what was restored, the metrics.
-func (c *Configurator) repairOne(ctx context.Context, checker *footprint.Checker, ca checkedAttachment, h footprint.Health) []footprint.Missing {
-	start := time.Now()
+// repairOne restores what h found missing of ca, under a span of its
+// own, and counts it.
+func (c *Configurator) repairOne(ctx context.Context, checker *footprint.Checker, ca checkedAttachment, h footprint.Health) ([]footprint.Missing, error) {
 	ctx, span := c.tel.startRepair(ctx, ca.live)
 	restored, err := checker.Repair(h, c.restorers(ctx, ca))
 	c.tel.repaired(ctx, ca.live, len(h.Missing), len(restored), err)
 	span.end(err)
-	a := ca.live
-	items := make([]string, len(restored))
-	for i, m := range restored {
+	return restored, err
+}
+
+// logRepair writes a repair's line: what it restored, checked again, and
+// what is still missing and why.
+func (c *Configurator) logRepair(a *footprint.Live, r driftResult, took time.Duration) {
+	items := make([]string, len(r.repaired))
+	for i, m := range r.repaired {
 		items[i] = m.String()
 	}
 	switch {
-	case errors.Is(err, footprint.ErrNotInPlace):
+	case errors.Is(r.err, footprint.ErrNotInPlace):
 		c.logger.Error("attachment cannot be repaired in place: re-create the workload", "alloc_id", a.ID, "network", a.Network,
-			"ifname", a.IfName, "error", err)
-	case err != nil:
+			"ifname", a.IfName, "error", r.err)
+	case len(r.health.Missing) > 0:
 		c.logger.Error("attachment repair incomplete", "alloc_id", a.ID, "network", a.Network, "ifname", a.IfName,
-			"restored", items, "error", err, "duration", time.Since(start))
+			"restored", items, "still_missing", driftOf(r.health, nil).Missing, "error", r.err, "duration", took)
 	default:
 		c.logger.Info("attachment repaired", "alloc_id", a.ID, "network", a.Network, "ifname", a.IfName,
-			"restored", items, "duration", time.Since(start))
+			"restored", items, "duration", took)
 	}
-	return restored
 }
 
 // restorers are how a repair of ca runs the plugins and writes libcni's

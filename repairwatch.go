@@ -57,6 +57,7 @@ type repairWatcher struct {
 	failed   map[registry.Key]string      // the error of its last repair, "" when it succeeded
 	reported map[registry.Key]time.Time   // refused or not in place: reported once until then
 	lost     map[registry.Key]time.Time   // found not repairable in place, as of the record's Updated
+	backoff  map[registry.Key]backoff     // a repair left it missing pieces: not tried again before until
 	passes   int                          // passes run (tests wait on it)
 }
 
@@ -64,7 +65,7 @@ type repairWatcher struct {
 func startRepairWatcher(c *Configurator, every time.Duration, anyOwner bool) *repairWatcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &repairWatcher{c: c, every: every, anyOwner: anyOwner, cancel: cancel, done: make(chan struct{}),
-		repairs: map[registry.Key][]time.Time{}, failed: map[registry.Key]string{}, reported: map[registry.Key]time.Time{}, lost: map[registry.Key]time.Time{}}
+		repairs: map[registry.Key][]time.Time{}, failed: map[registry.Key]string{}, backoff: map[registry.Key]backoff{}, reported: map[registry.Key]time.Time{}, lost: map[registry.Key]time.Time{}}
 	go w.run(ctx)
 	return w
 }
@@ -231,6 +232,17 @@ func (c *Configurator) checkedOfRecord(rec *registry.Record) (checkedAttachment,
 	return checkedAttachment{fa: fa, rec: rec, live: c.liveOf(fa, rec, "")}, true
 }
 
+// backoff is how long the watcher leaves an attachment alone after a
+// repair that did not make it whole: doubled at each such repair, from
+// fightWindow to maxBackoff, forgotten once a repair makes it whole.
+type backoff struct {
+	until time.Time
+	wait  time.Duration
+}
+
+// maxBackoff bounds the pause after repairs that leave pieces missing.
+var maxBackoff = time.Hour
+
 // mayRepair reports whether the watcher repairs ca, which h found
 // drifting: not when it cannot be repaired in place, nor when it was
 // repaired maxRepairs times within fightWindow (both reported once).
@@ -250,6 +262,8 @@ func (w *repairWatcher) mayRepair(ca checkedAttachment, h footprint.Health) bool
 	switch {
 	case w.lost[key].Equal(ca.rec.Updated) && !ca.rec.Updated.IsZero():
 		return false // reported when found; its record has not changed since
+	case now.Before(w.backoff[key].until):
+		return false // its last repair left pieces missing: reported then
 	case !h.InPlace():
 		if _, done := w.reported[key]; !done {
 			w.reported[key] = now
@@ -296,7 +310,8 @@ func (w *repairWatcher) repair(ctx context.Context, ca checkedAttachment, change
 	if !ok {
 		return
 	}
-	health, restored := c.driftCheck(ctx, []checkedAttachment{fresh}, true)
+	result := c.driftCheck(ctx, []checkedAttachment{fresh}, true)[0]
+	health, restored := []footprint.Health{result.health}, [][]footprint.Missing{result.repaired}
 	key := rec.Key()
 	w.mu.Lock()
 	switch {
@@ -308,6 +323,18 @@ func (w *repairWatcher) repair(ctx context.Context, ca checkedAttachment, change
 		if len(restored[0]) == 0 { // the repair restored nothing: it failed
 			w.failed[key] = driftOf(health[0], nil).String()
 		}
+	}
+	if len(health[0].Missing) > 0 && health[0].InPlace() {
+		// Not whole after its repair (a piece no repair brings back, a
+		// plugin that fails): trying every pass would only repeat it.
+		b := w.backoff[key]
+		b.wait = min(max(2*b.wait, fightWindow), maxBackoff)
+		b.until = time.Now().Add(b.wait)
+		w.backoff[key] = b
+		c.logger.Error("repair watcher: a repair left the attachment incomplete; trying it again later", "alloc_id", rec.ContainerID,
+			"network", rec.Network, "ifname", rec.IfName, "still_missing", driftOf(health[0], nil).Missing, "error", result.err, "again_in", b.wait)
+	} else {
+		delete(w.backoff, key)
 	}
 	w.mu.Unlock()
 	if health[0].Whole() && !changed.IsZero() {
