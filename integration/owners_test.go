@@ -185,7 +185,7 @@ func rulesOf(network, id string, addrs []netip.Addr) ([]string, error) {
 	}
 	var lines []string
 	for _, bin := range []string{"iptables-save", "ip6tables-save"} {
-		out, err := exec.Command(bin).Output()
+		out, err := exec.Command(hostTool(bin)).Output()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %v", bin, err)
 		}
@@ -541,23 +541,40 @@ func upstreamSet(t *testing.T) netsandbox.PluginSet {
 // iptables backend), failing if any plugin names a backend.
 func withoutFirewall(t *testing.T, conf []byte) []byte {
 	t.Helper()
+	out := withoutPluginType(t, conf, "firewall")
 	var list map[string]any
-	if err := json.Unmarshal(conf, &list); err != nil {
+	if err := json.Unmarshal(out, &list); err != nil {
 		t.Fatal(err)
 	}
-	var plugins []any
 	for _, p := range list["plugins"].([]any) {
 		pm := p.(map[string]any)
-		if pm["type"] == "firewall" {
-			continue
-		}
 		if _, ok := pm["backend"]; ok {
 			t.Fatalf("plugin %v names a backend", pm["type"])
 		}
 		if _, ok := pm["ipMasqBackend"]; ok {
 			t.Fatalf("plugin %v names a backend", pm["type"])
 		}
-		plugins = append(plugins, p)
+	}
+	return out
+}
+
+// withoutPluginType is conf without its plugins of type typ, failing if
+// it has none.
+func withoutPluginType(t *testing.T, conf []byte, typ string) []byte {
+	t.Helper()
+	var list map[string]any
+	if err := json.Unmarshal(conf, &list); err != nil {
+		t.Fatal(err)
+	}
+	all := list["plugins"].([]any)
+	var plugins []any
+	for _, p := range all {
+		if p.(map[string]any)["type"] != typ {
+			plugins = append(plugins, p)
+		}
+	}
+	if len(plugins) == len(all) {
+		t.Fatalf("the conflist has no plugin %q", typ)
 	}
 	list["plugins"] = plugins
 	out, err := json.Marshal(list)
