@@ -149,14 +149,23 @@ func TestTheRepairWatcherRestoresAFlushByItselfAndNeverATornDownWorkload(t *test
 		}
 		c.Close()
 
-		for i, delay := range []time.Duration{0, 75 * time.Millisecond} {
-			t.Run("a workload torn down between two flushes, "+delay.String()+" after the first", func(t *testing.T) {
+		// The workload is torn down right after the first flush, or once
+		// the watcher's pass has repaired the first workload: that pass
+		// read the registry before the Teardown and found this one
+		// drifting too; it comes to it while the Teardown runs.
+		for i, when := range []string{"right after the first flush", "while the watcher's pass repairs the others"} {
+			t.Run("a workload torn down between two flushes, "+when, func(t *testing.T) {
 				log := &repairLog{t: t}
 				c := newWatchingConfigurator(t, set, nw.conf, log)
 				gone := setUpDriftWorkload(t, c, nw, "watch-gone-"+string(rune('1'+i)), hostPort(nw.cfg.NetworkName, 2+i))
 				mark := log.mark()
 				flushRuleset(t)
-				time.Sleep(delay)
+				for flushed := time.Now(); i > 0 && !log.repairedSince(mark, a.alloc.ID); {
+					if time.Since(flushed) > watcherWait {
+						t.Fatalf("the watcher did not repair %s within %s of the flush", a.alloc.ID, watcherWait)
+					}
+					time.Sleep(time.Millisecond)
+				}
 				if err := c.Teardown(ctxFor(t, time.Minute), gone.alloc, gone.w.Path); err != nil {
 					t.Fatal(err)
 				}
