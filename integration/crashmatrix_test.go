@@ -37,7 +37,7 @@ func init() {
 
 // matrixRunner is what a runner child process is asked to do.
 type matrixRunner struct {
-	Op         string // Setup, Teardown, Connect, Disconnect or GC
+	Op         string // Setup, Teardown, Connect, Disconnect, GC or Repair (Check with CheckOptions.Repair)
 	ConfList   []byte
 	ConfLists  [][]byte
 	PluginDirs []string
@@ -60,6 +60,9 @@ func runMatrixRunner(spec string) int {
 		fmt.Fprintln(os.Stderr, "matrix runner:", err)
 		return 2
 	}
+	// The commands this runner runs itself, not its plugins, are its own
+	// rule writes: killwrap, wrapping iptables and nft, counts those.
+	os.Setenv("KILLWRAP_RUNNER_PID", strconv.Itoa(os.Getpid()))
 	c, err := cninet.New(matrixConfig(r))
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -88,6 +91,8 @@ func (r matrixRunner) do(ctx context.Context, c *cninet.Configurator) error {
 	case "GC":
 		_, err := c.GC(ctx, r.Live)
 		return err
+	case "Repair":
+		return c.Check(ctx, &r.Alloc, r.Netns, cninet.CheckOptions{Repair: true})
 	}
 	return fmt.Errorf("unknown operation %q", r.Op)
 }
