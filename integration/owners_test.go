@@ -44,17 +44,19 @@ const ownersRunnerEnv = "CNINET_OWNERS_RUNNER"
 
 // ownersRunner is what a runner child of this file is asked to do.
 type ownersRunner struct {
-	Mode         string // "gc" or "teardown"
+	Mode         string // "gc", "teardown" or "repair"
 	PrivateCache bool   // first mount a tmpfs of its own over /var/lib/cni (the child has a mount namespace of its own)
 	ConfList     []byte
 	PluginDirs   []string
 	Owner        string
 	Live         []string           // gc
 	Dead         *cninet.Allocation // gc: set up first in Netns, then left for the GC to collect
-	ID           string             // teardown
+	ID           string             // teardown, repair
 	Ports        []cninet.Port
 	Netns        string
-	Go           string // a file whose appearance starts the work, so that runners start together
+	Go           string        // a file whose appearance starts the work, so that runners start together
+	Delay        time.Duration // how long after Go the work starts
+	Stop         string        // repair: a file whose appearance ends the repairs, after three more
 }
 
 // runOwnersRunnerIfAsked runs this process as an ownersRunner child and
@@ -98,6 +100,7 @@ func runOwnersRunner(spec string) int {
 			return fail(2, errors.New("never told to go"))
 		}
 	}
+	time.Sleep(r.Delay)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	switch r.Mode {
@@ -118,6 +121,8 @@ func runOwnersRunner(spec string) int {
 		if err := c.Teardown(ctx, &cninet.Allocation{ID: r.ID, Ports: r.Ports}, r.Netns); err != nil {
 			return fail(1, err)
 		}
+	case "repair":
+		return repairUntil(ctx, c, r)
 	default:
 		return fail(2, fmt.Errorf("unknown mode %q", r.Mode))
 	}
