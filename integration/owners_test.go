@@ -530,15 +530,18 @@ func TestAnotherOwnersGCNeverTouchesALiveAttachmentOfTheSameNetwork(t *testing.T
 }
 
 // upstreamSet is the upstream plugin set with no backend named.
-func upstreamSet(t *testing.T) netsandbox.PluginSet {
+func upstreamSet(t *testing.T) netsandbox.PluginSet { return pluginSetNamed(t, "upstream-v1.9.1") }
+
+// pluginSetNamed is the installed plugin set of that name.
+func pluginSetNamed(t *testing.T, name string) netsandbox.PluginSet {
 	t.Helper()
 	netsandbox.Require(t)
 	for _, set := range netsandbox.PluginSets(t) {
-		if set.Name == "upstream-v1.9.1" {
+		if set.Name == name {
 			return set
 		}
 	}
-	netsandbox.Unavailable(t, "the upstream plugin set is not installed (run scripts/install-deps.sh)")
+	netsandbox.Unavailable(t, "the plugin set "+name+" is not installed (run scripts/install-deps.sh)")
 	return netsandbox.PluginSet{}
 }
 
