@@ -60,9 +60,9 @@ func runMatrixRunner(spec string) int {
 		fmt.Fprintln(os.Stderr, "matrix runner:", err)
 		return 2
 	}
-	// The commands this runner runs itself, not its plugins, are its own
-	// rule writes: killwrap, wrapping iptables and nft, counts those.
-	os.Setenv("KILLWRAP_RUNNER_PID", strconv.Itoa(os.Getpid()))
+	// The iptables and nft commands this process runs itself, not its
+	// plugins, are its own rule writes: killwrap counts those.
+	os.Setenv("KILLWRAP_RUNNER", strconv.Itoa(os.Getpid()))
 	c, err := cninet.New(matrixConfig(r))
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -15,9 +15,9 @@ import (
 // The rule writes a runner makes itself (a repair's masquerade rules
 // through iptables and ip6tables, its nft scripts) are kill points too:
 // killwrap installed as iptables, ip6tables or nft wraps the command.
-// KILLWRAP_RUNNER_PID names the runner, which sets it before it runs
-// anything: the same commands run by its plugins (children of the
-// plugins, not of the runner) are not counted, and neither is a listing.
+// KILLWRAP_RUNNER names the runner (its pid), which sets it before it
+// runs anything: the same commands its plugins run (their children, not
+// the runner's) are not counted, and neither is a listing.
 
 // wrapsCommand reports whether killwrap runs as the command name.
 func wrapsCommand(name string) bool {
@@ -35,7 +35,7 @@ func wrapCommand(name string) int {
 		return 1
 	}
 	dir, what := os.Getenv("KILLWRAP_DIR"), writeOf(name, os.Args[1:])
-	if dir == "" || what == "" || os.Getenv("KILLWRAP_RUNNER_PID") != strconv.Itoa(os.Getppid()) {
+	if dir == "" || what == "" || os.Getenv("KILLWRAP_RUNNER") != strconv.Itoa(os.Getppid()) {
 		err := syscall.Exec(real, append([]string{real}, os.Args[1:]...), os.Environ())
 		fmt.Fprintf(os.Stderr, "killwrap: exec %s: %v\n", real, err)
 		return 1
@@ -62,7 +62,14 @@ func wrapCommand(name string) int {
 		fmt.Fprintln(os.Stderr, "killwrap:", err)
 		return 1
 	}
-	killRunnerAt(n)
+	if at, _ := strconv.Atoi(os.Getenv("KILLWRAP_KILL_AT")); at > 0 && n == at {
+		// As after a plugin command: frozen until the sampler looked.
+		if samples := os.Getenv("KILLWRAP_AWAIT_SAMPLES"); samples != "" {
+			syscall.Kill(os.Getppid(), syscall.SIGSTOP)
+			awaitSamples(samples)
+		}
+		syscall.Kill(os.Getppid(), syscall.SIGKILL)
+	}
 	return code
 }
 

@@ -24,12 +24,10 @@
 // KILLWRAP_DIR/running-<pid>, so a test can wait until the plugins a
 // killed runner left behind have finished.
 //
-// Installed under the name iptables, ip6tables or nft in a directory that
-// comes first in the runner's PATH, it wraps that command the same way
-// (commands.go): a write the runner makes itself — not one of its
-// plugins' — is counted in the same count and log, and kills the runner
-// when the count reaches KILLWRAP_KILL_AT; everything else runs the real
-// command unchanged.
+// Installed as iptables, ip6tables or nft in a directory that comes first
+// in the runner's PATH, it wraps that command (commands.go): a rule write
+// the runner makes itself, not one of its plugins', is counted in the
+// same count and log and kills the runner at KILLWRAP_KILL_AT.
 package main
 
 import (
@@ -99,34 +97,20 @@ func run(dir, name, real, command string) int {
 		fmt.Fprintln(os.Stderr, "killwrap:", err)
 		return 1
 	}
-	if killsAt(n) && os.Getenv("KILLWRAP_DROP_CACHE") != "" && command == "DEL" && code == 0 {
-		dropCache(stdin)
+	if at, _ := strconv.Atoi(os.Getenv("KILLWRAP_KILL_AT")); at > 0 && n == at {
+		if os.Getenv("KILLWRAP_DROP_CACHE") != "" && command == "DEL" && code == 0 {
+			dropCache(stdin)
+		}
+		if samples := os.Getenv("KILLWRAP_AWAIT_SAMPLES"); samples != "" {
+			// Frozen first, so that while the sampler looks the runner
+			// starts nothing more (another network's chain runs
+			// concurrently): it dies where it was when the k-th ended.
+			syscall.Kill(os.Getppid(), syscall.SIGSTOP)
+			awaitSamples(samples)
+		}
+		syscall.Kill(os.Getppid(), syscall.SIGKILL)
 	}
-	killRunnerAt(n)
 	return code
-}
-
-// killsAt reports whether the n-th command is the one after which the
-// runner dies (KILLWRAP_KILL_AT).
-func killsAt(n int) bool {
-	at, _ := strconv.Atoi(os.Getenv("KILLWRAP_KILL_AT"))
-	return at > 0 && n == at
-}
-
-// killRunnerAt kills the runner, this process's parent, with SIGKILL when
-// the n-th command was the last it may see (killsAt).
-func killRunnerAt(n int) {
-	if !killsAt(n) {
-		return
-	}
-	if samples := os.Getenv("KILLWRAP_AWAIT_SAMPLES"); samples != "" {
-		// Frozen first, so that while the sampler looks the runner
-		// starts nothing more (another network's chain runs
-		// concurrently): it dies where it was when the k-th ended.
-		syscall.Kill(os.Getppid(), syscall.SIGSTOP)
-		awaitSamples(samples)
-	}
-	syscall.Kill(os.Getppid(), syscall.SIGKILL)
 }
 
 // awaitSamples holds the kill until the test's sampler, which counts its
