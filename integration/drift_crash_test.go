@@ -85,8 +85,8 @@ func (m *repairCrash) neighbourRules() (int, error) {
 // and has a runner child repair the workload, killed after its k-th step
 // (k = 0: never); then a restarted runner's repair makes it whole (its
 // rules as the plugins wrote them, its port answering), and its Teardown
-// and a GC leave nothing. The neighbour's rules, sampled from the runner's
-// start to the GC's end, never drop. It returns killwrap's log of the
+// and a GC leave nothing. The neighbour's rules, sampled while the runner
+// runs and while the restarted one does, never drop. It returns killwrap's log of the
 // runner's steps.
 func (m *repairCrash) cell(t *testing.T, k int) []string {
 	t.Helper()
@@ -134,26 +134,22 @@ func (m *repairCrash) cell(t *testing.T, k int) []string {
 	m.neighbour.assertServed(t, m.nw, fmt.Sprintf("after the runner's repair (k=%d)", k))
 
 	c = m.configurator(t) // the restarted runner
-	sampleWhile(t, "the neighbour's rules during the restarted runner's repair", want, m.neighbourRules, func() {
-		runErr = c.Check(ctxFor(t, time.Minute), a.alloc, a.w.Path, cninet.CheckOptions{Repair: true})
-	})
-	if runErr != nil {
-		t.Fatalf("the restarted runner's repair: %v", runErr)
-	}
-	if got := a.rules(t, m.nw); !slices.Equal(got, whole) {
-		t.Fatalf("after the restarted runner's repair the workload's rules are\n  %s\nwant, as the plugins wrote them,\n  %s",
-			strings.Join(got, "\n  "), strings.Join(whole, "\n  "))
-	}
-	a.assertServed(t, m.nw, "after the restarted runner's repair")
-	sampleWhile(t, "the neighbour's rules during the restarted runner's Teardown and GC", want, m.neighbourRules, func() {
-		if runErr = c.Teardown(ctxFor(t, time.Minute), a.alloc, a.w.Path); runErr != nil {
-			return
+	sampleWhile(t, "the neighbour's rules during the restarted runner's repair, Teardown and GC", want, m.neighbourRules, func() {
+		if err := c.Check(ctxFor(t, time.Minute), a.alloc, a.w.Path, cninet.CheckOptions{Repair: true}); err != nil {
+			t.Fatalf("the restarted runner's repair: %v", err)
 		}
-		_, runErr = c.GC(ctxFor(t, time.Minute), []string{m.neighbour.alloc.ID})
+		if got := a.rules(t, m.nw); !slices.Equal(got, whole) {
+			t.Fatalf("after the restarted runner's repair the workload's rules are\n  %s\nwant, as the plugins wrote them,\n  %s",
+				strings.Join(got, "\n  "), strings.Join(whole, "\n  "))
+		}
+		a.assertServed(t, m.nw, "after the restarted runner's repair")
+		if err := c.Teardown(ctxFor(t, time.Minute), a.alloc, a.w.Path); err != nil {
+			t.Fatalf("the restarted runner's Teardown: %v", err)
+		}
+		if _, err := c.GC(ctxFor(t, time.Minute), []string{m.neighbour.alloc.ID}); err != nil {
+			t.Fatalf("the restarted runner's GC: %v", err)
+		}
 	})
-	if runErr != nil {
-		t.Fatalf("the restarted runner: %v", runErr)
-	}
 	a.w.Delete()
 	assertRecordedAs(t, c, "after the restarted runner's Teardown", a.alloc.ID, m.nw.cfg.NetworkName, "", false)
 	assertNoLeaksBeside(t, m.base, m.nw.allowance(), m.neighbour)
