@@ -60,8 +60,9 @@ func (c *Configurator) canOmit(att attachment) bool {
 // one plugin of the network's chain alone, for an attachment made
 // before, with its result as prevResult. Check's repair
 // (CheckOptions.Repair) restores a plugin's missing rules with it.
-// cninettest's fake CNI can; go-cni cannot. Without it cninet runs the
-// plugin from PluginDirs itself, through libcni.
+// go-cni cannot (cninet then runs the plugin from PluginDirs itself);
+// cninettest's fake CNI can. Without it, a repair that needs a plugin's
+// ADD fails and says so.
 type PluginAdder interface {
 	AddPlugin(ctx context.Context, id, netns, pluginType string, prevResult types.Result, opts ...cni.NamespaceOpts) error
 }
@@ -82,17 +83,17 @@ func (d cniDriver) add(ctx context.Context, req request, _ attachment, netns str
 	return res, raw, nil
 }
 
-// addPlugin runs the plugin through an injected Config.CNI that can run
-// one alone (PluginAdder), else through libcni from PluginDirs: go-cni
-// runs whole chains only, and so does cninet daemon's, whose every
-// attachment libcni made (a record of the default network's first
-// interface does not say whether Setup attached it through Config.CNI
-// or Connect through libcni).
+// addPlugin goes through libcni: go-cni runs whole chains only. An
+// injected Config.CNI runs one plugin alone only if it says it can
+// (PluginAdder).
 func (d cniDriver) addPlugin(ctx context.Context, req request, att attachment, netns, typ string, prev types.Result) error {
-	if pa, ok := d.c.cni.(PluginAdder); ok && !d.c.findPlugins {
+	if d.c.findPlugins {
+		return d.c.driver.addPlugin(ctx, req, att, netns, typ, prev)
+	}
+	if pa, ok := d.c.cni.(PluginAdder); ok {
 		return pa.AddPlugin(ctx, req.id, netns, typ, prev, req.opts()...)
 	}
-	return d.c.driver.addPlugin(ctx, req, att, netns, typ, prev)
+	return fmt.Errorf("%w: %s's ADD of network %q cannot run alone", errWholeChainsOnly, typ, att.name())
 }
 
 // del runs go-cni's Remove, which runs the whole chain; a chain without

@@ -1,16 +1,11 @@
 package cninet
 
 import (
-	"context"
 	"os"
-	"path/filepath"
 	"reflect"
-	"slices"
-	"strings"
 	"testing"
 
 	cni "github.com/containerd/go-cni"
-	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -56,55 +51,5 @@ func TestACachedResultWrittenAgainReadsAsLibcnisOwn(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(path); string(after) != string(before) {
 		t.Fatal("a cache file already there was written over: libcni's own is kept")
-	}
-}
-
-// wholeChainsCNI is an injected Config.CNI that runs whole chains only
-// (no PluginAdder), as go-cni and cninet daemon's do.
-type wholeChainsCNI struct{ cni.CNI }
-
-// A repair of an attachment recorded as the default network's first
-// interface, whose injected Config.CNI cannot run one plugin alone, runs
-// the plugin's ADD from PluginDirs through libcni: cninet daemon's CNI
-// is such a one, and made none of its attachments (libcni did, through
-// Connect).
-func TestARepairRunsAPluginFromPluginDirsWhereTheInjectedCNICannotRunItAlone(t *testing.T) {
-	conf, err := BridgeConfList(BridgeConfig{NetworkName: "w", BridgeName: "br-w", IPv4Subnet: "198.18.0.0/24", IPAMDataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := fakes.NewHost()
-	fc := &fakes.CNI{Host: h, CacheDir: t.TempDir()}
-	netns := filepath.Join(t.TempDir(), "netns")
-	if err := os.WriteFile(netns, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := New(Config{ConfList: conf, CNI: wholeChainsCNI{fc}, CacheDir: fc.CacheDir, StateDir: t.TempDir(),
-		IPTables: h.IPTables, NFTables: h.NFTables, Links: h.Links, PluginDirs: []string{t.TempDir()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	drv := &fakeDriver{}
-	c.driver = drv
-	alloc := &Allocation{ID: "web-1", Ports: []Port{{Value: 8080, To: 80}}}
-	if _, err := c.Setup(context.Background(), alloc, netns); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, fp := range fc.Footprints("web-1") {
-		for _, l := range strings.Split(fp.NAT(), "\n") {
-			if strings.HasPrefix(l, "-A CNI-HOSTPORT-DNAT ") {
-				h.IPv4.Unload("nat", l)
-				n++
-			}
-		}
-	}
-	if n == 0 {
-		t.Fatal("web-1 has no DNAT jump to take")
-	}
-	err = c.Check(context.Background(), alloc, netns, CheckOptions{Repair: true})
-	if !slices.ContainsFunc(drv.calls, func(d driverCall) bool { return d.String() == "ADD portmap w/eth0" && d.id == "web-1" }) {
-		t.Fatalf("the repair ran no portmap ADD from PluginDirs (calls %v); Check: %v", drv.calls, err)
 	}
 }
