@@ -60,9 +60,6 @@ func runMatrixRunner(spec string) int {
 		fmt.Fprintln(os.Stderr, "matrix runner:", err)
 		return 2
 	}
-	// The iptables and nft commands this process runs itself, not its
-	// plugins, are its own rule writes: killwrap counts those.
-	os.Setenv("KILLWRAP_RUNNER", strconv.Itoa(os.Getpid()))
 	c, err := cninet.New(matrixConfig(r))
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -92,6 +89,9 @@ func (r matrixRunner) do(ctx context.Context, c *cninet.Configurator) error {
 		_, err := c.GC(ctx, r.Live)
 		return err
 	case "Repair":
+		// The iptables and nft commands this process runs itself, not
+		// its plugins, are its own rule writes: killwrap counts those.
+		os.Setenv("KILLWRAP_RUNNER", strconv.Itoa(os.Getpid()))
 		return c.Check(ctx, &r.Alloc, r.Netns, cninet.CheckOptions{Repair: true})
 	}
 	return fmt.Errorf("unknown operation %q", r.Op)

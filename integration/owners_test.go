@@ -48,15 +48,15 @@ type ownersRunner struct {
 	PrivateCache bool   // first mount a tmpfs of its own over /var/lib/cni (the child has a mount namespace of its own)
 	ConfList     []byte
 	PluginDirs   []string
+	Delay        time.Duration // how long after Go the work starts
+	Stop         string        // repair: a file whose appearance ends the repairs, after three more
 	Owner        string
 	Live         []string           // gc
 	Dead         *cninet.Allocation // gc: set up first in Netns, then left for the GC to collect
-	ID           string             // teardown, repair
+	ID           string             // teardown
 	Ports        []cninet.Port
 	Netns        string
-	Go           string        // a file whose appearance starts the work, so that runners start together
-	Delay        time.Duration // how long after Go the work starts
-	Stop         string        // repair: a file whose appearance ends the repairs, after three more
+	Go           string // a file whose appearance starts the work, so that runners start together
 }
 
 // runOwnersRunnerIfAsked runs this process as an ownersRunner child and
