@@ -40,7 +40,7 @@ func init() {
 
 // matrixRunner is what a runner child process is asked to do.
 type matrixRunner struct {
-	Op         string // Setup, Teardown, Connect, Disconnect or GC
+	Op         string // Setup, Teardown, Connect, Disconnect, GC or Repair (Check with CheckOptions.Repair)
 	ConfList   []byte
 	ConfLists  [][]byte
 	PluginDirs []string
@@ -102,6 +102,11 @@ func (r matrixRunner) do(ctx context.Context, c *cninet.Configurator) error {
 	case "GC":
 		_, err := c.GC(ctx, r.Live)
 		return err
+	case "Repair":
+		// The iptables and nft commands this process runs itself, not
+		// its plugins, are its own rule writes: killwrap counts those.
+		os.Setenv("KILLWRAP_RUNNER", strconv.Itoa(os.Getpid()))
+		return c.Check(ctx, &r.Alloc, r.Netns, cninet.CheckOptions{Repair: true})
 	}
 	return fmt.Errorf("unknown operation %q", r.Op)
 }

@@ -74,6 +74,29 @@
 //     probes, the nftables matcher) are what iptables and nft list.
 //   - telemetry_test.go: the metrics and spans of a cleanup after the
 //     namespace was deleted.
+//   - drift_test.go: live workloads kept whole: for each drift (a
+//     workload's DNAT jumps, forward rules or masquerade jump deleted;
+//     the nat table flushed; a firewall reload; nft flush ruleset; the
+//     hostport or masquerade table flushed; its reservation, cached
+//     result or host-side veth deleted) on every plugin set, Check names
+//     what is missing and Repair restores it as the plugins wrote it (or
+//     says it cannot, in place): the port answers, a second Repair
+//     changes nothing, and the neighbour's rules never drop meanwhile.
+//   - drift_families_test.go: the same on a dual-stack network (both
+//     families restored, both gateways answering), and with nftables on
+//     a host without iptables, picked by the plugins or named.
+//   - drift_watcher_test.go: the repair watcher (RepairEvery ten minutes,
+//     so nf_tables notifications alone) makes two workloads whole by
+//     itself after a flush; a workload torn down between two flushes,
+//     while the watcher repairs, never gets a rule back; after Close a
+//     flush stays flushed.
+//   - drift_crash_test.go: a repair in a runner killed after each of its
+//     steps (a plugin command, or a rule write of its own through
+//     iptables or nft: killwrap wraps both) is finished by the next; its
+//     Teardown and GC leave nothing; the neighbour never loses a rule.
+//   - drift_race_test.go: a repair looping in one process races the
+//     attachment's Teardown in another and another owner's GC: nothing
+//     of the torn-down attachment comes back or is left.
 //   - soak_test.go: many Setup and Teardown cycles at once, with
 //     namespaces deleted first, runners that "crash" and GC passes in
 //     between, while workloads that stay live answer after each GC; then
@@ -90,4 +113,7 @@
 //   - thick_burst_test.go: a burst of 200 concurrent ADDs and DELs on the
 //     daemon, and its peak memory.
 //   - thick_podman_test.go: Podman runs a container on a shim network.
+//   - thick_drift_test.go: on Debian's plugins, cnitool check through the
+//     shim passes on a healthy attachment and names what a flush took;
+//     the daemon's repair watcher makes it whole again by itself.
 package integration

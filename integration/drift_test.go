@@ -162,101 +162,192 @@ var drifts = []drift{
 	}},
 }
 
+// Every drift on every plugin set, one after another on one pair of
+// workloads (see checkAndRepairEachDrift).
 func TestCheckSeesEachDriftAndRepairRestoresItInPlace(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
 		nw := newNetwork(t, set, false)
 		c := newConfigurator(t, set, nw.conf)
 		base := baseline(t)
-		ctx := ctxFor(t, 5*time.Minute)
-		type workload struct {
-			alloc *cninet.Allocation
-			w     *netsandbox.Workload
-			addr  netip.Addr
-			port  int
+		checkAndRepairEachDrift(t, nw, c, driftsOn(set))
+		assertNoLeaks(t, base, nw.allowance())
+	})
+}
+
+// driftsOn are the drifts that mean something on set.
+func driftsOn(set netsandbox.PluginSet) []drift {
+	var out []drift
+	for _, d := range drifts {
+		if d.applies(set) {
+			out = append(out, d)
 		}
-		var ws []workload
-		for i, id := range []string{"drift-a", "drift-b"} {
-			w := netsandbox.NewWorkload(t)
-			alloc := &cninet.Allocation{ID: id, Ports: []cninet.Port{{Label: "http", Value: 28100 + i, To: 8080}}}
-			st, err := c.Setup(ctx, alloc, w.Path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			serveHTTP(t, w, 8080, id)
-			ws = append(ws, workload{alloc, w, st.Address, 28100 + i})
+	}
+	return out
+}
+
+// driftsNamed are the drifts of those names, in drifts' order.
+func driftsNamed(t *testing.T, names ...string) []drift {
+	t.Helper()
+	var out []drift
+	for _, d := range drifts {
+		if slices.Contains(names, d.name) {
+			out = append(out, d)
 		}
-		a, b := ws[0], ws[1]
-		for _, wl := range ws {
-			if err := c.Check(ctx, wl.alloc, wl.w.Path); err != nil {
-				t.Fatalf("Check of the healthy %s: %v", wl.alloc.ID, err)
-			}
+	}
+	if len(out) != len(names) {
+		t.Fatalf("drifts named %q: found %d", names, len(out))
+	}
+	return out
+}
+
+// driftWorkload is a live workload of a drift story: its allocation and
+// namespace, its addresses (IPv4, then IPv6 on a dual-stack network) and
+// the host port it maps to its HTTP server's 8080.
+type driftWorkload struct {
+	alloc *cninet.Allocation
+	w     *netsandbox.Workload
+	addrs []netip.Addr
+	port  int
+}
+
+// setUpDriftWorkload sets id up on nw through c, mapping host port port,
+// and serves HTTP in it.
+func setUpDriftWorkload(t *testing.T, c *cninet.Configurator, nw network, id string, port int) driftWorkload {
+	t.Helper()
+	w := netsandbox.NewWorkload(t)
+	alloc := &cninet.Allocation{ID: id, Ports: []cninet.Port{{Label: "http", Value: port, To: 8080}}}
+	st, err := c.Setup(ctxFor(t, time.Minute), alloc, w.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveHTTP(t, w, 8080, id)
+	d := driftWorkload{alloc: alloc, w: w, addrs: []netip.Addr{st.Address}, port: port}
+	if nw.gw6.IsValid() {
+		if !st.AddressIPv6.Is6() {
+			t.Fatalf("%s on the dual-stack %s has no IPv6 address: %+v", id, nw.cfg.NetworkName, st)
 		}
-		whole := ruleLines(t, nw.cfg.NetworkName, a.alloc.ID, []netip.Addr{a.addr})
-		wholeB := ruleLines(t, nw.cfg.NetworkName, b.alloc.ID, []netip.Addr{b.addr})
-		for _, d := range drifts {
-			if !d.applies(set) {
-				continue
+		d.addrs = append(d.addrs, st.AddressIPv6)
+	}
+	return d
+}
+
+// rules are d's firewall rules and chains (ruleLines).
+func (d driftWorkload) rules(t *testing.T, nw network) []string {
+	t.Helper()
+	return ruleLines(t, nw.cfg.NetworkName, d.alloc.ID, d.addrs)
+}
+
+// assertServed fails unless d answers on its host port through each of
+// nw's gateways.
+func (d driftWorkload) assertServed(t *testing.T, nw network, when string) {
+	t.Helper()
+	assertReachable(t, when, d.port, d.alloc.ID, nw.gateways()...)
+}
+
+// tearDown tears d down through c and deletes its namespace.
+func (d driftWorkload) tearDown(t *testing.T, c *cninet.Configurator) {
+	t.Helper()
+	if err := c.Teardown(ctxFor(t, time.Minute), d.alloc, d.w.Path); err != nil {
+		t.Fatal(err)
+	}
+	d.w.Delete()
+}
+
+// assertNamesEachAddress fails unless some line of rules names each of
+// d's addresses: a family the plugins wrote nothing for could not be
+// seen restored.
+func (d driftWorkload) assertNamesEachAddress(t *testing.T, rules []string) {
+	t.Helper()
+	for _, a := range d.addrs {
+		if !slices.ContainsFunc(rules, func(l string) bool { return strings.Contains(l, a.String()) }) {
+			t.Fatalf("no rule of %s names its address %s:\n  %s", d.alloc.ID, a, strings.Join(rules, "\n  "))
+		}
+	}
+}
+
+// checkAndRepairEachDrift sets two workloads up on nw through c, each
+// mapping a host port of its own, and Check of each is nil. Then, for
+// each of ds in turn, applied to the first: Check names what is missing;
+// Repair restores it (or, for what cannot come back in place, is
+// ErrNotRepairable and changes nothing): the workload's rules equal, as a
+// multiset, what the plugins wrote at Setup, its port answers through
+// every gateway, a second Repair changes nothing, and the neighbour's
+// rules, sampled from a second goroutine, never drop during the repair
+// (a neighbour the drift took rules of too is repaired first, whole).
+// Both are torn down at the end; the caller audits the host.
+func checkAndRepairEachDrift(t *testing.T, nw network, c *cninet.Configurator, ds []drift) {
+	t.Helper()
+	ctx := ctxFor(t, 5*time.Minute)
+	a := setUpDriftWorkload(t, c, nw, "drift-a", hostPort(nw.cfg.NetworkName, 0))
+	b := setUpDriftWorkload(t, c, nw, "drift-b", hostPort(nw.cfg.NetworkName, 1))
+	for _, wl := range []driftWorkload{a, b} {
+		if err := c.Check(ctx, wl.alloc, wl.w.Path); err != nil {
+			t.Fatalf("Check of the healthy %s: %v", wl.alloc.ID, err)
+		}
+	}
+	whole, wholeB := a.rules(t, nw), b.rules(t, nw)
+	a.assertNamesEachAddress(t, whole)
+	for _, d := range ds {
+		t.Run(d.name, func(t *testing.T) {
+			scene := driftScene{nw: nw, id: a.alloc.ID, addrs: a.addrs, ifWorkload: hostVeth(t, c, nw, a.alloc.ID)}
+			d.do(t, scene)
+			err := c.Check(ctx, a.alloc, a.w.Path)
+			var de *cninet.DriftError
+			if !errors.Is(err, cninet.ErrCheckFailed) || !errors.As(err, &de) || len(de.Drifts) == 0 || len(de.Drifts[0].Missing) == 0 {
+				t.Fatalf("Check after the drift: %v, want ErrCheckFailed naming what is missing", err)
 			}
-			t.Run(d.name, func(t *testing.T) {
-				scene := driftScene{nw: nw, id: a.alloc.ID, addrs: []netip.Addr{a.addr}, ifWorkload: hostVeth(t, c, nw, a.alloc.ID)}
-				d.do(t, scene)
-				err := c.Check(ctx, a.alloc, a.w.Path)
-				var de *cninet.DriftError
-				if !errors.Is(err, cninet.ErrCheckFailed) || !errors.As(err, &de) || len(de.Drifts) == 0 || len(de.Drifts[0].Missing) == 0 {
-					t.Fatalf("Check after the drift: %v, want ErrCheckFailed naming what is missing", err)
+			t.Logf("Check named %d missing: %s", len(de.Drifts[0].Missing), strings.Join(de.Drifts[0].Missing, "; "))
+			if d.lost {
+				before := a.rules(t, nw)
+				err := c.Check(ctx, a.alloc, a.w.Path, cninet.CheckOptions{Repair: true})
+				if !errors.Is(err, cninet.ErrNotRepairable) || !errors.Is(err, cninet.ErrCheckFailed) {
+					t.Fatalf("Repair of what cannot come back in place: %v, want ErrNotRepairable", err)
 				}
-				t.Logf("Check named %d missing: %s", len(de.Drifts[0].Missing), strings.Join(de.Drifts[0].Missing, "; "))
-				if d.lost {
-					before := ruleLines(t, nw.cfg.NetworkName, a.alloc.ID, []netip.Addr{a.addr})
-					err := c.Check(ctx, a.alloc, a.w.Path, cninet.CheckOptions{Repair: true})
-					if !errors.Is(err, cninet.ErrNotRepairable) || !errors.Is(err, cninet.ErrCheckFailed) {
-						t.Fatalf("Repair of what cannot come back in place: %v, want ErrNotRepairable", err)
-					}
-					if got := ruleLines(t, nw.cfg.NetworkName, a.alloc.ID, []netip.Addr{a.addr}); !slices.Equal(got, before) {
-						t.Fatalf("a Repair refused changed the rules:\n  %s", strings.Join(got, "\n  "))
-					}
-					return
+				if got := a.rules(t, nw); !slices.Equal(got, before) {
+					t.Fatalf("a Repair refused changed the rules:\n  %s", strings.Join(got, "\n  "))
 				}
-				neighbour := func() (int, error) {
-					return len(ruleLines(t, nw.cfg.NetworkName, b.alloc.ID, []netip.Addr{b.addr})), nil
-				}
-				before, _ := neighbour()
-				var repairErr error
-				sampleWhile(t, "the neighbour's rules while the workload is repaired", before, neighbour, func() {
-					repairErr = c.Check(ctx, a.alloc, a.w.Path, cninet.CheckOptions{Repair: true})
-				})
-				if repairErr != nil {
-					t.Fatalf("Repair: %v", repairErr)
-				}
-				if got := ruleLines(t, nw.cfg.NetworkName, a.alloc.ID, []netip.Addr{a.addr}); !slices.Equal(got, whole) {
-					t.Fatalf("after the repair the workload's rules are\n  %s\nwant, as the plugins wrote them,\n  %s",
-						strings.Join(got, "\n  "), strings.Join(whole, "\n  "))
-				}
-				if body, err := fetch(nw.gw4, a.port); err != nil || body != "hello from "+a.alloc.ID {
-					t.Fatalf("the mapped port after the repair: %q, %v", body, err)
-				}
-				if err := c.Check(ctx, a.alloc, a.w.Path, cninet.CheckOptions{Repair: true}); err != nil {
-					t.Fatalf("a second Repair: %v", err)
-				}
-				if got := ruleLines(t, nw.cfg.NetworkName, a.alloc.ID, []netip.Addr{a.addr}); !slices.Equal(got, whole) {
-					t.Fatalf("a second Repair changed the rules: %s", strings.Join(got, "\n  "))
-				}
+				return
+			}
+			if got := b.rules(t, nw); !slices.Equal(got, wholeB) {
+				// The drift took the neighbour's rules too: it is made
+				// whole first, so that the sampler can see it lose one.
 				if err := c.Check(ctx, b.alloc, b.w.Path, cninet.CheckOptions{Repair: true}); err != nil {
 					t.Fatalf("Repair of the neighbour: %v", err)
 				}
-				if got := ruleLines(t, nw.cfg.NetworkName, b.alloc.ID, []netip.Addr{b.addr}); !slices.Equal(got, wholeB) {
-					t.Fatalf("the neighbour's rules after its repair: %s", strings.Join(got, "\n  "))
+				if got := b.rules(t, nw); !slices.Equal(got, wholeB) {
+					t.Fatalf("the neighbour's rules after its repair:\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(wholeB, "\n  "))
 				}
-			})
-		}
-		for _, wl := range ws {
-			if err := c.Teardown(ctx, wl.alloc, wl.w.Path); err != nil {
-				t.Fatal(err)
 			}
-			wl.w.Delete()
-		}
-		assertNoLeaks(t, base, nw.allowance())
-	})
+			neighbour := func() (int, error) { return countRulesOf(nw.cfg.NetworkName, b.alloc.ID, b.addrs) }
+			var repairErr error
+			sampleWhile(t, "the neighbour's rules while the workload is repaired", len(wholeB), neighbour, func() {
+				repairErr = c.Check(ctx, a.alloc, a.w.Path, cninet.CheckOptions{Repair: true})
+			})
+			if repairErr != nil {
+				t.Fatalf("Repair: %v", repairErr)
+			}
+			if got := a.rules(t, nw); !slices.Equal(got, whole) {
+				t.Fatalf("after the repair the workload's rules are\n  %s\nwant, as the plugins wrote them,\n  %s",
+					strings.Join(got, "\n  "), strings.Join(whole, "\n  "))
+			}
+			a.assertServed(t, nw, "after the repair")
+			if err := c.Check(ctx, a.alloc, a.w.Path, cninet.CheckOptions{Repair: true}); err != nil {
+				t.Fatalf("a second Repair: %v", err)
+			}
+			if got := a.rules(t, nw); !slices.Equal(got, whole) {
+				t.Fatalf("a second Repair changed the rules: %s", strings.Join(got, "\n  "))
+			}
+			if err := c.Check(ctx, b.alloc, b.w.Path, cninet.CheckOptions{Repair: true}); err != nil {
+				t.Fatalf("Repair of the whole neighbour: %v", err)
+			}
+			if got := b.rules(t, nw); !slices.Equal(got, wholeB) {
+				t.Fatalf("the neighbour's rules after a repair of it whole: %s", strings.Join(got, "\n  "))
+			}
+			b.assertServed(t, nw, "after the workload's repair")
+		})
+	}
+	a.tearDown(t, c)
+	b.tearDown(t, c)
 }
 
 // hostVeth is the host's end of id's veth, as its cached result names

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -77,6 +78,15 @@ func newNetwork(t *testing.T, set netsandbox.PluginSet, dualStack bool) network 
 	}
 	nw.conf = conf
 	return nw
+}
+
+// gateways are the network's gateways: IPv4's, and IPv6's on a
+// dual-stack network.
+func (n network) gateways() []netip.Addr {
+	if n.gw6.IsValid() {
+		return []netip.Addr{n.gw4, n.gw6}
+	}
+	return []netip.Addr{n.gw4}
 }
 
 func (n network) allowance() netsandbox.Allowance {
@@ -186,3 +196,20 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 }
 
 func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// suitePATH is PATH as the suite started: pathWithoutIPTables takes
+// iptables off PATH for cninet and the plugins, and the tests still read
+// the host's rules through hostTool.
+var suitePATH = os.Getenv("PATH")
+
+// hostTool is the path of the program name on the suite's own PATH (name
+// itself where it is not, for exec to report).
+func hostTool(name string) string {
+	for _, dir := range filepath.SplitList(suitePATH) {
+		p := filepath.Join(dir, name)
+		if info, err := os.Stat(p); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return name
+}

@@ -44,10 +44,12 @@ const ownersRunnerEnv = "CNINET_OWNERS_RUNNER"
 
 // ownersRunner is what a runner child of this file is asked to do.
 type ownersRunner struct {
-	Mode         string // "gc" or "teardown"
+	Mode         string // "gc", "teardown" or "repair"
 	PrivateCache bool   // first mount a tmpfs of its own over /var/lib/cni (the child has a mount namespace of its own)
 	ConfList     []byte
 	PluginDirs   []string
+	Delay        time.Duration // how long after Go the work starts
+	Stop         string        // repair: a file whose appearance ends the repairs, after three more
 	Owner        string
 	Live         []string           // gc
 	Dead         *cninet.Allocation // gc: set up first in Netns, then left for the GC to collect
@@ -99,6 +101,7 @@ func runOwnersRunner(spec string) int {
 			return fail(2, errors.New("never told to go"))
 		}
 	}
+	time.Sleep(r.Delay)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	switch r.Mode {
@@ -119,6 +122,8 @@ func runOwnersRunner(spec string) int {
 		if err := c.Teardown(ctx, &cninet.Allocation{ID: r.ID, Ports: r.Ports}, r.Netns); err != nil {
 			return fail(1, err)
 		}
+	case "repair":
+		return repairUntil(ctx, c, r)
 	default:
 		return fail(2, fmt.Errorf("unknown mode %q", r.Mode))
 	}
@@ -186,7 +191,7 @@ func rulesOf(network, id string, addrs []netip.Addr) ([]string, error) {
 	}
 	var lines []string
 	for _, bin := range []string{"iptables-save", "ip6tables-save"} {
-		out, err := exec.Command(bin).Output()
+		out, err := exec.Command(hostTool(bin)).Output()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %v", bin, err)
 		}
@@ -526,15 +531,18 @@ func TestAnotherOwnersGCNeverTouchesALiveAttachmentOfTheSameNetwork(t *testing.T
 }
 
 // upstreamSet is the upstream plugin set with no backend named.
-func upstreamSet(t *testing.T) netsandbox.PluginSet {
+func upstreamSet(t *testing.T) netsandbox.PluginSet { return pluginSetNamed(t, "upstream-v1.9.1") }
+
+// pluginSetNamed is the installed plugin set of that name.
+func pluginSetNamed(t *testing.T, name string) netsandbox.PluginSet {
 	t.Helper()
 	netsandbox.Require(t)
 	for _, set := range netsandbox.PluginSets(t) {
-		if set.Name == "upstream-v1.9.1" {
+		if set.Name == name {
 			return set
 		}
 	}
-	netsandbox.Unavailable(t, "the upstream plugin set is not installed (run scripts/install-deps.sh)")
+	netsandbox.Unavailable(t, "the plugin set "+name+" is not installed (run scripts/install-deps.sh)")
 	return netsandbox.PluginSet{}
 }
 
@@ -542,23 +550,40 @@ func upstreamSet(t *testing.T) netsandbox.PluginSet {
 // iptables backend), failing if any plugin names a backend.
 func withoutFirewall(t *testing.T, conf []byte) []byte {
 	t.Helper()
+	out := withoutPluginType(t, conf, "firewall")
 	var list map[string]any
-	if err := json.Unmarshal(conf, &list); err != nil {
+	if err := json.Unmarshal(out, &list); err != nil {
 		t.Fatal(err)
 	}
-	var plugins []any
 	for _, p := range list["plugins"].([]any) {
 		pm := p.(map[string]any)
-		if pm["type"] == "firewall" {
-			continue
-		}
 		if _, ok := pm["backend"]; ok {
 			t.Fatalf("plugin %v names a backend", pm["type"])
 		}
 		if _, ok := pm["ipMasqBackend"]; ok {
 			t.Fatalf("plugin %v names a backend", pm["type"])
 		}
-		plugins = append(plugins, p)
+	}
+	return out
+}
+
+// withoutPluginType is conf without its plugins of type typ, failing if
+// it has none.
+func withoutPluginType(t *testing.T, conf []byte, typ string) []byte {
+	t.Helper()
+	var list map[string]any
+	if err := json.Unmarshal(conf, &list); err != nil {
+		t.Fatal(err)
+	}
+	all := list["plugins"].([]any)
+	var plugins []any
+	for _, p := range all {
+		if p.(map[string]any)["type"] != typ {
+			plugins = append(plugins, p)
+		}
+	}
+	if len(plugins) == len(all) {
+		t.Fatalf("the conflist has no plugin %q", typ)
 	}
 	list["plugins"] = plugins
 	out, err := json.Marshal(list)

@@ -188,9 +188,10 @@ type Live struct {
 	// libcni's cache holds it, and then only the cached result itself is
 	// expected.
 	Result *Result
-	// Mappings are the port mappings the plugins were given, and
-	// Capabilities every capability argument (portMappings among them),
-	// as libcni passed them.
+	// Mappings are the runtime's port mappings (portmap is given them
+	// where it declares the portMappings capability), and Capabilities
+	// every capability argument (portMappings among them), as libcni
+	// passed them.
 	Mappings     []PortMapping
 	Capabilities map[string]json.RawMessage
 }
@@ -280,21 +281,6 @@ func (l *Live) workloadInterface() (ResultInterface, bool) {
 		return ResultInterface{Name: l.IfName}, true // a result that lists no interface still made this one
 	}
 	return l.Result.Interfaces[i], true
-}
-
-// mappings returns the port mappings portmap applies to an address of
-// family v6: those without a host IP, or with one of the same family.
-func (l *Live) mappings(v6 bool) []PortMapping {
-	var out []PortMapping
-	for _, m := range l.Mappings {
-		if m.HostIP != "" {
-			if ip, err := netip.ParseAddr(m.HostIP); err == nil && ip.Is6() != v6 {
-				continue
-			}
-		}
-		out = append(out, m)
-	}
-	return out
 }
 
 // The workload's own devices: its interface, with the result's addresses,

@@ -394,3 +394,50 @@ func TestPortmapsNFTablesRulesAreWholeInEitherReleasesLayout(t *testing.T) {
 		})
 	}
 }
+
+// portmap maps what it was given: the runtime's port mappings where its
+// configuration declares the portMappings capability (libcni passes
+// them as its runtimeConfig), else its configuration's own
+// runtimeConfig. alloc-1's captured rules map 8080 (tcp and udp) and
+// 9090/tcp; the runtime here asked for 7070, which reaches portmap only
+// through the capability.
+func TestPortmapIsExpectedToMapWhatItWasGiven(t *testing.T) {
+	const captured = `[{"hostPort":8080,"containerPort":80,"protocol":"tcp"},{"hostPort":8080,"containerPort":80,"protocol":"udp"},` +
+		`{"hostPort":9090,"containerPort":9090,"protocol":"tcp"}]`
+	cases := []struct {
+		name, portmap string
+		want          []string // substrings, one per missing piece
+	}{
+		{name: "with the capability, the runtime's mappings",
+			portmap: `{"type":"portmap","capabilities":{"portMappings":true},"snat":true,"runtimeConfig":{"portMappings":` + captured + `}}`,
+			want: []string{"iptables iptables rule nat CNI-HOSTPORT-DNAT: jump of tcp ports 7070 to", "hairpin mark of tcp/7070", "localhost mark of tcp/7070",
+				"DNAT of tcp/7070 to 198.18.0.2:70", "ip6tables iptables rule nat CNI-HOSTPORT-DNAT: jump of tcp ports 7070 to",
+				"ip6tables iptables rule nat CNI-DN-9142979c1d97ca631090d: hairpin mark of tcp/7070", "DNAT of tcp/7070 to [fd00:198:18::2]:70"}},
+		{name: "without it, its runtimeConfig's",
+			portmap: `{"type":"portmap","snat":true,"runtimeConfig":{"portMappings":` + captured + `}}`},
+		{name: "without either, none",
+			portmap: `{"type":"portmap","snat":true}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			seams, _, _ := capturedHost(t, true)
+			l := alloc1(t, t.TempDir())
+			plugins := nomadConf(filepath.Dir(l.Net.IPAMDirs[0]))
+			plugins[3].Bytes = []byte(tc.portmap)
+			cacheDir := l.Net.CacheDir
+			l.Net = footprint.NetworkOf("nomad", plugins)
+			l.Net.CacheDir = cacheDir
+			l.Mappings = []footprint.PortMapping{{HostPort: 7070, ContainerPort: 70, Protocol: "tcp"}}
+			h := footprint.NewChecker(context.Background(), seams).Check([]*footprint.Live{l})[0]
+			got := strings.Join(missing(h), "\n")
+			if len(h.Missing) != len(tc.want) {
+				t.Fatalf("missing:\n%s\nwant %d piece(s): %q", got, len(tc.want), tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("missing:\n%s\nwant a piece naming %q", got, w)
+				}
+			}
+		})
+	}
+}

@@ -116,25 +116,32 @@ const (
 // portmapConf is what of portmap's configuration says which rules it
 // writes; the defaults are the plugin's.
 type portmapConf struct {
-	// Capabilities must declare portMappings: libcni hands the port
-	// mappings only to a plugin that does.
-	Capabilities         map[string]bool `json:"capabilities"`
 	SNAT                 *bool           `json:"snat"`
 	MasqAll              bool            `json:"masqAll"`
 	MarkMasqBit          *int            `json:"markMasqBit"`
 	ExternalSetMarkChain *string         `json:"externalSetMarkChain"`
+	Capabilities         map[string]bool `json:"capabilities"`
+	RuntimeConfig        struct {
+		PortMappings []PortMapping `json:"portMappings"`
+	} `json:"runtimeConfig"`
+	// given are the port mappings the plugin was given (portmapOf).
+	given []PortMapping
 }
 
 // portmapOf returns the network's portmap configuration, with the
-// plugin's defaults; ok is false when it runs no portmap.
+// plugin's defaults and the port mappings it was given: the runtime's
+// (Live.Mappings) where it declares the portMappings capability — libcni
+// then puts them in its runtimeConfig — else those its configuration's
+// own runtimeConfig holds. ok is false when it runs no portmap.
 func portmapOf(a *Live) (conf portmapConf, ok bool) {
 	confs := configs[portmapConf](a.Net, "portmap")
 	if len(confs) == 0 {
 		return portmapConf{}, false
 	}
 	conf = confs[0]
-	if !conf.Capabilities["portMappings"] {
-		return portmapConf{}, false // it was given no mappings: it wrote nothing
+	conf.given = conf.RuntimeConfig.PortMappings
+	if conf.Capabilities["portMappings"] {
+		conf.given = a.Mappings
 	}
 	if conf.SNAT == nil {
 		snat := true
@@ -155,6 +162,22 @@ func (c portmapConf) setMarkChain() string {
 	return hostportSetMarkChain
 }
 
+// mappings returns the port mappings portmap applies to an address of
+// family v6: those it was given without a host IP, or with one of the
+// same family.
+func (c portmapConf) mappings(v6 bool) []PortMapping {
+	var out []PortMapping
+	for _, m := range c.given {
+		if m.HostIP != "" {
+			if ip, err := netip.ParseAddr(m.HostIP); err == nil && ip.Is6() != v6 {
+				continue
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 // mark is the masquerade mark, as the plugin formats it.
 func (c portmapConf) mark() string {
 	m := 1 << uint(*c.MarkMasqBit&31)
@@ -170,7 +193,7 @@ func (c portmapConf) mark() string {
 // (pinned by the integration tests, for Debian's 1.1.1 and upstream's).
 func (portmapIPT) expect(v *liveView, a *Live, h *Health) {
 	conf, ok := portmapOf(a)
-	if !ok || len(a.Mappings) == 0 || a.backend("portmap") == "nftables" {
+	if !ok || len(conf.given) == 0 || a.backend("portmap") == "nftables" {
 		return
 	}
 	for _, v6 := range []bool{false, true} {
@@ -203,7 +226,7 @@ func portmapRules(a *Live, conf portmapConf, addr netip.Prefix) []wantRule {
 	}
 	var protos []string
 	ports := map[string][]string{}
-	for _, m := range a.Mappings { // the jumps name every mapping's port, of either family
+	for _, m := range conf.given { // the jumps name every mapping's port, of either family
 		if _, ok := ports[m.Protocol]; !ok {
 			protos = append(protos, m.Protocol)
 		}
@@ -218,7 +241,7 @@ func portmapRules(a *Live, conf portmapConf, addr netip.Prefix) []wantRule {
 				"-m", "comment", "--comment", comment, "-m", "multiport", "-p", proto, "--destination-ports", spec, "-j", chain))
 		}
 	}
-	for _, m := range a.mappings(v6) {
+	for _, m := range conf.mappings(v6) {
 		base := []string{"-p", m.Protocol, "--dport", strconv.Itoa(m.HostPort)}
 		what := fmt.Sprintf("%s/%d", m.Protocol, m.HostPort)
 		if hostIP, err := netip.ParseAddr(m.HostIP); err == nil && !hostIP.IsUnspecified() {

@@ -183,7 +183,7 @@ func foreignIDRules(v *view, set attSet) []host.NFTRule {
 // (Health.ownHostportRules).
 func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
 	conf, ok := portmapOf(a)
-	if !ok || len(a.Mappings) == 0 || a.backend("portmap") != "nftables" {
+	if !ok || len(conf.given) == 0 || a.backend("portmap") != "nftables" {
 		return
 	}
 	rules, err := v.nftRules()
@@ -227,7 +227,7 @@ func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
 			}
 		}
 		ip := addr.Addr()
-		for _, m := range a.mappings(v6) {
+		for _, m := range conf.mappings(v6) {
 			hostIP, _ := netip.ParseAddr(m.HostIP)
 			if hostIP.IsUnspecified() {
 				hostIP = netip.Addr{}

@@ -26,6 +26,11 @@
 // command. While it runs it holds
 // KILLWRAP_DIR/running-<pid>, so a test can wait until the plugins a
 // killed runner left behind have finished.
+//
+// Installed as iptables, ip6tables or nft in a directory that comes first
+// in the runner's PATH, it wraps that command (commands.go): a rule write
+// the runner makes itself, not one of its plugins', is counted in the
+// same count and log and kills the runner at KILLWRAP_KILL_AT.
 package main
 
 import (
@@ -45,6 +50,9 @@ import (
 
 func main() {
 	name := filepath.Base(os.Args[0])
+	if wrapsCommand(name) {
+		os.Exit(wrapCommand(name))
+	}
 	real, err := findReal(name)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, `{"cniVersion":"1.0.0","code":999,"msg":"killwrap: %s"}`+"\n", err)
