@@ -186,8 +186,7 @@ func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
 	if !ok || len(a.Mappings) == 0 || a.backend("portmap") != "nftables" {
 		return
 	}
-	rules, err := v.nftRules()
-	if err != nil {
+	if _, err := v.nftRules(); err != nil {
 		h.unknown(err)
 		return
 	}
@@ -197,10 +196,8 @@ func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
 			continue
 		}
 		table := nftHostportTables[i]
-		in := func(chain string, match func(host.NFTRule) bool) bool {
-			return countNFT(rules, func(r host.NFTRule) bool {
-				return r.Family == table.Family && r.Table == table.Name && r.Chain == chain && match(r)
-			}) > 0
+		in := func(chain string, match func(host.NFTRule) bool, comments ...string) bool {
+			return countNFT(v.nftChain(table, chain, comments...), match) > 0
 		}
 		miss := func(chain, what string) {
 			h.miss(Missing{Plugin: "portmap", Kind: KindNFTRule, Backend: "nftables", Detail: table.String() + " " + chain + ": " + what, Restore: ByPlugin})
@@ -229,8 +226,8 @@ func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
 				what = "daddr " + hostIP.String() + " " + what
 			}
 			if !in("hostports", func(r host.NFTRule) bool {
-				return r.Comment == a.ID && r.DNAT == ip && int(r.DNATPort) == m.ContainerPort && int(r.DPort) == m.HostPort && r.Daddr == hostIP
-			}) {
+				return r.DNAT == ip && int(r.DNATPort) == m.ContainerPort && int(r.DPort) == m.HostPort && r.Daddr == hostIP
+			}, a.ID) {
 				miss("hostports", what)
 			}
 		}
@@ -242,7 +239,7 @@ func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
 			sources = append(sources, netip.MustParseAddr("127.0.0.1"))
 		}
 		for _, src := range sources {
-			if !in("masquerading", func(r host.NFTRule) bool { return r.Comment == a.ID && r.Saddr == src && r.Daddr == ip }) {
+			if !in("masquerading", func(r host.NFTRule) bool { return r.Saddr == src && r.Daddr == ip }, a.ID) {
 				miss("masquerading", fmt.Sprintf("saddr %s daddr %s masquerade (comment %q)", src, ip, a.ID))
 			}
 		}
