@@ -3,6 +3,7 @@ package cninet
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,9 +108,8 @@ func TestTheRepairWatcherRestoresAFlushByItselfAndNothingAfterClose(t *testing.T
 		}
 	}()
 	waitFor(t, "web-1's rules back", func() bool { return len(f.lines("web-1")) == want })
-	if !strings.Contains(f.log.String(), "attachment repaired") {
-		t.Fatalf("no log line names the repair:\n%s", f.log.String())
-	}
+	// The line is written once the repair returns, after the rules are back.
+	waitFor(t, "a log line naming the repair", func() bool { return strings.Contains(f.log.String(), "attachment repaired") })
 	if err := f.c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -177,5 +177,106 @@ func TestTheRepairWatcherReportsADriftThatKeepsComingBackInsteadOfFightingIt(t *
 	}
 	if n != maxRepairs {
 		t.Fatalf("portmap's ADD ran %d times, want %d: then the drift is reported, not fought", n, maxRepairs)
+	}
+}
+
+// A pass repairs every drifting attachment from a constant number of
+// reads of the host (its own check, one whole check of those drifting,
+// one check of those repaired), not two more per attachment: after a
+// flush, a host of many workloads is whole again in the time of their
+// repairs, not of their repairs and as many listings.
+func TestTheRepairWatcherRepairsAFlushOfManyAttachmentsInThreeReadsOfTheHost(t *testing.T) {
+	conf, err := BridgeConfList(BridgeConfig{NetworkName: "w", BridgeName: "br-w", IPv4Subnet: "198.18.0.0/24", IPAMDataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fakes.NewHost()
+	f := watchFixture{host: h, cni: &fakes.CNI{Host: h, CacheDir: t.TempDir()}, log: &syncBuffer{}, netns: filepath.Join(t.TempDir(), "netns")}
+	if err := os.WriteFile(f.netns, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	saving := fakes.Saving{Batching: &fakes.Batching{IPTables: h.IPv4}} // iptables-save: one read is one SaveAll
+	f.c, err = New(Config{ConfList: conf, CNI: f.cni, CacheDir: f.cni.CacheDir, StateDir: t.TempDir(), Owner: "runner",
+		IPTables: func(v6 bool) (IPTables, error) {
+			if v6 {
+				return h.IPv6, nil
+			}
+			return saving, nil
+		},
+		NFTables: h.NFTables, Links: h.Links, RepairEvery: time.Hour, // the change signal alone drives it
+		Logger: hclog.New(&hclog.LoggerOptions{Output: f.log, Level: hclog.Info})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.c.Close()
+	defer func() {
+		if t.Failed() {
+			t.Log(f.log.String())
+		}
+	}()
+	const n = 6
+	want := map[string]int{}
+	for i := range n {
+		alloc := &Allocation{ID: fmt.Sprintf("web-%d", i), Ports: []Port{{Value: 8080 + i, To: 80}}}
+		if _, err := f.c.Setup(context.Background(), alloc, f.netns); err != nil {
+			t.Fatal(err)
+		}
+		want[alloc.ID] = len(f.lines(alloc.ID))
+	}
+	waitFor(t, "the pass at start", func() bool { return f.c.repairer.passesRun() >= 1 })
+	reads, passes := h.IPv4.Count("SaveAll"), f.c.repairer.passesRun()
+	f.flush()
+	h.NFT.FlushRuleset() // the firewall reload's change signal
+	waitFor(t, "every attachment repaired", func() bool { return strings.Count(f.log.String(), "attachment repaired") >= n })
+	waitFor(t, "the pass that repaired them", func() bool { return f.c.repairer.passesRun() > passes })
+	for id, lines := range want {
+		if got := len(f.lines(id)); got != lines {
+			t.Fatalf("%s has %d of its %d rules after the repair", id, got, lines)
+		}
+	}
+	if got := strings.Count(f.log.String(), "attachment repaired"); got != n {
+		t.Fatalf("%d repairs logged, want one per attachment (%d)", got, n)
+	}
+	if got := h.IPv4.Count("SaveAll") - reads; got != 3 {
+		t.Fatalf("the pass read the host %d times for %d drifting attachments, want 3: its check, a whole check of those drifting, a check of those repaired", got, n)
+	}
+}
+
+// BenchmarkRepairWatcherPass1000 is one pass of the watcher over 1,000
+// whole attachments (what it costs every RepairEvery on a quiet host):
+// the registry read, one check of them all.
+func BenchmarkRepairWatcherPass1000(b *testing.B) {
+	conf, err := BridgeConfList(BridgeConfig{NetworkName: "w", BridgeName: "br-w", IPv4Subnet: "198.18.0.0/20", IPAMDataDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := fakes.NewHost()
+	cniFake := &fakes.CNI{Host: h, CacheDir: b.TempDir()}
+	netns := filepath.Join(b.TempDir(), "netns")
+	if err := os.WriteFile(netns, nil, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	saving := fakes.Saving{Batching: &fakes.Batching{IPTables: h.IPv4}}
+	c, err := New(Config{ConfList: conf, CNI: cniFake, CacheDir: cniFake.CacheDir, StateDir: b.TempDir(), Owner: "runner",
+		IPTables: func(v6 bool) (IPTables, error) {
+			if v6 {
+				return h.IPv6, nil
+			}
+			return saving, nil
+		},
+		NFTables: h.NFTables, Links: h.Links, RepairEvery: time.Hour, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 1000 {
+		alloc := &Allocation{ID: fmt.Sprintf("web-%04d", i), Ports: []Port{{Value: 20000 + i, To: 80}}}
+		if _, err := c.Setup(context.Background(), alloc, netns); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		c.repairer.pass(context.Background(), time.Time{})
 	}
 }
