@@ -61,10 +61,18 @@ type repairWatcher struct {
 	lost     map[registry.Key]time.Time   // found not repairable in place, as of the record's Updated
 	passes   int                          // passes run (tests wait on it)
 
-	// known is the attachments the last pass built from their records
-	// (the watcher's goroutine alone uses it): a record not written
-	// since is not decoded into one again.
+	// The watcher's goroutine alone uses what follows. known is the
+	// attachments the last pass built from their records: a record not
+	// written since is not decoded into one again.
 	known map[registry.Key]checkedAttachment
+	// watching says the nf_tables ruleset is watched; firewallFresh that
+	// no change arrived since the last read of the firewall began;
+	// firewallWhole the attachments that read found with their firewall
+	// whole, as of their record's Updated. While all three hold for every
+	// live attachment and the firewall is nf_tables' (iptables-nft, nft),
+	// a periodic pass reads only the rest.
+	watching, firewallFresh bool
+	firewallWhole           map[registry.Key]time.Time
 }
 
 // startRepairWatcher starts c's watcher; stop ends it.
@@ -89,6 +97,7 @@ func (w *repairWatcher) run(ctx context.Context) {
 	tick := time.NewTicker(w.every)
 	defer tick.Stop()
 	changes, retry := w.subscribe(ctx)
+	w.watching = changes != nil
 	w.pass(ctx, time.Time{})
 	var last time.Time
 	for {
@@ -100,9 +109,11 @@ func (w *repairWatcher) run(ctx context.Context) {
 			last = time.Now()
 		case <-retry:
 			changes, retry = w.subscribe(ctx)
+			w.watching = changes != nil
 		case _, ok := <-changes:
+			w.firewallFresh = false
 			if !ok {
-				changes, retry = nil, time.After(resubscribeDelay)
+				changes, retry, w.watching = nil, time.After(resubscribeDelay), false
 				continue
 			}
 			first := time.Now()
@@ -185,9 +196,21 @@ func (w *repairWatcher) pass(ctx context.Context, changed time.Time) {
 		return
 	}
 	checker := footprint.NewChecker(ctx, w.c.seams.all())
-	checker.Shallow = true
+	checker.Shallow, checker.FirewallUnchanged = true, w.firewallKnown(atts)
+	if !checker.FirewallUnchanged {
+		w.firewallFresh = w.watching // a change from now on makes what this read finds stale
+	}
+	health := checker.Check(livesOf(atts))
+	if !checker.FirewallUnchanged {
+		w.firewallWhole = make(map[registry.Key]time.Time, len(atts))
+		for i, h := range health {
+			if h.FirewallWhole() {
+				w.firewallWhole[atts[i].rec.Key()] = atts[i].rec.Updated
+			}
+		}
+	}
 	var drifting []checkedAttachment
-	for i, h := range checker.Check(livesOf(atts)) {
+	for i, h := range health {
 		if len(h.Missing) > 0 && w.mayRepair(atts[i], h) {
 			drifting = append(drifting, atts[i])
 		}
@@ -195,6 +218,32 @@ func (w *repairWatcher) pass(ctx context.Context, changed time.Time) {
 	if len(drifting) > 0 {
 		w.repairAll(ctx, drifting, changed)
 	}
+}
+
+// firewallKnown reports whether the firewall of atts is as the last read
+// of it found it, whole: no nf_tables change arrived since that read
+// began, the watch never lapsed, each of atts was whole in it as it is
+// recorded now, and iptables' tables are nf_tables' (a change to
+// iptables-legacy's arrives nowhere).
+func (w *repairWatcher) firewallKnown(atts []checkedAttachment) bool {
+	if !w.watching || !w.firewallFresh {
+		return false
+	}
+	for _, ca := range atts {
+		if at, ok := w.firewallWhole[ca.rec.Key()]; !ok || !at.Equal(ca.rec.Updated) {
+			return false
+		}
+	}
+	for _, v6 := range []bool{false, true} {
+		ipt, err := w.c.seams.iptOpener.Get(v6)
+		if err != nil {
+			return false
+		}
+		if b, ok := ipt.(host.NFTablesBacked); !ok || !b.OnNFTables() {
+			return false
+		}
+	}
+	return true
 }
 
 // live returns the attachments the watcher keeps whole: those the

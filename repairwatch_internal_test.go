@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/cninettest/fakes"
+	"github.com/seed1280861d/cninet/host"
 )
 
 // watchFixture is a Configurator with a repair watcher on a fake host
@@ -279,4 +281,120 @@ func BenchmarkRepairWatcherPass1000(b *testing.B) {
 	for b.Loop() {
 		c.repairer.pass(context.Background(), time.Time{})
 	}
+}
+
+// onNFTables is the fake host's iptables as iptables-nft's: its tables
+// are nf_tables', so every change to them arrives as a change signal.
+type onNFTables struct{ fakes.Saving }
+
+func (onNFTables) OnNFTables() bool { return true }
+
+// newSavingWatchFixture is a watch fixture whose IPv4 iptables lists its
+// tables in one SaveAll (a read of the firewall is one SaveAll call), as
+// iptables-nft's (nftBacked) or iptables-legacy's.
+func newSavingWatchFixture(t *testing.T, every time.Duration, nftBacked bool) watchFixture {
+	t.Helper()
+	conf, err := BridgeConfList(BridgeConfig{NetworkName: "w", BridgeName: "br-w", IPv4Subnet: "198.18.0.0/24", IPAMDataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fakes.NewHost()
+	f := watchFixture{host: h, cni: &fakes.CNI{Host: h, CacheDir: t.TempDir()}, log: &syncBuffer{}, netns: filepath.Join(t.TempDir(), "netns")}
+	if err := os.WriteFile(f.netns, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	saving := fakes.Saving{Batching: &fakes.Batching{IPTables: h.IPv4}}
+	f.c, err = New(Config{ConfList: conf, CNI: f.cni, CacheDir: f.cni.CacheDir, StateDir: t.TempDir(), Owner: "runner",
+		IPTables: func(v6 bool) (IPTables, error) {
+			ipt := saving
+			if v6 {
+				ipt = fakes.Saving{Batching: &fakes.Batching{IPTables: h.IPv6}}
+			}
+			if nftBacked {
+				return onNFTables{ipt}, nil
+			}
+			return ipt, nil
+		},
+		NFTables: h.NFTables, Links: h.Links, RepairEvery: every,
+		Logger: hclog.New(&hclog.LoggerOptions{Output: f.log, Level: hclog.Info})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.c.Close() })
+	return f
+}
+
+// jumpOf is id's DNAT jump as the fake host lists it.
+func (f watchFixture) jumpOf(t *testing.T, id string) string {
+	t.Helper()
+	for _, l := range f.lines(id) {
+		if strings.HasPrefix(l, "-A CNI-HOSTPORT-DNAT") {
+			return l
+		}
+	}
+	t.Fatalf("%s has no DNAT jump: %q", id, f.lines(id))
+	return ""
+}
+
+// On iptables-nft every change to the firewall arrives as a change
+// signal: a periodic pass reads the firewall again only when one came
+// (or an attachment's record is not one the last read found whole), so
+// a quiet host of many workloads costs a pass the files alone.
+func TestThePeriodicPassReadsTheFirewallOnlyWhenNFTablesSaysItChanged(t *testing.T) {
+	f := newSavingWatchFixture(t, 2*time.Millisecond, true)
+	defer func() {
+		if t.Failed() {
+			t.Log(f.log.String())
+		}
+	}()
+	a := &Allocation{ID: "web-1", Ports: []Port{{Value: 8080, To: 80}}}
+	if _, err := f.c.Setup(context.Background(), a, f.netns); err != nil {
+		t.Fatal(err)
+	}
+	f.waitPasses(t, 3)
+	reads := f.host.IPv4.Count("SaveAll")
+	f.waitPasses(t, 20)
+	if got := f.host.IPv4.Count("SaveAll") - reads; got != 0 {
+		t.Fatalf("20 quiet passes read the firewall %d times, want none: nothing changed since a read found it whole", got)
+	}
+
+	b := &Allocation{ID: "web-2", Ports: []Port{{Value: 8081, To: 80}}} // its ADD signals no change here
+	if _, err := f.c.Setup(context.Background(), b, f.netns); err != nil {
+		t.Fatal(err)
+	}
+	reads = f.host.IPv4.Count("SaveAll")
+	f.waitPasses(t, 3)
+	if f.host.IPv4.Count("SaveAll") == reads {
+		t.Fatal("a pass took web-2's firewall as whole without ever reading it")
+	}
+
+	f.waitPasses(t, 3)
+	jump := f.jumpOf(t, "web-1")
+	f.host.IPv4.Unload("nat", jump)
+	f.host.NFT.FlushTable(host.NFTable{Family: "ip", Name: "cni_hostport"}) // the change signal iptables-nft's deletion sends
+	waitFor(t, "web-1's jump restored after the change signal", func() bool { return slices.Contains(f.lines("web-1"), jump) })
+}
+
+// On iptables-legacy a change to the firewall arrives nowhere: every
+// periodic pass reads it, and restores what went without a signal.
+func TestThePeriodicPassReadsALegacyFirewallEveryTime(t *testing.T) {
+	f := newSavingWatchFixture(t, 2*time.Millisecond, false)
+	defer func() {
+		if t.Failed() {
+			t.Log(f.log.String())
+		}
+	}()
+	a := &Allocation{ID: "web-1", Ports: []Port{{Value: 8080, To: 80}}}
+	if _, err := f.c.Setup(context.Background(), a, f.netns); err != nil {
+		t.Fatal(err)
+	}
+	f.waitPasses(t, 3)
+	reads := f.host.IPv4.Count("SaveAll")
+	f.waitPasses(t, 5)
+	if got := f.host.IPv4.Count("SaveAll") - reads; got < 5 {
+		t.Fatalf("5 passes read the legacy firewall %d times, want each of them", got)
+	}
+	jump := f.jumpOf(t, "web-1")
+	f.host.IPv4.Unload("nat", jump) // no signal: iptables-legacy sends none
+	waitFor(t, "web-1's jump restored by a periodic pass", func() bool { return slices.Contains(f.lines("web-1"), jump) })
 }

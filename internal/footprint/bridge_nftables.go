@@ -163,6 +163,9 @@ func (bridgeNFT) expect(v *liveView, a *Live, h *Health) {
 	if !ok || backend != "nftables" || len(a.allAddrs()) == 0 {
 		return
 	}
+	if v.firewallUnchanged {
+		return
+	}
 	if _, err := v.nftRules(); err != nil {
 		h.unknown(err)
 		return

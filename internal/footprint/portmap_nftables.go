@@ -186,6 +186,9 @@ func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
 	if !ok || len(a.Mappings) == 0 || a.backend("portmap") != "nftables" {
 		return
 	}
+	if v.firewallUnchanged {
+		return
+	}
 	if _, err := v.nftRules(); err != nil {
 		h.unknown(err)
 		return
