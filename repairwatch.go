@@ -361,10 +361,16 @@ func (w *repairWatcher) repairAll(ctx context.Context, drifting []checkedAttachm
 	}
 	// The first repair runs alone: it restores the chains the plugins
 	// share, which two plugins' ADDs would race to create (one failing).
+	// Unless it restored all it found missing, the others run one at a
+	// time too.
 	repairAt(0)
+	workers := repairWorkers
+	if !ok[0] || len(results[0].restored) < len(results[0].before.Missing) {
+		workers = 1
+	}
 	next := make(chan int)
 	var wg sync.WaitGroup
-	for range min(repairWorkers, len(drifting)-1) {
+	for range min(workers, len(drifting)-1) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	cni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
@@ -397,4 +399,109 @@ func TestThePeriodicPassReadsALegacyFirewallEveryTime(t *testing.T) {
 	jump := f.jumpOf(t, "web-1")
 	f.host.IPv4.Unload("nat", jump) // no signal: iptables-legacy sends none
 	waitFor(t, "web-1's jump restored by a periodic pass", func() bool { return slices.Contains(f.lines("web-1"), jump) })
+}
+
+// overlapCNI is the fake CNI whose plugins' ADD alone notes how many run
+// at once; fail's fail, and with together each but the first
+// attachment's waits until two run at once (or fails the test).
+type overlapCNI struct {
+	*fakes.CNI
+	t        *testing.T
+	fail     string
+	together bool
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	met      chan struct{} // closed when two first ran at once
+	closed   bool
+}
+
+func (c *overlapCNI) AddPlugin(ctx context.Context, id, netns, typ string, prev types.Result, opts ...cni.NamespaceOpts) error {
+	c.mu.Lock()
+	c.inFlight++
+	c.most = max(c.most, c.inFlight)
+	if c.inFlight == 2 && c.most == 2 && !c.closed {
+		close(c.met)
+		c.closed = true
+	}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.inFlight--
+		c.mu.Unlock()
+	}()
+	if id == c.fail {
+		return fmt.Errorf("fake %s ADD of %s fails", typ, id)
+	}
+	if c.together && id != "web-0" { // the first repair runs alone
+		select {
+		case <-c.met:
+		case <-time.After(10 * time.Second):
+			c.t.Error("no two plugins' ADDs ran at once")
+		}
+	} else {
+		time.Sleep(2 * time.Millisecond) // room for another to start, if one could
+	}
+	return c.CNI.AddPlugin(ctx, id, netns, typ, prev, opts...)
+}
+
+// After a flush, a pass repairs the first drifting attachment alone
+// (the plugins' ADDs would race to create the chains they share), the
+// others a few at once; when the first could not be made whole, the
+// shared chains may still be missing, and they run one at a time.
+func TestAPassRepairsTheOthersAtOnceOnlyAfterTheFirstWasMadeWhole(t *testing.T) {
+	for _, c := range []struct {
+		name, fail string
+		together   bool
+		repaired   int
+	}{
+		{"after a whole first repair the others run at once", "", true, 8},
+		{"after a first repair that failed the others run one at a time", "web-0", false, 7},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conf, err := BridgeConfList(BridgeConfig{NetworkName: "w", BridgeName: "br-w", IPv4Subnet: "198.18.0.0/24", IPAMDataDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := fakes.NewHost()
+			fake := &overlapCNI{CNI: &fakes.CNI{Host: h, CacheDir: t.TempDir()}, t: t, fail: c.fail, together: c.together, met: make(chan struct{})}
+			netns, log := filepath.Join(t.TempDir(), "netns"), &syncBuffer{}
+			if err := os.WriteFile(netns, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := New(Config{ConfList: conf, CNI: fake, CacheDir: fake.CacheDir, StateDir: t.TempDir(), Owner: "runner",
+				IPTables: h.IPTables, NFTables: h.NFTables, Links: h.Links, RepairEvery: time.Hour,
+				Logger: hclog.New(&hclog.LoggerOptions{Output: log, Level: hclog.Info})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cfg.Close()
+			defer func() {
+				if t.Failed() {
+					t.Log(log.String())
+				}
+			}()
+			for i := range 8 {
+				if _, err := cfg.Setup(context.Background(), &Allocation{ID: fmt.Sprintf("web-%d", i), Ports: []Port{{Value: 8080 + i, To: 80}}}, netns); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, "the pass at start", func() bool { return cfg.repairer.passesRun() >= 1 })
+			passes := cfg.repairer.passesRun()
+			h.IPv4.Reset()
+			h.NFT.FlushRuleset()
+			waitFor(t, "the pass after the flush", func() bool { return cfg.repairer.passesRun() > passes })
+			if got := strings.Count(log.String(), "attachment repaired"); got != c.repaired {
+				t.Fatalf("%d attachments repaired, want the %d whose ADD works", got, c.repaired)
+			}
+			fake.mu.Lock()
+			defer fake.mu.Unlock()
+			if c.together && fake.most < 2 {
+				t.Fatalf("at most %d plugins' ADDs ran at once, want several", fake.most)
+			}
+			if !c.together && fake.most != 1 {
+				t.Fatalf("%d plugins' ADDs ran at once, want one at a time", fake.most)
+			}
+		})
+	}
 }
