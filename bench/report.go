@@ -82,8 +82,9 @@ func (r *report) markdown() string {
 	w("- Machine: %s. Shared with other jobs while this ran (load average well above the core count at times).\n", r.res.Machine)
 	w("- Plugins: Debian's `containernetworking-plugins` 1.1.1 (`%s`, iptables backend only) and the upstream reference plugins v1.9.1 (`%s`), with the iptables backends and with `\"ipMasqBackend\"`/`\"backend\": \"nftables\"` (cninet's `BridgeConfig.Backend = BackendNFTables`); the firewall plugin always uses iptables. Real binaries, run inside a throwaway network and mount namespace (`internal/netsandbox`).\n", o.pluginDir, o.upstreamDir)
 	w("- Command: `make bench` (as root), which runs `go test -run '^$' -bench . -benchmem .` and then\n")
-	w("  `cd bench && go run . -plugins %s -upstream %s -failonce ../.cache/bench-plugins -overhead-n %d -scale-n %d -scale-sizes %s -recovery-n %d -conc-rounds %d -gc-n %d -gc-big-n %d -gc-nft-n %d -gc-scale-sizes %s -multinet-n %d -status-n %d -status-runs %d -pressure-rules %s -pressure-n %d%s`.\n",
+	w("  `cd bench && go run . -plugins %s -upstream %s -failonce ../.cache/bench-plugins -overhead-n %d -scale-n %d -scale-sizes %s -recovery-n %d -conc-rounds %d -gc-n %d -gc-big-n %d -gc-nft-n %d -gc-scale-sizes %s -multinet-n %d -status-n %d -status-runs %d -pressure-rules %s -pressure-n %d -drift-n %d -drift-check-n %d -drift-flushes %d -drift-gap %s -drift-idle %s -drift-storm %d%s`.\n",
 		o.pluginDir, o.upstreamDir, o.overheadN, o.scaleN, joinInts(o.scaleSizes), o.recoveryN, o.concRounds, o.gcN, o.gcBigN, o.gcNFTN, joinInts(o.gcScaleSizes), o.multiN, o.statusN, o.statusRuns, joinInts(o.pressureSizes), o.pressureN,
+		o.driftN, o.driftCheckN, o.driftFlushes, o.driftGap, o.driftIdle, o.driftStorm,
 		map[bool]string{true: "", false: " -control=false"}[o.control])
 	w("  `make bench BENCH_ARGS='-only overhead-scale,gc-nft'` reruns a subset (%s) and keeps the other sections from `bench/results.json`.\n", strings.Join(scenarioNames(), ", "))
 	w("- Contenders are interleaved in one run (ABAB…, alternating which goes first; in the overhead scenarios with their control, a second go-cni, the six orders of three in turn), so machine drift hits them alike.\n")
@@ -117,6 +118,7 @@ func (r *report) markdown() string {
 	r.statusSection(w)
 	r.pressureSection(w)
 	r.criSection(w)
+	r.driftSection(w)
 	if len(r.res.Took) > 0 {
 		w("## Run time per scenario\n\n| scenario | took | measured |\n|---|---|---|\n")
 		var total time.Duration
@@ -182,6 +184,7 @@ func (r *report) targets(w writer) {
 		q := ratio(c.Shim.total().median(), c.Direct.total().median())
 		w("| thick mode under containerd's CRI, %s: crictl runp+stopp+rmp through the shim / on the delegate, median ≤ %.2f× | %.3f× | %s |\n", c.Set.Name, criTarget, q, verdict(q <= criTarget))
 	}
+	r.driftTargets(w)
 	if s := r.res.Status; s != nil {
 		w("| host registry: `cninet status --attachments` over %d records, median < %s (text and JSON, the slower) | %s | %s |\n", s.N, seconds(statusTarget), ms(s.slowest()), verdict(s.slowest() < statusTarget))
 	}
