@@ -47,24 +47,74 @@ func (s *syncBuffer) String() string {
 }
 
 func newWatchFixture(t *testing.T, every time.Duration) watchFixture {
-	t.Helper()
-	conf, err := BridgeConfList(BridgeConfig{NetworkName: "w", BridgeName: "br-w", IPv4Subnet: "198.18.0.0/24", IPAMDataDir: t.TempDir()})
+	return newWatchFixtureOn(t, every, watchHost{})
+}
+
+// watchHost says how a watch fixture's host answers: its iptables list
+// their tables chain by chain, or (saving) in one SaveAll per family, a
+// read of the firewall being one SaveAll call, as iptables-nft's
+// (nftBacked) or iptables-legacy's; wrap, if set, wraps the fake CNI.
+type watchHost struct {
+	saving, nftBacked bool
+	wrap              func(*fakes.CNI) cni.CNI
+}
+
+// onNFTables is the fake host's iptables as iptables-nft's: its tables
+// are nf_tables', so every change to them arrives as a change signal.
+type onNFTables struct{ fakes.Saving }
+
+func (onNFTables) OnNFTables() bool { return true }
+
+func newWatchFixtureOn(tb testing.TB, every time.Duration, wh watchHost) watchFixture {
+	tb.Helper()
+	conf, err := BridgeConfList(BridgeConfig{NetworkName: "w", BridgeName: "br-w", IPv4Subnet: "198.18.0.0/20", IPAMDataDir: tb.TempDir()})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	h := fakes.NewHost()
-	f := watchFixture{host: h, cni: &fakes.CNI{Host: h, CacheDir: t.TempDir()}, log: &syncBuffer{}, netns: filepath.Join(t.TempDir(), "netns")}
+	f := watchFixture{host: h, cni: &fakes.CNI{Host: h, CacheDir: tb.TempDir()}, log: &syncBuffer{}, netns: filepath.Join(tb.TempDir(), "netns")}
 	if err := os.WriteFile(f.netns, nil, 0o600); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	f.c, err = New(Config{ConfList: conf, CNI: f.cni, CacheDir: f.cni.CacheDir, StateDir: t.TempDir(), Owner: "runner",
-		IPTables: h.IPTables, NFTables: h.NFTables, Links: h.Links, RepairEvery: every,
+	ipt := h.IPTables
+	if wh.saving {
+		ipt = func(v6 bool) (IPTables, error) {
+			s := fakes.Saving{Batching: &fakes.Batching{IPTables: h.Family(v6)}}
+			if wh.nftBacked {
+				return onNFTables{s}, nil
+			}
+			return s, nil
+		}
+	}
+	var driver cni.CNI = f.cni
+	if wh.wrap != nil {
+		driver = wh.wrap(f.cni)
+	}
+	f.c, err = New(Config{ConfList: conf, CNI: driver, CacheDir: f.cni.CacheDir, StateDir: tb.TempDir(), Owner: "runner",
+		IPTables: ipt, NFTables: h.NFTables, Links: h.Links, RepairEvery: every,
 		Logger: hclog.New(&hclog.LoggerOptions{Output: f.log, Level: hclog.Info})})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { f.c.Close() })
+	tb.Cleanup(func() { f.c.Close() })
 	return f
+}
+
+// logOnFailure logs what the watcher wrote, should the test fail.
+func (f watchFixture) logOnFailure(t *testing.T) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(f.log.String())
+		}
+	})
+}
+
+// setUp sets id up with one mapped port.
+func (f watchFixture) setUp(tb testing.TB, id string, port int) {
+	tb.Helper()
+	if _, err := f.c.Setup(context.Background(), &Allocation{ID: id, Ports: []Port{{Value: port, To: 80}}}, f.netns); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // lines returns what of id's footprint the host's IPv4 tables hold.
@@ -190,42 +240,15 @@ func TestTheRepairWatcherReportsADriftThatKeepsComingBackInsteadOfFightingIt(t *
 // flush, a host of many workloads is whole again in the time of their
 // repairs, not of their repairs and as many listings.
 func TestTheRepairWatcherRepairsAFlushOfManyAttachmentsInThreeReadsOfTheHost(t *testing.T) {
-	conf, err := BridgeConfList(BridgeConfig{NetworkName: "w", BridgeName: "br-w", IPv4Subnet: "198.18.0.0/24", IPAMDataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := fakes.NewHost()
-	f := watchFixture{host: h, cni: &fakes.CNI{Host: h, CacheDir: t.TempDir()}, log: &syncBuffer{}, netns: filepath.Join(t.TempDir(), "netns")}
-	if err := os.WriteFile(f.netns, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	saving := fakes.Saving{Batching: &fakes.Batching{IPTables: h.IPv4}} // iptables-save: one read is one SaveAll
-	f.c, err = New(Config{ConfList: conf, CNI: f.cni, CacheDir: f.cni.CacheDir, StateDir: t.TempDir(), Owner: "runner",
-		IPTables: func(v6 bool) (IPTables, error) {
-			if v6 {
-				return h.IPv6, nil
-			}
-			return saving, nil
-		},
-		NFTables: h.NFTables, Links: h.Links, RepairEvery: time.Hour, // the change signal alone drives it
-		Logger: hclog.New(&hclog.LoggerOptions{Output: f.log, Level: hclog.Info})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.c.Close()
-	defer func() {
-		if t.Failed() {
-			t.Log(f.log.String())
-		}
-	}()
+	f := newWatchFixtureOn(t, time.Hour, watchHost{saving: true}) // the change signal alone drives it
+	f.logOnFailure(t)
+	h := f.host
 	const n = 6
 	want := map[string]int{}
 	for i := range n {
-		alloc := &Allocation{ID: fmt.Sprintf("web-%d", i), Ports: []Port{{Value: 8080 + i, To: 80}}}
-		if _, err := f.c.Setup(context.Background(), alloc, f.netns); err != nil {
-			t.Fatal(err)
-		}
-		want[alloc.ID] = len(f.lines(alloc.ID))
+		id := fmt.Sprintf("web-%d", i)
+		f.setUp(t, id, 8080+i)
+		want[id] = len(f.lines(id))
 	}
 	waitFor(t, "the pass at start", func() bool { return f.c.repairer.passesRun() >= 1 })
 	reads, passes := h.IPv4.Count("SaveAll"), f.c.repairer.passesRun()
@@ -250,80 +273,14 @@ func TestTheRepairWatcherRepairsAFlushOfManyAttachmentsInThreeReadsOfTheHost(t *
 // whole attachments (what it costs every RepairEvery on a quiet host):
 // the registry read, one check of them all.
 func BenchmarkRepairWatcherPass1000(b *testing.B) {
-	conf, err := BridgeConfList(BridgeConfig{NetworkName: "w", BridgeName: "br-w", IPv4Subnet: "198.18.0.0/20", IPAMDataDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := fakes.NewHost()
-	cniFake := &fakes.CNI{Host: h, CacheDir: b.TempDir()}
-	netns := filepath.Join(b.TempDir(), "netns")
-	if err := os.WriteFile(netns, nil, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	saving := fakes.Saving{Batching: &fakes.Batching{IPTables: h.IPv4}}
-	c, err := New(Config{ConfList: conf, CNI: cniFake, CacheDir: cniFake.CacheDir, StateDir: b.TempDir(), Owner: "runner",
-		IPTables: func(v6 bool) (IPTables, error) {
-			if v6 {
-				return h.IPv6, nil
-			}
-			return saving, nil
-		},
-		NFTables: h.NFTables, Links: h.Links, RepairEvery: time.Hour, Logger: hclog.NewNullLogger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	f := newWatchFixtureOn(b, time.Hour, watchHost{saving: true})
 	for i := range 1000 {
-		alloc := &Allocation{ID: fmt.Sprintf("web-%04d", i), Ports: []Port{{Value: 20000 + i, To: 80}}}
-		if _, err := c.Setup(context.Background(), alloc, netns); err != nil {
-			b.Fatal(err)
-		}
+		f.setUp(b, fmt.Sprintf("web-%04d", i), 20000+i)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		c.repairer.pass(context.Background(), time.Time{})
+		f.c.repairer.pass(context.Background(), time.Time{})
 	}
-}
-
-// onNFTables is the fake host's iptables as iptables-nft's: its tables
-// are nf_tables', so every change to them arrives as a change signal.
-type onNFTables struct{ fakes.Saving }
-
-func (onNFTables) OnNFTables() bool { return true }
-
-// newSavingWatchFixture is a watch fixture whose IPv4 iptables lists its
-// tables in one SaveAll (a read of the firewall is one SaveAll call), as
-// iptables-nft's (nftBacked) or iptables-legacy's.
-func newSavingWatchFixture(t *testing.T, every time.Duration, nftBacked bool) watchFixture {
-	t.Helper()
-	conf, err := BridgeConfList(BridgeConfig{NetworkName: "w", BridgeName: "br-w", IPv4Subnet: "198.18.0.0/24", IPAMDataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := fakes.NewHost()
-	f := watchFixture{host: h, cni: &fakes.CNI{Host: h, CacheDir: t.TempDir()}, log: &syncBuffer{}, netns: filepath.Join(t.TempDir(), "netns")}
-	if err := os.WriteFile(f.netns, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	saving := fakes.Saving{Batching: &fakes.Batching{IPTables: h.IPv4}}
-	f.c, err = New(Config{ConfList: conf, CNI: f.cni, CacheDir: f.cni.CacheDir, StateDir: t.TempDir(), Owner: "runner",
-		IPTables: func(v6 bool) (IPTables, error) {
-			ipt := saving
-			if v6 {
-				ipt = fakes.Saving{Batching: &fakes.Batching{IPTables: h.IPv6}}
-			}
-			if nftBacked {
-				return onNFTables{ipt}, nil
-			}
-			return ipt, nil
-		},
-		NFTables: h.NFTables, Links: h.Links, RepairEvery: every,
-		Logger: hclog.New(&hclog.LoggerOptions{Output: f.log, Level: hclog.Info})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.c.Close() })
-	return f
 }
 
 // jumpOf is id's DNAT jump as the fake host lists it.
@@ -343,16 +300,9 @@ func (f watchFixture) jumpOf(t *testing.T, id string) string {
 // (or an attachment's record is not one the last read found whole), so
 // a quiet host of many workloads costs a pass the files alone.
 func TestThePeriodicPassReadsTheFirewallOnlyWhenNFTablesSaysItChanged(t *testing.T) {
-	f := newSavingWatchFixture(t, 2*time.Millisecond, true)
-	defer func() {
-		if t.Failed() {
-			t.Log(f.log.String())
-		}
-	}()
-	a := &Allocation{ID: "web-1", Ports: []Port{{Value: 8080, To: 80}}}
-	if _, err := f.c.Setup(context.Background(), a, f.netns); err != nil {
-		t.Fatal(err)
-	}
+	f := newWatchFixtureOn(t, 2*time.Millisecond, watchHost{saving: true, nftBacked: true})
+	f.logOnFailure(t)
+	f.setUp(t, "web-1", 8080)
 	f.waitPasses(t, 3)
 	reads := f.host.IPv4.Count("SaveAll")
 	f.waitPasses(t, 20)
@@ -360,10 +310,7 @@ func TestThePeriodicPassReadsTheFirewallOnlyWhenNFTablesSaysItChanged(t *testing
 		t.Fatalf("20 quiet passes read the firewall %d times, want none: nothing changed since a read found it whole", got)
 	}
 
-	b := &Allocation{ID: "web-2", Ports: []Port{{Value: 8081, To: 80}}} // its ADD signals no change here
-	if _, err := f.c.Setup(context.Background(), b, f.netns); err != nil {
-		t.Fatal(err)
-	}
+	f.setUp(t, "web-2", 8081) // its ADD signals no change here
 	reads = f.host.IPv4.Count("SaveAll")
 	f.waitPasses(t, 3)
 	if f.host.IPv4.Count("SaveAll") == reads {
@@ -380,16 +327,9 @@ func TestThePeriodicPassReadsTheFirewallOnlyWhenNFTablesSaysItChanged(t *testing
 // On iptables-legacy a change to the firewall arrives nowhere: every
 // periodic pass reads it, and restores what went without a signal.
 func TestThePeriodicPassReadsALegacyFirewallEveryTime(t *testing.T) {
-	f := newSavingWatchFixture(t, 2*time.Millisecond, false)
-	defer func() {
-		if t.Failed() {
-			t.Log(f.log.String())
-		}
-	}()
-	a := &Allocation{ID: "web-1", Ports: []Port{{Value: 8080, To: 80}}}
-	if _, err := f.c.Setup(context.Background(), a, f.netns); err != nil {
-		t.Fatal(err)
-	}
+	f := newWatchFixtureOn(t, 2*time.Millisecond, watchHost{saving: true, nftBacked: false})
+	f.logOnFailure(t)
+	f.setUp(t, "web-1", 8080)
 	f.waitPasses(t, 3)
 	reads := f.host.IPv4.Count("SaveAll")
 	f.waitPasses(t, 5)
@@ -459,32 +399,15 @@ func TestAPassRepairsTheOthersAtOnceOnlyAfterTheFirstWasMadeWhole(t *testing.T) 
 		{"after a first repair that failed the others run one at a time", "web-0", false, 7},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			conf, err := BridgeConfList(BridgeConfig{NetworkName: "w", BridgeName: "br-w", IPv4Subnet: "198.18.0.0/24", IPAMDataDir: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			h := fakes.NewHost()
-			fake := &overlapCNI{CNI: &fakes.CNI{Host: h, CacheDir: t.TempDir()}, t: t, fail: c.fail, together: c.together, met: make(chan struct{})}
-			netns, log := filepath.Join(t.TempDir(), "netns"), &syncBuffer{}
-			if err := os.WriteFile(netns, nil, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := New(Config{ConfList: conf, CNI: fake, CacheDir: fake.CacheDir, StateDir: t.TempDir(), Owner: "runner",
-				IPTables: h.IPTables, NFTables: h.NFTables, Links: h.Links, RepairEvery: time.Hour,
-				Logger: hclog.New(&hclog.LoggerOptions{Output: log, Level: hclog.Info})})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cfg.Close()
-			defer func() {
-				if t.Failed() {
-					t.Log(log.String())
-				}
-			}()
+			var fake *overlapCNI
+			f := newWatchFixtureOn(t, time.Hour, watchHost{wrap: func(inner *fakes.CNI) cni.CNI {
+				fake = &overlapCNI{CNI: inner, t: t, fail: c.fail, together: c.together, met: make(chan struct{})}
+				return fake
+			}})
+			f.logOnFailure(t)
+			cfg, h, log := f.c, f.host, f.log
 			for i := range 8 {
-				if _, err := cfg.Setup(context.Background(), &Allocation{ID: fmt.Sprintf("web-%d", i), Ports: []Port{{Value: 8080 + i, To: 80}}}, netns); err != nil {
-					t.Fatal(err)
-				}
+				f.setUp(t, fmt.Sprintf("web-%d", i), 8080+i)
 			}
 			waitFor(t, "the pass at start", func() bool { return cfg.repairer.passesRun() >= 1 })
 			passes := cfg.repairer.passesRun()

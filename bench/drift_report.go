@@ -18,13 +18,11 @@ func (r *report) driftSection(w writer) {
 	}
 	d0 := ds[0]
 	w("Per plugin set, a network of its own (a /21, one bridge) in the bench's namespace, and %d workloads set up through cninet, each serving TCP on 8080 behind a host port of its own. A port *answers* when a TCP connection from the bench's host namespace to the bridge's address and that port is accepted (200 ms timeout; the ports that do not answer yet are tried again every 5 ms). The watcher is `Config.RepairEvery` of a Configurator of the same owner (docs/drift.md); its log names each attachment it repaired, with the time the line arrived. CPU is the bench process's user + system time and its children's (the plugins, iptables, nft) over the interval: the watcher's, and the bench's probes.\n\n", d0.N)
-	var machines []string
-	for _, d := range ds {
-		if !slices.Contains(machines, d.Machine) {
-			machines = append(machines, d.Machine)
-		}
+	machines := make([]string, len(ds))
+	for i, d := range ds {
+		machines[i] = d.Machine
 	}
-	w("Measured on: %s.\n\n", strings.Join(machines, "; "))
+	w("%s", measuredOn(machines))
 	r.driftFlushTable(w)
 	r.driftOverheadTable(w)
 	r.driftCheckTable(w)

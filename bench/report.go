@@ -43,6 +43,18 @@ func machine() string {
 		strings.TrimSpace(string(kernel)), runtime.Version(), strings.TrimSpace(string(ipt)), strings.TrimSpace(string(nft)))
 }
 
+// measuredOn is the line naming the machines a section's rows were
+// measured on, each once.
+func measuredOn(machines []string) string {
+	var distinct []string
+	for _, m := range machines {
+		if !slices.Contains(distinct, m) {
+			distinct = append(distinct, m)
+		}
+	}
+	return fmt.Sprintf("Measured on: %s.\n\n", strings.Join(distinct, "; "))
+}
+
 // when says when scenarios were measured, for those not measured by this
 // run: one line for all of them.
 func (r *report) when(names ...string) string {
