@@ -104,7 +104,10 @@ type Config struct {
 	// interval, and at once when the nf_tables ruleset changes (a
 	// firewall reload, an `iptables -F`, `nft flush ruleset`), and
 	// repairs what is missing as Check with CheckOptions.Repair does,
-	// each attachment under its lock. A drift that keeps coming back is
+	// each attachment under its lock. Where every firewall change
+	// arrives as an nf_tables change (iptables-nft, nft), the periodic
+	// check reads the firewall only when one arrived since; files and
+	// namespaces it reads every time. A drift that keeps coming back is
 	// reported rather than fought. Close stops it. 0: no watcher (the
 	// default). See docs/drift.md.
 	RepairEvery time.Duration

@@ -120,7 +120,7 @@ operations share is a type in a file named after what it holds.
 	connect.go            Connect, Disconnect, ConnectOptions, CheckIfName.
 	check.go              Check, CheckOptions, DriftError, Drift: cninet's own check of each attachment, then the plugins' CHECK where it is sound.
 	repair.go             The drift check and repair of found attachments (driftCheck), a live attachment from its record (liveOf), libcni's cache written again.
-	repairwatch.go        The repair watcher (Config.RepairEvery): a pass at start, every interval and on nf_tables changes; never fights.
+	repairwatch.go        The repair watcher (Config.RepairEvery): a pass at start, every interval and on nf_tables changes (the firewall read again only when it changed, where nf_tables says so); drifting attachments repaired from one read of the host, a few at once, each under its lock; never fights.
 	status.go             Status: whether each network (or each one named) can attach workloads.
 	gc.go                 GC; gcRun: the recorded, then the cached dead attachments detached, then the sweep of what no record or cache remembers; the registry's housekeeping.
 	gc_recorded.go        The dead recorded attachments (this owner's, any owner's of an earlier boot), each under its id's lock.

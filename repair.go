@@ -166,15 +166,7 @@ func (c *Configurator) driftCheck(ctx context.Context, atts []checkedAttachment,
 	for j, h := range footprint.NewChecker(ctx, c.seams.all()).Check(recheck) {
 		i := again[j]
 		out[i].health = h
-		still := map[string]bool{}
-		for _, m := range h.Missing {
-			still[m.String()] = true
-		}
-		for _, m := range restored[i] {
-			if !still[m.String()] { // a piece its restoring did not bring back is not repaired
-				out[i].repaired = append(out[i].repaired, m)
-			}
-		}
+		out[i].repaired = stillRestored(restored[i], h)
 		c.logRepair(atts[i].live, out[i], time.Since(starts[i]))
 	}
 	return out
@@ -188,6 +180,22 @@ func (c *Configurator) repairOne(ctx context.Context, checker *footprint.Checker
 	c.tel.repaired(ctx, ca.live, len(h.Missing), len(restored), err)
 	span.end(err)
 	return restored, err
+}
+
+// stillRestored is what of restored the check after the repair finds
+// there: a piece its restoring did not bring back is not repaired.
+func stillRestored(restored []footprint.Missing, after footprint.Health) []footprint.Missing {
+	still := map[string]bool{}
+	for _, m := range after.Missing {
+		still[m.String()] = true
+	}
+	var out []footprint.Missing
+	for _, m := range restored {
+		if !still[m.String()] {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // logRepair writes a repair's line: what it restored, checked again, and

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/cninettest/fakes"
+	"github.com/seed1280861d/cninet/host"
 )
 
 // watchFixture is a Configurator with a repair watcher on a fake host
@@ -46,24 +49,74 @@ func (s *syncBuffer) String() string {
 }
 
 func newWatchFixture(t *testing.T, every time.Duration) watchFixture {
-	t.Helper()
-	conf, err := BridgeConfList(BridgeConfig{NetworkName: "w", BridgeName: "br-w", IPv4Subnet: "198.18.0.0/24", IPAMDataDir: t.TempDir()})
+	return newWatchFixtureOn(t, every, watchHost{})
+}
+
+// watchHost says how a watch fixture's host answers: its iptables list
+// their tables chain by chain, or (saving) in one SaveAll per family, a
+// read of the firewall being one SaveAll call, as iptables-nft's
+// (nftBacked) or iptables-legacy's; wrap, if set, wraps the fake CNI.
+type watchHost struct {
+	saving, nftBacked bool
+	wrap              func(*fakes.CNI) cni.CNI
+}
+
+// onNFTables is the fake host's iptables as iptables-nft's: its tables
+// are nf_tables', so every change to them arrives as a change signal.
+type onNFTables struct{ fakes.Saving }
+
+func (onNFTables) OnNFTables() bool { return true }
+
+func newWatchFixtureOn(tb testing.TB, every time.Duration, wh watchHost) watchFixture {
+	tb.Helper()
+	conf, err := BridgeConfList(BridgeConfig{NetworkName: "w", BridgeName: "br-w", IPv4Subnet: "198.18.0.0/20", IPAMDataDir: tb.TempDir()})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	h := fakes.NewHost()
-	f := watchFixture{host: h, cni: &fakes.CNI{Host: h, CacheDir: t.TempDir()}, log: &syncBuffer{}, netns: filepath.Join(t.TempDir(), "netns")}
+	f := watchFixture{host: h, cni: &fakes.CNI{Host: h, CacheDir: tb.TempDir()}, log: &syncBuffer{}, netns: filepath.Join(tb.TempDir(), "netns")}
 	if err := os.WriteFile(f.netns, nil, 0o600); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	f.c, err = New(Config{ConfList: conf, CNI: f.cni, CacheDir: f.cni.CacheDir, StateDir: t.TempDir(), Owner: "runner",
-		IPTables: h.IPTables, NFTables: h.NFTables, Links: h.Links, RepairEvery: every,
+	ipt := h.IPTables
+	if wh.saving {
+		ipt = func(v6 bool) (IPTables, error) {
+			s := fakes.Saving{Batching: &fakes.Batching{IPTables: h.Family(v6)}}
+			if wh.nftBacked {
+				return onNFTables{s}, nil
+			}
+			return s, nil
+		}
+	}
+	var driver cni.CNI = f.cni
+	if wh.wrap != nil {
+		driver = wh.wrap(f.cni)
+	}
+	f.c, err = New(Config{ConfList: conf, CNI: driver, CacheDir: f.cni.CacheDir, StateDir: tb.TempDir(), Owner: "runner",
+		IPTables: ipt, NFTables: h.NFTables, Links: h.Links, RepairEvery: every,
 		Logger: hclog.New(&hclog.LoggerOptions{Output: f.log, Level: hclog.Info})})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { f.c.Close() })
+	tb.Cleanup(func() { f.c.Close() })
 	return f
+}
+
+// logOnFailure logs what the watcher wrote, should the test fail.
+func (f watchFixture) logOnFailure(t *testing.T) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(f.log.String())
+		}
+	})
+}
+
+// setUp sets id up with one mapped port.
+func (f watchFixture) setUp(tb testing.TB, id string, port int) {
+	tb.Helper()
+	if _, err := f.c.Setup(context.Background(), &Allocation{ID: id, Ports: []Port{{Value: port, To: 80}}}, f.netns); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // lines returns what of id's footprint the host's IPv4 tables hold.
@@ -110,9 +163,9 @@ func TestTheRepairWatcherRestoresAFlushByItselfAndNothingAfterClose(t *testing.T
 			t.Log(f.log.String())
 		}
 	}()
-	waitFor(t, "web-1's rules back, and a log line naming the repair", func() bool {
-		return len(f.lines("web-1")) == want && strings.Contains(f.log.String(), "attachment repaired")
-	})
+	waitFor(t, "web-1's rules back", func() bool { return len(f.lines("web-1")) == want })
+	// The line is written once the repair returns, after the rules are back.
+	waitFor(t, "a log line naming the repair", func() bool { return strings.Contains(f.log.String(), "attachment repaired") })
 	if err := f.c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -334,5 +387,200 @@ func TestTheRepairWatcherBacksOffARepairThatDoesNotMakeTheAttachmentWhole(t *tes
 	waitFor(t, "fifty more passes", func() bool { return c.repairer.passesRun() >= start+50 })
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("portmap's ADD ran %d times in fifty passes, want once: then the watcher waits", n)
+	}
+}
+
+// A pass repairs every drifting attachment from a constant number of
+// reads of the host (its own check, one whole check of those drifting,
+// one check of those repaired), not two more per attachment: after a
+// flush, a host of many workloads is whole again in the time of their
+// repairs, not of their repairs and as many listings.
+func TestTheRepairWatcherRepairsAFlushOfManyAttachmentsInThreeReadsOfTheHost(t *testing.T) {
+	f := newWatchFixtureOn(t, time.Hour, watchHost{saving: true}) // the change signal alone drives it
+	f.logOnFailure(t)
+	h := f.host
+	const n = 6
+	want := map[string]int{}
+	for i := range n {
+		id := fmt.Sprintf("web-%d", i)
+		f.setUp(t, id, 8080+i)
+		want[id] = len(f.lines(id))
+	}
+	waitFor(t, "the pass at start", func() bool { return f.c.repairer.passesRun() >= 1 })
+	reads, passes := h.IPv4.Count("SaveAll"), f.c.repairer.passesRun()
+	f.flush()
+	h.NFT.FlushRuleset() // the firewall reload's change signal
+	waitFor(t, "every attachment repaired", func() bool { return strings.Count(f.log.String(), "attachment repaired") >= n })
+	waitFor(t, "the pass that repaired them", func() bool { return f.c.repairer.passesRun() > passes })
+	for id, lines := range want {
+		if got := len(f.lines(id)); got != lines {
+			t.Fatalf("%s has %d of its %d rules after the repair", id, got, lines)
+		}
+	}
+	if got := strings.Count(f.log.String(), "attachment repaired"); got != n {
+		t.Fatalf("%d repairs logged, want one per attachment (%d)", got, n)
+	}
+	if got := h.IPv4.Count("SaveAll") - reads; got != 3 {
+		t.Fatalf("the pass read the host %d times for %d drifting attachments, want 3: its check, a whole check of those drifting, a check of those repaired", got, n)
+	}
+}
+
+// BenchmarkRepairWatcherPass1000 is one pass of the watcher over 1,000
+// whole attachments (what it costs every RepairEvery on a quiet host):
+// the registry read, one check of them all.
+func BenchmarkRepairWatcherPass1000(b *testing.B) {
+	f := newWatchFixtureOn(b, time.Hour, watchHost{saving: true})
+	for i := range 1000 {
+		f.setUp(b, fmt.Sprintf("web-%04d", i), 20000+i)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		f.c.repairer.pass(context.Background(), time.Time{})
+	}
+}
+
+// jumpOf is id's DNAT jump as the fake host lists it.
+func (f watchFixture) jumpOf(t *testing.T, id string) string {
+	t.Helper()
+	for _, l := range f.lines(id) {
+		if strings.HasPrefix(l, "-A CNI-HOSTPORT-DNAT") {
+			return l
+		}
+	}
+	t.Fatalf("%s has no DNAT jump: %q", id, f.lines(id))
+	return ""
+}
+
+// On iptables-nft every change to the firewall arrives as a change
+// signal: a periodic pass reads the firewall again only when one came
+// (or an attachment's record is not one the last read found whole), so
+// a quiet host of many workloads costs a pass the files alone.
+func TestThePeriodicPassReadsTheFirewallOnlyWhenNFTablesSaysItChanged(t *testing.T) {
+	f := newWatchFixtureOn(t, 2*time.Millisecond, watchHost{saving: true, nftBacked: true})
+	f.logOnFailure(t)
+	f.setUp(t, "web-1", 8080)
+	f.waitPasses(t, 3)
+	reads := f.host.IPv4.Count("SaveAll")
+	f.waitPasses(t, 20)
+	if got := f.host.IPv4.Count("SaveAll") - reads; got != 0 {
+		t.Fatalf("20 quiet passes read the firewall %d times, want none: nothing changed since a read found it whole", got)
+	}
+
+	f.setUp(t, "web-2", 8081) // its ADD signals no change here
+	reads = f.host.IPv4.Count("SaveAll")
+	f.waitPasses(t, 3)
+	if f.host.IPv4.Count("SaveAll") == reads {
+		t.Fatal("a pass took web-2's firewall as whole without ever reading it")
+	}
+
+	f.waitPasses(t, 3)
+	jump := f.jumpOf(t, "web-1")
+	f.host.IPv4.Unload("nat", jump)
+	f.host.NFT.FlushTable(host.NFTable{Family: "ip", Name: "cni_hostport"}) // the change signal iptables-nft's deletion sends
+	waitFor(t, "web-1's jump restored after the change signal", func() bool { return slices.Contains(f.lines("web-1"), jump) })
+}
+
+// On iptables-legacy a change to the firewall arrives nowhere: every
+// periodic pass reads it, and restores what went without a signal.
+func TestThePeriodicPassReadsALegacyFirewallEveryTime(t *testing.T) {
+	f := newWatchFixtureOn(t, 2*time.Millisecond, watchHost{saving: true, nftBacked: false})
+	f.logOnFailure(t)
+	f.setUp(t, "web-1", 8080)
+	f.waitPasses(t, 3)
+	reads := f.host.IPv4.Count("SaveAll")
+	f.waitPasses(t, 5)
+	if got := f.host.IPv4.Count("SaveAll") - reads; got < 5 {
+		t.Fatalf("5 passes read the legacy firewall %d times, want each of them", got)
+	}
+	jump := f.jumpOf(t, "web-1")
+	f.host.IPv4.Unload("nat", jump) // no signal: iptables-legacy sends none
+	waitFor(t, "web-1's jump restored by a periodic pass", func() bool { return slices.Contains(f.lines("web-1"), jump) })
+}
+
+// overlapCNI is the fake CNI whose plugins' ADD alone notes how many run
+// at once; fail's fail, and with together each but the first
+// attachment's waits until two run at once (or fails the test).
+type overlapCNI struct {
+	*fakes.CNI
+	t        *testing.T
+	fail     string
+	together bool
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	met      chan struct{} // closed when two first ran at once
+	closed   bool
+}
+
+func (c *overlapCNI) AddPlugin(ctx context.Context, id, netns, typ string, prev types.Result, opts ...cni.NamespaceOpts) error {
+	c.mu.Lock()
+	c.inFlight++
+	c.most = max(c.most, c.inFlight)
+	if c.inFlight == 2 && c.most == 2 && !c.closed {
+		close(c.met)
+		c.closed = true
+	}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.inFlight--
+		c.mu.Unlock()
+	}()
+	if id == c.fail {
+		return fmt.Errorf("fake %s ADD of %s fails", typ, id)
+	}
+	if c.together && id != "web-0" { // the first repair runs alone
+		select {
+		case <-c.met:
+		case <-time.After(10 * time.Second):
+			c.t.Error("no two plugins' ADDs ran at once")
+		}
+	} else {
+		time.Sleep(2 * time.Millisecond) // room for another to start, if one could
+	}
+	return c.CNI.AddPlugin(ctx, id, netns, typ, prev, opts...)
+}
+
+// After a flush, a pass repairs the first drifting attachment alone
+// (the plugins' ADDs would race to create the chains they share), the
+// others a few at once; when the first could not be made whole, the
+// shared chains may still be missing, and they run one at a time.
+func TestAPassRepairsTheOthersAtOnceOnlyAfterTheFirstWasMadeWhole(t *testing.T) {
+	for _, c := range []struct {
+		name, fail string
+		together   bool
+		repaired   int
+	}{
+		{"after a whole first repair the others run at once", "", true, 8},
+		{"after a first repair that failed the others run one at a time", "web-0", false, 7},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var fake *overlapCNI
+			f := newWatchFixtureOn(t, time.Hour, watchHost{wrap: func(inner *fakes.CNI) cni.CNI {
+				fake = &overlapCNI{CNI: inner, t: t, fail: c.fail, together: c.together, met: make(chan struct{})}
+				return fake
+			}})
+			f.logOnFailure(t)
+			cfg, h, log := f.c, f.host, f.log
+			for i := range 8 {
+				f.setUp(t, fmt.Sprintf("web-%d", i), 8080+i)
+			}
+			waitFor(t, "the pass at start", func() bool { return cfg.repairer.passesRun() >= 1 })
+			passes := cfg.repairer.passesRun()
+			h.IPv4.Reset()
+			h.NFT.FlushRuleset()
+			waitFor(t, "the pass after the flush", func() bool { return cfg.repairer.passesRun() > passes })
+			if got := strings.Count(log.String(), "attachment repaired"); got != c.repaired {
+				t.Fatalf("%d attachments repaired, want the %d whose ADD works", got, c.repaired)
+			}
+			fake.mu.Lock()
+			defer fake.mu.Unlock()
+			if c.together && fake.most < 2 {
+				t.Fatalf("at most %d plugins' ADDs ran at once, want several", fake.most)
+			}
+			if !c.together && fake.most != 1 {
+				t.Fatalf("%d plugins' ADDs ran at once, want one at a time", fake.most)
+			}
+		})
 	}
 }

@@ -29,6 +29,12 @@
 //	registry.go     cninet status --attachments over a host registry of 10,000 records
 //	pressure.go     a busy host: kube-proxy's rules, a competing writer, 16 workers
 //	pressure_report.go  its section of BENCHMARKS.md and its plot
+//	drift.go        live attachments kept whole by the repair watcher:
+//	                whole-table flushes, Setup+Teardown with RepairEvery
+//	                on, a storm, Drifts of many, the idle watcher
+//	drift_workloads.go  its network and workloads serving a mapped port
+//	drift_log.go    the watcher's log read: repairs, refusals, failures
+//	drift_report.go its section of BENCHMARKS.md and its targets
 //	procs.go        counting the processes a cleanup starts
 //	stats.go        samples, medians, ratios
 //	noise.go        the noise a ratio is judged at: the control's spread,

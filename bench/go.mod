@@ -4,6 +4,7 @@ go 1.24.2
 
 require (
 	github.com/containerd/go-cni v1.1.14
+	github.com/containernetworking/plugins v1.9.1
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/seed1280861d/cninet v0.0.0
 	golang.org/x/sys v0.35.0
@@ -11,7 +12,6 @@ require (
 
 require (
 	github.com/containernetworking/cni v1.3.1 // indirect
-	github.com/containernetworking/plugins v1.9.1 // indirect
 	github.com/coreos/go-iptables v0.8.0 // indirect
 	github.com/fatih/color v1.13.0 // indirect
 	github.com/fsnotify/fsnotify v1.10.1 // indirect

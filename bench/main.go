@@ -39,10 +39,17 @@ type options struct {
 	statusN       int
 	statusRuns    int
 	scaleSizes    []int
-	pressureSizes []int  // host rules (pressure)
-	pressureN     int    // workloads per contender (pressure)
-	pressureSets  string // plugin sets whose name holds it (pressure); "": all
-	control       bool   // overhead scenarios: a second go-cni as a control
+	pressureSizes []int         // host rules (pressure)
+	pressureN     int           // workloads per contender (pressure)
+	pressureSets  string        // plugin sets whose name holds it (pressure); "": all
+	control       bool          // overhead scenarios: a second go-cni as a control
+	driftN        int           // live attachments during the flushes (drift)
+	driftCheckN   int           // live attachments checked and watched idle (drift)
+	driftFlushes  int           // flushes of each kind (drift)
+	driftGap      time.Duration // between flushes (drift)
+	driftIdle     time.Duration // the idle window (drift)
+	driftStorm    int           // flushes in the 10 s storm (drift)
+	driftSets     string        // plugin sets whose name holds it (drift); "": all
 	only          []string
 	rewrite       bool // measure nothing: write the report and plot from the state file
 	out, svg      string
@@ -74,6 +81,7 @@ var scenarios = []scenario{
 	{"gc-setup-wait", "Setups started one after another during a GC of -gc-wait-n (10,000) leaked attachments after a reboot: p50/p99 of their lock wait", gcWaitScenario},
 	{"pressure", "a busy host: -pressure-rules kube-proxy-shaped iptables and nftables rules, a writer's 1,000-rule batch every second, 16 workers: Setup and Teardown percentiles, cninet vs. go-cni, three plugin sets", pressureScenario},
 	{"registry-status", "cninet status --attachments over a host registry of -status-n (10,000) records, text and JSON", registryStatus},
+	{"drift", "live attachments kept whole by the repair watcher: whole-table flushes with -drift-n live, Setup+Teardown with RepairEvery on vs. go-cni, a storm of flushes, Drifts of -drift-check-n, the idle watcher's CPU; three plugin sets", driftScenario},
 }
 
 func scenarioNames() []string {
@@ -116,6 +124,13 @@ func main() {
 	flag.StringVar(&pressureSizes, "pressure-rules", "200000", "comma-separated host sizes: unrelated kube-proxy-shaped rules, in iptables and as many in nftables (pressure)")
 	flag.IntVar(&o.pressureN, "pressure-n", 200, "workloads per contender, per plugin set and host size (pressure)")
 	flag.StringVar(&o.pressureSets, "pressure-sets", "", "run only the plugin sets whose name holds this (pressure), e.g. nftables or Debian; the others' rows stay as measured before")
+	flag.IntVar(&o.driftN, "drift-n", 100, "live attachments while whole tables are flushed, and while Setup+Teardown is measured with RepairEvery on (drift)")
+	flag.IntVar(&o.driftCheckN, "drift-check-n", 1000, "live attachments checked by one Drifts and watched idle (drift)")
+	flag.IntVar(&o.driftFlushes, "drift-flushes", 20, "whole-table flushes of each kind, per plugin set (drift)")
+	flag.DurationVar(&o.driftGap, "drift-gap", 30*time.Second, "time between two flushes' starts, and at least 5 s after the last one's recovery; the watcher refuses a fourth repair of an attachment within a minute (drift)")
+	flag.DurationVar(&o.driftIdle, "drift-idle", 90*time.Second, "how long the idle process's CPU is measured, per RepairEvery (drift)")
+	flag.IntVar(&o.driftStorm, "drift-storm", 100, "flushes in the 10 s storm, with -drift-n live attachments (drift)")
+	flag.StringVar(&o.driftSets, "drift-sets", "", "run only the plugin sets whose name holds this (drift), e.g. nftables or Debian; the others' rows stay as measured before")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
 	flag.BoolVar(&o.rewrite, "rewrite", false, "measure nothing: write the report and the plot again from the state file (-state)")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")

@@ -19,13 +19,11 @@ func (r *report) pressureSection(w writer) {
 	p0 := ps[0]
 	w("Inside the bench's namespace the host holds unrelated rules in kube-proxy's shape, loaded with one `iptables-restore --noflush`: `KUBE-SERVICES` (jumped to from `PREROUTING` and `OUTPUT`) matches each service's cluster IP and jumps to its `KUBE-SVC-*` chain, which picks one of two endpoints at random, each a `KUBE-SEP-*` chain that marks for masquerade and DNATs (seven rules a service); and the same shape, as many rules, in an nftables table of its own (`%s`, hooked at nat prerouting). Meanwhile another writer applies a %d-rule `iptables-restore --noflush` batch to a chain of its own every second (each batch replaces the last, as kube-proxy's syncs do). %d workers set up and tear down `-pressure-n` workloads (one port mapping each; the \"failed\" column says how many) through cninet and as many through go-cni with the same conflist and plugins, every other job go-cni's, so both meet the same host; each cycle has 5 minutes. Per plugin set: a fresh network, one unmeasured cycle of each first (the bridge is created). A failed Setup or Teardown is counted and its workload torn down again. Times are wall times per call; the host size is `-pressure-rules`.\n\n",
 		pressureTable, pressureBatch, p0.Workers)
-	var machines []string
-	for _, p := range ps {
-		if !slices.Contains(machines, p.Machine) {
-			machines = append(machines, p.Machine)
-		}
+	machines := make([]string, len(ps))
+	for i, p := range ps {
+		machines[i] = p.Machine
 	}
-	w("Measured on: %s.\n\n", strings.Join(machines, "; "))
+	w("%s", measuredOn(machines))
 	w("| plugin set | host rules asked (counted: iptables / nftables) | contender | Setup p50 / p95 / p99 | Teardown p50 / p95 / p99 | failed | writer's batches (failed), each p50 / p95 | measured, wall time, load average (1 min) at the end |\n|---|---|---|---|---|---|---|---|\n")
 	for _, p := range ps {
 		for _, lib := range []bool{true, false} {

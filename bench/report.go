@@ -43,6 +43,18 @@ func machine() string {
 		strings.TrimSpace(string(kernel)), runtime.Version(), strings.TrimSpace(string(ipt)), strings.TrimSpace(string(nft)))
 }
 
+// measuredOn is the line naming the machines a section's rows were
+// measured on, each once.
+func measuredOn(machines []string) string {
+	var distinct []string
+	for _, m := range machines {
+		if !slices.Contains(distinct, m) {
+			distinct = append(distinct, m)
+		}
+	}
+	return fmt.Sprintf("Measured on: %s.\n\n", strings.Join(distinct, "; "))
+}
+
 // when says when scenarios were measured, for those not measured by this
 // run: one line for all of them.
 func (r *report) when(names ...string) string {
@@ -82,8 +94,9 @@ func (r *report) markdown() string {
 	w("- Machine: %s. Shared with other jobs while this ran (load average well above the core count at times).\n", r.res.Machine)
 	w("- Plugins: Debian's `containernetworking-plugins` 1.1.1 (`%s`, iptables backend only) and the upstream reference plugins v1.9.1 (`%s`), with the iptables backends and with `\"ipMasqBackend\"`/`\"backend\": \"nftables\"` (cninet's `BridgeConfig.Backend = BackendNFTables`); the firewall plugin always uses iptables. Real binaries, run inside a throwaway network and mount namespace (`internal/netsandbox`).\n", o.pluginDir, o.upstreamDir)
 	w("- Command: `make bench` (as root), which runs `go test -run '^$' -bench . -benchmem .` and then\n")
-	w("  `cd bench && go run . -plugins %s -upstream %s -failonce ../.cache/bench-plugins -overhead-n %d -scale-n %d -scale-sizes %s -recovery-n %d -conc-rounds %d -gc-n %d -gc-big-n %d -gc-wait-n %d -gc-nft-n %d -gc-scale-sizes %s -multinet-n %d -status-n %d -status-runs %d -pressure-rules %s -pressure-n %d -noise-cap %d%s`.\n",
+	w("  `cd bench && go run . -plugins %s -upstream %s -failonce ../.cache/bench-plugins -overhead-n %d -scale-n %d -scale-sizes %s -recovery-n %d -conc-rounds %d -gc-n %d -gc-big-n %d -gc-wait-n %d -gc-nft-n %d -gc-scale-sizes %s -multinet-n %d -status-n %d -status-runs %d -pressure-rules %s -pressure-n %d -noise-cap %d -drift-n %d -drift-check-n %d -drift-flushes %d -drift-gap %s -drift-idle %s -drift-storm %d%s`.\n",
 		o.pluginDir, o.upstreamDir, o.overheadN, o.scaleN, joinInts(o.scaleSizes), o.recoveryN, o.concRounds, o.gcN, o.gcBigN, o.gcWaitN, o.gcNFTN, joinInts(o.gcScaleSizes), o.multiN, o.statusN, o.statusRuns, joinInts(o.pressureSizes), o.pressureN, o.noiseCap,
+		o.driftN, o.driftCheckN, o.driftFlushes, o.driftGap, o.driftIdle, o.driftStorm,
 		map[bool]string{true: "", false: " -control=false"}[o.control])
 	w("  `make bench BENCH_ARGS='-only overhead-scale,gc-nft'` reruns a subset (%s) and keeps the other sections from `bench/results.json`.\n", strings.Join(scenarioNames(), ", "))
 	w("- Contenders are interleaved in one run (ABAB…, alternating which goes first; in the overhead scenarios with their control, a second go-cni, the six orders of three in turn), so machine drift hits them alike.\n")
@@ -119,6 +132,7 @@ func (r *report) markdown() string {
 	r.statusSection(w)
 	r.pressureSection(w)
 	r.criSection(w)
+	r.driftSection(w)
 	if len(r.res.Took) > 0 {
 		w("## Run time per scenario\n\n| scenario | took | measured |\n|---|---|---|\n")
 		var total time.Duration
@@ -187,6 +201,7 @@ func (r *report) targets(w writer) {
 		w("| thick mode under containerd's CRI, %s: crictl runp+stopp+rmp through the shim / on the delegate, median ≤ %.2f× | %.3f× | %s |\n", c.Set.Name, criTarget, q,
 			callRatio(shim, direct, spread(direct, shim), criTarget).verdict())
 	}
+	r.driftTargets(w)
 	if s := r.res.Status; s != nil {
 		w("| host registry: `cninet status --attachments` over %d records, median < %s (text and JSON, the slower) | %s | %s |\n", s.N, seconds(statusTarget), ms(s.slowest()), verdict(s.slowest() < statusTarget))
 	}

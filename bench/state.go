@@ -35,6 +35,8 @@ type results struct {
 	Status *statusResult // registry-status: cninet status --attachments over the host registry
 
 	Pressure []pressureResult // pressure: per host size and plugin set
+
+	Drift []driftResult // drift: per plugin set
 }
 
 func (r *results) mark(name string, start time.Time) {

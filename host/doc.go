@@ -23,8 +23,9 @@
 //
 // # Files
 //
-//	iptables.go   IPTables, its ten optional extensions (RuleWriter: what
-//	              a repair writes), ListedRule, ErrXtablesLock,
+//	iptables.go   IPTables, its eleven optional extensions (RuleWriter: what
+//	              a repair writes; NFTablesBacked: whose changes the repair
+//	              watcher is told of), ListedRule, ErrXtablesLock,
 //	              ErrIPTablesMissing, DefaultLockWait
 //	nftables.go   NFTables and NFTable, NFTRule (addresses, ports,
 //	              verdict), its optional extensions (NFTScriptRunner and

@@ -160,3 +160,13 @@ type RuleWriter interface {
 	// Insert inserts the rule into chain at pos (1 is the first).
 	Insert(table, chain string, pos int, rulespec ...string) error
 }
+
+// NFTablesBacked is an optional extension of IPTables: whether its tables
+// are nf_tables tables (iptables-nft). Every change to them is then an
+// nf_tables change, which an NFTChangeWatcher sees, so the repair
+// watcher's periodic pass need not list them again while no change
+// arrived since a check found them whole. Without it (iptables-legacy, a
+// wrapper that hides it) every pass lists them.
+type NFTablesBacked interface {
+	OnNFTables() bool
+}

@@ -163,31 +163,24 @@ func (bridgeNFT) expect(v *liveView, a *Live, h *Health) {
 	if !ok || backend != "nftables" || len(a.allAddrs()) == 0 {
 		return
 	}
-	rules, err := v.nftRules()
-	if err != nil {
+	if v.firewallUnchanged {
+		return
+	}
+	if _, err := v.nftRules(); err != nil {
 		h.unknown(err)
 		return
 	}
-	in := func(chain string) []host.NFTRule {
-		var out []host.NFTRule
-		for _, r := range rules {
-			if r.Family == nftMasqTable.Family && r.Table == nftMasqTable.Name && r.Chain == chain {
-				out = append(out, r)
-			}
-		}
-		return out
-	}
+	comment := a.NFTMasqComment(a.IfName)
+	post, own := v.nftChain(nftMasqTable, "postrouting"), v.nftChain(nftMasqTable, nftMasqChain, comment)
 	miss := func(chain, what string) {
 		h.miss(Missing{Plugin: typ, Kind: KindNFTRule, Backend: "nftables", Detail: nftMasqTable.String() + " " + chain + ": " + what, Restore: ByCninet})
 	}
-	post := in("postrouting")
 	if countNFT(post, func(r host.NFTRule) bool { return r.Verdict == "return" }) < 2 {
 		miss("postrouting", "the multicast returns")
 	}
 	if countNFT(post, func(r host.NFTRule) bool { return r.Verdict == "goto" && r.Target == nftMasqChain }) == 0 {
 		miss("postrouting", "goto "+nftMasqChain)
 	}
-	comment, own := a.NFTMasqComment(a.IfName), in(nftMasqChain)
 	for _, p := range a.allAddrs() {
 		if countNFT(own, func(r host.NFTRule) bool { return r.Comment == comment && r.Saddr == p.Addr() }) == 0 {
 			miss(nftMasqChain, fmt.Sprintf("masquerade from %s but to %s (comment %q)", p.Addr(), p.Masked(), comment))

@@ -148,7 +148,8 @@
 //	                      there while it lives; the workload's devices
 //	liveview.go           the host as one drift check reads it, for
 //	                      every attachment at once; rules as the plugins
-//	                      write them, matched in iptables' listings
+//	                      write them, looked up in iptables' listings,
+//	                      each chain indexed once
 //	restore.go            Checker.Repair: what is missing restored in
 //	                      place, by the plugins' ADD or as they write it
 //	view.go               what one pass read of the host, read once

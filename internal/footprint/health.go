@@ -79,6 +79,14 @@ type Health struct {
 // Whole reports whether nothing is missing and the check was complete.
 func (h *Health) Whole() bool { return len(h.Missing) == 0 && h.Err == nil }
 
+// FirewallWhole reports whether the check was complete and found no
+// firewall rule or chain missing.
+func (h *Health) FirewallWhole() bool {
+	return h.Err == nil && !slices.ContainsFunc(h.Missing, func(m Missing) bool {
+		return m.Backend == "iptables" || m.Backend == "ip6tables" || m.Backend == "nftables"
+	})
+}
+
 // InPlace reports whether a repair can restore everything missing.
 func (h *Health) InPlace() bool {
 	return !slices.ContainsFunc(h.Missing, func(m Missing) bool { return m.Restore == NotInPlace })
@@ -109,6 +117,11 @@ type Checker struct {
 	// (a stat): firewall rules and files only, what a repair can restore.
 	// The repair watcher's passes read no more.
 	Shallow bool
+	// FirewallUnchanged leaves the firewall out (iptables' and nftables'
+	// rules and chains): the caller knows it is as a check that found it
+	// whole left it. The repair watcher knows so when no nf_tables change
+	// arrived since (host.NFTablesBacked).
+	FirewallUnchanged bool
 }
 
 // NewChecker returns a checker of live attachments on host h; ctx bounds
@@ -119,7 +132,7 @@ func NewChecker(ctx context.Context, h Seams) *Checker { return &Checker{ctx: ct
 // the host.
 func (c *Checker) Check(lives []*Live) []Health {
 	v := newLiveView(c.ctx, c.host)
-	v.shallow = c.Shallow
+	v.shallow, v.firewallUnchanged = c.Shallow, c.FirewallUnchanged
 	out := make([]Health, len(lives))
 	for i, a := range lives {
 		out[i] = checkOne(v, a)

@@ -91,7 +91,7 @@ func alloc1(t *testing.T, dir string) *footprint.Live {
 	return l
 }
 
-func writeFile(t *testing.T, path, body string) {
+func writeFile(t testing.TB, path, body string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)

@@ -20,9 +20,10 @@ import (
 // else knows them. What could not be read is an error of every
 // attachment that needs it, never a missing piece.
 type liveView struct {
-	ctx     context.Context
-	host    Seams
-	shallow bool // Checker.Shallow
+	ctx               context.Context
+	host              Seams
+	shallow           bool // Checker.Shallow
+	firewallUnchanged bool // Checker.FirewallUnchanged
 
 	mu    sync.Mutex
 	ipt   [2]*liveTables
@@ -39,7 +40,7 @@ func (v *liveView) tables(v6 bool) (*liveTables, error) {
 	if t := v.ipt[b2i(v6)]; t != nil {
 		return t, t.openErr
 	}
-	t := &liveTables{v6: v6, listings: map[string]*tableListing{}}
+	t := &liveTables{v6: v6, listings: map[string]*tableListing{}, indexed: map[string]*chainRules{}}
 	v.ipt[b2i(v6)] = t
 	if v.host.IPTables == nil {
 		t.openErr = fmt.Errorf("%s: %w", familyName(v6), host.ErrIPTablesMissing)
@@ -63,12 +64,31 @@ type liveTables struct {
 	mu       sync.Mutex
 	saved    bool
 	listings map[string]*tableListing // by table, or "table/chain" listed alone
+	indexed  map[string]*chainRules   // by "table/chain", as asked for
 }
 
 // tableListing is a listing and the error that left it empty.
 type tableListing struct {
 	l   *iptables.Listing
 	err error
+}
+
+// indexedChain returns chain's rules, indexed on first use (chainRules),
+// and whether it exists.
+func (t *liveTables) indexedChain(table, chain string) (*chainRules, bool, error) {
+	rules, exists, err := t.chain(table, chain)
+	if err != nil || !exists {
+		return nil, exists, err
+	}
+	key := table + "/" + chain
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c, ok := t.indexed[key]
+	if !ok {
+		c = indexRules(rules)
+		t.indexed[key] = c
+	}
+	return c, true, nil
 }
 
 // listing returns table's listing, every chain's rules kept: all tables
@@ -160,11 +180,41 @@ func (t *liveTables) chain(table, chain string) (rules []iptables.Rule, exists b
 	return tl.l.Chains[chain], true, nil
 }
 
-// liveNFT is the plugins' nftables tables, listed once.
+// liveNFT is the plugins' nftables tables, listed once, their rules
+// grouped by chain and by chain and comment: a check of many
+// attachments looks each one's rules up, not through every rule.
 type liveNFT struct {
-	once  sync.Once
-	rules []host.NFTRule
-	err   error
+	once      sync.Once
+	rules     []host.NFTRule
+	byChain   map[nftChainKey][]host.NFTRule
+	byComment map[nftChainKey][]host.NFTRule // comment set
+	err       error
+}
+
+// nftChainKey is a chain of a table, and a comment of its rules.
+type nftChainKey struct {
+	table          host.NFTable
+	chain, comment string
+}
+
+// nftChain returns the rules of chain in table; with comments given,
+// only those carrying one of them. Call it after nftRules read the
+// tables without an error.
+func (v *liveView) nftChain(table host.NFTable, chain string, comments ...string) []host.NFTRule {
+	v.mu.Lock()
+	n := v.nft
+	v.mu.Unlock()
+	if n == nil {
+		return nil
+	}
+	if len(comments) == 0 {
+		return n.byChain[nftChainKey{table: table, chain: chain}]
+	}
+	var out []host.NFTRule
+	for _, c := range comments {
+		out = append(out, n.byComment[nftChainKey{table, chain, c}]...)
+	}
+	return out
 }
 
 // nftRules returns every rule of the plugins' tables. A host without
@@ -190,6 +240,15 @@ func (v *liveView) nftRules() ([]host.NFTRule, error) {
 		}
 		if n.rules, err = nft.ListRules(v.ctx, nftTables); err != nil {
 			n.err = fmt.Errorf("nftables: listing %v: %w", nftTables, err)
+		}
+		n.byChain, n.byComment = map[nftChainKey][]host.NFTRule{}, map[nftChainKey][]host.NFTRule{}
+		for _, r := range n.rules {
+			table := host.NFTable{Family: r.Family, Name: r.Table}
+			n.byChain[nftChainKey{table: table, chain: r.Chain}] = append(n.byChain[nftChainKey{table: table, chain: r.Chain}], r)
+			if r.Comment != "" {
+				key := nftChainKey{table, r.Chain, r.Comment}
+				n.byComment[key] = append(n.byComment[key], r)
+			}
 		}
 	})
 	return n.rules, n.err
@@ -298,26 +357,13 @@ func rule(table, chain, name string, opts ...string) wantRule {
 	return w
 }
 
-// in reports whether one of rules is w.
-func (w wantRule) in(rules []iptables.Rule) bool {
-	for _, r := range rules {
-		if w.matches(r) {
-			return true
-		}
-	}
-	return false
-}
-
-// matches reports whether r carries every option of w.
-func (w wantRule) matches(r iptables.Rule) bool {
-	if r.Chain != w.chain {
-		return false
-	}
-	have := ruleOptions(r)
+// matches reports whether a rule of w's chain with the options have
+// carries every option of w.
+func (w wantRule) matches(have []optionValue) bool {
 	for _, o := range w.opts {
 		found := false
-		for _, h := range have[o[0]] {
-			if sameValue(o[0], o[1], h) {
+		for _, h := range have {
+			if h.opt == o[0] && sameValue(o[0], o[1], h.val) {
 				found = true
 				break
 			}
@@ -329,11 +375,11 @@ func (w wantRule) matches(r iptables.Rule) bool {
 	return true
 }
 
-// ruleOptions splits a listed rule into its options and their values;
-// "!" is joined to the option it negates.
-func ruleOptions(r iptables.Rule) map[string][]string {
+// ruleOptions splits a listed rule into its options and their values, in
+// order; "!" is joined to the option it negates.
+func ruleOptions(r iptables.Rule) []optionValue {
 	args := r.Args()
-	out := map[string][]string{}
+	out := make([]optionValue, 0, len(args)/2)
 	for i := 0; i < len(args); i++ {
 		opt := args[i]
 		if opt == "!" && i+1 < len(args) {
@@ -348,7 +394,7 @@ func ruleOptions(r iptables.Rule) map[string][]string {
 			i++
 			val = args[i]
 		}
-		out[canonical(opt)] = append(out[canonical(opt)], val)
+		out = append(out, optionValue{canonical(opt), val})
 	}
 	return out
 }
@@ -381,22 +427,104 @@ func asPrefix(s string) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
+// chainRules is one listed chain whose rules a drift check looks for:
+// each rule's options parsed once, and the rules indexed by each option
+// value they carry (addresses as prefixes, as sameValue compares them),
+// so that a check of many attachments looks each one's rules up rather
+// than parsing the whole chain for every rule it wants: a chain such as
+// CNI-FORWARD holds two rules per attachment.
+type chainRules struct {
+	opts  [][]optionValue
+	index map[optionValue][]int // the rules carrying the option with the value
+}
+
+// optionValue is an option and one value of it, as indexed.
+type optionValue struct{ opt, val string }
+
+func indexRules(rules []iptables.Rule) *chainRules {
+	c := &chainRules{opts: make([][]optionValue, len(rules)), index: map[optionValue][]int{}}
+	for i, r := range rules {
+		c.opts[i] = ruleOptions(r)
+		for _, o := range c.opts[i] {
+			if key, ok := indexKey(o.opt, o.val); ok {
+				c.index[key] = append(c.index[key], i)
+			}
+		}
+	}
+	return c
+}
+
+// indexKey is how an option's value is indexed: an address as the
+// prefix it stands for; a comment not at all (sameValue allows two
+// spellings of it).
+func indexKey(opt, val string) (optionValue, bool) {
+	switch strings.TrimPrefix(opt, "!") {
+	case "--comment":
+		return optionValue{}, false
+	case "-s", "-d":
+		p, ok := asPrefix(val)
+		if !ok {
+			return optionValue{}, false
+		}
+		val = p.String()
+	}
+	return optionValue{opt, val}, true
+}
+
+// has reports whether one of the chain's rules is w: among the rules
+// carrying the rarest of w's indexed option values (a rule that is w
+// carries them all), one carrying every option of w.
+func (c *chainRules) has(w wantRule) bool {
+	var candidates []int
+	indexed := false
+	for _, o := range w.opts {
+		key, ok := indexKey(o[0], o[1])
+		if !ok {
+			continue
+		}
+		with := c.index[key]
+		if len(with) == 0 {
+			return false
+		}
+		if !indexed || len(with) < len(candidates) {
+			candidates, indexed = with, true
+		}
+	}
+	if !indexed {
+		for i := range c.opts {
+			if w.matches(c.opts[i]) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, i := range candidates {
+		if w.matches(c.opts[i]) {
+			return true
+		}
+	}
+	return false
+}
+
 // expectRules adds to h each of want that family v6's listing lacks, as a
 // piece of plugin's footprint restored by restore; a chain that is not
 // there is reported once, with every rule it should hold.
 func expectRules(v *liveView, v6 bool, plugin string, restore Restore, h *Health, want ...wantRule) {
+	if v.firewallUnchanged {
+		return
+	}
 	t, err := v.tables(v6)
 	if err != nil {
 		h.unknown(err)
 		return
 	}
 	for _, w := range want {
-		rules, exists, err := t.chain(w.table, w.chain)
+		rules, exists, err := t.indexedChain(w.table, w.chain)
 		if err != nil {
 			h.unknown(err)
 			continue
 		}
-		if !exists || !w.in(rules) {
+		if !exists || !rules.has(w) {
 			h.miss(Missing{Plugin: plugin, Kind: KindRule, Backend: familyName(v6), Detail: w.table + " " + w.chain + ": " + w.name, Restore: restore})
 		}
 	}
@@ -404,6 +532,9 @@ func expectRules(v *liveView, v6 bool, plugin string, restore Restore, h *Health
 
 // expectChains adds to h each of chains of table that family v6 lacks.
 func expectChains(v *liveView, v6 bool, plugin string, restore Restore, h *Health, table string, chains ...string) {
+	if v.firewallUnchanged {
+		return
+	}
 	t, err := v.tables(v6)
 	if err != nil {
 		h.unknown(err)

@@ -186,8 +186,10 @@ func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
 	if !ok || len(conf.given) == 0 || a.backend("portmap") != "nftables" {
 		return
 	}
-	rules, err := v.nftRules()
-	if err != nil {
+	if v.firewallUnchanged {
+		return
+	}
+	if _, err := v.nftRules(); err != nil {
 		h.unknown(err)
 		return
 	}
@@ -197,10 +199,8 @@ func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
 			continue
 		}
 		table := nftHostportTables[i]
-		in := func(chain string, match func(host.NFTRule) bool) bool {
-			return countNFT(rules, func(r host.NFTRule) bool {
-				return r.Family == table.Family && r.Table == table.Name && r.Chain == chain && match(r)
-			}) > 0
+		in := func(chain string, match func(host.NFTRule) bool, comments ...string) bool {
+			return countNFT(v.nftChain(table, chain, comments...), match) > 0
 		}
 		miss := func(chain, what string) {
 			h.miss(Missing{Plugin: "portmap", Kind: KindNFTRule, Backend: "nftables", Detail: table.String() + " " + chain + ": " + what, Restore: ByPlugin})
@@ -237,10 +237,9 @@ func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
 				what = "daddr " + hostIP.String() + " " + what
 			}
 			dnat := func(r host.NFTRule) bool { // a host IP's in hostip_hostports, before 1.9
-				return r.Comment == a.ID && r.DNAT == ip && int(r.DNATPort) == m.ContainerPort && int(r.DPort) == m.HostPort && r.Daddr == hostIP &&
-					r.L4Proto == m.Protocol
+				return r.DNAT == ip && int(r.DNATPort) == m.ContainerPort && int(r.DPort) == m.HostPort && r.Daddr == hostIP && r.L4Proto == m.Protocol
 			}
-			if !in("hostports", dnat) && !(hostIP.IsValid() && in("hostip_hostports", dnat)) {
+			if !in("hostports", dnat, a.ID) && !(hostIP.IsValid() && in("hostip_hostports", dnat, a.ID)) {
 				miss("hostports", what)
 			}
 		}
@@ -252,7 +251,7 @@ func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
 			sources = append(sources, netip.MustParseAddr("127.0.0.1"))
 		}
 		for _, src := range sources {
-			if !in("masquerading", func(r host.NFTRule) bool { return r.Comment == a.ID && r.Saddr == src && r.Daddr == ip }) {
+			if !in("masquerading", func(r host.NFTRule) bool { return r.Saddr == src && r.Daddr == ip }, a.ID) {
 				miss("masquerading", fmt.Sprintf("saddr %s daddr %s masquerade (comment %q)", src, ip, a.ID))
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -150,5 +152,39 @@ func TestBindingKeepsEveryExtension(t *testing.T) {
 				t.Errorf("bound twice: ChainProber %v, want %v", ok, tc.probes)
 			}
 		})
+	}
+}
+
+// iptables-nft's tables are nf_tables' while iptables resolves to the
+// binary found on that backend: the repair watcher is told of every
+// change to them. iptables-legacy's never are.
+func TestIptablesNFTSaysItsTablesAreNFTablesWhileItIsTheSameBinary(t *testing.T) {
+	dir := t.TempDir()
+	nft, legacy, link := filepath.Join(dir, "xtables-nft-multi"), filepath.Join(dir, "xtables-legacy-multi"), filepath.Join(dir, "iptables")
+	for _, bin := range []string{nft, legacy} {
+		if err := os.WriteFile(bin, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(nft, link); err != nil {
+		t.Fatal(err)
+	}
+	hostTables := &hostIPTables{list: link, run: newLegacy(t, fakes.NewIPTables()).Run}
+	if _, ok := host.IPTables(hostTables).(host.NFTablesBacked); ok {
+		t.Fatal("iptables-legacy says its tables may be nf_tables'")
+	}
+	bound := (&nfIPTables{hostIPTables: hostTables, family: "ip", resolved: nft}).WithContext(context.Background())
+	backed, ok := bound.(host.NFTablesBacked)
+	if !ok || !backed.OnNFTables() {
+		t.Fatalf("iptables-nft, bound: NFTablesBacked %v, want its tables nf_tables'", ok)
+	}
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(legacy, link); err != nil { // an operator switched the alternative
+		t.Fatal(err)
+	}
+	if backed.OnNFTables() {
+		t.Fatal("iptables now resolves to iptables-legacy, and its tables are still said to be nf_tables'")
 	}
 }

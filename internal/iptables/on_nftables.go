@@ -63,6 +63,10 @@ func (h *nfIPTables) switched() bool {
 	return err != nil || resolved != h.resolved
 }
 
+// OnNFTables implements host.NFTablesBacked: while iptables resolves to
+// the binary found on the nf_tables backend, its tables are nf_tables'.
+func (h *nfIPTables) OnNFTables() bool { return !h.switched() }
+
 // sameBinary checks that iptables still resolves to the nf_tables binary,
 // and that a bound context has not ended.
 func (h *nfIPTables) sameBinary() error {
