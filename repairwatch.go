@@ -280,7 +280,46 @@ func (w *repairWatcher) live() []checkedAttachment {
 		}
 	}
 	w.known = known
+	w.forgetGone(all.Records, err)
 	return out
+}
+
+// forgetGone drops what the watcher noted of attachments no longer
+// recorded, so that a host that cycles through many workloads does not
+// grow its maps for ever. A listing that failed forgets nothing: its
+// records may be there still.
+func (w *repairWatcher) forgetGone(records []registry.Record, listErr error) {
+	if listErr != nil {
+		return
+	}
+	recorded := make(map[registry.Key]bool, len(records))
+	for i := range records {
+		recorded[records[i].Key()] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for key := range w.repairs {
+		if !recorded[key] {
+			delete(w.repairs, key)
+		}
+	}
+	for _, m := range []map[registry.Key]time.Time{w.reported, w.lost} {
+		for key := range m {
+			if !recorded[key] {
+				delete(m, key)
+			}
+		}
+	}
+	for key := range w.failed {
+		if !recorded[key] {
+			delete(w.failed, key)
+		}
+	}
+	for key := range w.backoff {
+		if !recorded[key] {
+			delete(w.backoff, key)
+		}
+	}
 }
 
 // checkedOfRecord is the live attachment rec records.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/registry"
 )
 
 // watchFixture is a Configurator with a repair watcher on a fake host
@@ -191,6 +193,46 @@ func TestTheRepairWatcherNeverBringsBackATornDownAttachment(t *testing.T) {
 		if left := f.lines("web-1"); len(left) != 0 {
 			t.Fatalf("the watcher brought back what Teardown took: %q", left)
 		}
+	}
+}
+
+// What the watcher notes of an attachment (its repairs, failures,
+// reports, back-off) goes with its record: a host that runs many
+// workloads in turn does not grow the watcher's maps for ever.
+func TestTheRepairWatcherForgetsAnAttachmentOnceItsRecordIsGone(t *testing.T) {
+	f := newWatchFixture(t, 2*time.Millisecond)
+	f.logOnFailure(t)
+	noted := func(id string) []string {
+		w := f.c.repairer
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		var in []string
+		for name, keys := range map[string][]registry.Key{"repairs": slices.Collect(maps.Keys(w.repairs)), "failed": slices.Collect(maps.Keys(w.failed)),
+			"reported": slices.Collect(maps.Keys(w.reported)), "lost": slices.Collect(maps.Keys(w.lost)), "backoff": slices.Collect(maps.Keys(w.backoff))} {
+			for _, k := range keys {
+				if k.ContainerID == id {
+					in = append(in, name)
+				}
+			}
+		}
+		return in
+	}
+	f.setUp(t, "web-1", 8080)
+	f.setUp(t, "web-2", 8081)
+	want := len(f.lines("web-1"))
+	f.flush()
+	waitFor(t, "both repaired", func() bool {
+		return len(f.lines("web-1")) == want && len(noted("web-1")) > 0 && len(noted("web-2")) > 0
+	})
+	if err := f.c.Teardown(context.Background(), &Allocation{ID: "web-1"}, f.netns); err != nil {
+		t.Fatal(err)
+	}
+	f.waitPasses(t, 2)
+	if in := noted("web-1"); len(in) > 0 {
+		t.Fatalf("the watcher still notes the torn-down web-1 in %q", in)
+	}
+	if len(noted("web-2")) == 0 {
+		t.Fatal("the watcher forgot web-2, still attached")
 	}
 }
 
