@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seed1280861d/cninet/host"
@@ -64,6 +65,10 @@ type repairWatcher struct {
 	lost     map[registry.Key]time.Time   // found not repairable in place, as of the record's Updated
 	backoff  map[registry.Key]backoff     // a repair left it missing pieces: not tried again before until
 	passes   int                          // passes run (tests wait on it)
+	// busy says a repair of the last pass found its id held (a Check, a
+	// Teardown, another process): the watcher runs another pass soon
+	// rather than at the next change or interval.
+	busy atomic.Bool
 
 	// The watcher's goroutine alone uses what follows. known is the
 	// attachments the last pass built from their records: a record not
@@ -102,18 +107,32 @@ func (w *repairWatcher) run(ctx context.Context) {
 	defer tick.Stop()
 	changes, retry := w.subscribe(ctx)
 	w.watching = changes != nil
-	w.pass(ctx, time.Time{})
 	var last time.Time
+	var again <-chan time.Time // a pass found an id held: run it again soon
+	var againChanged time.Time
+	pass := func(changed time.Time) {
+		w.pass(ctx, changed)
+		last = time.Now()
+		if w.busy.Swap(false) {
+			again, againChanged = time.After(minPassGap), changed
+		}
+	}
+	pass(time.Time{})
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			w.pass(ctx, time.Time{})
-			last = time.Now()
+			pass(time.Time{})
+		case <-again:
+			again = nil
+			pass(againChanged)
 		case <-retry:
 			changes, retry = w.subscribe(ctx)
 			w.watching = changes != nil
+			if w.watching { // what changed while nobody listened is unknown
+				pass(time.Time{})
+			}
 		case _, ok := <-changes:
 			w.firewallFresh = false
 			if !ok {
@@ -131,8 +150,7 @@ func (w *repairWatcher) run(ctx context.Context) {
 				case <-time.After(gap):
 				}
 			}
-			w.pass(ctx, first)
-			last = time.Now()
+			pass(first)
 		}
 	}
 }
@@ -333,12 +351,14 @@ func (c *Configurator) checkedOfRecord(rec *registry.Record) (checkedAttachment,
 	return checkedAttachment{fa: fa, rec: rec, live: c.liveOf(fa, rec, "")}, true
 }
 
-// backoff is how long the watcher leaves an attachment alone after a
-// repair that did not make it whole: doubled at each such repair, from
-// fightWindow to maxBackoff, forgotten once a repair makes it whole.
+// backoff is how long the watcher leaves an attachment alone after
+// repairs that did not make it whole, the second in a row and each after
+// it: doubled at each, from fightWindow to maxBackoff, forgotten once a
+// repair makes it whole.
 type backoff struct {
-	until time.Time
-	wait  time.Duration
+	until      time.Time
+	wait       time.Duration
+	incomplete int // repairs in a row that left pieces missing
 }
 
 // maxBackoff bounds the pause after repairs that leave pieces missing.
@@ -474,6 +494,7 @@ func (w *repairWatcher) repair(ctx context.Context, checker *footprint.Checker, 
 	defer cancel()
 	unlock, busy := c.registry.tryEnter(ca.rec.ContainerID)
 	if busy {
+		w.busy.Store(true)
 		return repairDone{}, false
 	}
 	defer unlock()
@@ -520,14 +541,17 @@ func (w *repairWatcher) account(ctx context.Context, d repairDone, after footpri
 		}
 	}
 	if len(after.Missing) > 0 && after.InPlace() {
-		// Not whole after its repair (a piece no repair brings back, a
-		// plugin that fails): trying every pass would only repeat it.
+		// Not whole after two repairs in a row (a piece no repair brings
+		// back, a plugin that fails): trying every pass would only repeat
+		// it. One such repair alone may have met a flush halfway.
 		b := w.backoff[key]
-		b.wait = min(max(2*b.wait, fightWindow), maxBackoff)
-		b.until = time.Now().Add(b.wait)
+		if b.incomplete++; b.incomplete >= 2 {
+			b.wait = min(max(2*b.wait, fightWindow), maxBackoff)
+			b.until = time.Now().Add(b.wait)
+			c.logger.Error("repair watcher: a repair left the attachment incomplete; trying it again later", "alloc_id", d.rec.ContainerID,
+				"network", d.rec.Network, "ifname", d.rec.IfName, "still_missing", driftOf(after, nil).Missing, "error", d.err, "again_in", b.wait)
+		}
 		w.backoff[key] = b
-		c.logger.Error("repair watcher: a repair left the attachment incomplete; trying it again later", "alloc_id", d.rec.ContainerID,
-			"network", d.rec.Network, "ifname", d.rec.IfName, "still_missing", driftOf(after, nil).Missing, "error", d.err, "again_in", b.wait)
 	} else {
 		delete(w.backoff, key)
 	}

@@ -57,10 +57,12 @@ func newWatchFixture(t *testing.T, every time.Duration) watchFixture {
 // watchHost says how a watch fixture's host answers: its iptables list
 // their tables chain by chain, or (saving) in one SaveAll per family, a
 // read of the firewall being one SaveAll call, as iptables-nft's
-// (nftBacked) or iptables-legacy's; wrap, if set, wraps the fake CNI.
+// (nftBacked) or iptables-legacy's; wrap, if set, wraps the fake CNI;
+// nft, if set, stands for the host's nftables.
 type watchHost struct {
 	saving, nftBacked bool
 	wrap              func(*fakes.CNI) cni.CNI
+	nft               host.NFTables // in place of the fake host's
 }
 
 // onNFTables is the fake host's iptables as iptables-nft's: its tables
@@ -94,8 +96,12 @@ func newWatchFixtureOn(tb testing.TB, every time.Duration, wh watchHost) watchFi
 	if wh.wrap != nil {
 		driver = wh.wrap(f.cni)
 	}
+	nft := h.NFTables
+	if wh.nft != nil {
+		nft = func() (host.NFTables, error) { return wh.nft, nil }
+	}
 	f.c, err = New(Config{ConfList: conf, CNI: driver, CacheDir: f.cni.CacheDir, StateDir: tb.TempDir(), Owner: "runner",
-		IPTables: ipt, NFTables: h.NFTables, Links: h.Links, RepairEvery: every,
+		IPTables: ipt, NFTables: nft, Links: h.Links, RepairEvery: every,
 		Logger: hclog.New(&hclog.LoggerOptions{Output: f.log, Level: hclog.Info})})
 	if err != nil {
 		tb.Fatal(err)
@@ -234,6 +240,60 @@ func TestTheRepairWatcherForgetsAnAttachmentOnceItsRecordIsGone(t *testing.T) {
 	if len(noted("web-2")) == 0 {
 		t.Fatal("the watcher forgot web-2, still attached")
 	}
+}
+
+// A repair that finds its id held (a Check, a Teardown, another
+// process's repair) is skipped, and the watcher runs another pass soon:
+// not only at the next change or interval, which may be an hour away.
+func TestTheRepairWatcherTriesAgainSoonARepairWhoseIDWasHeld(t *testing.T) {
+	f := newWatchFixture(t, time.Hour) // the change signal alone drives it
+	f.logOnFailure(t)
+	f.setUp(t, "web-1", 8080)
+	want := len(f.lines("web-1"))
+	waitFor(t, "the pass at start", func() bool { return f.c.repairer.passesRun() >= 1 })
+	leave, busy := f.c.registry.tryEnter("web-1")
+	if busy {
+		t.Fatal("web-1's id is held before the test holds it")
+	}
+	passes := f.c.repairer.passesRun()
+	f.flush()
+	f.host.NFT.FlushRuleset() // the change signal
+	waitFor(t, "the pass that met the held id", func() bool { return f.c.repairer.passesRun() > passes })
+	leave()
+	waitFor(t, "web-1's rules back without another change", func() bool { return len(f.lines("web-1")) == want })
+}
+
+// failingWatch is the fake host's nftables whose notifications cannot
+// be watched until failing is cleared.
+type failingWatch struct {
+	*fakes.NFTables
+	failing atomic.Bool
+}
+
+func (n *failingWatch) WatchChanges(ctx context.Context) (<-chan struct{}, error) {
+	if n.failing.Load() {
+		return nil, errors.New("netlink: joining the nf_tables notifications: no buffer space")
+	}
+	return n.NFTables.WatchChanges(ctx)
+}
+
+// While nf_tables' notifications cannot be watched, a change arrives
+// nowhere: once the watch is back, the watcher checks at once rather
+// than at the next interval.
+func TestTheRepairWatcherChecksAtOnceWhenItWatchesTheRulesetAgain(t *testing.T) {
+	delay := resubscribeDelay
+	resubscribeDelay = 20 * time.Millisecond
+	t.Cleanup(func() { resubscribeDelay = delay }) // after the fixture's Close, registered later
+	nft := &failingWatch{NFTables: fakes.NewHost().NFT}
+	nft.failing.Store(true)
+	f := newWatchFixtureOn(t, time.Hour, watchHost{nft: nft})
+	f.logOnFailure(t)
+	f.setUp(t, "web-1", 8080)
+	want := len(f.lines("web-1"))
+	waitFor(t, "the pass at start", func() bool { return f.c.repairer.passesRun() >= 1 })
+	f.flush() // while nobody listens
+	nft.failing.Store(false)
+	waitFor(t, "web-1's rules back once the watch is", func() bool { return len(f.lines("web-1")) == want })
 }
 
 func TestTheRepairWatcherReportsADriftThatKeepsComingBackInsteadOfFightingIt(t *testing.T) {
@@ -427,8 +487,8 @@ func TestTheRepairWatcherBacksOffARepairThatDoesNotMakeTheAttachmentWhole(t *tes
 	waitFor(t, "the incomplete repair reported", func() bool { return strings.Contains(f.log.String(), "left the attachment incomplete") })
 	start := c.repairer.passesRun()
 	waitFor(t, "fifty more passes", func() bool { return c.repairer.passesRun() >= start+50 })
-	if n := calls.Load(); n != 1 {
-		t.Fatalf("portmap's ADD ran %d times in fifty passes, want once: then the watcher waits", n)
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("portmap's ADD ran %d times in fifty passes, want twice (a repair that met a flush halfway is tried once more): then the watcher waits", n)
 	}
 }
 
