@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/workload"
 )
@@ -43,12 +44,12 @@ import (
 // the interface and has no Address.
 // At most one ConnectOptions may be given (ErrInvalidArgument).
 func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, netns string, opts ...ConnectOptions) (*NetworkStatus, error) {
-	o, err := optionsOf("Connect", opts)
+	o, err := connectOptionsOf("Connect", opts)
 	if err != nil {
 		return nil, err
 	}
 	if o.IfName != "" {
-		return c.connectAs(ctx, alloc, network, netns, o.IfName)
+		return c.connectAs(ctx, alloc, network, netns, o)
 	}
 	return c.connectNext(ctx, alloc, network, netns)
 }
@@ -125,12 +126,12 @@ func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, netwo
 // this cninet cannot read is left alone (ErrRecordUnreadable). At most
 // one ConnectOptions may be given (ErrInvalidArgument).
 func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, network, netns string, opts ...ConnectOptions) error {
-	o, err := optionsOf("Disconnect", opts)
+	o, err := connectOptionsOf("Disconnect", opts)
 	if err != nil {
 		return err
 	}
 	if o.IfName != "" {
-		return c.disconnectAs(ctx, alloc, network, netns, o.IfName)
+		return c.disconnectAs(ctx, alloc, network, netns, o)
 	}
 	return c.disconnectNetwork(ctx, alloc, network, netns)
 }
@@ -222,17 +223,52 @@ type ConnectOptions struct {
 	// workload's other networks use. "": the next free <prefix>N for
 	// Connect; whichever interface the network has for Disconnect.
 	IfName string
+	// RuntimeID is the container id the runtime named, where the plugins
+	// know the attachment by alloc.ID instead (cninet daemon's delegate
+	// id of a container's second interface on a network): the records
+	// the call writes name it (AttachmentRecord.RuntimeID). It needs
+	// IfName, and must be a CNI container ID; "" or alloc.ID: alloc.ID is
+	// the runtime's.
+	RuntimeID string
 }
 
-// connectAs is Connect as ifName (ConnectOptions.IfName).
-func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network, netns, ifName string) (_ *NetworkStatus, err error) {
+// connectOptionsOf is the one ConnectOptions of operation's opts, checked
+// (ErrInvalidArgument).
+func connectOptionsOf(operation string, opts []ConnectOptions) (ConnectOptions, error) {
+	o, err := optionsOf(operation, opts)
+	if err != nil || o.RuntimeID == "" {
+		return o, err
+	}
+	if o.IfName == "" {
+		return ConnectOptions{}, fmt.Errorf("%w: %s: ConnectOptions.RuntimeID %q without IfName, want the interface the runtime named",
+			ErrInvalidArgument, operation, o.RuntimeID)
+	}
+	if !footprint.IsContainerID(o.RuntimeID) {
+		return ConnectOptions{}, fmt.Errorf("%w: %s: ConnectOptions.RuntimeID %q, want a CNI container ID (letters, digits, '_', '.', '-', starting with a letter or digit)",
+			ErrInvalidArgument, operation, o.RuntimeID)
+	}
+	return o, nil
+}
+
+// runtimeIDOf is o.RuntimeID as a record of req names it: "" when req's
+// id is the runtime's own.
+func (o ConnectOptions) runtimeIDOf(req request) string {
+	if o.RuntimeID == req.id {
+		return ""
+	}
+	return o.RuntimeID
+}
+
+// connectAs is Connect as o.IfName, for o.RuntimeID.
+func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network, netns string, o ConnectOptions) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.startOp(ctx, opConnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
+	ifName := o.IfName
 	req, err := c.namedRequest(alloc, network, netns, ifName, ErrInvalidArgument)
 	if err != nil {
 		return nil, err
 	}
-	req.runtimeID = registry.RuntimeIDOf(ctx)
+	req.runtimeID = o.runtimeIDOf(req)
 	start := time.Now()
 	leave, err := c.registry.enter(ctx, req.id, true)
 	if err != nil {
@@ -269,15 +305,16 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 	return a.all(ctx, []attachment{att})
 }
 
-// disconnectAs is Disconnect of ifName (ConnectOptions.IfName).
-func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, network, netns, ifName string) (err error) {
+// disconnectAs is Disconnect of o.IfName, for o.RuntimeID.
+func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, network, netns string, o ConnectOptions) (err error) {
 	ctx, op := c.tel.startOp(ctx, opDisconnect, allocID(alloc), netns)
 	defer func() { op.end(err) }()
+	ifName := o.IfName
 	req, err := c.namedRequest(alloc, network, "", ifName, nil)
 	if err != nil {
 		return err
 	}
-	req.runtimeID = registry.RuntimeIDOf(ctx)
+	req.runtimeID = o.runtimeIDOf(req)
 	start := time.Now()
 	leave, err := c.registry.enter(ctx, req.id, false)
 	if err != nil {

@@ -228,3 +228,61 @@ func TestCheckIfName(t *testing.T) {
 		})
 	}
 }
+
+func TestConnectOptionsRuntimeIDIsWhatTheRecordsNameAsTheRuntimesID(t *testing.T) {
+	cases := []struct {
+		name, id, runtimeID, want string
+	}{
+		{"a delegate id's record names the runtime's id", "w.net1", "w", "w"},
+		{"the allocation's own id names no other", "w", "w", ""},
+		{"none given names none", "w", "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMultiFixture(t, quickRetry)
+			ns := newLiveNamespace(t)
+			alloc := &Allocation{ID: tc.id}
+			if _, err := f.c.Connect(context.Background(), alloc, "b", ns.path, ConnectOptions{IfName: "net1", RuntimeID: tc.runtimeID}); err != nil {
+				t.Fatal(err)
+			}
+			recs, err := f.c.Attachments(tc.id)
+			if err != nil || len(recs) != 1 || recs[0].RuntimeID != tc.want {
+				t.Fatalf("records %+v, %v; want one whose RuntimeID is %q", recs, err, tc.want)
+			}
+			if err := f.c.Disconnect(context.Background(), alloc, "b", ns.path, ConnectOptions{IfName: "net1", RuntimeID: tc.runtimeID}); err != nil {
+				t.Fatal(err)
+			}
+			if recs, err := f.c.Attachments(tc.id); err != nil || len(recs) != 0 {
+				t.Fatalf("records after Disconnect %+v, %v; want none", recs, err)
+			}
+		})
+	}
+}
+
+func TestConnectOptionsRuntimeIDIsRefusedBeforeAnyPluginRunsWhenNoRecordCouldNameIt(t *testing.T) {
+	cases := []struct {
+		name  string
+		opts  ConnectOptions
+		inErr string
+	}{
+		{"without the interface the runtime named", ConnectOptions{RuntimeID: "w"}, "without IfName"},
+		{"not a container id", ConnectOptions{IfName: "net1", RuntimeID: "w x"}, "want a CNI container ID"},
+		{"starting with a dot", ConnectOptions{IfName: "net1", RuntimeID: ".w"}, "want a CNI container ID"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMultiFixture(t, quickRetry)
+			alloc := &Allocation{ID: "w.net1"}
+			_, connectErr := f.c.Connect(context.Background(), alloc, "b", "/x", tc.opts)
+			disconnectErr := f.c.Disconnect(context.Background(), alloc, "b", "/x", tc.opts)
+			for op, err := range map[string]error{"Connect": connectErr, "Disconnect": disconnectErr} {
+				if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tc.inErr) || !strings.Contains(err.Error(), op) {
+					t.Errorf("%s: err = %v, want ErrInvalidArgument naming %s and saying %s", op, err, op, tc.inErr)
+				}
+			}
+			if log := f.drv.log(); log != "" {
+				t.Fatalf("plugins ran: %q", log)
+			}
+		})
+	}
+}

@@ -116,8 +116,8 @@ operations share is a type in a file named after what it holds.
 	attachments.go        attachmentFinder: an allocation's attachments, from the Allocation, the registry and libcni's cache; ifNaming; CachedResult.
 	setup.go              Setup; attaching: attach every network concurrently, all or nothing, and the rollback.
 	retry.go              RetryPolicy and the ADD retry loop (attaching.withRetry).
-	teardown.go           Teardown; detachment: prevention, DEL, force cleanup and the record's removal per network; whileLockHeld: a cleanup step that missed a gap in a held xtables lock runs again until the deadline.
-	connect.go            Connect, Disconnect, ConnectOptions, CheckIfName.
+	teardown.go           Teardown; detachment (a Setup's rollback too): prevention, DEL, force cleanup and the record's removal per network; whileLockHeld: a cleanup step that missed a gap in a held xtables lock runs again until the deadline.
+	connect.go            Connect, Disconnect, ConnectOptions (the interface, the runtime's id), CheckIfName.
 	check.go              Check, CheckOptions, DriftError, Drift: cninet's own check of each attachment, then the plugins' CHECK where it is sound.
 	repair.go             The drift check and repair of found attachments (driftCheck), a live attachment from its record (liveOf), libcni's cache written again.
 	repairwatch.go        The repair watcher (Config.RepairEvery): a pass at start, every interval and on nf_tables changes (the firewall read again only when it changed, where nf_tables says so); drifting attachments repaired from one read of the host, a few at once, each under its lock; never fights.
@@ -126,7 +126,7 @@ operations share is a type in a file named after what it holds.
 	gc_recorded.go        The dead recorded attachments (this owner's, any owner's of an earlier boot), each under its id's lock.
 	gc_cached.go          The stale attachments libcni's cache holds, each under its id's lock, unrecorded ones only once their namespace is gone; the CNI GC command under the host's GC lock.
 	gc_sweep.go           The sweep, under the host's GC lock: what the registry and libcni's cache claim now is left.
-	gc_report.go          GCOptions, GCAttachment, GCReport, GCItem, GCKind: what GC is asked, what it removed, its progress.
+	gc_report.go          GCOptions, GCAttachment, GCReport, GCItem, GCKind: what GC is asked (checked into gcScope, which its run holds), what it removed, its progress.
 	records.go            hostRegistry: the host registry in every operation: records, owners, locks; Attachments.
 	unreadable.go         Registry files this cninet cannot read: kept, their attachments left alone; ErrRecordUnreadable.
 	reload.go             Reload and the ConfDir watcher.

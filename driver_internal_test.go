@@ -8,7 +8,15 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/seed1280861d/cninet/cninettest/fakes"
 )
+
+// The fake CNI offers a repair's extension: a fake that stopped would
+// no longer compile here, where the repair's type assertion would
+// silently take the path without it (the seams of package host are
+// checked in fakes' seams.go).
+var _ PluginAdder = (*fakes.CNI)(nil)
 
 func TestResultFromCNIReadsAsGoCNIDoes(t *testing.T) {
 	idx := func(i int) *int { return &i }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/workload"
 )
 
@@ -63,41 +62,15 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string, opts ...GC
 	if err != nil {
 		return nil, err
 	}
-	if o.DryRun {
-		ctx = context.WithValue(ctx, gcDryRunKey{}, true)
+	scope, err := c.scopeOf(o)
+	if err != nil {
+		return nil, err
 	}
-	if len(o.LiveAttachments) > 0 {
-		live := map[string]map[string]bool{}
-		for _, a := range o.LiveAttachments {
-			if !footprint.IsContainerID(a.ID) || CheckIfName(a.IfName) != nil {
-				return nil, fmt.Errorf("%w: GCOptions.LiveAttachments names allocation %q as interface %q, want a CNI container ID and an interface name",
-					ErrInvalidArgument, a.ID, a.IfName)
-			}
-			if live[a.ID] == nil {
-				live[a.ID] = map[string]bool{}
-			}
-			live[a.ID][a.IfName] = true
-		}
-		ctx = context.WithValue(ctx, gcLiveKey{}, live)
-	}
-	if len(o.Networks) == 0 {
-		return c.gc(ctx, liveAllocIDs)
-	}
-	only := make(map[string]bool, len(o.Networks))
-	for _, name := range o.Networks {
-		if err := checkNetworkName(name); err != nil {
-			return nil, err
-		}
-		if _, err := c.nets.known(name, false); err != nil {
-			return nil, fmt.Errorf("%w (GC)", err)
-		}
-		only[name] = true
-	}
-	return c.gc(context.WithValue(ctx, gcOnlyKey{}, only), liveAllocIDs)
+	return c.gc(ctx, liveAllocIDs, scope)
 }
 
-// gc is GC, narrowed and dry or not as ctx says (gcOnly, gcDryRun).
-func (c *Configurator) gc(ctx context.Context, liveAllocIDs []string) (_ *GCReport, err error) {
+// gc is GC of everything but liveAllocIDs, as scope narrows it.
+func (c *Configurator) gc(ctx context.Context, liveAllocIDs []string, scope gcScope) (_ *GCReport, err error) {
 	ctx, op := c.tel.startOp(ctx, opGC, "", "")
 	defer func() { op.end(err) }()
 	if liveAllocIDs == nil {
@@ -106,7 +79,7 @@ func (c *Configurator) gc(ctx context.Context, liveAllocIDs []string) (_ *GCRepo
 	if _, err := c.nets.current(); err != nil {
 		return nil, err
 	}
-	g := c.gcRun(ctx, liveAllocIDs)
+	g := c.gcRun(ctx, liveAllocIDs, scope)
 	if len(g.nets) == 0 {
 		return g.report, nil
 	}
@@ -156,14 +129,10 @@ func names(confs []networkConf) []string {
 // gcRun is one GC: what is live, which networks it collects, and what it
 // removed.
 type gcRun struct {
-	c     *Configurator
-	owner string          // whose dead attachments it collects
-	live  map[string]bool // ids not to collect: the caller's live ones, then every id another owner's record names
-	// liveIfs are GCOptions.LiveAttachments: the interfaces of each id
-	// that are live (its others are not).
-	liveIfs map[string]map[string]bool
-	only    map[string]bool // GCOptions.Networks; nil: every network
-	dry     bool            // plan only (GCOptions.DryRun)
+	c       *Configurator
+	owner   string          // whose dead attachments it collects
+	live    map[string]bool // ids not to collect: the caller's live ones, then every id another owner's record names
+	gcScope                 // what GCOptions ask: the networks, the live interfaces, a dry run
 	// nets are the networks collected; skipped, by name, those left
 	// alone: spared by only, or their conflist sets disableGC.
 	nets     []networkConf
@@ -186,12 +155,11 @@ func (g *gcRun) covers(network string) bool {
 	return slices.ContainsFunc(g.nets, func(conf networkConf) bool { return conf.info.name == network })
 }
 
-// gcRun starts a GC under ctx (GCOptions' networks and dry run, WithOwner's
-// owner) of everything but liveAllocIDs.
-func (c *Configurator) gcRun(ctx context.Context, liveAllocIDs []string) *gcRun {
-	g := &gcRun{c: c, owner: c.ownerOf(ctx), live: map[string]bool{}, only: gcOnly(ctx), dry: gcDryRun(ctx),
+// gcRun starts a GC of everything but liveAllocIDs, as scope narrows it,
+// for ctx's owner (WithOwner, else Config.Owner).
+func (c *Configurator) gcRun(ctx context.Context, liveAllocIDs []string, scope gcScope) *gcRun {
+	g := &gcRun{c: c, owner: c.ownerOf(ctx), live: map[string]bool{}, gcScope: scope,
 		skipped: map[string]bool{}, report: &GCReport{}, start: time.Now()}
-	g.liveIfs, _ = ctx.Value(gcLiveKey{}).(map[string]map[string]bool)
 	for _, id := range liveAllocIDs {
 		g.live[id] = true
 	}

@@ -1,8 +1,8 @@
 package cninet
 
 import (
-	"context"
 	"encoding/json"
+	"fmt"
 	"iter"
 	"slices"
 	"sync"
@@ -204,25 +204,48 @@ type GCAttachment struct {
 	ID, IfName string
 }
 
-// gcLiveKey carries GCOptions.LiveAttachments through the context to gc.
-type gcLiveKey struct{}
-
-// gcOnlyKey carries GCOptions.Networks through the context to gc.
-type gcOnlyKey struct{}
-
-// gcDryRunKey carries GCOptions.DryRun through the context to gc.
-type gcDryRunKey struct{}
-
-// gcDryRun reports whether a GC only plans.
-func gcDryRun(ctx context.Context) bool {
-	dry, _ := ctx.Value(gcDryRunKey{}).(bool)
-	return dry
+// gcScope is what GCOptions ask of one GC, checked: the value GC hands
+// down to its run (gcRun), never through the context.
+type gcScope struct {
+	only map[string]bool // GCOptions.Networks; nil: every network
+	// liveIfs are GCOptions.LiveAttachments: the interfaces of each id
+	// that are live (its others are not).
+	liveIfs map[string]map[string]bool
+	dry     bool // plan only (GCOptions.DryRun)
 }
 
-// gcOnly returns the networks a GC is narrowed to; nil: every network.
-func gcOnly(ctx context.Context) map[string]bool {
-	only, _ := ctx.Value(gcOnlyKey{}).(map[string]bool)
-	return only
+// scopeOf checks o and returns the GC it asks for: every network it names
+// known, every live attachment a container ID and an interface name
+// (ErrInvalidArgument, ErrNetworkNotFound).
+func (c *Configurator) scopeOf(o GCOptions) (gcScope, error) {
+	s := gcScope{dry: o.DryRun}
+	for _, a := range o.LiveAttachments {
+		if !footprint.IsContainerID(a.ID) || CheckIfName(a.IfName) != nil {
+			return gcScope{}, fmt.Errorf("%w: GCOptions.LiveAttachments names allocation %q as interface %q, want a CNI container ID and an interface name",
+				ErrInvalidArgument, a.ID, a.IfName)
+		}
+		if s.liveIfs == nil {
+			s.liveIfs = map[string]map[string]bool{}
+		}
+		if s.liveIfs[a.ID] == nil {
+			s.liveIfs[a.ID] = map[string]bool{}
+		}
+		s.liveIfs[a.ID][a.IfName] = true
+	}
+	if len(o.Networks) == 0 {
+		return s, nil
+	}
+	s.only = make(map[string]bool, len(o.Networks))
+	for _, name := range o.Networks {
+		if err := checkNetworkName(name); err != nil {
+			return gcScope{}, err
+		}
+		if _, err := c.nets.known(name, false); err != nil {
+			return gcScope{}, fmt.Errorf("%w (GC)", err)
+		}
+		s.only[name] = true
+	}
+	return s, nil
 }
 
 // spared reports whether a GC narrowed to only leaves network alone.

@@ -21,7 +21,7 @@ type request struct {
 	args     [][2]string
 	caps     map[string]any // Allocation.Capabilities, validated
 	// runtimeID is the runtime's container id where id is not it
-	// (registry.WithRuntimeID): the records name it.
+	// (ConnectOptions.RuntimeID): the records name it.
 	runtimeID string
 }
 

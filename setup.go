@@ -84,7 +84,7 @@ func (c *Configurator) attaching(owner string, req request, netns string, others
 // DEL between attempts.
 func (a attaching) undoing() detachment {
 	d := a.c.detaching(a.owner, a.netns, a.others)
-	d.loUp = a.loUp
+	d.rollback, d.loUp = true, a.loUp
 	return d
 }
 
@@ -212,7 +212,7 @@ func (a attaching) one(ctx context.Context, att attachment, alongside bool) (_ *
 // trace) carry over. What it could not remove (a held xtables lock, say)
 // is left for a Teardown, and its error says so.
 func (a attaching) rollback(ctx context.Context, atts []attachment) error {
-	ctx, cancel := context.WithTimeout(inSetup(context.WithoutCancel(ctx)), rollbackTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
 	found := make([]foundAttachment, len(atts))
 	for i, att := range atts {

@@ -89,6 +89,10 @@ type detachment struct {
 	// looks up by handle the nftables rules the prevention saw
 	// (footprint.Cleaner.RecheckByHandle).
 	settled bool
+	// rollback: the detachment undoes what a failing Setup or Connect
+	// attached (its rollback, the DEL between ADD attempts), so its
+	// cleanups count as Setup's (cleanupOp).
+	rollback bool
 	// loUp: the workload's lo was up before this detachment, which leaves
 	// the workload other networks (keepLoopback). The loopback plugin is
 	// then left out of the DELs: its DEL only sets lo down, which would
@@ -101,6 +105,15 @@ type detachment struct {
 // Connect rolled back).
 func (c *Configurator) detaching(owner, netns string, others bool) detachment {
 	return detachment{c: c, owner: owner, netns: netns, others: others}
+}
+
+// cleanupOp is the operation d's cleanups count under in
+// cninet.cleanup.removed: Setup's for a rollback, else Teardown's.
+func (d detachment) cleanupOp() operation {
+	if d.rollback {
+		return opSetup
+	}
+	return opTeardown
 }
 
 // all detaches found concurrently; one network's failure does not stop
@@ -178,7 +191,7 @@ func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool)
 	delDone := time.Now()
 	_, cleanSpan := c.tel.startSpan(ctx, spanCleanup)
 	removed, cleanErr := whileLockHeld(ctx, func() ([]footprint.Item, error) { return cl.Clean([]string{req.id}) })
-	c.tel.cleaned(ctx, cleanSpan, att.name(), removed, cleanErr)
+	c.tel.cleaned(ctx, cleanSpan, d.cleanupOp(), att.name(), removed, cleanErr)
 	d.logRemoved(req.id, att.name(), removed, removeErr)
 	// prevent includes record: the registry's share, writing the proof
 	// before the DEL.

@@ -286,16 +286,6 @@ func allocID(alloc *Allocation) string {
 	return alloc.ID
 }
 
-// setupKey marks a context as Setup's: a cleanup under it follows the
-// DEL of a retry or a rollback, not a Teardown's.
-type setupKey struct{}
-
-// inSetup marks ctx as Setup's (see setupKey). Only the rare paths, retry
-// and rollback, pay for it.
-func inSetup(ctx context.Context) context.Context {
-	return context.WithValue(ctx, setupKey{}, true)
-}
-
 // startAttempt starts ADD attempt number attempt of network n, which
 // waited waited after the previous attempt failed.
 func (t *telemetry) startAttempt(ctx context.Context, att attachment, attempt int, waited time.Duration) (context.Context, attemptSpan) {
@@ -331,12 +321,8 @@ func (s attemptSpan) end(err error) {
 }
 
 // cleaned ends a cleanup span with what the cleanup removed, and counts
-// the removed items in cninet.cleanup.removed.
-func (t *telemetry) cleaned(ctx context.Context, s childSpan, network string, removed []footprint.Item, err error) {
-	op := opTeardown
-	if ctx.Value(setupKey{}) != nil {
-		op = opSetup
-	}
+// the removed items in cninet.cleanup.removed as op's.
+func (t *telemetry) cleaned(ctx context.Context, s childSpan, op operation, network string, removed []footprint.Item, err error) {
 	groups := groupItems(removed)
 	for _, g := range groups {
 		if !t.metering() {

@@ -52,7 +52,7 @@ func BenchmarkTelemetryWithoutProvider(b *testing.B) {
 		_, del := t.startSpan(dctx, spanDel)
 		del.end(nil)
 		_, clean := t.startSpan(dctx, spanCleanup)
-		t.cleaned(dctx, clean, att.name(), nil, nil)
+		t.cleaned(dctx, clean, opTeardown, att.name(), nil, nil)
 		detach.end(nil)
 		teardown.end(nil)
 	}
@@ -67,7 +67,7 @@ func TestHooksWorkWithoutTelemetry(t *testing.T) {
 	_, try := tel.startAttempt(nctx, attachment{}, 2, 1)
 	try.end(errors.New("boom"))
 	_, span := tel.startSpan(nctx, spanCleanup)
-	tel.cleaned(nctx, span, "nomad", []footprint.Item{{Kind: footprint.KindRule, Detail: "iptables x"}}, nil)
+	tel.cleaned(nctx, span, opTeardown, "nomad", []footprint.Item{{Kind: footprint.KindRule, Detail: "iptables x"}}, nil)
 	nop.end(nil)
 	op.end(nil)
 	tel.noteReady("nomad", nil)

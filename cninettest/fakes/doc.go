@@ -23,7 +23,8 @@
 // a firewall reload. Matching adds the netlink matcher. Links holds the
 // host's devices and, by namespace path (AddIn), workloads' interfaces
 // with their addresses. seams.go lists every seam and extension each fake
-// offers, checked by the compiler.
+// offers, checked by the compiler (CNI's cninet.PluginAdder in cninet's
+// own tests, since this package imports nothing of cninet).
 //
 // # Files
 //

@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -176,23 +175,4 @@ func (d Damaged) Covers(k Key) bool {
 		id = d.ContainerID
 	}
 	return id == k.ContainerID && (d.Key.Network == "" || d.Key.Network == k.Network) && (d.Key.IfName == "" || d.Key.IfName == k.IfName)
-}
-
-// runtimeIDKey carries WithRuntimeID's id through an operation's context.
-type runtimeIDKey struct{}
-
-// WithRuntimeID returns ctx for an ADD whose plugins know the container
-// by another id than the runtime's: the records it writes name id as
-// RuntimeID. An empty id changes nothing.
-func WithRuntimeID(ctx context.Context, id string) context.Context {
-	if id == "" {
-		return ctx
-	}
-	return context.WithValue(ctx, runtimeIDKey{}, id)
-}
-
-// RuntimeIDOf is the id WithRuntimeID put in ctx, or "".
-func RuntimeIDOf(ctx context.Context) string {
-	id, _ := ctx.Value(runtimeIDKey{}).(string)
-	return id
 }

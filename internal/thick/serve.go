@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/seed1280861d/cninet"
-	"github.com/seed1280861d/cninet/internal/registry"
 )
 
 // Serve runs one request through c, for the request's owner (OwnerOf),
@@ -53,7 +52,7 @@ func serve(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetC
 	case CmdDel:
 		return nil, del(ctx, c, req, conf, marks)
 	case CmdCheck:
-		req, ctx, err := asDelegateSees(ctx, c, req, conf, false)
+		req, _, err := asDelegateSees(c, req, conf, false)
 		if err != nil {
 			return nil, err
 		}
@@ -90,7 +89,7 @@ func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 		return nil, fmt.Errorf("%w: %w: waiting for another command of container %s: %w", ErrBusy, errNotStarted, req.ContainerID, err)
 	}
 	defer unlock()
-	req, ctx, err = asDelegateSees(ctx, c, req, conf, true)
+	req, runtimeID, err := asDelegateSees(c, req, conf, true)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +98,7 @@ func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 		return nil, err
 	}
 	marks.mark(delegated)
-	_, err = c.Connect(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName})
+	_, err = c.Connect(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName, RuntimeID: runtimeID})
 	marks.mark(operated)
 	if err != nil {
 		return nil, err
@@ -136,7 +135,7 @@ func del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 		return fmt.Errorf("%w: waiting for another command of container %s: %w", ErrBusy, req.ContainerID, err)
 	}
 	defer unlock()
-	req, ctx, err = asDelegateSees(ctx, c, req, conf, false)
+	req, runtimeID, err := asDelegateSees(c, req, conf, false)
 	if errors.Is(err, ErrDelegateIDTaken) {
 		return nil
 	}
@@ -150,7 +149,7 @@ func del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 	ctx = cninet.WithOwner(ctx, OwnerOf(req, conf))
 	marks.mark(delegated)
 	defer marks.mark(operated)
-	return c.Disconnect(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName})
+	return c.Disconnect(ctx, alloc, conf.Name, req.NetNS, cninet.ConnectOptions{IfName: req.IfName, RuntimeID: runtimeID})
 }
 
 // gc is GC narrowed to the request's network, with the attachments of
@@ -183,13 +182,14 @@ func gc(ctx context.Context, c *cninet.Configurator, conf *NetConf) error {
 
 // asDelegateSees returns req as the delegate's plugins see it, under the
 // attachment's delegate id (delegateID): a copy when that is not the
-// container id, with ctx telling the registry the runtime's id.
-func asDelegateSees(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf, adding bool) (*Request, context.Context, error) {
+// container id, with the runtime's id for the registry's records
+// (ConnectOptions.RuntimeID); "" when it is.
+func asDelegateSees(c *cninet.Configurator, req *Request, conf *NetConf, adding bool) (*Request, string, error) {
 	id, err := delegateID(c, req.ContainerID, conf.Name, req.IfName, adding)
 	if err != nil || id == req.ContainerID {
-		return req, ctx, err
+		return req, "", err
 	}
 	r := *req
 	r.ContainerID = id
-	return &r, registry.WithRuntimeID(ctx, req.ContainerID), nil
+	return &r, req.ContainerID, nil
 }
