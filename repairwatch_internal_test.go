@@ -568,8 +568,8 @@ func TestThePeriodicPassReadsTheFirewallOnlyWhenNFTablesSaysItChanged(t *testing
 		t.Fatalf("20 quiet passes read the firewall %d times, want none: nothing changed since a read found it whole", got)
 	}
 
-	f.setUp(t, "web-2", 8081) // its ADD signals no change here
-	reads = f.host.IPv4.Count("SaveAll")
+	reads = f.host.IPv4.Count("SaveAll") // before: a pass may read it while Setup returns
+	f.setUp(t, "web-2", 8081)            // its ADD signals no change here
 	f.waitPasses(t, 3)
 	if f.host.IPv4.Count("SaveAll") == reads {
 		t.Fatal("a pass took web-2's firewall as whole without ever reading it")
