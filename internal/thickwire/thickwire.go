@@ -185,10 +185,11 @@ func isASCIIAlnum(c byte) bool {
 
 // ShimDelCommand is the hidden `cninet` subcommand that runs a DEL the
 // daemon gave no answer to, for the shim: `cninet shim-del --socket S
-// --why W` with the request the daemon did not answer on its stdin. It
-// runs the daemon's DEL under the host registry's locks with the
-// daemon's info file, prints nothing and exits 0 when it succeeds, and
-// prints the runtime's CNI error and exits 1 when it fails.
+// --timeout D --why W` with the request the daemon did not answer on its
+// stdin. It runs the daemon's DEL under the host registry's locks with
+// the daemon's info file, within D (the shim config's "timeout"), prints
+// nothing and exits 0 when it succeeds, and prints the runtime's CNI
+// error and exits 1 when it fails.
 const ShimDelCommand = "shim-del"
 
 // ShimTimesEnv names the environment variable that, when it holds an
