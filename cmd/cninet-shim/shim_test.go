@@ -109,8 +109,8 @@ func TestRequestsCarryTheShimsProtocolAndLimits(t *testing.T) {
 	}
 	r := got()[0]
 	req := r.req
-	if r.err != nil || req.Protocol != thickwire.ProtocolVersion || req.ShimVersion != "v0.0.0-test" {
-		t.Errorf("protocol %d, shim version %q (%v); want %d, v0.0.0-test", req.Protocol, req.ShimVersion, r.err, thickwire.ProtocolVersion)
+	if r.err != nil || req.Protocol != thickwire.ProtocolFor(thickwire.CmdCheck) || req.ShimVersion != "v0.0.0-test" {
+		t.Errorf("protocol %d, shim version %q (%v); want %d, v0.0.0-test", req.Protocol, req.ShimVersion, r.err, thickwire.ProtocolFor(thickwire.CmdCheck))
 	}
 	if req.AckBy == nil || req.AckBy.Before(before.Add(thickwire.SilenceLimit)) || req.AckBy.After(time.Now().Add(thickwire.SilenceLimit)) {
 		t.Errorf("ackBy %v, want %s after the request", req.AckBy, thickwire.SilenceLimit)
@@ -122,6 +122,58 @@ func TestRequestsCarryTheShimsProtocolAndLimits(t *testing.T) {
 	if !ok || err != nil || head.Protocol != req.Protocol || head.Command != "CHECK" || head.ShimVersion != req.ShimVersion ||
 		!head.AckBy.Equal(*req.AckBy) || !head.Deadline.Equal(*req.Deadline) {
 		t.Errorf("head %+v (%v, %v), want what the body says: %+v", head, ok, err, req)
+	}
+}
+
+// A daemon still of protocol 2 (not restarted since cninet was
+// upgraded) serves every command but ADD, above all the runtime's DELs:
+// each goes in the oldest protocol that has what it needs, in its head
+// and its body alike. ADD, which needs 3, gets the daemon's refusal.
+func TestADaemonOfProtocol2ServesAllButADD(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "cninet.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		head, _, err := thick.RequestHead(r.Header)
+		switch {
+		case err != nil:
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"code":4,"msg":%q}`, err.Error())
+			return
+		case head.Protocol > 2:
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"code":104,"msg":"incompatible cninet-shim: protocol %d, this daemon speaks 1 to 2"}`, head.Protocol)
+			return
+		}
+		if req, _, err := thick.DecodeRequest(r.Body); err != nil || req.Protocol != head.Protocol {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"code":4,"msg":"body: protocol %d, head: %d (%v)"}`, req.Protocol, head.Protocol, err)
+			return
+		}
+		fmt.Fprint(w, "{}")
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	dir := t.TempDir()
+	argv, _ := fakeCninet(t, dir, "exit 0")
+	s := testShim(&strings.Builder{}, dir)
+	for _, command := range []string{thickwire.CmdDel, thickwire.CmdCheck, thickwire.CmdStatus, thickwire.CmdGC} {
+		t.Run(command+" is served", func(t *testing.T) {
+			if err := s.commandsByName()[command](cmdArgs(socket, "1.1.0")); err != nil {
+				t.Fatalf("got %v, want it served", err)
+			}
+		})
+	}
+	t.Run("ADD is refused with code 104", func(t *testing.T) {
+		var cerr *cniError
+		if err := s.add(cmdArgs(socket, "1.1.0")); !errors.As(err, &cerr) || cerr.Code != thickwire.CodeIncompatible {
+			t.Fatalf("got %v, want the daemon's code 104", err)
+		}
+	})
+	if _, err := os.Stat(argv); err == nil {
+		t.Error("a DEL ran in cninet although the daemon answered")
 	}
 }
 
@@ -165,6 +217,16 @@ func (s *shim) commandsByName() map[string]func(*cniArgs) error {
 // answerOnce serves one connection on a socket in a temp dir: it reads
 // the request and writes raw, the daemon's answer as bytes.
 func answerOnce(t *testing.T, raw string) string {
+	return serveOnce(t, func(c net.Conn) {
+		buf := make([]byte, 64<<10)
+		c.Read(buf)
+		c.Write([]byte(raw))
+	})
+}
+
+// serveOnce listens on a socket in a temp dir and has serve serve the
+// first connection, which it then closes.
+func serveOnce(t *testing.T, serve func(c net.Conn)) string {
 	t.Helper()
 	socket := filepath.Join(t.TempDir(), "cninet.sock")
 	l, err := net.Listen("unix", socket)
@@ -178,9 +240,7 @@ func answerOnce(t *testing.T, raw string) string {
 			return
 		}
 		defer c.Close()
-		buf := make([]byte, 64<<10)
-		c.Read(buf)
-		c.Write([]byte(raw))
+		serve(c)
 	}()
 	return socket
 }
@@ -214,12 +274,53 @@ func TestAnswersAreReadAsHTTPWritesThem(t *testing.T) {
 			}
 		})
 	}
-	t.Run("what is no HTTP is no answer", func(t *testing.T) {
-		var cerr *cniError
-		if err := testShim(&strings.Builder{}, t.TempDir()).add(cmdArgs(answerOnce(t, "SSH-2.0-x\r\n\r\n"), "1.0.0")); !errors.As(err, &cerr) || cerr.Code != codeTryAgainLater || !strings.Contains(cerr.Msg, "without an answer") {
-			t.Fatalf("got %v", err)
-		}
-	})
+}
+
+// Something answered is the runtime's answer, even when it cannot be
+// read: a DEL runs in cninet only when nothing but acknowledgements
+// came. What is not HTTP, or not as the daemon writes it, is code 11
+// saying so; a final answer cut short is code 11 too.
+func TestWhatIsNoAnswerAndWhatIs(t *testing.T) {
+	cases := []struct {
+		name, raw string
+		// says is what the DEL's error says; "": the DEL ran in cninet.
+		// why is what its details say was wrong.
+		says, why string
+	}{
+		{"an acknowledgement, then nothing: the DEL runs in cninet", "HTTP/1.1 102 Processing\r\n\r\n", "", ""},
+		{"an acknowledgement cut short: the DEL runs in cninet", "HTTP/1.1 102 Proc", "", ""},
+		{"nothing at all: the DEL runs in cninet", "", "", ""},
+		{"a final answer's head cut short is code 11", "HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200 OK\r\nContent-Le", "began an answer, but it was cut short", "unexpected EOF"},
+		{"a final answer's status line cut short is code 11", "HTTP/1.1 5", "began an answer, but it was cut short", "unexpected EOF"},
+		{"a final answer's body cut short is code 11", "HTTP/1.1 200 OK\r\nContent-Length: 70\r\n\r\n{}", "answered 200 OK, but the answer was cut short", "unexpected EOF"},
+		{"what is no HTTP is code 11, not the daemon's protocol", "SSH-2.0-x\r\n\r\n", "not the daemon's protocol", `status line "SSH-2.0-x"`},
+		{"the start of what is no HTTP is too", "SSH-2", "not the daemon's protocol", `it begins "SSH-2"`},
+		{"a Content-Length that is no length is too", "HTTP/1.1 200 OK\r\nContent-Length: -2\r\n\r\n", "not the daemon's protocol", `a Content-Length that is no length: "Content-Length: -2"`},
+		{"a header without a colon is too", "HTTP/1.1 200 OK\r\nbroken\r\n\r\n", "not the daemon's protocol", `a header line without a colon: "broken"`},
+		{"a chunk without the CRLF after it is too", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}XY0\r\n\r\n", "not the daemon's protocol", `a chunk of 2 bytes not followed by CRLF but by "XY"`},
+		{"a chunk size that is no number is too", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", "not the daemon's protocol", `a chunk size that is no hexadecimal number: "zz"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			argv, _ := fakeCninet(t, dir, "exit 0")
+			err := testShim(&strings.Builder{}, dir).del(cmdArgs(answerOnce(t, tc.raw), "1.1.0"))
+			_, ranErr := os.Stat(argv)
+			if tc.says == "" {
+				if err != nil || ranErr != nil {
+					t.Fatalf("got %v, cninet ran: %v; want the DEL run in cninet", err, ranErr == nil)
+				}
+				return
+			}
+			var cerr *cniError
+			if !errors.As(err, &cerr) || cerr.Code != codeTryAgainLater || !strings.Contains(cerr.Msg, tc.says) || !strings.Contains(cerr.Details, tc.why) {
+				t.Fatalf("got %v, want code 11 saying %q, for %q", err, tc.says, tc.why)
+			}
+			if ranErr == nil {
+				t.Fatal("cninet ran the DEL after the daemon answered")
+			}
+		})
+	}
 }
 
 func TestUnreachableDaemon(t *testing.T) {
