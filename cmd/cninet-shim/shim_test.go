@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -432,120 +431,6 @@ func within(t *testing.T, command func() error) error {
 		t.Fatal("still waiting for the daemon after a minute")
 	}
 	return nil
-}
-
-// fakeCninet writes a cninet into dir that records its arguments and
-// stdin there and answers as script says (shell).
-func fakeCninet(t *testing.T, dir, script string) (argv, stdin string) {
-	t.Helper()
-	argv, stdin = filepath.Join(dir, "argv"), filepath.Join(dir, "stdin")
-	body := fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > %q\ncat > %q\n%s\n", argv, stdin, script)
-	if err := os.WriteFile(filepath.Join(dir, "cninet"), []byte(body), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return argv, stdin
-}
-
-// A DEL the daemon does not answer (down, stopped, stalled) is run by
-// the cninet next to the shim, `cninet shim-del`, with the request the
-// daemon did not answer; the shim does not wait for the daemon.
-func TestDelOnASilentDaemonRunsInCninet(t *testing.T) {
-	daemons := append([]struct {
-		name   string
-		daemon silentDaemon
-	}{{"a daemon that is down", func(t *testing.T) (string, <-chan struct{}) {
-		return filepath.Join(t.TempDir(), "cninet.sock"), make(chan struct{})
-	}}}, silentDaemons...)
-	for _, tc := range daemons {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			argvFile, stdinFile := fakeCninet(t, dir, "exit 0")
-			socket, released := tc.daemon(t)
-			s := testShim(&strings.Builder{}, dir)
-			s.answerGrace = 50 * time.Millisecond
-			if err := within(t, func() error { return s.del(cmdArgsWithin(socket, "1.1.0", "200ms")) }); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-released:
-				t.Fatal("the DEL returned only once the daemon was released")
-			default:
-			}
-			argv, _ := os.ReadFile(argvFile)
-			lines := strings.Split(strings.TrimSpace(string(argv)), "\n")
-			if len(lines) != 3 || lines[0] != thickwire.ShimDelCommand || lines[1] != "--socket="+socket || !strings.HasPrefix(lines[2], "--why=cninet daemon at "+socket) {
-				t.Fatalf("cninet ran with %q, want shim-del --socket=%s --why=<why>", lines, socket)
-			}
-			stdin, _ := os.ReadFile(stdinFile)
-			req, _, err := thick.DecodeRequest(bytes.NewReader(stdin))
-			if err != nil || req.Command != "DEL" || req.ContainerID != "c1" || req.IfName != "eth0" || req.Owner != "cnitool" {
-				t.Fatalf("cninet got %s (%v), want the DEL of c1 eth0 as the daemon reads it", stdin, err)
-			}
-		})
-	}
-}
-
-// cninet's answer is the runtime's; a cninet that cannot run, or ends
-// without a CNI error, is code 102 saying so.
-func TestTheDelInCninetAnswersTheRuntime(t *testing.T) {
-	cases := []struct {
-		name   string
-		script string
-		mode   os.FileMode
-		code   uint
-		says   string
-	}{
-		{"cninet's CNI error passes unchanged", `printf '{"code": 7, "msg": "no such network"}'; exit 1`, 0o755, 7, "no such network"},
-		{"an exit without a CNI error is code 102, naming how it ended", "echo oops; exit 3", 0o755, thickwire.CodeCleanupFailed, "exited with status 3 without a CNI error"},
-		{"a kill is code 102, naming the signal", "kill -9 $$", 0o755, thickwire.CodeCleanupFailed, "killed by signal 9"},
-		{"a cninet others may write is not run: code 102", "exit 0", 0o775, thickwire.CodeCleanupFailed, "writable by group or others"},
-		{"a cninet that is not executable is not run: code 102", "exit 0", 0o644, thickwire.CodeCleanupFailed, "is not executable"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			argv, _ := fakeCninet(t, dir, tc.script)
-			if err := os.Chmod(filepath.Join(dir, "cninet"), tc.mode); err != nil {
-				t.Fatal(err)
-			}
-			socket := filepath.Join(t.TempDir(), "cninet.sock") // nobody listens
-			var cerr *cniError
-			err := testShim(&strings.Builder{}, dir).del(cmdArgs(socket, "1.1.0"))
-			if !errors.As(err, &cerr) || cerr.Code != tc.code || !strings.Contains(cerr.Error(), tc.says) {
-				t.Fatalf("got %v, want code %d saying %q", err, tc.code, tc.says)
-			}
-			if _, err := os.Stat(argv); (err == nil) != (tc.mode&0o111 != 0 && tc.mode&0o022 == 0) {
-				t.Errorf("cninet ran: %v; want it run only when it may be", err == nil)
-			}
-		})
-	}
-}
-
-// cninet is the one the config's "cninet" names, else the one next to
-// the shim; one that is missing is code 102 saying where it was looked
-// for and how to install it.
-func TestTheDelFindsCninet(t *testing.T) {
-	named, next := t.TempDir(), t.TempDir()
-	fakeCninet(t, named, "exit 0")
-	socket := filepath.Join(t.TempDir(), "cninet.sock")
-	t.Run(`the config's "cninet" first`, func(t *testing.T) {
-		args := cmdArgs(socket, "1.1.0")
-		args.StdinData = []byte(strings.Replace(string(args.StdinData), `"name"`, `"cninet":"`+named+`/cninet","name"`, 1))
-		if err := testShim(&strings.Builder{}, next).del(args); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := os.Stat(filepath.Join(named, "argv")); err != nil {
-			t.Fatal("the named cninet did not run")
-		}
-	})
-	t.Run("none next to the shim is code 102, naming where and how", func(t *testing.T) {
-		var cerr *cniError
-		err := testShim(&strings.Builder{}, next).del(cmdArgs(socket, "1.1.0"))
-		if !errors.As(err, &cerr) || cerr.Code != thickwire.CodeCleanupFailed || !strings.Contains(cerr.Msg, next+"/cninet") ||
-			!strings.Contains(cerr.Msg, "next to cninet-shim") || !strings.Contains(cerr.Msg, "make install") || !strings.Contains(cerr.Msg, socket) {
-			t.Fatalf("got %v", err)
-		}
-	})
 }
 
 // The other commands give up on a silent daemon with the CNI code of an
