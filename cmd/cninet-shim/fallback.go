@@ -56,12 +56,12 @@ func (s *shim) delByCninet(conf *config, body []byte, none *noAnswer) error {
 	s.times.mark("fallback")
 	limit := conf.limits.Timeout
 	argv := []string{path, thickwire.ShimDelCommand, "--socket=" + conf.socket, "--timeout=" + limit.String(), "--why=" + none.Error()}
-	out, status, err := run(exe, argv, body, time.Now().Add(limit+s.answerGrace))
+	out, status, err := run(exe, argv, body, time.Now().Add(limit+s.cninetGrace))
 	var timeout *timeoutError
 	switch {
 	case errors.As(err, &timeout):
 		return newError(thickwire.CodeCleanupFailed, "cninet-shim: "+none.Error()+"; the DEL run in "+path+" instead did not end within the shim config's \"timeout\" ("+
-			limit.String()+", and "+s.answerGrace.String()+" more for its answer): killed", "a DEL again finishes it")
+			limit.String()+", and "+s.cninetGrace.String()+" more for its answer): killed", "a DEL again finishes it")
 	case err != nil:
 		return newError(thickwire.CodeCleanupFailed, "cninet-shim: "+none.Error()+"; the DEL could not run in "+path+" instead: "+err.Error(), "")
 	case status.Exited() && status.ExitStatus() == 0:

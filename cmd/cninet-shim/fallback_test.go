@@ -111,6 +111,7 @@ func TestDelOnASilentDaemonRunsInCninet(t *testing.T) {
 			socket, released := tc.daemon(t)
 			s := testShim(&strings.Builder{}, dir)
 			s.answerGrace = 50 * time.Millisecond
+			s.cninetGrace = 30 * time.Second // cninet (this test binary, then sh) may start slowly under load
 			if err := within(t, func() error { return s.del(cmdArgsWithin(socket, "1.1.0", "200ms")) }); err != nil {
 				t.Fatal(err)
 			}
@@ -205,14 +206,15 @@ func TestTheDelFindsCninet(t *testing.T) {
 func TestTheDelInCninetIsKilledAtTheTimeout(t *testing.T) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
-	argvFile, _ := fakeCninet(t, dir, "echo $$ > "+strconv.Quote(pidFile)+"; exec sleep 600") // past within's minute: only a kill ends it
-	socket := filepath.Join(t.TempDir(), "cninet.sock")                                       // nobody listens
+	// It sleeps past within's minute: only a kill ends it in time.
+	argvFile, _ := fakeCninet(t, dir, "echo $$ > "+strconv.Quote(pidFile)+"; exec sleep 600")
+	socket := filepath.Join(t.TempDir(), "cninet.sock") // nobody listens
 	s := testShim(&strings.Builder{}, dir)
-	s.answerGrace = 50 * time.Millisecond
+	s.cninetGrace = 3 * time.Second // time for cninet (this test binary, then sh) to start and say its pid, under load
 	var cerr *cniError
 	err := within(t, func() error { return s.del(cmdArgsWithin(socket, "1.1.0", "300ms")) })
-	if !errors.As(err, &cerr) || cerr.Code != thickwire.CodeCleanupFailed || !strings.Contains(cerr.Msg, `did not end within the shim config's "timeout" (300ms`) ||
-		!strings.Contains(cerr.Msg, "killed") {
+	if !errors.As(err, &cerr) || cerr.Code != thickwire.CodeCleanupFailed ||
+		!strings.Contains(cerr.Msg, `did not end within the shim config's "timeout" (300ms, and 3s more for its answer): killed`) {
 		t.Fatalf("got %v, want code 102 saying cninet was killed at the timeout", err)
 	}
 	if argv, _ := os.ReadFile(argvFile); !strings.Contains(string(argv), "--timeout=300ms\n") {

@@ -26,13 +26,17 @@ type shim struct {
 	// answerGrace is how long past the request's deadline the shim still
 	// waits for the daemon's final answer.
 	answerGrace time.Duration
+	// cninetGrace is how long past its --timeout the shim waits for the
+	// cninet that runs a DEL the daemon gave no answer to before it
+	// kills it.
+	cninetGrace time.Duration
 	// times, when asked for, records the moments of the command's steps.
 	times *times
 }
 
 func newShim(stdout io.Writer) *shim {
 	return &shim{stdout: stdout, owner: runtimeName, exeDir: exeDir, dialTimeout: 3 * time.Second,
-		answerGrace: thickwire.AnswerGrace, times: &times{}}
+		answerGrace: thickwire.AnswerGrace, cninetGrace: thickwire.AnswerGrace, times: &times{}}
 }
 
 func (s *shim) commands() cniCommands {
