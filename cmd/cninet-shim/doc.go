@@ -10,8 +10,10 @@
 // config's "timeout", is one that did not answer. A DEL the daemon does
 // not answer (down, stopped, stalled) still detaches and cleans up: the
 // shim runs `cninet shim-del` for it (the config's "cninet", else the
-// cninet beside the shim); an answer, an error included, always goes to
-// the runtime as it is. See docs/thick-mode.md.
+// cninet beside the shim, once checked that only root could have put it
+// there), within the config's "timeout"; an answer, an error or one it
+// cannot read included, always goes to the runtime. See
+// docs/thick-mode.md.
 //
 // The shim is exec'd for every CNI command, so it links only what it
 // needs to speak CNI and HTTP over the socket (cmd/cninet's deps_test
@@ -28,16 +30,23 @@
 //     environment and stdin (the same checks, the same codes, in the
 //     same order), and cniError, printed as skel prints one.
 //   - shim.go: the commands: the request (the runtime's command as the
-//     daemon decodes it), forward (one request to the daemon, waiting for
-//     its acknowledgement within the silence limit and for its answer
-//     until the deadline; the daemon's CNI error passed on unchanged),
-//     noAnswer and the CNI code of a daemon that gave none.
+//     daemon decodes it, in the protocol it needs), forward (one request
+//     to the daemon, sent while waiting for its acknowledgement within
+//     the silence limit and for its answer until the deadline; the
+//     daemon's CNI error passed on unchanged), noAnswer and the CNI code
+//     of a daemon that gave none, and of an answer that cannot be read.
 //   - config.go: what the shim reads of its config: the "socket", the
 //     "timeout" and "cninet".
 //   - fallback.go: a DEL the daemon gave no answer to, run by `cninet
-//     shim-del` (found, checked and exec'd), whose answer is passed on.
-//   - conn.go: the unix socket, each call bounded by the time left.
-//   - http.go: the POST and the answers, as HTTP/1.1 has them.
+//     shim-del` (found, exec'd by its descriptor, killed at the
+//     "timeout"), whose answer is passed on.
+//   - executable.go: openExecutable, the walk down cninet's path that
+//     opens it only when nobody but root could have put it there.
+//   - conn.go: stream, the unix socket (and the pipes to cninet): what
+//     is to be sent sent while waiting to read, each wait bounded by the
+//     time left (poll).
+//   - http.go: the POST and the answers, as HTTP/1.1 has them; what is
+//     not an answer, and an answer cut short.
 //   - json.go: reading a JSON object's string members as encoding/json
 //     reads them, and writing strings as it writes them.
 //   - version.go: cninet's version from the executable's build info.

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
+	"io"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/seed1280861d/cninet/internal/thickwire"
 )
@@ -11,7 +14,7 @@ import (
 // it needs the whole of cninet (libcni, the registry, the cleanup), which
 // the shim would otherwise link and pay for at each start. The shim runs
 // `cninet shim-del` (thickwire.ShimDelCommand) with the request on its
-// stdin and passes its answer on.
+// stdin, bounded by the config's "timeout", and passes its answer on.
 
 // cninetFor is the cninet executable that runs a DEL for a shim of conf:
 // the config's "cninet", else cninet in the directory of the shim's
@@ -27,47 +30,38 @@ func (s *shim) cninetFor(conf *config) (path, where string, err error) {
 	return dir + "/cninet", "next to cninet-shim", nil
 }
 
-// checkExecutable wants path to be a regular executable file that only
-// root (or the shim's own user) can change: the shim runs it as root.
-func checkExecutable(path string) error {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return syscallError("stat "+path, err)
-	}
-	switch {
-	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
-		return errorString(path + " is not a regular file")
-	case st.Mode&0o111 == 0:
-		return errorString(path + " is not executable")
-	case st.Uid != 0 && int(st.Uid) != syscall.Geteuid():
-		return errorString(path + " is owned by uid " + strconv.Itoa(int(st.Uid)) + ", want root")
-	case st.Mode&0o022 != 0:
-		return errorString(path + " is writable by group or others (mode " + strconv.FormatUint(uint64(st.Mode&0o7777), 8) + ")")
-	}
-	return nil
-}
-
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
 // delByCninet runs the DEL of body (the request the daemon gave no
 // answer to, none) in cninet, under the host registry's locks and with
-// the daemon's info file, as the daemon would run it. cninet's CNI error
-// is the runtime's; cninet missing, or not one the shim may run, is code
-// 102 saying where it was looked for and how to install it.
+// the daemon's info file, as the daemon would run it, within the
+// config's "timeout" (cninet's own deadline, --timeout; the shim kills
+// it when it has not ended the grace after). cninet's CNI error is the
+// runtime's; cninet missing, or not one the shim may run (openExecutable),
+// or killed, is code 102 saying where it was looked for and how to
+// install it, or that it was killed.
 func (s *shim) delByCninet(conf *config, body []byte, none *noAnswer) error {
 	path, where, err := s.cninetFor(conf)
+	exe := -1
 	if err == nil {
-		err = checkExecutable(path)
+		exe, err = openExecutable(path)
 	}
 	if err != nil {
 		return newError(thickwire.CodeCleanupFailed, "cninet-shim: "+none.Error()+"; the DEL could not run in cninet instead: "+err.Error()+
 			" (cninet "+where+"; install cninet next to the shim, as `make install` does, or name it in the shim config's \"cninet\")", "")
 	}
+	defer syscall.Close(exe)
 	s.times.mark("fallback")
-	out, status, err := run(path, []string{path, thickwire.ShimDelCommand, "--socket=" + conf.socket, "--why=" + none.Error()}, body)
+	limit := conf.limits.Timeout
+	argv := []string{path, thickwire.ShimDelCommand, "--socket=" + conf.socket, "--timeout=" + limit.String(), "--why=" + none.Error()}
+	out, status, err := run(exe, argv, body, time.Now().Add(limit+s.cninetGrace))
+	var timeout *timeoutError
 	switch {
+	case errors.As(err, &timeout):
+		return newError(thickwire.CodeCleanupFailed, "cninet-shim: "+none.Error()+"; the DEL run in "+path+" instead did not end within the shim config's \"timeout\" ("+
+			limit.String()+", and "+s.cninetGrace.String()+" more for its answer): killed", "a DEL again finishes it")
 	case err != nil:
 		return newError(thickwire.CodeCleanupFailed, "cninet-shim: "+none.Error()+"; the DEL could not run in "+path+" instead: "+err.Error(), "")
 	case status.Exited() && status.ExitStatus() == 0:
@@ -84,11 +78,21 @@ func (s *shim) delByCninet(conf *config, body []byte, none *noAnswer) error {
 		" without a CNI error (is it the cninet of this shim's release?)", string(out))
 }
 
-// run runs argv[0] at path with stdin on its standard input, its
-// standard error the shim's, and returns what it printed on its
-// standard output and how it ended. The environment is the shim's (the
-// runtime's, as the plugins would see it).
-func run(path string, argv []string, stdin []byte) ([]byte, syscall.WaitStatus, error) {
+// run runs the executable open at exe (argv[0] its name, for messages)
+// with stdin on its standard input, its standard error the shim's, and
+// returns what it printed on its standard output and how it ended. The
+// environment is the shim's (the runtime's, as the plugins would see
+// it). One still running at by is killed (SIGKILL) and reaped: the error
+// is then a timeoutError.
+//
+// It is exec'd by its descriptor (/proc/self/fd/N), so what runs is the
+// file openExecutable checked, whatever the path names by now. It is
+// not killed when the shim dies (no Pdeathsig): a runtime that gives up
+// on the shim (its own timeout) leaves the DEL running to its end,
+// bounded by its --timeout, under the registry's locks; a DEL half done
+// would leave state behind, and the runtime's next DEL waits for this
+// one on the lock of the container id.
+func run(exe int, argv []string, stdin []byte, by time.Time) ([]byte, syscall.WaitStatus, error) {
 	var in, out [2]int
 	if err := syscall.Pipe2(in[:], syscall.O_CLOEXEC); err != nil {
 		return nil, 0, syscallError("pipe", err)
@@ -98,42 +102,53 @@ func run(path string, argv []string, stdin []byte) ([]byte, syscall.WaitStatus, 
 		syscall.Close(in[1])
 		return nil, 0, syscallError("pipe", err)
 	}
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: syscall.Environ(), Files: []uintptr{uintptr(in[0]), uintptr(out[1]), 2}})
+	c := &stream{rfd: out[0], wfd: in[1], pending: stdin, closeWhenSent: true}
+	defer c.close()
+	// The child's ends stay blocking (each end of a pipe is a file of
+	// its own); the shim's are not, so that it waits with poll, until by.
+	if err := errors.Join(syscall.SetNonblock(out[0], true), syscall.SetNonblock(in[1], true)); err != nil {
+		syscall.Close(in[0])
+		syscall.Close(out[1])
+		return nil, 0, syscallError("pipe", err)
+	}
+	self := "/proc/self/fd/" + strconv.Itoa(exe) // open until the exec, which closes it (O_CLOEXEC)
+	pid, err := syscall.ForkExec(self, argv, &syscall.ProcAttr{Env: syscall.Environ(), Files: []uintptr{uintptr(in[0]), uintptr(out[1]), 2}})
 	syscall.Close(in[0])
 	syscall.Close(out[1])
 	if err != nil {
-		syscall.Close(in[1])
-		syscall.Close(out[0])
-		return nil, 0, syscallError("exec "+path, err)
+		return nil, 0, syscallError("exec "+argv[0]+" (by its descriptor, as "+self+")", err)
 	}
-	// cninet reads all of its stdin before it writes anything, so this
-	// write, then the read, cannot wait on each other.
-	(&fdWriter{fd: in[1]}).Write(stdin)
-	syscall.Close(in[1])
 	var printed []byte
 	buf := make([]byte, 4096)
 	for {
-		n, err := syscall.Read(out[0], buf)
-		if err == syscall.EINTR {
-			continue
-		}
-		if n <= 0 {
+		n, err := c.read(buf, by)
+		if err == io.EOF {
 			break
+		}
+		if err != nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+			reap(pid)
+			return nil, 0, err
 		}
 		if len(printed) < maxAnswerBytes { // the rest is read and dropped, so that cninet never waits on the pipe
 			printed = append(printed, buf[:n]...)
 		}
 	}
-	syscall.Close(out[0])
+	status, err := reap(pid)
+	return printed, status, err
+}
+
+// reap waits for the child pid to end.
+func reap(pid int) (syscall.WaitStatus, error) {
 	var status syscall.WaitStatus
 	for {
-		_, err = syscall.Wait4(pid, &status, 0, nil)
-		if err != syscall.EINTR {
-			break
+		_, err := syscall.Wait4(pid, &status, 0, nil)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return 0, syscallError("wait", err)
 		}
+		return status, nil
 	}
-	if err != nil {
-		return nil, 0, syscallError("wait", err)
-	}
-	return printed, status, nil
 }

@@ -17,14 +17,14 @@ import (
 // with a Content-Length, a chunked body, or a body until the connection
 // closes.
 
-// postHead is the head of the POST of a request of body bytes, with the
-// request's head as HTTP headers (thickwire.Header*).
-func postHead(bodyLen int, command, shimVersion string, ackBy, deadline time.Time) []byte {
+// postHead is the head of the POST of a request of body bytes in
+// protocol, with the request's head as HTTP headers (thickwire.Header*).
+func postHead(bodyLen, protocol int, command, shimVersion string, ackBy, deadline time.Time) []byte {
 	b := make([]byte, 0, 512)
 	b = append(b, "POST "+thickwire.RequestPath+" HTTP/1.1\r\nHost: cninet\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(bodyLen), 10)
 	b = append(b, "\r\n"+thickwire.HeaderProtocol+": "...)
-	b = strconv.AppendInt(b, thickwire.ProtocolVersion, 10)
+	b = strconv.AppendInt(b, int64(protocol), 10)
 	b = append(b, "\r\n"+thickwire.HeaderCommand+": "+command+"\r\n"...)
 	if shimVersion != "" && !strings.ContainsAny(shimVersion, "\r\n") {
 		b = append(b, thickwire.HeaderShimVersion+": "+shimVersion+"\r\n"...)
@@ -56,13 +56,34 @@ const (
 	maxAnswerBytes = 16 << 20
 )
 
-// errMalformedAnswer: what came back is not an HTTP/1.x answer.
-var errMalformedAnswer = errors.New("malformed HTTP answer")
+// malformedAnswer: what came back is not an HTTP/1.x answer (another
+// server on the socket, or a broken one): what says what was wrong.
+type malformedAnswer struct{ what string }
+
+func (e *malformedAnswer) Error() string { return "not an HTTP/1.x answer: " + e.what }
+
+// malformed is a malformedAnswer: what was wrong, then the bytes b that
+// were, quoted and cut.
+func malformed(what, b string) error {
+	if len(b) > 64 {
+		b = b[:64] + "…"
+	}
+	return &malformedAnswer{what: what + " " + strconv.Quote(b)}
+}
+
+// answerCutShort: the connection broke, or the time ran out, in the
+// middle of an answer's head that is no acknowledgement (a final answer
+// begun): the daemon answered, and its answer was lost.
+type answerCutShort struct{ err error }
+
+func (e *answerCutShort) Error() string { return "an answer's head cut short: " + e.err.Error() }
+
+func (e *answerCutShort) Unwrap() error { return e.err }
 
 // answerReader reads answers from a connection, waiting for each read
 // until by.
 type answerReader struct {
-	c   *unixConn
+	c   *stream
 	by  time.Time
 	buf []byte // read and not yet taken
 }
@@ -88,7 +109,7 @@ func (r *answerReader) line() (string, error) {
 			}
 		}
 		if len(r.buf) > maxHeadBytes {
-			return "", errMalformedAnswer
+			return "", &malformedAnswer{what: "a line of more than " + strconv.Itoa(maxHeadBytes) + " bytes"}
 		}
 		if err := r.more(); err != nil {
 			if err == io.EOF {
@@ -99,43 +120,72 @@ func (r *answerReader) line() (string, error) {
 	}
 }
 
-// head reads an answer's status line and headers.
+// head reads an answer's status line and headers. A head cut short is
+// an answerCutShort unless what came of it may be an acknowledgement (a
+// 1xx status line): an acknowledgement is no answer.
 func (r *answerReader) head() (answerHead, error) {
 	status, err := r.line()
 	if err != nil {
+		if len(r.buf) == 0 {
+			return answerHead{}, err
+		}
+		switch isHTTP, informational := statusLinePrefix(r.buf); {
+		case !isHTTP:
+			return answerHead{}, malformed("it begins", string(r.buf))
+		case !informational:
+			return answerHead{}, &answerCutShort{err: err}
+		}
 		return answerHead{}, err
 	}
 	proto, rest, _ := strings.Cut(status, " ")
 	code, err := strconv.Atoi(rest[:min(3, len(rest))])
 	if !strings.HasPrefix(proto, "HTTP/1.") || err != nil || code < 100 || code > 999 {
-		return answerHead{}, errMalformedAnswer
+		return answerHead{}, malformed("status line", status)
 	}
 	h := answerHead{code: code, status: rest, length: -1}
 	for size := len(status); ; {
 		l, err := r.line()
 		if err != nil {
+			if code >= 200 {
+				err = &answerCutShort{err: err}
+			}
 			return answerHead{}, err
 		}
 		if l == "" {
 			return h, nil
 		}
 		if size += len(l); size > maxHeadBytes {
-			return answerHead{}, errMalformedAnswer
+			return answerHead{}, &malformedAnswer{what: "a head of more than " + strconv.Itoa(maxHeadBytes) + " bytes"}
 		}
 		name, value, ok := strings.Cut(l, ":")
 		if !ok {
-			return answerHead{}, errMalformedAnswer
+			return answerHead{}, malformed("a header line without a colon:", l)
 		}
 		value = strings.TrimSpace(value)
 		switch {
 		case strings.EqualFold(name, "Content-Length"):
 			if h.length, err = strconv.Atoi(value); err != nil || h.length < 0 {
-				return answerHead{}, errMalformedAnswer
+				return answerHead{}, malformed("a Content-Length that is no length:", l)
 			}
 		case strings.EqualFold(name, "Transfer-Encoding"):
 			h.chunked = strings.EqualFold(value, "chunked")
 		}
 	}
+}
+
+// statusLinePrefix says whether b, the start of a status line, may be
+// that of an HTTP/1.x answer (isHTTP) and of an informational (1xx)
+// one: both, until b says otherwise.
+func statusLinePrefix(b []byte) (isHTTP, informational bool) {
+	const pattern = "HTTP/1.# 1" // '#': a digit
+	for i := 0; i < len(b) && i < len(pattern); i++ {
+		c, want := b[i], pattern[i]
+		if want == '#' && '0' <= c && c <= '9' || c == want {
+			continue
+		}
+		return i == len(pattern)-1 && '0' <= c && c <= '9', false // another code: HTTP, not 1xx
+	}
+	return true, true
 }
 
 // take takes n bytes.
@@ -187,8 +237,11 @@ func (r *answerReader) chunked() ([]byte, error) {
 		}
 		size, _, _ := strings.Cut(l, ";")
 		n, err := strconv.ParseUint(strings.TrimSpace(size), 16, 32)
-		if err != nil || len(out)+int(n) > maxAnswerBytes {
-			return nil, errMalformedAnswer
+		switch {
+		case err != nil:
+			return nil, malformed("a chunk size that is no hexadecimal number:", l)
+		case len(out)+int(n) > maxAnswerBytes:
+			return nil, errors.New("answer of more than " + strconv.Itoa(maxAnswerBytes) + " bytes")
 		}
 		if n == 0 {
 			for {
@@ -200,6 +253,9 @@ func (r *answerReader) chunked() ([]byte, error) {
 		chunk, err := r.take(int(n) + 2)
 		if err != nil {
 			return nil, err
+		}
+		if string(chunk[n:]) != "\r\n" { // as net/http wants it
+			return nil, malformed("a chunk of "+strconv.FormatUint(n, 10)+" bytes not followed by CRLF but by", string(chunk[n:]))
 		}
 		out = append(out, chunk[:n]...)
 	}

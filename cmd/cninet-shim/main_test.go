@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -34,7 +35,14 @@ func TestMain(m *testing.M) {
 	if os.Getenv(runMainEnv) == "1" {
 		main()
 	}
-	os.Exit(m.Run())
+	if filepath.Base(os.Args[0]) == fakeCninetName {
+		runFakeCninet()
+	}
+	code := m.Run()
+	for _, dir := range copyDirs {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
 }
 
 // called is what a front's command was called with.

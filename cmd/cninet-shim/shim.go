@@ -26,13 +26,17 @@ type shim struct {
 	// answerGrace is how long past the request's deadline the shim still
 	// waits for the daemon's final answer.
 	answerGrace time.Duration
+	// cninetGrace is how long past its --timeout the shim waits for the
+	// cninet that runs a DEL the daemon gave no answer to before it
+	// kills it.
+	cninetGrace time.Duration
 	// times, when asked for, records the moments of the command's steps.
 	times *times
 }
 
 func newShim(stdout io.Writer) *shim {
 	return &shim{stdout: stdout, owner: runtimeName, exeDir: exeDir, dialTimeout: 3 * time.Second,
-		answerGrace: thickwire.AnswerGrace, times: &times{}}
+		answerGrace: thickwire.AnswerGrace, cninetGrace: thickwire.AnswerGrace, times: &times{}}
 }
 
 func (s *shim) commands() cniCommands {
@@ -152,7 +156,10 @@ func (s *shim) del(args *cniArgs) error {
 
 // request is one command as the daemon gets it.
 type request struct {
-	command         string
+	command string
+	// protocol is the thick-mode protocol the request is sent in: the
+	// oldest that has what the command needs (thickwire.ProtocolFor).
+	protocol        int
 	args            *cniArgs
 	owner, version  string
 	ackBy, deadline time.Time
@@ -162,7 +169,7 @@ type request struct {
 // request is command with args under conf, its limits counted from now.
 func (s *shim) request(command string, args *cniArgs, conf *config) *request {
 	now := time.Now()
-	return &request{command: command, args: args, owner: s.owner(), version: s.version,
+	return &request{command: command, protocol: thickwire.ProtocolFor(command), args: args, owner: s.owner(), version: s.version,
 		ackBy: now.Add(conf.limits.Silence), deadline: now.Add(conf.limits.Timeout), limits: conf.limits}
 }
 
@@ -182,7 +189,7 @@ func (r *request) body() []byte {
 	if r.owner != "" {
 		b = appendString(append(b, `,"owner":`...), r.owner)
 	}
-	b = strconv.AppendInt(append(b, `,"protocol":`...), thickwire.ProtocolVersion, 10)
+	b = strconv.AppendInt(append(b, `,"protocol":`...), int64(r.protocol), 10)
 	if r.version != "" {
 		b = appendString(append(b, `,"shimVersion":`...), r.version)
 	}
@@ -220,12 +227,17 @@ func noAnswerIs(err error, code uint) error {
 
 // forward posts req to the daemon at conf's socket and returns its
 // answer's body; the daemon's CNI error comes back as the *cniError it
-// sent, no answer as a *noAnswer. It waits limits.Silence for the first
-// answer (the daemon's acknowledgement or its final answer), then, once
-// acknowledged, until the request's deadline plus the grace for the
-// final answer. Each limit bounds every system call on the connection,
-// so a daemon that reads nothing (its socket buffer full) cannot block
-// the sending either.
+// sent, no answer as a *noAnswer, an answer that could not be read (cut
+// short, or not the daemon's protocol) as a *cniError of code 11. It
+// waits limits.Silence for the first answer (the daemon's
+// acknowledgement or its final answer), then, once acknowledged, until
+// the request's deadline plus the grace for the final answer. The
+// request is sent while the shim waits for answers: the daemon
+// acknowledges a request by its head and reads the body only once a slot
+// is free, so a body bigger than the socket's buffer is still being sent
+// when the acknowledgement comes (and extends the wait), and an answer
+// sent before the body was all read (a refusal) is read, not lost to a
+// write that failed.
 func (s *shim) forward(conf *config, req *request) ([]byte, error) {
 	socket := conf.socket
 	c, err := dialUnix(socket, minTime(req.ackBy, time.Now().Add(s.dialTimeout)))
@@ -235,16 +247,14 @@ func (s *shim) forward(conf *config, req *request) ([]byte, error) {
 	defer c.close()
 	s.times.mark("dialed")
 	body := req.body()
-	if err := c.write(append(postHead(len(body), req.command, req.version, req.ackBy, req.deadline), body...), req.ackBy); err != nil {
-		return nil, whyNoAnswer(socket, false, req.limits, s.answerGrace, err)
-	}
-	s.times.mark("sent")
+	c.pending = append(postHead(len(body), req.protocol, req.command, req.version, req.ackBy, req.deadline), body...)
+	c.sent = func() { s.times.mark("sent") }
 	r := &answerReader{c: c, by: req.ackBy}
 	acknowledged := false
 	var h answerHead
 	for {
 		if h, err = r.head(); err != nil {
-			return nil, whyNoAnswer(socket, acknowledged, req.limits, s.answerGrace, err)
+			return nil, unreadAnswer(socket, acknowledged, req.limits, s.answerGrace, c.sendErr, err)
 		}
 		if h.code >= 200 {
 			break
@@ -255,10 +265,15 @@ func (s *shim) forward(conf *config, req *request) ([]byte, error) {
 			s.times.mark("acknowledged")
 		}
 	}
+	c.stopSending() // the daemon answered: it reads no more
 	s.times.mark("answered")
 	r.by = time.Now().Add(req.limits.Silence) // the body comes with the head
 	answer, err := r.body(h)
-	if err != nil {
+	var bad *malformedAnswer
+	switch {
+	case errors.As(err, &bad):
+		return nil, notTheProtocol(socket, err)
+	case err != nil:
 		return nil, newError(codeTryAgainLater, "cninet daemon at "+socket+" answered "+h.status+", but the answer was cut short", err.Error())
 	}
 	s.times.mark("read")
@@ -304,8 +319,35 @@ func readError(data []byte) *cniError {
 	return &cerr
 }
 
+// unreadAnswer is the error of a request whose answer's head could not
+// be read (err): an answer begun and cut short, or one that is not the
+// daemon's protocol, is code 11 (something answered: a DEL is not run
+// again); else the daemon gave no answer (whyNoAnswer). sendErr is why
+// the request could not all be sent, if it could not.
+func unreadAnswer(socket string, acknowledged bool, limits thickwire.Limits, grace time.Duration, sendErr, err error) error {
+	var bad *malformedAnswer
+	var cut *answerCutShort
+	switch {
+	case errors.As(err, &bad):
+		return notTheProtocol(socket, err)
+	case errors.As(err, &cut):
+		return newError(codeTryAgainLater, "cninet daemon at "+socket+" began an answer, but it was cut short", err.Error())
+	}
+	none := whyNoAnswer(socket, acknowledged, limits, grace, err)
+	if sendErr != nil {
+		none.why += " (the request was not all sent: " + sendErr.Error() + ")"
+	}
+	return none
+}
+
+// notTheProtocol is the error of an answer that is not the daemon's
+// protocol (another server on the socket?).
+func notTheProtocol(socket string, err error) *cniError {
+	return newError(codeTryAgainLater, "cninet daemon at "+socket+" answered something that is not the daemon's protocol (is another server listening on the socket?)", err.Error())
+}
+
 // whyNoAnswer says why a request failed without an answer.
-func whyNoAnswer(socket string, acknowledged bool, limits thickwire.Limits, grace time.Duration, err error) error {
+func whyNoAnswer(socket string, acknowledged bool, limits thickwire.Limits, grace time.Duration, err error) *noAnswer {
 	var timeout *timeoutError
 	timedOut := errors.As(err, &timeout)
 	switch {

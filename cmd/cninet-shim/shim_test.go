@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -109,8 +108,8 @@ func TestRequestsCarryTheShimsProtocolAndLimits(t *testing.T) {
 	}
 	r := got()[0]
 	req := r.req
-	if r.err != nil || req.Protocol != thickwire.ProtocolVersion || req.ShimVersion != "v0.0.0-test" {
-		t.Errorf("protocol %d, shim version %q (%v); want %d, v0.0.0-test", req.Protocol, req.ShimVersion, r.err, thickwire.ProtocolVersion)
+	if r.err != nil || req.Protocol != thickwire.ProtocolFor(thickwire.CmdCheck) || req.ShimVersion != "v0.0.0-test" {
+		t.Errorf("protocol %d, shim version %q (%v); want %d, v0.0.0-test", req.Protocol, req.ShimVersion, r.err, thickwire.ProtocolFor(thickwire.CmdCheck))
 	}
 	if req.AckBy == nil || req.AckBy.Before(before.Add(thickwire.SilenceLimit)) || req.AckBy.After(time.Now().Add(thickwire.SilenceLimit)) {
 		t.Errorf("ackBy %v, want %s after the request", req.AckBy, thickwire.SilenceLimit)
@@ -122,6 +121,58 @@ func TestRequestsCarryTheShimsProtocolAndLimits(t *testing.T) {
 	if !ok || err != nil || head.Protocol != req.Protocol || head.Command != "CHECK" || head.ShimVersion != req.ShimVersion ||
 		!head.AckBy.Equal(*req.AckBy) || !head.Deadline.Equal(*req.Deadline) {
 		t.Errorf("head %+v (%v, %v), want what the body says: %+v", head, ok, err, req)
+	}
+}
+
+// A daemon still of protocol 2 (not restarted since cninet was
+// upgraded) serves every command but ADD, above all the runtime's DELs:
+// each goes in the oldest protocol that has what it needs, in its head
+// and its body alike. ADD, which needs 3, gets the daemon's refusal.
+func TestADaemonOfProtocol2ServesAllButADD(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "cninet.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		head, _, err := thick.RequestHead(r.Header)
+		switch {
+		case err != nil:
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"code":4,"msg":%q}`, err.Error())
+			return
+		case head.Protocol > 2:
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"code":104,"msg":"incompatible cninet-shim: protocol %d, this daemon speaks 1 to 2"}`, head.Protocol)
+			return
+		}
+		if req, _, err := thick.DecodeRequest(r.Body); err != nil || req.Protocol != head.Protocol {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"code":4,"msg":"body: protocol %d, head: %d (%v)"}`, req.Protocol, head.Protocol, err)
+			return
+		}
+		fmt.Fprint(w, "{}")
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	dir := t.TempDir()
+	argv, _ := fakeCninet(t, dir, "exit 0")
+	s := testShim(&strings.Builder{}, dir)
+	for _, command := range []string{thickwire.CmdDel, thickwire.CmdCheck, thickwire.CmdStatus, thickwire.CmdGC} {
+		t.Run(command+" is served", func(t *testing.T) {
+			if err := s.commandsByName()[command](cmdArgs(socket, "1.1.0")); err != nil {
+				t.Fatalf("got %v, want it served", err)
+			}
+		})
+	}
+	t.Run("ADD is refused with code 104", func(t *testing.T) {
+		var cerr *cniError
+		if err := s.add(cmdArgs(socket, "1.1.0")); !errors.As(err, &cerr) || cerr.Code != thickwire.CodeIncompatible {
+			t.Fatalf("got %v, want the daemon's code 104", err)
+		}
+	})
+	if _, err := os.Stat(argv); err == nil {
+		t.Error("a DEL ran in cninet although the daemon answered")
 	}
 }
 
@@ -165,6 +216,16 @@ func (s *shim) commandsByName() map[string]func(*cniArgs) error {
 // answerOnce serves one connection on a socket in a temp dir: it reads
 // the request and writes raw, the daemon's answer as bytes.
 func answerOnce(t *testing.T, raw string) string {
+	return serveOnce(t, func(c net.Conn) {
+		buf := make([]byte, 64<<10)
+		c.Read(buf)
+		c.Write([]byte(raw))
+	})
+}
+
+// serveOnce listens on a socket in a temp dir and has serve serve the
+// first connection, which it then closes.
+func serveOnce(t *testing.T, serve func(c net.Conn)) string {
 	t.Helper()
 	socket := filepath.Join(t.TempDir(), "cninet.sock")
 	l, err := net.Listen("unix", socket)
@@ -178,9 +239,7 @@ func answerOnce(t *testing.T, raw string) string {
 			return
 		}
 		defer c.Close()
-		buf := make([]byte, 64<<10)
-		c.Read(buf)
-		c.Write([]byte(raw))
+		serve(c)
 	}()
 	return socket
 }
@@ -214,12 +273,53 @@ func TestAnswersAreReadAsHTTPWritesThem(t *testing.T) {
 			}
 		})
 	}
-	t.Run("what is no HTTP is no answer", func(t *testing.T) {
-		var cerr *cniError
-		if err := testShim(&strings.Builder{}, t.TempDir()).add(cmdArgs(answerOnce(t, "SSH-2.0-x\r\n\r\n"), "1.0.0")); !errors.As(err, &cerr) || cerr.Code != codeTryAgainLater || !strings.Contains(cerr.Msg, "without an answer") {
-			t.Fatalf("got %v", err)
-		}
-	})
+}
+
+// Something answered is the runtime's answer, even when it cannot be
+// read: a DEL runs in cninet only when nothing but acknowledgements
+// came. What is not HTTP, or not as the daemon writes it, is code 11
+// saying so; a final answer cut short is code 11 too.
+func TestWhatIsNoAnswerAndWhatIs(t *testing.T) {
+	cases := []struct {
+		name, raw string
+		// says is what the DEL's error says; "": the DEL ran in cninet.
+		// why is what its details say was wrong.
+		says, why string
+	}{
+		{"an acknowledgement, then nothing: the DEL runs in cninet", "HTTP/1.1 102 Processing\r\n\r\n", "", ""},
+		{"an acknowledgement cut short: the DEL runs in cninet", "HTTP/1.1 102 Proc", "", ""},
+		{"nothing at all: the DEL runs in cninet", "", "", ""},
+		{"a final answer's head cut short is code 11", "HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200 OK\r\nContent-Le", "began an answer, but it was cut short", "unexpected EOF"},
+		{"a final answer's status line cut short is code 11", "HTTP/1.1 5", "began an answer, but it was cut short", "unexpected EOF"},
+		{"a final answer's body cut short is code 11", "HTTP/1.1 200 OK\r\nContent-Length: 70\r\n\r\n{}", "answered 200 OK, but the answer was cut short", "unexpected EOF"},
+		{"what is no HTTP is code 11, not the daemon's protocol", "SSH-2.0-x\r\n\r\n", "not the daemon's protocol", `status line "SSH-2.0-x"`},
+		{"the start of what is no HTTP is too", "SSH-2", "not the daemon's protocol", `it begins "SSH-2"`},
+		{"a Content-Length that is no length is too", "HTTP/1.1 200 OK\r\nContent-Length: -2\r\n\r\n", "not the daemon's protocol", `a Content-Length that is no length: "Content-Length: -2"`},
+		{"a header without a colon is too", "HTTP/1.1 200 OK\r\nbroken\r\n\r\n", "not the daemon's protocol", `a header line without a colon: "broken"`},
+		{"a chunk without the CRLF after it is too", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}XY0\r\n\r\n", "not the daemon's protocol", `a chunk of 2 bytes not followed by CRLF but by "XY"`},
+		{"a chunk size that is no number is too", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", "not the daemon's protocol", `a chunk size that is no hexadecimal number: "zz"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			argv, _ := fakeCninet(t, dir, "exit 0")
+			err := testShim(&strings.Builder{}, dir).del(cmdArgs(answerOnce(t, tc.raw), "1.1.0"))
+			_, ranErr := os.Stat(argv)
+			if tc.says == "" {
+				if err != nil || ranErr != nil {
+					t.Fatalf("got %v, cninet ran: %v; want the DEL run in cninet", err, ranErr == nil)
+				}
+				return
+			}
+			var cerr *cniError
+			if !errors.As(err, &cerr) || cerr.Code != codeTryAgainLater || !strings.Contains(cerr.Msg, tc.says) || !strings.Contains(cerr.Details, tc.why) {
+				t.Fatalf("got %v, want code 11 saying %q, for %q", err, tc.says, tc.why)
+			}
+			if ranErr == nil {
+				t.Fatal("cninet ran the DEL after the daemon answered")
+			}
+		})
+	}
 }
 
 func TestUnreachableDaemon(t *testing.T) {
@@ -331,120 +431,6 @@ func within(t *testing.T, command func() error) error {
 		t.Fatal("still waiting for the daemon after a minute")
 	}
 	return nil
-}
-
-// fakeCninet writes a cninet into dir that records its arguments and
-// stdin there and answers as script says (shell).
-func fakeCninet(t *testing.T, dir, script string) (argv, stdin string) {
-	t.Helper()
-	argv, stdin = filepath.Join(dir, "argv"), filepath.Join(dir, "stdin")
-	body := fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > %q\ncat > %q\n%s\n", argv, stdin, script)
-	if err := os.WriteFile(filepath.Join(dir, "cninet"), []byte(body), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return argv, stdin
-}
-
-// A DEL the daemon does not answer (down, stopped, stalled) is run by
-// the cninet next to the shim, `cninet shim-del`, with the request the
-// daemon did not answer; the shim does not wait for the daemon.
-func TestDelOnASilentDaemonRunsInCninet(t *testing.T) {
-	daemons := append([]struct {
-		name   string
-		daemon silentDaemon
-	}{{"a daemon that is down", func(t *testing.T) (string, <-chan struct{}) {
-		return filepath.Join(t.TempDir(), "cninet.sock"), make(chan struct{})
-	}}}, silentDaemons...)
-	for _, tc := range daemons {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			argvFile, stdinFile := fakeCninet(t, dir, "exit 0")
-			socket, released := tc.daemon(t)
-			s := testShim(&strings.Builder{}, dir)
-			s.answerGrace = 50 * time.Millisecond
-			if err := within(t, func() error { return s.del(cmdArgsWithin(socket, "1.1.0", "200ms")) }); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-released:
-				t.Fatal("the DEL returned only once the daemon was released")
-			default:
-			}
-			argv, _ := os.ReadFile(argvFile)
-			lines := strings.Split(strings.TrimSpace(string(argv)), "\n")
-			if len(lines) != 3 || lines[0] != thickwire.ShimDelCommand || lines[1] != "--socket="+socket || !strings.HasPrefix(lines[2], "--why=cninet daemon at "+socket) {
-				t.Fatalf("cninet ran with %q, want shim-del --socket=%s --why=<why>", lines, socket)
-			}
-			stdin, _ := os.ReadFile(stdinFile)
-			req, _, err := thick.DecodeRequest(bytes.NewReader(stdin))
-			if err != nil || req.Command != "DEL" || req.ContainerID != "c1" || req.IfName != "eth0" || req.Owner != "cnitool" {
-				t.Fatalf("cninet got %s (%v), want the DEL of c1 eth0 as the daemon reads it", stdin, err)
-			}
-		})
-	}
-}
-
-// cninet's answer is the runtime's; a cninet that cannot run, or ends
-// without a CNI error, is code 102 saying so.
-func TestTheDelInCninetAnswersTheRuntime(t *testing.T) {
-	cases := []struct {
-		name   string
-		script string
-		mode   os.FileMode
-		code   uint
-		says   string
-	}{
-		{"cninet's CNI error passes unchanged", `printf '{"code": 7, "msg": "no such network"}'; exit 1`, 0o755, 7, "no such network"},
-		{"an exit without a CNI error is code 102, naming how it ended", "echo oops; exit 3", 0o755, thickwire.CodeCleanupFailed, "exited with status 3 without a CNI error"},
-		{"a kill is code 102, naming the signal", "kill -9 $$", 0o755, thickwire.CodeCleanupFailed, "killed by signal 9"},
-		{"a cninet others may write is not run: code 102", "exit 0", 0o775, thickwire.CodeCleanupFailed, "writable by group or others"},
-		{"a cninet that is not executable is not run: code 102", "exit 0", 0o644, thickwire.CodeCleanupFailed, "is not executable"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			argv, _ := fakeCninet(t, dir, tc.script)
-			if err := os.Chmod(filepath.Join(dir, "cninet"), tc.mode); err != nil {
-				t.Fatal(err)
-			}
-			socket := filepath.Join(t.TempDir(), "cninet.sock") // nobody listens
-			var cerr *cniError
-			err := testShim(&strings.Builder{}, dir).del(cmdArgs(socket, "1.1.0"))
-			if !errors.As(err, &cerr) || cerr.Code != tc.code || !strings.Contains(cerr.Error(), tc.says) {
-				t.Fatalf("got %v, want code %d saying %q", err, tc.code, tc.says)
-			}
-			if _, err := os.Stat(argv); (err == nil) != (tc.mode&0o111 != 0 && tc.mode&0o022 == 0) {
-				t.Errorf("cninet ran: %v; want it run only when it may be", err == nil)
-			}
-		})
-	}
-}
-
-// cninet is the one the config's "cninet" names, else the one next to
-// the shim; one that is missing is code 102 saying where it was looked
-// for and how to install it.
-func TestTheDelFindsCninet(t *testing.T) {
-	named, next := t.TempDir(), t.TempDir()
-	fakeCninet(t, named, "exit 0")
-	socket := filepath.Join(t.TempDir(), "cninet.sock")
-	t.Run(`the config's "cninet" first`, func(t *testing.T) {
-		args := cmdArgs(socket, "1.1.0")
-		args.StdinData = []byte(strings.Replace(string(args.StdinData), `"name"`, `"cninet":"`+named+`/cninet","name"`, 1))
-		if err := testShim(&strings.Builder{}, next).del(args); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := os.Stat(filepath.Join(named, "argv")); err != nil {
-			t.Fatal("the named cninet did not run")
-		}
-	})
-	t.Run("none next to the shim is code 102, naming where and how", func(t *testing.T) {
-		var cerr *cniError
-		err := testShim(&strings.Builder{}, next).del(cmdArgs(socket, "1.1.0"))
-		if !errors.As(err, &cerr) || cerr.Code != thickwire.CodeCleanupFailed || !strings.Contains(cerr.Msg, next+"/cninet") ||
-			!strings.Contains(cerr.Msg, "next to cninet-shim") || !strings.Contains(cerr.Msg, "make install") || !strings.Contains(cerr.Msg, socket) {
-			t.Fatalf("got %v", err)
-		}
-	})
 }
 
 // The other commands give up on a silent daemon with the CNI code of an

@@ -67,6 +67,6 @@
 //   - daemon_systemd.go: systemd's socket activation (the socket passed
 //     as fd 3) and readiness notification (READY=1 on $NOTIFY_SOCKET).
 //   - shimdel.go: the hidden shim-del, which cninet-shim runs for a DEL
-//     the daemon gave no answer to (request on stdin; the runtime's CNI
-//     error on stdout).
+//     the daemon gave no answer to (request on stdin, its deadline
+//     --timeout; the runtime's CNI error on stdout).
 package main

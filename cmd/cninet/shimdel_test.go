@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hashicorp/go-hclog"
@@ -33,11 +34,12 @@ func shimDelRecorder(t *testing.T) (info thick.Info, log string) {
 	}
 	script := fmt.Sprintf(`#!/bin/sh
 echo "$CNI_COMMAND $CNI_CONTAINERID $CNI_IFNAME" >> %q
+[ "$CNI_COMMAND" = DEL ] && [ -e %q ] && exec sleep 30
 case "$CNI_COMMAND" in
 VERSION) echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0","1.1.0"]}' ;;
 ADD) echo '{"cniVersion":"1.0.0","ips":[{"address":"198.18.0.5/24"}]}' ;;
 esac
-`, log)
+`, log, filepath.Join(dir, shimDelHang))
 	if err := os.WriteFile(filepath.Join(plugins, "recorder"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +54,10 @@ func useFakeTables(cfg *cninet.Config) {
 	cfg.IPTables = func(bool) (host.IPTables, error) { return fakes.NewIPTables(), nil }
 	cfg.NFTables = func() (host.NFTables, error) { return &fakes.NFTables{}, nil }
 }
+
+// shimDelHang is the file that, in the dir of shimDelRecorder's log,
+// makes its plugin hang on DEL.
+const shimDelHang = "hang-on-del"
 
 // shimDelAttach makes the attachment c1/eth0 in network web, as the
 // daemon does.
@@ -190,6 +196,49 @@ func TestShimDelFailuresAreCNIErrors(t *testing.T) {
 				}
 			}
 			assertDelegateSaw(t, info, log, false)
+		})
+	}
+}
+
+// shim-del's DEL ends at its --timeout (the shim config's "timeout",
+// which the shim gives it), not at a fixed bound of its own: a plugin
+// that hangs is cut short there, and cninet's force cleanup removes what
+// it left, as a DEL through the daemon would.
+func TestShimDelEndsAtItsTimeout(t *testing.T) {
+	info, log := shimDelRecorder(t)
+	shimDelAttach(t, info)
+	if err := os.WriteFile(filepath.Join(filepath.Dir(log), shimDelHang), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(t.TempDir(), "cninet.sock")
+	if err := thick.WriteInfo(socket, info); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var code int
+	var stdout, stderr string
+	go func() {
+		defer close(done)
+		code, stdout, stderr = runShimDel(shimDelRequest("DEL"), "--socket", socket, "--timeout", "500ms", "--why", "the daemon is gone")
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second): // the plugin hangs 30s
+		t.Fatal("shim-del still runs 20s after its --timeout of 500ms")
+	}
+	if code != 0 || stdout != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want the DEL done by the force cleanup", code, stdout, stderr)
+	}
+	assertDelegateSaw(t, info, log, true)
+}
+
+// --timeout is a duration above zero.
+func TestShimDelWantsATimeoutAboveZero(t *testing.T) {
+	for _, timeout := range []string{"0s", "-1s"} {
+		t.Run(timeout, func(t *testing.T) {
+			if code, _, stderr := runShimDel(shimDelRequest("DEL"), "--socket", "/run/cninet/cninet.sock", "--timeout", timeout); code != exitUsage || !strings.Contains(stderr, "want a duration above zero") {
+				t.Errorf("exit %d (%s), want a usage error", code, stderr)
+			}
 		})
 	}
 }

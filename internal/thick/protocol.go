@@ -67,11 +67,13 @@ type Request struct {
 }
 
 // ErrIncompatibleShim: the shim speaks a thick-mode protocol the daemon
-// does not; install the cninet-shim of the daemon's release.
+// does not: the older of the two must be brought to the other's release.
 var ErrIncompatibleShim = errors.New("incompatible cninet-shim")
 
 // CheckProtocol refuses a request whose protocol this daemon does not
-// speak, naming both sides' protocols and releases.
+// speak, naming both sides' protocols and releases, and which side is
+// older: a shim newer than the daemon most often means a daemon not
+// restarted since cninet was upgraded.
 func CheckProtocol(req *Request, daemonVersion string) error {
 	if req.Protocol >= OldestProtocol && req.Protocol <= ProtocolVersion {
 		return nil
@@ -80,7 +82,11 @@ func CheckProtocol(req *Request, daemonVersion string) error {
 	if req.ShimVersion != "" || req.Protocol != 0 {
 		shim = fmt.Sprintf("cninet-shim %s", req.ShimVersion)
 	}
-	return fmt.Errorf("%w: %s speaks thick-mode protocol %d, this daemon (cninet %s) speaks %d to %d: install the cninet-shim of the daemon's release",
+	if req.Protocol > ProtocolVersion {
+		return fmt.Errorf("%w: %s speaks thick-mode protocol %d, newer than this daemon (cninet %s), which speaks %d to %d: the daemon is older than the shim; restart cninet daemon (systemctl restart cninet) if cninet was upgraded since it started, else install the cninet-shim of the daemon's release",
+			ErrIncompatibleShim, shim, req.Protocol, daemonVersion, OldestProtocol, ProtocolVersion)
+	}
+	return fmt.Errorf("%w: %s speaks thick-mode protocol %d, older than this daemon (cninet %s), which speaks %d to %d: the shim is older than the daemon; install the cninet-shim of the daemon's release (make install)",
 		ErrIncompatibleShim, shim, req.Protocol, daemonVersion, OldestProtocol, ProtocolVersion)
 }
 

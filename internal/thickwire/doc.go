@@ -9,7 +9,8 @@
 //
 // # Reading order
 //
-//   - thickwire.go: the constants, Limits and ShimLimits (the shim
+//   - thickwire.go: the constants, ProtocolFor (the protocol each
+//     command is sent in), Limits and ShimLimits (the shim
 //     config's "timeout"), IsOwnerName and IsCNIName.
 //
 // internal/thick builds the daemon's side on it (the request's JSON

@@ -26,11 +26,12 @@ const RequestPath = "/cni"
 // prevResult and thousands of valid attachments fits many times over.
 const MaxRequestBytes = 1 << 20
 
-// ProtocolVersion is the thick-mode protocol this build speaks: the
-// request's shape and meaning, and the answers (an acknowledgement, then
-// the final answer). It goes up only when shim and daemon of different
-// builds could misunderstand each other; cninet's release version does
-// not matter.
+// ProtocolVersion is the newest thick-mode protocol this build speaks
+// (the daemon serves OldestProtocol to it; the shim sends each command
+// in ProtocolFor's): the request's shape and meaning, and the answers
+// (an acknowledgement, then the final answer). It goes up only when
+// shim and daemon of different builds could misunderstand each other;
+// cninet's release version does not matter.
 //   - 1 added the number itself, ackBy, deadline and the acknowledgement.
 //   - 2 sends the request's head (protocol, command, ackBy, deadline,
 //     shim version) as HTTP headers too, so that the daemon reads a body
@@ -41,6 +42,19 @@ const ProtocolVersion = 3
 
 // OldestProtocol is the oldest protocol the daemon still serves.
 const OldestProtocol = 1
+
+// ProtocolFor is the protocol the shim sends command in: the oldest that
+// has what the command needs. Only ADD needs 3 (its result in the
+// config's CNI version); DEL, CHECK, STATUS and GC mean the same in 2.
+// So a daemon still running the protocol-2 build after an upgrade (not
+// yet restarted) serves them, above all the runtime's DELs, and refuses
+// only ADD (code 104).
+func ProtocolFor(command string) int {
+	if command == CmdAdd {
+		return 3
+	}
+	return 2
+}
 
 // StatusAcknowledged is the informational (1xx) HTTP status the daemon
 // sends as soon as it has accepted a request's head, before it waits for
@@ -171,10 +185,11 @@ func isASCIIAlnum(c byte) bool {
 
 // ShimDelCommand is the hidden `cninet` subcommand that runs a DEL the
 // daemon gave no answer to, for the shim: `cninet shim-del --socket S
-// --why W` with the request the daemon did not answer on its stdin. It
-// runs the daemon's DEL under the host registry's locks with the
-// daemon's info file, prints nothing and exits 0 when it succeeds, and
-// prints the runtime's CNI error and exits 1 when it fails.
+// --timeout D --why W` with the request the daemon did not answer on its
+// stdin. It runs the daemon's DEL under the host registry's locks with
+// the daemon's info file, within D (the shim config's "timeout"), prints
+// nothing and exits 0 when it succeeds, and prints the runtime's CNI
+// error and exits 1 when it fails.
 const ShimDelCommand = "shim-del"
 
 // ShimTimesEnv names the environment variable that, when it holds an

@@ -36,6 +36,26 @@ func TestShimLimits(t *testing.T) {
 	}
 }
 
+// A request goes in the oldest protocol that has what its command
+// needs, never in one newer than this build's or older than the one
+// that sends the head first (2).
+func TestProtocolFor(t *testing.T) {
+	cases := []struct {
+		command string
+		want    int
+	}{
+		{CmdAdd, 3}, // the result in the config's CNI version
+		{CmdDel, 2}, {CmdCheck, 2}, {CmdStatus, 2}, {CmdGC, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.command, func(t *testing.T) {
+			if got := ProtocolFor(tc.command); got != tc.want || got > ProtocolVersion || got < OldestProtocol {
+				t.Fatalf("ProtocolFor(%s) = %d, want %d (this build speaks %d to %d)", tc.command, got, tc.want, OldestProtocol, ProtocolVersion)
+			}
+		})
+	}
+}
+
 func TestNames(t *testing.T) {
 	cases := []struct {
 		name       string
