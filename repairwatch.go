@@ -233,13 +233,28 @@ func (w *repairWatcher) pass(ctx context.Context, changed time.Time) {
 	}
 	var drifting []checkedAttachment
 	for i, h := range health {
-		if len(h.Missing) > 0 && w.mayRepair(atts[i], h) {
+		if len(h.Missing) > 0 && w.mayRepair(atts[i], h) && !w.held(atts[i]) {
 			drifting = append(drifting, atts[i])
 		}
 	}
 	if len(drifting) > 0 {
 		w.repairAll(ctx, drifting, changed)
 	}
+}
+
+// held reports whether another operation (a Setup finishing, a
+// Teardown, a Check, another process) holds ca's id, noting it for a
+// pass soon: what it finds missing may be that operation's work under
+// way, and checking it again with the others drifting costs a read of
+// the host for nothing.
+func (w *repairWatcher) held(ca checkedAttachment) bool {
+	leave, busy := w.c.registry.tryEnter(ca.rec.ContainerID)
+	if busy {
+		w.busy.Store(true)
+		return true
+	}
+	leave()
+	return false
 }
 
 // firewallKnown reports whether the firewall of atts is as the last read

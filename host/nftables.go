@@ -161,8 +161,10 @@ type NFTScriptRunner interface {
 
 // NFTChangeWatcher is an optional extension of NFTables: a signal on
 // every change of the nf_tables ruleset of the caller's network
-// namespace, whoever makes it (nft, iptables-nft, firewalld). The
-// channel receives after each change (several changes may share one
+// namespace that may remove something (a deletion, a replaced rule, a
+// flush), whoever makes it (nft, iptables-nft, firewalld); additions
+// alone need not signal, since a drift is only ever something removed.
+// The channel receives after each such change (several may share one
 // receive: a burst is one signal or a few) and is closed when ctx ends
 // or watching fails. The repair watcher (Config.RepairEvery) checks
 // the live attachments again at once on a signal.

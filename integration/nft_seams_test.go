@@ -150,9 +150,10 @@ func TestNFTRunScriptIsAllOrNothing(t *testing.T) {
 }
 
 // nf_tables tells a watcher of every change of its network namespace,
-// by nft or iptables-nft, and of nothing else; the watching ends with
-// its context, its socket first.
-func TestNFTChangeWatcherSignalsEachChangeOfItsNamespace(t *testing.T) {
+// by nft or iptables-nft, and of nothing else; the watcher signals those
+// that remove something (a deletion, a replacement, a flush), never an
+// addition; the watching ends with its context, its socket first.
+func TestNFTChangeWatcherSignalsEachRemovalInItsNamespace(t *testing.T) {
 	netsandbox.Require(t)
 	nft, err := nftables.New()
 	if err != nil {
@@ -201,11 +202,19 @@ func TestNFTChangeWatcherSignalsEachChangeOfItsNamespace(t *testing.T) {
 		t.Fatal("no socket of the namespace is in nf_tables' group")
 	}
 	silent("nothing changed")
-	in("nft", "add table ip cninet_watch; add chain ip cninet_watch c")
-	signalled("nft add table")
-	silent("nothing changed")
+	in("nft", "add table ip cninet_watch; add chain ip cninet_watch c; add rule ip cninet_watch c tcp dport 1 accept")
+	silent("nft added a table, a chain and a rule (nothing removed)")
 	in("iptables", "-w", "-A", "FORWARD", "-s", "198.18.250.1/32", "-j", "ACCEPT")
-	signalled("iptables-nft -A")
+	in("iptables", "-w", "-A", "FORWARD", "-s", "198.18.250.2/32", "-j", "ACCEPT")
+	silent("iptables-nft appended rules")
+	in("iptables", "-w", "-D", "FORWARD", "-s", "198.18.250.1/32", "-j", "ACCEPT")
+	signalled("iptables-nft -D")
+	in("iptables", "-w", "-R", "FORWARD", "1", "-s", "198.18.250.3/32", "-j", "ACCEPT")
+	signalled("iptables-nft -R (the old rule deleted)")
+	in("iptables", "-w", "-F", "FORWARD")
+	signalled("iptables-nft -F")
+	in("nft", "flush chain ip cninet_watch c")
+	signalled("nft flush chain")
 	in("nft", "flush ruleset")
 	signalled("nft flush ruleset")
 	mustRun(t, "nft", "add table ip cninet_watch_elsewhere")

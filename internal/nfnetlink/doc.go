@@ -4,7 +4,7 @@
 // verdicts nft would list for them (Rule.Addrs, Rule.Decode), lists
 // tables, deletes rules by handle and chains by name in acked batches at
 // the generation of the dump they were matched on, and signals each
-// change of the ruleset (WatchChanges). Packages iptables (for iptables-nft), nftables and
+// removal from the ruleset (WatchChanges). Packages iptables (for iptables-nft), nftables and
 // footprint (its address scans of rule sketches) use it; nothing here
 // knows the plugins.
 //
@@ -24,8 +24,9 @@
 //	               nf_tables' commit mutex), and the exported calls
 //	               (ProbeChain, LookupRule, AnyRule, ListRules, DeleteRules,
 //	               DeleteChains, ListTables) that take one each
-//	watch.go       the change notifications read: each a signal, never
-//	               waiting for the reader, an overrun one too
+//	watch.go       the change notifications read: each that may remove
+//	               something a signal (a deletion, a cut datagram, an
+//	               overrun), never waiting for the reader
 //	watch_linux.go WatchChanges: a socket in nf_tables' multicast group,
 //	               read through Go's poller, closed with its context
 //	conn_other.go  the same calls off Linux: an error

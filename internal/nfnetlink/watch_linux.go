@@ -12,8 +12,8 @@ import (
 )
 
 // watchBuffer receives one notification at a time; what does not fit is
-// cut (and dropped by the kernel), which is fine: only that one came is
-// read.
+// cut (and dropped by the kernel), and a cut one counts as a deletion
+// (removes).
 const watchBuffer = 4 << 10
 
 // WatchChanges subscribes to the nf_tables changes of the calling
@@ -31,16 +31,20 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 		return nil, fmt.Errorf("netlink: watching nf_tables: %w", err)
 	}
 	buf := make([]byte, watchBuffer)
-	receive := func() error {
+	receive := func() ([]byte, bool, error) {
+		var n, flags int
 		var recvErr error
 		err := raw.Read(func(fd uintptr) bool {
-			_, _, _, _, recvErr = unix.Recvmsg(int(fd), buf, nil, 0)
+			n, _, flags, _, recvErr = unix.Recvmsg(int(fd), buf, nil, 0)
 			return !errors.Is(recvErr, unix.EAGAIN) // else: wait in the poller
 		})
 		if err != nil {
-			return err // closed: the watching ends
+			return nil, false, err // closed: the watching ends
 		}
-		return recvErr
+		if recvErr != nil {
+			return nil, false, recvErr
+		}
+		return buf[:n], flags&unix.MSG_TRUNC != 0, nil
 	}
 	changes := make(chan struct{}, 1)
 	stopped := make(chan struct{})

@@ -9,8 +9,9 @@ import (
 // WatchChanges implements NFTChangeWatcher over netlink: a subscription
 // to nf_tables' notifications in the calling goroutine's network
 // namespace (nfnetlink.WatchChanges), which costs nothing while nothing
-// changes. A signal stands for one change or more; a burst (a flush is
-// one notification per rule) is for the caller to debounce.
+// changes. A signal stands for one removal or more (additions are not
+// signalled); a burst (a flush is one notification per rule) is for the
+// caller to debounce.
 func (h *hostNFTables) WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 	return nfnetlink.WatchChanges(ctx)
 }
