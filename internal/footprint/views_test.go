@@ -4,9 +4,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
-// The views build what they read from the footprints (iptReader). These are the lists they read, chains and tables in the
+// The views build what they read from the footprints (iptReader,
+// nftReader). These are the lists they read, chains and tables in the
 // order they are listed: a change here changes what a run lists and in
 // which order, which golden dumps and call logs see.
 func TestTheViewsReadWhatTheFootprintsName(t *testing.T) {
@@ -27,6 +30,8 @@ func TestTheViewsReadWhatTheFootprintsName(t *testing.T) {
 				"nat":    {"PREROUTING", "OUTPUT", "POSTROUTING", "CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-SETMARK", "CNI-HOSTPORT-MASQ"},
 				"filter": {"FORWARD", "CNI-FORWARD"},
 			}},
+		{"nftables: the masquerade table, then portmap's ip and ip6 tables",
+			nftTables, []host.NFTable{{Family: "inet", Name: "cni_plugins_masquerade"}, {Family: "ip", Name: "cni_hostport"}, {Family: "ip6", Name: "cni_hostport"}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if !reflect.DeepEqual(c.got, c.want) {
