@@ -14,35 +14,25 @@ import (
 )
 
 // Connect attaches the live workload of alloc to one more network, as
-// Podman's `network connect` does: network (which this Configurator must
-// know) gets the lowest interface name <prefix>N that none of the
-// workload's networks uses — the ones alloc names, at their places, and
-// the ones libcni's cache knows it attached, Connect's included. Pass the
-// workload's Allocation as given to Setup: its ports and args go to the
-// new network by the same rules as Setup's (port mappings where the
-// conflist declares the capability, args everywhere), and its
-// NetworkNames say what the workload joined at Setup (a network
-// disconnected since may stay named: libcni's cache tells). Connecting a
-// network the workload is already attached to is an ErrAlreadyAttached
-// error naming its interface. The ADD is retried like Setup's, and a Connect that fails
-// leaves nothing of the new network behind (DEL and force cleanup) and the
-// other networks untouched. The returned status is the new network's
-// (Attachments holds it alone). A connected network is always attached
-// through libcni. Teardown, Check and GC cover it from then on, whether or
-// not the caller's Allocation names it.
+// Podman's `network connect` does, under the lowest interface name
+// <prefix>N that none of its networks uses, and returns the new
+// network's status (Attachments holds it alone).
 //
-// With ConnectOptions.IfName the workload gets that interface instead,
-// for a runtime that names its workloads' interfaces (cninet daemon
-// does, for the CNI runtimes it serves): the network must not be
-// attached to the workload yet and no other network may hold the name,
-// per libcni's cache; either is an ErrAlreadyAttached error naming both.
-// The runtime may attach the container to networks this Configurator
-// never sees, so the new network is attached as if others were there.
-// The runtime reads the attachment's result itself (CachedResult), so a
-// network whose result holds no address (an L2-only conflist: a bridge
-// or macvlan without IPAM) attaches too: the returned status then names
-// the interface and has no Address.
-// At most one ConnectOptions may be given (ErrInvalidArgument).
+//   - Pass the Allocation given to Setup: its ports and args go to the
+//     new network by Setup's rules.
+//   - A network the workload is attached to already is an
+//     ErrAlreadyAttached error naming its interface.
+//   - The ADD is retried like Setup's; a Connect that fails leaves nothing
+//     of the new network behind and the other networks untouched.
+//   - Teardown, Check and GC cover the network from then on, whether or
+//     not alloc names it.
+//   - ConnectOptions.IfName picks the interface instead, for a runtime
+//     that names its workloads' interfaces (cninet daemon); the network's
+//     result may then hold no address. At most one ConnectOptions may be
+//     given (ErrInvalidArgument).
+//
+// How the name is picked and what IfName changes: docs/design.md,
+// "Connect and Disconnect".
 func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, netns string, opts ...ConnectOptions) (*NetworkStatus, error) {
 	o, err := connectOptionsOf("Connect", opts)
 	if err != nil {
@@ -97,34 +87,25 @@ func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, netwo
 	return a.all(ctx, []attachment{att})
 }
 
-// Disconnect detaches the workload of alloc from one network and leaves
-// its other networks untouched, as Podman's `network disconnect` does:
-// DEL with the port mappings and args the network was attached with, then
-// the same force cleanup as Teardown's, so netns may be empty or already
-// deleted. The network may be one alloc names or one added by Connect.
-// Disconnecting a network the workload is not attached to returns nil,
-// as Teardown does for what was never set up (when libcni's cache knows
-// the workload, a network it does not know is not attached, and nothing
-// runs); a network this
-// Configurator does not know at all is an ErrNetworkNotFound error.
-// The Allocation may go on naming a disconnected network: Check skips
-// it, Connect attaches it again, Teardown finds nothing of it.
+// Disconnect detaches the workload of alloc from one network, as Podman's
+// `network disconnect` does: DEL with the port mappings and args the
+// network was attached with, then Teardown's force cleanup. The other
+// networks are untouched.
 //
-// With ConnectOptions.IfName, Disconnect detaches exactly that
-// interface's attachment, with the port mappings, args and capabilities
-// the host registry recorded or libcni cached for it (else alloc's), and
-// runs even when neither knows it — an ADD cut short records or caches
-// little yet may have reserved an address — so it is the right operation
-// for a runtime's DEL, and as idempotent as Teardown. Its DEL never
-// reaches another attachment of the same container, one this
-// Configurator cannot see included. When the host registry records the
-// attachment as another owner's (WithOwner, Config.Owner) and its
-// namespace still lives, it changes nothing and returns nil (logged,
-// counted in cninet.kept): libcni's GC sends a DEL for every cached
-// attachment it was not told is valid, whoever made it. One whose
-// namespace is gone is detached. An attachment whose registry file
-// this cninet cannot read is left alone (ErrRecordUnreadable). At most
-// one ConnectOptions may be given (ErrInvalidArgument).
+//   - The network may be one alloc names or one Connect added; alloc may
+//     go on naming it afterwards.
+//   - It is idempotent: a network the workload is not attached to returns
+//     nil; one this Configurator does not know is ErrNetworkNotFound.
+//     netns may be empty or already deleted.
+//   - ConnectOptions.IfName detaches exactly that interface's attachment,
+//     with what the host registry recorded for it: the operation for a
+//     runtime's DEL. Another owner's attachment whose namespace still
+//     lives is left alone, and nil returned.
+//   - An attachment whose registry file cannot be read is left alone
+//     (ErrRecordUnreadable). At most one ConnectOptions may be given
+//     (ErrInvalidArgument).
+//
+// The rest: docs/design.md, "Connect and Disconnect".
 func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, network, netns string, opts ...ConnectOptions) error {
 	o, err := connectOptionsOf("Disconnect", opts)
 	if err != nil {

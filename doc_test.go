@@ -111,6 +111,47 @@ func TestTheRootPackageSummaryFitsOneScreen(t *testing.T) {
 	}
 }
 
+// Each of Configurator's methods has a doc comment a go doc reader can
+// act on: a paragraph and bullets, the whole of the operation left to
+// docs/design.md ("The operations").
+func TestTheConfiguratorsMethodDocsAreAParagraphAndBullets(t *testing.T) {
+	const maxLines = 25
+	pkgs, err := parser.ParseDir(token.NewFileSet(), ".", func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	methods := 0
+	for _, pkg := range pkgs {
+		for _, file := range pkg.Files {
+			for _, decl := range file.Decls {
+				fn, ok := decl.(*ast.FuncDecl)
+				if !ok || fn.Recv == nil || !fn.Name.IsExported() {
+					continue
+				}
+				if star, ok := fn.Recv.List[0].Type.(*ast.StarExpr); !ok || !isIdent(star.X, "Configurator") {
+					continue
+				}
+				methods++
+				if fn.Doc == nil {
+					t.Errorf("Configurator.%s has no doc comment", fn.Name.Name)
+				} else if n := strings.Count(fn.Doc.Text(), "\n"); n > maxLines {
+					t.Errorf("Configurator.%s's doc comment has %d lines; cut it to a paragraph and bullets (at most %d) and move the rest to docs/design.md", fn.Name.Name, n, maxLines)
+				}
+			}
+		}
+	}
+	if methods == 0 {
+		t.Fatal("found no method of Configurator")
+	}
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
+}
+
 // The root package exports no alias of an internal type, and no value
 // taken from an internal package: go doc shows a user everything it
 // exports (the seams are package host's).

@@ -10,53 +10,30 @@ import (
 	"github.com/seed1280861d/cninet/internal/workload"
 )
 
-// GC brings the host back to what the live allocations need: in every
-// network the Configurator knows, every attachment of this Configurator's
-// owner (Config.Owner) whose allocation ID is not in liveAllocIDs is
-// removed (an attachment is live when its allocation is, whatever its
-// interface, or when GCOptions.LiveAttachments names it by interface).
-// Another owner's attachments, as the host registry records them, are
-// never collected, whatever liveAllocIDs says: each process on a host
-// collects its own — except those recorded in an earlier boot of the
-// host, which are dead whoever owns them (no namespace survives a
-// reboot). First the dead attachments the registry records, then those
-// libcni's cache still holds, are detached as Teardown detaches them
-// (DEL and force cleanup; the CNI 1.1 GC command is then sent where the
-// conflist's version allows); then a sweep removes what no record or
-// cache remembers any more — the usual case after a crash or reboot, or
-// state from before the registry — by the ownership rule: rules and
-// chains whose comment or derived name proves a dead owner, firewall and
-// hostport rules of addresses only a dead owner held, reservations,
-// cached results (empty or cut ones too), tuning files and bandwidth
-// devices of dead owners. State no record claims (another tool's, a
-// cninet with another StateDir, or from before the registry) is
-// collected only once its namespace is gone: a cached attachment whose
-// namespace still lives is kept, whatever liveAllocIDs says, and so is
-// everything the sweep finds of it. No DEL of a dead attachment can take
-// anything of a live one (the prevention rule).
+// GC brings the host back to what the live allocations need: every
+// attachment of this Configurator's owner (Config.Owner), in every
+// network it knows, whose allocation ID is not in liveAllocIDs is
+// detached as Teardown detaches it; then a sweep removes, by the
+// ownership rule, what no record or cache remembers any more (after a
+// crash or a reboot).
 //
-// liveAllocIDs must not be nil (an empty slice means nothing is live).
-// Allocations this Configurator is setting up, checking or tearing down
-// when GC starts, or starts to while it runs, are never collected, nor
-// are those another process holds the lock of or records while GC runs
-// (liveAllocIDs, older, does not speak for them). Each dead allocation is
-// collected under its own lock, so Setups of other allocations, in any
-// process, run meanwhile; GC holds the host's GC lock, under which no
-// Setup or Connect of any process runs its ADD, only where CNI requires
-// it: while the plugins' GC command runs and while the sweep reads and
-// cleans the host (waiting for the ADDs under way, until ctx is done:
-// ErrBusy). A registry file that is no usable record (corrupt, or of a
-// newer cninet) is kept, logged and listed in GCReport.Unreadable, and
-// nothing of its id is collected. A network whose conflist sets
-// disableGC is skipped. GC also removes what killed processes left in
-// the registry: temporary files of writes cut short, and the lock files
-// of ids without a record. A sweep that runs longer than a few seconds
-// logs its progress at Info. One network's failure does not stop the
-// others; the error joins each.
+//   - liveAllocIDs must not be nil; an empty slice means nothing is live.
+//     An attachment is live when its allocation is, whatever its
+//     interface, or when GCOptions.LiveAttachments names it.
+//   - Never collected: another owner's attachments (but those recorded in
+//     an earlier boot), allocations set up, checked or torn down while GC
+//     runs, state no record claims whose namespace still lives, and the
+//     ids of unreadable registry files (GCReport.Unreadable).
+//   - Setups of other allocations run meanwhile; no ADD runs while the
+//     plugins' GC command and the sweep do (the host's GC lock, waited
+//     for until ctx is done: ErrBusy).
+//   - GCOptions narrow it to some networks, name live attachments by
+//     interface, or make it a dry run; at most one may be given
+//     (ErrInvalidArgument). A network whose conflist sets disableGC is
+//     skipped. One network's failure does not stop the others; the error
+//     joins each.
 //
-// GCOptions narrow it to some networks, name live attachments by
-// interface, or make it a dry run; at most one may be given
-// (ErrInvalidArgument).
+// Its passes, its locks and what the sweep removes: docs/design.md, "GC".
 func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string, opts ...GCOptions) (*GCReport, error) {
 	o, err := optionsOf("GC", opts)
 	if err != nil {

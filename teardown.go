@@ -12,31 +12,26 @@ import (
 	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
-// Teardown detaches the namespace from every network the allocation is
-// attached to: the networks it names (the same Allocation as Setup's),
-// every other network of this Configurator that libcni's cache knows an
-// attachment of its ID in (networks added with Connect, even when the
-// Allocation no longer names them), and every attachment of its ID that
-// the host registry records for this Configurator's owner — with the
-// conflist, args and port mappings recorded at its ADD, even when the
-// conflist changed or went since; a detach that a killed process began
-// included (intent records of older versions too). Another owner's
-// attachments of the same ID are left alone. It removes whatever the plugins left:
-// per network, DEL with the same port mappings and args as Setup (for a
-// network only the cache knows, those it was attached with), then,
-// whatever DEL returned, a force cleanup of everything the plugins are
-// known to leave (iptables and ip6tables rules and chains, nftables
-// rules, IPAM reservations, the cached result), by the ownership rule of
-// internal/footprint. Its cost follows what one attachment can own, not
-// the size of the host's ruleset. Networks are detached concurrently.
-// No DEL can take anything of another attachment (the prevention rule, see
-// detach), and a Teardown killed at any point is finished by the next
-// one, in any process. Each attachment's record goes once nothing of it
-// is left. An attachment whose registry file this cninet cannot read
-// (damaged, or a newer cninet's) is left alone and the file kept; the
-// error, wrapping ErrRecordUnreadable, names it. One network's failure does not stop the others; the error joins each network's, the last network
-// first. It is idempotent: tearing down twice, or tearing down what was
-// never set up, returns nil. netns may be empty or already deleted.
+// Teardown detaches the workload of alloc from every network it is
+// attached to and removes whatever the plugins left: per network, DEL
+// with the port mappings and args it was attached with, then, whatever
+// the DEL returned, a force cleanup of the attachment's rules, chains,
+// reservations and cached result, by the ownership rule.
+//
+//   - Pass the Allocation given to Setup. The networks Connect added, and
+//     the attachments the host registry records for this owner, are
+//     detached too (with their recorded conflist); another owner's are
+//     left alone.
+//   - It is idempotent: tearing down twice, or what was never set up,
+//     returns nil. netns may be empty or already deleted.
+//   - No DEL can take anything of another attachment, and a Teardown
+//     killed at any point is finished by the next one, in any process.
+//   - One network's failure does not stop the others; the error joins
+//     each. An attachment whose registry file cannot be read is left
+//     alone (ErrRecordUnreadable).
+//
+// What it detaches, in which order, and why it is safe: docs/design.md,
+// "Teardown".
 func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) (err error) {
 	ctx, op := c.tel.startOp(ctx, opTeardown, allocID(alloc), netns)
 	defer func() { op.end(err) }()

@@ -33,15 +33,15 @@ func (a Attachment) chainName(prefix string) string {
 }
 
 // isAttachmentChain reports whether chain is named as the plugins name an
-// attachment's own chain: CNI-, CNI-DN- or CNI-SN- and hex digits, 28
-// characters in all.
+// attachment's own chain: a prefix an iptables footprint names
+// (chainPrefixes) and hex digits, 28 characters in all.
 func isAttachmentChain(chain string) bool {
 	if len(chain) != maxChainLength {
 		return false
 	}
-	for _, prefix := range []string{"CNI-DN-", "CNI-SN-", "CNI-"} {
-		if digits, ok := strings.CutPrefix(chain, prefix); ok {
-			return strings.Trim(digits, "0123456789abcdef") == ""
+	for _, prefix := range attachmentChainPrefixes {
+		if digits, ok := strings.CutPrefix(chain, prefix); ok && strings.Trim(digits, "0123456789abcdef") == "" {
+			return true
 		}
 	}
 	return false

@@ -21,11 +21,21 @@ import (
 
 type bridgeIPT struct{}
 
-const postrouting = "POSTROUTING"
+const (
+	postrouting     = "POSTROUTING"
+	masqChainPrefix = "CNI-"
+)
 
 // MasqChain is the bridge plugin's per-attachment nat chain, CNI-<h[:24]>
 // (FormatChainName in the plugins' pkg/utils).
-func (a Attachment) MasqChain() string { return a.chainName("CNI-") }
+func (a Attachment) MasqChain() string { return a.chainName(masqChainPrefix) }
+
+// The views read POSTROUTING for the masquerade jumps, rule by rule, in
+// every run and in a drift check (iptReader).
+func (bridgeIPT) sharedChains() []tableChain  { return []tableChain{{"nat", postrouting}} }
+func (bridgeIPT) checkedChains() []tableChain { return []tableChain{{"nat", postrouting}} }
+func (bridgeIPT) chainPrefixes() []string     { return []string{masqChainPrefix} }
+func (bridgeIPT) perFamily()                  {}
 
 // MasqComment is the bridge plugin's comment, formatted with %q exactly as
 // the plugin does (FormatComment in the plugins' pkg/utils).

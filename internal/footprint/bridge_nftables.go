@@ -54,6 +54,30 @@ func (a Attachment) NFTMasqComment(ifName string) string {
 	return c
 }
 
+// The views list the masquerade table and read masq_checks (nftReader).
+func (bridgeNFT) nftRead() ([]host.NFTable, []string) {
+	return []host.NFTable{nftMasqTable}, []string{nftMasqChain}
+}
+
+// ownNFTRule: a masquerade rule with one of the set's comments.
+func (bridgeNFT) ownNFTRule(v *view, set attSet) nftRuleTest {
+	index := masqIndex(v, set)
+	return func(table host.NFTable, chain, comment string) bool {
+		_, own := index[comment]
+		return own && table == nftMasqTable && chain == nftMasqChain
+	}
+}
+
+// otherNFTRule: any rule of the masquerade table without one of the
+// set's comments.
+func (bridgeNFT) otherNFTRule(v *view, set attSet) nftRuleTest {
+	index := masqIndex(v, set)
+	return func(table host.NFTable, _, comment string) bool {
+		_, own := index[comment]
+		return table == nftMasqTable && !own
+	}
+}
+
 // isNFTMasq reports whether r is any attachment's masquerade rule.
 func isNFTMasq(r host.NFTRule) bool {
 	return r.Family == nftMasqTable.Family && r.Table == nftMasqTable.Name && r.Chain == nftMasqChain && r.Comment != ""

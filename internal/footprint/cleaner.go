@@ -310,10 +310,6 @@ func (c *Cleaner) set(atts []Attachment) attSet {
 // iptables of the families its view holds.
 type perFamily interface{ perFamily() }
 
-func (bridgeIPT) perFamily()   {}
-func (portmapIPT) perFamily()  {}
-func (firewallIPT) perFamily() {}
-
 func isPerFamily(fp footprint) bool {
 	_, ok := fp.(perFamily)
 	return ok

@@ -22,9 +22,15 @@
 //	withheld.go           cninet's own intent records (see the prevention rule)
 //
 // Each also knows what must be there while an attachment lives (expect,
-// see "What must be there" below). Adding a plugin is one such file and
-// one line in footprints (pipeline.go). NetworkOf (conflist.go) reads from a conflist which of
-// them a network's attachments can leave.
+// see "What must be there" below), and names what the views must read
+// for it: the iptables chains (iptReader: the shared chains every run
+// lists, the chains a drift check reads, the prefixes of the chains it
+// names after an attachment), the nftables tables and chains and how to
+// tell its rules in them apart (nftReader). The views build their lists
+// from the footprints, in their order, and name no plugin's. Adding a
+// plugin is one such file and one line in footprints (pipeline.go).
+// NetworkOf (attachment.go) reads from a conflist which of them a
+// network's attachments can leave.
 //
 // # One pipeline
 //
@@ -153,8 +159,10 @@
 //	restore.go            Checker.Repair: what is missing restored in
 //	                      place, by the plugins' ADD or as they write it
 //	view.go               what one pass read of the host, read once
-//	iptview.go            iptables listings, probed or listed, per family
-//	nftview.go            nftables listings, sketched or listed
+//	iptview.go            iptables listings, probed or listed, per family;
+//	                      iptReader: the chains the footprints name
+//	nftview.go            nftables listings, sketched or listed;
+//	                      nftReader: the tables the footprints name
 //	nftseen.go            what Prevent saw of the set's nftables rules,
 //	                      looked up by handle after the DEL
 //	files.go              reservations, cached results, tuning files and

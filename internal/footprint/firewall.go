@@ -24,6 +24,16 @@ type firewallIPT struct{}
 
 const firewallChain = "CNI-FORWARD"
 
+// The views read CNI-FORWARD, rule by rule, in every run; a drift check
+// also reads FORWARD for its jump to it (iptReader). The plugin names no
+// chain after an attachment.
+func (firewallIPT) sharedChains() []tableChain { return []tableChain{{"filter", firewallChain}} }
+func (firewallIPT) checkedChains() []tableChain {
+	return []tableChain{{"filter", "FORWARD"}, {"filter", firewallChain}}
+}
+func (firewallIPT) chainPrefixes() []string { return nil }
+func (firewallIPT) perFamily()              {}
+
 func (firewallIPT) prove(*view, attSet) []claim            { return nil }
 func (firewallIPT) holders(*view, attSet, addrSet) []claim { return nil }
 func (firewallIPT) discover(*view, attSet)                 {}

@@ -3,6 +3,7 @@ package footprint
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/seed1280861d/cninet/host"
@@ -93,14 +94,92 @@ func (f *iptView) read(key string, list func() ([]string, error), keep map[strin
 	return l
 }
 
-// sweptChains says, by table, which chains' rules a sweep keeps when it
-// lists whole tables: the shared chains the footprints read rule by rule
-// (readTablesFirst lists them). Every other chain is an attachment's own,
-// flushed and deleted whole; a footprint that reads one rule by rule has
-// it listed alone.
-var sweptChains = map[string]map[string]bool{
-	"nat":    {postrouting: true, hostportDNATChain: true},
-	"filter": {firewallChain: true},
+// iptReader is a footprint whose plugin writes iptables rules: it names
+// the chains the views read for it, so that no view names a plugin's.
+type iptReader interface {
+	// sharedChains are the shared chains whose rules it reads rule by
+	// rule: every run that reads the tables first lists them
+	// (listShared), and a sweep that lists whole tables keeps their
+	// rules (sweptChains).
+	sharedChains() []tableChain
+	// checkedChains are the chains whose rules a drift check looks for,
+	// listed one by one where the IPTables cannot list a whole table
+	// (liveSharedChains).
+	checkedChains() []tableChain
+	// chainPrefixes are the prefixes of the chains its plugin names
+	// after an attachment (isAttachmentChain).
+	chainPrefixes() []string
+}
+
+// tableChain is a chain of an iptables table.
+type tableChain struct{ table, chain string }
+
+// What the views read of iptables, from the iptables footprints in the
+// order of footprints, each chain once.
+var (
+	// sharedIPTChains are the shared chains every run that reads the
+	// tables first lists, in this order.
+	sharedIPTChains = iptChains(iptReader.sharedChains)
+	// sweptTables are the tables cleanup reads, as a sweep lists them.
+	sweptTables = tablesOf(sharedIPTChains)
+	// sweptChains says, by table, which chains' rules a sweep keeps when
+	// it lists whole tables: the shared chains. Every other chain is an
+	// attachment's own, flushed and deleted whole; a footprint that reads
+	// one rule by rule has it listed alone.
+	sweptChains = chainSets(sharedIPTChains)
+	// attachmentChainPrefixes are the prefixes of every chain the
+	// plugins name after an attachment.
+	attachmentChainPrefixes = iptChainPrefixes()
+)
+
+// iptChains returns the chains each iptables footprint names when asked
+// with chains, in the order of footprints, each chain once.
+func iptChains(chains func(iptReader) []tableChain) []tableChain {
+	var out []tableChain
+	for _, fp := range footprints {
+		if r, ok := fp.(iptReader); ok {
+			for _, c := range chains(r) {
+				if !slices.Contains(out, c) {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// tablesOf returns the tables of chains, in the order they first appear.
+func tablesOf(chains []tableChain) []string {
+	var out []string
+	for _, c := range chains {
+		if !slices.Contains(out, c.table) {
+			out = append(out, c.table)
+		}
+	}
+	return out
+}
+
+// chainSets returns chains as a set of chains by table.
+func chainSets(chains []tableChain) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, c := range chains {
+		if out[c.table] == nil {
+			out[c.table] = map[string]bool{}
+		}
+		out[c.table][c.chain] = true
+	}
+	return out
+}
+
+// iptChainPrefixes returns every iptables footprint's chain prefixes.
+func iptChainPrefixes() []string {
+	var out []string
+	for _, fp := range footprints {
+		if r, ok := fp.(iptReader); ok {
+			out = append(out, r.chainPrefixes()...)
+		}
+	}
+	return out
 }
 
 // saveAll lists every table at once, the first time it is called.
@@ -118,7 +197,7 @@ func (f *iptView) saveAll(saver host.Saver) {
 		f.errs.add(fmt.Errorf("%s: listing all tables: %w", f.name(), err))
 		f.failed = true
 	}
-	for _, table := range []string{"nat", "filter"} {
+	for _, table := range sweptTables {
 		f.listings[table] = iptables.ParseListing(tables[table], sweptChains[table]) // empty on error: nothing is deleted blind
 	}
 }
@@ -188,9 +267,9 @@ func (f *iptView) mayMention(table, chain string, addrs []netip.Addr, except []s
 // listShared lists the shared chains every run reads (a sweep: whole
 // tables).
 func (f *iptView) listShared() {
-	f.listing("nat", postrouting)
-	f.listing("nat", hostportDNATChain)
-	f.listing("filter", firewallChain)
+	for _, c := range sharedIPTChains {
+		f.listing(c.table, c.chain)
+	}
 }
 
 // listFailed reports whether a listing failed: its rules were judged on
@@ -258,7 +337,7 @@ func (f *iptView) forget(table, chain string) {
 // streamAll lists every table cleanup reads from one streamed
 // iptables-save, parsing each line as it comes.
 func (f *iptView) streamAll(s host.SaveStreamer) {
-	tables := []string{"nat", "filter"}
+	tables := sweptTables
 	listings := map[string]*iptables.Listing{}
 	for _, t := range tables {
 		listings[t] = iptables.NewListing(sweptChains[t])

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 
@@ -106,7 +107,7 @@ func (t *liveTables) listing(table string) (l *iptables.Listing, whole bool, err
 		tables, err := saver.SaveAll()
 		if err == nil {
 			t.saved = true
-			for _, name := range []string{"nat", "filter"} {
+			for _, name := range checkedTables {
 				t.listings[name] = &tableListing{l: iptables.ParseListing(tables[name], nil)}
 			}
 			return t.listings[table].l, true, nil
@@ -140,11 +141,42 @@ func (t *liveTables) listChains(table string) ([]string, error) {
 	return lines, nil
 }
 
-// liveSharedChains are the chains listed one by one where the IPTables
-// cannot list a whole table.
-var liveSharedChains = map[string][]string{
-	"nat":    {"PREROUTING", "OUTPUT", postrouting, hostportDNATChain, hostportSetMarkChain, hostportMasqChain},
-	"filter": {"FORWARD", firewallChain},
+// What a drift check reads of iptables, from the iptables footprints'
+// checkedChains.
+var (
+	// checkedTables are the tables a check reads.
+	checkedTables = tablesOf(iptChains(iptReader.checkedChains))
+	// liveSharedChains are the chains listed one by one, by table, where
+	// the IPTables cannot list a whole table: the built-in chains first,
+	// then the others in the order of footprints.
+	liveSharedChains = chainLists(builtinFirst(iptChains(iptReader.checkedChains)))
+)
+
+// builtinChains are iptables' built-in chains, in the order packets pass
+// them, which is the order iptables-save lists them in.
+var builtinChains = []string{"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
+
+// builtinFirst returns chains with the built-in ones first, in
+// builtinChains' order, and the others after them in theirs.
+func builtinFirst(chains []tableChain) []tableChain {
+	rank := func(c tableChain) int {
+		if i := slices.Index(builtinChains, c.chain); i >= 0 {
+			return i
+		}
+		return len(builtinChains)
+	}
+	out := slices.Clone(chains)
+	slices.SortStableFunc(out, func(a, b tableChain) int { return rank(a) - rank(b) })
+	return out
+}
+
+// chainLists returns chains as lists of chains by table, in their order.
+func chainLists(chains []tableChain) map[string][]string {
+	out := map[string][]string{}
+	for _, c := range chains {
+		out[c.table] = append(out[c.table], c.chain)
+	}
+	return out
 }
 
 // chain returns the rules of chain and whether it exists.

@@ -14,10 +14,62 @@ import (
 // KindNFTRule is an nftables rule removed by a run.
 const KindNFTRule Kind = "nftables rule"
 
-// nftTables are the tables the plugins' nftables backends write. Both
-// backends are always looked at, whatever the conflist names, so an
-// operator who switched backends is not stranded with the old rules.
-var nftTables = []host.NFTable{nftMasqTable, nftHostportTables[0], nftHostportTables[1]}
+// nftReader is a footprint whose plugin writes nftables rules: it names
+// the tables and chains the views read for it, and how one in-kernel
+// look over every footprint's tables tells its rules apart, so that no
+// view names a plugin's.
+type nftReader interface {
+	// nftRead returns the tables a run lists for it (nftTables) and the
+	// chains of them it reads.
+	nftRead() (tables []host.NFTable, chains []string)
+	// ownNFTRule returns the test of a rule of its carrying one of the
+	// set's comments (ownRuleTest).
+	ownNFTRule(v *view, set attSet) nftRuleTest
+	// otherNFTRule returns the test of a rule of its that is not the
+	// set's and may name another attachment's address
+	// (othersMayMention).
+	otherNFTRule(v *view, set attSet) nftRuleTest
+}
+
+// nftRuleTest tests a rule by its table, chain and comment.
+type nftRuleTest func(table host.NFTable, chain, comment string) bool
+
+// nftTables are the tables the plugins' nftables backends write, in the
+// order of footprints. Every backend is always looked at, whatever the
+// conflist names, so an operator who switched backends is not stranded
+// with the old rules.
+var nftTables = nftTablesRead()
+
+func nftTablesRead() []host.NFTable {
+	var out []host.NFTable
+	for _, fp := range footprints {
+		if r, ok := fp.(nftReader); ok {
+			tables, _ := r.nftRead()
+			out = append(out, tables...)
+		}
+	}
+	return out
+}
+
+// anyNFTRule returns the test that passes a rule when one nftables
+// footprint's test (as test returns it) does, asked in the order of
+// footprints.
+func anyNFTRule(v *view, set attSet, test func(nftReader, *view, attSet) nftRuleTest) nftRuleTest {
+	var tests []nftRuleTest
+	for _, fp := range footprints {
+		if r, ok := fp.(nftReader); ok {
+			tests = append(tests, test(r, v, set))
+		}
+	}
+	return func(table host.NFTable, chain, comment string) bool {
+		for _, t := range tests {
+			if t(table, chain, comment) {
+				return true
+			}
+		}
+		return false
+	}
+}
 
 // nftView is the plugins' nftables tables as one run reads them: listed
 // at most once, and by a Teardown only when an in-kernel look
@@ -108,10 +160,10 @@ func (s *nftView) anyOnce(key string, match func(host.NFTRuleSketch) bool, fallb
 }
 
 // ownMayBeThere reports whether a rule may carry one of the set's
-// comments: a masquerade comment of its own, or its bare id in a hostport
-// chain. One in-kernel look answers both nftables footprints; after a
-// DEL, the rules a look before it saw are looked up by handle instead
-// (seenRules), when the NFTables can.
+// comments, as an nftables footprint tells its own (ownNFTRule). One
+// in-kernel look answers every nftables footprint; after a DEL, the rules
+// a look before it saw are looked up by handle instead (seenRules), when
+// the NFTables can.
 func ownMayBeThere(v *view, set attSet) bool {
 	if v.whole {
 		return true
@@ -127,30 +179,25 @@ func ownMayBeThere(v *view, set attSet) bool {
 }
 
 // ownRuleTest returns the test of a rule carrying one of the set's
-// comments.
-func ownRuleTest(v *view, set attSet) func(table host.NFTable, chain, comment string) bool {
-	index, ids := masqIndex(v, set), set.ids()
-	return func(table host.NFTable, chain, comment string) bool {
-		_, masq := index[comment]
-		return (masq && table == nftMasqTable && chain == nftMasqChain) || (ids[comment] && isHostportChain(table, chain))
-	}
+// comments, in any nftables footprint's tables.
+func ownRuleTest(v *view, set attSet) nftRuleTest {
+	return anyNFTRule(v, set, nftReader.ownNFTRule)
 }
 
 // othersMayMention reports whether a rule that is not the set's may name
-// one of addrs: another attachment's masquerade or hostport rule. One
-// in-kernel look answers both nftables footprints.
+// one of addrs: another attachment's, as an nftables footprint tells them
+// (otherNFTRule). One in-kernel look answers every nftables footprint.
 func othersMayMention(v *view, set attSet, addrs []netip.Addr) bool {
 	if v.whole {
 		return true
 	}
-	index, ids, mentions := masqIndex(v, set), set.ids(), mentionsAny(addrs)
+	others, mentions := anyNFTRule(v, set, nftReader.otherNFTRule), mentionsAny(addrs)
 	key := "others"
 	for _, a := range addrs {
 		key += " " + a.String()
 	}
 	return v.nft.anyOnce(key, func(r host.NFTRuleSketch) bool {
-		_, masq := index[r.Comment]
-		return ((r.Table == nftMasqTable && !masq) || (isHostportChain(r.Table, r.Chain) && !ids[r.Comment])) && mentions(r)
+		return others(r.Table, r.Chain, r.Comment) && mentions(r)
 	}, func(r host.NFTRule) bool { return true })
 }
 
@@ -163,11 +210,13 @@ func mentionsAny(addrs []netip.Addr) func(host.NFTRuleSketch) bool {
 // The plugins' family, table and chain names: every listing shares one
 // copy of each.
 func init() {
-	for _, t := range nftTables {
-		nftables.ShareNames(t.Family, t.Name)
+	for _, fp := range footprints {
+		if r, ok := fp.(nftReader); ok {
+			tables, chains := r.nftRead()
+			for _, t := range tables {
+				nftables.ShareNames(t.Family, t.Name)
+			}
+			nftables.ShareNames(chains...)
+		}
 	}
-	for chain := range nftHostportChains {
-		nftables.ShareNames(chain)
-	}
-	nftables.ShareNames(nftMasqChain)
 }

@@ -25,12 +25,29 @@ type portmapIPT struct{}
 
 const hostportDNATChain = "CNI-HOSTPORT-DNAT"
 
+// The prefixes of portmap's per-attachment chains.
+const (
+	dnatChainPrefix = "CNI-DN-"
+	snatChainPrefix = "CNI-SN-"
+)
+
 // DNATChain is portmap's per-attachment nat chain, CNI-DN-<h[:21]>
 // (MustFormatChainNameWithPrefix(N, ID, "DN-") in the plugins' pkg/utils).
-func (a Attachment) DNATChain() string { return a.chainName("CNI-DN-") }
+func (a Attachment) DNATChain() string { return a.chainName(dnatChainPrefix) }
 
 // SNATChain is the per-attachment chain of portmap releases before 0.7.
-func (a Attachment) SNATChain() string { return a.chainName("CNI-SN-") }
+func (a Attachment) SNATChain() string { return a.chainName(snatChainPrefix) }
+
+// The views read CNI-HOSTPORT-DNAT for the DNAT jumps, rule by rule, in
+// every run; a drift check also reads the built-in chains the shared
+// chains hang from and the masquerade chains (expect) (iptReader).
+func (portmapIPT) sharedChains() []tableChain { return []tableChain{{"nat", hostportDNATChain}} }
+func (portmapIPT) checkedChains() []tableChain {
+	return []tableChain{{"nat", "PREROUTING"}, {"nat", "OUTPUT"}, {"nat", postrouting},
+		{"nat", hostportDNATChain}, {"nat", hostportSetMarkChain}, {"nat", hostportMasqChain}}
+}
+func (portmapIPT) chainPrefixes() []string { return []string{dnatChainPrefix, snatChainPrefix} }
+func (portmapIPT) perFamily()              {}
 
 // maxPortmapComment is where portmap cuts its comments (to 253 + "...").
 const maxPortmapComment = 255

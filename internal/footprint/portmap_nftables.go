@@ -65,6 +65,29 @@ func isHostportChain(table host.NFTable, chain string) bool {
 	return (table == nftHostportTables[0] || table == nftHostportTables[1]) && nftHostportChains[chain]
 }
 
+// The views list both hostport tables and read the hostport chains
+// (nftReader).
+func (portmapNFT) nftRead() ([]host.NFTable, []string) {
+	return []host.NFTable{nftHostportTables[0], nftHostportTables[1]}, sortedKeys(nftHostportChains)
+}
+
+// ownNFTRule: a rule of a hostport chain carrying one of the set's ids.
+func (portmapNFT) ownNFTRule(_ *view, set attSet) nftRuleTest {
+	ids := set.ids()
+	return func(table host.NFTable, chain, comment string) bool {
+		return ids[comment] && isHostportChain(table, chain)
+	}
+}
+
+// otherNFTRule: a rule of a hostport chain carrying none of the set's
+// ids.
+func (portmapNFT) otherNFTRule(_ *view, set attSet) nftRuleTest {
+	ids := set.ids()
+	return func(table host.NFTable, chain, comment string) bool {
+		return isHostportChain(table, chain) && !ids[comment]
+	}
+}
+
 func (portmapNFT) prove(*view, attSet) []claim { return nil }
 func (portmapNFT) discover(*view, attSet)      {} // a bare id names no network: it proves nothing
 
