@@ -125,7 +125,7 @@ func TestAFoundAttachmentIsSettledOnlyOnceItsADDReturned(t *testing.T) {
 				t.Fatal("Setup left no record of w on a")
 			}
 			if tc.state == "" {
-				err = f.c.registry.store.Remove(rec.Key())
+				err = f.c.registry.store.Remove(rec.Key)
 			} else {
 				rec.State = tc.state
 				err = f.c.registry.store.Put(rec)
