@@ -56,7 +56,7 @@ func TestAfterDisconnectTheAllocationMayStillNameTheNetwork(t *testing.T) {
 		t.Fatalf("Check looked at %q: want c checked and the disconnected b not", got)
 	}
 	st, err := f.c.Connect(context.Background(), alloc, "b", "/x")
-	if err != nil || st.InterfaceName != "eth1" {
+	if err != nil || st.IfName != "eth1" {
 		t.Fatalf("connecting b again: %+v, %v; want it back on eth1", st, err)
 	}
 	if err := f.c.Teardown(context.Background(), alloc, "/x"); err != nil {
@@ -125,7 +125,7 @@ func TestAFoundAttachmentIsSettledOnlyOnceItsADDReturned(t *testing.T) {
 				t.Fatal("Setup left no record of w on a")
 			}
 			if tc.state == "" {
-				err = f.c.registry.store.Remove(rec.Key())
+				err = f.c.registry.store.Remove(rec.Key)
 			} else {
 				rec.State = tc.state
 				err = f.c.registry.store.Put(rec)

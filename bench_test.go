@@ -14,6 +14,7 @@ import (
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
 
@@ -203,7 +204,7 @@ func writeCachedResult(b *testing.B, cacheDir, netns string, conf []byte, v4, v6
 func writeRecord(b *testing.B, stateDir, netns string, conf []byte, v4, v6 footprint) {
 	b.Helper()
 	ports, _ := json.Marshal(benchPort)
-	rec := registry.Record{Version: registry.FormatVersion, Owner: "bench", Network: v4.network, ContainerID: v4.id, IfName: "eth0",
+	rec := registry.Record{Version: registry.FormatVersion, Owner: "bench", Key: identity.Key{Network: v4.network, ID: v4.id, IfName: "eth0"},
 		NetNS: netns, State: registry.Attached,
 		Addresses: []netip.Addr{netip.MustParseAddr(v4.ip), netip.MustParseAddr(v6.ip)},
 		Args:      [][2]string{{"NOMAD_ALLOC_ID", v4.id}}, Capabilities: map[string]json.RawMessage{"portMappings": ports},

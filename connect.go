@@ -16,7 +16,7 @@ import (
 // Connect attaches the live workload of alloc to one more network, as
 // Podman's `network connect` does, under the lowest interface name
 // <prefix>N that none of its networks uses, and returns the new
-// network's status (Attachments holds it alone).
+// network's status (Interfaces holds it alone).
 //
 //   - Pass the Allocation given to Setup: its ports and args go to the
 //     new network by Setup's rules.

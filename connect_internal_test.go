@@ -40,7 +40,7 @@ func TestConnectAttachesOneMoreNetworkUnderTheLowestFreeInterfaceName(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.InterfaceName != "eth2" || len(st.Attachments) != 1 || st.Attachments[0].Network != "c" || !st.Address.IsValid() {
+	if st.IfName != "eth2" || len(st.Interfaces) != 1 || st.Interfaces[0].Network != "c" || !st.Address.IsValid() {
 		t.Fatalf("status %+v, want network c alone, on eth2, with an address", st)
 	}
 	add := f.drv.find("ADD", "c")
@@ -58,7 +58,7 @@ func TestConnectAttachesOneMoreNetworkUnderTheLowestFreeInterfaceName(t *testing
 	if err := f.c.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := f.c.Connect(context.Background(), third, "d", "/x"); err != nil || st.InterfaceName != "eth1" {
+	if st, err := f.c.Connect(context.Background(), third, "d", "/x"); err != nil || st.IfName != "eth1" {
 		t.Fatalf("connect after a disconnect: %+v, %v; want eth1, the name b freed", st, err)
 	}
 	if got, want := f.cached(t), []string{"c/w/eth2", "d/w/eth1"}; !reflect.DeepEqual(got, want) {

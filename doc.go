@@ -13,7 +13,7 @@
 //   - Setup attaches the namespace and returns its address. An Allocation
 //     joins the networks its NetworkNames lists, in order, as eth0, eth1,
 //     …, or the default network; the networks attach concurrently, all or
-//     nothing, and NetworkStatus.Attachments has each one's addresses.
+//     nothing, and NetworkStatus.Interfaces has each one's addresses.
 //     Failed ADDs are retried per Config.Retry.
 //   - Teardown detaches it: CNI DEL with the same port mappings and args,
 //     then a force cleanup of everything the plugins are known to leave,
@@ -72,7 +72,7 @@ One noun per concept, in the documentation and in the code:
     since portmap's DEL removes nothing unless it sees the same port
     mappings.
   - attachment: one allocation on one network, with its interface name
-    (type attachment, named att). Attachment is what Setup
+    (type attachment, named att). InterfaceStatus is what Setup
     learned about one.
   - found attachment: an attachment as found in the allocation and in
     libcni's cache, with the request it was made with (type
@@ -132,7 +132,7 @@ operations share is a type in a file named after what it holds.
 	reload.go             Reload and the ConfDir watcher.
 	plugins.go            plugins: the plugin binaries found before Setup, their versions, the firewall backend each really uses here.
 	driver.go             How one network's plugins run: through go-cni (Config.CNI) or libcni.
-	result.go             NetworkStatus, Attachment, DNSConfig, StatusFromResult.
+	result.go             NetworkStatus, InterfaceStatus, DNSConfig, StatusFromResult.
 	errors.go             The Err… sentinels every error wraps, and joinErrors.
 	telemetry.go          Traces: a span per operation, network, attempt, DEL and cleanup.
 	telemetry_items.go    What a cleanup removed, grouped by kind and backend for spans; what drift checks found and repairs restored.

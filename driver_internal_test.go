@@ -49,7 +49,7 @@ func TestResultFromCNIReadsAsGoCNIDoes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := st.InterfaceName + " " + st.Address.String(); got != tc.want || st.DNS == nil || st.DNS.Servers[0] != "198.18.1.1" {
+			if got := st.IfName + " " + st.Address.String(); got != tc.want || st.DNS == nil || st.DNS.Servers[0] != "198.18.1.1" {
 				t.Fatalf("status %+v, want %s with the result's DNS", st, tc.want)
 			}
 		})

@@ -80,8 +80,8 @@ func ExampleConfigurator_Setup_twoNetworks() {
 	if err != nil {
 		log.Fatal(err) // names the network that failed; the other one was detached again
 	}
-	for _, n := range status.Attachments {
-		fmt.Println(n.Network, n.InterfaceName, n.Address)
+	for _, n := range status.Interfaces {
+		fmt.Println(n.Network, n.IfName, n.Address)
 	}
 	if err := c.Teardown(ctx, alloc, "/var/run/netns/6b235529"); err != nil {
 		log.Print(err) // one error per network that could not be cleaned, joined
@@ -266,7 +266,7 @@ func ExampleStatusFromResult() {
 		"veth01": {},
 	}}
 	st, _ := cninet.StatusFromResult(res)
-	fmt.Println(st.InterfaceName, st.Address, st.AddressIPv6)
+	fmt.Println(st.IfName, st.Address, st.AddressIPv6)
 	// Output: eth0 198.18.0.2 fd00:198:18::2
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
 
@@ -119,8 +120,8 @@ func (g *gcRun) holdsLiveUnrecorded(ctx context.Context, id string) bool {
 		return true
 	}
 	for _, a := range cached {
-		k := registry.Key{Network: a.Network, ContainerID: id, IfName: a.IfName}
-		if slices.ContainsFunc(recs, func(rec registry.Record) bool { return rec.Key() == k }) ||
+		k := identity.Key{Network: a.Network, ID: id, IfName: a.IfName}
+		if slices.ContainsFunc(recs, func(rec registry.Record) bool { return rec.Key == k }) ||
 			slices.ContainsFunc(damaged, func(d registry.Damaged) bool { return d.Covers(k) }) ||
 			g.ns.Gone(a.NetNS, 0) {
 			continue

@@ -33,7 +33,7 @@ func (g *gcRun) recorded(ctx context.Context) error {
 		c.logger.Warn("registry file is no usable record: kept, and its id is not collected", "path", d.Path, "error", d.Err)
 		c.tel.kept(ctx, keptUnreadable, d.Key.Network)
 		g.report.addUnreadable(d.Path)
-		others[d.ContainerID] = true
+		others[d.ID] = true
 	}
 	dead := map[string]bool{}
 	elsewhere := map[string]bool{} // ids this owner recorded on networks this GC does not cover
@@ -42,12 +42,12 @@ func (g *gcRun) recorded(ctx context.Context) error {
 		mine, earlier := rec.Owner == g.owner, rec.FromEarlierBoot()
 		switch {
 		case !mine && !earlier:
-			others[rec.ContainerID] = true
+			others[rec.ID] = true
 		case !g.covers(rec.Network):
 			if !mine {
 				continue // dead, on a network this GC does not look at
 			}
-			elsewhere[rec.ContainerID] = true
+			elsewhere[rec.ID] = true
 			if _, err := c.nets.known(rec.Network, false); err == nil && g.only != nil {
 				// Spared by GCOptions.Networks: the narrowed GC keeps
 				// away from that network by itself.
@@ -57,9 +57,9 @@ func (g *gcRun) recorded(ctx context.Context) error {
 			// Configurator of the same owner attached it), or one
 			// whose conflist sets disableGC: the id lives there, so
 			// none of its other state is this GC's to judge.
-			unjudged[rec.ContainerID] = true
-		case !g.liveAt(rec.ContainerID, rec.IfName):
-			dead[rec.ContainerID] = true
+			unjudged[rec.ID] = true
+		case !g.liveAt(rec.ID, rec.IfName):
+			dead[rec.ID] = true
 		}
 	}
 	protected := c.registry.adm.Protected()

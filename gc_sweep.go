@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/seed1280861d/cninet/internal/footprint"
-	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/identity"
 )
 
 // sweep removes the footprint of every dead attachment of the collected
@@ -83,22 +83,22 @@ func (g *gcRun) claimedNow() (map[string]bool, error) {
 		return nil, fmt.Errorf("reading the host registry: %w", err)
 	}
 	claimed := map[string]bool{}
-	recorded := map[registry.Key]bool{}
+	recorded := map[identity.Key]bool{}
 	for _, rec := range all.Records {
-		recorded[rec.Key()] = true
+		recorded[rec.Key] = true
 		if !g.collects(rec) || rec.Updated.After(g.start) { // another's, or recorded while this GC ran
-			claimed[rec.ContainerID] = true
+			claimed[rec.ID] = true
 		}
 	}
 	for _, d := range all.Damaged {
-		claimed[d.ContainerID] = true
+		claimed[d.ID] = true
 	}
 	cached, err := c.lib.GetCachedAttachments("")
 	if err != nil {
 		return nil, fmt.Errorf("reading libcni's cache: %w", err)
 	}
 	for _, a := range cached {
-		if !claimed[a.ContainerID] && !recorded[registry.Key{Network: a.Network, ContainerID: a.ContainerID, IfName: a.IfName}] && !g.ns.Gone(a.NetNS, 0) {
+		if !claimed[a.ContainerID] && !recorded[identity.Key{Network: a.Network, ID: a.ContainerID, IfName: a.IfName}] && !g.ns.Gone(a.NetNS, 0) {
 			claimed[a.ContainerID] = true
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/admission"
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/workload"
 )
@@ -158,19 +159,17 @@ func (r *hostRegistry) tryLockIDs(atts []footprint.Attachment) (unlock func(), b
 // plugins with the backends they use here, the args and capabilities.
 func (r *hostRegistry) recordOf(owner string, req request, att attachment, netns string) *registry.Record {
 	rec := &registry.Record{
-		Owner:       owner,
-		Network:     att.name(),
-		ContainerID: req.id,
-		IfName:      att.ifName,
-		RuntimeID:   req.runtimeID,
-		ViaCNI:      att.viaCNI,
-		CacheDir:    r.cacheDir,
-		NetNS:       netns,
-		NetNSInode:  workload.Inode(netns),
-		State:       registry.Adding,
-		Args:        req.args,
-		ConfList:    att.conf.bytes,
-		Plugins:     r.plugins.recorded(att.conf),
+		Owner:      owner,
+		Key:        identity.Key{Network: att.name(), ID: req.id, IfName: att.ifName},
+		RuntimeID:  req.runtimeID,
+		ViaCNI:     att.viaCNI,
+		CacheDir:   r.cacheDir,
+		NetNS:      netns,
+		NetNSInode: workload.Inode(netns),
+		State:      registry.Adding,
+		Args:       req.args,
+		ConfList:   att.conf.bytes,
+		Plugins:    r.plugins.recorded(att.conf),
 	}
 	caps := map[string]json.RawMessage{}
 	if len(req.mappings) > 0 {
@@ -214,12 +213,12 @@ func (r *hostRegistry) recordAttached(rec *registry.Record, res *cni.Result, raw
 	if b, err := json.Marshal(raw); err == nil && raw != nil {
 		rec.Result = b
 	}
-	if cur := r.recorded(rec.ContainerID, rec.Network, rec.IfName); cur != nil {
+	if cur := r.recorded(rec.ID, rec.Network, rec.IfName); cur != nil {
 		rec.AddAddresses(cur.Addresses...) // what a cleanup between attempts recorded as proof
 	}
 	rec.AddAddresses(resultAddrs(res)...)
 	if err := r.store.Put(rec); err != nil {
-		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrIO, rec.ContainerID, rec.Network, err)
+		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrIO, rec.ID, rec.Network, err)
 	}
 	return nil
 }
@@ -259,7 +258,7 @@ func (r *hostRegistry) forget(id string, att attachment) error {
 	defer func() {
 		r.logger.Debug("attachment forgotten", "alloc_id", id, "network", att.name(), "record", time.Since(start))
 	}()
-	if err := r.store.Remove(registry.Key{Network: att.name(), ContainerID: id, IfName: att.ifName}); err != nil {
+	if err := r.store.Remove(identity.Key{Network: att.name(), ID: id, IfName: att.ifName}); err != nil {
 		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrIO, id, att.name(), err)
 	}
 	return nil
@@ -332,7 +331,7 @@ func (r *hostRegistry) Holding(addrs []netip.Addr) map[netip.Addr][]footprint.At
 		}
 		for _, a := range s.Addresses {
 			if want[a] {
-				out[a] = append(out[a], footprint.Attachment{Network: s.Network, ID: s.ContainerID})
+				out[a] = append(out[a], footprint.Attachment{Network: s.Network, ID: s.ID})
 			}
 		}
 	}
@@ -397,7 +396,7 @@ type AttachmentRecord struct {
 
 // unreadableRecord is the AttachmentRecord of a damaged registry file.
 func unreadableRecord(d registry.Damaged) AttachmentRecord {
-	return AttachmentRecord{ID: d.ContainerID, Network: d.Key.Network, IfName: d.Key.IfName, State: "unreadable", Unreadable: d.Error()}
+	return AttachmentRecord{ID: d.ID, Network: d.Key.Network, IfName: d.Key.IfName, State: "unreadable", Unreadable: d.Error()}
 }
 
 // sortRecords sorts a listing by id, network and interface.
@@ -500,7 +499,7 @@ func (c *Configurator) attachmentsOf(ids []string) ([]AttachmentRecord, error) {
 
 // attachmentRecord is the AttachmentRecord of a record's summary.
 func attachmentRecord(rec registry.Summary) AttachmentRecord {
-	r := AttachmentRecord{Owner: rec.Owner, Network: rec.Network, ID: rec.ContainerID, IfName: rec.IfName, RuntimeID: rec.RuntimeID,
+	r := AttachmentRecord{Owner: rec.Owner, Network: rec.Network, ID: rec.ID, IfName: rec.IfName, RuntimeID: rec.RuntimeID,
 		NetNS: rec.NetNS, State: string(rec.State), Addresses: rec.Addresses, Since: rec.Since}
 	if raw, ok := rec.Capabilities[capabilityPortMappings]; ok {
 		_ = json.Unmarshal(raw, &r.Ports)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
 
@@ -59,11 +60,11 @@ type repairWatcher struct {
 	done     chan struct{}
 
 	mu       sync.Mutex
-	repairs  map[registry.Key][]time.Time // when each attachment's repair was tried, within fightWindow
-	failed   map[registry.Key]string      // the error of its last repair, "" when it succeeded
-	reported map[registry.Key]time.Time   // refused or not in place: reported once until then
-	lost     map[registry.Key]time.Time   // found not repairable in place, as of the record's Updated
-	backoff  map[registry.Key]backoff     // a repair left it missing pieces: not tried again before until
+	repairs  map[identity.Key][]time.Time // when each attachment's repair was tried, within fightWindow
+	failed   map[identity.Key]string      // the error of its last repair, "" when it succeeded
+	reported map[identity.Key]time.Time   // refused or not in place: reported once until then
+	lost     map[identity.Key]time.Time   // found not repairable in place, as of the record's Updated
+	backoff  map[identity.Key]backoff     // a repair left it missing pieces: not tried again before until
 	passes   int                          // passes run (tests wait on it)
 	// busy says a repair of the last pass found its id held (a Check, a
 	// Teardown, another process): the watcher runs another pass soon
@@ -73,7 +74,7 @@ type repairWatcher struct {
 	// The watcher's goroutine alone uses what follows. known is the
 	// attachments the last pass built from their records: a record not
 	// written since is not decoded into one again.
-	known map[registry.Key]checkedAttachment
+	known map[identity.Key]checkedAttachment
 	// watching says the nf_tables ruleset is watched; firewallFresh that
 	// no change arrived since the last read of the firewall began;
 	// firewallWhole the attachments that read found with their firewall
@@ -81,15 +82,15 @@ type repairWatcher struct {
 	// live attachment and the firewall is nf_tables' (iptables-nft, nft),
 	// a periodic pass reads only the rest.
 	watching, firewallFresh bool
-	firewallWhole           map[registry.Key]time.Time
+	firewallWhole           map[identity.Key]time.Time
 }
 
 // startRepairWatcher starts c's watcher; stop ends it.
 func startRepairWatcher(c *Configurator, every time.Duration, anyOwner bool) *repairWatcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &repairWatcher{c: c, every: every, anyOwner: anyOwner, cancel: cancel, done: make(chan struct{}),
-		repairs: map[registry.Key][]time.Time{}, failed: map[registry.Key]string{}, backoff: map[registry.Key]backoff{}, reported: map[registry.Key]time.Time{}, lost: map[registry.Key]time.Time{},
-		known: map[registry.Key]checkedAttachment{}}
+		repairs: map[identity.Key][]time.Time{}, failed: map[identity.Key]string{}, backoff: map[identity.Key]backoff{}, reported: map[identity.Key]time.Time{}, lost: map[identity.Key]time.Time{},
+		known: map[identity.Key]checkedAttachment{}}
 	go w.run(ctx)
 	return w
 }
@@ -224,10 +225,10 @@ func (w *repairWatcher) pass(ctx context.Context, changed time.Time) {
 	}
 	health := checker.Check(livesOf(atts))
 	if !checker.FirewallUnchanged {
-		w.firewallWhole = make(map[registry.Key]time.Time, len(atts))
+		w.firewallWhole = make(map[identity.Key]time.Time, len(atts))
 		for i, h := range health {
 			if h.FirewallWhole() {
-				w.firewallWhole[atts[i].rec.Key()] = atts[i].rec.Updated
+				w.firewallWhole[atts[i].rec.Key] = atts[i].rec.Updated
 			}
 		}
 	}
@@ -248,7 +249,7 @@ func (w *repairWatcher) pass(ctx context.Context, changed time.Time) {
 // way, and checking it again with the others drifting costs a read of
 // the host for nothing.
 func (w *repairWatcher) held(ca checkedAttachment) bool {
-	leave, busy := w.c.registry.tryEnter(ca.rec.ContainerID)
+	leave, busy := w.c.registry.tryEnter(ca.rec.ID)
 	if busy {
 		w.busy.Store(true)
 		return true
@@ -267,7 +268,7 @@ func (w *repairWatcher) firewallKnown(atts []checkedAttachment) bool {
 		return false
 	}
 	for _, ca := range atts {
-		if at, ok := w.firewallWhole[ca.rec.Key()]; !ok || !at.Equal(ca.rec.Updated) {
+		if at, ok := w.firewallWhole[ca.rec.Key]; !ok || !at.Equal(ca.rec.Updated) {
 			return false
 		}
 	}
@@ -292,7 +293,7 @@ func (w *repairWatcher) live() []checkedAttachment {
 		w.c.logger.Warn("repair watcher: reading the host registry", "error", err)
 	}
 	var out []checkedAttachment
-	known := make(map[registry.Key]checkedAttachment, len(w.known))
+	known := make(map[identity.Key]checkedAttachment, len(w.known))
 	for i := range all.Records {
 		rec := &all.Records[i]
 		if rec.State != registry.Attached || (rec.Owner != w.c.owner && !w.anyOwner) {
@@ -301,7 +302,7 @@ func (w *repairWatcher) live() []checkedAttachment {
 		if _, err := w.c.nets.known(rec.Network, true); err != nil {
 			continue // another Configurator's network
 		}
-		ca, ok := w.known[rec.Key()]
+		ca, ok := w.known[rec.Key]
 		if !ok || !ca.rec.Updated.Equal(rec.Updated) {
 			if ca, ok = w.c.checkedOfRecord(rec); !ok {
 				continue
@@ -309,7 +310,7 @@ func (w *repairWatcher) live() []checkedAttachment {
 		}
 		out = append(out, ca)
 		if len(rec.ConfList) > 0 && len(rec.Result) > 0 { // all it is built from is in the record
-			known[rec.Key()] = ca
+			known[rec.Key] = ca
 		}
 	}
 	w.known = known
@@ -325,9 +326,9 @@ func (w *repairWatcher) forgetGone(records []registry.Record, listErr error) {
 	if listErr != nil {
 		return
 	}
-	recorded := make(map[registry.Key]bool, len(records))
+	recorded := make(map[identity.Key]bool, len(records))
 	for i := range records {
-		recorded[records[i].Key()] = true
+		recorded[records[i].Key] = true
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -336,7 +337,7 @@ func (w *repairWatcher) forgetGone(records []registry.Record, listErr error) {
 			delete(w.repairs, key)
 		}
 	}
-	for _, m := range []map[registry.Key]time.Time{w.reported, w.lost} {
+	for _, m := range []map[identity.Key]time.Time{w.reported, w.lost} {
 		for key := range m {
 			if !recorded[key] {
 				delete(m, key)
@@ -362,7 +363,7 @@ func (c *Configurator) checkedOfRecord(rec *registry.Record) (checkedAttachment,
 		return checkedAttachment{}, false
 	}
 	fa := foundAttachment{att: attachment{conf: conf, ifName: rec.IfName, viaCNI: rec.ViaCNI},
-		req: recordedRequest(request{id: rec.ContainerID, runtimeID: rec.RuntimeID}, *rec), cached: true, settled: true}
+		req: recordedRequest(request{id: rec.ID, runtimeID: rec.RuntimeID}, *rec), cached: true, settled: true}
 	return checkedAttachment{fa: fa, rec: rec, live: c.liveOf(fa, rec, "")}, true
 }
 
@@ -383,7 +384,7 @@ var maxBackoff = time.Hour
 // drifting: not when it cannot be repaired in place, nor when it was
 // repaired maxRepairs times within fightWindow (both reported once).
 func (w *repairWatcher) mayRepair(ca checkedAttachment, h footprint.Health) bool {
-	key := ca.rec.Key()
+	key := ca.rec.Key
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -507,13 +508,13 @@ func (w *repairWatcher) repair(ctx context.Context, checker *footprint.Checker, 
 	c := w.c
 	ctx, cancel := context.WithTimeout(ctx, repairTimeout) // a plugin that hangs holds the id no longer
 	defer cancel()
-	unlock, busy := c.registry.tryEnter(ca.rec.ContainerID)
+	unlock, busy := c.registry.tryEnter(ca.rec.ID)
 	if busy {
 		w.busy.Store(true)
 		return repairDone{}, false
 	}
 	defer unlock()
-	rec := c.registry.recorded(ca.rec.ContainerID, ca.rec.Network, ca.rec.IfName)
+	rec := c.registry.recorded(ca.rec.ID, ca.rec.Network, ca.rec.IfName)
 	if rec == nil || rec.State != registry.Attached || rec.Owner != ca.rec.Owner {
 		return repairDone{}, false
 	}
@@ -543,7 +544,7 @@ func (w *repairWatcher) account(ctx context.Context, d repairDone, after footpri
 	c := w.c
 	result := driftResult{health: after, err: d.err, repaired: stillRestored(d.restored, after)}
 	c.logRepair(d.ca.live, result, d.at.Sub(d.start))
-	key := d.rec.Key()
+	key := d.rec.Key
 	w.mu.Lock()
 	switch {
 	case !d.before.InPlace():
@@ -563,7 +564,7 @@ func (w *repairWatcher) account(ctx context.Context, d repairDone, after footpri
 		if b.incomplete++; b.incomplete >= 2 {
 			b.wait = min(max(2*b.wait, fightWindow), maxBackoff)
 			b.until = time.Now().Add(b.wait)
-			c.logger.Error("repair watcher: a repair left the attachment incomplete; trying it again later", "alloc_id", d.rec.ContainerID,
+			c.logger.Error("repair watcher: a repair left the attachment incomplete; trying it again later", "alloc_id", d.rec.ID,
 				"network", d.rec.Network, "ifname", d.rec.IfName, "still_missing", driftOf(after, nil).Missing, "error", d.err, "again_in", b.wait)
 		}
 		w.backoff[key] = b

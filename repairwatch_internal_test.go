@@ -20,7 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
-	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/identity"
 )
 
 // watchFixture is a Configurator with a repair watcher on a fake host
@@ -213,10 +213,10 @@ func TestTheRepairWatcherForgetsAnAttachmentOnceItsRecordIsGone(t *testing.T) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		var in []string
-		for name, keys := range map[string][]registry.Key{"repairs": slices.Collect(maps.Keys(w.repairs)), "failed": slices.Collect(maps.Keys(w.failed)),
+		for name, keys := range map[string][]identity.Key{"repairs": slices.Collect(maps.Keys(w.repairs)), "failed": slices.Collect(maps.Keys(w.failed)),
 			"reported": slices.Collect(maps.Keys(w.reported)), "lost": slices.Collect(maps.Keys(w.lost)), "backoff": slices.Collect(maps.Keys(w.backoff))} {
 			for _, k := range keys {
-				if k.ContainerID == id {
+				if k.ID == id {
 					in = append(in, name)
 				}
 			}

@@ -9,13 +9,13 @@ import (
 	cni "github.com/containerd/go-cni"
 )
 
-// NetworkStatus is what Setup learned about the attachment. Its
-// InterfaceName, Address, AddressIPv6 and DNS are the first network's (the
-// default network's, for an allocation that names none); Attachments
-// has every network's.
+// NetworkStatus is what Setup learned about the workload. Its IfName,
+// Address, AddressIPv6 and DNS are the first network's (the default
+// network's, for an allocation that names none); Interfaces has every
+// network's.
 type NetworkStatus struct {
-	// InterfaceName is the interface the address was taken from.
-	InterfaceName string
+	// IfName is the interface the address was taken from.
+	IfName string
 	// Address is the interface's first IPv4 address, or its first IPv6
 	// address when it has no IPv4 one. Always valid in a returned status,
 	// except Connect's with ConnectOptions.IfName of a network whose
@@ -27,20 +27,20 @@ type NetworkStatus struct {
 	// DNS is the first DNS configuration in the result that names a
 	// nameserver; nil when none does.
 	DNS *DNSConfig
-	// Attachments are the workload's attachments, one per network it
+	// Interfaces are the workload's interfaces, one per network it
 	// joined, in the allocation's order. Setup fills it; StatusFromResult,
 	// which does not know the network, leaves it nil.
-	Attachments []Attachment
+	Interfaces []InterfaceStatus
 }
 
-// Attachment is what Setup learned about one network of the
+// InterfaceStatus is what Setup learned about one network of the
 // workload, chosen from that network's result as StatusFromResult chooses.
-type Attachment struct {
+type InterfaceStatus struct {
 	// Network is the CNI network's name.
 	Network string
-	// InterfaceName is the workload's interface in this network
+	// IfName is the workload's interface in this network
 	// (<prefix>0, <prefix>1, … in the allocation's order).
-	InterfaceName string
+	IfName string
 	// Address is the interface's first IPv4 address, else its first IPv6.
 	Address netip.Addr
 	// AddressIPv6 is the interface's first IPv6 address, if any.
@@ -53,10 +53,10 @@ type Attachment struct {
 // add records one network's status; the first also fills the top-level
 // fields, which callers of a single network read.
 func (s *NetworkStatus) add(network string, st *NetworkStatus) {
-	if len(s.Attachments) == 0 {
-		s.InterfaceName, s.Address, s.AddressIPv6, s.DNS = st.InterfaceName, st.Address, st.AddressIPv6, st.DNS
+	if len(s.Interfaces) == 0 {
+		s.IfName, s.Address, s.AddressIPv6, s.DNS = st.IfName, st.Address, st.AddressIPv6, st.DNS
 	}
-	s.Attachments = append(s.Attachments, Attachment{Network: network, InterfaceName: st.InterfaceName,
+	s.Interfaces = append(s.Interfaces, InterfaceStatus{Network: network, IfName: st.IfName,
 		Address: st.Address, AddressIPv6: st.AddressIPv6, DNS: st.DNS})
 }
 
@@ -81,7 +81,7 @@ func StatusFromResult(res *cni.Result) (*NetworkStatus, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: none of %d interfaces has a usable IP", ErrNoAddress, len(res.Interfaces))
 	}
-	status := &NetworkStatus{InterfaceName: name, Address: v4, AddressIPv6: v6, DNS: dnsFromResult(res)}
+	status := &NetworkStatus{IfName: name, Address: v4, AddressIPv6: v6, DNS: dnsFromResult(res)}
 	if !v4.IsValid() {
 		status.Address = v6
 	}

@@ -83,8 +83,8 @@ func TestStatusFromResult(t *testing.T) {
 				if err != nil {
 					t.Fatalf("StatusFromResult: %v", err)
 				}
-				if st.InterfaceName != tc.wantIface || st.Address != netip.MustParseAddr(tc.wantV4) {
-					t.Fatalf("got %s %s, want %s %s", st.InterfaceName, st.Address, tc.wantIface, tc.wantV4)
+				if st.IfName != tc.wantIface || st.Address != netip.MustParseAddr(tc.wantV4) {
+					t.Fatalf("got %s %s, want %s %s", st.IfName, st.Address, tc.wantIface, tc.wantV4)
 				}
 				wantV6 := netip.Addr{}
 				if tc.wantV6 != "" {

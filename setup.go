@@ -197,7 +197,7 @@ func (a attaching) one(ctx context.Context, att attachment, alongside bool) (_ *
 	c.logger.Debug("attachment recorded", "alloc_id", req.id, "network", att.name(), "record", recorded+time.Since(recordStart))
 	st, err := StatusFromResult(res)
 	if err != nil && a.anyResult && res != nil && errors.Is(err, ErrNoAddress) {
-		return &NetworkStatus{InterfaceName: att.ifName, DNS: dnsFromResult(res)}, nil
+		return &NetworkStatus{IfName: att.ifName, DNS: dnsFromResult(res)}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: allocation %s in network %q: %w", ErrSetupFailed, req.id, att.name(), err)

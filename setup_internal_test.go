@@ -77,13 +77,13 @@ func TestSetupAttachesEveryNetworkConcurrentlyAndReportsThemInTheAllocationsOrde
 		t.Fatal(err)
 	}
 	var got []string
-	for _, n := range st.Attachments {
-		got = append(got, n.Network+"/"+n.InterfaceName)
+	for _, n := range st.Interfaces {
+		got = append(got, n.Network+"/"+n.IfName)
 	}
 	if want := []string{"c/eth0", "b/eth1", "a/eth2"}; !slices.Equal(got, want) {
 		t.Fatalf("status %v, want %v although the last network finished first", got, want)
 	}
-	if st.InterfaceName != "eth0" || st.Address != st.Attachments[0].Address {
+	if st.IfName != "eth0" || st.Address != st.Interfaces[0].Address {
 		t.Fatalf("top-level status %+v, want the first network's", st)
 	}
 }
@@ -251,16 +251,16 @@ func TestSetupJoinsTheNamedNetworksInOrderOneInterfaceEach(t *testing.T) {
 	cases := []struct {
 		name     string
 		networks []string
-		cni      string       // the fake go-cni's calls
-		driver   string       // sorted: the networks attach concurrently
-		want     []Attachment // Network and InterfaceName only
+		cni      string            // the fake go-cni's calls
+		driver   string            // sorted: the networks attach concurrently
+		want     []InterfaceStatus // Network and IfName only
 	}{
 		{"no names: the default network through go-cni, as always", nil, "Setup", "",
-			[]Attachment{{Network: "a", InterfaceName: "eth0"}}},
+			[]InterfaceStatus{{Network: "a", IfName: "eth0"}}},
 		{"the default network first: go-cni for it, libcni for the rest", []string{"a", "b", "c"}, "Setup", "ADD b/eth1, ADD c/eth2",
-			[]Attachment{{Network: "a", InterfaceName: "eth0"}, {Network: "b", InterfaceName: "eth1"}, {Network: "c", InterfaceName: "eth2"}}},
+			[]InterfaceStatus{{Network: "a", IfName: "eth0"}, {Network: "b", IfName: "eth1"}, {Network: "c", IfName: "eth2"}}},
 		{"the default network later: libcni for all", []string{"c", "a"}, "", "ADD a/eth1, ADD c/eth0",
-			[]Attachment{{Network: "c", InterfaceName: "eth0"}, {Network: "a", InterfaceName: "eth1"}}},
+			[]InterfaceStatus{{Network: "c", IfName: "eth0"}, {Network: "a", IfName: "eth1"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -272,18 +272,18 @@ func TestSetupJoinsTheNamedNetworksInOrderOneInterfaceEach(t *testing.T) {
 			if f.cniVerbs() != tc.cni || f.drv.sortedLog() != tc.driver {
 				t.Fatalf("go-cni %q, driver %q; want %q, %q", f.cniVerbs(), f.drv.sortedLog(), tc.cni, tc.driver)
 			}
-			if len(st.Attachments) != len(tc.want) {
-				t.Fatalf("Networks = %+v, want %d", st.Attachments, len(tc.want))
+			if len(st.Interfaces) != len(tc.want) {
+				t.Fatalf("Networks = %+v, want %d", st.Interfaces, len(tc.want))
 			}
 			seen := map[string]bool{}
-			for i, got := range st.Attachments {
-				if got.Network != tc.want[i].Network || got.InterfaceName != tc.want[i].InterfaceName || !got.Address.Is4() || seen[got.Address.String()] {
-					t.Errorf("Networks[%d] = %+v, want %s on %s with an address of its own", i, got, tc.want[i].Network, tc.want[i].InterfaceName)
+			for i, got := range st.Interfaces {
+				if got.Network != tc.want[i].Network || got.IfName != tc.want[i].IfName || !got.Address.Is4() || seen[got.Address.String()] {
+					t.Errorf("Networks[%d] = %+v, want %s on %s with an address of its own", i, got, tc.want[i].Network, tc.want[i].IfName)
 				}
 				seen[got.Address.String()] = true
 			}
-			first := st.Attachments[0]
-			if st.InterfaceName != first.InterfaceName || st.Address != first.Address || st.AddressIPv6 != first.AddressIPv6 {
+			first := st.Interfaces[0]
+			if st.IfName != first.IfName || st.Address != first.Address || st.AddressIPv6 != first.AddressIPv6 {
 				t.Errorf("top-level status %+v is not the first network's %+v", st, first)
 			}
 		})

@@ -94,7 +94,7 @@ func TestSetupSendsPortMappingsAndArgsAndTeardownSendsTheSame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Address.String() != "198.18.0.2" || st.InterfaceName != "eth0" {
+	if st.Address.String() != "198.18.0.2" || st.IfName != "eth0" {
 		t.Fatalf("status = %+v", st)
 	}
 	if err := f.c.Teardown(context.Background(), webAlloc(), "/var/run/netns/w"); err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/workload"
 )
@@ -79,14 +80,14 @@ func (c *Configurator) Unrecorded() ([]UnrecordedAttachment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading the host registry: %w", ErrIO, err)
 	}
-	claimed := map[registry.Key]bool{}
+	claimed := map[identity.Key]bool{}
 	for _, rec := range all.Summaries {
-		claimed[rec.Key()] = true
+		claimed[rec.Key] = true
 	}
 	var ns workload.Probe
 	var out []UnrecordedAttachment
 	for _, a := range cached {
-		k := registry.Key{Network: a.Network, ContainerID: a.ContainerID, IfName: a.IfName}
+		k := identity.Key{Network: a.Network, ID: a.ContainerID, IfName: a.IfName}
 		if _, err := c.nets.known(a.Network, false); err != nil || claimed[k] ||
 			slices.ContainsFunc(all.Damaged, func(d registry.Damaged) bool { return d.Covers(k) }) {
 			continue

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
 
@@ -23,7 +24,7 @@ func (r *hostRegistry) unreadableAt(id, network, ifName string) (*registry.Damag
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading the host registry: %w", ErrIO, err)
 	}
-	k := registry.Key{Network: network, ContainerID: id, IfName: ifName}
+	k := identity.Key{Network: network, ID: id, IfName: ifName}
 	for i := range damaged {
 		if damaged[i].Covers(k) {
 			return &damaged[i], nil
@@ -68,7 +69,7 @@ func withoutUnreadable(found []foundAttachment, damaged []registry.Damaged) []fo
 	}
 	out := found[:0:0]
 	for _, fa := range found {
-		k := registry.Key{Network: fa.att.name(), ContainerID: fa.req.id, IfName: fa.att.ifName}
+		k := identity.Key{Network: fa.att.name(), ID: fa.req.id, IfName: fa.att.ifName}
 		covered := false
 		for _, d := range damaged {
 			covered = covered || d.Covers(k)

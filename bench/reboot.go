@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
 
@@ -55,7 +56,7 @@ func (a fakeAttachment) cachedResult(conf []byte) ([]byte, error) {
 // its addresses, args, port mapping, conflist and plugins.
 func (a fakeAttachment) record(conf []byte, backend string) *registry.Record {
 	ports, _ := json.Marshal([]map[string]any{{"hostPort": a.Port, "containerPort": 8080, "protocol": "tcp"}})
-	return &registry.Record{Owner: gcOwner, Network: a.Network, ContainerID: a.ID, IfName: "eth0",
+	return &registry.Record{Owner: gcOwner, Key: identity.Key{Network: a.Network, ID: a.ID, IfName: "eth0"},
 		NetNS: "/var/run/netns/" + a.ID, State: registry.Attached, Addresses: []netip.Addr{a.IP4, a.IP6},
 		Args:         [][2]string{{"IgnoreUnknown", "1"}, {"NOMAD_ALLOC_ID", a.ID}},
 		Capabilities: map[string]json.RawMessage{"portMappings": ports}, ConfList: conf,
@@ -111,7 +112,7 @@ func rebootLeft(r fakeRange, n int) (cached, records int, err error) {
 		ids[r.at(i).ID] = true
 	}
 	for _, rec := range all.Records {
-		if rec.Network == r.network && ids[rec.ContainerID] {
+		if rec.Network == r.network && ids[rec.ID] {
 			records++
 		}
 	}

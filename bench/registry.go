@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
 
@@ -153,7 +154,7 @@ func writeRecords(dir string, n int) (int, error) {
 		net := i % len(statusNetworks)
 		rec := registry.Record{
 			Version: registry.FormatVersion, Owner: statusOwners[i%len(statusOwners)],
-			Network: network, ContainerID: id, IfName: "eth0",
+			Key:   identity.Key{Network: network, ID: id, IfName: "eth0"},
 			NetNS: fmt.Sprintf("/var/run/netns/%s", id), State: registry.Attached,
 			Addresses: []netip.Addr{netip.AddrFrom4([4]byte{10, byte(100 + net), byte(i / 250), byte(2 + i%250)}),
 				netip.MustParseAddr(fmt.Sprintf("fd00:%d::%x", 100+net, 2+i))},

@@ -28,7 +28,7 @@ func TestWrittenRecordsAreTheRegistrys(t *testing.T) {
 	for _, r := range all.Records {
 		if r.State != registry.Attached || len(r.Addresses) != 2 || len(r.Capabilities["portMappings"]) == 0 || len(r.ConfList) < 500 {
 			t.Errorf("record %s: state %s, %d addresses, port mappings %s, %d conflist bytes; want attached, 2, some, a whole conflist",
-				r.Key(), r.State, len(r.Addresses), r.Capabilities["portMappings"], len(r.ConfList))
+				r.Key, r.State, len(r.Addresses), r.Capabilities["portMappings"], len(r.ConfList))
 		}
 	}
 }

@@ -73,7 +73,7 @@ func TestAConnectedNetworkIsDetachedByTeardownWithTheOriginalAllocationAfterTheN
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.InterfaceName != "eth1" || st.Attachments[0].Network != n2.cfg.NetworkName {
+		if st.IfName != "eth1" || st.Interfaces[0].Network != n2.cfg.NetworkName {
 			t.Fatalf("connect status %+v, want %s on eth1", st, n2.cfg.NetworkName)
 		}
 		stop := serveHTTP(t, w, 8080, "connect-gone")
@@ -124,7 +124,7 @@ func TestDisconnectKeepsTheOtherNetworkReachableThroughItsMappedPort(t *testing.
 		if body, err := fetch(n1.gw4, ports[0]); err != nil || body != "hello from disconnect-1" {
 			t.Fatalf("through %s's mapped port after disconnecting %s: %q, %v", n1.cfg.NetworkName, n2.cfg.NetworkName, body, err)
 		}
-		if body, err := fetch(st.Attachments[0].Address, 8080); err != nil || body != "hello from disconnect-1" {
+		if body, err := fetch(st.Interfaces[0].Address, 8080); err != nil || body != "hello from disconnect-1" {
 			t.Fatalf("at its %s address after the disconnect: %q, %v", n1.cfg.NetworkName, body, err)
 		}
 		// The lo sampler's positive control: the loopback plugin's own

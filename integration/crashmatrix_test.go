@@ -363,8 +363,8 @@ func (m *crashMatrix) departed(t *testing.T, op string, at killAt) (*cninet.Allo
 		t.Fatal(err)
 	}
 	second := ""
-	if len(st.Attachments) == 2 {
-		second = st.Attachments[1].Address.String()
+	if len(st.Interfaces) == 2 {
+		second = st.Interfaces[1].Address.String()
 	}
 	if op == "GC" {
 		if err := w.Delete(); err != nil {

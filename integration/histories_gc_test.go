@@ -68,7 +68,7 @@ func TestGCConcurrentWithTeardownsKeepsTheLiveAndAddsNothingBack(t *testing.T) {
 			}
 			serveHTTP(t, w, 8080, alloc.ID)
 			h.liveIDs = append(h.liveIDs, alloc.ID)
-			for _, n := range st.Attachments {
+			for _, n := range st.Interfaces {
 				h.liveAddrs = append(h.liveAddrs, n.Address)
 			}
 			live[alloc.ID] = w

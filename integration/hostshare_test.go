@@ -17,6 +17,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
+	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/thick"
@@ -320,7 +321,7 @@ func leakedRecords(t *testing.T, stateDir, owner string, conf []byte, network st
 		t.Fatal(err)
 	}
 	for i := range n {
-		rec := &registry.Record{Owner: owner, Network: network, ContainerID: fmt.Sprintf("leaked-%d", i), IfName: "eth0",
+		rec := &registry.Record{Owner: owner, Key: identity.Key{Network: network, ID: fmt.Sprintf("leaked-%d", i), IfName: "eth0"},
 			NetNS: fmt.Sprintf("/run/netns/leaked-%d", i), State: registry.Attached, ConfList: conf, Plugins: []registry.Plugin{{Type: "noop"}}}
 		if err := store.Put(rec); err != nil {
 			t.Fatal(err)

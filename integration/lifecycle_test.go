@@ -29,7 +29,7 @@ func TestSetupServesThroughTheMappedPortAndTeardownLeavesNothing(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if st.InterfaceName != "eth0" || !st.Address.Is4() || (dual && !st.AddressIPv6.Is6()) || (!dual && st.AddressIPv6.IsValid()) {
+				if st.IfName != "eth0" || !st.Address.Is4() || (dual && !st.AddressIPv6.Is6()) || (!dual && st.AddressIPv6.IsValid()) {
 					t.Fatalf("status %+v", st)
 				}
 				serveHTTP(t, w, 8080, "web-1")

@@ -117,12 +117,12 @@ func ownPorts(t *testing.T, first int, port int, nets ...*network) []int {
 // on that network.
 func assertServed(t *testing.T, st *cninet.NetworkStatus, nets []network, hostPorts []int, port int, want string) {
 	t.Helper()
-	if len(st.Attachments) != len(nets) || len(hostPorts) != len(nets) {
-		t.Fatalf("status has %d networks, %d host ports given, want %d: %+v", len(st.Attachments), len(hostPorts), len(nets), st.Attachments)
+	if len(st.Interfaces) != len(nets) || len(hostPorts) != len(nets) {
+		t.Fatalf("status has %d networks, %d host ports given, want %d: %+v", len(st.Interfaces), len(hostPorts), len(nets), st.Interfaces)
 	}
 	for i, nw := range nets {
-		att := st.Attachments[i]
-		if att.Network != nw.cfg.NetworkName || att.InterfaceName != fmt.Sprintf("eth%d", i) {
+		att := st.Interfaces[i]
+		if att.Network != nw.cfg.NetworkName || att.IfName != fmt.Sprintf("eth%d", i) {
 			t.Fatalf("network %d: %+v, want %s on eth%d", i, att, nw.cfg.NetworkName, i)
 		}
 		if body, err := fetch(nw.gw4, hostPorts[i]); err != nil || body != want {
@@ -147,7 +147,7 @@ func TestAWorkloadInTwoNetworksIsServedThroughBothAndTeardownLeavesNothing(t *te
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.InterfaceName != "eth0" || st.Address != st.Attachments[0].Address {
+		if st.IfName != "eth0" || st.Address != st.Interfaces[0].Address {
 			t.Fatalf("top-level status %+v is not the first network's", st)
 		}
 		serveHTTP(t, w, 8080, "multi-1")
@@ -243,8 +243,8 @@ func setupServeTeardown(t *testing.T, c *cninet.Configurator, i int, nets []netw
 		}
 	}()
 	serveHTTP(t, w, 8080, alloc.ID)
-	for j, att := range st.Attachments {
-		if att.Network != nets[j].cfg.NetworkName || att.InterfaceName != fmt.Sprintf("eth%d", j) {
+	for j, att := range st.Interfaces {
+		if att.Network != nets[j].cfg.NetworkName || att.IfName != fmt.Sprintf("eth%d", j) {
 			return fmt.Errorf("%s: network %d is %+v", alloc.ID, j, att)
 		}
 		if body, ferr := fetch(att.Address, 8080); ferr != nil || body != "hello from "+alloc.ID {

@@ -183,7 +183,7 @@ func TestDetachingOneNFTablesPortmapNetworkNeverTouchesTheOthersHostportRules(t 
 					t.Fatal(err)
 				}
 				serveHTTP(t, w, 8080, "same-id")
-				addr1, addr2 := st.Attachments[0].Address, st.Attachments[1].Address
+				addr1, addr2 := st.Interfaces[0].Address, st.Interfaces[1].Address
 				before, err := countHostportRules(alloc.ID, addr2)
 				if err != nil || before == 0 {
 					t.Fatalf("%s's hostport rules before: %d, %v", n2.cfg.NetworkName, before, err)
@@ -382,7 +382,7 @@ func TestTheHostportRuleSamplerSeesAnUnpreventedDELDropTheOtherNetworksRules(t *
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr2 := st.Attachments[1].Address
+		addr2 := st.Interfaces[1].Address
 		before, err := countHostportRules(alloc.ID, addr2)
 		if err != nil || before == 0 {
 			t.Fatalf("%s's hostport rules before: %d, %v", n2.cfg.NetworkName, before, err)

@@ -54,11 +54,11 @@ func (c *cli) setupCommand() *cobra.Command {
 // for a workload in several networks, "networks": each network's, with
 // its "network" name.
 func statusJSON(st *cninet.NetworkStatus) map[string]any {
-	out := attachmentJSON(cninet.Attachment{InterfaceName: st.InterfaceName, Address: st.Address, AddressIPv6: st.AddressIPv6, DNS: st.DNS})
-	if len(st.Attachments) > 1 {
-		nets := make([]map[string]any, len(st.Attachments))
-		for i, n := range st.Attachments {
-			nets[i] = attachmentJSON(n)
+	out := interfaceJSON(cninet.InterfaceStatus{IfName: st.IfName, Address: st.Address, AddressIPv6: st.AddressIPv6, DNS: st.DNS})
+	if len(st.Interfaces) > 1 {
+		nets := make([]map[string]any, len(st.Interfaces))
+		for i, n := range st.Interfaces {
+			nets[i] = interfaceJSON(n)
 			nets[i]["network"] = n.Network
 		}
 		out["networks"] = nets
@@ -66,8 +66,8 @@ func statusJSON(st *cninet.NetworkStatus) map[string]any {
 	return out
 }
 
-func attachmentJSON(n cninet.Attachment) map[string]any {
-	out := map[string]any{"interface": n.InterfaceName, "address": n.Address.String()}
+func interfaceJSON(n cninet.InterfaceStatus) map[string]any {
+	out := map[string]any{"interface": n.IfName, "address": n.Address.String()}
 	if n.AddressIPv6.IsValid() {
 		out["address_ipv6"] = n.AddressIPv6.String()
 	}
@@ -80,12 +80,12 @@ func attachmentJSON(n cninet.Attachment) map[string]any {
 // printStatus writes an attachment's status for people: a line per
 // network, the interface and addresses.
 func printStatus(w io.Writer, id, network string, st *cninet.NetworkStatus) {
-	nets := st.Attachments
+	nets := st.Interfaces
 	if len(nets) == 0 {
-		nets = []cninet.Attachment{{Network: network, InterfaceName: st.InterfaceName, Address: st.Address, AddressIPv6: st.AddressIPv6}}
+		nets = []cninet.InterfaceStatus{{Network: network, IfName: st.IfName, Address: st.Address, AddressIPv6: st.AddressIPv6}}
 	}
 	for _, n := range nets {
-		line := fmt.Sprintf("%s: %s %s", id, n.InterfaceName, n.Address)
+		line := fmt.Sprintf("%s: %s %s", id, n.IfName, n.Address)
 		if n.AddressIPv6.IsValid() {
 			line += " " + n.AddressIPv6.String()
 		}

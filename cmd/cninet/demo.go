@@ -209,7 +209,7 @@ func (d *demo) serveAndFetch(ctx context.Context, c *cninet.Configurator) error 
 	if err != nil {
 		return err
 	}
-	d.row("setup", fmt.Sprintf("web-1 -> %s on %s", st.Address, st.InterfaceName), time.Since(start))
+	d.row("setup", fmt.Sprintf("web-1 -> %s on %s", st.Address, st.IfName), time.Since(start))
 	start = time.Now()
 	body, err := fetch(ctx, netip.AddrPortFrom(netip.MustParseAddr(demoGateway), demoHostPort))
 	if err != nil {

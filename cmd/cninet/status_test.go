@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
 
@@ -18,11 +19,11 @@ func TestStatusAttachmentsListsTheHostRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range []*registry.Record{
-		{Owner: "nomad", Network: "web", ContainerID: "a1", IfName: "eth0", State: registry.Attached,
+		{Owner: "nomad", Key: identity.Key{Network: "web", ID: "a1", IfName: "eth0"}, State: registry.Attached,
 			Addresses:    []netip.Addr{netip.MustParseAddr("198.18.0.5")},
 			Capabilities: map[string]json.RawMessage{"portMappings": json.RawMessage(`[{"hostPort":28080,"containerPort":8080,"protocol":"tcp"}]`)}},
-		{Owner: "cninet-daemon", Network: "db", ContainerID: "b2", IfName: "eth1", State: registry.Adding},
-		{Owner: "containerd", Network: "db", ContainerID: "b2.net1", RuntimeID: "b2", IfName: "net1", State: registry.Attached},
+		{Owner: "cninet-daemon", Key: identity.Key{Network: "db", ID: "b2", IfName: "eth1"}, State: registry.Adding},
+		{Owner: "containerd", Key: identity.Key{Network: "db", ID: "b2.net1", IfName: "net1"}, RuntimeID: "b2", State: registry.Attached},
 	} {
 		if err := reg.Put(r); err != nil {
 			t.Fatal(err)

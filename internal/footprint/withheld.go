@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/seed1280861d/cninet/internal/identity"
 )
 
 // The intent record. Before a DEL, Prevent takes out of libcni's cached
@@ -161,20 +163,15 @@ func writeRecord(cacheDir string, att Attachment, ifName string, addrs []netip.A
 	return writeFileAtomic(cacheDir, path, raw, 0o600)
 }
 
-// RecordedAttachment is an attachment an intent record names: a DEL of
-// it began and its force cleanup has not finished.
-type RecordedAttachment struct {
-	Network, IfName string
-}
-
 // IntentRecordsOf returns the attachments of container id that intent
-// records under cacheDir name, among networks. A Teardown finishes them
-// even when libcni's cache, which the DEL removed, no longer knows them.
-func IntentRecordsOf(cacheDir, id string, networks []string) []RecordedAttachment {
-	var out []RecordedAttachment
+// records under cacheDir name, among networks: a DEL of each began and its
+// force cleanup has not finished. A Teardown finishes them even when
+// libcni's cache, which the DEL removed, no longer knows them.
+func IntentRecordsOf(cacheDir, id string, networks []string) []identity.Key {
+	var out []identity.Key
 	for _, n := range networks {
 		if r, err := readRecord(recordPath(cacheDir, n, id)); err == nil && r.net == n && r.id == id {
-			out = append(out, RecordedAttachment{Network: n, IfName: r.ifName})
+			out = append(out, identity.Key{Network: n, ID: id, IfName: r.ifName})
 		}
 	}
 	return out

@@ -13,7 +13,7 @@
 //
 // Files:
 //
-//	record.go        Record, State, Key, Plugin, Damaged: what a record holds
+//	record.go        Record (keyed by identity.Key), State, Plugin, Damaged: what a record holds
 //	boot.go          CurrentBoot: the boot a record was written in
 //	registry.go      Registry: Open, Put, Of, All, Remove, RemoveStaleTemps; the layout on disk, read by as many goroutines as CPUs; a file that is not a record of this format and key never replaced or removed (ErrUnreadable)
 //	summary.go       Summaries: every record as a listing shows it, its conflist checked, not kept

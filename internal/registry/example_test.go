@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 
+	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
 
@@ -34,12 +35,10 @@ func Example() {
 
 	// Before the ADD: what the DEL and its cleanup will need.
 	r := &registry.Record{
-		Owner:       "kubelet",
-		Network:     "net1",
-		ContainerID: "c1",
-		IfName:      "eth0",
-		State:       registry.Adding,
-		ConfList:    []byte(`{"cniVersion":"1.0.0","name":"net1","plugins":[{"type":"bridge"}]}`),
+		Owner:    "kubelet",
+		Key:      identity.Key{Network: "net1", ID: "c1", IfName: "eth0"},
+		State:    registry.Adding,
+		ConfList: []byte(`{"cniVersion":"1.0.0","name":"net1","plugins":[{"type":"bridge"}]}`),
 	}
 	if err := reg.Put(r); err != nil {
 		log.Fatal(err)
@@ -56,12 +55,12 @@ func Example() {
 		log.Fatal(err)
 	}
 	for _, rec := range records {
-		fmt.Println(rec.Key(), rec.Owner, rec.State, rec.Addresses)
+		fmt.Println(rec.Key, rec.Owner, rec.State, rec.Addresses)
 	}
 	fmt.Println(len(damaged), "damaged")
 
 	// The cleanup found nothing of the attachment left: the record goes.
-	if err := reg.Remove(r.Key()); err != nil {
+	if err := reg.Remove(r.Key); err != nil {
 		log.Fatal(err)
 	}
 	records, _, _ = reg.Of("c1")

@@ -3,6 +3,7 @@ package registry
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/seed1280861d/cninet/internal/identity"
 	"net/netip"
 	"time"
 )
@@ -36,13 +37,11 @@ type Record struct {
 	// Owner names whose attachment this is (Config.Owner): a GC collects
 	// only its own owner's.
 	Owner string `json:"owner"`
-	// Network, ContainerID and IfName identify the attachment.
-	Network     string `json:"network"`
-	ContainerID string `json:"containerID"`
-	IfName      string `json:"ifName"`
+	// Key identifies the attachment: network, container id, interface.
+	identity.Key
 	// RuntimeID is the container id the runtime named, where the plugins
 	// know the attachment by another (cninet daemon's delegate id for a
-	// container's second interface on a network); "": ContainerID is the
+	// container's second interface on a network); "": ID is the
 	// runtime's.
 	RuntimeID string `json:"runtimeID,omitempty"`
 	// ViaCNI says the ADD ran through the Configurator's go-cni
@@ -102,18 +101,6 @@ type Plugin struct {
 	Backend string `json:"backend,omitempty"`
 }
 
-// Key identifies an attachment.
-type Key struct {
-	Network, ContainerID, IfName string
-}
-
-func (k Key) String() string {
-	return fmt.Sprintf("%s in network %q as %s", k.ContainerID, k.Network, k.IfName)
-}
-
-// Key returns the record's key.
-func (r Record) Key() Key { return Key{r.Network, r.ContainerID, r.IfName} }
-
 // Path is the file the record was read from or written to.
 func (r Record) Path() string { return r.path }
 
@@ -154,14 +141,11 @@ func (r Record) FromEarlierBoot() bool {
 // held may be the only proof of an attachment's state.
 type Damaged struct {
 	Path string
-	// ContainerID is the id the file's path names: its attachment may be
-	// anyone's, so nothing of that id is judged dead while the file is
-	// there.
-	ContainerID string
 	// Key is the attachment the path names: its IfName is empty where a
 	// network's directory is damaged, and its Network too where the id's
-	// is (Covers).
-	Key Key
+	// is (Covers). Its ID is always there: the attachment may be anyone's,
+	// so nothing of that id is judged dead while the file is there.
+	identity.Key
 	Err error
 }
 
@@ -169,10 +153,6 @@ func (d Damaged) Error() string { return fmt.Sprintf("registry file %s: %v", d.P
 
 // Covers reports whether the damaged file stands where k's record would
 // be: k's own file, or a directory on its path.
-func (d Damaged) Covers(k Key) bool {
-	id := d.Key.ContainerID
-	if id == "" {
-		id = d.ContainerID
-	}
-	return id == k.ContainerID && (d.Key.Network == "" || d.Key.Network == k.Network) && (d.Key.IfName == "" || d.Key.IfName == k.IfName)
+func (d Damaged) Covers(k identity.Key) bool {
+	return d.ID == k.ID && (d.Key.Network == "" || d.Key.Network == k.Network) && (d.Key.IfName == "" || d.Key.IfName == k.IfName)
 }

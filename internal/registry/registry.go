@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/seed1280861d/cninet/internal/identity"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -84,10 +85,10 @@ var (
 	networkName = containerID
 )
 
-func checkKey(k Key) error {
+func checkKey(k identity.Key) error {
 	switch {
-	case !containerID.MatchString(k.ContainerID):
-		return fmt.Errorf("%w: container id %q, want ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$", ErrInvalid, k.ContainerID)
+	case !containerID.MatchString(k.ID):
+		return fmt.Errorf("%w: container id %q, want ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$", ErrInvalid, k.ID)
 	case !networkName.MatchString(k.Network):
 		return fmt.Errorf("%w: network name %q, want ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$", ErrInvalid, k.Network)
 	case k.IfName == "" || k.IfName == "." || k.IfName == ".." || len(k.IfName) > 15 || strings.ContainsAny(k.IfName, "/: \t\n\v\f\r"):
@@ -98,8 +99,8 @@ func checkKey(k Key) error {
 
 func (g *Registry) idDir(id string) string { return filepath.Join(g.dir, "attachments", id) }
 
-func (g *Registry) path(k Key) string {
-	return filepath.Join(g.idDir(k.ContainerID), k.Network, k.IfName)
+func (g *Registry) path(k identity.Key) string {
+	return filepath.Join(g.idDir(k.ID), k.Network, k.IfName)
 }
 
 // Put writes r durably (see the layout), replacing the record of its
@@ -111,7 +112,7 @@ func (g *Registry) path(k Key) string {
 // other fields are damaged is for the caller to refuse: Of reports it.)
 // The caller holds the id's lock.
 func (g *Registry) Put(r *Record) error {
-	k := r.Key()
+	k := r.Key
 	if err := checkKey(k); err != nil {
 		return err
 	}
@@ -127,7 +128,7 @@ func (g *Registry) Put(r *Record) error {
 			r.Since = old.Since
 		}
 	case !errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("recording %s: %w: %w", k, ErrUnreadable, Damaged{Path: path, ContainerID: k.ContainerID, Key: k, Err: err})
+		return fmt.Errorf("recording %s: %w: %w", k, ErrUnreadable, Damaged{Path: path, Key: k, Err: err})
 	}
 	if r.Since.IsZero() {
 		r.Since = now
@@ -144,7 +145,7 @@ func (g *Registry) Put(r *Record) error {
 	if err != nil {
 		return fmt.Errorf("recording %s: %w", k, err)
 	}
-	if _, err := g.mkdir("attachments", k.ContainerID, k.Network); err != nil {
+	if _, err := g.mkdir("attachments", k.ID, k.Network); err != nil {
 		return fmt.Errorf("recording %s: %w", k, err)
 	}
 	if err := writeFileAtomic(tmp, path, raw); err != nil {
@@ -182,7 +183,7 @@ func (g *Registry) All() (Listing, error) {
 
 // decoder decodes the record at path, of key k, from its bytes raw,
 // which it must not keep.
-type decoder[T any] func(raw []byte, path string, k Key) (T, error)
+type decoder[T any] func(raw []byte, path string, k identity.Key) (T, error)
 
 // idRead is what readAll read of one entry of attachments/.
 type idRead[T any] struct {
@@ -215,7 +216,7 @@ func readAll[T any](g *Registry, decode decoder[T]) ([]T, []Damaged, error) {
 			for i := int(next.Add(1) - 1); i < len(ids); i = int(next.Add(1) - 1) {
 				e := ids[i]
 				if !e.IsDir() {
-					reads[i].damaged = []Damaged{{Path: filepath.Join(root, e.Name()), ContainerID: e.Name(), Key: Key{ContainerID: e.Name()}, Err: errors.New("not a directory")}}
+					reads[i].damaged = []Damaged{{Path: filepath.Join(root, e.Name()), Key: identity.Key{ID: e.Name()}, Err: errors.New("not a directory")}}
 					continue
 				}
 				reads[i].recs, reads[i].damaged, reads[i].err = readID(filepath.Join(root, e.Name()), e.Name(), &buf, decode)
@@ -256,7 +257,7 @@ func readID[T any](idDir, id string, buf *[]byte, decode decoder[T]) ([]T, []Dam
 	for _, n := range nets {
 		netDir := filepath.Join(idDir, n.Name())
 		if !n.IsDir() {
-			damaged = append(damaged, Damaged{Path: netDir, ContainerID: id, Key: Key{Network: n.Name(), ContainerID: id}, Err: errors.New("not a directory")})
+			damaged = append(damaged, Damaged{Path: netDir, Key: identity.Key{Network: n.Name(), ID: id}, Err: errors.New("not a directory")})
 			continue
 		}
 		files, err := os.ReadDir(netDir)
@@ -269,13 +270,13 @@ func readID[T any](idDir, id string, buf *[]byte, decode decoder[T]) ([]T, []Dam
 		}
 		for _, f := range files {
 			path := filepath.Join(netDir, f.Name())
-			k := Key{Network: n.Name(), ContainerID: id, IfName: f.Name()}
+			k := identity.Key{Network: n.Name(), ID: id, IfName: f.Name()}
 			r, err := readDecoded(path, k, buf, decode)
 			if errors.Is(err, os.ErrNotExist) {
 				continue // removed since its directory was read
 			}
 			if err != nil {
-				damaged = append(damaged, Damaged{Path: path, ContainerID: id, Key: k, Err: err})
+				damaged = append(damaged, Damaged{Path: path, Key: k, Err: err})
 				continue
 			}
 			recs = append(recs, r)
@@ -285,7 +286,7 @@ func readID[T any](idDir, id string, buf *[]byte, decode decoder[T]) ([]T, []Dam
 }
 
 // readDecoded reads the file at path into *buf and decodes it.
-func readDecoded[T any](path string, k Key, buf *[]byte, decode decoder[T]) (T, error) {
+func readDecoded[T any](path string, k identity.Key, buf *[]byte, decode decoder[T]) (T, error) {
 	raw, err := readFile(path, *buf)
 	*buf = raw
 	if err != nil {
@@ -297,15 +298,15 @@ func readDecoded[T any](path string, k Key, buf *[]byte, decode decoder[T]) (T, 
 
 // readRecord reads one record, which must be of this format version and
 // name the key its path does.
-func readRecord(path string, k Key) (Record, error) {
+func readRecord(path string, k identity.Key) (Record, error) {
 	var buf []byte
 	return readDecoded(path, k, &buf, decodeRecord)
 }
 
 // decodeRecord decodes one record (a decoder).
-func decodeRecord(raw []byte, path string, k Key) (Record, error) {
+func decodeRecord(raw []byte, path string, k identity.Key) (Record, error) {
 	var r Record
-	if err := checkDecoded(raw, json.Unmarshal(raw, &r), r.Version, r.Key(), k); err != nil {
+	if err := checkDecoded(raw, json.Unmarshal(raw, &r), r.Version, r.Key, k); err != nil {
 		return Record{}, err
 	}
 	r.path = path
@@ -319,17 +320,15 @@ func decodeRecord(raw []byte, path string, k Key) (Record, error) {
 // a field of another shape in a record of this format, is damage that
 // Of and All report, and that the operations refuse before they write.)
 type recordHead struct {
-	Version     int       `json:"version"`
-	Network     string    `json:"network"`
-	ContainerID string    `json:"containerID"`
-	IfName      string    `json:"ifName"`
-	Since       time.Time `json:"since"`
+	Version int `json:"version"`
+	identity.Key
+	Since time.Time `json:"since"`
 }
 
 // decodeHead decodes a record's head (a decoder).
-func decodeHead(raw []byte, _ string, k Key) (recordHead, error) {
+func decodeHead(raw []byte, _ string, k identity.Key) (recordHead, error) {
 	var h recordHead
-	err := checkDecoded(raw, json.Unmarshal(raw, &h), h.Version, Key{h.Network, h.ContainerID, h.IfName}, k)
+	err := checkDecoded(raw, json.Unmarshal(raw, &h), h.Version, h.Key, k)
 	return h, err
 }
 
@@ -337,7 +336,7 @@ func decodeHead(raw []byte, _ string, k Key) (recordHead, error) {
 // decoding's error decodeErr, and its format version and the key it names
 // against k, its path's. The record must be of this format version and
 // name the key its path does.
-func checkDecoded(raw []byte, decodeErr error, version int, named, k Key) error {
+func checkDecoded(raw []byte, decodeErr error, version int, named, k identity.Key) error {
 	if decodeErr != nil {
 		// A later format may have changed a field's shape: say so when
 		// its version can be read.
@@ -364,14 +363,14 @@ func checkDecoded(raw []byte, decodeErr error, version int, named, k Key) error 
 // are empty. A record already gone is no error; a file at k's path that
 // is not JSON, of this format, naming k is never removed (the error wraps
 // ErrUnreadable and names it; see Put). The caller holds the id's lock.
-func (g *Registry) Remove(k Key) error {
+func (g *Registry) Remove(k identity.Key) error {
 	if err := checkKey(k); err != nil {
 		return err
 	}
 	path := g.path(k)
 	var buf []byte
 	if _, err := readDecoded(path, k, &buf, decodeHead); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("removing the record of %s: %w: %w", k, ErrUnreadable, Damaged{Path: path, ContainerID: k.ContainerID, Key: k, Err: err})
+		return fmt.Errorf("removing the record of %s: %w: %w", k, ErrUnreadable, Damaged{Path: path, Key: k, Err: err})
 	}
 	if err := step("remove"); err != nil {
 		return err
@@ -394,8 +393,8 @@ func (g *Registry) Remove(k Key) error {
 	if err := step("unlinked dir"); err != nil {
 		return err
 	}
-	if fsys.remove(g.idDir(k.ContainerID)) != nil {
-		_ = fsys.syncDir(g.idDir(k.ContainerID))
+	if fsys.remove(g.idDir(k.ID)) != nil {
+		_ = fsys.syncDir(g.idDir(k.ID))
 		return nil
 	}
 	if err := step("unlinked dir"); err != nil {

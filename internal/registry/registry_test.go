@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/netsandbox"
 )
 
@@ -33,15 +34,13 @@ func open(t testing.TB) *Registry {
 // that must survive byte for byte.
 func full(id, network, ifName string) *Record {
 	return &Record{
-		Owner:       "kubelet",
-		Network:     network,
-		ContainerID: id,
-		IfName:      ifName,
-		RuntimeID:   "runtime-" + id,
-		NetNS:       "/var/run/netns/" + id,
-		State:       Attached,
-		Addresses:   []netip.Addr{netip.MustParseAddr("10.88.0.2"), netip.MustParseAddr("fd00::2")},
-		Args:        [][2]string{{"K8S_POD_NAME", "web-0"}, {"IgnoreUnknown", "1"}},
+		Owner:     "kubelet",
+		Key:       identity.Key{Network: network, ID: id, IfName: ifName},
+		RuntimeID: "runtime-" + id,
+		NetNS:     "/var/run/netns/" + id,
+		State:     Attached,
+		Addresses: []netip.Addr{netip.MustParseAddr("10.88.0.2"), netip.MustParseAddr("fd00::2")},
+		Args:      [][2]string{{"K8S_POD_NAME", "web-0"}, {"IgnoreUnknown", "1"}},
 		Capabilities: map[string]json.RawMessage{
 			"portMappings": json.RawMessage(`[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]`),
 			"bandwidth":    json.RawMessage(`{"ingressRate":1000}`),
@@ -54,14 +53,19 @@ func full(id, network, ifName string) *Record {
 func mustPut(t testing.TB, g *Registry, r *Record) {
 	t.Helper()
 	if err := g.Put(r); err != nil {
-		t.Fatalf("Put(%s): %v", r.Key(), err)
+		t.Fatalf("Put(%s): %v", r.Key, err)
 	}
 }
 
-func keysOf[R interface{ Key() Key }](recs []R) []Key {
-	keys := make([]Key, 0, len(recs))
+func keysOf[R interface{ Record | Summary }](recs []R) []identity.Key {
+	keys := make([]identity.Key, 0, len(recs))
 	for _, r := range recs {
-		keys = append(keys, r.Key())
+		switch r := any(r).(type) {
+		case Record:
+			keys = append(keys, r.Key)
+		case Summary:
+			keys = append(keys, r.Key)
+		}
 	}
 	return keys
 }
@@ -174,19 +178,19 @@ func TestRoundTrip(t *testing.T) {
 
 	t.Run("All and Of return records sorted by id, network, interface", func(t *testing.T) {
 		g := open(t)
-		for _, k := range []Key{
-			{"net2", "b", "eth1"}, {"net1", "b", "eth0"}, {"net2", "a", "eth0"},
-			{"net1", "a", "eth1"}, {"net1", "a", "eth0"}, {"net2", "b", "eth0"},
+		for _, k := range []identity.Key{
+			{Network: "net2", ID: "b", IfName: "eth1"}, {Network: "net1", ID: "b", IfName: "eth0"}, {Network: "net2", ID: "a", IfName: "eth0"},
+			{Network: "net1", ID: "a", IfName: "eth1"}, {Network: "net1", ID: "a", IfName: "eth0"}, {Network: "net2", ID: "b", IfName: "eth0"},
 		} {
-			mustPut(t, g, full(k.ContainerID, k.Network, k.IfName))
+			mustPut(t, g, full(k.ID, k.Network, k.IfName))
 		}
 		all, err := g.All()
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []Key{
-			{"net1", "a", "eth0"}, {"net1", "a", "eth1"}, {"net2", "a", "eth0"},
-			{"net1", "b", "eth0"}, {"net2", "b", "eth0"}, {"net2", "b", "eth1"},
+		want := []identity.Key{
+			{Network: "net1", ID: "a", IfName: "eth0"}, {Network: "net1", ID: "a", IfName: "eth1"}, {Network: "net2", ID: "a", IfName: "eth0"},
+			{Network: "net1", ID: "b", IfName: "eth0"}, {Network: "net2", ID: "b", IfName: "eth0"}, {Network: "net2", ID: "b", IfName: "eth1"},
 		}
 		if got := keysOf(all.Records); !reflect.DeepEqual(got, want) {
 			t.Fatalf("All in order %v, want %v", got, want)
@@ -208,7 +212,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("Of = %v, %v, %v", recs, damaged, err)
 		}
 		g.RemoveStaleTemps()
-		if err := g.Remove(Key{"net1", "c1", "eth0"}); err != nil {
+		if err := g.Remove(identity.Key{Network: "net1", ID: "c1", IfName: "eth0"}); err != nil {
 			t.Fatalf("Remove: %v", err)
 		}
 	})
@@ -224,12 +228,12 @@ func TestRoundTrip(t *testing.T) {
 
 	t.Run("Remove of a record that is not there is no error", func(t *testing.T) {
 		g := open(t)
-		if err := g.Remove(Key{"net1", "c1", "eth0"}); err != nil {
+		if err := g.Remove(identity.Key{Network: "net1", ID: "c1", IfName: "eth0"}); err != nil {
 			t.Fatalf("Remove of a missing record: %v", err)
 		}
 		mustPut(t, g, full("c1", "net1", "eth0"))
 		for i := range 2 {
-			if err := g.Remove(Key{"net1", "c1", "eth0"}); err != nil {
+			if err := g.Remove(identity.Key{Network: "net1", ID: "c1", IfName: "eth0"}); err != nil {
 				t.Fatalf("Remove #%d: %v", i+1, err)
 			}
 		}
@@ -237,8 +241,8 @@ func TestRoundTrip(t *testing.T) {
 
 	t.Run("Remove drops empty directories and keeps sibling records", func(t *testing.T) {
 		g := open(t)
-		for _, k := range []Key{{"net1", "c1", "eth0"}, {"net1", "c1", "eth1"}, {"net2", "c1", "eth0"}} {
-			mustPut(t, g, full(k.ContainerID, k.Network, k.IfName))
+		for _, k := range []identity.Key{{Network: "net1", ID: "c1", IfName: "eth0"}, {Network: "net1", ID: "c1", IfName: "eth1"}, {Network: "net2", ID: "c1", IfName: "eth0"}} {
+			mustPut(t, g, full(k.ID, k.Network, k.IfName))
 		}
 		att := filepath.Join(g.Dir(), "attachments")
 		exists := func(rel string) bool {
@@ -246,13 +250,13 @@ func TestRoundTrip(t *testing.T) {
 			return err == nil
 		}
 		steps := []struct {
-			remove     Key
-			left       []Key
+			remove     identity.Key
+			left       []identity.Key
 			gone, kept []string
 		}{
-			{Key{"net1", "c1", "eth0"}, []Key{{"net1", "c1", "eth1"}, {"net2", "c1", "eth0"}}, []string{"c1/net1/eth0"}, []string{"c1/net1", "c1/net2"}},
-			{Key{"net2", "c1", "eth0"}, []Key{{"net1", "c1", "eth1"}}, []string{"c1/net2"}, []string{"c1/net1/eth1"}},
-			{Key{"net1", "c1", "eth1"}, []Key{}, []string{"c1"}, []string{"."}},
+			{identity.Key{Network: "net1", ID: "c1", IfName: "eth0"}, []identity.Key{{Network: "net1", ID: "c1", IfName: "eth1"}, {Network: "net2", ID: "c1", IfName: "eth0"}}, []string{"c1/net1/eth0"}, []string{"c1/net1", "c1/net2"}},
+			{identity.Key{Network: "net2", ID: "c1", IfName: "eth0"}, []identity.Key{{Network: "net1", ID: "c1", IfName: "eth1"}}, []string{"c1/net2"}, []string{"c1/net1/eth1"}},
+			{identity.Key{Network: "net1", ID: "c1", IfName: "eth1"}, []identity.Key{}, []string{"c1"}, []string{"."}},
 		}
 		for _, s := range steps {
 			if err := g.Remove(s.remove); err != nil {
@@ -289,44 +293,44 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestBadKeysAreRefused(t *testing.T) {
-	good := Key{Network: "net1", ContainerID: "c1", IfName: "eth0"}
-	with := func(f func(*Key)) Key { k := good; f(&k); return k }
+	good := identity.Key{Network: "net1", ID: "c1", IfName: "eth0"}
+	with := func(f func(*identity.Key)) identity.Key { k := good; f(&k); return k }
 	cases := []struct {
 		name string
-		key  Key
+		key  identity.Key
 	}{
-		{"empty container id", with(func(k *Key) { k.ContainerID = "" })},
-		{"container id climbing up", with(func(k *Key) { k.ContainerID = "../x" })},
-		{"container id of a dot", with(func(k *Key) { k.ContainerID = "." })},
-		{"container id of two dots", with(func(k *Key) { k.ContainerID = ".." })},
-		{"container id starting with a dash", with(func(k *Key) { k.ContainerID = "-a" })},
-		{"container id with a slash", with(func(k *Key) { k.ContainerID = "a/b" })},
-		{"container id with a space", with(func(k *Key) { k.ContainerID = "a b" })},
-		{"empty network", with(func(k *Key) { k.Network = "" })},
-		{"network with a slash", with(func(k *Key) { k.Network = "a/b" })},
-		{"network of two dots", with(func(k *Key) { k.Network = ".." })},
-		{"network starting with a dash", with(func(k *Key) { k.Network = "-n" })},
-		{"empty interface", with(func(k *Key) { k.IfName = "" })},
-		{"interface of a dot", with(func(k *Key) { k.IfName = "." })},
-		{"interface of two dots", with(func(k *Key) { k.IfName = ".." })},
-		{"interface with a slash", with(func(k *Key) { k.IfName = "a/b" })},
-		{"interface with a colon", with(func(k *Key) { k.IfName = "eth0:1" })},
-		{"interface with a space", with(func(k *Key) { k.IfName = "eth 0" })},
-		{"interface of 16 bytes", with(func(k *Key) { k.IfName = "0123456789abcdef" })},
+		{"empty container id", with(func(k *identity.Key) { k.ID = "" })},
+		{"container id climbing up", with(func(k *identity.Key) { k.ID = "../x" })},
+		{"container id of a dot", with(func(k *identity.Key) { k.ID = "." })},
+		{"container id of two dots", with(func(k *identity.Key) { k.ID = ".." })},
+		{"container id starting with a dash", with(func(k *identity.Key) { k.ID = "-a" })},
+		{"container id with a slash", with(func(k *identity.Key) { k.ID = "a/b" })},
+		{"container id with a space", with(func(k *identity.Key) { k.ID = "a b" })},
+		{"empty network", with(func(k *identity.Key) { k.Network = "" })},
+		{"network with a slash", with(func(k *identity.Key) { k.Network = "a/b" })},
+		{"network of two dots", with(func(k *identity.Key) { k.Network = ".." })},
+		{"network starting with a dash", with(func(k *identity.Key) { k.Network = "-n" })},
+		{"empty interface", with(func(k *identity.Key) { k.IfName = "" })},
+		{"interface of a dot", with(func(k *identity.Key) { k.IfName = "." })},
+		{"interface of two dots", with(func(k *identity.Key) { k.IfName = ".." })},
+		{"interface with a slash", with(func(k *identity.Key) { k.IfName = "a/b" })},
+		{"interface with a colon", with(func(k *identity.Key) { k.IfName = "eth0:1" })},
+		{"interface with a space", with(func(k *identity.Key) { k.IfName = "eth 0" })},
+		{"interface of 16 bytes", with(func(k *identity.Key) { k.IfName = "0123456789abcdef" })},
 	}
 	for _, c := range cases {
 		t.Run(c.name+" is refused and nothing is written", func(t *testing.T) {
 			g := open(t)
 			before := files(t, g.Dir())
-			r := full(c.key.ContainerID, c.key.Network, c.key.IfName)
+			r := full(c.key.ID, c.key.Network, c.key.IfName)
 			if err := g.Put(r); !errors.Is(err, ErrInvalid) {
 				t.Errorf("Put: %v, want ErrInvalid", err)
 			}
 			if err := g.Remove(c.key); !errors.Is(err, ErrInvalid) {
 				t.Errorf("Remove: %v, want ErrInvalid", err)
 			}
-			if c.key.ContainerID != good.ContainerID {
-				if _, _, err := g.Of(c.key.ContainerID); !errors.Is(err, ErrInvalid) {
+			if c.key.ID != good.ID {
+				if _, _, err := g.Of(c.key.ID); !errors.Is(err, ErrInvalid) {
 					t.Errorf("Of: %v, want ErrInvalid", err)
 				}
 			}
@@ -338,19 +342,19 @@ func TestBadKeysAreRefused(t *testing.T) {
 
 	accepted := []struct {
 		name string
-		key  Key
+		key  identity.Key
 	}{
-		{"container id with dots, dashes and underscores", with(func(k *Key) { k.ContainerID = "a.b_c-D9" })},
-		{"network with dots, dashes and underscores", with(func(k *Key) { k.Network = "my-net_1.v2" })},
-		{"interface of 15 bytes", with(func(k *Key) { k.IfName = "0123456789abcde" })},
-		{"interface with a dot and a dash", with(func(k *Key) { k.IfName = "eth0.1-x" })},
+		{"container id with dots, dashes and underscores", with(func(k *identity.Key) { k.ID = "a.b_c-D9" })},
+		{"network with dots, dashes and underscores", with(func(k *identity.Key) { k.Network = "my-net_1.v2" })},
+		{"interface of 15 bytes", with(func(k *identity.Key) { k.IfName = "0123456789abcde" })},
+		{"interface with a dot and a dash", with(func(k *identity.Key) { k.IfName = "eth0.1-x" })},
 	}
 	for _, c := range accepted {
 		t.Run(c.name+" is accepted", func(t *testing.T) {
 			g := open(t)
-			mustPut(t, g, full(c.key.ContainerID, c.key.Network, c.key.IfName))
-			recs, _, err := g.Of(c.key.ContainerID)
-			if err != nil || len(recs) != 1 || recs[0].Key() != c.key {
+			mustPut(t, g, full(c.key.ID, c.key.Network, c.key.IfName))
+			recs, _, err := g.Of(c.key.ID)
+			if err != nil || len(recs) != 1 || recs[0].Key != c.key {
 				t.Fatalf("Of = %v, %v", keysOf(recs), err)
 			}
 			if err := g.Remove(c.key); err != nil {
@@ -406,13 +410,13 @@ func TestDamagedRecordsAreKeptAndReported(t *testing.T) {
 			if err := os.WriteFile(bad, c.content, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			check := func(how string, got []Key, damaged []Damaged, err error) {
+			check := func(how string, got []identity.Key, damaged []Damaged, err error) {
 				t.Helper()
 				if err != nil {
 					t.Errorf("%s: error %v", how, err)
 				}
-				if !reflect.DeepEqual(got, []Key{good.Key()}) {
-					t.Errorf("%s returned records %v, want only %s", how, got, good.Key())
+				if !reflect.DeepEqual(got, []identity.Key{good.Key}) {
+					t.Errorf("%s returned records %v, want only %s", how, got, good.Key)
 				}
 				if len(damaged) != 1 || damaged[0].Path != bad || damaged[0].Err == nil {
 					t.Fatalf("%s reported damaged %v, want %s", how, damaged, bad)
@@ -430,7 +434,7 @@ func TestDamagedRecordsAreKeptAndReported(t *testing.T) {
 
 			// Writing and removing the good sibling leaves it alone too.
 			mustPut(t, g, good)
-			if err := g.Remove(good.Key()); err != nil {
+			if err := g.Remove(good.Key); err != nil {
 				t.Fatal(err)
 			}
 			g.RemoveStaleTemps()
@@ -442,8 +446,8 @@ func TestDamagedRecordsAreKeptAndReported(t *testing.T) {
 			if err != nil || len(recs) != 0 || len(damaged) != 1 {
 				t.Fatalf("after removing its sibling: Of = %v, %v, %v", keysOf(recs), damaged, err)
 			}
-			if k := (Key{Network: "net1", ContainerID: "c1", IfName: "eth1"}); damaged[0].Key != k || !damaged[0].Covers(k) || damaged[0].Covers(good.Key()) {
-				t.Errorf("the damaged file names %v (covers its own key: %v, its sibling's: %v), want %v", damaged[0].Key, damaged[0].Covers(k), damaged[0].Covers(good.Key()), k)
+			if k := (identity.Key{Network: "net1", ID: "c1", IfName: "eth1"}); damaged[0].Key != k || !damaged[0].Covers(k) || damaged[0].Covers(good.Key) {
+				t.Errorf("the damaged file names %v (covers its own key: %v, its sibling's: %v), want %v", damaged[0].Key, damaged[0].Covers(k), damaged[0].Covers(good.Key), k)
 			}
 
 			// Neither a Put nor a Remove of its own key touches it.
@@ -451,7 +455,7 @@ func TestDamagedRecordsAreKeptAndReported(t *testing.T) {
 			if err := g.Put(over); !errors.Is(err, ErrUnreadable) || !strings.Contains(err.Error(), bad) {
 				t.Errorf("Put over the damaged file: %v, want ErrUnreadable naming %s", err, bad)
 			}
-			if err := g.Remove(over.Key()); !errors.Is(err, ErrUnreadable) || !strings.Contains(err.Error(), bad) {
+			if err := g.Remove(over.Key); !errors.Is(err, ErrUnreadable) || !strings.Contains(err.Error(), bad) {
 				t.Errorf("Remove of the damaged file: %v, want ErrUnreadable naming %s", err, bad)
 			}
 			if raw, err := os.ReadFile(bad); err != nil || !bytes.Equal(raw, c.content) {
@@ -492,7 +496,7 @@ func writeRecords(t testing.TB, g *Registry, n int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		path := g.path(r.Key())
+		path := g.path(r.Key)
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -523,9 +527,9 @@ func TestTenThousandRecords(t *testing.T) {
 		t.Fatalf("All returned %d records, want %d", len(all.Records), n+3)
 	}
 	sorted := sort.SliceIsSorted(all.Records, func(i, j int) bool {
-		a, b := all.Records[i].Key(), all.Records[j].Key()
-		if a.ContainerID != b.ContainerID {
-			return a.ContainerID < b.ContainerID
+		a, b := all.Records[i].Key, all.Records[j].Key
+		if a.ID != b.ID {
+			return a.ID < b.ID
 		}
 		if a.Network != b.Network {
 			return a.Network < b.Network
@@ -535,14 +539,14 @@ func TestTenThousandRecords(t *testing.T) {
 	if !sorted {
 		t.Fatal("All's records are not sorted by id, network, interface")
 	}
-	seen := map[Key]bool{}
+	seen := map[identity.Key]bool{}
 	for _, r := range all.Records {
-		if seen[r.Key()] {
-			t.Fatalf("%s returned twice", r.Key())
+		if seen[r.Key] {
+			t.Fatalf("%s returned twice", r.Key)
 		}
-		seen[r.Key()] = true
+		seen[r.Key] = true
 		if len(r.Addresses) != 2 || len(r.ConfList) == 0 || r.Path() == "" {
-			t.Fatalf("%s read incompletely: %+v", r.Key(), r)
+			t.Fatalf("%s read incompletely: %+v", r.Key, r)
 		}
 	}
 	// status --attachments must list 10,000 records in under a second
@@ -677,7 +681,7 @@ func TestAListingRacingARemovalSeesItGoneNotDamaged(t *testing.T) {
 			default:
 			}
 			_ = g.Put(full("churn", "n", "eth0"))
-			_ = g.Remove(Key{Network: "n", ContainerID: "churn", IfName: "eth0"})
+			_ = g.Remove(identity.Key{Network: "n", ID: "churn", IfName: "eth0"})
 		}
 	}()
 	defer func() { close(stop); <-done }()
@@ -686,7 +690,7 @@ func TestAListingRacingARemovalSeesItGoneNotDamaged(t *testing.T) {
 		if err != nil || len(l.Damaged) > 0 {
 			t.Fatalf("a listing racing a removal: %v, damaged %v", err, l.Damaged)
 		}
-		if !slices.ContainsFunc(l.Records, func(r Record) bool { return r.ContainerID == "keep" }) {
+		if !slices.ContainsFunc(l.Records, func(r Record) bool { return r.ID == "keep" }) {
 			t.Fatal("the record that stays was not listed")
 		}
 	}

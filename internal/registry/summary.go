@@ -3,6 +3,7 @@ package registry
 import (
 	"encoding/base64"
 	"encoding/json"
+	"github.com/seed1280861d/cninet/internal/identity"
 	"net/netip"
 	"slices"
 	"sync"
@@ -15,11 +16,9 @@ import (
 // and since when. It leaves out what only a DEL and its cleanup need
 // (args, the conflist, the plugins).
 type Summary struct {
-	Version      int                        `json:"version"`
-	Owner        string                     `json:"owner"`
-	Network      string                     `json:"network"`
-	ContainerID  string                     `json:"containerID"`
-	IfName       string                     `json:"ifName"`
+	Version int    `json:"version"`
+	Owner   string `json:"owner"`
+	identity.Key
 	RuntimeID    string                     `json:"runtimeID,omitempty"`
 	NetNS        string                     `json:"netns,omitempty"`
 	State        State                      `json:"state"`
@@ -33,13 +32,10 @@ type Summary struct {
 
 // Summary is what a listing shows of r.
 func (r Record) Summary() Summary {
-	return Summary{Version: r.Version, Owner: r.Owner, Network: r.Network, ContainerID: r.ContainerID, IfName: r.IfName,
+	return Summary{Version: r.Version, Owner: r.Owner, Key: r.Key,
 		RuntimeID: r.RuntimeID, NetNS: r.NetNS, State: r.State, Addresses: r.Addresses, Capabilities: r.Capabilities,
 		Since: r.Since, Updated: r.Updated, path: r.path}
 }
-
-// Key returns the summarised record's key.
-func (s Summary) Key() Key { return Key{s.Network, s.ContainerID, s.IfName} }
 
 // Path is the file the record was read from.
 func (s Summary) Path() string { return s.path }
@@ -83,9 +79,9 @@ type jsonOnly struct{}
 func (*jsonOnly) UnmarshalJSON([]byte) error { return nil }
 
 // decodeSummary decodes one record's summary (a decoder).
-func decodeSummary(raw []byte, path string, k Key) (Summary, error) {
+func decodeSummary(raw []byte, path string, k identity.Key) (Summary, error) {
 	var r summaryJSON
-	if err := checkDecoded(raw, json.Unmarshal(raw, &r), r.Version, r.Key(), k); err != nil {
+	if err := checkDecoded(raw, json.Unmarshal(raw, &r), r.Version, r.Key, k); err != nil {
 		return Summary{}, err
 	}
 	r.path = path

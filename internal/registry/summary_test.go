@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed1280861d/cninet/internal/identity"
 )
 
 // summaryCases are record files, by what they hold, that the summary
@@ -92,7 +94,7 @@ func verdict(err error) string {
 // is the full record's, or both refuse it alike.
 func checkSummaryAgrees(t *testing.T, raw []byte) {
 	t.Helper()
-	k := Key{Network: "net1", ContainerID: "c1", IfName: "eth1"}
+	k := identity.Key{Network: "net1", ID: "c1", IfName: "eth1"}
 	rec, recErr := decodeRecord(raw, "p", k)
 	sum, sumErr := decodeSummary(raw, "p", k)
 	if verdict(recErr) != verdict(sumErr) {
@@ -161,8 +163,8 @@ func TestSummaryDecodingHasEveryFieldOfARecord(t *testing.T) {
 
 func TestSummariesListWhatAllReads(t *testing.T) {
 	g := open(t)
-	for _, k := range []Key{{"net1", "c1", "eth0"}, {"net2", "c1", "eth0"}, {"net1", "c2", "eth0"}, {"net1", "c2", "eth1"}} {
-		mustPut(t, g, full(k.ContainerID, k.Network, k.IfName))
+	for _, k := range []identity.Key{{Network: "net1", ID: "c1", IfName: "eth0"}, {Network: "net2", ID: "c1", IfName: "eth0"}, {Network: "net1", ID: "c2", IfName: "eth0"}, {Network: "net1", ID: "c2", IfName: "eth1"}} {
+		mustPut(t, g, full(k.ID, k.Network, k.IfName))
 	}
 	for _, c := range summaryCases(t) {
 		// Each case as a file of its own id, whose key it must name.
@@ -198,7 +200,7 @@ func TestSummariesListWhatAllReads(t *testing.T) {
 		t.Fatalf("Summaries reports %d damaged files, All %d: want the same, several", len(sums.Damaged), len(all.Damaged))
 	}
 	for i, d := range sums.Damaged {
-		if a := all.Damaged[i]; d.Path != a.Path || d.ContainerID != a.ContainerID || verdict(d.Err) != verdict(a.Err) {
+		if a := all.Damaged[i]; d.Path != a.Path || d.ID != a.ID || verdict(d.Err) != verdict(a.Err) {
 			t.Errorf("Summaries reports %v, All %v", d, a)
 		}
 	}
@@ -261,7 +263,7 @@ func writeListedRecords(b *testing.B, g *Registry, n int) {
 	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for i := range n {
 		id := fmt.Sprintf("alloc-%05d-%08x", i, uint32(i)*2654435761)
-		r := &Record{Version: FormatVersion, Owner: "nomad", Network: "web", ContainerID: id, IfName: "eth0",
+		r := &Record{Version: FormatVersion, Owner: "nomad", Key: identity.Key{Network: "web", ID: id, IfName: "eth0"},
 			NetNS: "/var/run/netns/" + id, State: Attached,
 			Addresses: []netip.Addr{netip.AddrFrom4([4]byte{10, 100, byte(i / 250), byte(2 + i%250)}), netip.MustParseAddr(fmt.Sprintf("fd00:100::%x", 2+i))},
 			Args:      [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"}, {"NOMAD_ALLOC_ID", id}},
@@ -275,7 +277,7 @@ func writeListedRecords(b *testing.B, g *Registry, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		path := g.path(r.Key())
+		path := g.path(r.Key)
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			b.Fatal(err)
 		}

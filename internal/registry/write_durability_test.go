@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed1280861d/cninet/internal/identity"
 )
 
 // A power loss keeps of a directory entry only what a sync of its
@@ -245,7 +247,7 @@ func removeStep(id, network string) durabilityStep { return removeIfStep(id, net
 
 func removeIfStep(id, network, ifName string) durabilityStep {
 	return durabilityStep{fmt.Sprintf("Remove %s/%s/%s", id, network, ifName), func(g *Registry) error {
-		return g.Remove(Key{Network: network, ContainerID: id, IfName: ifName})
+		return g.Remove(identity.Key{Network: network, ID: id, IfName: ifName})
 	}}
 }
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed1280861d/cninet/internal/identity"
 )
 
 // armCrash makes the k-th step of the next writes (counting from 1) fail
@@ -35,7 +37,7 @@ func armCrash(t *testing.T, k int) (reached *[]string) {
 // files only in tmp/, which RemoveStaleTemps removes once stale; and the
 // operation, run again, completes.
 func TestKillAtEachWriteStep(t *testing.T) {
-	key := Key{Network: "net1", ContainerID: "c1", IfName: "eth0"}
+	key := identity.Key{Network: "net1", ID: "c1", IfName: "eth0"}
 	old := func() *Record { r := full("c1", "net1", "eth0"); r.State = Adding; return r }
 	updated := func() *Record {
 		r := full("c1", "net1", "eth0")
@@ -106,7 +108,7 @@ func TestKillAtEachWriteStep(t *testing.T) {
 				var oldSince time.Time
 				for _, r := range c.setup {
 					mustPut(t, g, r)
-					if r.Key() == key {
+					if r.Key == key {
 						oldSince = r.Since
 					}
 				}
@@ -178,13 +180,13 @@ func TestKillAtEachWriteStep(t *testing.T) {
 // checkOutcome reads the registry afresh, through All and Of, and checks
 // that key's record is there or not, and whole (old or new), and that the
 // sibling, when set up, is intact.
-func checkOutcome(t *testing.T, g *Registry, how string, key Key, isNew, present bool, sibling *Record, setup []*Record) Record {
+func checkOutcome(t *testing.T, g *Registry, how string, key identity.Key, isNew, present bool, sibling *Record, setup []*Record) Record {
 	t.Helper()
 	all, err := g.All()
 	if err != nil || len(all.Damaged) != 0 {
 		t.Fatalf("%s: All: %v, damaged %v", how, err, all.Damaged)
 	}
-	recs, damaged, err := g.Of(key.ContainerID)
+	recs, damaged, err := g.Of(key.ID)
 	if err != nil || len(damaged) != 0 {
 		t.Fatalf("%s: Of: %v, damaged %v", how, err, damaged)
 	}
@@ -192,18 +194,18 @@ func checkOutcome(t *testing.T, g *Registry, how string, key Key, isNew, present
 		t.Fatalf("%s: Of and All disagree: %v, %v", how, keysOf(recs), keysOf(all.Records))
 	}
 	var got *Record
-	var others []Key
+	var others []identity.Key
 	for i := range recs {
-		if recs[i].Key() == key {
+		if recs[i].Key == key {
 			got = &recs[i]
 		} else {
-			others = append(others, recs[i].Key())
+			others = append(others, recs[i].Key)
 		}
 	}
-	var wantOthers []Key
+	var wantOthers []identity.Key
 	for _, r := range setup {
-		if r.Key() != key {
-			wantOthers = append(wantOthers, r.Key())
+		if r.Key != key {
+			wantOthers = append(wantOthers, r.Key)
 		}
 	}
 	if !reflect.DeepEqual(others, wantOthers) {
@@ -228,7 +230,7 @@ func checkOutcome(t *testing.T, g *Registry, how string, key Key, isNew, present
 	}
 	if sibling != nil {
 		for _, r := range recs {
-			if r.Key() == sibling.Key() && !reflect.DeepEqual(r, *sibling) {
+			if r.Key == sibling.Key && !reflect.DeepEqual(r, *sibling) {
 				t.Fatalf("%s: sibling changed: %+v", how, r)
 			}
 		}
@@ -250,7 +252,7 @@ func checkOnlyTempsInTmp(t *testing.T, g *Registry, how string) []string {
 		case parts[0] == "tmp" && len(parts) == 2:
 			temps = append(temps, path)
 		case parts[0] == "attachments" && len(parts) == 4:
-			if _, err := readRecord(path, Key{parts[2], parts[1], parts[3]}); err != nil {
+			if _, err := readRecord(path, identity.Key{Network: parts[2], ID: parts[1], IfName: parts[3]}); err != nil {
 				t.Errorf("%s: %s is no whole record: %v", how, rel, err)
 			}
 		default:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
 
@@ -137,7 +138,7 @@ func TestServeDelOfAnADDCutShortRunsUnderTheRecordedDelegateID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &registry.Record{Owner: Owner, Network: "web", ContainerID: "c1.net1", RuntimeID: "c1", IfName: "net1", State: registry.Adding,
+	rec := &registry.Record{Owner: Owner, Key: identity.Key{Network: "web", ID: "c1.net1", IfName: "net1"}, RuntimeID: "c1", State: registry.Adding,
 		ConfList: []byte(`{"cniVersion":"1.0.0","name":"web","plugins":[{"type":"scripted"}]}`)}
 	if err := store.Put(rec); err != nil {
 		t.Fatal(err)
@@ -192,7 +193,7 @@ func TestServeAnInterfaceOnlyTheCacheKnowsHoldsTheContainerID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Remove(registry.Key{Network: "web", ContainerID: "c1", IfName: "eth0"}); err != nil {
+	if err := store.Remove(identity.Key{Network: "web", ID: "c1", IfName: "eth0"}); err != nil {
 		t.Fatal(err)
 	}
 	d.mustServe(t, "c1", CmdAdd, "net1", webConf)

@@ -236,7 +236,7 @@ func recordedConfList(stateDir, id, network, ifName string) ([]byte, error) {
 			return nil, fmt.Errorf("the host registry cannot be read: %w", err)
 		}
 		for _, rec := range recs {
-			runtimeID := cmp.Or(rec.RuntimeID, rec.ContainerID)
+			runtimeID := cmp.Or(rec.RuntimeID, rec.ID)
 			if rec.Network == network && rec.IfName == ifName && runtimeID == id && len(rec.ConfList) > 0 {
 				return rec.ConfList, nil
 			}
