@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,10 @@ type sampler struct {
 	taken [][2]time.Time
 	// opStart and opEnd bound the operation sampled; set by sampleWhile.
 	opStart, opEnd time.Time
+	// lastBegan is when the latest finished sample began (UnixNano), for
+	// a positive control to wait for one that began after the operation
+	// (settle).
+	lastBegan atomic.Int64
 }
 
 // sample starts counting with count.
@@ -53,6 +58,7 @@ func sample(count func() (int, error)) *sampler {
 				s.least = n
 			}
 			s.samples++
+			s.lastBegan.Store(began.UnixNano())
 			select {
 			case <-s.stop:
 				return
@@ -109,12 +115,30 @@ func (s *sampler) assertNeverBelow(t *testing.T, what string, want int) {
 // in this situation, sees the drop the prevention exists to stop.
 func (s *sampler) assertDropped(t *testing.T, what string, before int) {
 	t.Helper()
+	s.settle()
 	s.halt(t, what)
 	if s.least < 0 || s.least >= before {
 		t.Fatalf("%s: the unprevented DEL left the count at %d or more in each of %d samples: the sampler cannot see a drop",
 			what, before, s.samples)
 	}
 	t.Logf("%s: the unprevented DEL dropped it from %d to %d (%d samples, %d during the DEL)", what, before, s.least, s.samples, s.during())
+}
+
+// settle waits, for at most half a minute, until the sampler has
+// finished a sample begun after the operation returned: on a loaded host
+// the sampler's goroutine may not run between the moment an unprevented
+// DEL removes what it counts and the DEL's return, and a drop that lasts
+// (a DEL removes for good) must still be seen, or the positive control
+// would fail for the scheduler's sake.
+func (s *sampler) settle() {
+	deadline := time.Now().Add(30 * time.Second)
+	for s.lastBegan.Load() <= s.opEnd.UnixNano() && time.Now().Before(deadline) {
+		select {
+		case <-s.done: // counting failed: halt reports it
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // countForwardRules counts the CNI-FORWARD rules naming any of addrs as
