@@ -232,7 +232,8 @@ func New(cfg Config) (*Configurator, error) {
 		}
 	}
 	if cfg.RepairEvery > 0 {
-		c.repairer = startRepairWatcher(c, cfg)
+		c.repairer = newRepairWatcher(c, cfg)
+		c.repairer.Start()
 	}
 	return c, nil
 }

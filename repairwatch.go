@@ -32,9 +32,9 @@ type watchedParts struct {
 
 var _ repairwatch.Parts = watchedParts{}
 
-// startRepairWatcher starts c's repair watcher, as cfg says.
-func startRepairWatcher(c *Configurator, cfg Config) *repairwatch.Watcher {
-	return repairwatch.Start(repairwatch.Config{Every: cfg.RepairEvery, Owner: c.owner, AnyOwner: cfg.RepairAnyOwner, Logger: c.logger},
+// newRepairWatcher is c's repair watcher, as cfg says, not started.
+func newRepairWatcher(c *Configurator, cfg Config) *repairwatch.Watcher {
+	return repairwatch.New(repairwatch.Config{Every: cfg.RepairEvery, Owner: c.owner, AnyOwner: cfg.RepairAnyOwner, Logger: c.logger},
 		watchedParts{registry: c.registry, nets: c.nets, seams: c.seams, tel: c.tel, checkedOf: c.checkedOfRecord, repair: c.repairOne})
 }
 

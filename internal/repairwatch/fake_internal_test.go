@@ -253,7 +253,8 @@ func testConfig(t *testing.T, every time.Duration) (Config, *syncLog) {
 // startTestWatcher starts a watcher of cfg through f; the test's end
 // stops it.
 func startTestWatcher(t *testing.T, cfg Config, f *fakeParts) *Watcher {
-	w := Start(cfg, f)
+	w := New(cfg, f)
+	w.Start()
 	t.Cleanup(w.Stop)
 	return w
 }

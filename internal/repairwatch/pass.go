@@ -12,8 +12,8 @@ import (
 // of the host (firewall rules, reservations, cached results, whether each
 // namespace still exists) and repairs those that lack something.
 
-// Pass runs one periodic pass now, outside the watcher's goroutine: for a
-// watcher New returned and nobody started (a benchmark).
+// Pass runs one periodic pass now, for a watcher nobody started (a
+// benchmark): a started one runs its own.
 func (w *Watcher) Pass(ctx context.Context) { w.pass(ctx, time.Time{}) }
 
 // pass checks every live attachment the watcher keeps whole and repairs

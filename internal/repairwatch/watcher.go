@@ -41,7 +41,8 @@ var (
 
 // Config is what the watcher is asked to do.
 type Config struct {
-	// Every is the interval of its periodic passes (Config.RepairEvery).
+	// Every is the interval of its periodic passes (Config.RepairEvery),
+	// positive.
 	Every time.Duration
 	// Owner is whose attachments it keeps whole; AnyOwner: everyone's,
 	// on the networks the Configurator knows.
@@ -50,8 +51,8 @@ type Config struct {
 	Logger   hclog.Logger
 }
 
-// Watcher is Config.RepairEvery's goroutine: Start starts it, Stop ends
-// it.
+// Watcher is Config.RepairEvery's goroutine: New builds it, Start starts
+// it, Stop ends it.
 type Watcher struct {
 	cfg    Config
 	parts  Parts
@@ -95,13 +96,11 @@ func New(cfg Config, parts Parts) *Watcher {
 		reported: map[identity.Key]time.Time{}, lost: map[identity.Key]time.Time{}, known: map[identity.Key]Attachment{}}
 }
 
-// Start starts cfg's watcher; Stop ends it.
-func Start(cfg Config, parts Parts) *Watcher {
-	w := New(cfg, parts)
+// Start starts the watcher's goroutine, once; Stop ends it.
+func (w *Watcher) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
 	go w.run(ctx)
-	return w
 }
 
 // Stop ends the watcher and waits for a pass under way to finish: after
