@@ -20,6 +20,7 @@ import (
 	"github.com/seed1280861d/cninet/internal/links"
 	"github.com/seed1280861d/cninet/internal/nftables"
 	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/repairwatch"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -157,7 +158,7 @@ type Configurator struct {
 	unrecordedAt atomic.Int64 // when Status last reported unrecorded attachments (UnixNano)
 
 	watcher   *watcher
-	repairer  *repairWatcher // Config.RepairEvery's
+	repairer  *repairwatch.Watcher // Config.RepairEvery's
 	closeErr  error
 	closeOnce sync.Once
 }
@@ -231,7 +232,8 @@ func New(cfg Config) (*Configurator, error) {
 		}
 	}
 	if cfg.RepairEvery > 0 {
-		c.repairer = startRepairWatcher(c, cfg.RepairEvery, cfg.RepairAnyOwner)
+		c.repairer = newRepairWatcher(c, cfg)
+		c.repairer.Start()
 	}
 	return c, nil
 }
@@ -321,7 +323,7 @@ func (s *cleanerSeams) cleaner(ctx context.Context, att attachment, proofs footp
 func (c *Configurator) Close() error {
 	c.closeOnce.Do(func() {
 		if c.repairer != nil {
-			c.repairer.stop()
+			c.repairer.Stop()
 		}
 		c.nets.close()
 		c.tel.close()

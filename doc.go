@@ -119,8 +119,8 @@ operations share is a type in a file named after what it holds.
 	teardown.go           Teardown; detachment (a Setup's rollback too): prevention, DEL, force cleanup and the record's removal per network; whileLockHeld: a cleanup step that missed a gap in a held xtables lock runs again until the deadline.
 	connect.go            Connect, Disconnect, ConnectOptions (the interface, the runtime's id), CheckIfName.
 	check.go              Check, CheckOptions, DriftError, Drift: cninet's own check of each attachment, then the plugins' CHECK where it is sound.
-	repair.go             The drift check and repair of found attachments (driftCheck), a live attachment from its record (liveOf), libcni's cache written again.
-	repairwatch.go        The repair watcher (Config.RepairEvery): a pass at start, every interval and on nf_tables changes (the firewall read again only when it changed, where nf_tables says so); drifting attachments repaired from one read of the host, a few at once, each under its lock; never fights.
+	repair.go             Drifts; the drift check and repair of found attachments (driftCheck), a checked attachment from its record (checkedOfRecord), a live attachment from its record (liveOf), libcni's cache written again.
+	repairwatch.go        The repair watcher (Config.RepairEvery, internal/repairwatch) started with what it uses of the Configurator (watchedParts).
 	status.go             Status: whether each network (or each one named) can attach workloads.
 	gc.go                 GC; gcRun: the recorded, then the cached dead attachments detached, then the sweep of what no record or cache remembers; the registry's housekeeping.
 	gc_recorded.go        The dead recorded attachments (this owner's, any owner's of an earlier boot), each under its id's lock.

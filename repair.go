@@ -20,6 +20,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/repairwatch"
 )
 
 // A drift check compares each live attachment with what its footprint
@@ -105,6 +106,17 @@ func (c *Configurator) checkedOf(found []foundAttachment, netns string) []checke
 	return out
 }
 
+// checkedOfRecord is the live attachment rec records.
+func (c *Configurator) checkedOfRecord(rec *registry.Record) (checkedAttachment, bool) {
+	conf, err := c.registry.recordedConf(*rec)
+	if err != nil {
+		return checkedAttachment{}, false
+	}
+	fa := foundAttachment{att: attachment{conf: conf, ifName: rec.IfName, viaCNI: rec.ViaCNI},
+		req: recordedRequest(request{id: rec.ID, runtimeID: rec.RuntimeID}, *rec), cached: true, settled: true}
+	return checkedAttachment{fa: fa, rec: rec, live: c.liveOf(fa, rec, "")}, true
+}
+
 // known reports whether cninet knows what ca's footprint must be: its
 // record or libcni's cache holds the ADD's result. Of an attachment
 // neither knows (never attached, or through a CNI whose cache cninet
@@ -166,56 +178,20 @@ func (c *Configurator) driftCheck(ctx context.Context, atts []checkedAttachment,
 	for j, h := range footprint.NewChecker(ctx, c.seams.all()).Check(recheck) {
 		i := again[j]
 		out[i].health = h
-		out[i].repaired = stillRestored(restored[i], h)
-		c.logRepair(atts[i].live, out[i], time.Since(starts[i]))
+		out[i].repaired = repairwatch.Restored(restored[i], h)
+		repairwatch.LogRepair(c.logger, atts[i].live, h, out[i].repaired, out[i].err, time.Since(starts[i]))
 	}
 	return out
 }
 
 // repairOne restores what h found missing of ca, under a span of its
 // own, and counts it.
-func (c *Configurator) repairOne(ctx context.Context, checker *footprint.Checker, ca checkedAttachment, h footprint.Health) ([]footprint.Missing, error) {
+func (c *Configurator) repairOne(ctx context.Context, checker repairwatch.Checker, ca checkedAttachment, h footprint.Health) ([]footprint.Missing, error) {
 	ctx, span := c.tel.startRepair(ctx, ca.live)
 	restored, err := checker.Repair(h, c.restorers(ctx, ca))
 	c.tel.repaired(ctx, ca.live, len(h.Missing), len(restored), err)
 	span.end(err)
 	return restored, err
-}
-
-// stillRestored is what of restored the check after the repair finds
-// there: a piece its restoring did not bring back is not repaired.
-func stillRestored(restored []footprint.Missing, after footprint.Health) []footprint.Missing {
-	still := map[string]bool{}
-	for _, m := range after.Missing {
-		still[m.String()] = true
-	}
-	var out []footprint.Missing
-	for _, m := range restored {
-		if !still[m.String()] {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// logRepair writes a repair's line: what it restored, checked again, and
-// what is still missing and why.
-func (c *Configurator) logRepair(a *footprint.Live, r driftResult, took time.Duration) {
-	items := make([]string, len(r.repaired))
-	for i, m := range r.repaired {
-		items[i] = m.String()
-	}
-	switch {
-	case errors.Is(r.err, footprint.ErrNotInPlace):
-		c.logger.Error("attachment cannot be repaired in place: re-create the workload", "alloc_id", a.ID, "network", a.Network,
-			"ifname", a.IfName, "error", r.err)
-	case len(r.health.Missing) > 0:
-		c.logger.Error("attachment repair incomplete", "alloc_id", a.ID, "network", a.Network, "ifname", a.IfName,
-			"restored", items, "still_missing", driftOf(r.health, nil).Missing, "error", r.err, "duration", took)
-	default:
-		c.logger.Info("attachment repaired", "alloc_id", a.ID, "network", a.Network, "ifname", a.IfName,
-			"restored", items, "duration", took)
-	}
 }
 
 // restorers are how a repair of ca runs the plugins and writes libcni's
