@@ -13,21 +13,6 @@ import (
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
-// delLikePortmap does exactly what portmap's nftables DEL (v1.9.1) does:
-// in both families, whatever the attachment's addresses, it deletes every
-// rule of hostports, hostip_hostports and masquerading whose comment is
-// id, and nothing of any other chain.
-func delLikePortmap(t *testing.T, nft *fakes.NFTables, id string) {
-	t.Helper()
-	for _, r := range nft.Rules() {
-		if r.Table == "cni_hostport" && r.Comment == id && slices.Contains([]string{"hostports", "hostip_hostports", "masquerading"}, r.Chain) {
-			if err := nft.DeleteRules(context.Background(), host.NFTable{Family: r.Family, Name: r.Table}, []host.NFTRule{r}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
-
 // cachedV4 is libcni's cached result of an attachment with an IPv4
 // address alone.
 func cachedV4(network, ifName, id, v4 string) hostFile {
@@ -131,7 +116,7 @@ func TestPreventionFindsEveryForeignRuleOfTheIDWherePortmapsDELWouldDeleteIt(t *
 					t.Fatalf("Omit = %q, want portmap left out: %v", p.Omit, tc.omitted)
 				}
 				if !slices.Contains(p.Omit, "portmap") {
-					delLikePortmap(t, s.nft, "same-1")
+					delByID(t, s.nft, "same-1")
 				}
 				if _, err := cl.Clean([]string{"same-1"}); err != nil {
 					t.Fatal(err)
