@@ -27,9 +27,10 @@
 //	              a repair writes; NFTablesBacked: whose changes the repair
 //	              watcher is told of), ListedRule, ErrXtablesLock,
 //	              ErrIPTablesMissing, DefaultLockWait
-//	nftables.go   NFTables and NFTable, NFTRule (addresses, ports,
-//	              verdict), its optional extensions (NFTScriptRunner and
-//	              NFTChangeWatcher for repairs) and NFTRuleSketch,
+//	nftables.go   NFTables, NFTable and NFTChain, NFTRule (addresses,
+//	              ports, verdict), its optional extensions (NFTRuleMatcher,
+//	              NFTRuleFinder, NFTRuleLookup for cleanup; NFTScriptRunner
+//	              and NFTChangeWatcher for repairs) and NFTRuleSketch,
 //	              ErrNFTablesMissing
 //	handles.go    HandleOutcome: what became of a deletion by rule handle
 //	links.go      Links, the host's network devices, and LinkInspector

@@ -21,9 +21,9 @@ func (t NFTable) String() string { return t.Family + " " + t.Name }
 // plugins' nftables backends write (inet cni_plugins_masquerade, ip and
 // ip6 cni_hostport). Config.NFTables replaces the default, which runs nft
 // and reads nf_tables over netlink; tests give a fake. An implementation
-// may also offer NFTRuleMatcher, NFTRuleLookup, NFTBriefLister and
-// NFTHandleDeleter (cleanup), and NFTScriptRunner and NFTChangeWatcher
-// (repairs); the default offers all six.
+// may also offer NFTRuleMatcher, NFTRuleFinder, NFTRuleLookup,
+// NFTBriefLister and NFTHandleDeleter (cleanup), and NFTScriptRunner and
+// NFTChangeWatcher (repairs); the default offers all seven.
 type NFTables interface {
 	// ListRules returns the rules of those of tables that exist; a table
 	// that does not exist is no error.
@@ -113,6 +113,25 @@ func (s NFTRuleSketch) Mentions(addrs []netip.Addr) bool {
 // it lists the tables with nft; an error makes it list them.
 type NFTRuleMatcher interface {
 	AnyRule(ctx context.Context, tables []NFTable, match func(NFTRuleSketch) bool) (bool, error)
+}
+
+// NFTChain names one chain of an nftables table.
+type NFTChain struct {
+	Table NFTable
+	Name  string
+}
+
+// NFTRuleFinder is an optional extension of NFTables: the rules of chains
+// whose comment is one of comments, read in-process. Only the named
+// chains are read (nf_tables dumps one chain of one table on request),
+// and a rule is judged by its comment before anything else of it is
+// read: a rule with another comment costs no copy. A chain or table that
+// does not exist holds none. Before portmap's DEL, which deletes by the
+// bare container id, a Teardown asks it for the hostport rules of its
+// ids (and its own masquerade rules) instead of scanning whole tables
+// with NFTRuleMatcher. The sketches' Raw is the caller's to keep.
+type NFTRuleFinder interface {
+	FindRules(ctx context.Context, chains []NFTChain, comments []string) ([]NFTRuleSketch, error)
 }
 
 // NFTRuleLookup is an optional extension of NFTables: one rule, found

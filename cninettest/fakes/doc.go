@@ -20,10 +20,11 @@
 // as nft does (a transaction naming a rule already gone fails whole),
 // runs the scripts knftables renders (RunScript) and signals each change
 // (WatchChanges); FlushTable and FlushRuleset stand for a foreign change,
-// a firewall reload. Matching adds the netlink matcher. Links holds the
-// host's devices and, by namespace path (AddIn), workloads' interfaces
-// with their addresses. seams.go lists every seam and extension each fake
-// offers, checked by the compiler (CNI's cninet.PluginAdder in cninet's
+// a firewall reload. Matching adds the netlink matcher, search by comment
+// and lookup by handle. Links holds the host's devices and, by namespace
+// path (AddIn), workloads' interfaces with their addresses. seams.go
+// lists every seam and extension each fake offers, checked by the
+// compiler (CNI's cninet.PluginAdder in cninet's
 // own tests, since this package imports nothing of cninet).
 //
 // # Files

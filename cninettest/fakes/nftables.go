@@ -1,11 +1,13 @@
 package fakes
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/seed1280861d/cninet/host"
@@ -230,14 +232,41 @@ func (s *nftState) index(table host.NFTable, chain string, handle int) int {
 	return -1
 }
 
-// Matching adds the host.NFTRuleMatcher and host.NFTRuleLookup
-// extensions to an NFTables, like the host's, which reads nf_tables over
-// netlink. A rule's sketch carries the addresses it names.
+// Matching adds the host.NFTRuleMatcher, host.NFTRuleFinder and
+// host.NFTRuleLookup extensions to an NFTables, like the host's, which
+// reads nf_tables over netlink. A rule's sketch carries the addresses it
+// names.
 type Matching struct {
 	*NFTables
-	// FailMatch, when set, is returned by every AnyRule call;
-	// FailLookup by every LookupRule call.
-	FailMatch, FailLookup error
+	// FailMatch, when set, is returned by every AnyRule and FindRules
+	// call; FailFind by every FindRules call; FailLookup by every
+	// LookupRule call.
+	FailMatch, FailFind, FailLookup error
+}
+
+// FindRules implements host.NFTRuleFinder: the rules of chains whose
+// comment is one of comments, and nothing of the other chains. Its call
+// is recorded as "FindRules <family> <table> <chain>, ...".
+func (m Matching) FindRules(_ context.Context, chains []host.NFTChain, comments []string) ([]host.NFTRuleSketch, error) {
+	m.mu.Lock()
+	names := make([]string, len(chains))
+	for i, c := range chains {
+		names[i] = c.Table.String() + " " + c.Name
+	}
+	m.calls = append(m.calls, "FindRules "+strings.Join(names, ", "))
+	rules := append([]host.NFTRule(nil), m.state.rules...)
+	m.mu.Unlock()
+	if err := cmp.Or(m.FailMatch, m.FailFind); err != nil {
+		return nil, err
+	}
+	var out []host.NFTRuleSketch
+	for _, r := range rules {
+		t := host.NFTable{Family: r.Family, Name: r.Table}
+		if slices.Contains(chains, host.NFTChain{Table: t, Name: r.Chain}) && slices.Contains(comments, r.Comment) {
+			out = append(out, host.NFTRuleSketch{Table: t, Chain: r.Chain, Handle: r.Handle, Comment: r.Comment, Raw: sketchRaw(r)})
+		}
+	}
+	return out, nil
 }
 
 // AnyRule implements host.NFTRuleMatcher.

@@ -43,6 +43,7 @@ var (
 
 	_ host.NFTables         = Matching{}
 	_ host.NFTRuleMatcher   = Matching{}
+	_ host.NFTRuleFinder    = Matching{}
 	_ host.NFTRuleLookup    = Matching{}
 	_ host.NFTBriefLister   = Matching{}
 	_ host.NFTScriptRunner  = Matching{}

@@ -68,6 +68,12 @@ func (bridgeNFT) ownNFTRule(v *view, set attSet) nftRuleTest {
 	}
 }
 
+// ownNFTComments: the set's masquerade comments, one per interface name
+// its networks may give it.
+func (bridgeNFT) ownNFTComments(v *view, set attSet) []string {
+	return sortedKeys(masqIndex(v, set))
+}
+
 // otherNFTRule: any rule of the masquerade table without one of the
 // set's comments.
 func (bridgeNFT) otherNFTRule(v *view, set attSet) nftRuleTest {

@@ -53,8 +53,10 @@
 // shared chain has a rule mentioning a proven address or carrying one of
 // the attachment's comments. Those probes only rule things out: whatever
 // they cannot rule out is listed with iptables or nft and judged by the
-// ownership rule below, exactly as without them. A clean Teardown starts
-// no process. A GC lists whole tables once and shares them among all ids.
+// ownership rule below, exactly as without them. Before portmap's DEL, the
+// rules of the id are searched by comment in the chains that DEL reads,
+// and nowhere else (foreignIDRules, host.NFTRuleFinder). A clean Teardown
+// starts no process. A GC lists whole tables once and shares them among all ids.
 //
 // Applying is batched per backend. Where the tables are nf_tables', the
 // planned deletions go by rule handle over netlink (host.HandleDeleter,
@@ -161,8 +163,9 @@
 //	view.go               what one pass read of the host, read once
 //	iptview.go            iptables listings, probed or listed, per family;
 //	                      iptReader: the chains the footprints name
-//	nftview.go            nftables listings, sketched or listed;
-//	                      nftReader: the tables the footprints name
+//	nftview.go            nftables listings, sketched, searched by
+//	                      comment or listed; nftReader: the tables and
+//	                      chains the footprints name
 //	nftseen.go            what Prevent saw of the set's nftables rules,
 //	                      looked up by handle after the DEL
 //	files.go              reservations, cached results, tuning files and
@@ -175,7 +178,9 @@
 //	bridge_iptables.go    the bridge's masquerade jump and chain (footprint)
 //	bridge_nftables.go    the same with "ipMasqBackend": "nftables"
 //	portmap_iptables.go   portmap's DNAT jump and chains (footprint)
-//	portmap_nftables.go   portmap's bare-id nftables rules (footprint)
+//	portmap_nftables.go   portmap's bare-id nftables rules (footprint);
+//	                      before its DEL, the id's rules searched where
+//	                      that DEL reads (foreignIDRules)
 //	firewall.go           the firewall plugin's CNI-FORWARD rules (footprint)
 //	bandwidth.go          the bandwidth plugin's ifb device (footprint)
 //	tuning.go             the tuning plugin's saved settings (footprint)

@@ -29,6 +29,10 @@ type nftReader interface {
 	// set's and may name another attachment's address
 	// (othersMayMention).
 	otherNFTRule(v *view, set attSet) nftRuleTest
+	// ownNFTComments returns every comment a rule passing ownNFTRule may
+	// carry: a search by comment in its chains (nftView.find) then finds
+	// every rule of the set's own.
+	ownNFTComments(v *view, set attSet) []string
 }
 
 // nftRuleTest tests a rule by its table, chain and comment.
@@ -46,6 +50,23 @@ func nftTablesRead() []host.NFTable {
 		if r, ok := fp.(nftReader); ok {
 			tables, _ := r.nftRead()
 			out = append(out, tables...)
+		}
+	}
+	return out
+}
+
+// nftChainsRead are the chains of the plugins' tables the footprints
+// read (nftRead): every rule ownNFTRule passes is in one of them. Set by
+// init, once every footprint's names are.
+var nftChainsRead []host.NFTChain
+
+// ownNFTComments returns the comments of the set's own rules, as every
+// nftables footprint tells them (nftReader.ownNFTComments).
+func ownNFTComments(v *view, set attSet) []string {
+	var out []string
+	for _, fp := range footprints {
+		if r, ok := fp.(nftReader); ok {
+			out = append(out, r.ownNFTComments(v, set)...)
 		}
 	}
 	return out
@@ -92,6 +113,9 @@ type nftView struct {
 	// set's own rules (Cleaner.RecheckByHandle): a Prevent's view fills
 	// it, a Clean's view is given it.
 	seen *seenRules
+	// keepSeen: the look before the DEL fills seen (Cleaner.RecheckByHandle),
+	// so it reads every footprint's chains, not only portmap's.
+	keepSeen bool
 }
 
 // available reports whether the host has nftables to read.
@@ -138,6 +162,20 @@ func (s *nftView) any(match func(host.NFTRuleSketch) bool, fallback func(host.NF
 		}
 	}
 	return !s.listed, false
+}
+
+// find returns the rules of chains carrying one of comments, read in the
+// kernel chain by chain where the NFTables can (NFTRuleFinder): the other
+// chains of the tables, and the expressions of rules with other
+// comments, are never read. ok is false when it cannot or the search
+// failed: the caller then scans the tables (any).
+func (s *nftView) find(chains []host.NFTChain, comments []string) (rules []host.NFTRuleSketch, ok bool) {
+	finder, can := s.nft.(host.NFTRuleFinder)
+	if !can {
+		return nil, false
+	}
+	rules, err := finder.FindRules(s.ctx, chains, comments)
+	return rules, err == nil
 }
 
 // anyOnce is any, asked once per run for each question key: several
@@ -208,13 +246,18 @@ func mentionsAny(addrs []netip.Addr) func(host.NFTRuleSketch) bool {
 }
 
 // The plugins' family, table and chain names: every listing shares one
-// copy of each.
+// copy of each. The chains read are collected here, not in a variable's
+// initializer: an interface method's variables are not known to be its
+// dependencies, and may not be set yet there.
 func init() {
 	for _, fp := range footprints {
 		if r, ok := fp.(nftReader); ok {
 			tables, chains := r.nftRead()
 			for _, t := range tables {
 				nftables.ShareNames(t.Family, t.Name)
+				for _, c := range chains {
+					nftChainsRead = append(nftChainsRead, host.NFTChain{Table: t, Name: c})
+				}
 			}
 			nftables.ShareNames(chains...)
 		}

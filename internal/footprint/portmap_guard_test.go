@@ -11,12 +11,14 @@ import (
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
-// delByID does what portmap's nftables DEL does: it deletes every hostport
-// rule whose comment is id, of whatever network.
+// delByID does exactly what portmap's nftables DEL (v1.9.1) does: in both
+// families, whatever the attachment's addresses, it deletes every rule of
+// hostports, hostip_hostports and masquerading whose comment is id, of
+// whatever network, and nothing of any other chain.
 func delByID(t *testing.T, nft *fakes.NFTables, id string) {
 	t.Helper()
 	for _, r := range nft.Rules() {
-		if r.Table == "cni_hostport" && r.Comment == id {
+		if r.Table == "cni_hostport" && r.Comment == id && slices.Contains([]string{"hostports", "hostip_hostports", "masquerading"}, r.Chain) {
 			if err := nft.DeleteRules(context.Background(), host.NFTable{Family: r.Family, Name: r.Table}, []host.NFTRule{r}); err != nil {
 				t.Fatal(err)
 			}

@@ -45,6 +45,18 @@ var nftHostportTables = [2]host.NFTable{{Family: "ip", Name: "cni_hostport"}, {F
 
 var nftHostportChains = map[string]bool{"hostports": true, "hostip_hostports": true, "masquerading": true}
 
+// nftHostportChainsRead are the chains portmap's DEL deletes from, in
+// both families whatever the attachment's addresses.
+var nftHostportChainsRead = func() []host.NFTChain {
+	var out []host.NFTChain
+	for _, t := range nftHostportTables {
+		for _, c := range sortedKeys(nftHostportChains) {
+			out = append(out, host.NFTChain{Table: t, Name: c})
+		}
+	}
+	return out
+}()
+
 // nftHostportAddr returns the workload address of one of portmap's
 // per-attachment rules: the DNAT target, or the masqueraded destination.
 func nftHostportAddr(r host.NFTRule) (netip.Addr, bool) {
@@ -87,6 +99,9 @@ func (portmapNFT) otherNFTRule(_ *view, set attSet) nftRuleTest {
 		return isHostportChain(table, chain) && !ids[comment]
 	}
 }
+
+// ownNFTComments: the set's ids.
+func (portmapNFT) ownNFTComments(_ *view, set attSet) []string { return sortedKeys(set.ids()) }
 
 func (portmapNFT) prove(*view, attSet) []claim { return nil }
 func (portmapNFT) discover(*view, attSet)      {} // a bare id names no network: it proves nothing
@@ -177,11 +192,30 @@ func foreignIDRules(v *view, set attSet) []host.NFTRule {
 		ownBytes[i] = nfnetlink.AddrBytes(own.list(v6))
 	}
 	seen := newSeenRules(v, set) // a complete look sees every rule of the set's own
-	found, inKernel := v.nft.any(func(r host.NFTRuleSketch) bool {
-		seen.note(r)
+	foreign := func(r host.NFTRuleSketch) bool {
 		return ids[r.Comment] && isHostportChain(r.Table, r.Chain) &&
 			!(nfnetlink.Rule{Expr: r.Raw}).Mentions(ownBytes[b2i(r.Table == nftHostportTables[1])])
-	}, func(r host.NFTRule) bool { return ids[r.Comment] })
+	}
+	// portmap's DEL looks in both families whatever the attachment's
+	// addresses, so both tables' hostport chains are searched; for seen,
+	// every chain of the set's own rules, with all their comments.
+	chains, comments := nftHostportChainsRead, sortedKeys(ids)
+	if v.nft.keepSeen {
+		chains, comments = nftChainsRead, ownNFTComments(v, set)
+	}
+	var found, inKernel bool
+	if rules, ok := v.nft.find(chains, comments); ok {
+		inKernel = v.nft.keepSeen // seen holds all of the set's own only then
+		for _, r := range rules {
+			seen.note(r)
+			found = found || foreign(r)
+		}
+	} else {
+		found, inKernel = v.nft.any(func(r host.NFTRuleSketch) bool {
+			seen.note(r)
+			return foreign(r)
+		}, func(r host.NFTRule) bool { return ids[r.Comment] })
+	}
 	if !found {
 		if inKernel {
 			v.nft.seen = seen

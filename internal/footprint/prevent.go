@@ -115,6 +115,7 @@ func (c *Cleaner) PreventAll(atts []Attachment) (Prevention, error) {
 	}
 	v.wholeWorkload = c.WholeWorkload
 	v.nft.brief = c.whole && c.WholeWorkload
+	v.nft.keepSeen = c.RecheckByHandle && !c.whole
 	pv := &prevention{}
 	for _, fp := range footprints {
 		if p, ok := fp.(preventing); ok {

@@ -230,6 +230,26 @@ func AnyRule(family, table, chain string, match func(Rule) bool) (bool, error) {
 	return found, err
 }
 
+// FindRules returns the rules of chains of table of family whose comment
+// is one of comments, as findRules does for each chain in turn, over a
+// socket of its own.
+func FindRules(family, table string, chains []string, comments map[string]bool) ([]Rule, error) {
+	c, err := acquire()
+	if err != nil {
+		return nil, err
+	}
+	var rules []Rule
+	for _, chain := range chains {
+		var more []Rule
+		if more, err = findRules(c, family, table, chain, comments); err != nil {
+			break
+		}
+		rules = append(rules, more...)
+	}
+	release(c, err == nil)
+	return rules, err
+}
+
 // ListRules lists every rule of table of family, as listRules does,
 // over a socket of its own.
 func ListRules(family, table string) ([]Rule, error) {

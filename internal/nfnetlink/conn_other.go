@@ -21,6 +21,10 @@ func AnyRule(family, table, chain string, match func(Rule) bool) (bool, error) {
 	return false, errNoNFNetlink
 }
 
+func FindRules(family, table string, chains []string, comments map[string]bool) ([]Rule, error) {
+	return nil, errNoNFNetlink
+}
+
 func ListRules(family, table string) ([]Rule, error) { return nil, errNoNFNetlink }
 
 func DeleteRules(family, table string, targets []Target) ([]host.HandleOutcome, error) {

@@ -1,7 +1,9 @@
 // Package nfnetlink is a small nf_tables netlink client: it probes a
-// chain by name, looks up a rule by handle, scans the rules of a table or chain without decoding
-// them into text, lists a table's rules with the addresses, ports and
-// verdicts nft would list for them (Rule.Addrs, Rule.Decode), lists
+// chain by name, looks up a rule by handle, scans the rules of a table or
+// chain without decoding them into text, finds the rules of a chain by
+// comment (reading a rule's comment before anything else of it), lists
+// a table's rules with the addresses, ports and verdicts nft would list
+// for them (Rule.Addrs, Rule.Decode), lists
 // tables, deletes rules by handle and chains by name in acked batches at
 // the generation of the dump they were matched on, and signals each
 // removal from the ruleset (WatchChanges). Packages iptables (for iptables-nft), nftables and
@@ -11,8 +13,8 @@
 // # Files, in reading order
 //
 //	nfnetlink.go   messages and dumps: Rule, ProbeChain's, LookupRule's,
-//	               AnyRule's and ListRules' requests, parsing what the
-//	               kernel answers
+//	               AnyRule's, FindRules' and ListRules' requests, parsing
+//	               what the kernel answers
 //	decode.go      Rule.Decode and Rule.Addrs: the addresses, destination
 //	               port, DNAT port and verdict of a rule's expressions, as
 //	               nft lists them
@@ -22,8 +24,8 @@
 //	conn_linux.go  the socket, kept for the next question or batch from
 //	               the same network namespace (closing one waits for
 //	               nf_tables' commit mutex), and the exported calls
-//	               (ProbeChain, LookupRule, AnyRule, ListRules, DeleteRules,
-//	               DeleteChains, ListTables) that take one each
+//	               (ProbeChain, LookupRule, AnyRule, FindRules, ListRules,
+//	               DeleteRules, DeleteChains, ListTables) that take one each
 //	watch.go       the change notifications read: each that may remove
 //	               something a signal (a deletion, a cut datagram, an
 //	               overrun), never waiting for the reader

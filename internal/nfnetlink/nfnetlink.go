@@ -74,6 +74,9 @@ var errDumpInterrupted = errors.New("nf_tables changed during the dump")
 // errNotARule says a rule dump's reply held something else.
 var errNotARule = errors.New("not a rule")
 
+// errNoChain says a question that reads one chain was asked of none.
+var errNoChain = errors.New("no chain named: a search reads one chain at a time")
+
 // errStopped ends an exchange whose reader has what it needs.
 var errStopped = errors.New("stopped by the reader")
 
@@ -218,6 +221,67 @@ func listRules(s nlSocket, family, table string) ([]Rule, error) {
 // chain is "") over s, calling begin before each attempt and visit with
 // each rule until it returns true; it reports whether one did.
 func dumpRules(s nlSocket, family, table, chain string, begin func(), visit func(Rule) bool) (bool, error) {
+	return dumpMessages(s, family, table, chain, begin, func(m nlMessage) (bool, error) {
+		r, err := parseNLRule(family, m)
+		if err != nil || !r.in(table, chain) {
+			return false, err
+		}
+		return visit(r), nil
+	})
+}
+
+// findRules returns the rules of chain of table of family whose comment
+// is one of comments, each with its own copy of its expressions. The
+// kernel dumps that chain alone; of each rule the comment is read first,
+// and a rule with another comment is skipped without a string or a copy
+// made of it. A table or chain that does not exist has none; a dump that
+// a change interrupted is taken again from the start.
+func findRules(s nlSocket, family, table, chain string, comments map[string]bool) ([]Rule, error) {
+	if chain == "" {
+		return nil, fmt.Errorf("netlink: finding rules of %s %s: %w", family, table, errNoChain)
+	}
+	var rules []Rule
+	_, err := dumpMessages(s, family, table, chain, func() { rules = rules[:0] }, func(m nlMessage) (bool, error) {
+		if ok, err := commentIn(m, table, chain, comments); !ok || err != nil {
+			return false, err
+		}
+		r, err := parseNLRule(family, m)
+		if err != nil {
+			return false, err
+		}
+		r.Expr = bytes.Clone(r.Expr)
+		rules = append(rules, r)
+		return false, nil
+	})
+	return rules, err
+}
+
+// commentIn reports whether the rule m carries is of table and chain and
+// its comment one of comments, reading its attributes in place.
+func commentIn(m nlMessage, table, chain string, comments map[string]bool) (bool, error) {
+	if m.typ != nfnlSubsysNFTables<<8|nftMsgNewRule || len(m.payload) < nfgenmsgLen {
+		return false, fmt.Errorf("netlink: message type %#x: %w", m.typ, errNotARule)
+	}
+	var inTable, inChain bool
+	var comment []byte
+	err := eachAttr(m.payload[nfgenmsgLen:], func(typ uint16, data []byte) {
+		switch typ {
+		case nftaRuleTable:
+			inTable = string(cBytes(data)) == table
+		case nftaRuleChain:
+			inChain = string(cBytes(data)) == chain
+		case nftaRuleUserdata:
+			comment = udataCommentBytes(data)
+		}
+	})
+	return err == nil && inTable && inChain && comments[string(comment)], err
+}
+
+// dumpMessages dumps the rules of table of family (of chain only, unless
+// chain is "") over s, calling begin before each attempt and visit with
+// each message until it returns true or an error; it reports whether it
+// returned true.
+func dumpMessages(s nlSocket, family, table, chain string, begin func(), visit func(nlMessage) (bool, error)) (bool, error) {
 	proto, ok := nfproto[family]
 	if !ok {
 		return false, fmt.Errorf("netlink: unknown nftables family %q", family)
@@ -231,12 +295,12 @@ func dumpRules(s nlSocket, family, table, chain string, begin func(), visit func
 		var parseErr error
 		seq := nlSeq.Add(1)
 		err := exchange(s, nftRequest(nftMsgGetRule, nlmFDump, seq, proto, attrs...), seq, func(m nlMessage) bool {
-			r, err := parseNLRule(family, m)
+			stop, err := visit(m)
 			if err != nil {
 				parseErr = err
 				return false
 			}
-			return !r.in(table, chain) || !visit(r)
+			return !stop
 		})
 		switch {
 		case parseErr != nil:
@@ -407,28 +471,35 @@ func parseNLRule(family string, m nlMessage) (Rule, error) {
 	return r, err
 }
 
-// udataComment returns the comment in a rule's user data: type-length-
-// value records of one byte each, as nft and libnftnl write them.
-func udataComment(b []byte) string {
+// udataComment returns the comment in a rule's user data (udataCommentBytes).
+func udataComment(b []byte) string { return string(udataCommentBytes(b)) }
+
+// udataCommentBytes returns the comment in a rule's user data, in place:
+// type-length-value records of one byte each, as nft and libnftnl write
+// them; nil when there is none.
+func udataCommentBytes(b []byte) []byte {
 	for len(b) >= 2 {
 		typ, n := b[0], int(b[1])
 		if 2+n > len(b) {
-			return ""
+			return nil
 		}
 		if typ == nftUdataRuleComment {
-			return cString(b[2 : 2+n])
+			return cBytes(b[2 : 2+n])
 		}
 		b = b[2+n:]
 	}
-	return ""
+	return nil
 }
 
 // cString returns b up to its first NUL.
-func cString(b []byte) string {
+func cString(b []byte) string { return string(cBytes(b)) }
+
+// cBytes returns b up to its first NUL, in place.
+func cBytes(b []byte) []byte {
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		b = b[:i]
 	}
-	return string(b)
+	return b
 }
 
 // AddrBytes returns each address as it appears in a rule: 4 or 16 bytes in

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"slices"
 	"syscall"
 	"testing"
 )
@@ -304,4 +306,114 @@ func TestAnUnknownFamilyIsRefusedBeforeAnythingIsSent(t *testing.T) {
 	if len(s.sent) != 0 {
 		t.Errorf("%d requests sent for unknown families", len(s.sent))
 	}
+}
+
+func TestFindRulesReadsOneChainAndKeepsOnlyTheRulesOfItsComments(t *testing.T) {
+	const table, chain = "cni_hostport", "hostports"
+	comments := map[string]bool{"web-1": true, "web-2": true}
+	rule := func(seq uint32, flags uint16, table, chain, comment string, expr byte) []byte {
+		m := ruleDatagram(seq, flags, table, chain, comment)
+		payload := append(m[nlmsgHeaderLen:len(m):len(m)], attr(nftaRuleExpressions, []byte{expr, expr, expr, expr})...)
+		return nlMsg(nfnlSubsysNFTables<<8|nftMsgNewRule, 2|flags, seq, payload)
+	}
+	always := func(f func(seq uint32) [][]byte) func(nlMessage, int) [][]byte {
+		return func(req nlMessage, _ int) [][]byte { return f(req.seq) }
+	}
+	for _, tc := range []struct {
+		name     string
+		script   func(req nlMessage, n int) [][]byte
+		want     []string // comment:expression byte of each rule found
+		wantErr  error
+		requests int
+	}{
+		{
+			name: "the rules of its comments are found, each with its expressions, the others skipped",
+			script: always(func(seq uint32) [][]byte {
+				return [][]byte{
+					joined(rule(seq, 0, table, chain, "a", 1), rule(seq, 0, table, chain, "web-1", 2)),
+					joined(rule(seq, 0, table, chain, "web-2", 3), rule(seq, 0, table, chain, "web-10", 4), doneDatagram(seq, 0, 0)),
+				}
+			}),
+			want: []string{"web-1:2", "web-2:3"}, requests: 1,
+		},
+		{
+			name: "a comment that only begins like one of its own is another's",
+			script: always(func(seq uint32) [][]byte {
+				return [][]byte{joined(rule(seq, 0, table, chain, "web-1x", 1), rule(seq, 0, table, chain, "web", 2), doneDatagram(seq, 0, 0))}
+			}),
+			requests: 1,
+		},
+		{
+			name: "rules of other tables and chains, from a kernel that does not filter, are not found",
+			script: always(func(seq uint32) [][]byte {
+				return [][]byte{joined(rule(seq, 0, "nat", chain, "web-1", 1), rule(seq, 0, table, "masquerading", "web-1", 2), doneDatagram(seq, 0, 0))}
+			}),
+			requests: 1,
+		},
+		{
+			name: "a dump a change interrupted is taken again, what the first attempt found forgotten",
+			script: func(req nlMessage, n int) [][]byte {
+				if n == 0 {
+					return [][]byte{joined(rule(req.seq, nlmFDumpIntr, table, chain, "web-1", 1), doneDatagram(req.seq, nlmFDumpIntr, 0))}
+				}
+				return [][]byte{joined(rule(req.seq, 0, table, chain, "web-1", 1), rule(req.seq, 0, table, chain, "web-2", 5), doneDatagram(req.seq, 0, 0))}
+			},
+			want: []string{"web-1:1", "web-2:5"}, requests: 2,
+		},
+		{
+			name:     "a chain that does not exist has no rules",
+			script:   always(func(seq uint32) [][]byte { return [][]byte{errorDatagram(seq, syscall.ENOENT)} }),
+			requests: 1,
+		},
+		{
+			name: "a dump that failed in the kernel is an error",
+			script: always(func(seq uint32) [][]byte {
+				return [][]byte{joined(rule(seq, 0, table, chain, "web-1", 1), doneDatagram(seq, 0, syscall.ENOBUFS))}
+			}),
+			wantErr: syscall.ENOBUFS, requests: 1,
+		},
+		{
+			name: "a message that is not a rule is an error",
+			script: always(func(seq uint32) [][]byte {
+				return [][]byte{nlMsg(nfnlSubsysNFTables<<8|nftMsgNewChain, 2, seq, []byte{2, 0, 0, 0})}
+			}),
+			wantErr: errNotARule, requests: 1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &replaySocket{script: tc.script}
+			rules, err := findRules(s, "ip", table, chain, comments)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("findRules = %d rules, %v; want an error that is %v", len(rules), err, tc.wantErr)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range rules {
+				if r.Table != table || r.Chain != chain || len(r.Expr) != 4 {
+					t.Errorf("rule %+v: not of %s %s with its 4 bytes of expressions", r, table, chain)
+				}
+				got = append(got, fmt.Sprintf("%s:%d", r.Comment, r.Expr[0]))
+			}
+			if tc.wantErr == nil && !slices.Equal(got, tc.want) {
+				t.Errorf("found %q, want %q (the expressions must be copies: the socket's buffer is spoilt after each read)", got, tc.want)
+			}
+			if len(s.sent) != tc.requests {
+				t.Errorf("%d requests sent, want %d", len(s.sent), tc.requests)
+			}
+			for _, req := range s.sent {
+				if a := attrsOf(t, req); req.flags != nlmFRequest|nlmFDump || len(a) != 2 || a[nftaRuleTable] != table || a[nftaRuleChain] != chain {
+					t.Errorf("request flags %#x, attributes %q; want a dump of table %s, chain %s", req.flags, a, table, chain)
+				}
+			}
+		})
+	}
+	t.Run("no chain is refused before anything is sent", func(t *testing.T) {
+		s := &replaySocket{script: func(nlMessage, int) [][]byte { return nil }}
+		if _, err := findRules(s, "ip", table, "", comments); !errors.Is(err, errNoChain) || len(s.sent) != 0 {
+			t.Errorf("findRules of no chain = %v after %d requests; want errNoChain before any", err, len(s.sent))
+		}
+	})
 }

@@ -15,7 +15,8 @@
 //
 //	nftables.go   New and Opener (opened once per Configurator), listings
 //	              over netlink (nft -j as the fallback), AnyRule's
-//	              in-process scan, LookupRule's one rule by handle
+//	              in-process scan, FindRules' search of chains by comment,
+//	              LookupRule's one rule by handle
 //	handles.go    DeleteByHandle: a listed rule deleted by handle only
 //	              while it is still the rule listed; DeleteRules
 //	listing.go    ParseListing: `nft -j` output read as a stream into

@@ -127,6 +127,47 @@ func (h *hostNFTables) AnyRule(ctx context.Context, tables []host.NFTable, match
 	return slices.Contains(found, true), errors.Join(errs...)
 }
 
+// FindRules implements NFTRuleFinder over netlink: one dump of each chain,
+// the tables at once over a socket each, the chains of one table in turn.
+func (h *hostNFTables) FindRules(ctx context.Context, chains []host.NFTChain, comments []string) ([]host.NFTRuleSketch, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	want := make(map[string]bool, len(comments))
+	for _, c := range comments {
+		want[c] = true
+	}
+	var tables []host.NFTable
+	byTable := map[host.NFTable][]string{}
+	for _, c := range chains {
+		if _, ok := byTable[c.Table]; !ok {
+			tables = append(tables, c.Table)
+		}
+		byTable[c.Table] = append(byTable[c.Table], c.Name)
+	}
+	found := make([][]nfnetlink.Rule, len(tables))
+	errs := make([]error, len(tables))
+	var wg sync.WaitGroup
+	for i, t := range tables {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			found[i], errs[i] = nfnetlink.FindRules(t.Family, t.Name, byTable[t], want)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	var out []host.NFTRuleSketch
+	for i, t := range tables {
+		for _, r := range found[i] {
+			out = append(out, host.NFTRuleSketch{Table: t, Chain: nftName(r.Chain), Handle: int(r.Handle), Comment: r.Comment, Raw: r.Expr})
+		}
+	}
+	return out, nil
+}
+
 // LookupRule implements NFTRuleLookup over netlink: the kernel finds the
 // rule by handle in its chain and sends it alone.
 func (h *hostNFTables) LookupRule(ctx context.Context, t host.NFTable, chain string, handle int) (host.NFTRuleSketch, bool, error) {
