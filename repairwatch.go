@@ -10,6 +10,7 @@ import (
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
 // The repair watcher (Config.RepairEvery) keeps the owner's live
@@ -405,7 +406,7 @@ func (w *repairWatcher) mayRepair(ca checkedAttachment, h footprint.Health) bool
 			w.reported[key] = now
 			w.c.logger.Error("repair watcher: attachment cannot be repaired in place: re-create the workload", "alloc_id", a.ID,
 				"network", a.Network, "ifname", a.IfName, "missing", driftOf(h, nil).Missing)
-			w.c.tel.countRepair(context.Background(), a.Network, outcomeNotInPlace)
+			w.c.tel.CountRepair(context.Background(), a.Network, telemetry.OutcomeNotInPlace)
 		}
 		return false
 	case len(recent) >= maxRepairs:
@@ -417,7 +418,7 @@ func (w *repairWatcher) mayRepair(ca checkedAttachment, h footprint.Health) bool
 			}
 			w.c.logger.Error(msg, "alloc_id", a.ID, "network", a.Network, "ifname", a.IfName, "repairs", len(recent), "window", fightWindow,
 				"missing", driftOf(h, nil).Missing, "last_error", w.failed[key])
-			w.c.tel.countRepair(context.Background(), a.Network, outcomeRefused)
+			w.c.tel.CountRepair(context.Background(), a.Network, telemetry.OutcomeRefused)
 		}
 		return false
 	}
@@ -572,7 +573,7 @@ func (w *repairWatcher) account(ctx context.Context, d repairDone, after footpri
 	}
 	w.mu.Unlock()
 	if after.Whole() && !changed.IsZero() {
-		c.tel.repairedAfter(ctx, d.rec.Network, d.at.Sub(changed))
+		c.tel.RepairedAfter(ctx, d.rec.Network, d.at.Sub(changed))
 	}
 }
 
