@@ -3,7 +3,6 @@ package telemetry
 import (
 	"errors"
 	"reflect"
-	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -38,28 +37,14 @@ type Recorder struct {
 	// unsetTP and unsetMP are the global providers' stand-ins, which
 	// record nothing until the program installs a provider, when cninet
 	// uses the global ones and none was installed yet; else nil.
-	unsetTP       trace.TracerProvider
-	unsetMP       metric.MeterProvider
-	noTraces      bool                    // Options.TracerProvider is a no-op one
-	noMetrics     bool                    // Options.MeterProvider is a no-op one
-	classify      func(error) string      // Options.ErrorType
-	operations    metric.Int64Counter     // cninet.operations
-	duration      metric.Float64Histogram // cninet.operation.duration
-	netOperations metric.Int64Counter     // cninet.network.operations
-	netDuration   metric.Float64Histogram // cninet.network.operation.duration
-	attempts      metric.Int64Counter     // cninet.add.attempts
-	retries       metric.Int64Counter     // cninet.add.retries
-	cleanup       metric.Int64Counter     // cninet.cleanup.removed
-	gcRemoved     metric.Int64Counter     // cninet.gc.removed
-	driftMissing  metric.Int64Counter     // cninet.drift.missing
-	repairs       metric.Int64Counter     // cninet.repairs
-	repairLatency metric.Float64Histogram // cninet.repair.latency
-	keptAtts      metric.Int64Counter     // cninet.kept
-	gauges        metric.Registration     // cninet.networks, cninet.network.ready
-
-	mu    sync.RWMutex
-	opts  map[optKey]measureOpts
-	ready map[string]bool // the last Status's verdict per network
+	unsetTP   trace.TracerProvider
+	unsetMP   metric.MeterProvider
+	noTraces  bool               // Options.TracerProvider is a no-op one
+	noMetrics bool               // Options.MeterProvider is a no-op one
+	classify  func(error) string // Options.ErrorType
+	instruments
+	opts  optCache
+	ready readiness
 }
 
 // New builds a Recorder's tracer and instruments from o's providers, the
@@ -68,7 +53,7 @@ type Recorder struct {
 // nil, only says which metrics will not be recorded (for a warning).
 func New(o Options) (*Recorder, error) {
 	tp, mp := o.TracerProvider, o.MeterProvider
-	t := &Recorder{classify: o.ErrorType, opts: map[optKey]measureOpts{}, ready: map[string]bool{}}
+	t := &Recorder{classify: o.ErrorType}
 	_, t.noTraces = tp.(tracenoop.TracerProvider)
 	_, t.noMetrics = mp.(noop.MeterProvider)
 	if tp == nil {
@@ -85,7 +70,7 @@ func New(o Options) (*Recorder, error) {
 	}
 	t.tracer = tp.Tracer(instrumentationName)
 	var errs []error
-	t.instruments(mp.Meter(instrumentationName), o.Networks, &errs)
+	t.instruments = newInstruments(mp.Meter(instrumentationName), o.Networks, &t.ready, &errs)
 	return t, errors.Join(errs...)
 }
 
@@ -107,17 +92,6 @@ func (t *Recorder) tracing() bool {
 // metering reports whether measurements can be recorded now.
 func (t *Recorder) metering() bool {
 	return t != nil && !t.noMetrics && (t.unsetMP == nil || otel.GetMeterProvider() != t.unsetMP)
-}
-
-// errorType is err's error.type, "" for nil.
-func (t *Recorder) errorType(err error) string {
-	switch {
-	case err == nil:
-		return ""
-	case t == nil || t.classify == nil:
-		return "_OTHER"
-	}
-	return t.classify(err)
 }
 
 // Close stops observing the gauges.

@@ -85,7 +85,7 @@ func (s OpSpan) End(err error) {
 	if s.start.IsZero() {
 		return
 	}
-	o := s.tel.optsFor(optKey{op: s.op, network: s.network, errorType: errType})
+	o := s.tel.opts.get(optKey{op: s.op, network: s.network, errorType: errType})
 	secs := time.Since(s.start).Seconds()
 	if s.network == "" {
 		s.tel.operations.Add(s.ctx, 1, o.add...)
@@ -105,19 +105,25 @@ func (t *Recorder) child(ctx context.Context, name string) (context.Context, tra
 	return t.tracer.Start(ctx, name)
 }
 
-// endSpan ends a span with err recorded, and returns err's error.type,
-// "" for nil.
+// endSpan ends a span with err recorded, and returns err's error.type:
+// "" for nil, Options.ErrorType's name for it, or "_OTHER".
 func (t *Recorder) endSpan(span trace.Span, err error) string {
-	errType := t.errorType(err)
-	if !span.IsRecording() {
-		return errType
+	if err == nil {
+		if span.IsRecording() {
+			span.End()
+		}
+		return ""
 	}
-	if err != nil {
+	errType := "_OTHER"
+	if t != nil && t.classify != nil {
+		errType = t.classify(err)
+	}
+	if span.IsRecording() {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		span.SetAttributes(attrErrorType.String(errType))
+		span.End()
 	}
-	span.End()
 	return errType
 }
 
@@ -164,9 +170,9 @@ func (s AttemptSpan) End(err error) {
 	if !s.tel.metering() {
 		return
 	}
-	o := s.tel.optsFor(optKey{op: OpAttach, network: s.network, errorType: errType})
+	o := s.tel.opts.get(optKey{op: OpAttach, network: s.network, errorType: errType})
 	s.tel.attempts.Add(s.ctx, 1, o.add...)
 	if s.attempt > 1 {
-		s.tel.retries.Add(s.ctx, 1, s.tel.optsFor(optKey{op: OpAttach, network: s.network}).add...)
+		s.tel.retries.Add(s.ctx, 1, s.tel.opts.get(optKey{op: OpAttach, network: s.network}).add...)
 	}
 }
