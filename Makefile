@@ -75,7 +75,7 @@ soak: deps
 bench: deps
 	@mkdir -p .cache/bench-plugins
 	$(GO) build -o .cache/bench-plugins/failonce ./testdata/plugins/failonce
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 . | tee .cache/gobench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 . ./internal/telemetry | tee .cache/gobench.txt
 	cd bench && $(GO) run . -plugins /usr/lib/cni -upstream ../.cache/cni/v1.9.1 -failonce ../.cache/bench-plugins \
 		-gobench ../.cache/gobench.txt -out ../BENCHMARKS.md -svg results.svg -state results.json $(BENCH_ARGS)
 

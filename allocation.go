@@ -71,6 +71,15 @@ type NetworkPorts struct {
 	ReservedPorts, DynamicPorts []Port
 }
 
+// allocID is alloc's id for a span or an error, before alloc is
+// validated.
+func allocID(alloc *Allocation) string {
+	if alloc == nil {
+		return ""
+	}
+	return alloc.ID
+}
+
 // checkContainerID is an ErrInvalidAllocation error when id is not a
 // CNI container id.
 func checkContainerID(id string) error {

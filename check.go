@@ -9,6 +9,7 @@ import (
 
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
 // Check tells whether a running workload's attachments are whole: every
@@ -63,8 +64,8 @@ type CheckOptions struct {
 
 // checkAll is Check of every network of the workload.
 func (c *Configurator) checkAll(ctx context.Context, alloc *Allocation, netns string, repair bool) (err error) {
-	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartOp(ctx, telemetry.OpCheck, allocID(alloc), netns)
+	defer func() { op.End(err) }()
 	req, err := c.requestIn(alloc, netns, ErrCheckFailed) // a namespace that is gone is a verdict: rebuild it
 	if err != nil {
 		return err
@@ -88,8 +89,8 @@ func (c *Configurator) checkAll(ctx context.Context, alloc *Allocation, netns st
 // (CheckOptions): the one the registry records, else the one libcni's
 // cache holds.
 func (c *Configurator) checkOne(ctx context.Context, alloc *Allocation, network, netns, ifName string, repair bool) (err error) {
-	ctx, op := c.tel.startOp(ctx, opCheck, allocID(alloc), netns)
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartOp(ctx, telemetry.OpCheck, allocID(alloc), netns)
+	defer func() { op.End(err) }()
 	req, err := c.namedRequest(alloc, network, netns, ifName, ErrCheckFailed)
 	if err != nil {
 		return err
@@ -157,8 +158,8 @@ func (c *Configurator) checkFound(ctx context.Context, found []foundAttachment, 
 // checkNetwork runs the plugins' CHECK on one network of the attachment,
 // without the plugins whose CHECK is known to be unsound here.
 func (c *Configurator) checkNetwork(ctx context.Context, req request, att attachment, netns string) (err error) {
-	ctx, op := c.tel.startNetwork(ctx, opCheckNetwork, att.name(), att.ifName, req.id, netns)
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpCheckNetwork, att.name(), att.ifName, req.id, netns)
+	defer func() { op.End(err) }()
 	if att.conf.info.disableCheck {
 		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, att.name())
 	}

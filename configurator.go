@@ -21,6 +21,7 @@ import (
 	"github.com/seed1280861d/cninet/internal/nftables"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/repairwatch"
+	"github.com/seed1280861d/cninet/internal/telemetry"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -153,7 +154,7 @@ type Configurator struct {
 	registry *hostRegistry     // the host registry: records and the locks every process honours
 	find     *attachmentFinder // an allocation's attachments
 	seams    *cleanerSeams     // how a cleanup reaches the host
-	tel      *telemetry
+	tel      *telemetry.Recorder
 
 	unrecordedAt atomic.Int64 // when Status last reported unrecorded attachments (UnixNano)
 
@@ -222,12 +223,12 @@ func New(cfg Config) (*Configurator, error) {
 		records: c.registry}
 	c.tel = newTelemetry(cfg, c)
 	if cfg.RepairEvery < 0 {
-		c.tel.close()
+		c.tel.Close()
 		return nil, fmt.Errorf("%w: RepairEvery %s: want a positive interval, or 0 for no repair watcher", ErrInvalidConfig, cfg.RepairEvery)
 	}
 	if cfg.Watch {
 		if c.watcher, err = startWatcher(c); err != nil {
-			c.tel.close()
+			c.tel.Close()
 			return nil, err
 		}
 	}
@@ -326,7 +327,7 @@ func (c *Configurator) Close() error {
 			c.repairer.Stop()
 		}
 		c.nets.close()
-		c.tel.close()
+		c.tel.Close()
 		if c.watcher != nil {
 			if err := c.watcher.stop(); err != nil {
 				c.closeErr = fmt.Errorf("%w: closing the ConfDir watcher: %w", ErrIO, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/telemetry"
 	"github.com/seed1280861d/cninet/internal/workload"
 )
 
@@ -46,8 +47,8 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 
 // connectNext is Connect on the next free interface name.
 func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, network, netns string) (_ *NetworkStatus, err error) {
-	ctx, op := c.tel.startOp(ctx, opConnect, allocID(alloc), netns)
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartOp(ctx, telemetry.OpConnect, allocID(alloc), netns)
+	defer func() { op.End(err) }()
 	req, err := c.requestIn(alloc, netns, ErrInvalidArgument)
 	if err != nil {
 		return nil, err
@@ -120,8 +121,8 @@ func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, networ
 // disconnectNetwork is Disconnect of whichever interface the workload
 // has in network.
 func (c *Configurator) disconnectNetwork(ctx context.Context, alloc *Allocation, network, netns string) (err error) {
-	ctx, op := c.tel.startOp(ctx, opDisconnect, allocID(alloc), netns)
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartOp(ctx, telemetry.OpDisconnect, allocID(alloc), netns)
+	defer func() { op.End(err) }()
 	req, err := newRequest(alloc, c.ignoreHostIP)
 	if err != nil {
 		return err
@@ -242,8 +243,8 @@ func (o ConnectOptions) runtimeIDOf(req request) string {
 
 // connectAs is Connect as o.IfName, for o.RuntimeID.
 func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network, netns string, o ConnectOptions) (_ *NetworkStatus, err error) {
-	ctx, op := c.tel.startOp(ctx, opConnect, allocID(alloc), netns)
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartOp(ctx, telemetry.OpConnect, allocID(alloc), netns)
+	defer func() { op.End(err) }()
 	ifName := o.IfName
 	req, err := c.namedRequest(alloc, network, netns, ifName, ErrInvalidArgument)
 	if err != nil {
@@ -279,7 +280,7 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 	if err := a.preflight(att); err != nil {
 		return nil, err
 	}
-	c.logFound(opConnect, req.id, 1, locked.Sub(start), time.Since(locked))
+	c.logFound(telemetry.OpConnect, req.id, 1, locked.Sub(start), time.Since(locked))
 	up, restore := keepLoopback(c.logger, req.id, netns, []foundAttachment{{att: att}})
 	defer restore()
 	a.loUp = up
@@ -288,8 +289,8 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 
 // disconnectAs is Disconnect of o.IfName, for o.RuntimeID.
 func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, network, netns string, o ConnectOptions) (err error) {
-	ctx, op := c.tel.startOp(ctx, opDisconnect, allocID(alloc), netns)
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartOp(ctx, telemetry.OpDisconnect, allocID(alloc), netns)
+	defer func() { op.End(err) }()
 	ifName := o.IfName
 	req, err := c.namedRequest(alloc, network, "", ifName, nil)
 	if err != nil {
@@ -328,7 +329,7 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 		if !(&workload.Probe{}).RecordGone(*rec) {
 			c.logger.Info("DEL of another owner's live attachment: nothing changed (its own owner, or the cninet CLI with --owner, detaches it)",
 				"alloc_id", req.id, "network", network, "if_name", ifName, "recorded_owner", rec.Owner, "owner", owner, "netns", rec.NetNS)
-			c.tel.kept(ctx, keptOtherOwners, network)
+			c.tel.Kept(ctx, telemetry.KeptOtherOwners, network)
 			return nil
 		}
 		c.logger.Info("detaching another owner's attachment: its namespace is gone",
@@ -342,7 +343,7 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 		fa.att.conf, fa.req, fa.cached = conf, recordedRequest(fa.req, *rec), true
 		fa.settled = rec.State == registry.Attached
 	}
-	c.logFound(opDisconnect, req.id, 1, locked.Sub(start), time.Since(locked))
+	c.logFound(telemetry.OpDisconnect, req.id, 1, locked.Sub(start), time.Since(locked))
 	up, restore := keepLoopback(c.logger, req.id, netns, []foundAttachment{fa})
 	defer restore()
 	d := c.detaching(owner, netns, true) // as in connectAs: others may be there unseen

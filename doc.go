@@ -134,7 +134,5 @@ operations share is a type in a file named after what it holds.
 	driver.go             How one network's plugins run: through go-cni (Config.CNI) or libcni.
 	result.go             NetworkStatus, InterfaceStatus, DNSConfig, StatusFromResult.
 	errors.go             The Err… sentinels every error wraps, and joinErrors.
-	telemetry.go          Traces: a span per operation, network, attempt, DEL and cleanup.
-	telemetry_items.go    What a cleanup removed, grouped by kind and backend for spans; what drift checks found and repairs restored.
-	telemetry_metrics.go  Metrics.
+	telemetry.go          What internal/telemetry (the spans and metrics) is given of this package: the providers, error.type by sentinel (errorType), the known networks, GC's items.
 */

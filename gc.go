@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/seed1280861d/cninet/internal/telemetry"
 	"github.com/seed1280861d/cninet/internal/workload"
 )
 
@@ -48,8 +49,8 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string, opts ...GC
 
 // gc is GC of everything but liveAllocIDs, as scope narrows it.
 func (c *Configurator) gc(ctx context.Context, liveAllocIDs []string, scope gcScope) (_ *GCReport, err error) {
-	ctx, op := c.tel.startOp(ctx, opGC, "", "")
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartOp(ctx, telemetry.OpGC, "", "")
+	defer func() { op.End(err) }()
 	if liveAllocIDs == nil {
 		return nil, fmt.Errorf("%w: nil live set (pass an empty slice when nothing is live)", ErrInvalidArgument)
 	}
@@ -69,7 +70,7 @@ func (c *Configurator) gc(ctx context.Context, liveAllocIDs []string, scope gcSc
 	g.progress.step("recorded attachments collected", g.report.Len())
 	errs := []error{recErr, g.cached(ctx)}
 	g.progress.step("libcni GC done", g.report.Len())
-	errs = append(errs, c.tel.traceSweep(ctx, names(g.nets), g.report, func() error { return g.sweep(ctx) }))
+	errs = append(errs, c.tel.TraceSweep(ctx, names(g.nets), g.report.Len, func() error { return g.sweep(ctx) }))
 	if g.dry {
 		c.logger.Info("GC dry run: nothing changed", "networks", len(g.nets), "would_remove", g.report.Len(), "alloc_ids", g.report.IDs())
 		return g.report, errors.Join(errs...)
@@ -78,7 +79,7 @@ func (c *Configurator) gc(ctx context.Context, liveAllocIDs []string, scope gcSc
 	if n := g.report.Len(); n > 0 {
 		c.logger.Info("GC removed stale attachments", "networks", len(g.nets), "items", n, "alloc_ids", g.report.IDs())
 	}
-	c.tel.gcDone(ctx, g.report, len(liveAllocIDs))
+	c.tel.GCDone(ctx, gcItems(g.report), g.report.Len(), len(liveAllocIDs))
 	return g.report, errors.Join(errs...)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
 // cached detaches every stale attachment libcni's cache holds in the
@@ -24,8 +25,8 @@ import (
 // Another owner's are not stale: recorded made their ids live.
 func (g *gcRun) cached(ctx context.Context) (err error) {
 	c := g.c
-	ctx, span := c.tel.startSpan(ctx, spanGCCached)
-	defer func() { span.end(err) }()
+	ctx, span := c.tel.StartSpan(ctx, telemetry.SpanGCCached)
+	defer func() { span.End(err) }()
 	before, err := c.lib.GetCachedAttachments("")
 	if err != nil {
 		return fmt.Errorf("%w: reading libcni's cache: %w (libcni's GC not run)", ErrCleanupFailed, err)
@@ -128,7 +129,7 @@ func (g *gcRun) holdsLiveUnrecorded(ctx context.Context, id string) bool {
 		}
 		c.logger.Info("GC kept a cached attachment no record claims, and its allocation: its namespace lives (another tool's workload, or one from before the registry)",
 			"alloc_id", id, "network", a.Network, "if_name", a.IfName, "netns", a.NetNS)
-		c.tel.kept(ctx, keptUnrecorded, a.Network)
+		c.tel.Kept(ctx, telemetry.KeptUnrecorded, a.Network)
 		return true
 	}
 	return false

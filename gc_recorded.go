@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
 // recorded collects this owner's recorded attachments whose allocation
@@ -31,7 +32,7 @@ func (g *gcRun) recorded(ctx context.Context) error {
 	others := map[string]bool{} // no GC of this owner may judge them
 	for _, d := range all.Damaged {
 		c.logger.Warn("registry file is no usable record: kept, and its id is not collected", "path", d.Path, "error", d.Err)
-		c.tel.kept(ctx, keptUnreadable, d.Key.Network)
+		c.tel.Kept(ctx, telemetry.KeptUnreadable, d.Key.Network)
 		g.report.addUnreadable(d.Path)
 		others[d.ID] = true
 	}

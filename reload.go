@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
 // Reload re-reads every network from ConfDir (ConfList and ConfLists
@@ -19,8 +20,8 @@ import (
 // workloads that joined it. A Configurator without ConfDir has nothing to
 // reload: that is an ErrInvalidConfig error.
 func (c *Configurator) Reload() (err error) {
-	_, op := c.tel.startOp(context.Background(), opReload, "", "")
-	defer func() { op.end(err) }()
+	_, op := c.tel.StartOp(context.Background(), telemetry.OpReload, "", "")
+	defer func() { op.End(err) }()
 	if c.nets.confDir == "" {
 		return fmt.Errorf("%w: no ConfDir to reload from", ErrInvalidConfig)
 	}

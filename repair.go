@@ -152,7 +152,7 @@ func (c *Configurator) driftCheck(ctx context.Context, atts []checkedAttachment,
 		if at[i] >= 0 {
 			out[i].health = checked[at[i]]
 		}
-		c.tel.checked(ctx, out[i].health)
+		c.tel.Checked(ctx, out[i].health)
 	}
 	if !repair {
 		return out
@@ -187,10 +187,10 @@ func (c *Configurator) driftCheck(ctx context.Context, atts []checkedAttachment,
 // repairOne restores what h found missing of ca, under a span of its
 // own, and counts it.
 func (c *Configurator) repairOne(ctx context.Context, checker repairwatch.Checker, ca checkedAttachment, h footprint.Health) ([]footprint.Missing, error) {
-	ctx, span := c.tel.startRepair(ctx, ca.live)
+	ctx, span := c.tel.StartRepair(ctx, ca.live.ID, ca.live.Network, ca.live.IfName)
 	restored, err := checker.Repair(h, c.restorers(ctx, ca))
-	c.tel.repaired(ctx, ca.live, len(h.Missing), len(restored), err)
-	span.end(err)
+	c.tel.Repaired(ctx, ca.live.Network, len(h.Missing), len(restored), err)
+	span.End(err)
 	return restored, err
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/repairwatch"
+	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
 // The repair watcher (Config.RepairEvery) keeps the owner's live
@@ -23,7 +24,7 @@ type watchedParts struct {
 	registry *hostRegistry
 	nets     *networks
 	seams    *cleanerSeams
-	tel      *telemetry
+	tel      *telemetry.Recorder
 	// checkedOf builds a live attachment from its record, and repair
 	// runs one repair of it through its plugins: the Configurator's.
 	checkedOf func(*registry.Record) (checkedAttachment, bool)
@@ -87,13 +88,13 @@ func (p watchedParts) NewChecker(ctx context.Context, r repairwatch.Read) repair
 }
 
 func (p watchedParts) Refused(ctx context.Context, network string, notInPlace bool) {
-	outcome := outcomeRefused
+	outcome := telemetry.OutcomeRefused
 	if notInPlace {
-		outcome = outcomeNotInPlace
+		outcome = telemetry.OutcomeNotInPlace
 	}
-	p.tel.countRepair(ctx, network, outcome)
+	p.tel.CountRepair(ctx, network, outcome)
 }
 
 func (p watchedParts) RepairedAfter(ctx context.Context, network string, d time.Duration) {
-	p.tel.repairedAfter(ctx, network, d)
+	p.tel.RepairedAfter(ctx, network, d)
 }

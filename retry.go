@@ -109,9 +109,9 @@ func (a attaching) withRetry(ctx context.Context, att attachment, alongside bool
 	var waited time.Duration // before this attempt
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		addCtx, try := c.tel.startAttempt(ctx, att, attempt, waited)
+		addCtx, try := c.tel.StartAttempt(ctx, att.name(), att.ifName, attempt, waited)
 		res, raw, err := driver.add(addCtx, req, att, netns)
-		try.end(err)
+		try.End(err)
 		if err == nil {
 			c.logger.Debug("network attached", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "duration", time.Since(start))
 			return res, raw, nil

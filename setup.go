@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
 // Setup attaches the network namespace at netns to the networks the
@@ -30,8 +32,8 @@ import (
 // in the host registry this cninet cannot read (damaged, or a newer
 // cninet's): the file is kept byte for byte, and the error names it.
 func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (_ *NetworkStatus, err error) {
-	ctx, op := c.tel.startOp(ctx, opSetup, allocID(alloc), netns)
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartOp(ctx, telemetry.OpSetup, allocID(alloc), netns)
+	defer func() { op.End(err) }()
 	req, err := c.requestIn(alloc, netns, ErrInvalidArgument)
 	if err != nil {
 		return nil, err
@@ -53,7 +55,7 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 			return nil, err
 		}
 	}
-	c.logFound(opSetup, req.id, len(atts), locked.Sub(start), time.Since(locked))
+	c.logFound(telemetry.OpSetup, req.id, len(atts), locked.Sub(start), time.Since(locked))
 	return a.all(ctx, atts)
 }
 
@@ -178,8 +180,8 @@ func setupFailures(ctx context.Context, errs []error) error {
 // one adds one network, with retries, and reads its status.
 func (a attaching) one(ctx context.Context, att attachment, alongside bool) (_ *NetworkStatus, err error) {
 	c, req := a.c, a.req
-	ctx, op := c.tel.startNetwork(ctx, opAttach, att.name(), att.ifName, req.id, a.netns)
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpAttach, att.name(), att.ifName, req.id, a.netns)
+	defer func() { op.End(err) }()
 	recordStart := time.Now()
 	rec, err := c.registry.recordAdding(a.owner, req, att, a.netns)
 	if err != nil {
@@ -218,9 +220,9 @@ func (a attaching) rollback(ctx context.Context, atts []attachment) error {
 	for i, att := range atts {
 		found[i] = foundAttachment{att: att, req: a.req}
 	}
-	ctx, span := a.c.tel.startSpan(ctx, spanRollback)
+	ctx, span := a.c.tel.StartSpan(ctx, telemetry.SpanRollback)
 	err := a.undoing().all(ctx, found)
-	span.end(err)
+	span.End(err)
 	if err != nil {
 		a.c.logger.Error("rollback of failed setup incomplete", "alloc_id", a.req.id, "error", err)
 	}

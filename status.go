@@ -11,6 +11,7 @@ import (
 
 	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/telemetry"
 	"github.com/seed1280861d/cninet/internal/workload"
 )
 
@@ -34,8 +35,8 @@ func (c *Configurator) Status(ctx context.Context, networks ...string) (err erro
 	if len(networks) > 0 {
 		return c.statusOf(ctx, networks)
 	}
-	ctx, op := c.tel.startOp(ctx, opStatus, "", "")
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartOp(ctx, telemetry.OpStatus, "", "")
+	defer func() { op.End(err) }()
 	def, err := c.nets.current()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
@@ -43,7 +44,7 @@ func (c *Configurator) Status(ctx context.Context, networks ...string) (err erro
 	var errs []error
 	for _, conf := range c.nets.all(false) {
 		err := c.networkReady(ctx, conf, conf.info.name == def.info.name)
-		c.tel.noteReady(conf.info.name, err)
+		c.tel.NoteReady(conf.info.name, err)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -130,8 +131,8 @@ func (c *Configurator) logUnrecorded() {
 // networkReady is Status for one network. The default network's STATUS
 // goes through Config.CNI, like its other commands.
 func (c *Configurator) networkReady(ctx context.Context, conf networkConf, isDefault bool) (err error) {
-	ctx, op := c.tel.startNetwork(ctx, opStatusNetwork, conf.info.name, "", "", "")
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpStatusNetwork, conf.info.name, "", "", "")
+	defer func() { op.End(err) }()
 	if err := c.plugins.missing(conf); err != nil {
 		return err
 	}
@@ -153,8 +154,8 @@ func (c *Configurator) networkReady(ctx context.Context, conf networkConf, isDef
 
 // statusOf is Status of the given networks only.
 func (c *Configurator) statusOf(ctx context.Context, networks []string) (err error) {
-	ctx, op := c.tel.startOp(ctx, opStatus, "", "")
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartOp(ctx, telemetry.OpStatus, "", "")
+	defer func() { op.End(err) }()
 	def, err := c.nets.current()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
@@ -166,7 +167,7 @@ func (c *Configurator) statusOf(ctx context.Context, networks []string) (err err
 			return err
 		}
 		err = c.networkReady(ctx, conf, conf.info.name == def.info.name)
-		c.tel.noteReady(network, err)
+		c.tel.NoteReady(network, err)
 		if err != nil {
 			errs = append(errs, err)
 		}

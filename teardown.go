@@ -10,6 +10,7 @@ import (
 
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/iptables"
+	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
 // Teardown detaches the workload of alloc from every network it is
@@ -33,8 +34,8 @@ import (
 // What it detaches, in which order, and why it is safe: docs/design.md,
 // "Teardown".
 func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) (err error) {
-	ctx, op := c.tel.startOp(ctx, opTeardown, allocID(alloc), netns)
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartOp(ctx, telemetry.OpTeardown, allocID(alloc), netns)
+	defer func() { op.End(err) }()
 	req, err := newRequest(alloc, c.ignoreHostIP)
 	if err != nil {
 		return err
@@ -51,7 +52,7 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 	if err != nil {
 		return err
 	}
-	c.logFound(opTeardown, req.id, len(found), locked.Sub(start), time.Since(locked))
+	c.logFound(telemetry.OpTeardown, req.id, len(found), locked.Sub(start), time.Since(locked))
 	d := c.detaching(owner, netns, len(unreadable) > 0) // an unreadable record's attachment stays: the workload keeps it
 	d.settled = true
 	return joinErrors([]error{d.all(ctx, found), unreadableError(req.id, unreadable)})
@@ -61,7 +62,7 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 // waited for the allocation's locks and how long finding its attachments
 // took (for Setup: resolving and checking the networks): with the
 // per-network lines, every phase of the operation is timed.
-func (c *Configurator) logFound(op operation, id string, networks int, lock, find time.Duration) {
+func (c *Configurator) logFound(op telemetry.Operation, id string, networks int, lock, find time.Duration) {
 	c.logger.Debug("attachments found", "alloc_id", id, "operation", op.String(), "networks", networks, "lock", lock, "find", find)
 }
 
@@ -104,11 +105,11 @@ func (c *Configurator) detaching(owner, netns string, others bool) detachment {
 
 // cleanupOp is the operation d's cleanups count under in
 // cninet.cleanup.removed: Setup's for a rollback, else Teardown's.
-func (d detachment) cleanupOp() operation {
+func (d detachment) cleanupOp() telemetry.Operation {
 	if d.rollback {
-		return opSetup
+		return telemetry.OpSetup
 	}
-	return opTeardown
+	return telemetry.OpTeardown
 }
 
 // all detaches found concurrently; one network's failure does not stop
@@ -153,8 +154,8 @@ func (d detachment) all(ctx context.Context, found []foundAttachment) error {
 // what matters is that nothing is left.
 func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool) (err error) {
 	c, req, att := d.c, fa.req, fa.att
-	ctx, op := c.tel.startNetwork(ctx, opDetach, att.name(), att.ifName, req.id, d.netns)
-	defer func() { op.end(err) }()
+	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpDetach, att.name(), att.ifName, req.id, d.netns)
+	defer func() { op.End(err) }()
 	start := time.Now()
 	proofs := &recordProofs{reg: c.registry, owner: d.owner, fa: foundAttachment{att: att, req: req}}
 	cl := c.seams.cleaner(ctx, att, proofs)
@@ -176,17 +177,17 @@ func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool)
 		if d.loUp && runsLoopback(att) && c.canOmit(att) {
 			omit = append(slices.Clip(omit), "loopback") // not kept from anyone's state: lo stays up
 		}
-		delCtx, delSpan := c.tel.startSpan(ctx, spanDel)
+		delCtx, delSpan := c.tel.StartSpan(ctx, telemetry.SpanDel)
 		removeErr = c.driverFor(att).del(delCtx, req, att, d.netns, omit)
-		delSpan.end(removeErr)
+		delSpan.End(removeErr)
 	} else {
 		preventErr = fmt.Errorf("%w in network %q: DEL withheld, since it could not be kept from other attachments' state: %w",
 			ErrCleanupFailed, att.name(), preventErr)
 	}
 	delDone := time.Now()
-	_, cleanSpan := c.tel.startSpan(ctx, spanCleanup)
+	_, cleanSpan := c.tel.StartSpan(ctx, telemetry.SpanCleanup)
 	removed, cleanErr := whileLockHeld(ctx, func() ([]footprint.Item, error) { return cl.Clean([]string{req.id}) })
-	c.tel.cleaned(ctx, cleanSpan, d.cleanupOp(), att.name(), removed, cleanErr)
+	c.tel.Cleaned(ctx, cleanSpan, d.cleanupOp(), att.name(), removed, cleanErr)
 	d.logRemoved(req.id, att.name(), removed, removeErr)
 	// prevent includes record: the registry's share, writing the proof
 	// before the DEL.
@@ -261,9 +262,9 @@ func (d detachment) hostportsOnce(ctx context.Context, found []foundAttachment) 
 			"alloc_id", fa.req.id, "error", err)
 		return
 	}
-	ctx, span := c.tel.startSpan(ctx, spanDel)
+	ctx, span := c.tel.StartSpan(ctx, telemetry.SpanDel)
 	err := c.driverFor(fa.att).delHostports(ctx, fa.req, fa.att, d.netns)
-	span.end(err)
+	span.End(err)
 	if err != nil {
 		c.logger.Warn("portmap's DEL of a leaving workload failed; the force cleanup removes its rules where it can prove them",
 			"alloc_id", fa.req.id, "network", fa.att.name(), "error", err)

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -31,52 +31,22 @@ func TestErrorTypeNamesTheMostSpecificSentinel(t *testing.T) {
 	}
 }
 
-// BenchmarkTelemetryWithoutProvider is what the instrumentation of one
-// Setup and Teardown (one network, one attempt) costs when the program
-// installs no OpenTelemetry provider: compare with BenchmarkSetupTeardown.
-func BenchmarkTelemetryWithoutProvider(b *testing.B) {
-	c := &Configurator{logger: hclog.NewNullLogger()}
-	t := newTelemetry(Config{}, c)
-	att := attachment{conf: networkConf{info: networkInfo{name: "nomad"}}, ifName: "eth0"}
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		sctx, setup := t.startOp(ctx, opSetup, "bench-1", "/var/run/netns/bench")
-		actx, attach := t.startNetwork(sctx, opAttach, att.name(), att.ifName, "bench-1", "/var/run/netns/bench")
-		_, try := t.startAttempt(actx, att, 1, 0)
-		try.end(nil)
-		attach.end(nil)
-		setup.end(nil)
-		tctx, teardown := t.startOp(ctx, opTeardown, "bench-1", "/var/run/netns/bench")
-		dctx, detach := t.startNetwork(tctx, opDetach, att.name(), att.ifName, "bench-1", "/var/run/netns/bench")
-		_, del := t.startSpan(dctx, spanDel)
-		del.end(nil)
-		_, clean := t.startSpan(dctx, spanCleanup)
-		t.cleaned(dctx, clean, opTeardown, att.name(), nil, nil)
-		detach.end(nil)
-		teardown.end(nil)
+// What the sweep removed passes as it is (TestTelemetryOfGC counts it by
+// backend through GC).
+func TestGCItemsAreTheReportsItemsWithDetachedAttachmentsByCNI(t *testing.T) {
+	report := &GCReport{}
+	report.addCached(GCItem{Kind: GCCachedAttachment, ID: "dead-1", Network: "nomad", Detail: "eth0"})
+	report.addCached(GCItem{Kind: GCRecordedAttachment, ID: "dead-2", Network: "nomad", Detail: "eth0"})
+	want := []footprint.Item{
+		{Kind: footprint.Kind(GCCachedAttachment), ID: "dead-1", Network: "nomad", Backend: "cni", Detail: "eth0"},
+		{Kind: footprint.Kind(GCRecordedAttachment), ID: "dead-2", Network: "nomad", Backend: "cni", Detail: "eth0"},
 	}
-}
-
-// A Configurator made without New (as some tests do) has no telemetry;
-// every hook must still work.
-func TestHooksWorkWithoutTelemetry(t *testing.T) {
-	var tel *telemetry
-	ctx, op := tel.startOp(context.Background(), opSetup, "a", "/x")
-	nctx, nop := tel.startNetwork(ctx, opAttach, "nomad", "eth0", "a", "/x")
-	_, try := tel.startAttempt(nctx, attachment{}, 2, 1)
-	try.end(errors.New("boom"))
-	_, span := tel.startSpan(nctx, spanCleanup)
-	tel.cleaned(nctx, span, opTeardown, "nomad", []footprint.Item{{Kind: footprint.KindRule, Detail: "iptables x"}}, nil)
-	nop.end(nil)
-	op.end(nil)
-	tel.noteReady("nomad", nil)
-	tel.gcDone(ctx, &GCReport{}, 0)
-	if err := tel.traceSweep(ctx, []string{"nomad"}, &GCReport{}, func() error { return nil }); err != nil {
-		t.Fatal(err)
+	if got := slices.Collect(gcItems(report)); !slices.Equal(got, want) {
+		t.Errorf("gcItems:\n got %+v\nwant %+v", got, want)
 	}
-	tel.close()
-	if tel.tracing() || tel.metering() {
-		t.Error("no telemetry, yet it claims to record")
+	for it := range report.All() {
+		if it.Backend == "cni" {
+			t.Errorf("the report itself says backend cni for %+v: only telemetry counts it so", it)
+		}
 	}
 }

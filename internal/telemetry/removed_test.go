@@ -1,4 +1,4 @@
-package cninet
+package telemetry
 
 import (
 	"testing"
@@ -17,7 +17,7 @@ func TestRemovedItemsAreCountedByKindAndBackend(t *testing.T) {
 		{"an nftables rule", footprint.Item{Kind: footprint.KindNFTRule, Backend: "nftables", Detail: "nftables rule inet cni_plugins_masquerade masq_checks handle 4"}, "rule", "nftables"},
 		{"a host-local reservation", footprint.Item{Kind: footprint.KindReservation, Backend: "files", Detail: "/var/lib/cni/networks/nomad/198.18.0.2"}, "reservation", "files"},
 		{"a cached result", footprint.Item{Kind: footprint.KindCachedResult, Backend: "files", Detail: "/var/lib/cni/results/nomad-a-eth0"}, "cached_result", "files"},
-		{"an attachment GC detached with DEL", footprint.Item{Kind: footprint.Kind(GCCachedAttachment), Detail: "eth0"}, "cached_attachment", "cni"},
+		{"an attachment GC detached with DEL", footprint.Item{Kind: "cached attachment", Backend: "cni", Detail: "eth0"}, "cached_attachment", "cni"},
 		{"the bandwidth plugin's device", footprint.Item{Kind: footprint.KindLink, Backend: "links", Detail: "device bwp0123"}, "network_device", "links"},
 		{"a kind not known yet keeps its name, without spaces; no backend is other", footprint.Item{Kind: "ifb device", Detail: "link bwp0123"}, "ifb_device", "other"},
 	} {
