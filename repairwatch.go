@@ -298,7 +298,7 @@ func (w *repairWatcher) live() []checkedAttachment {
 		if rec.State != registry.Attached || (rec.Owner != w.c.owner && !w.anyOwner) {
 			continue
 		}
-		if _, err := w.c.nets.known(rec.Network, true); err != nil {
+		if _, err := w.c.nets.Known(rec.Network, true); err != nil {
 			continue // another Configurator's network
 		}
 		ca, ok := w.known[rec.Key()]

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -37,7 +38,7 @@ func TestErrorTypeNamesTheMostSpecificSentinel(t *testing.T) {
 func BenchmarkTelemetryWithoutProvider(b *testing.B) {
 	c := &Configurator{logger: hclog.NewNullLogger()}
 	t := newTelemetry(Config{}, c)
-	att := attachment{conf: networkConf{info: networkInfo{name: "nomad"}}, ifName: "eth0"}
+	att := attachment{conf: catalog.Conf{Info: catalog.Info{Name: "nomad"}}, ifName: "eth0"}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
