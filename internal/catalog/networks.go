@@ -279,19 +279,21 @@ func (n *Networks) Reload() error {
 }
 
 // retire keeps the networks a reload dropped, so that Teardown can still
-// detach workloads that joined them.
+// detach workloads that joined them. The map is a new one: a View holds
+// the last one without the lock.
 func (n *Networks) retire(next set) {
-	if n.retired == nil {
-		n.retired = map[string]Conf{}
+	retired := make(map[string]Conf, len(n.retired))
+	for name, conf := range n.retired {
+		if _, back := next.byName[name]; !back {
+			retired[name] = conf
+		}
 	}
 	for name, conf := range n.set.byName {
 		if _, still := next.byName[name]; !still {
-			n.retired[name] = conf
+			retired[name] = conf
 		}
 	}
-	for name := range next.byName {
-		delete(n.retired, name)
-	}
+	n.retired = retired
 }
 
 // Close makes every later call but Teardown's fail with errs.Closed.
