@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	cni "github.com/containerd/go-cni"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -100,8 +101,8 @@ func validateAllocation(alloc *Allocation) error {
 	}
 	seen := make(map[string]bool, len(alloc.NetworkNames))
 	for _, name := range alloc.NetworkNames {
-		if !networkNameRule.MatchString(name) {
-			return fmt.Errorf("%w: allocation %s: network name %q does not match %s", ErrInvalidAllocation, alloc.ID, name, networkNameRule)
+		if !catalog.NameRule.MatchString(name) {
+			return fmt.Errorf("%w: allocation %s: network name %q does not match %s", ErrInvalidAllocation, alloc.ID, name, catalog.NameRule)
 		}
 		if seen[name] {
 			return fmt.Errorf("%w: allocation %s joins network %q twice", ErrInvalidAllocation, alloc.ID, name)

@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
@@ -19,7 +20,7 @@ import (
 // Allocation names, the host registry's records, and, for state the
 // registry never saw, libcni's cache and the intent records.
 type attachmentFinder struct {
-	nets     *networks
+	nets     *catalog.Networks
 	registry *hostRegistry
 	lib      *libcni.CNIConfig // reads libcni's cache
 	cacheDir string
@@ -33,45 +34,41 @@ type attachmentFinder struct {
 // attachment is one allocation on one network, with its interface name
 // (at first its place in the allocation's list).
 type attachment struct {
-	conf   networkConf
+	conf   catalog.Conf
 	ifName string // ifPrefix + the network's index in the allocation's list
 	// viaCNI: the default network as the first interface, which go-cni (or
 	// Config.CNI) attaches — the single-network path, unchanged.
 	viaCNI bool
 }
 
-func (att attachment) name() string { return att.conf.info.name }
+func (att attachment) name() string { return att.conf.Info.Name }
 
 // named resolves the networks alloc joins, in order: its
 // NetworkNames, or the default network. An unknown name fails before any
 // plugin runs. Teardown (forTeardown) may still name a network that a
 // Reload dropped, and works after Close.
 func (f *attachmentFinder) named(alloc *Allocation, forTeardown bool) ([]attachment, error) {
-	f.nets.mu.RLock()
-	def, reg, retired, closed := f.nets.conf, f.nets.set, f.nets.retired, f.nets.closed
-	f.nets.mu.RUnlock()
-	if closed && !forTeardown {
-		return nil, fmt.Errorf("%w: network %q", ErrClosed, def.info.name)
+	known := f.nets.View()
+	def := known.Default
+	if known.Closed && !forTeardown {
+		return nil, fmt.Errorf("%w: network %q", ErrClosed, def.Info.Name)
 	}
 	names := alloc.NetworkNames
 	if len(names) == 0 {
-		names = []string{def.info.name}
+		names = []string{def.Info.Name}
 	}
 	atts := make([]attachment, 0, len(names))
 	var unknown []string
 	for i, name := range names {
-		if i == 0 && name == def.info.name {
-			conf, err := f.nets.current()
+		if i == 0 && name == def.Info.Name {
+			conf, err := f.nets.Current()
 			if err != nil && !(forTeardown && errors.Is(err, ErrClosed)) {
 				return nil, err
 			}
 			atts = append(atts, attachment{conf: conf, ifName: f.ifs.at(0), viaCNI: true})
 			continue
 		}
-		conf, ok := reg.byName[name]
-		if !ok && forTeardown {
-			conf, ok = retired[name]
-		}
+		conf, ok := known.Lookup(name, forTeardown)
 		if !ok && forTeardown && f.registry.recordedIn(alloc.ID, name) {
 			continue // its conflist went: the record has it (withRecords)
 		}
@@ -81,12 +78,7 @@ func (f *attachmentFinder) named(alloc *Allocation, forTeardown bool) ([]attachm
 		atts = append(atts, attachment{conf: conf, ifName: f.ifs.at(i)})
 	}
 	if len(unknown) > 0 {
-		err := fmt.Errorf("%w: allocation %s: no network %s (known: %s)",
-			ErrNetworkNotFound, alloc.ID, strings.Join(unknown, ", "), strings.Join(reg.names(), ", "))
-		if len(reg.skipped) > 0 {
-			err = fmt.Errorf("%w; %d unreadable file(s) skipped: %w", err, len(reg.skipped), errors.Join(reg.skipped...))
-		}
-		return nil, err
+		return nil, known.NotFound(alloc.ID, unknown)
 	}
 	return atts, nil
 }
@@ -125,7 +117,7 @@ func (f *attachmentFinder) of(alloc *Allocation, req request, owner string, forT
 	// Configurator's of the same owner, unless the allocation names the
 	// network (its conflist went: the record has it).
 	return slices.DeleteFunc(found, func(fa foundAttachment) bool {
-		_, err := f.nets.known(fa.att.name(), true)
+		_, err := f.nets.Known(fa.att.name(), true)
 		return err != nil && !slices.Contains(alloc.NetworkNames, fa.att.name())
 	}), unreadable, nil
 }
@@ -207,11 +199,11 @@ func (f *attachmentFinder) attached(all []foundAttachment) []foundAttachment {
 // or Disconnect finishes it.
 func (f *attachmentFinder) recordedOnly(req request, found []foundAttachment) []foundAttachment {
 	var out []foundAttachment
-	for _, r := range footprint.IntentRecordsOf(f.cacheDir, req.id, f.nets.names()) {
+	for _, r := range footprint.IntentRecordsOf(f.cacheDir, req.id, f.nets.Names()) {
 		if slices.ContainsFunc(found, func(fa foundAttachment) bool { return fa.att.name() == r.Network }) {
 			continue
 		}
-		conf, err := f.nets.known(r.Network, true)
+		conf, err := f.nets.Known(r.Network, true)
 		if err != nil {
 			continue
 		}
@@ -226,7 +218,7 @@ func (f *attachmentFinder) recordedOnly(req request, found []foundAttachment) []
 func (f *attachmentFinder) cachedOnly(req request, byNetwork map[string][]*libcni.NetworkAttachment, forTeardown bool) []foundAttachment {
 	var found []foundAttachment
 	for name, as := range byNetwork {
-		conf, err := f.nets.known(name, forTeardown)
+		conf, err := f.nets.Known(name, forTeardown)
 		if err != nil {
 			f.logger.Debug("cached attachment of a network this configurator does not know left alone",
 				"alloc_id", req.id, "network", name)
@@ -313,11 +305,11 @@ func (f *attachmentFinder) cachedAt(id, network, ifName string) *libcni.NetworkA
 // the plugins reported. It is nil, with a nil error, when the cache holds
 // none. A network this Configurator does not know is ErrNetworkNotFound.
 func (c *Configurator) CachedResult(id, network, ifName string) (types.Result, error) {
-	conf, err := c.nets.known(network, true)
+	conf, err := c.nets.Known(network, true)
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.lib.GetNetworkListCachedResult(conf.list, &libcni.RuntimeConf{ContainerID: id, IfName: ifName})
+	res, err := c.lib.GetNetworkListCachedResult(conf.List, &libcni.RuntimeConf{ContainerID: id, IfName: ifName})
 	if err != nil {
 		return nil, fmt.Errorf("%w: cached result of allocation %s in network %q as %s: %w", ErrIO, id, network, ifName, err)
 	}

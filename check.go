@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/telemetry"
@@ -100,7 +101,7 @@ func (c *Configurator) checkOne(ctx context.Context, alloc *Allocation, network,
 		return err
 	}
 	defer leave()
-	conf, err := c.nets.known(network, false)
+	conf, err := c.nets.Known(network, false)
 	if err != nil {
 		return fmt.Errorf("%w (checking allocation %s)", err, req.id)
 	}
@@ -160,13 +161,13 @@ func (c *Configurator) checkFound(ctx context.Context, found []foundAttachment, 
 func (c *Configurator) checkNetwork(ctx context.Context, req request, att attachment, netns string) (err error) {
 	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpCheckNetwork, att.name(), att.ifName, req.id, netns)
 	defer func() { op.End(err) }()
-	if att.conf.info.disableCheck {
+	if att.conf.Info.DisableCheck {
 		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, att.name())
 	}
 	driver := c.driverFor(att)
-	omit := c.plugins.unsoundChecks(ctx, driver, att)
+	omit := unsoundChecks(ctx, c.plugins, driver, att)
 	if err := driver.check(ctx, req, att, netns, omit); err != nil {
-		if why := c.plugins.knownFalseFailure(ctx, driver, att, err); why != "" {
+		if why := knownFalseFailure(ctx, c.plugins, driver, att, err); why != "" {
 			return fmt.Errorf("%w: allocation %s in network %q: %s: %w", ErrCheckUnsupported, req.id, att.name(), why, err)
 		}
 		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrCheckFailed, req.id, att.name(), err)
@@ -179,11 +180,11 @@ func (c *Configurator) checkNetwork(ctx context.Context, req request, att attach
 // for: portmap releases before CNI spec 1.1 (Debian's 1.1.1 among them)
 // check the DNAT chain of both IP families for every address. Where the
 // driver cannot leave a plugin out (an injected Config.CNI), none.
-func (p *plugins) unsoundChecks(ctx context.Context, driver netDriver, att attachment) []string {
-	if !driver.runsPlugins() || !slices.Contains(att.conf.info.pluginTypes, "portmap") {
+func unsoundChecks(ctx context.Context, p *catalog.Plugins, driver netDriver, att attachment) []string {
+	if !driver.runsPlugins() || !slices.Contains(att.conf.Info.PluginTypes, "portmap") {
 		return nil
 	}
-	if p.versions.supports(ctx, p.lib, "portmap", "1.1.0") {
+	if p.Supports(ctx, "portmap", "1.1.0") {
 		return nil
 	}
 	return []string{"portmap"}
@@ -196,15 +197,15 @@ func (p *plugins) unsoundChecks(ctx context.Context, driver netDriver, att attac
 // The bridge plugin's CHECK runs the IPAM plugin whether or not its
 // config names one, so on an L2-only network (no IPAM) it always fails
 // with "no plugin name provided".
-func (p *plugins) knownFalseFailure(ctx context.Context, driver netDriver, att attachment, err error) string {
+func knownFalseFailure(ctx context.Context, p *catalog.Plugins, driver netDriver, att attachment, err error) string {
 	msg := err.Error()
-	if att.conf.info.noIPAM && strings.Contains(msg, "no plugin name provided") {
+	if att.conf.Info.NoIPAM && strings.Contains(msg, "no plugin name provided") {
 		return "the network names no IPAM plugin (L2 only), and a plugin's CHECK ran one all the same"
 	}
 	if !driver.runsPlugins() || !strings.Contains(msg, "could not check ipv") || !strings.Contains(msg, "dnat") {
 		return ""
 	}
-	if p.versions.supports(ctx, p.lib, "portmap", "1.1.0") {
+	if p.Supports(ctx, "portmap", "1.1.0") {
 		return ""
 	}
 	return "this portmap release (before CNI spec 1.1) checks both IP families' DNAT chains for every address, so its CHECK fails on healthy attachments"

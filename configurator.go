@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/iptables"
 	"github.com/seed1280861d/cninet/internal/links"
@@ -149,8 +150,8 @@ type Configurator struct {
 	retry        RetryPolicy
 	owner        string
 
-	nets     *networks         // every known network
-	plugins  *plugins          // the plugin binaries and the backends they use here
+	nets     *catalog.Networks // every known network
+	plugins  *catalog.Plugins  // the plugin binaries and the backends they use here
 	registry *hostRegistry     // the host registry: records and the locks every process honours
 	find     *attachmentFinder // an allocation's attachments
 	seams    *cleanerSeams     // how a cleanup reaches the host
@@ -201,21 +202,21 @@ func New(cfg Config) (*Configurator, error) {
 	c.lib = libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, c.cacheDir, exec)
 	c.driver = libDriver{lib: c.lib, noCache: libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, filepath.Join(c.cacheDir, "cninet", "no-cache"), exec),
 		exec: exec}
-	if c.nets, err = newNetworks(cfg, c.logger); err != nil {
-		return nil, err
-	}
 	if c.cni = cfg.CNI; c.cni == nil {
 		c.findPlugins = true
 		if c.cni, err = cni.New(cni.WithPluginDir(cfg.PluginDirs), cni.WithInterfacePrefix(cfg.InterfacePrefix)); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
-	c.nets.cni = c.cni
+	sources := catalog.Sources{ConfDir: cfg.ConfDir, NetworkName: cfg.NetworkName, ConfList: cfg.ConfList, ConfLists: cfg.ConfLists}
+	if c.nets, err = catalog.NewNetworks(sources, c.logger, c.cni); err != nil {
+		return nil, err
+	}
 	if cfg.Watch && (len(cfg.ConfList) > 0 || cfg.ConfDir == "") {
 		return nil, fmt.Errorf("%w: Watch needs ConfDir and no ConfList", ErrInvalidConfig)
 	}
 	ipt, nft := &iptables.Opener{Open: cfg.IPTables}, &nftables.Opener{Open: cfg.NFTables}
-	c.plugins = &plugins{dirs: cfg.PluginDirs, lib: c.lib, iptOpener: ipt, nftOpener: nft}
+	c.plugins = catalog.NewPlugins(cfg.PluginDirs, c.lib, ipt, nft)
 	c.registry = &hostRegistry{store: store, cacheDir: c.cacheDir, logger: c.logger, nets: c.nets, plugins: c.plugins}
 	c.find = &attachmentFinder{nets: c.nets, registry: c.registry, lib: c.lib, cacheDir: c.cacheDir, ifs: c.ifs, logger: c.logger,
 		injectedCNI: !c.findPlugins}
@@ -278,18 +279,18 @@ type cleanerSeams struct {
 	openLinks func() (host.Links, error)
 	cacheDir  string
 	ifs       ifNaming
-	nets      *networks
-	plugins   *plugins
+	nets      *catalog.Networks
+	plugins   *catalog.Plugins
 	records   footprint.RecordedHolders // the host registry
 }
 
 // network is what the cleaner must know about conf's network: its
 // attachments have interface ifName, or any of ifNames.
-func (s *cleanerSeams) network(conf networkConf, ifName string, ifNames []string) footprint.Network {
-	n := conf.info.footprint
+func (s *cleanerSeams) network(conf catalog.Conf, ifName string, ifNames []string) footprint.Network {
+	n := conf.Info.Footprint
 	n.IfName, n.IfNames, n.CacheDir = ifName, ifNames, s.cacheDir
-	n.HostportNFT = s.plugins.hostportNFT(conf)
-	n.NoIPTables = !s.plugins.needsIPTables(conf)
+	n.HostportNFT = s.plugins.HostportNFT(conf)
+	n.NoIPTables = !s.plugins.NeedsIPTables(conf)
 	return n
 }
 
@@ -297,7 +298,7 @@ func (s *cleanerSeams) network(conf networkConf, ifName string, ifNames []string
 // state may be there, those a Reload dropped included: another network's
 // reservations and cached results say that an address is held.
 func (s *cleanerSeams) all() footprint.Seams {
-	known := s.nets.all(true)
+	known := s.nets.All(true)
 	ifNames := s.ifs.all(len(known))
 	nets := make([]footprint.Network, len(known))
 	for i, conf := range known {
@@ -326,7 +327,7 @@ func (c *Configurator) Close() error {
 		if c.repairer != nil {
 			c.repairer.Stop()
 		}
-		c.nets.close()
+		c.nets.Close()
 		c.tel.Close()
 		if c.watcher != nil {
 			if err := c.watcher.stop(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/telemetry"
@@ -53,7 +54,7 @@ func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, netwo
 	if err != nil {
 		return nil, err
 	}
-	if err := checkNetworkName(network); err != nil {
+	if err := catalog.CheckName(network); err != nil {
 		return nil, err
 	}
 	leave, err := c.registry.enter(ctx, req.id, true)
@@ -61,7 +62,7 @@ func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, netwo
 		return nil, err
 	}
 	defer leave()
-	conf, err := c.nets.known(network, false)
+	conf, err := c.nets.Known(network, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
 	}
@@ -127,7 +128,7 @@ func (c *Configurator) disconnectNetwork(ctx context.Context, alloc *Allocation,
 	if err != nil {
 		return err
 	}
-	if err := checkNetworkName(network); err != nil {
+	if err := catalog.CheckName(network); err != nil {
 		return err
 	}
 	leave, err := c.registry.enter(ctx, req.id, false)
@@ -135,7 +136,7 @@ func (c *Configurator) disconnectNetwork(ctx context.Context, alloc *Allocation,
 		return err
 	}
 	defer leave()
-	if _, err := c.nets.known(network, true); err != nil {
+	if _, err := c.nets.Known(network, true); err != nil {
 		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
 	}
 	owner := c.ownerOf(ctx)
@@ -192,7 +193,7 @@ func keepLoopback(logger hclog.Logger, id, netns string, found []foundAttachment
 
 // runsLoopback reports whether att's chain has the loopback plugin.
 func runsLoopback(att attachment) bool {
-	return slices.Contains(att.conf.info.pluginTypes, "loopback")
+	return slices.Contains(att.conf.Info.PluginTypes, "loopback")
 }
 
 // ConnectOptions name the interface of the attachment that Connect makes
@@ -258,7 +259,7 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 	}
 	defer leave()
 	locked := time.Now()
-	conf, err := c.nets.known(network, false)
+	conf, err := c.nets.Known(network, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
 	}
@@ -306,7 +307,7 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 	locked := time.Now()
 	owner := c.ownerOf(ctx)
 	rec := c.registry.recorded(req.id, network, ifName)
-	conf, err := c.nets.known(network, true)
+	conf, err := c.nets.Known(network, true)
 	if err != nil && rec == nil {
 		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
 	}

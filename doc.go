@@ -58,9 +58,10 @@ One noun per concept, in the documentation and in the code:
   - allocation: the workload as the caller names it (Allocation); its ID
     is the CNI container ID.
   - network: a configured CNI network, one conflist this Configurator
-    knows, by its name. Its conf is the conflist as loaded (the
-    unexported type networkConf; a value of it is named conf); every
-    known network is the type networks.
+    knows, by its name. Its conf is the conflist as loaded (type
+    catalog.Conf; a value of it is named conf); every known network is
+    catalog.Networks, and the network catalog (internal/catalog) holds
+    them, the plugins and their backends, and the conflist files.
     In the exported API a network argument is a network's name. The
     default network is the one an Allocation that names none joins.
   - operation: one call of this package's API (Setup, Teardown,
@@ -110,9 +111,9 @@ operations share is a type in a file named after what it holds.
 	doc.go                This overview.
 	configurator.go       Config (its seams are package host's), Configurator, New, Close; cleanerSeams: how a cleanup reaches the host.
 	allocation.go         Allocation, Port, NetworkPorts, PortMappings.
-	networks.go           networks: every known network, read from Config and on Reload, handed to go-cni; networkConf; Networks.
-	conflist.go           Conflists: LoadConfList, BridgeConfig, BridgeConfList, WriteConfList, parsing.
-	request.go            The request: built from an Allocation (and from libcni's cache or a record), its CNI args and capability arguments (ValidateCapabilities); optionsOf.
+	networks.go           Networks, NetworkName, ConfList: the known networks (internal/catalog's Networks).
+	conflist.go           Conflists: LoadConfList, BridgeConfig, DefaultBridgeConfig, BridgeConfList, WriteConfList, the Backend… names (internal/catalog does the work).
+	request.go            The request: built from an Allocation (and from libcni's cache or a record), its CNI args and capability arguments (ValidateCapabilities, the Capability… names); optionsOf.
 	attachments.go        attachmentFinder: an allocation's attachments, from the Allocation, the registry and libcni's cache; ifNaming; CachedResult.
 	setup.go              Setup; attaching: attach every network concurrently, all or nothing, and the rollback.
 	retry.go              RetryPolicy and the ADD retry loop (attaching.withRetry).
@@ -130,9 +131,8 @@ operations share is a type in a file named after what it holds.
 	records.go            hostRegistry: the host registry in every operation: records, owners, locks; Attachments.
 	unreadable.go         Registry files this cninet cannot read: kept, their attachments left alone; ErrRecordUnreadable.
 	reload.go             Reload and the ConfDir watcher.
-	plugins.go            plugins: the plugin binaries found before Setup, their versions, the firewall backend each really uses here.
 	driver.go             How one network's plugins run: through go-cni (Config.CNI) or libcni.
 	result.go             NetworkStatus, InterfaceStatus, DNSConfig, StatusFromResult.
-	errors.go             The Err… sentinels every error wraps, and joinErrors.
+	errors.go             The Err… sentinels every error wraps (those the internal packages wrap tied to their internal/errs kinds), and joinErrors.
 	telemetry.go          What internal/telemetry (the spans and metrics) is given of this package: the providers, error.type by sentinel (errorType), the known networks, GC's items.
 */

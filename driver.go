@@ -164,12 +164,12 @@ func (d libDriver) runtimeConf(req request, att attachment, netns string) *libcn
 // libDriver.runtimeConf).
 func runtimeConfOf(req request, att attachment, netns string) *libcni.RuntimeConf {
 	rt := &libcni.RuntimeConf{ContainerID: req.id, NetNS: netns, IfName: att.ifName, Args: req.args}
-	rt.CapabilityArgs = declaredCapabilities(req, att.conf.info)
+	rt.CapabilityArgs = att.conf.Info.Declared(req.mappings, req.caps)
 	return rt
 }
 
 func (d libDriver) add(ctx context.Context, req request, att attachment, netns string) (*cni.Result, *types100.Result, error) {
-	res, err := d.lib.AddNetworkList(ctx, att.conf.list, d.runtimeConf(req, att, netns))
+	res, err := d.lib.AddNetworkList(ctx, att.conf.List, d.runtimeConf(req, att, netns))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -182,7 +182,7 @@ func (d libDriver) add(ctx context.Context, req request, att attachment, netns s
 }
 
 func (d libDriver) del(ctx context.Context, req request, att attachment, netns string, omit []string) error {
-	return d.lib.DelNetworkList(ctx, withoutPlugins(att.conf.list, omit), d.runtimeConf(req, att, netns))
+	return d.lib.DelNetworkList(ctx, withoutPlugins(att.conf.List, omit), d.runtimeConf(req, att, netns))
 }
 
 // onlyPlugin returns list with only its plugins of type typ.
@@ -208,7 +208,7 @@ func withoutPlugins(list *libcni.NetworkConfigList, omit []string) *libcni.Netwo
 }
 
 func (d libDriver) delHostports(ctx context.Context, req request, att attachment, netns string) error {
-	return d.noCache.DelNetworkList(ctx, onlyPlugin(att.conf.list, "portmap"), d.runtimeConf(req, att, netns))
+	return d.noCache.DelNetworkList(ctx, onlyPlugin(att.conf.List, "portmap"), d.runtimeConf(req, att, netns))
 }
 
 // addPlugin runs the ADD of att's plugin of type typ alone, configured as
@@ -218,7 +218,7 @@ func (d libDriver) delHostports(ctx context.Context, req request, att attachment
 // environment libcni gives it. Nothing is cached: libcni's cache keeps
 // the whole chain's result.
 func (d libDriver) addPlugin(ctx context.Context, req request, att attachment, netns, typ string, prev types.Result) error {
-	list := att.conf.list
+	list := att.conf.List
 	i := slices.IndexFunc(list.Plugins, func(p *libcni.PluginConfig) bool { return p.Network != nil && p.Network.Type == typ })
 	if i < 0 {
 		return fmt.Errorf("%w: network %q runs no plugin %q", ErrInvalidConfig, att.name(), typ)
@@ -254,7 +254,7 @@ func (d libDriver) addPlugin(ctx context.Context, req request, att attachment, n
 }
 
 func (d libDriver) check(ctx context.Context, req request, att attachment, netns string, omit []string) error {
-	return d.lib.CheckNetworkList(ctx, withoutPlugins(att.conf.list, omit), d.runtimeConf(req, att, netns))
+	return d.lib.CheckNetworkList(ctx, withoutPlugins(att.conf.List, omit), d.runtimeConf(req, att, netns))
 }
 
 func (d libDriver) runsPlugins() bool { return true }

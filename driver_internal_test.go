@@ -67,7 +67,11 @@ func TestLibcniIsToldThePortMappingsOnlyWhereTheConflistDeclaresThemAndTheArgsEv
 		mappings bool
 	}{{"b", true}, {"c", false}} {
 		t.Run(tc.network, func(t *testing.T) {
-			att := attachment{conf: f.c.nets.set.byName[tc.network], ifName: "eth1"}
+			conf, err := f.c.nets.Known(tc.network, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			att := attachment{conf: conf, ifName: "eth1"}
 			rt := libDriver{}.runtimeConf(req, att, "/x")
 			_, has := rt.CapabilityArgs["portMappings"]
 			if has != tc.mappings || rt.IfName != "eth1" || rt.ContainerID != "w" || rt.NetNS != "/x" || !reflect.DeepEqual(rt.Args, req.args) {

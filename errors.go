@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/errs"
 )
 
 // Every error an exported function or method of this package returns wraps
@@ -103,6 +104,20 @@ var (
 	// failed (writing a conflist file, closing the ConfDir watcher).
 	ErrIO = errors.New("host i/o failed")
 )
+
+// The kinds of error the internal packages wrap are these sentinels:
+// errors.Is(err, ErrInvalidConfig) holds for an error of theirs that
+// wraps errs.InvalidConfig.
+func init() {
+	errs.InvalidAllocation.Export(ErrInvalidAllocation)
+	errs.InvalidArgument.Export(ErrInvalidArgument)
+	errs.InvalidConfig.Export(ErrInvalidConfig)
+	errs.NetworkNotFound.Export(ErrNetworkNotFound)
+	errs.PluginMissing.Export(ErrPluginMissing)
+	errs.NotReady.Export(ErrNotReady)
+	errs.Closed.Export(ErrClosed)
+	errs.IO.Export(ErrIO)
+}
 
 // joinErrors is errors.Join that returns a lone error as it is (nils
 // are dropped).

@@ -3,6 +3,7 @@ package cninet_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/seed1280861d/cninet"
 	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/errs"
 )
 
 // sentinels are every exported sentinel; the contract in errors.go says
@@ -196,6 +198,26 @@ func TestEveryExportedFailureWrapsItsSentinelAndKeepsItsCause(t *testing.T) {
 			}
 			if wraps == 0 {
 				t.Fatalf("err = %v wraps no sentinel", err)
+			}
+		})
+	}
+}
+
+// An error of an internal package wraps an errs kind: errors.Is matches
+// it against the sentinel cninet exports for that kind, whose text it
+// has, and against no other sentinel.
+func TestEveryInternalErrorKindIsAnExportedSentinel(t *testing.T) {
+	for _, kind := range errs.All {
+		t.Run(kind.Error(), func(t *testing.T) {
+			err := fmt.Errorf("context: %w", kind)
+			var matched []error
+			for _, s := range sentinels {
+				if errors.Is(err, s) {
+					matched = append(matched, s)
+				}
+			}
+			if len(matched) != 1 || matched[0].Error() != kind.Error() {
+				t.Fatalf("an error wrapping kind %q matches the sentinels %v: want exactly the exported one with its text", kind.Error(), matched)
 			}
 		})
 	}

@@ -82,7 +82,7 @@ func (f *fakeDriver) cache(req request, att attachment, netns string, ip net.IP)
 		return nil
 	}
 	body, err := json.Marshal(map[string]any{"kind": "cniCacheV1", "containerId": req.id, "ifName": att.ifName, "networkName": att.name(), "netns": netns,
-		"config": att.conf.bytes, "cniArgs": req.args, "capabilityArgs": map[string]any{"portMappings": req.mappings},
+		"config": att.conf.Bytes, "cniArgs": req.args, "capabilityArgs": map[string]any{"portMappings": req.mappings},
 		"result": map[string]any{"cniVersion": "1.0.0", "ips": []map[string]string{{"address": ip.String() + "/24"}}}})
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seed1280861d/cninet/internal/telemetry"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/workload"
 )
 
@@ -54,7 +55,7 @@ func (c *Configurator) gc(ctx context.Context, liveAllocIDs []string, scope gcSc
 	if liveAllocIDs == nil {
 		return nil, fmt.Errorf("%w: nil live set (pass an empty slice when nothing is live)", ErrInvalidArgument)
 	}
-	if _, err := c.nets.current(); err != nil {
+	if _, err := c.nets.Current(); err != nil {
 		return nil, err
 	}
 	g := c.gcRun(ctx, liveAllocIDs, scope)
@@ -96,10 +97,10 @@ func (g *gcRun) housekeeping() {
 	}
 }
 
-func names(confs []networkConf) []string {
+func names(confs []catalog.Conf) []string {
 	out := make([]string, len(confs))
 	for i, conf := range confs {
-		out[i] = conf.info.name
+		out[i] = conf.Info.Name
 	}
 	return out
 }
@@ -113,7 +114,7 @@ type gcRun struct {
 	gcScope                 // what GCOptions ask: the networks, the live interfaces, a dry run
 	// nets are the networks collected; skipped, by name, those left
 	// alone: spared by only, or their conflist sets disableGC.
-	nets     []networkConf
+	nets     []catalog.Conf
 	skipped  map[string]bool
 	report   *GCReport
 	progress *gcProgress // from when the GC begins
@@ -130,7 +131,7 @@ type gcRun struct {
 // Another Configurator of the same owner may know networks this one does
 // not: what it recorded there is its to collect.
 func (g *gcRun) covers(network string) bool {
-	return slices.ContainsFunc(g.nets, func(conf networkConf) bool { return conf.info.name == network })
+	return slices.ContainsFunc(g.nets, func(conf catalog.Conf) bool { return conf.Info.Name == network })
 }
 
 // gcRun starts a GC of everything but liveAllocIDs, as scope narrows it,
@@ -141,14 +142,14 @@ func (c *Configurator) gcRun(ctx context.Context, liveAllocIDs []string, scope g
 	for _, id := range liveAllocIDs {
 		g.live[id] = true
 	}
-	for _, conf := range c.nets.all(false) {
-		if spared(g.only, conf.info.name) {
-			g.skipped[conf.info.name] = true
+	for _, conf := range c.nets.All(false) {
+		if spared(g.only, conf.Info.Name) {
+			g.skipped[conf.Info.Name] = true
 			continue
 		}
-		if conf.info.disableGC {
-			c.logger.Debug("GC skipped: the conflist sets disableGC", "network", conf.info.name)
-			g.skipped[conf.info.name] = true
+		if conf.Info.DisableGC {
+			c.logger.Debug("GC skipped: the conflist sets disableGC", "network", conf.Info.Name)
+			g.skipped[conf.Info.Name] = true
 			continue
 		}
 		g.nets = append(g.nets, conf)

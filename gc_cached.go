@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/telemetry"
@@ -34,7 +35,7 @@ func (g *gcRun) cached(ctx context.Context) (err error) {
 	protected := c.registry.adm.Protected()
 	names := map[string]bool{}
 	for _, conf := range g.nets {
-		names[conf.info.name] = true
+		names[conf.Info.Name] = true
 	}
 	byID := map[string][]*libcni.NetworkAttachment{}
 	for _, a := range before {
@@ -50,7 +51,7 @@ func (g *gcRun) cached(ctx context.Context) (err error) {
 		}
 		byID[a.ContainerID] = append(byID[a.ContainerID], a)
 	}
-	spares := len(names) < len(c.nets.all(false)) // the id may be attached to a network this GC spares
+	spares := len(names) < len(c.nets.All(false)) // the id may be attached to a network this GC spares
 	for _, id := range slices.Sorted(maps.Keys(byID)) {
 		g.collectCached(ctx, id, byID[id], names, spares)
 	}
@@ -77,7 +78,7 @@ func (g *gcRun) collectCached(ctx context.Context, id string, atts []*libcni.Net
 	}
 	var found []foundAttachment
 	for _, a := range atts {
-		conf, err := c.nets.known(a.Network, true)
+		conf, err := c.nets.Known(a.Network, true)
 		if err != nil {
 			continue
 		}
@@ -146,9 +147,9 @@ func (g *gcRun) holdsLiveUnrecorded(ctx context.Context, id string) bool {
 // not look stale): libcni's GC itself then DELs nothing.
 func (g *gcRun) cniGC(ctx context.Context) error {
 	c := g.c
-	var lists []networkConf
+	var lists []catalog.Conf
 	for _, conf := range g.nets {
-		if at, _ := version.GreaterThanOrEqualTo(conf.list.CNIVersion, "1.1.0"); at {
+		if at, _ := version.GreaterThanOrEqualTo(conf.List.CNIVersion, "1.1.0"); at {
 			lists = append(lists, conf)
 		}
 	}
@@ -166,7 +167,7 @@ func (g *gcRun) cniGC(ctx context.Context) error {
 		return fmt.Errorf("%w: reading libcni's cache: %w (the plugins' GC not run)", ErrCleanupFailed, err)
 	}
 	protected := c.registry.adm.Protected()
-	ifNames := c.ifs.all(len(c.nets.all(false)))
+	ifNames := c.ifs.all(len(c.nets.All(false)))
 	valid := []types.GCAttachment{}
 	for _, ids := range []map[string]bool{g.live, protected} {
 		for id := range ids {
@@ -185,8 +186,8 @@ func (g *gcRun) cniGC(ctx context.Context) error {
 	}
 	var errs []error
 	for _, conf := range lists {
-		if err := c.lib.GCNetworkList(ctx, conf.list, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
-			errs = append(errs, fmt.Errorf("%w: CNI GC of network %q: %w", ErrCleanupFailed, conf.info.name, err))
+		if err := c.lib.GCNetworkList(ctx, conf.List, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
+			errs = append(errs, fmt.Errorf("%w: CNI GC of network %q: %w", ErrCleanupFailed, conf.Info.Name, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -49,7 +49,7 @@ func (g *gcRun) recorded(ctx context.Context) error {
 				continue // dead, on a network this GC does not look at
 			}
 			elsewhere[rec.ID] = true
-			if _, err := c.nets.known(rec.Network, false); err == nil && g.only != nil {
+			if _, err := c.nets.Known(rec.Network, false); err == nil && g.only != nil {
 				// Spared by GCOptions.Networks: the narrowed GC keeps
 				// away from that network by itself.
 				continue

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -237,10 +238,10 @@ func (c *Configurator) scopeOf(o GCOptions) (gcScope, error) {
 	}
 	s.only = make(map[string]bool, len(o.Networks))
 	for _, name := range o.Networks {
-		if err := checkNetworkName(name); err != nil {
+		if err := catalog.CheckName(name); err != nil {
 			return gcScope{}, err
 		}
-		if _, err := c.nets.known(name, false); err != nil {
+		if _, err := c.nets.Known(name, false); err != nil {
 			return gcScope{}, fmt.Errorf("%w (GC)", err)
 		}
 		s.only[name] = true

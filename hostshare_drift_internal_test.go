@@ -37,7 +37,7 @@ func TestAnAddressARecordHoldsKeepsItsRulesWhenADriftTookItsFiles(t *testing.T) 
 	if err := os.WriteFile(cache, stale, 0o600); err != nil { // dead-1's stale cache: the same address
 		t.Fatal(err)
 	}
-	dir := f.c.seams.network(f.c.nets.conf, "eth0", nil).IPAMDirs[0]
+	dir := f.c.seams.network(f.c.nets.Default(), "eth0", nil).IPAMDirs[0]
 	for _, p := range []string{filepath.Join(dir, rec.Addresses[0].String()), filepath.Join(f.cni.CacheDir, "results", "w-live-1-eth0")} {
 		if err := os.Remove(p); err != nil {
 			t.Fatal(err)
@@ -68,7 +68,7 @@ func TestATeardownThatFailsLeavesNothingForARepairToBringBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := f.c.registry.recorded("web-1", "w", "eth0")
-	dir := f.c.seams.network(f.c.nets.conf, "eth0", nil).IPAMDirs[0]
+	dir := f.c.seams.network(f.c.nets.Default(), "eth0", nil).IPAMDirs[0]
 	for _, p := range []string{filepath.Join(dir, rec.Addresses[0].String()), filepath.Join(f.cni.CacheDir, "results", "w-web-1-eth0")} {
 		if err := os.Remove(p); err != nil { // nothing left to prove an address with
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/admission"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
@@ -43,8 +44,8 @@ type hostRegistry struct {
 	cacheDir string            // libcni's cache, which records name
 	adm      admission.Control // per-allocation locks and the GC guard, in this process
 	logger   hclog.Logger
-	nets     *networks // the known conflist of a recorded network
-	plugins  *plugins  // the backends a record names
+	nets     *catalog.Networks // the known conflist of a recorded network
+	plugins  *catalog.Plugins  // the backends a record names
 }
 
 // defaultStateDir is the registry every process on a host shares.
@@ -168,13 +169,13 @@ func (r *hostRegistry) recordOf(owner string, req request, att attachment, netns
 		NetNSInode: workload.Inode(netns),
 		State:      registry.Adding,
 		Args:       req.args,
-		ConfList:   att.conf.bytes,
-		Plugins:    r.plugins.recorded(att.conf),
+		ConfList:   att.conf.Bytes,
+		Plugins:    r.plugins.Recorded(att.conf),
 	}
 	caps := map[string]json.RawMessage{}
 	if len(req.mappings) > 0 {
 		if raw, err := json.Marshal(req.mappings); err == nil {
-			caps[capabilityPortMappings] = raw
+			caps[catalog.CapabilityPortMappings] = raw
 		}
 	}
 	for name, value := range req.caps {
@@ -356,15 +357,15 @@ func (p *recordProofs) detaching() error {
 
 // recordedConf is the conflist rec's ADD ran with, else the known
 // network's: a DEL after the conflist changed or went runs as the ADD did.
-func (r *hostRegistry) recordedConf(rec registry.Record) (networkConf, error) {
-	known, err := r.nets.known(rec.Network, true)
-	if err == nil && (len(rec.ConfList) == 0 || bytes.Equal(known.bytes, rec.ConfList)) {
+func (r *hostRegistry) recordedConf(rec registry.Record) (catalog.Conf, error) {
+	known, err := r.nets.Known(rec.Network, true)
+	if err == nil && (len(rec.ConfList) == 0 || bytes.Equal(known.Bytes, rec.ConfList)) {
 		return known, nil // unchanged: the conf already parsed
 	}
 	if len(rec.ConfList) > 0 {
-		list, err := parseConfList(rec.ConfList)
-		if err == nil && list.Name == rec.Network {
-			return networkConf{bytes: rec.ConfList, list: list, info: newNetworkInfo(list)}, nil
+		conf, err := catalog.Parse(rec.ConfList)
+		if err == nil && conf.Info.Name == rec.Network {
+			return conf, nil
 		}
 	}
 	return known, err
@@ -501,7 +502,7 @@ func (c *Configurator) attachmentsOf(ids []string) ([]AttachmentRecord, error) {
 func attachmentRecord(rec registry.Summary) AttachmentRecord {
 	r := AttachmentRecord{Owner: rec.Owner, Network: rec.Network, ID: rec.ID, IfName: rec.IfName, RuntimeID: rec.RuntimeID,
 		NetNS: rec.NetNS, State: string(rec.State), Addresses: rec.Addresses, Since: rec.Since}
-	if raw, ok := rec.Capabilities[capabilityPortMappings]; ok {
+	if raw, ok := rec.Capabilities[catalog.CapabilityPortMappings]; ok {
 		_ = json.Unmarshal(raw, &r.Ports)
 	}
 	return r

@@ -25,7 +25,7 @@ func TestTeardownOfANetworkWhoseConflistWentRunsTheRecordedConflist(t *testing.T
 		t.Fatal(err)
 	}
 	restarted := f.configurator(t)
-	if _, err := restarted.nets.known("b", true); !errors.Is(err, ErrNetworkNotFound) {
+	if _, err := restarted.nets.Known("b", true); !errors.Is(err, ErrNetworkNotFound) {
 		t.Fatalf("the restarted runner knows b: %v", err)
 	}
 	if err := restarted.Teardown(context.Background(), alloc, "/x"); err != nil {

@@ -22,10 +22,10 @@ import (
 func (c *Configurator) Reload() (err error) {
 	_, op := c.tel.StartOp(context.Background(), telemetry.OpReload, "", "")
 	defer func() { op.End(err) }()
-	if c.nets.confDir == "" {
+	if c.nets.ConfDir() == "" {
 		return fmt.Errorf("%w: no ConfDir to reload from", ErrInvalidConfig)
 	}
-	return c.nets.reload()
+	return c.nets.Reload()
 }
 
 // watchDebounce lets an editor's write-rename-chmod burst settle into one
@@ -41,11 +41,11 @@ type watcher struct {
 func startWatcher(c *Configurator) (*watcher, error) {
 	fs, err := fsnotify.NewWatcher()
 	if err != nil {
-		return nil, fmt.Errorf("%w: watching %s: %w", ErrIO, c.nets.confDir, err)
+		return nil, fmt.Errorf("%w: watching %s: %w", ErrIO, c.nets.ConfDir(), err)
 	}
-	if err := fs.Add(c.nets.confDir); err != nil {
+	if err := fs.Add(c.nets.ConfDir()); err != nil {
 		fs.Close()
-		return nil, fmt.Errorf("%w: watching %s: %w", ErrInvalidConfig, c.nets.confDir, err)
+		return nil, fmt.Errorf("%w: watching %s: %w", ErrInvalidConfig, c.nets.ConfDir(), err)
 	}
 	w := &watcher{fs: fs, done: make(chan struct{})}
 	w.wg.Add(1)

@@ -199,7 +199,7 @@ func (c *Configurator) repairOne(ctx context.Context, checker repairwatch.Checke
 func (c *Configurator) restorers(ctx context.Context, ca checkedAttachment) footprint.Restorers {
 	fa, live := ca.fa, ca.live
 	mode := os.FileMode(0o644) // host-local before its 1.2 releases (CNI spec 1.0)
-	if c.plugins.versions.supports(ctx, c.lib, "host-local", "1.1.0") {
+	if c.plugins.Supports(ctx, "host-local", "1.1.0") {
 		mode = 0o600
 	}
 	return footprint.Restorers{
@@ -237,7 +237,7 @@ func (c *Configurator) writeCachedResult(fa foundAttachment, live *footprint.Liv
 	if err != nil {
 		return err
 	}
-	list := fa.att.conf.list
+	list := fa.att.conf.List
 	if res, err = res.GetAsVersion(list.CNIVersion); err != nil {
 		return err
 	}
@@ -315,8 +315,8 @@ func (c *Configurator) liveOf(fa foundAttachment, rec *registry.Record, netns st
 			l.Net.CacheDir = rec.CacheDir
 		}
 	} else {
-		for _, np := range att.conf.info.netfilter {
-			l.Backends[np.typ] = c.plugins.backendOf(context.Background(), np)
+		for typ, backend := range c.plugins.Backends(att.conf) {
+			l.Backends[typ] = backend
 		}
 	}
 	l.Result = c.resultOf(raw, att, req)
@@ -336,7 +336,7 @@ func (c *Configurator) resultOf(raw json.RawMessage, att attachment, req request
 		}
 	}
 	if res == nil {
-		res, _ = c.lib.GetNetworkListCachedResult(att.conf.list, &libcni.RuntimeConf{ContainerID: req.id, IfName: att.ifName})
+		res, _ = c.lib.GetNetworkListCachedResult(att.conf.List, &libcni.RuntimeConf{ContainerID: req.id, IfName: att.ifName})
 	}
 	if res == nil {
 		return nil

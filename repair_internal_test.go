@@ -15,7 +15,7 @@ import (
 // capability arguments the network declares.
 func TestACachedResultWrittenAgainReadsAsLibcnisOwn(t *testing.T) {
 	f := newMultiFixture(t, quickRetry)
-	conf, err := f.c.nets.known("b", false)
+	conf, err := f.c.nets.Known("b", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestACachedResultWrittenAgainReadsAsLibcnisOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt := runtimeConfOf(req, fa.att, "/x")
-	res, err := f.c.lib.GetNetworkListCachedResult(conf.list, rt)
+	res, err := f.c.lib.GetNetworkListCachedResult(conf.List, rt)
 	if err != nil || res == nil {
 		t.Fatalf("libcni reads no result: %v, %v", res, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
@@ -22,7 +23,7 @@ import (
 // (repairwatch.Parts).
 type watchedParts struct {
 	registry *hostRegistry
-	nets     *networks
+	nets     *catalog.Networks
 	seams    *cleanerSeams
 	tel      *telemetry.Recorder
 	// checkedOf builds a live attachment from its record, and repair
@@ -49,7 +50,7 @@ func (p watchedParts) Recorded(key identity.Key) *registry.Record {
 }
 
 func (p watchedParts) Knows(network string) bool {
-	_, err := p.nets.known(network, true)
+	_, err := p.nets.Known(network, true)
 	return err == nil
 }
 

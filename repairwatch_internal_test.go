@@ -299,7 +299,7 @@ func TestARepairWritesNothingForAnAttachmentThatIsNotAttachedOrNotRepairableInPl
 		}},
 		{name: "host-local gave its address to another workload", want: ErrNotRepairable, state: func(t *testing.T, f watchFixture) {
 			rec := f.c.registry.recorded("web-1", "w", "eth0")
-			dir := f.c.seams.network(f.c.nets.conf, "eth0", nil).IPAMDirs[0]
+			dir := f.c.seams.network(f.c.nets.Default(), "eth0", nil).IPAMDirs[0]
 			if err := os.WriteFile(filepath.Join(dir, rec.Addresses[0].String()), []byte("web-9\r\neth0"), 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -352,8 +352,8 @@ func (h hangingAdder) AddPlugin(ctx context.Context, id, netns, typ string, prev
 func TestATeardownWaitsForAHungRepairNoLongerThanItsDeadline(t *testing.T) {
 	f := newWatchFixture(t, 0)
 	hang := hangingAdder{CNI: f.cni, started: make(chan struct{}, 1), release: make(chan struct{})}
-	conf, _ := f.c.nets.current()
-	c, err := New(Config{ConfList: conf.bytes, CNI: hang, CacheDir: f.cni.CacheDir, StateDir: f.c.registry.store.Dir(), Owner: "runner",
+	conf, _ := f.c.nets.Current()
+	c, err := New(Config{ConfList: conf.Bytes, CNI: hang, CacheDir: f.cni.CacheDir, StateDir: f.c.registry.store.Dir(), Owner: "runner",
 		IPTables: f.host.IPTables, NFTables: f.host.NFTables, Links: f.host.Links, RepairEvery: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -402,8 +402,8 @@ func (n noopAdder) AddPlugin(context.Context, string, string, string, types.Resu
 func TestTheRepairWatcherBacksOffARepairThatDoesNotMakeTheAttachmentWhole(t *testing.T) {
 	f := newWatchFixture(t, 0)
 	var calls atomic.Int32
-	conf, _ := f.c.nets.current()
-	c, err := New(Config{ConfList: conf.bytes, CNI: noopAdder{CNI: f.cni, calls: &calls}, CacheDir: f.cni.CacheDir, StateDir: f.c.registry.store.Dir(),
+	conf, _ := f.c.nets.Current()
+	c, err := New(Config{ConfList: conf.Bytes, CNI: noopAdder{CNI: f.cni, calls: &calls}, CacheDir: f.cni.CacheDir, StateDir: f.c.registry.store.Dir(),
 		Owner: "runner", IPTables: f.host.IPTables, NFTables: f.host.NFTables, Links: f.host.Links, RepairEvery: 2 * time.Millisecond,
 		Logger: hclog.New(&hclog.LoggerOptions{Output: f.log, Level: hclog.Info})})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/workload"
 )
@@ -80,7 +81,7 @@ func requestAt(alloc *Allocation, netns string, ignoreHostIP bool, noNetNS error
 // noNetNS class (ErrInvalidArgument to attach, ErrCheckFailed to check)
 // netns must be a network namespace too, since plugins will run in it.
 func (c *Configurator) namedRequest(alloc *Allocation, network, netns, ifName string, noNetNS error) (request, error) {
-	if err := checkNetworkName(network); err != nil {
+	if err := catalog.CheckName(network); err != nil {
 		return request{}, err
 	}
 	if err := CheckIfName(ifName); err != nil {
@@ -166,7 +167,7 @@ func cachedRequest(req request, a *libcni.NetworkAttachment) request {
 func cachedCapabilities(req request, a *libcni.NetworkAttachment) request {
 	caps := map[string]any{}
 	for name, value := range a.CapabilityArgs {
-		if name != capabilityPortMappings {
+		if name != catalog.CapabilityPortMappings {
 			caps[name] = value
 		}
 	}
@@ -214,10 +215,6 @@ const (
 	CapabilityDNS       = "dns"       // nameservers, search domains and options
 )
 
-// capabilityPortMappings is the capability Ports (or the legacy Networks)
-// give; Capabilities must not give it a second time.
-const capabilityPortMappings = "portMappings"
-
 // ValidateCapabilities checks capability arguments as Setup, Connect,
 // Check and Teardown do before anything runs: every name is non-empty and
 // not "portMappings" (port mappings come from Allocation.Ports, whose
@@ -225,43 +222,5 @@ const capabilityPortMappings = "portMappings"
 // how the plugins receive it. A violation is an ErrInvalidAllocation
 // error naming the capability. A nil or empty map is valid.
 func ValidateCapabilities(caps map[string]any) error {
-	names := make([]string, 0, len(caps))
-	for name := range caps {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		switch {
-		case strings.TrimSpace(name) == "":
-			return fmt.Errorf("%w: capability with an empty name, want a name such as %q", ErrInvalidAllocation, CapabilityBandwidth)
-		case name == capabilityPortMappings:
-			return fmt.Errorf("%w: capability %q is given by Allocation.Ports, not Capabilities", ErrInvalidAllocation, name)
-		}
-		if _, err := json.Marshal(caps[name]); err != nil {
-			return fmt.Errorf("%w: capability %q: value cannot be passed to a plugin as JSON: %w", ErrInvalidAllocation, name, err)
-		}
-	}
-	return nil
-}
-
-// declaredCapabilities is the capability arguments one network is given:
-// the port mappings and each of req's other capabilities that a plugin of
-// the network declares; nil when it declares none of them.
-func declaredCapabilities(req request, info networkInfo) map[string]any {
-	var out map[string]any
-	set := func(name string, value any) {
-		if out == nil {
-			out = map[string]any{}
-		}
-		out[name] = value
-	}
-	if info.portMappings {
-		set(capabilityPortMappings, req.mappings)
-	}
-	for name, value := range req.caps {
-		if info.capabilities[name] {
-			set(name, value)
-		}
-	}
-	return out
+	return catalog.ValidateCapabilities(caps)
 }

@@ -100,7 +100,7 @@ func (a attaching) preflight(att attachment) error {
 	if !a.c.driverFor(att).runsPlugins() {
 		return nil // an injected cni.CNI finds its plugins itself
 	}
-	return a.c.plugins.check(att.conf)
+	return a.c.plugins.Check(att.conf)
 }
 
 // all attaches atts concurrently, all or nothing (see Setup), and

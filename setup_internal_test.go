@@ -178,20 +178,26 @@ func (r recordingDels) del(ctx context.Context, req request, att attachment, net
 func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t *testing.T) {
 	f := newMultiFixture(t, quickRetry)
 	alloc := &Allocation{ID: "w", NetworkNames: []string{"b", "c", "a"}, Ports: []Port{{Value: 28080, To: 8080}}}
-	f.c.nets.mu.Lock()
-	for _, name := range []string{"a", "b"} { // as if their portmap had "backend": "nftables"
-		conf := f.c.nets.set.byName[name]
-		conf.info.footprint.HostportNFT = true
-		f.c.nets.set.byName[name] = conf
+	for i, name := range []string{"a", "b"} { // their portmap on "backend": "nftables" now
+		conf, err := BridgeConfList(BridgeConfig{NetworkName: name, BridgeName: "br-" + name,
+			IPv4Subnet: fmt.Sprintf("198.18.%d.0/24", i), IPAMDataDir: f.ipamDir, Backend: BackendNFTables})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := WriteConfList(f.dir, conf); err != nil {
+			t.Fatal(err)
+		}
 	}
-	f.c.nets.mu.Unlock()
+	if err := f.c.Reload(); err != nil {
+		t.Fatal(err)
+	}
 	f.drv.addErrs["b"] = []error{errors.New("bridge: already exists")} // b retries: a DEL between its attempts
 	var mu sync.Mutex
 	adding := 0
 	var addsOverlapped bool
 	omitted := map[string][]string{} // the omit of each DEL, by network
 	f.drv.addHook = func(_ context.Context, att attachment) error {
-		if !att.conf.info.footprint.HostportNFT {
+		if !att.conf.Info.Footprint.HostportNFT {
 			return nil
 		}
 		mu.Lock()

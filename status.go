@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/telemetry"
@@ -37,14 +38,14 @@ func (c *Configurator) Status(ctx context.Context, networks ...string) (err erro
 	}
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpStatus, "", "")
 	defer func() { op.End(err) }()
-	def, err := c.nets.current()
+	def, err := c.nets.Current()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
 	var errs []error
-	for _, conf := range c.nets.all(false) {
-		err := c.networkReady(ctx, conf, conf.info.name == def.info.name)
-		c.tel.NoteReady(conf.info.name, err)
+	for _, conf := range c.nets.All(false) {
+		err := c.networkReady(ctx, conf, conf.Info.Name == def.Info.Name)
+		c.tel.NoteReady(conf.Info.Name, err)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -89,7 +90,7 @@ func (c *Configurator) Unrecorded() ([]UnrecordedAttachment, error) {
 	var out []UnrecordedAttachment
 	for _, a := range cached {
 		k := identity.Key{Network: a.Network, ID: a.ContainerID, IfName: a.IfName}
-		if _, err := c.nets.known(a.Network, false); err != nil || claimed[k] ||
+		if _, err := c.nets.Known(a.Network, false); err != nil || claimed[k] ||
 			slices.ContainsFunc(all.Damaged, func(d registry.Damaged) bool { return d.Covers(k) }) {
 			continue
 		}
@@ -130,24 +131,24 @@ func (c *Configurator) logUnrecorded() {
 
 // networkReady is Status for one network. The default network's STATUS
 // goes through Config.CNI, like its other commands.
-func (c *Configurator) networkReady(ctx context.Context, conf networkConf, isDefault bool) (err error) {
-	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpStatusNetwork, conf.info.name, "", "", "")
+func (c *Configurator) networkReady(ctx context.Context, conf catalog.Conf, isDefault bool) (err error) {
+	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpStatusNetwork, conf.Info.Name, "", "", "")
 	defer func() { op.End(err) }()
-	if err := c.plugins.missing(conf); err != nil {
+	if err := c.plugins.Missing(conf); err != nil {
 		return err
 	}
-	if err := c.plugins.checkBackends(ctx, conf.list); err != nil {
+	if err := c.plugins.CheckBackends(ctx, conf.List); err != nil {
 		return err
 	}
-	if _, err := c.lib.ValidateNetworkList(ctx, conf.list); err != nil {
-		return fmt.Errorf("network %q: %w", conf.info.name, err)
+	if _, err := c.lib.ValidateNetworkList(ctx, conf.List); err != nil {
+		return fmt.Errorf("network %q: %w", conf.Info.Name, err)
 	}
 	if isDefault {
 		if err := c.cni.Status(); err != nil {
-			return fmt.Errorf("network %q: CNI STATUS: %w", conf.info.name, err)
+			return fmt.Errorf("network %q: CNI STATUS: %w", conf.Info.Name, err)
 		}
-	} else if err := c.lib.GetStatusNetworkList(ctx, conf.list); err != nil {
-		return fmt.Errorf("network %q: CNI STATUS: %w", conf.info.name, err)
+	} else if err := c.lib.GetStatusNetworkList(ctx, conf.List); err != nil {
+		return fmt.Errorf("network %q: CNI STATUS: %w", conf.Info.Name, err)
 	}
 	return nil
 }
@@ -156,17 +157,17 @@ func (c *Configurator) networkReady(ctx context.Context, conf networkConf, isDef
 func (c *Configurator) statusOf(ctx context.Context, networks []string) (err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpStatus, "", "")
 	defer func() { op.End(err) }()
-	def, err := c.nets.current()
+	def, err := c.nets.Current()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
 	var errs []error
 	for _, network := range networks {
-		conf, err := c.nets.known(network, false)
+		conf, err := c.nets.Known(network, false)
 		if err != nil {
 			return err
 		}
-		err = c.networkReady(ctx, conf, conf.info.name == def.info.name)
+		err = c.networkReady(ctx, conf, conf.Info.Name == def.Info.Name)
 		c.tel.NoteReady(network, err)
 		if err != nil {
 			errs = append(errs, err)

@@ -170,7 +170,7 @@ func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool)
 	prevented := time.Now()
 	if preventErr == nil {
 		omit := prevention.Omit
-		if alongside && c.plugins.hostportNFT(att.conf) && !slices.Contains(omit, "portmap") && !d.hostportsOwn(ctx, fa) {
+		if alongside && c.plugins.HostportNFT(att.conf) && !slices.Contains(omit, "portmap") && !d.hostportsOwn(ctx, fa) {
 			omit = append(omit, "portmap")
 		}
 		d.logPrevented(req.id, att.name(), prevention, omit)
@@ -247,7 +247,7 @@ func (d detachment) hostportsOnce(ctx context.Context, found []foundAttachment) 
 	var nft []foundAttachment // those whose portmap DEL would find mappings: without any it does nothing
 	var atts []footprint.Attachment
 	for _, fa := range found {
-		if c.plugins.hostportNFT(fa.att.conf) && fa.att.conf.info.portMappings && len(fa.req.mappings) > 0 {
+		if c.plugins.HostportNFT(fa.att.conf) && fa.att.conf.Info.PortMappings && len(fa.req.mappings) > 0 {
 			nft = append(nft, fa)
 		}
 		atts = append(atts, footprint.Attachment{Network: fa.att.name(), ID: fa.req.id})
