@@ -306,11 +306,17 @@ func (s *cleanerSeams) all() footprint.Seams {
 // cleaner is a cleaner of att's footprint, its proofs kept in proofs
 // (nil: none).
 func (s *cleanerSeams) cleaner(ctx context.Context, att attachment, proofs footprint.ProofStore) *footprint.Cleaner {
+	return s.cleanerOf(ctx, s.network(att.conf, att.ifName, nil), proofs)
+}
+
+// cleanerOf is a cleaner of n's attachments, n as the caller has it
+// already (a detach's footprint.Leaving).
+func (s *cleanerSeams) cleanerOf(ctx context.Context, n footprint.Network, proofs footprint.ProofStore) *footprint.Cleaner {
 	seams := s.all()
 	if proofs != nil {
 		seams.Proofs = proofs
 	}
-	return footprint.NewCleaner(ctx, s.network(att.conf, att.ifName, nil), seams)
+	return footprint.NewCleaner(ctx, n, seams)
 }
 
 // Close stops the repair watcher (RepairEvery; a pass under way finishes

@@ -129,7 +129,8 @@ func (a attaching) withRetry(ctx context.Context, att attachment, alongside bool
 		// firewall plugin's DEL cannot know which address to clean.
 		undo, fa := a.undoing(), foundAttachment{att: att, req: req}
 		undo.others = alongside // the record stays for the next attempt: no forget
-		derr := undo.one(ctx, undo.detach([]foundAttachment{fa}), fa)
+		how := undo.detach([]foundAttachment{fa})
+		derr := undo.one(ctx, how, how.Leaving[0], fa)
 		if derr != nil {
 			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "error", derr)
 		}

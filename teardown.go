@@ -125,7 +125,7 @@ func (d detachment) all(ctx context.Context, found []foundAttachment) error {
 	d.hostportsFirst(ctx, how, found)
 	errs := make([]error, len(found))
 	eachNetwork(len(found), func(i int) {
-		if errs[i] = d.one(ctx, how, found[i]); errs[i] == nil {
+		if errs[i] = d.one(ctx, how, how.Leaving[i], found[i]); errs[i] == nil {
 			errs[i] = d.c.registry.forget(found[i].req.id, found[i].att) // nothing left: the record goes
 		}
 	})
@@ -183,22 +183,23 @@ func (d detachment) hostportsFirst(ctx context.Context, how footprint.Detach, fo
 	}
 }
 
-// one is one network's detach, by the prevention rule: prevent (the
-// cleaner makes sure the DEL cannot reach another attachment's state,
-// and decides which plugins it runs: footprint.Cleaner.Prevent with how
-// the detach is made), DEL, clean (the force cleanup removes what the DEL
-// did not, by the ownership rule). When the prevention cannot be made (a
-// file that cannot be read or written), the DEL is withheld and only the
-// force cleanup runs: the error says so, and a later Teardown finishes.
-// A failed DEL is only logged when the cleanup then removed everything:
-// what matters is that nothing is left.
-func (d detachment) one(ctx context.Context, how footprint.Detach, fa foundAttachment) (err error) {
+// one is one network's detach (fa, as it leaves: l), by the prevention
+// rule: prevent (the cleaner makes sure the DEL cannot reach another
+// attachment's state, and decides which plugins it runs:
+// footprint.Cleaner.Prevent with how the detach is made), DEL, clean (the
+// force cleanup removes what the DEL did not, by the ownership rule).
+// When the prevention cannot be made (a file that cannot be read or
+// written), the DEL is withheld and only the force cleanup runs: the
+// error says so, and a later Teardown finishes. A failed DEL is only
+// logged when the cleanup then removed everything: what matters is that
+// nothing is left.
+func (d detachment) one(ctx context.Context, how footprint.Detach, l footprint.Leaving, fa foundAttachment) (err error) {
 	c, req, att := d.c, fa.req, fa.att
 	ctx, op := c.tel.startNetwork(ctx, opDetach, att.name(), att.ifName, req.id, d.netns)
 	defer func() { op.end(err) }()
 	start := time.Now()
 	proofs := &recordProofs{reg: c.registry, owner: d.owner, fa: foundAttachment{att: att, req: req}}
-	cl := c.seams.cleaner(ctx, att, proofs)
+	cl := c.seams.cleanerOf(ctx, l.Network, proofs)
 	cl.RecheckByHandle = d.settled && fa.settled
 	cl.Detach = how
 	var removeErr error
