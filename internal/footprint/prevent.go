@@ -275,8 +275,8 @@ func cacheDirs(nets map[string]Network) []string {
 //     one fail halfway;
 //   - the loopback plugin's DEL only sets lo down: where lo was up and the
 //     workload keeps other networks, it is left out, unless the DEL runs
-//     whole chains only (an injected Config.CNI, which keeps lo up by
-//     setting it up again).
+//     whole chains only (an injected Config.CNI: its caller sets lo up
+//     again after).
 
 // Detach is how a detach of a workload's attachments is made: with what
 // the host holds, it decides what each DEL may run (Cleaner.Detach,
@@ -362,7 +362,7 @@ func (h HostportCheck) NotOwn() bool { return h.Asked && !h.Only }
 type hostportReach func(first Network, atts []Attachment) (bool, error)
 
 // decide adds to p what the detach d keeps att's DEL from running: p
-// holds what the host showed (prevent.go) already.
+// holds what the host required (PreventAll) already.
 func (d Detach) decide(att Attachment, n Network, p *Prevention, reach hostportReach) {
 	l := d.leaving(att)
 	if d.alongside() && n.HostportNFT && !slices.Contains(p.Omit, "portmap") && !d.hostportsOwn(l, n, p, reach) {
