@@ -199,7 +199,7 @@ func (d detachment) one(ctx context.Context, how footprint.Detach, l footprint.L
 	defer func() { op.end(err) }()
 	start := time.Now()
 	proofs := &recordProofs{reg: c.registry, owner: d.owner, fa: foundAttachment{att: att, req: req}}
-	cl := c.seams.cleanerOf(ctx, l.Network, proofs)
+	cl := c.seams.cleaner(ctx, l.Network, proofs)
 	cl.RecheckByHandle = d.settled && fa.settled
 	cl.Detach = how
 	var removeErr error
