@@ -307,14 +307,15 @@ func (s *cleanerSeams) all() footprint.Seams {
 	return footprint.Seams{IPTables: s.iptOpener.Get, NFTables: s.nftOpener.Get, Links: s.openLinks, Networks: nets, Records: s.records}
 }
 
-// cleaner is a cleaner of att's footprint, its proofs kept in proofs
-// (nil: none).
-func (s *cleanerSeams) cleaner(ctx context.Context, att attachment, proofs footprint.ProofStore) *footprint.Cleaner {
+// cleaner is a cleaner of the footprint of n's attachments (n as a
+// detach's footprint.Leaving has it), its proofs kept in proofs (nil:
+// none).
+func (s *cleanerSeams) cleaner(ctx context.Context, n footprint.Network, proofs footprint.ProofStore) *footprint.Cleaner {
 	seams := s.all()
 	if proofs != nil {
 		seams.Proofs = proofs
 	}
-	return footprint.NewCleaner(ctx, s.network(att.conf, att.ifName, nil), seams)
+	return footprint.NewCleaner(ctx, n, seams)
 }
 
 // Close stops the repair watcher (RepairEvery; a pass under way finishes

@@ -13,6 +13,8 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 // netDriver runs one network's plugins for one attachment. Setup, Check
@@ -26,13 +28,13 @@ type netDriver interface {
 	// attachment's result as prevResult: a repair (Check with
 	// CheckOptions.Repair) restores that plugin's footprint with it.
 	addPlugin(ctx context.Context, req request, att attachment, netns, typ string, prev types.Result) error
-	// del runs n's DEL chain without the plugins of the types in omit
-	// (see detachment.one).
-	del(ctx context.Context, req request, att attachment, netns string, omit []string) error
-	// delHostports runs only n's portmap DEL, on no libcni cache: the
-	// networks' own DELs still need their cached results (see
-	// detachment.hostportsOnce).
-	delHostports(ctx context.Context, req request, att attachment, netns string) error
+	// del runs the plugins of n's DEL chain that run lets run, as the
+	// prevention decided (footprint.Prevention.Filter). A filter that
+	// runs some plugins apart from the network's own DEL
+	// (footprint.HostportsAlone: portmap's, once for a whole workload)
+	// runs on no libcni cache: the networks' own DELs still need their
+	// cached results.
+	del(ctx context.Context, req request, att attachment, netns string, run footprint.PluginFilter) error
 	// check runs n's CHECK chain without the plugins of the types in
 	// omit (those whose CHECK is unsound on this host).
 	check(ctx context.Context, req request, att attachment, netns string, omit []string) error
@@ -96,30 +98,20 @@ func (d cniDriver) addPlugin(ctx context.Context, req request, att attachment, n
 	return fmt.Errorf("%w: %s's ADD of network %q cannot run alone", errWholeChainsOnly, typ, att.name())
 }
 
-// del runs go-cni's Remove, which runs the whole chain; a chain without
-// some plugins goes through libcni on the same plugin and cache
-// directories. An injected Config.CNI runs its plugins itself, so it
-// cannot leave one out: it gets the whole DEL (logged).
-func (d cniDriver) del(ctx context.Context, req request, att attachment, netns string, omit []string) error {
+// del runs go-cni's Remove, which runs the whole chain; a part of the
+// chain goes through libcni on the same plugin and cache directories. An
+// injected Config.CNI runs its plugins itself, so it runs no part of a
+// chain: no DEL, and the force cleanup removes what it can prove.
+func (d cniDriver) del(ctx context.Context, req request, att attachment, netns string, run footprint.PluginFilter) error {
 	switch {
-	case len(omit) == 0:
+	case run.Whole():
 		return d.c.cni.Remove(ctx, req.id, netns, req.opts()...)
 	case d.c.findPlugins:
-		return d.c.driver.del(ctx, req, att, netns, omit)
-	}
-	// An injected CNI would run the whole chain, plugins that must be
-	// left out included: no DEL, and the force cleanup removes what it
-	// can prove.
-	return fmt.Errorf("%w: %s must be left out of network %q's DEL", errWholeChainsOnly, strings.Join(omit, ", "), att.name())
-}
-
-// delHostports goes through libcni: go-cni runs whole chains only. An
-// injected Config.CNI runs its plugins itself: cninet runs none.
-func (d cniDriver) delHostports(ctx context.Context, req request, att attachment, netns string) error {
-	if !d.c.findPlugins {
+		return d.c.driver.del(ctx, req, att, netns, run)
+	case run.Apart():
 		return errWholeChainsOnly
 	}
-	return d.c.driver.delHostports(ctx, req, att, netns)
+	return fmt.Errorf("%w: %s must be left out of network %q's DEL", errWholeChainsOnly, strings.Join(run.LeftOut(), ", "), att.name())
 }
 
 // errWholeChainsOnly says an injected Config.CNI cannot run one plugin of
@@ -181,34 +173,30 @@ func (d libDriver) add(ctx context.Context, req request, att attachment, netns s
 	return out, r, err
 }
 
-func (d libDriver) del(ctx context.Context, req request, att attachment, netns string, omit []string) error {
-	return d.lib.DelNetworkList(ctx, withoutPlugins(att.conf.List, omit), d.runtimeConf(req, att, netns))
+// del runs a part of the chain apart from the network's own DEL on
+// noCache: libcni's cached result stays for that DEL.
+func (d libDriver) del(ctx context.Context, req request, att attachment, netns string, run footprint.PluginFilter) error {
+	lib := d.lib
+	if run.Apart() {
+		lib = d.noCache
+	}
+	return lib.DelNetworkList(ctx, filtered(att.conf.List, run), d.runtimeConf(req, att, netns))
 }
 
-// onlyPlugin returns list with only its plugins of type typ.
-func onlyPlugin(list *libcni.NetworkConfigList, typ string) *libcni.NetworkConfigList {
-	out := *list
-	out.Plugins = slices.DeleteFunc(slices.Clone(list.Plugins), func(p *libcni.PluginConfig) bool {
-		return p.Network == nil || p.Network.Type != typ
-	})
-	return &out
-}
-
-// withoutPlugins returns list without the plugins of the types in omit;
-// libcni still reads and removes the cached result by the list's name.
-func withoutPlugins(list *libcni.NetworkConfigList, omit []string) *libcni.NetworkConfigList {
-	if len(omit) == 0 {
+// filtered returns list with only the plugins run lets run; libcni
+// still reads and removes the cached result by the list's name.
+func filtered(list *libcni.NetworkConfigList, run footprint.PluginFilter) *libcni.NetworkConfigList {
+	if run.Whole() {
 		return list
 	}
 	out := *list
 	out.Plugins = slices.DeleteFunc(slices.Clone(list.Plugins), func(p *libcni.PluginConfig) bool {
-		return p.Network != nil && slices.Contains(omit, p.Network.Type)
+		if p.Network == nil {
+			return run.Apart()
+		}
+		return !run.Runs(p.Network.Type)
 	})
 	return &out
-}
-
-func (d libDriver) delHostports(ctx context.Context, req request, att attachment, netns string) error {
-	return d.noCache.DelNetworkList(ctx, onlyPlugin(att.conf.List, "portmap"), d.runtimeConf(req, att, netns))
 }
 
 // addPlugin runs the ADD of att's plugin of type typ alone, configured as
@@ -254,7 +242,7 @@ func (d libDriver) addPlugin(ctx context.Context, req request, att attachment, n
 }
 
 func (d libDriver) check(ctx context.Context, req request, att attachment, netns string, omit []string) error {
-	return d.lib.CheckNetworkList(ctx, withoutPlugins(att.conf.List, omit), d.runtimeConf(req, att, netns))
+	return d.lib.CheckNetworkList(ctx, filtered(att.conf.List, footprint.Without(omit...)), d.runtimeConf(req, att, netns))
 }
 
 func (d libDriver) runsPlugins() bool { return true }

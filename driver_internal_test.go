@@ -1,15 +1,23 @@
 package cninet
 
 import (
+	"context"
 	"errors"
 	"net"
+	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/seed1280861d/cninet/cninettest/fakes"
+	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 // The fake CNI offers a repair's extension: a fake that stopped would
@@ -78,5 +86,99 @@ func TestLibcniIsToldThePortMappingsOnlyWhereTheConflistDeclaresThemAndTheArgsEv
 				t.Fatalf("runtime conf %+v: want port mappings %v and the args %v", rt, tc.mappings, req.args)
 			}
 		})
+	}
+}
+
+// pluginRuns is an invoke.Exec that runs no binary: it records each
+// plugin's command and answers an ADD with one address.
+type pluginRuns struct {
+	mu   sync.Mutex
+	runs []string
+}
+
+func (e *pluginRuns) ExecPlugin(_ context.Context, path string, _ []byte, environ []string) ([]byte, error) {
+	cmd := ""
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "CNI_COMMAND="); ok {
+			cmd = v
+		}
+	}
+	e.mu.Lock()
+	e.runs = append(e.runs, cmd+" "+filepath.Base(path))
+	e.mu.Unlock()
+	if cmd == "ADD" {
+		return []byte(`{"cniVersion":"1.0.0","ips":[{"address":"198.18.0.9/24"}]}`), nil
+	}
+	return nil, nil
+}
+
+func (e *pluginRuns) FindInPath(plugin string, _ []string) (string, error) {
+	return "/plugins/" + plugin, nil
+}
+
+func (e *pluginRuns) Decode(b []byte) (version.PluginInfo, error) {
+	return version.PluginSupports("1.0.0"), nil
+}
+
+// A DEL runs the plugins its filter lets run. A part of the chain apart
+// from the network's own DEL (portmap's alone, for a whole workload)
+// runs on no libcni cache: the network's own DEL after it still finds the
+// cached result, and removes it.
+func TestTheDriversDELRunsThePluginsItsFilterLetsRun(t *testing.T) {
+	f := newMultiFixture(t, quickRetry)
+	req, err := newRequest(&Allocation{ID: "w", Ports: []Port{{Value: 28080, To: 8080}}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := f.c.nets.Known("b", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att := attachment{conf: conf, ifName: "eth1"}
+	if !slices.Contains(att.conf.Info.PluginTypes, "portmap") {
+		t.Fatalf("network b runs %q: want portmap in its chain", att.conf.Info.PluginTypes)
+	}
+	exec := &pluginRuns{}
+	cache, noCache := t.TempDir(), t.TempDir()
+	d := libDriver{lib: libcni.NewCNIConfigWithCacheDir([]string{"/plugins"}, cache, exec),
+		noCache: libcni.NewCNIConfigWithCacheDir([]string{"/plugins"}, noCache, exec)}
+	if _, _, err := d.add(context.Background(), req, att, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	cached := func() int {
+		left, _ := filepath.Glob(filepath.Join(cache, "results", "*"))
+		return len(left)
+	}
+	if cached() != 1 {
+		t.Fatal("the ADD cached no result")
+	}
+	for _, step := range []struct {
+		name   string
+		run    footprint.PluginFilter
+		want   []string // the plugins' commands, in order
+		cached bool     // libcni's cached result is still there after it
+	}{
+		{"portmap alone, apart: only portmap, the cached result kept", footprint.HostportsAlone, []string{"DEL portmap"}, true},
+		{"the network's own DEL without portmap: every other plugin, the cached result removed", footprint.Without("portmap"),
+			nil, false},
+	} {
+		exec.runs = nil
+		if err := d.del(context.Background(), req, att, "/x", step.run); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		want := step.want
+		if want == nil {
+			for _, typ := range slices.Backward(att.conf.Info.PluginTypes) {
+				if typ != "portmap" {
+					want = append(want, "DEL "+typ)
+				}
+			}
+		}
+		if !slices.Equal(exec.runs, want) {
+			t.Errorf("%s: ran %q, want %q", step.name, exec.runs, want)
+		}
+		if (cached() == 1) != step.cached {
+			t.Errorf("%s: libcni's cached result there: %v, want %v", step.name, cached() == 1, step.cached)
+		}
 	}
 }

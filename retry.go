@@ -127,7 +127,10 @@ func (a attaching) withRetry(ctx context.Context, att attachment, alongside bool
 		// reserved an address for this id and refuses a second ADD. The
 		// force cleanup matters too: a failed ADD is not cached, so the
 		// firewall plugin's DEL cannot know which address to clean.
-		derr := a.undoing().one(ctx, foundAttachment{att: att, req: req}, alongside)
+		undo, fa := a.undoing(), foundAttachment{att: att, req: req}
+		undo.others = alongside // the record stays for the next attempt: no forget
+		how := undo.detach([]foundAttachment{fa})
+		derr := undo.one(ctx, how, how.Leaving[0], fa)
 		if derr != nil {
 			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "error", derr)
 		}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 // events is an ordered, concurrency-safe log of what the fake plugins did.
@@ -163,9 +165,12 @@ type recordingDels struct {
 	ev *events
 }
 
-func (r recordingDels) del(ctx context.Context, req request, att attachment, netns string, _ []string) error {
+func (r recordingDels) del(ctx context.Context, req request, att attachment, netns string, run footprint.PluginFilter) error {
+	if run.Apart() {
+		return r.fakeDriver.del(ctx, req, att, netns, run)
+	}
 	r.ev.add("DEL " + att.name())
-	return r.fakeDriver.del(ctx, req, att, netns, nil)
+	return r.fakeDriver.del(ctx, req, att, netns, footprint.PluginFilter{})
 }
 
 // Within a Setup, a retry's DEL of an nftables-portmap network would take
@@ -240,17 +245,20 @@ func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t 
 	}
 }
 
-// slowDels makes each DEL take a while and reports which plugins it was
-// told to leave out.
+// slowDels makes each network's DEL take a while and reports which
+// plugins it was told to leave out.
 type slowDels struct {
 	*fakeDriver
 	note func(att attachment, omit []string)
 }
 
-func (s slowDels) del(ctx context.Context, req request, att attachment, netns string, omit []string) error {
-	s.note(att, omit)
+func (s slowDels) del(ctx context.Context, req request, att attachment, netns string, run footprint.PluginFilter) error {
+	if run.Apart() {
+		return s.fakeDriver.del(ctx, req, att, netns, run)
+	}
+	s.note(att, run.LeftOut())
 	time.Sleep(10 * time.Millisecond)
-	return s.fakeDriver.del(ctx, req, att, netns, omit)
+	return s.fakeDriver.del(ctx, req, att, netns, run)
 }
 
 func TestSetupJoinsTheNamedNetworksInOrderOneInterfaceEach(t *testing.T) {

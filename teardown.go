@@ -68,7 +68,9 @@ func (c *Configurator) logFound(op telemetry.Operation, id string, networks int,
 
 // detachment is one detach of found attachments of a workload: per
 // network, the prevention, the DEL, the force cleanup, and the record's
-// removal once nothing is left.
+// removal once nothing is left. Its fields say how the detach is made;
+// what that lets each DEL run, the footprint package decides
+// (footprint.Detach).
 type detachment struct {
 	c      *Configurator
 	owner  string // whose proofs a detach records
@@ -76,7 +78,8 @@ type detachment struct {
 	others bool // the workload keeps attachments besides those detached
 	// exact: the caller named the one attachment detached (Disconnect
 	// with ConnectOptions.IfName); others may exist unseen, yet portmap's
-	// DEL runs when the host shows its rules are this one's (hostportsOwn).
+	// DEL runs when the host shows its rules are this one's
+	// (footprint.Detach.Exact).
 	exact bool
 	// settled: the caller detaches what an earlier call attached
 	// (Teardown, Disconnect), not what a failing call is rolling back.
@@ -91,8 +94,9 @@ type detachment struct {
 	rollback bool
 	// loUp: the workload's lo was up before this detachment, which leaves
 	// the workload other networks (keepLoopback). The loopback plugin is
-	// then left out of the DELs: its DEL only sets lo down, which would
-	// cut the workload's own localhost traffic until lo is up again.
+	// then left out of the DELs (footprint.Detach.LoopbackUp): its DEL
+	// only sets lo down, which would cut the workload's own localhost
+	// traffic until lo is up again.
 	loUp bool
 }
 
@@ -112,20 +116,17 @@ func (d detachment) cleanupOp() telemetry.Operation {
 	return telemetry.OpTeardown
 }
 
-// all detaches found concurrently; one network's failure does not stop
-// the others, and the errors are joined the last network first. With
-// several found attachments, or others, none's DEL runs portmap's
-// nftables backend, which deletes by the bare container id on every
-// network (see one); when the whole workload goes, that DEL runs once for
-// all of them first (hostportsOnce).
+// all detaches found, in one pass: how the detach is made (detach), the
+// whole workload's prevention and DEL first (hostportsFirst), then each
+// network concurrently (one: prevent, DEL, clean) and, once nothing of
+// it is left, its record forgotten. One network's failure does not stop
+// the others; the errors are joined the last network first.
 func (d detachment) all(ctx context.Context, found []foundAttachment) error {
-	alongside := d.others || len(found) > 1
-	if alongside && !d.others {
-		d.hostportsOnce(ctx, found)
-	}
+	how := d.detach(found)
+	d.hostportsFirst(ctx, how, found)
 	errs := make([]error, len(found))
 	eachNetwork(len(found), func(i int) {
-		if errs[i] = d.one(ctx, found[i], alongside); errs[i] == nil {
+		if errs[i] = d.one(ctx, how, how.Leaving[i], found[i]); errs[i] == nil {
 			errs[i] = d.c.registry.forget(found[i].req.id, found[i].att) // nothing left: the record goes
 		}
 	})
@@ -138,28 +139,70 @@ func (d detachment) all(ctx context.Context, found []foundAttachment) error {
 	return joinErrors(failed)
 }
 
-// one is one network's DEL plus force cleanup, by the prevention rule:
-// before the DEL, the cleaner makes sure it cannot reach another
-// attachment's state (footprint.Cleaner.Prevent). The cached result the
-// firewall plugin deletes by keeps only the addresses the attachment
-// provably still owns, and portmap is left out of the DEL where its
-// nftables backend would delete by the bare container id rules of the
-// same id on another network — always when alongside (the workload has
-// other attachments meanwhile: a Setup's other networks, those a
-// Disconnect keeps). What the DEL does not see, the force cleanup removes
-// by the ownership rule. When the prevention cannot be made (a file that
-// cannot be read or written), the DEL is withheld and only the force
-// cleanup runs: the error says so, and a later Teardown finishes. A
-// failed DEL is only logged when the cleanup then removed everything:
-// what matters is that nothing is left.
-func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool) (err error) {
+// detach is how d detaches found, as the prevention decides by it
+// (footprint.Detach).
+func (d detachment) detach(found []foundAttachment) footprint.Detach {
+	how := footprint.Detach{Others: d.others, Exact: d.exact, LoopbackUp: d.loUp, Leaving: make([]footprint.Leaving, len(found))}
+	for i, fa := range found {
+		how.Leaving[i] = footprint.Leaving{
+			Network:      d.c.seams.network(fa.att.conf, fa.att.ifName, nil),
+			ID:           fa.req.id,
+			PortMappings: fa.att.conf.Info.PortMappings && len(fa.req.mappings) > 0,
+			WholeChain:   !d.c.canOmit(fa.att),
+		}
+	}
+	return how
+}
+
+// hostportsFirst runs, where the whole detach's prevention says so
+// (footprint.Detach.PreventWorkload: a whole workload leaving several
+// networks), portmap's nftables DEL alone, once, before the networks are
+// detached: that DEL deletes every hostport rule carrying the container
+// id, on every network. Whatever it does not remove, the force cleanup
+// removes by proof; its failure is only logged.
+func (d detachment) hostportsFirst(ctx context.Context, how footprint.Detach, found []foundAttachment) {
+	c := d.c
+	p := how.PreventWorkload(ctx, c.seams.all)
+	if p.Hostports.NotOwn() {
+		c.logger.Debug("portmap's nftables DEL left out: rules of the same container id are not the leaving attachments'",
+			"alloc_id", found[0].req.id, "error", p.Hostports.Err)
+	}
+	first := p.HostportsFirst
+	if first == nil {
+		return
+	}
+	i := slices.IndexFunc(found, func(fa foundAttachment) bool {
+		return fa.att.name() == first.Network.Name && fa.att.ifName == first.Network.IfName && fa.req.id == first.ID
+	})
+	fa := found[i]
+	ctx, span := c.tel.StartSpan(ctx, telemetry.SpanDel)
+	err := c.driverFor(fa.att).del(ctx, fa.req, fa.att, d.netns, footprint.HostportsAlone)
+	span.End(err)
+	if err != nil {
+		c.logger.Warn("portmap's DEL of a leaving workload failed; the force cleanup removes its rules where it can prove them",
+			"alloc_id", fa.req.id, "network", fa.att.name(), "error", err)
+	}
+}
+
+// one is one network's detach (fa, as it leaves: l), by the prevention
+// rule: prevent (the cleaner makes sure the DEL cannot reach another
+// attachment's state, and decides which plugins it runs:
+// footprint.Cleaner.Prevent with how the detach is made), DEL, clean (the
+// force cleanup removes what the DEL did not, by the ownership rule).
+// When the prevention cannot be made (a file that cannot be read or
+// written), the DEL is withheld and only the force cleanup runs: the
+// error says so, and a later Teardown finishes. A failed DEL is only
+// logged when the cleanup then removed everything: what matters is that
+// nothing is left.
+func (d detachment) one(ctx context.Context, how footprint.Detach, l footprint.Leaving, fa foundAttachment) (err error) {
 	c, req, att := d.c, fa.req, fa.att
 	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpDetach, att.name(), att.ifName, req.id, d.netns)
 	defer func() { op.End(err) }()
 	start := time.Now()
 	proofs := &recordProofs{reg: c.registry, owner: d.owner, fa: foundAttachment{att: att, req: req}}
-	cl := c.seams.cleaner(ctx, att, proofs)
+	cl := c.seams.cleaner(ctx, l.Network, proofs)
 	cl.RecheckByHandle = d.settled && fa.settled
+	cl.Detach = how
 	var removeErr error
 	prevention, preventErr := whileLockHeld(ctx, func() (footprint.Prevention, error) {
 		return cl.Prevent([]string{req.id}) // also reads the proof the DEL erases
@@ -169,16 +212,9 @@ func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool)
 	}
 	prevented := time.Now()
 	if preventErr == nil {
-		omit := prevention.Omit
-		if alongside && c.plugins.HostportNFT(att.conf) && !slices.Contains(omit, "portmap") && !d.hostportsOwn(ctx, fa) {
-			omit = append(omit, "portmap")
-		}
-		d.logPrevented(req.id, att.name(), prevention, omit)
-		if d.loUp && runsLoopback(att) && c.canOmit(att) {
-			omit = append(slices.Clip(omit), "loopback") // not kept from anyone's state: lo stays up
-		}
+		d.logPrevented(req.id, att.name(), prevention)
 		delCtx, delSpan := c.tel.StartSpan(ctx, telemetry.SpanDel)
-		removeErr = c.driverFor(att).del(delCtx, req, att, d.netns, omit)
+		removeErr = c.driverFor(att).del(delCtx, req, att, d.netns, prevention.Filter())
 		delSpan.End(removeErr)
 	} else {
 		preventErr = fmt.Errorf("%w in network %q: DEL withheld, since it could not be kept from other attachments' state: %w",
@@ -208,73 +244,15 @@ func (d detachment) one(ctx context.Context, fa foundAttachment, alongside bool)
 	return nil
 }
 
-// hostportsOwn reports, for a DEL that names its attachment exactly
-// (exact: Disconnect with ConnectOptions.IfName, a runtime's DEL), whether
-// portmap's nftables DEL, which deletes by the bare container id, would
-// reach only this attachment's hostport rules: the host holds no
-// hostport rule of the id for another address, whichever runtime or
-// network made it (footprint.Cleaner.HostportDELReachesOnlySet). Then the
-// DEL runs portmap itself instead of leaving its rules to the force
-// cleanup. The id's lock keeps cninet's own operations on it out
-// meanwhile.
-func (d detachment) hostportsOwn(ctx context.Context, fa foundAttachment) bool {
-	if !d.exact || len(fa.req.mappings) == 0 {
-		return false
-	}
-	cl := d.c.seams.cleaner(ctx, fa.att, nil)
-	only, err := cl.HostportDELReachesOnlySet([]footprint.Attachment{{Network: fa.att.name(), ID: fa.req.id}})
-	if err != nil || !only {
-		d.c.logger.Debug("portmap's nftables DEL left out: hostport rules of the same container id are not the attachment's",
-			"alloc_id", fa.req.id, "network", fa.att.name(), "error", err)
-		return false
-	}
-	return true
-}
-
-// hostportsOnce runs, for a whole workload leaving several networks,
-// the DEL of portmap's nftables backend once, before the networks are
-// detached (each without portmap, concurrently): that DEL deletes every
-// hostport rule carrying the container id, on every network, so one is
-// all the workload needs, and two at once make one fail halfway. It runs
-// only when every such rule is the leaving attachments' own
-// (footprint.Cleaner.HostportDELReachesOnlySet): the same id may be
-// attached to a network this Configurator does not know, by another
-// runtime. It runs on no libcni cache: the networks' own DELs still need
-// their cached results. Whatever it does not remove, the force cleanup
-// removes by proof; its failure is only logged.
-func (d detachment) hostportsOnce(ctx context.Context, found []foundAttachment) {
-	c := d.c
-	var nft []foundAttachment // those whose portmap DEL would find mappings: without any it does nothing
-	var atts []footprint.Attachment
-	for _, fa := range found {
-		if c.plugins.HostportNFT(fa.att.conf) && fa.att.conf.Info.PortMappings && len(fa.req.mappings) > 0 {
-			nft = append(nft, fa)
-		}
-		atts = append(atts, footprint.Attachment{Network: fa.att.name(), ID: fa.req.id})
-	}
-	if len(nft) == 0 {
-		return
-	}
-	fa := nft[0]
-	cl := c.seams.cleaner(ctx, fa.att, nil)
-	if only, err := cl.HostportDELReachesOnlySet(atts); !only {
-		c.logger.Debug("portmap's nftables DEL left out: rules of the same container id are not the leaving attachments'",
-			"alloc_id", fa.req.id, "error", err)
-		return
-	}
-	ctx, span := c.tel.StartSpan(ctx, telemetry.SpanDel)
-	err := c.driverFor(fa.att).delHostports(ctx, fa.req, fa.att, d.netns)
-	span.End(err)
-	if err != nil {
-		c.logger.Warn("portmap's DEL of a leaving workload failed; the force cleanup removes its rules where it can prove them",
-			"alloc_id", fa.req.id, "network", fa.att.name(), "error", err)
-	}
-}
-
 // logPrevented reports what a DEL was kept from: addresses withheld from
-// the cached result, plugins left out.
-func (d detachment) logPrevented(id, network string, p footprint.Prevention, omit []string) {
-	if len(p.Withheld) == 0 && len(omit) == 0 {
+// the cached result, plugins left out (the loopback plugin, kept from no
+// one's state, is not named).
+func (d detachment) logPrevented(id, network string, p footprint.Prevention) {
+	if p.Hostports.NotOwn() {
+		d.c.logger.Debug("portmap's nftables DEL left out: hostport rules of the same container id are not the attachment's",
+			"alloc_id", id, "network", network, "error", p.Hostports.Err)
+	}
+	if len(p.Withheld) == 0 && len(p.Omit) == 0 {
 		return
 	}
 	var withheld []string
@@ -284,7 +262,7 @@ func (d detachment) logPrevented(id, network string, p footprint.Prevention, omi
 		}
 	}
 	d.c.logger.Debug("DEL kept from other attachments' state: the force cleanup removes the rest by proof",
-		"alloc_id", id, "network", network, "withheld_addresses", withheld, "plugins_left_out", omit)
+		"alloc_id", id, "network", network, "withheld_addresses", withheld, "plugins_left_out", p.Omit)
 }
 
 // logRemoved reports what the plugins left behind and cleanup removed.

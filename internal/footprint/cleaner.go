@@ -99,8 +99,9 @@ type RecordedHolders interface {
 // Cleaner removes the footprint of attachments, by the ownership rule.
 // Build one per call.
 //
-// For a Teardown (NewCleaner): Prevent before the DEL (prevent.go), run
-// the DEL as Prevent says, then Clean the ids; only what those
+// For a Teardown (NewCleaner): Prevent before the DEL (prevent.go, with
+// how the detach is made: Cleaner.Detach), run the DEL as Prevent says
+// (Prevention.Filter), then Clean the ids; only what those
 // attachments can own is read. For a GC (NewSweep): PreventAll for the
 // attachments libcni's GC may DEL, run it, then DiscoverAll and CleanAll
 // the dead ones; whole tables are listed and shared by all, one IP
@@ -132,6 +133,10 @@ type Cleaner struct {
 	// whose ADD returned, not a Setup's rollback.
 	RecheckByHandle bool
 	seen            *seenRules // what Prevent saw, for Clean
+	// Detach is how the detach Prevent runs before is made: what it
+	// leaves out of the DEL besides what the host requires (prevent.go).
+	// The zero value: one attachment, whose workload keeps nothing else.
+	Detach Detach
 }
 
 // NewCleaner returns a cleaner of network n's attachments on host h; ctx

@@ -118,7 +118,13 @@
 // does not provably still own — without a proof store, recording them
 // first in an intent record (withheld.go), each write atomic — and
 // leaves portmap out of the DEL
-// where rules of the same id belong to another attachment. The force
+// where rules of the same id belong to another attachment. How the
+// detach is made (Detach: the workload keeps other attachments, the
+// caller named the attachment exactly, lo was up) decides the rest in the
+// same place: portmap left out alongside other networks, unless the host
+// holds only this attachment's hostport rules of the id; portmap's DEL
+// run once first for a whole workload leaving several networks; the
+// loopback plugin left out while the workload keeps lo. The force
 // cleanup then removes what the DEL did not see, by the ownership rule.
 // What belongs to a live attachment is never removed, at any instant,
 // whatever process dies when, and nothing is ever added back.
@@ -185,7 +191,10 @@
 //	bandwidth.go          the bandwidth plugin's ifb device (footprint)
 //	tuning.go             the tuning plugin's saved settings (footprint)
 //	withheld.go           cninet's intent records (footprint)
-//	prevent.go            Prevent: what a DEL must not see, before it runs
+//	prevent.go            Prevent, Prevention: what a DEL must not see,
+//	                      before it runs, as the host and how the detach
+//	                      is made (Detach) require; PluginFilter: which
+//	                      plugins of the chain the DEL runs
 //	plan.go               the plan of deletions, and when files must stay
 //	apply_iptables.go     deletions by handle, then iptables-restore
 //	apply_nftables.go     deletions by handle, then one nft transaction
