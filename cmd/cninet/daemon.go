@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -23,9 +25,16 @@ import (
 // daemonFlags are cninet daemon's flags.
 type daemonFlags struct {
 	socket, confDir, cniPath, cacheDir, stateDir, metricsListen, logLevel, logFormat string
-	maxConcurrent, maxProbes                                                         int
+	maxConcurrent, maxProbes, memoryLimit                                            int
 	timeout, drain, rollback, watch, readyCache, repairEvery                         time.Duration
 }
+
+// defaultMemoryLimit is the daemon's soft memory limit, in MiB, unless
+// GOMEMLIMIT or --memory-limit says otherwise: a burst of hundreds of
+// requests (a node's pods started at once) would otherwise let the heap
+// grow to twice what is live before Go's collector runs, while the
+// daemon's live memory stays small.
+const defaultMemoryLimit = 40
 
 // defaultRepairEvery is how often the daemon checks every runtime's
 // attachments for drift (besides at once on an nf_tables change).
@@ -41,6 +50,7 @@ func (f *daemonFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text, or json (one JSON object a line, for a log collector)")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent", thick.DefaultMaxConcurrent, "ADD, DEL and GC requests run at once; more queue until their deadline")
+	fs.IntVar(&f.memoryLimit, "memory-limit", defaultMemoryLimit, "soft limit of the Go runtime's memory, in MiB: the collector works harder near it, so a burst of requests does not double the heap (GOMEMLIMIT, when set, wins over the default); 0: none")
 	fs.IntVar(&f.maxProbes, "max-concurrent-probes", thick.DefaultMaxConcurrentProbes, "STATUS and CHECK requests run at once, in slots of their own (never queued behind ADDs)")
 	fs.DurationVar(&f.rollback, "rollback-timeout", thick.DefaultRollbackTimeout, "after --drain-timeout, how long the rollback of unfinished ADDs may take")
 	fs.DurationVar(&f.watch, "conf-watch-interval", thick.DefaultWatchInterval, "how often the conf dir is looked at for changes (SIGHUP reloads at once)")
@@ -63,18 +73,38 @@ is not ready until a conflist appears); changes to it are picked up by a
 watch, and at once on SIGHUP. Under systemd it accepts the socket of
 cninet.socket (socket activation) and notifies readiness (Type=notify).`,
 	}
-	cmd.RunE = c.runE(func(*cobra.Command) error {
+	cmd.RunE = c.runE(func(cmd *cobra.Command) error {
 		if err := f.validate(); err != nil {
 			return err
 		}
 		logger := hclog.New(&hclog.LoggerOptions{Name: "cninet-daemon", Level: hclog.LevelFromString(f.logLevel), Output: c.stderr,
 			JSONFormat: f.logFormat == "json"})
+		if limit, ok := memoryLimit(f.memoryLimit, cmd.Flags().Changed("memory-limit"), os.Getenv("GOMEMLIMIT")); ok {
+			debug.SetMemoryLimit(limit)
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
 		return runDaemon(ctx, f, logger)
 	})
 	f.register(cmd.Flags())
 	return cmd
+}
+
+// memoryLimit is the soft memory limit the daemon sets (ok) from
+// --memory-limit (mib, set when given on the command line) and
+// GOMEMLIMIT (env): the flag given wins, 0 lifting any limit; else
+// GOMEMLIMIT, which the runtime applied already; else the default.
+func memoryLimit(mib int, set bool, env string) (limit int64, ok bool) {
+	switch {
+	case set && mib == 0:
+		return math.MaxInt64, true
+	case set:
+		return int64(mib) << 20, true
+	case env != "" || mib == 0:
+		return 0, false
+	default:
+		return int64(mib) << 20, true
+	}
 }
 
 // cleanAbs is the clean absolute path p names from the working directory,
@@ -96,6 +126,9 @@ func (f *daemonFlags) validate() error {
 	}
 	if f.maxConcurrent < 1 || f.maxProbes < 1 || f.timeout <= 0 || f.drain <= 0 || f.rollback <= 0 || f.watch <= 0 {
 		return fmt.Errorf("%w: --max-concurrent, --max-concurrent-probes, --timeout, --drain-timeout, --rollback-timeout and --conf-watch-interval must be positive", errUsage)
+	}
+	if f.memoryLimit < 0 {
+		return fmt.Errorf("%w: --memory-limit %d, want 0 (none) or a size in MiB", errUsage, f.memoryLimit)
 	}
 	if f.repairEvery < 0 {
 		return fmt.Errorf("%w: --repair-every %s, want 0 (no repair watcher) or more", errUsage, f.repairEvery)
