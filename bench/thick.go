@@ -38,6 +38,10 @@ type thickResult struct {
 	// ShimStart is cninet-shim started alone (CNI_COMMAND=VERSION): fork,
 	// exec, the Go runtime's start, and exit, as its caller waits for it.
 	ShimStart  sample
+	// EmptyStart is an empty Go program (package main, func main(){}),
+	// built by the same toolchain, started the same way, interleaved
+	// with ShimStart: the floor the shim's start-up is held to.
+	EmptyStart sample
 	CyclesLoad [2]string // /proc/loadavg before and after the cycles
 
 	Burst    int        // concurrent ADDs per burst
@@ -202,7 +206,7 @@ func thickScenario(r *report) error {
 		}
 		res.Repeats = append(res.Repeats, run)
 	}
-	if res.ShimStart, err = rig.shimStarts(r.opts.thickN); err != nil {
+	if res.ShimStart, res.EmptyStart, err = rig.shimStarts(r.opts.thickN); err != nil {
 		return err
 	}
 	for round := range r.opts.thickRounds {
@@ -455,19 +459,64 @@ func (rig *thickRig) cycle(shim bool, hostPort int) (thickSplit, error) {
 
 // shimStarts times n runs of cninet-shim alone (CNI_COMMAND=VERSION):
 // the process start and exit a shim request pays on top of its work.
-func (rig *thickRig) shimStarts(n int) (sample, error) {
-	var s sample
-	for range n {
-		cmd := exec.Command(filepath.Join(rig.shimDir, "cninet-shim"))
+func (rig *thickRig) shimStarts(n int) (shim, empty sample, err error) {
+	emptyBin, err := buildEmptyProgram(rig.shimDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	run := func(bin string) (time.Duration, error) {
+		cmd := exec.Command(bin)
 		cmd.Env = []string{"CNI_COMMAND=VERSION"}
 		cmd.Stdin = strings.NewReader(`{"cniVersion": "1.0.0"}`)
 		start := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("cninet-shim VERSION: %v: %s", err, out)
+			return 0, fmt.Errorf("%s VERSION: %v: %s", filepath.Base(bin), err, out)
 		}
-		s = append(s, time.Since(start))
+		return time.Since(start), nil
 	}
-	return s, nil
+	for i := range n {
+		for _, isShim := range []bool{i%2 == 0, i%2 != 0} {
+			bin := emptyBin
+			if isShim {
+				bin = filepath.Join(rig.shimDir, "cninet-shim")
+			}
+			d, err := run(bin)
+			if err != nil {
+				return nil, nil, err
+			}
+			if isShim {
+				shim = append(shim, d)
+			} else {
+				empty = append(empty, d)
+			}
+		}
+	}
+	return shim, empty, nil
+}
+
+// shimStartSlack is how much longer than an empty Go program the shim
+// may take to start and exit (issue 41).
+const shimStartSlack = 300 * time.Microsecond
+
+// buildEmptyProgram builds `package main; func main() {}` into dir.
+func buildEmptyProgram(dir string) (string, error) {
+	src := filepath.Join(dir, "empty-src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte("package main\n\nfunc main() {}\n"), 0o644); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module empty\n"), 0o644); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "empty")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building an empty Go program: %v\n%s", err, out)
+	}
+	return bin, nil
 }
 
 // burst runs n cnitool ADDs at once, through the shim or on the
@@ -680,6 +729,11 @@ func (r *report) thickTargets(w writer) {
 	if len(shimAdd) > 0 && len(directAdd) > 0 {
 		q := ratio(shimAdd.median(), directAdd.median())
 		w("| thick mode: %d concurrent ADDs through the shim / on the delegate, median over %d rounds ≤ %.2f× | %.3f× | %s |\n", t.Burst, len(shimAdd), thickBurstTarget, q, verdict(q <= thickBurstTarget))
+	}
+	if len(t.EmptyStart) > 0 {
+		d := t.ShimStart.median() - t.EmptyStart.median()
+		w("| thick mode: cninet-shim's start-up (VERSION, fork to exit) within %s of an empty Go program's | %s vs. %s: %+.2f ms | %s |\n",
+			msFine(shimStartSlack), msFine(t.ShimStart.median()), msFine(t.EmptyStart.median()), float64(d)/1e6, verdict(d <= shimStartSlack))
 	}
 	if t.Peak > 0 {
 		w("| thick mode: the daemon's peak RSS (VmHWM) at %d concurrent requests ≤ %d MiB | %.1f MiB | %s |\n", t.Peak, thickRSSTarget>>20, float64(t.PeakRSS)/(1<<20), verdict(t.PeakRSS <= thickRSSTarget))
