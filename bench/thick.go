@@ -37,7 +37,7 @@ type thickResult struct {
 	Repeats []thickRun
 	// ShimStart is cninet-shim started alone (CNI_COMMAND=VERSION): fork,
 	// exec, the Go runtime's start, and exit, as its caller waits for it.
-	ShimStart  sample
+	ShimStart sample
 	// EmptyStart is an empty Go program (package main, func main(){}),
 	// built by the same toolchain, started the same way, interleaved
 	// with ShimStart: the floor the shim's start-up is held to.
