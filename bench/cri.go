@@ -109,7 +109,7 @@ func (s criSample) total() sample {
 
 // criTarget is the target ratio of the medians of runp+stopp+rmp, through
 // the shim over the delegate directly.
-const criTarget = 1.03
+const criTarget = 1.02
 
 // criPauseImage is the sandbox image, built from the host's busybox.
 const criPauseImage = "localhost/cninet-bench-pause:latest"

@@ -35,6 +35,7 @@ type options struct {
 	thickBurst    int
 	criN          int
 	thickRounds   int
+	thickRuns     int
 	thickPeak     int
 	statusN       int
 	statusRuns    int
@@ -113,6 +114,7 @@ func main() {
 	flag.IntVar(&o.thickN, "thick-n", 30, "cnitool ADD+DEL cycles per contender (thick)")
 	flag.IntVar(&o.noiseCap, "noise-cap", 3, "a ratio within the noise of its target after the cycles asked for (-overhead-n, -scale-n, -thick-n) gets more, up to this many times as many; one still within the noise then is reported as not measurable at that spread (1: never more)")
 	flag.IntVar(&o.thickBurst, "thick-burst", 200, "concurrent cnitool ADDs per burst, through the shim and on the delegate alike (thick)")
+	flag.IntVar(&o.thickRuns, "thick-runs", 3, "runs of -thick-n interleaved cycles (thick): the target holds in every run, each reported; the first is taken apart")
 	flag.IntVar(&o.thickRounds, "thick-rounds", 2, "rounds of bursts, each a burst through the shim and one on the delegate, alternating which goes first (thick)")
 	flag.IntVar(&o.thickPeak, "thick-peak", 500, "concurrent cnitool ADDs through the shim over which the daemon's peak RSS is measured; 0: none (thick)")
 	flag.IntVar(&o.criN, "cri-n", 10, "crictl runp+stopp+rmp cycles per contender (cri)")

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -224,8 +225,16 @@ func (r *report) handoffTable(w writer, t *thickResult) {
 		}
 	}
 	ack := part(func(c thickSplit) time.Duration { return c.AddHandoff.AckWay + c.DelHandoff.AckWay })
-	w("\nBeside these: the acknowledgement's way from the daemon to the shim, %s (the shim wakes up for it while the daemon works). The shim's own exec, start and exit, within the first and the last part, are its start-up below (%s a command).\n\n",
-		msFine(ack), msFine(t.ShimStart.median()))
+	w("\nBeside these: the acknowledgement's way from the daemon to the shim, %s (the shim wakes up for it while the daemon works). The shim's own exec, start and exit, within the first and the last part, are its start-up below (%s a command%s).\n\n",
+		msFine(ack), msFine(t.ShimStart.median()), emptyBeside(t))
 	w("What the thick path adds, part by part (the parts marked above and the shim's start-up twice): **%s** a cycle; the cycle through the shim less cnitool's on the delegate directly is %s (paired mean %s), which also holds the plugins' own variation between the two.\n\n",
 		msFine(thickOnly+2*t.ShimStart.median()), ms(t.Shim.median()-t.Direct.median()), pairedString(t.Shim, t.Direct))
+}
+
+// emptyBeside is ", an empty Go program's X" where the run measured one.
+func emptyBeside(t *thickResult) string {
+	if len(t.EmptyStart) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; an empty Go program, started the same way and interleaved with it, %s", msFine(t.EmptyStart.median()))
 }
