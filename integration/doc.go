@@ -8,6 +8,8 @@
 //   - main_test.go: TestMain (the sandbox), and what every story uses: a
 //     network of its own per test, a Configurator on it, a baseline
 //     snapshot and assertNoLeaks, a workload serving HTTP and fetch.
+//   - sandbox_test.go: the rig itself: deleting a workload's namespace
+//     removes its path even while something still has it open.
 //   - lifecycle_test.go: one workload on one network: Setup, served
 //     through the mapped port, CHECK of a healthy and a broken
 //     attachment, Teardown leaving nothing; networks loaded from a
