@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
@@ -40,12 +41,30 @@ func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns strin
 	}
 	switch {
 	case o.Network == "" && o.IfName == "":
-		return c.checkAll(ctx, alloc, netns, o.Repair)
+		return c.checker.checkAll(ctx, alloc, netns, o.Repair)
 	case o.Network == "" || o.IfName == "":
 		return fmt.Errorf("%w: CheckOptions names network %q as interface %q: give both, or neither to check every network",
 			ErrInvalidArgument, o.Network, o.IfName)
 	}
-	return c.checkOne(ctx, alloc, o.Network, netns, o.IfName, o.Repair)
+	return c.checker.checkOne(ctx, alloc, o.Network, netns, o.IfName, o.Repair)
+}
+
+// checker is Check and Drifts: the parts they use, with the builder of
+// live attachments and the repairer.
+type checker struct {
+	requests
+	owners
+	registry *hostRegistry
+	nets     *catalog.Networks
+	plugins  *catalog.Plugins
+	find     *attachmentFinder
+	seams    *cleanerSeams
+	drivers  *drivers
+	cacheDir string
+	tel      *telemetry.Recorder
+	logger   hclog.Logger
+	lives    *liveBuilder
+	repairer *repairer
 }
 
 // CheckOptions tune Check.
@@ -64,7 +83,7 @@ type CheckOptions struct {
 }
 
 // checkAll is Check of every network of the workload.
-func (c *Configurator) checkAll(ctx context.Context, alloc *Allocation, netns string, repair bool) (err error) {
+func (c *checker) checkAll(ctx context.Context, alloc *Allocation, netns string, repair bool) (err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpCheck, allocID(alloc), netns)
 	defer func() { op.End(err) }()
 	req, err := c.requestIn(alloc, netns, ErrCheckFailed) // a namespace that is gone is a verdict: rebuild it
@@ -89,7 +108,7 @@ func (c *Configurator) checkAll(ctx context.Context, alloc *Allocation, netns st
 // checkOne is Check of the attachment of ifName in network
 // (CheckOptions): the one the registry records, else the one libcni's
 // cache holds.
-func (c *Configurator) checkOne(ctx context.Context, alloc *Allocation, network, netns, ifName string, repair bool) (err error) {
+func (c *checker) checkOne(ctx context.Context, alloc *Allocation, network, netns, ifName string, repair bool) (err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpCheck, allocID(alloc), netns)
 	defer func() { op.End(err) }()
 	req, err := c.namedRequest(alloc, network, netns, ifName, ErrCheckFailed)
@@ -123,8 +142,8 @@ func (c *Configurator) checkOne(ctx context.Context, alloc *Allocation, network,
 // checkFound checks found: cninet's own check of every attachment in one
 // read of the host (with repair, restoring what is missing first), then
 // the plugins' CHECK of each that is whole.
-func (c *Configurator) checkFound(ctx context.Context, found []foundAttachment, netns string, repair bool) error {
-	atts := c.checkedOf(found, netns)
+func (c *checker) checkFound(ctx context.Context, found []foundAttachment, netns string, repair bool) error {
+	atts := c.lives.checkedOf(found, netns)
 	var drifts []Drift
 	var failed, unsupported, repairErrs []error
 	for i, r := range c.driftCheck(ctx, atts, repair) {
@@ -158,13 +177,13 @@ func (c *Configurator) checkFound(ctx context.Context, found []foundAttachment, 
 
 // checkNetwork runs the plugins' CHECK on one network of the attachment,
 // without the plugins whose CHECK is known to be unsound here.
-func (c *Configurator) checkNetwork(ctx context.Context, req request, att attachment, netns string) (err error) {
+func (c *checker) checkNetwork(ctx context.Context, req request, att attachment, netns string) (err error) {
 	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpCheckNetwork, att.name(), att.ifName, req.id, netns)
 	defer func() { op.End(err) }()
 	if att.conf.Info.DisableCheck {
 		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, att.name())
 	}
-	driver := c.driverFor(att)
+	driver := c.drivers.driverFor(att)
 	omit := unsoundChecks(ctx, c.plugins, driver, att)
 	if err := driver.check(ctx, req, att, netns, omit); err != nil {
 		if why := knownFalseFailure(ctx, c.plugins, driver, att, err); why != "" {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	cni "github.com/containerd/go-cni"
@@ -137,27 +136,30 @@ type IPTables = host.IPTables
 // same allocation ID are serialised, calls for different IDs run in
 // parallel.
 type Configurator struct {
-	logger      hclog.Logger
-	cni         cni.CNI
-	findPlugins bool              // the default go-cni: it runs the plugins from the plugin dirs, which cninet can look for first
-	lib         *libcni.CNIConfig // VERSION, GC and validation, on the same dirs and cache as the verbs
-	driver      netDriver         // attaches what go-cni cannot: any network but the default as eth0
-	cacheDir    string
-	ifs         ifNaming
-	// ignoreHostIP and retry are Config.IgnorePortMappingHostIP and
-	// Config.Retry (its defaults applied).
-	ignoreHostIP bool
-	retry        RetryPolicy
-	owner        string
+	logger   hclog.Logger
+	lib      *libcni.CNIConfig // VERSION, GC and validation, on the same dirs and cache as the verbs
+	cacheDir string
+	ifs      ifNaming
+	retry    RetryPolicy // Config.Retry, its defaults applied
 
+	// The parts the operations share.
 	nets     *catalog.Networks // every known network
 	plugins  *catalog.Plugins  // the plugin binaries and the backends they use here
 	registry *hostRegistry     // the host registry: records and the locks every process honours
 	find     *attachmentFinder // an allocation's attachments
 	seams    *cleanerSeams     // how a cleanup reaches the host
+	drivers  *drivers          // how each network's plugins run
+	requests requests          // Config.IgnorePortMappingHostIP's requests
+	owners   owners            // Config.Owner, or WithOwner's
 	tel      *telemetry.Recorder
 
-	unrecordedAt atomic.Int64 // when Status last reported unrecorded attachments (UnixNano)
+	// The operations, each holding only the parts it uses (wire).
+	attacher  *attacher  // Setup, and Connect's attach
+	detacher  *detacher  // Teardown, and every other detach
+	connector *connector // Connect, Disconnect
+	checker   *checker   // Check, Drifts
+	prober    *prober    // Status, Unrecorded
+	collector *collector // GC
 
 	watcher   *watcher
 	repairer  *repairwatch.Watcher // Config.RepairEvery's
@@ -185,13 +187,14 @@ func New(cfg Config) (*Configurator, error) {
 			ErrInvalidConfig, cfg.CacheDir, defaultCacheDir)
 	}
 	c := &Configurator{
-		logger:       cfg.Logger,
-		cacheDir:     cfg.CacheDir,
-		ifs:          ifNaming{prefix: cfg.InterfacePrefix},
-		ignoreHostIP: cfg.IgnorePortMappingHostIP,
-		retry:        cfg.Retry.withDefaults(),
-		owner:        cfg.Owner,
+		logger:   cfg.Logger,
+		cacheDir: cfg.CacheDir,
+		ifs:      ifNaming{prefix: cfg.InterfacePrefix},
+		retry:    cfg.Retry.withDefaults(),
+		owners:   owners{owner: cfg.Owner},
+		drivers:  &drivers{},
 	}
+	c.requests = requests{ignoreHostIP: cfg.IgnorePortMappingHostIP, drivers: c.drivers}
 	store, err := registry.Open(cfg.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: StateDir: %w", ErrInvalidConfig, err)
@@ -200,16 +203,16 @@ func New(cfg Config) (*Configurator, error) {
 	// unsynchronised, which races when workloads attach concurrently.
 	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
 	c.lib = libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, c.cacheDir, exec)
-	c.driver = libDriver{lib: c.lib, noCache: libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, filepath.Join(c.cacheDir, "cninet", "no-cache"), exec),
+	c.drivers.driver = libDriver{lib: c.lib, noCache: libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, filepath.Join(c.cacheDir, "cninet", "no-cache"), exec),
 		exec: exec}
-	if c.cni = cfg.CNI; c.cni == nil {
-		c.findPlugins = true
-		if c.cni, err = cni.New(cni.WithPluginDir(cfg.PluginDirs), cni.WithInterfacePrefix(cfg.InterfacePrefix)); err != nil {
+	if c.drivers.cni = cfg.CNI; c.drivers.cni == nil {
+		c.drivers.findPlugins = true
+		if c.drivers.cni, err = cni.New(cni.WithPluginDir(cfg.PluginDirs), cni.WithInterfacePrefix(cfg.InterfacePrefix)); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
 	sources := catalog.Sources{ConfDir: cfg.ConfDir, NetworkName: cfg.NetworkName, ConfList: cfg.ConfList, ConfLists: cfg.ConfLists}
-	if c.nets, err = catalog.NewNetworks(sources, c.logger, c.cni); err != nil {
+	if c.nets, err = catalog.NewNetworks(sources, c.logger, c.drivers.cni); err != nil {
 		return nil, err
 	}
 	if cfg.Watch && (len(cfg.ConfList) > 0 || cfg.ConfDir == "") {
@@ -219,10 +222,11 @@ func New(cfg Config) (*Configurator, error) {
 	c.plugins = catalog.NewPlugins(cfg.PluginDirs, c.lib, ipt, nft)
 	c.registry = &hostRegistry{store: store, cacheDir: c.cacheDir, logger: c.logger, nets: c.nets, plugins: c.plugins}
 	c.find = &attachmentFinder{nets: c.nets, registry: c.registry, lib: c.lib, cacheDir: c.cacheDir, ifs: c.ifs, logger: c.logger,
-		injectedCNI: !c.findPlugins}
+		injectedCNI: !c.drivers.findPlugins}
 	c.seams = &cleanerSeams{iptOpener: ipt, nftOpener: nft, openLinks: cfg.Links, cacheDir: c.cacheDir, ifs: c.ifs, nets: c.nets, plugins: c.plugins,
 		records: c.registry}
 	c.tel = newTelemetry(cfg, c)
+	c.wire()
 	if cfg.RepairEvery < 0 {
 		c.tel.Close()
 		return nil, fmt.Errorf("%w: RepairEvery %s: want a positive interval, or 0 for no repair watcher", ErrInvalidConfig, cfg.RepairEvery)
@@ -238,6 +242,25 @@ func New(cfg Config) (*Configurator, error) {
 		c.repairer.Start()
 	}
 	return c, nil
+}
+
+// wire builds the operations from c's parts, each given only those it
+// uses. New calls it once its parts are built; a test that replaces a
+// part (the logger, telemetry) calls it again.
+func (c *Configurator) wire() {
+	c.detacher = &detacher{registry: c.registry, seams: c.seams, drivers: c.drivers, tel: c.tel, logger: c.logger}
+	c.attacher = &attacher{registry: c.registry, plugins: c.plugins, drivers: c.drivers, tel: c.tel, logger: c.logger, retry: c.retry,
+		detacher: c.detacher}
+	c.connector = &connector{requests: c.requests, owners: c.owners, registry: c.registry, nets: c.nets, find: c.find, lib: c.lib,
+		cacheDir: c.cacheDir, ifs: c.ifs, tel: c.tel, logger: c.logger, attacher: c.attacher, detacher: c.detacher}
+	c.checker = &checker{requests: c.requests, owners: c.owners, registry: c.registry, nets: c.nets, plugins: c.plugins, find: c.find,
+		seams: c.seams, drivers: c.drivers, cacheDir: c.cacheDir, tel: c.tel, logger: c.logger,
+		lives:    &liveBuilder{registry: c.registry, plugins: c.plugins, seams: c.seams, lib: c.lib, findPlugins: c.drivers.findPlugins},
+		repairer: &repairer{plugins: c.plugins, drivers: c.drivers, tel: c.tel}}
+	c.prober = &prober{cni: c.drivers.cni, lib: c.lib, cacheDir: c.cacheDir, nets: c.nets, plugins: c.plugins, registry: c.registry,
+		tel: c.tel, logger: c.logger}
+	c.collector = &collector{owners: c.owners, registry: c.registry, nets: c.nets, find: c.find, seams: c.seams, lib: c.lib, ifs: c.ifs,
+		tel: c.tel, logger: c.logger, detacher: c.detacher}
 }
 
 // withDefaults is cfg with the documented default of every field left

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
@@ -41,13 +42,29 @@ func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, 
 		return nil, err
 	}
 	if o.IfName != "" {
-		return c.connectAs(ctx, alloc, network, netns, o)
+		return c.connector.connectAs(ctx, alloc, network, netns, o)
 	}
-	return c.connectNext(ctx, alloc, network, netns)
+	return c.connector.connectNext(ctx, alloc, network, netns)
+}
+
+// connector is Connect and Disconnect: the parts they use.
+type connector struct {
+	requests
+	owners
+	registry *hostRegistry
+	nets     *catalog.Networks
+	find     *attachmentFinder
+	lib      *libcni.CNIConfig // libcni's cache, where a runtime's attachments show
+	cacheDir string
+	ifs      ifNaming
+	tel      *telemetry.Recorder
+	logger   hclog.Logger
+	attacher *attacher
+	detacher *detacher
 }
 
 // connectNext is Connect on the next free interface name.
-func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, network, netns string) (_ *NetworkStatus, err error) {
+func (c *connector) connectNext(ctx context.Context, alloc *Allocation, network, netns string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpConnect, allocID(alloc), netns)
 	defer func() { op.End(err) }()
 	req, err := c.requestIn(alloc, netns, ErrInvalidArgument)
@@ -79,7 +96,7 @@ func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, netwo
 		}
 	}
 	att := attachment{conf: conf, ifName: c.ifs.free(used)}
-	a := c.attaching(owner, req, netns, len(used) > 0)
+	a := c.attacher.attaching(owner, req, netns, len(used) > 0)
 	if err := a.preflight(att); err != nil {
 		return nil, err
 	}
@@ -114,14 +131,14 @@ func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, networ
 		return err
 	}
 	if o.IfName != "" {
-		return c.disconnectAs(ctx, alloc, network, netns, o)
+		return c.connector.disconnectAs(ctx, alloc, network, netns, o)
 	}
-	return c.disconnectNetwork(ctx, alloc, network, netns)
+	return c.connector.disconnectNetwork(ctx, alloc, network, netns)
 }
 
 // disconnectNetwork is Disconnect of whichever interface the workload
 // has in network.
-func (c *Configurator) disconnectNetwork(ctx context.Context, alloc *Allocation, network, netns string) (err error) {
+func (c *connector) disconnectNetwork(ctx context.Context, alloc *Allocation, network, netns string) (err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpDisconnect, allocID(alloc), netns)
 	defer func() { op.End(err) }()
 	req, err := newRequest(alloc, c.ignoreHostIP)
@@ -151,7 +168,7 @@ func (c *Configurator) disconnectNetwork(ctx context.Context, alloc *Allocation,
 		c.logger.Debug("disconnect: not attached", "alloc_id", req.id, "network", network)
 		return unreadableError(req.id, unreadable)
 	}
-	d := c.detaching(owner, netns, len(attached) > len(found) || len(unreadable) > 0)
+	d := c.detacher.detaching(owner, netns, len(attached) > len(found) || len(unreadable) > 0)
 	up, restore := keepLoopback(c.logger, req.id, netns, found)
 	defer restore()
 	d.settled, d.loUp = true, up
@@ -243,7 +260,7 @@ func (o ConnectOptions) runtimeIDOf(req request) string {
 }
 
 // connectAs is Connect as o.IfName, for o.RuntimeID.
-func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network, netns string, o ConnectOptions) (_ *NetworkStatus, err error) {
+func (c *connector) connectAs(ctx context.Context, alloc *Allocation, network, netns string, o ConnectOptions) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpConnect, allocID(alloc), netns)
 	defer func() { op.End(err) }()
 	ifName := o.IfName
@@ -276,12 +293,12 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 	att := attachment{conf: conf, ifName: ifName}
 	// The runtime may attach the same container to networks this
 	// Configurator never sees: always as if others were there.
-	a := c.attaching(c.ownerOf(ctx), req, netns, true)
+	a := c.attacher.attaching(c.ownerOf(ctx), req, netns, true)
 	a.anyResult = true // the runtime reads the result itself: an L2-only network attaches too
 	if err := a.preflight(att); err != nil {
 		return nil, err
 	}
-	c.logFound(telemetry.OpConnect, req.id, 1, locked.Sub(start), time.Since(locked))
+	logFound(c.logger, telemetry.OpConnect, req.id, 1, locked.Sub(start), time.Since(locked))
 	up, restore := keepLoopback(c.logger, req.id, netns, []foundAttachment{{att: att}})
 	defer restore()
 	a.loUp = up
@@ -289,7 +306,7 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 }
 
 // disconnectAs is Disconnect of o.IfName, for o.RuntimeID.
-func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, network, netns string, o ConnectOptions) (err error) {
+func (c *connector) disconnectAs(ctx context.Context, alloc *Allocation, network, netns string, o ConnectOptions) (err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpDisconnect, allocID(alloc), netns)
 	defer func() { op.End(err) }()
 	ifName := o.IfName
@@ -344,10 +361,10 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 		fa.att.conf, fa.req, fa.cached = conf, recordedRequest(fa.req, *rec), true
 		fa.settled = rec.State == registry.Attached
 	}
-	c.logFound(telemetry.OpDisconnect, req.id, 1, locked.Sub(start), time.Since(locked))
+	logFound(c.logger, telemetry.OpDisconnect, req.id, 1, locked.Sub(start), time.Since(locked))
 	up, restore := keepLoopback(c.logger, req.id, netns, []foundAttachment{fa})
 	defer restore()
-	d := c.detaching(owner, netns, true) // as in connectAs: others may be there unseen
+	d := c.detacher.detaching(owner, netns, true) // as in connectAs: others may be there unseen
 	d.exact, d.settled, d.loUp = true, true, up
 	return d.all(ctx, []foundAttachment{fa})
 }

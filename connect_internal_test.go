@@ -179,6 +179,7 @@ func TestConnectAndDisconnectAreTracedWithTheirNetworksDetach(t *testing.T) {
 	f := newMultiFixture(t, quickRetry)
 	rec := tracetest.NewSpanRecorder()
 	f.c.tel = newTelemetry(Config{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))}, f.c)
+	f.c.wire()
 	alloc := &Allocation{ID: "w", NetworkNames: []string{"a"}}
 	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
+	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/telemetry"
 	"github.com/seed1280861d/cninet/internal/workload"
@@ -41,15 +43,29 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string, opts ...GC
 	if err != nil {
 		return nil, err
 	}
-	scope, err := c.scopeOf(o)
+	scope, err := c.collector.scopeOf(o)
 	if err != nil {
 		return nil, err
 	}
-	return c.gc(ctx, liveAllocIDs, scope)
+	return c.collector.gc(ctx, liveAllocIDs, scope)
+}
+
+// collector is GC: the parts its runs (gcRun) use.
+type collector struct {
+	owners
+	registry *hostRegistry
+	nets     *catalog.Networks
+	find     *attachmentFinder
+	seams    *cleanerSeams
+	lib      *libcni.CNIConfig // libcni's cache and the plugins' GC command
+	ifs      ifNaming
+	tel      *telemetry.Recorder
+	logger   hclog.Logger
+	detacher *detacher
 }
 
 // gc is GC of everything but liveAllocIDs, as scope narrows it.
-func (c *Configurator) gc(ctx context.Context, liveAllocIDs []string, scope gcScope) (_ *GCReport, err error) {
+func (c *collector) gc(ctx context.Context, liveAllocIDs []string, scope gcScope) (_ *GCReport, err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpGC, "", "")
 	defer func() { op.End(err) }()
 	if liveAllocIDs == nil {
@@ -108,7 +124,7 @@ func names(confs []catalog.Conf) []string {
 // gcRun is one GC: what is live, which networks it collects, and what it
 // removed.
 type gcRun struct {
-	c       *Configurator
+	c       *collector
 	owner   string          // whose dead attachments it collects
 	live    map[string]bool // ids not to collect: the caller's live ones, then every id another owner's record names
 	gcScope                 // what GCOptions ask: the networks, the live interfaces, a dry run
@@ -136,7 +152,7 @@ func (g *gcRun) covers(network string) bool {
 
 // gcRun starts a GC of everything but liveAllocIDs, as scope narrows it,
 // for ctx's owner (WithOwner, else Config.Owner).
-func (c *Configurator) gcRun(ctx context.Context, liveAllocIDs []string, scope gcScope) *gcRun {
+func (c *collector) gcRun(ctx context.Context, liveAllocIDs []string, scope gcScope) *gcRun {
 	g := &gcRun{c: c, owner: c.ownerOf(ctx), live: map[string]bool{}, gcScope: scope,
 		skipped: map[string]bool{}, report: &GCReport{}, start: time.Now()}
 	for _, id := range liveAllocIDs {

@@ -218,7 +218,7 @@ type gcScope struct {
 // scopeOf checks o and returns the GC it asks for: every network it names
 // known, every live attachment a container ID and an interface name
 // (ErrInvalidArgument, ErrNetworkNotFound).
-func (c *Configurator) scopeOf(o GCOptions) (gcScope, error) {
+func (c *collector) scopeOf(o GCOptions) (gcScope, error) {
 	s := gcScope{dry: o.DryRun}
 	for _, a := range o.LiveAttachments {
 		if !footprint.IsContainerID(a.ID) || CheckIfName(a.IfName) != nil {

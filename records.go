@@ -422,12 +422,18 @@ func WithOwner(ctx context.Context, owner string) context.Context {
 	return context.WithValue(ctx, ownerKey{}, owner)
 }
 
+// owners says whose attachments an operation makes and collects:
+// Config.Owner, unless the caller names another (WithOwner).
+type owners struct {
+	owner string // Config.Owner
+}
+
 // ownerOf is the owner an operation under ctx acts for.
-func (c *Configurator) ownerOf(ctx context.Context) string {
+func (o owners) ownerOf(ctx context.Context) string {
 	if owner, ok := ctx.Value(ownerKey{}).(string); ok {
 		return owner
 	}
-	return c.owner
+	return o.owner
 }
 
 // Attachments lists the host registry: every attachment any process on
@@ -439,10 +445,15 @@ func (c *Configurator) ownerOf(ctx context.Context) string {
 // as an attachment in state "unreadable" (AttachmentRecord.Unreadable
 // says why), and named in the error, which wraps ErrIO.
 func (c *Configurator) Attachments(ids ...string) ([]AttachmentRecord, error) {
+	return c.registry.attachments(ids)
+}
+
+// attachments is Configurator.Attachments.
+func (r *hostRegistry) attachments(ids []string) ([]AttachmentRecord, error) {
 	if len(ids) > 0 {
-		return c.attachmentsOf(ids)
+		return r.attachmentsOf(ids)
 	}
-	all, err := c.registry.store.Summaries() // what a listing shows: no record's conflist decoded
+	all, err := r.store.Summaries() // what a listing shows: no record's conflist decoded
 	out := make([]AttachmentRecord, 0, len(all.Summaries)+len(all.Damaged))
 	for _, rec := range all.Summaries {
 		out = append(out, attachmentRecord(rec))
@@ -464,7 +475,7 @@ func (c *Configurator) Attachments(ids ...string) ([]AttachmentRecord, error) {
 // attachmentsOf is Attachments of ids: each id's records, in the order
 // of ids (each id's sorted by network and interface), an id given twice
 // listed once.
-func (c *Configurator) attachmentsOf(ids []string) ([]AttachmentRecord, error) {
+func (r *hostRegistry) attachmentsOf(ids []string) ([]AttachmentRecord, error) {
 	for _, id := range ids {
 		if err := checkContainerID(id); err != nil {
 			return nil, err
@@ -478,7 +489,7 @@ func (c *Configurator) attachmentsOf(ids []string) ([]AttachmentRecord, error) {
 			continue
 		}
 		seen[id] = true
-		recs, damaged, err := c.registry.store.Of(id)
+		recs, damaged, err := r.store.Of(id)
 		if err != nil {
 			errs = append(errs, err)
 		}

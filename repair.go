@@ -18,9 +18,11 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/repairwatch"
+	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
 // A drift check compares each live attachment with what its footprint
@@ -37,6 +39,11 @@ import (
 // named in the error, which wraps ErrIO, after the drifts of those that
 // could.
 func (c *Configurator) Drifts(ctx context.Context, ids ...string) ([]Drift, error) {
+	return c.checker.drifts(ctx, ids)
+}
+
+// drifts is Configurator.Drifts.
+func (c *checker) drifts(ctx context.Context, ids []string) ([]Drift, error) {
 	var recs []registry.Record
 	var errs []error
 	if len(ids) == 0 {
@@ -64,7 +71,7 @@ func (c *Configurator) Drifts(ctx context.Context, ids ...string) ([]Drift, erro
 		if recs[i].State != registry.Attached {
 			continue
 		}
-		if ca, ok := c.checkedOfRecord(&recs[i]); ok {
+		if ca, ok := c.lives.checkedOfRecord(&recs[i]); ok {
 			atts = append(atts, ca)
 		}
 	}
@@ -96,25 +103,35 @@ func (ca checkedAttachment) repairable() bool {
 	return ca.fa.settled
 }
 
+// liveBuilder builds live attachments (footprint.Live) from their
+// records, else libcni's cache.
+type liveBuilder struct {
+	registry    *hostRegistry
+	plugins     *catalog.Plugins
+	seams       *cleanerSeams
+	lib         *libcni.CNIConfig
+	findPlugins bool // the default go-cni: libcni's cache holds what it attached
+}
+
 // checkedOf reads the records of found and builds their live attachments.
-func (c *Configurator) checkedOf(found []foundAttachment, netns string) []checkedAttachment {
+func (b *liveBuilder) checkedOf(found []foundAttachment, netns string) []checkedAttachment {
 	out := make([]checkedAttachment, len(found))
 	for i, fa := range found {
-		rec := c.registry.recorded(fa.req.id, fa.att.name(), fa.att.ifName)
-		out[i] = checkedAttachment{fa: fa, rec: rec, live: c.liveOf(fa, rec, netns)}
+		rec := b.registry.recorded(fa.req.id, fa.att.name(), fa.att.ifName)
+		out[i] = checkedAttachment{fa: fa, rec: rec, live: b.liveOf(fa, rec, netns)}
 	}
 	return out
 }
 
 // checkedOfRecord is the live attachment rec records.
-func (c *Configurator) checkedOfRecord(rec *registry.Record) (checkedAttachment, bool) {
-	conf, err := c.registry.recordedConf(*rec)
+func (b *liveBuilder) checkedOfRecord(rec *registry.Record) (checkedAttachment, bool) {
+	conf, err := b.registry.recordedConf(*rec)
 	if err != nil {
 		return checkedAttachment{}, false
 	}
 	fa := foundAttachment{att: attachment{conf: conf, ifName: rec.IfName, viaCNI: rec.ViaCNI},
 		req: recordedRequest(request{id: rec.ID, runtimeID: rec.RuntimeID}, *rec), cached: true, settled: true}
-	return checkedAttachment{fa: fa, rec: rec, live: c.liveOf(fa, rec, "")}, true
+	return checkedAttachment{fa: fa, rec: rec, live: b.liveOf(fa, rec, "")}, true
 }
 
 // known reports whether cninet knows what ca's footprint must be: its
@@ -134,7 +151,7 @@ type driftResult struct {
 // driftCheck checks atts in one read of the host and, with repair,
 // restores what each repairable one lacks, then checks those again in one
 // more read. The caller holds their ids' locks.
-func (c *Configurator) driftCheck(ctx context.Context, atts []checkedAttachment, repair bool) []driftResult {
+func (c *checker) driftCheck(ctx context.Context, atts []checkedAttachment, repair bool) []driftResult {
 	var lives []*footprint.Live
 	at := make([]int, len(atts)) // atts[i]'s place in lives, or -1
 	for i, ca := range atts {
@@ -165,7 +182,7 @@ func (c *Configurator) driftCheck(ctx context.Context, atts []checkedAttachment,
 			continue
 		}
 		starts[i] = time.Now()
-		restored[i], out[i].err = c.repairOne(ctx, checker, atts[i], out[i].health)
+		restored[i], out[i].err = c.repairer.repairOne(ctx, checker, atts[i], out[i].health)
 		again = append(again, i)
 	}
 	if len(again) == 0 {
@@ -184,22 +201,30 @@ func (c *Configurator) driftCheck(ctx context.Context, atts []checkedAttachment,
 	return out
 }
 
+// repairer restores what a drift check found missing, through the
+// plugins' own ADD, and writes libcni's cache again.
+type repairer struct {
+	plugins *catalog.Plugins
+	drivers *drivers
+	tel     *telemetry.Recorder
+}
+
 // repairOne restores what h found missing of ca, under a span of its
 // own, and counts it.
-func (c *Configurator) repairOne(ctx context.Context, checker repairwatch.Checker, ca checkedAttachment, h footprint.Health) ([]footprint.Missing, error) {
-	ctx, span := c.tel.StartRepair(ctx, ca.live.ID, ca.live.Network, ca.live.IfName)
-	restored, err := checker.Repair(h, c.restorers(ctx, ca))
-	c.tel.Repaired(ctx, ca.live.Network, len(h.Missing), len(restored), err)
+func (r *repairer) repairOne(ctx context.Context, checker repairwatch.Checker, ca checkedAttachment, h footprint.Health) ([]footprint.Missing, error) {
+	ctx, span := r.tel.StartRepair(ctx, ca.live.ID, ca.live.Network, ca.live.IfName)
+	restored, err := checker.Repair(h, r.restorers(ctx, ca))
+	r.tel.Repaired(ctx, ca.live.Network, len(h.Missing), len(restored), err)
 	span.End(err)
 	return restored, err
 }
 
 // restorers are how a repair of ca runs the plugins and writes libcni's
 // cache.
-func (c *Configurator) restorers(ctx context.Context, ca checkedAttachment) footprint.Restorers {
+func (r *repairer) restorers(ctx context.Context, ca checkedAttachment) footprint.Restorers {
 	fa, live := ca.fa, ca.live
 	mode := os.FileMode(0o644) // host-local before its 1.2 releases (CNI spec 1.0)
-	if c.plugins.Supports(ctx, "host-local", "1.1.0") {
+	if r.plugins.Supports(ctx, "host-local", "1.1.0") {
 		mode = 0o600
 	}
 	return footprint.Restorers{
@@ -209,9 +234,9 @@ func (c *Configurator) restorers(ctx context.Context, ca checkedAttachment) foot
 			if err != nil {
 				return err
 			}
-			return c.driverFor(fa.att).addPlugin(ctx, fa.req, fa.att, live.NetNS, typ, prev)
+			return r.drivers.driverFor(fa.att).addPlugin(ctx, fa.req, fa.att, live.NetNS, typ, prev)
 		},
-		WriteCache: func() error { return c.writeCachedResult(fa, live) },
+		WriteCache: func() error { return r.writeCachedResult(fa, live) },
 	}
 }
 
@@ -232,7 +257,7 @@ func liveResult(live *footprint.Live) (types.Result, error) {
 // writeCachedResult writes libcni's cache file of fa again, as libcni's
 // ADD writes it: the conflist, the runtime's args and capability
 // arguments, and the result in the conflist's CNI version.
-func (c *Configurator) writeCachedResult(fa foundAttachment, live *footprint.Live) error {
+func (r *repairer) writeCachedResult(fa foundAttachment, live *footprint.Live) error {
 	res, err := liveResult(live)
 	if err != nil {
 		return err
@@ -286,15 +311,15 @@ type cachedInfo struct {
 // liveOf returns fa's live attachment: what its record (rec, nil for one
 // the registry never saw) and libcni's cache say. netns is the namespace
 // the caller named ("" takes the record's).
-func (c *Configurator) liveOf(fa foundAttachment, rec *registry.Record, netns string) *footprint.Live {
+func (b *liveBuilder) liveOf(fa foundAttachment, rec *registry.Record, netns string) *footprint.Live {
 	att, req := fa.att, fa.req
 	l := &footprint.Live{
 		Attachment: footprint.Attachment{Network: att.name(), ID: req.id},
 		IfName:     att.ifName,
 		NetNS:      netns,
-		Net:        c.seams.network(att.conf, att.ifName, nil),
+		Net:        b.seams.network(att.conf, att.ifName, nil),
 		Backends:   map[string]string{},
-		Uncached:   att.viaCNI && !c.findPlugins,
+		Uncached:   att.viaCNI && !b.findPlugins,
 	}
 	for _, m := range req.mappings {
 		l.Mappings = append(l.Mappings, footprint.PortMapping{HostPort: int(m.HostPort), ContainerPort: int(m.ContainerPort),
@@ -315,17 +340,17 @@ func (c *Configurator) liveOf(fa foundAttachment, rec *registry.Record, netns st
 			l.Net.CacheDir = rec.CacheDir
 		}
 	} else {
-		for typ, backend := range c.plugins.Backends(att.conf) {
+		for typ, backend := range b.plugins.Backends(att.conf) {
 			l.Backends[typ] = backend
 		}
 	}
-	l.Result = c.resultOf(raw, att, req)
+	l.Result = b.resultOf(raw, att, req)
 	return l
 }
 
 // resultOf reads a recorded result, else libcni's cached one; nil when
 // there is neither.
-func (c *Configurator) resultOf(raw json.RawMessage, att attachment, req request) *footprint.Result {
+func (b *liveBuilder) resultOf(raw json.RawMessage, att attachment, req request) *footprint.Result {
 	var res types.Result
 	if len(raw) > 0 {
 		var head struct {
@@ -336,7 +361,7 @@ func (c *Configurator) resultOf(raw json.RawMessage, att attachment, req request
 		}
 	}
 	if res == nil {
-		res, _ = c.lib.GetNetworkListCachedResult(att.conf.List, &libcni.RuntimeConf{ContainerID: req.id, IfName: att.ifName})
+		res, _ = b.lib.GetNetworkListCachedResult(att.conf.List, &libcni.RuntimeConf{ContainerID: req.id, IfName: att.ifName})
 	}
 	if res == nil {
 		return nil

@@ -36,8 +36,9 @@ var _ repairwatch.Parts = watchedParts{}
 
 // newRepairWatcher is c's repair watcher, as cfg says, not started.
 func newRepairWatcher(c *Configurator, cfg Config) *repairwatch.Watcher {
-	return repairwatch.New(repairwatch.Config{Every: cfg.RepairEvery, Owner: c.owner, AnyOwner: cfg.RepairAnyOwner, Logger: c.logger},
-		watchedParts{registry: c.registry, nets: c.nets, seams: c.seams, tel: c.tel, checkedOf: c.checkedOfRecord, repair: c.repairOne})
+	return repairwatch.New(repairwatch.Config{Every: cfg.RepairEvery, Owner: c.owners.owner, AnyOwner: cfg.RepairAnyOwner, Logger: c.logger},
+		watchedParts{registry: c.registry, nets: c.nets, seams: c.seams, tel: c.tel, checkedOf: c.checker.lives.checkedOfRecord,
+			repair: c.checker.repairer.repairOne})
 }
 
 func (p watchedParts) Records() ([]registry.Record, error) {

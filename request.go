@@ -48,13 +48,21 @@ func newRequest(alloc *Allocation, ignoreHostIP bool) (request, error) {
 	return request{id: alloc.ID, mappings: mappings, args: args, caps: alloc.Capabilities}, nil
 }
 
+// requests builds the requests of a Configurator's calls, by its Config
+// (IgnorePortMappingHostIP) and its drivers (whether cninet runs the
+// plugins itself).
+type requests struct {
+	ignoreHostIP bool
+	drivers      *drivers
+}
+
 // requestIn validates alloc and the namespace path a call that runs
 // plugins in it needs: a path that is no network namespace is an error of
 // class noNetNS — ErrInvalidArgument to attach (Setup, Connect),
 // ErrCheckFailed to check (a namespace that is gone is a verdict on the
 // attachment: rebuild it).
-func (c *Configurator) requestIn(alloc *Allocation, netns string, noNetNS error) (request, error) {
-	return requestAt(alloc, netns, c.ignoreHostIP, noNetNS, c.findPlugins)
+func (r requests) requestIn(alloc *Allocation, netns string, noNetNS error) (request, error) {
+	return requestAt(alloc, netns, r.ignoreHostIP, noNetNS, r.drivers.findPlugins)
 }
 
 // requestAt validates alloc and netns. Where cninet runs the plugins
@@ -80,7 +88,7 @@ func requestAt(alloc *Allocation, netns string, ignoreHostIP bool, noNetNS error
 // namedRequest validates what the *With verbs are given; with a
 // noNetNS class (ErrInvalidArgument to attach, ErrCheckFailed to check)
 // netns must be a network namespace too, since plugins will run in it.
-func (c *Configurator) namedRequest(alloc *Allocation, network, netns, ifName string, noNetNS error) (request, error) {
+func (r requests) namedRequest(alloc *Allocation, network, netns, ifName string, noNetNS error) (request, error) {
 	if err := catalog.CheckName(network); err != nil {
 		return request{}, err
 	}
@@ -88,9 +96,9 @@ func (c *Configurator) namedRequest(alloc *Allocation, network, netns, ifName st
 		return request{}, fmt.Errorf("%w (allocation %s)", err, allocID(alloc))
 	}
 	if noNetNS == nil {
-		return newRequest(alloc, c.ignoreHostIP)
+		return newRequest(alloc, r.ignoreHostIP)
 	}
-	return requestAt(alloc, netns, c.ignoreHostIP, noNetNS, c.driver.runsPlugins())
+	return requestAt(alloc, netns, r.ignoreHostIP, noNetNS, r.drivers.driver.runsPlugins())
 }
 
 // opts returns the go-cni namespace options for this request.

@@ -103,8 +103,8 @@ func (p RetryPolicy) wait(ctx context.Context, n int) error {
 // withRetry runs att's ADD until it succeeds, fails permanently, runs
 // out of attempts, or ctx is done.
 func (a attaching) withRetry(ctx context.Context, att attachment, alongside bool) (*cni.Result, *types100.Result, error) {
-	c, req, netns := a.c, a.req, a.netns
-	driver := c.driverFor(att)
+	c, req, netns := a.attacher, a.req, a.netns
+	driver := c.drivers.driverFor(att)
 	var first error
 	var waited time.Duration // before this attempt
 	for attempt := 1; ; attempt++ {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
@@ -34,7 +36,7 @@ import (
 func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpSetup, allocID(alloc), netns)
 	defer func() { op.End(err) }()
-	req, err := c.requestIn(alloc, netns, ErrInvalidArgument)
+	req, err := c.requests.requestIn(alloc, netns, ErrInvalidArgument)
 	if err != nil {
 		return nil, err
 	}
@@ -49,21 +51,33 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 	if err != nil {
 		return nil, err
 	}
-	a := c.attaching(c.ownerOf(ctx), req, netns, false)
+	a := c.attacher.attaching(c.owners.ownerOf(ctx), req, netns, false)
 	for _, att := range atts {
 		if err := a.preflight(att); err != nil {
 			return nil, err
 		}
 	}
-	c.logFound(telemetry.OpSetup, req.id, len(atts), locked.Sub(start), time.Since(locked))
+	logFound(c.logger, telemetry.OpSetup, req.id, len(atts), locked.Sub(start), time.Since(locked))
 	return a.all(ctx, atts)
+}
+
+// attacher makes attachings: the parts an attach uses, and the detacher
+// of its rollback.
+type attacher struct {
+	registry *hostRegistry
+	plugins  *catalog.Plugins
+	drivers  *drivers
+	tel      *telemetry.Recorder
+	logger   hclog.Logger
+	retry    RetryPolicy // Config.Retry, its defaults applied
+	detacher *detacher
 }
 
 // attaching is one Setup or Connect of a workload: the networks it
 // attaches, each recorded before its ADD, retried, and all rolled back
 // when one fails.
 type attaching struct {
-	c      *Configurator
+	*attacher
 	owner  string // whose the records are
 	req    request
 	netns  string
@@ -78,14 +92,14 @@ type attaching struct {
 }
 
 // attaching starts an attachment of req's workload in netns for owner.
-func (c *Configurator) attaching(owner string, req request, netns string, others bool) attaching {
-	return attaching{c: c, owner: owner, req: req, netns: netns, others: others}
+func (at *attacher) attaching(owner string, req request, netns string, others bool) attaching {
+	return attaching{attacher: at, owner: owner, req: req, netns: netns, others: others}
 }
 
 // undoing is the detachment that undoes a's attachments: a rollback, the
 // DEL between attempts.
 func (a attaching) undoing() detachment {
-	d := a.c.detaching(a.owner, a.netns, a.others)
+	d := a.detacher.detaching(a.owner, a.netns, a.others)
 	d.rollback, d.loUp = true, a.loUp
 	return d
 }
@@ -94,13 +108,13 @@ func (a attaching) undoing() detachment {
 // that cninet would run is missing, or a registry file this cninet
 // cannot read stands where att's record belongs (ErrRecordUnreadable).
 func (a attaching) preflight(att attachment) error {
-	if err := a.c.registry.refuseUnreadable(a.req.id, att.name(), att.ifName); err != nil {
+	if err := a.registry.refuseUnreadable(a.req.id, att.name(), att.ifName); err != nil {
 		return err
 	}
-	if !a.c.driverFor(att).runsPlugins() {
+	if !a.drivers.driverFor(att).runsPlugins() {
 		return nil // an injected cni.CNI finds its plugins itself
 	}
-	return a.c.plugins.Check(att.conf)
+	return a.plugins.Check(att.conf)
 }
 
 // all attaches atts concurrently, all or nothing (see Setup), and
@@ -179,7 +193,7 @@ func setupFailures(ctx context.Context, errs []error) error {
 
 // one adds one network, with retries, and reads its status.
 func (a attaching) one(ctx context.Context, att attachment, alongside bool) (_ *NetworkStatus, err error) {
-	c, req := a.c, a.req
+	c, req := a.attacher, a.req
 	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpAttach, att.name(), att.ifName, req.id, a.netns)
 	defer func() { op.End(err) }()
 	recordStart := time.Now()
@@ -220,11 +234,11 @@ func (a attaching) rollback(ctx context.Context, atts []attachment) error {
 	for i, att := range atts {
 		found[i] = foundAttachment{att: att, req: a.req}
 	}
-	ctx, span := a.c.tel.StartSpan(ctx, telemetry.SpanRollback)
+	ctx, span := a.tel.StartSpan(ctx, telemetry.SpanRollback)
 	err := a.undoing().all(ctx, found)
 	span.End(err)
 	if err != nil {
-		a.c.logger.Error("rollback of failed setup incomplete", "alloc_id", a.req.id, "error", err)
+		a.logger.Error("rollback of failed setup incomplete", "alloc_id", a.req.id, "error", err)
 	}
 	return err
 }

@@ -7,8 +7,12 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	cni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/libcni"
+	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
@@ -32,10 +36,29 @@ import (
 // minute), the attachments libcni's cache holds in its networks that no
 // record of the host registry claims (Unrecorded): another tool's, or
 // from before the registry; GC leaves them while their namespace lives.
-func (c *Configurator) Status(ctx context.Context, networks ...string) (err error) {
+func (c *Configurator) Status(ctx context.Context, networks ...string) error {
 	if len(networks) > 0 {
-		return c.statusOf(ctx, networks)
+		return c.prober.statusOf(ctx, networks)
 	}
+	return c.prober.status(ctx)
+}
+
+// prober is Status and Unrecorded: the parts they use, and when Status
+// last reported unrecorded attachments.
+type prober struct {
+	cni          cni.CNI
+	lib          *libcni.CNIConfig
+	cacheDir     string
+	nets         *catalog.Networks
+	plugins      *catalog.Plugins
+	registry     *hostRegistry
+	tel          *telemetry.Recorder
+	logger       hclog.Logger
+	unrecordedAt atomic.Int64 // UnixNano
+}
+
+// status is Status of every network.
+func (c *prober) status(ctx context.Context) (err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpStatus, "", "")
 	defer func() { op.End(err) }()
 	def, err := c.nets.Current()
@@ -74,6 +97,11 @@ type UnrecordedAttachment struct {
 // no record claims, sorted by network, ID and interface. An unreadable
 // cache or registry is an ErrIO error.
 func (c *Configurator) Unrecorded() ([]UnrecordedAttachment, error) {
+	return c.prober.unrecorded()
+}
+
+// unrecorded is Configurator.Unrecorded.
+func (c *prober) unrecorded() ([]UnrecordedAttachment, error) {
 	cached, err := c.lib.GetCachedAttachments("")
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading libcni's cache in %s: %w", ErrIO, c.cacheDir, err)
@@ -108,12 +136,12 @@ const unrecordedEvery = time.Minute
 
 // logUnrecorded reports Unrecorded in the log, per network, unless it
 // did less than unrecordedEvery ago.
-func (c *Configurator) logUnrecorded() {
+func (c *prober) logUnrecorded() {
 	now := time.Now()
 	if last := c.unrecordedAt.Load(); last != 0 && now.Sub(time.Unix(0, last)) < unrecordedEvery || !c.unrecordedAt.CompareAndSwap(last, now.UnixNano()) {
 		return
 	}
-	unrecorded, err := c.Unrecorded()
+	unrecorded, err := c.unrecorded()
 	if err != nil {
 		c.logger.Debug("attachments no record claims not reported", "error", err)
 		return
@@ -131,7 +159,7 @@ func (c *Configurator) logUnrecorded() {
 
 // networkReady is Status for one network. The default network's STATUS
 // goes through Config.CNI, like its other commands.
-func (c *Configurator) networkReady(ctx context.Context, conf catalog.Conf, isDefault bool) (err error) {
+func (c *prober) networkReady(ctx context.Context, conf catalog.Conf, isDefault bool) (err error) {
 	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpStatusNetwork, conf.Info.Name, "", "", "")
 	defer func() { op.End(err) }()
 	if err := c.plugins.Missing(conf); err != nil {
@@ -154,7 +182,7 @@ func (c *Configurator) networkReady(ctx context.Context, conf catalog.Conf, isDe
 }
 
 // statusOf is Status of the given networks only.
-func (c *Configurator) statusOf(ctx context.Context, networks []string) (err error) {
+func (c *prober) statusOf(ctx context.Context, networks []string) (err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpStatus, "", "")
 	defer func() { op.End(err) }()
 	def, err := c.nets.Current()
