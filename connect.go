@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -15,37 +14,6 @@ import (
 	"github.com/seed1280861d/cninet/internal/telemetry"
 	"github.com/seed1280861d/cninet/internal/workload"
 )
-
-// Connect attaches the live workload of alloc to one more network, as
-// Podman's `network connect` does, under the lowest interface name
-// <prefix>N that none of its networks uses, and returns the new
-// network's status (Interfaces holds it alone).
-//
-//   - Pass the Allocation given to Setup: its ports and args go to the
-//     new network by Setup's rules.
-//   - A network the workload is attached to already is an
-//     ErrAlreadyAttached error naming its interface.
-//   - The ADD is retried like Setup's; a Connect that fails leaves nothing
-//     of the new network behind and the other networks untouched.
-//   - Teardown, Check and GC cover the network from then on, whether or
-//     not alloc names it.
-//   - ConnectOptions.IfName picks the interface instead, for a runtime
-//     that names its workloads' interfaces (cninet daemon); the network's
-//     result may then hold no address. At most one ConnectOptions may be
-//     given (ErrInvalidArgument).
-//
-// How the name is picked and what IfName changes: docs/design.md,
-// "Connect and Disconnect".
-func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, netns string, opts ...ConnectOptions) (*NetworkStatus, error) {
-	o, err := connectOptionsOf("Connect", opts)
-	if err != nil {
-		return nil, err
-	}
-	if o.IfName != "" {
-		return c.connector.connectAs(ctx, alloc, network, netns, o)
-	}
-	return c.connector.connectNext(ctx, alloc, network, netns)
-}
 
 // connector is Connect and Disconnect: the parts they use.
 type connector struct {
@@ -104,36 +72,6 @@ func (c *connector) connectNext(ctx context.Context, alloc *Allocation, network,
 	defer restore()
 	a.loUp = up
 	return a.all(ctx, []attachment{att})
-}
-
-// Disconnect detaches the workload of alloc from one network, as Podman's
-// `network disconnect` does: DEL with the port mappings and args the
-// network was attached with, then Teardown's force cleanup. The other
-// networks are untouched.
-//
-//   - The network may be one alloc names or one Connect added; alloc may
-//     go on naming it afterwards.
-//   - It is idempotent: a network the workload is not attached to returns
-//     nil; one this Configurator does not know is ErrNetworkNotFound.
-//     netns may be empty or already deleted.
-//   - ConnectOptions.IfName detaches exactly that interface's attachment,
-//     with what the host registry recorded for it: the operation for a
-//     runtime's DEL. Another owner's attachment whose namespace still
-//     lives is left alone, and nil returned.
-//   - An attachment whose registry file cannot be read is left alone
-//     (ErrRecordUnreadable). At most one ConnectOptions may be given
-//     (ErrInvalidArgument).
-//
-// The rest: docs/design.md, "Connect and Disconnect".
-func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, network, netns string, opts ...ConnectOptions) error {
-	o, err := connectOptionsOf("Disconnect", opts)
-	if err != nil {
-		return err
-	}
-	if o.IfName != "" {
-		return c.connector.disconnectAs(ctx, alloc, network, netns, o)
-	}
-	return c.connector.disconnectNetwork(ctx, alloc, network, netns)
 }
 
 // disconnectNetwork is Disconnect of whichever interface the workload
@@ -367,22 +305,4 @@ func (c *connector) disconnectAs(ctx context.Context, alloc *Allocation, network
 	d := c.detacher.detaching(owner, netns, true) // as in connectAs: others may be there unseen
 	d.exact, d.settled, d.loUp = true, true, up
 	return d.all(ctx, []foundAttachment{fa})
-}
-
-// CheckIfName reports whether name can be a workload's interface name
-// (Linux's rules, as the CNI spec's CNI_IFNAME): 1–15 bytes, no '/', ':'
-// or white space, not "." or "..". A violation is an ErrInvalidArgument
-// error naming it.
-func CheckIfName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: empty interface name, want e.g. eth0", ErrInvalidArgument)
-	case len(name) > 15:
-		return fmt.Errorf("%w: interface name %q has %d bytes, want at most 15", ErrInvalidArgument, name, len(name))
-	case name == "." || name == "..":
-		return fmt.Errorf("%w: interface name %q names a directory entry (. or ..), want another name", ErrInvalidArgument, name)
-	case strings.ContainsAny(name, "/: \t\n\v\f\r"):
-		return fmt.Errorf("%w: interface name %q contains '/', ':' or white space", ErrInvalidArgument, name)
-	}
-	return nil
 }

@@ -436,18 +436,6 @@ func (o owners) ownerOf(ctx context.Context) string {
 	return o.owner
 }
 
-// Attachments lists the host registry: every attachment any process on
-// the host made through cninet with this StateDir, whoever its owner,
-// sorted by id, network and interface. Given ids, it lists only those
-// containers' attachments and reads only their records, so it is cheap
-// enough for every request of a busy runtime. A file in the registry
-// that is no usable record (corrupt, or of a newer cninet) is listed too,
-// as an attachment in state "unreadable" (AttachmentRecord.Unreadable
-// says why), and named in the error, which wraps ErrIO.
-func (c *Configurator) Attachments(ids ...string) ([]AttachmentRecord, error) {
-	return c.registry.attachments(ids)
-}
-
 // attachments is Configurator.Attachments.
 func (r *hostRegistry) attachments(ids []string) ([]AttachmentRecord, error) {
 	if len(ids) > 0 {

@@ -9,11 +9,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"time"
 
-	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
@@ -30,61 +27,6 @@ import (
 // for all the attachments checked together; a repair restores what is
 // missing in place (footprint.Checker.Repair), under the attachment's
 // lock, only while its record says it is attached.
-
-// Drifts checks, in one read of the host and changing nothing, every
-// attachment the host registry records as attached, whoever its owner
-// (ids narrow it to those containers'), and returns each one's Drift in
-// the registry's order: nothing Missing when it is whole. Incomplete
-// names what could not be read for it. Records that cannot be read are
-// named in the error, which wraps ErrIO, after the drifts of those that
-// could.
-func (c *Configurator) Drifts(ctx context.Context, ids ...string) ([]Drift, error) {
-	return c.checker.drifts(ctx, ids)
-}
-
-// drifts is Configurator.Drifts.
-func (c *checker) drifts(ctx context.Context, ids []string) ([]Drift, error) {
-	var recs []registry.Record
-	var errs []error
-	if len(ids) == 0 {
-		all, err := c.registry.store.All()
-		recs = all.Records
-		errs = append(errs, err)
-		for _, d := range all.Damaged {
-			errs = append(errs, d)
-		}
-	} else {
-		for _, id := range ids {
-			if err := checkContainerID(id); err != nil {
-				return nil, err
-			}
-			of, damaged, err := c.registry.store.Of(id)
-			recs = append(recs, of...)
-			errs = append(errs, err)
-			for _, d := range damaged {
-				errs = append(errs, d)
-			}
-		}
-	}
-	var atts []checkedAttachment
-	for i := range recs {
-		if recs[i].State != registry.Attached {
-			continue
-		}
-		if ca, ok := c.lives.checkedOfRecord(&recs[i]); ok {
-			atts = append(atts, ca)
-		}
-	}
-	results := c.driftCheck(ctx, atts, false)
-	out := make([]Drift, len(results))
-	for i, r := range results {
-		out[i] = driftOf(r.health, nil)
-		if r.health.Err != nil {
-			out[i].Incomplete = r.health.Err.Error()
-		}
-	}
-	return out, listingError(slices.DeleteFunc(errs, func(err error) bool { return err == nil }))
-}
 
 // checkedAttachment is one found attachment as a drift check sees it.
 type checkedAttachment struct {
@@ -146,59 +88,6 @@ type driftResult struct {
 	health   footprint.Health    // what is missing, after the repair if any
 	repaired []footprint.Missing // what the repair restored: missing before, there after
 	err      error               // why the repair did not restore the rest
-}
-
-// driftCheck checks atts in one read of the host and, with repair,
-// restores what each repairable one lacks, then checks those again in one
-// more read. The caller holds their ids' locks.
-func (c *checker) driftCheck(ctx context.Context, atts []checkedAttachment, repair bool) []driftResult {
-	var lives []*footprint.Live
-	at := make([]int, len(atts)) // atts[i]'s place in lives, or -1
-	for i, ca := range atts {
-		at[i] = -1
-		if ca.known() {
-			at[i] = len(lives)
-			lives = append(lives, ca.live)
-		}
-	}
-	checker := footprint.NewChecker(ctx, c.seams.all())
-	checked := checker.Check(lives)
-	out := make([]driftResult, len(atts))
-	for i := range atts {
-		out[i].health = footprint.Health{Live: atts[i].live}
-		if at[i] >= 0 {
-			out[i].health = checked[at[i]]
-		}
-		c.tel.Checked(ctx, out[i].health)
-	}
-	if !repair {
-		return out
-	}
-	var again []int
-	restored := make([][]footprint.Missing, len(atts))
-	starts := make([]time.Time, len(atts))
-	for i := range out {
-		if len(out[i].health.Missing) == 0 || !atts[i].repairable() {
-			continue
-		}
-		starts[i] = time.Now()
-		restored[i], out[i].err = c.repairer.repairOne(ctx, checker, atts[i], out[i].health)
-		again = append(again, i)
-	}
-	if len(again) == 0 {
-		return out
-	}
-	recheck := make([]*footprint.Live, len(again))
-	for j, i := range again {
-		recheck[j] = atts[i].live
-	}
-	for j, h := range footprint.NewChecker(ctx, c.seams.all()).Check(recheck) {
-		i := again[j]
-		out[i].health = h
-		out[i].repaired = repairwatch.Restored(restored[i], h)
-		repairwatch.LogRepair(c.logger, atts[i].live, h, out[i].repaired, out[i].err, time.Since(starts[i]))
-	}
-	return out
 }
 
 // repairer restores what a drift check found missing, through the
@@ -412,78 +301,4 @@ func prefixOf(n net.IPNet) (netip.Prefix, bool) {
 		ones -= 96
 	}
 	return netip.PrefixFrom(addr, ones), true
-}
-
-// rawResult is the result an injected Config.CNI returned, rebuilt from
-// go-cni's view of it (which keeps no prefix lengths: each address takes
-// the one of the network's IPAM subnet that holds it, else a host
-// prefix). rec names the network's conflist.
-func rawResult(res *cni.Result, rec *registry.Record) *types100.Result {
-	if res == nil {
-		return nil
-	}
-	subnets := ipamSubnets(rec.ConfList)
-	out := &types100.Result{CNIVersion: types100.ImplementedSpecVersion}
-	names := make([]string, 0, len(res.Interfaces))
-	for name := range res.Interfaces {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		cfg := res.Interfaces[name]
-		if cfg == nil {
-			continue
-		}
-		i := len(out.Interfaces)
-		out.Interfaces = append(out.Interfaces, &types100.Interface{Name: name, Mac: cfg.Mac, Sandbox: cfg.Sandbox})
-		for _, ipc := range cfg.IPConfigs {
-			addr, ok := netip.AddrFromSlice(ipc.IP)
-			if !ok {
-				continue
-			}
-			addr = addr.Unmap()
-			bits := addr.BitLen()
-			for _, s := range subnets {
-				if s.Contains(addr) {
-					bits = s.Bits()
-				}
-			}
-			out.IPs = append(out.IPs, &types100.IPConfig{Interface: &i, Address: net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(bits, addr.BitLen())},
-				Gateway: ipc.Gateway})
-		}
-	}
-	return out
-}
-
-// ipamSubnets are the subnets of the IPAM ranges a conflist names
-// ("subnet", and each "ranges" entry's).
-func ipamSubnets(confList []byte) []netip.Prefix {
-	var list struct {
-		Plugins []struct {
-			IPAM struct {
-				Subnet string `json:"subnet"`
-				Ranges [][]struct {
-					Subnet string `json:"subnet"`
-				} `json:"ranges"`
-			} `json:"ipam"`
-		} `json:"plugins"`
-	}
-	if json.Unmarshal(confList, &list) != nil {
-		return nil
-	}
-	var out []netip.Prefix
-	add := func(s string) {
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, p.Masked())
-		}
-	}
-	for _, p := range list.Plugins {
-		add(p.IPAM.Subnet)
-		for _, set := range p.IPAM.Ranges {
-			for _, r := range set {
-				add(r.Subnet)
-			}
-		}
-	}
-	return out
 }

@@ -49,11 +49,14 @@ func newRequest(alloc *Allocation, ignoreHostIP bool) (request, error) {
 }
 
 // requests builds the requests of a Configurator's calls, by its Config
-// (IgnorePortMappingHostIP) and its drivers (whether cninet runs the
-// plugins itself).
+// (IgnorePortMappingHostIP) and whether cninet runs the plugins itself.
 type requests struct {
 	ignoreHostIP bool
-	drivers      *drivers
+	// findPlugins: cninet runs the default network's plugins itself
+	// (drivers.findPlugins); libRuns: it runs a named network's (the
+	// libcni driver's runsPlugins).
+	findPlugins bool
+	libRuns     func() bool
 }
 
 // requestIn validates alloc and the namespace path a call that runs
@@ -62,7 +65,7 @@ type requests struct {
 // ErrCheckFailed to check (a namespace that is gone is a verdict on the
 // attachment: rebuild it).
 func (r requests) requestIn(alloc *Allocation, netns string, noNetNS error) (request, error) {
-	return requestAt(alloc, netns, r.ignoreHostIP, noNetNS, r.drivers.findPlugins)
+	return requestAt(alloc, netns, r.ignoreHostIP, noNetNS, r.findPlugins)
 }
 
 // requestAt validates alloc and netns. Where cninet runs the plugins
@@ -98,7 +101,7 @@ func (r requests) namedRequest(alloc *Allocation, network, netns, ifName string,
 	if noNetNS == nil {
 		return newRequest(alloc, r.ignoreHostIP)
 	}
-	return requestAt(alloc, netns, r.ignoreHostIP, noNetNS, r.drivers.driver.runsPlugins())
+	return requestAt(alloc, netns, r.ignoreHostIP, noNetNS, r.libRuns())
 }
 
 // opts returns the go-cni namespace options for this request.
@@ -231,4 +234,22 @@ const (
 // error naming the capability. A nil or empty map is valid.
 func ValidateCapabilities(caps map[string]any) error {
 	return catalog.ValidateCapabilities(caps)
+}
+
+// CheckIfName reports whether name can be a workload's interface name
+// (Linux's rules, as the CNI spec's CNI_IFNAME): 1–15 bytes, no '/', ':'
+// or white space, not "." or "..". A violation is an ErrInvalidArgument
+// error naming it.
+func CheckIfName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty interface name, want e.g. eth0", ErrInvalidArgument)
+	case len(name) > 15:
+		return fmt.Errorf("%w: interface name %q has %d bytes, want at most 15", ErrInvalidArgument, name, len(name))
+	case name == "." || name == "..":
+		return fmt.Errorf("%w: interface name %q names a directory entry (. or ..), want another name", ErrInvalidArgument, name)
+	case strings.ContainsAny(name, "/: \t\n\v\f\r"):
+		return fmt.Errorf("%w: interface name %q contains '/', ':' or white space", ErrInvalidArgument, name)
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -14,47 +15,42 @@ import (
 	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
-// Teardown detaches the workload of alloc from every network it is
-// attached to and removes whatever the plugins left: per network, DEL
-// with the port mappings and args it was attached with, then, whatever
-// the DEL returned, a force cleanup of the attachment's rules, chains,
-// reservations and cached result, by the ownership rule.
-//
-//   - Pass the Allocation given to Setup. The networks Connect added, and
-//     the attachments the host registry records for this owner, are
-//     detached too (with their recorded conflist); another owner's are
-//     left alone.
-//   - It is idempotent: tearing down twice, or what was never set up,
-//     returns nil. netns may be empty or already deleted.
-//   - No DEL can take anything of another attachment, and a Teardown
-//     killed at any point is finished by the next one, in any process.
-//   - One network's failure does not stop the others; the error joins
-//     each. An attachment whose registry file cannot be read is left
-//     alone (ErrRecordUnreadable).
-//
-// What it detaches, in which order, and why it is safe: docs/design.md,
-// "Teardown".
-func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) (err error) {
-	ctx, op := c.tel.StartOp(ctx, telemetry.OpTeardown, allocID(alloc), netns)
+// detacher is Teardown, and makes the detachments of every other
+// detach: the parts a detach uses.
+type detacher struct {
+	requests
+	owners
+	find     *attachmentFinder
+	registry *hostRegistry
+	seams    *cleanerSeams
+	drivers  *drivers
+	tel      *telemetry.Recorder
+	logger   hclog.Logger
+}
+
+// teardown is Teardown: the allocation's attachments found under its
+// lock, then detached in one pass (all).
+func (dt *detacher) teardown(ctx context.Context, alloc *Allocation, netns string) (err error) {
+	ctx, op := dt.tel.StartOp(ctx, telemetry.OpTeardown, allocID(alloc), netns)
 	defer func() { op.End(err) }()
-	req, err := newRequest(alloc, c.requests.ignoreHostIP)
+	req, err := newRequest(alloc, dt.ignoreHostIP)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	leave, err := c.registry.enter(ctx, req.id, false)
+	leave, err := dt.registry.enter(ctx, req.id, false)
 	if err != nil {
 		return err
 	}
 	defer leave()
 	locked := time.Now()
-	owner := c.owners.ownerOf(ctx)
-	found, unreadable, err := c.find.of(alloc, req, owner, true)
+	owner := dt.ownerOf(ctx)
+	found, unreadable, err := dt.find.of(alloc, req, owner, true)
 	if err != nil {
 		return err
 	}
-	logFound(c.logger, telemetry.OpTeardown, req.id, len(found), locked.Sub(start), time.Since(locked))
-	d := c.detacher.detaching(owner, netns, len(unreadable) > 0) // an unreadable record's attachment stays: the workload keeps it
+	logFound(dt.logger, telemetry.OpTeardown, req.id, len(found), locked.Sub(start), time.Since(locked))
+	d := dt.detaching(owner, netns, len(unreadable) > 0) // an unreadable record's attachment stays: the workload keeps it
 	d.settled = true
 	return joinErrors([]error{d.all(ctx, found), unreadableError(req.id, unreadable)})
 }
@@ -65,15 +61,6 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 // per-network lines, every phase of the operation is timed.
 func logFound(logger hclog.Logger, op telemetry.Operation, id string, networks int, lock, find time.Duration) {
 	logger.Debug("attachments found", "alloc_id", id, "operation", op.String(), "networks", networks, "lock", lock, "find", find)
-}
-
-// detacher makes detachments: the parts a detach uses.
-type detacher struct {
-	registry *hostRegistry
-	seams    *cleanerSeams
-	drivers  *drivers
-	tel      *telemetry.Recorder
-	logger   hclog.Logger
 }
 
 // detachment is one detach of found attachments of a workload: per
@@ -322,4 +309,24 @@ func whileLockHeld[T any](ctx context.Context, step func() (T, error)) (T, error
 		case <-time.After(pause):
 		}
 	}
+}
+
+// eachNetwork runs fn(i) for i in [0, n) concurrently and returns when
+// all have returned; a single network runs without a goroutine. No DEL
+// cninet runs can reach another network's state (the prevention rule,
+// see detachment.one), so networks attach and detach in parallel.
+func eachNetwork(n int, fn func(i int)) {
+	if n == 1 {
+		fn(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(i)
+		}()
+	}
+	wg.Wait()
 }
