@@ -110,21 +110,15 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 }
 
-// IPTables is the seam through which cleanup reads and deletes iptables
-// rules (Config.IPTables opens one per IP family). go-iptables'
-// *iptables.IPTables satisfies it unchanged; package host documents it
-// and the optional extensions a faster implementation may add.
-type IPTables = host.IPTables
-
 const (
 	defaultPluginDir = "/opt/cni/bin"
 	// defaultCacheDir is where libcni, and so go-cni, caches results.
 	defaultCacheDir = "/var/lib/cni"
 )
 
-// withDefaults is cfg with the documented default of every field left
+// applyDefaults is cfg with the documented default of every field left
 // empty that has one New applies.
-func withDefaults(cfg Config) Config {
+func applyDefaults(cfg Config) Config {
 	if cfg.Links == nil {
 		cfg.Links = links.New
 	}

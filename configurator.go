@@ -68,7 +68,7 @@ func New(cfg Config) (*Configurator, error) {
 	if err := cfg.Retry.validate(); err != nil {
 		return nil, err
 	}
-	cfg = withDefaults(cfg)
+	cfg = applyDefaults(cfg)
 	if cfg.CNI == nil && filepath.Clean(cfg.CacheDir) != defaultCacheDir {
 		return nil, fmt.Errorf("%w: CacheDir %q with the default go-cni, which always caches in %s (set Config.CNI too, or leave CacheDir empty)",
 			ErrInvalidConfig, cfg.CacheDir, defaultCacheDir)

@@ -130,7 +130,7 @@ holds. No file uses a name of a file above it.
 	setup.go              attacher: Setup; attaching: attach every network concurrently, all or nothing, each ADD retried (withRetry), and the rollback.
 	retry.go              RetryPolicy: the ADD retries' attempts and back-off, and which errors no retry fixes.
 	teardown.go           detacher: Teardown; detachment (a Setup's rollback too), in one pass: how the detach is made (footprint.Detach), portmap's DEL first for a whole workload, then per network prevention, DEL by the prevention's plugin filter, force cleanup and the record's removal; whileLockHeld: a cleanup step that missed a gap in a held xtables lock runs again until the deadline; eachNetwork.
-	seams.go              cleanerSeams: how a cleanup reaches the host, and what it must know of each network.
+	seams.go              cleanerSeams: how a cleanup reaches the host (the IPTables seam among them), and what it must know of each network.
 	driver.go             drivers: how one network's plugins run, through go-cni (Config.CNI) or libcni; a DEL runs the plugins its filter (footprint.PluginFilter) lets run, a part apart from the network's own DEL on no libcni cache.
 	finder.go             attachmentFinder: an allocation's attachments, from the Allocation, the registry and libcni's cache.
 	unreadable.go         Registry files this cninet cannot read: kept, their attachments left alone; ErrRecordUnreadable.

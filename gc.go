@@ -34,7 +34,7 @@ func (c *collector) gc(ctx context.Context, liveAllocIDs []string, scope gcScope
 	g.progress.step("recorded attachments collected", g.report.Len())
 	errs := []error{recErr, g.cached(ctx)}
 	g.progress.step("libcni GC done", g.report.Len())
-	errs = append(errs, c.tel.TraceSweep(ctx, names(g.nets), g.report.Len, func() error { return g.sweep(ctx) }))
+	errs = append(errs, c.tel.TraceSweep(ctx, confNames(g.nets), g.report.Len, func() error { return g.sweep(ctx) }))
 	if g.dry {
 		c.logger.Info("GC dry run: nothing changed", "networks", len(g.nets), "would_remove", g.report.Len(), "alloc_ids", g.report.IDs())
 		return g.report, errors.Join(errs...)
@@ -47,7 +47,7 @@ func (c *collector) gc(ctx context.Context, liveAllocIDs []string, scope gcScope
 	return g.report, errors.Join(errs...)
 }
 
-func names(confs []catalog.Conf) []string {
+func confNames(confs []catalog.Conf) []string {
 	out := make([]string, len(confs))
 	for i, conf := range confs {
 		out[i] = conf.Info.Name

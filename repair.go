@@ -98,11 +98,11 @@ type repairer struct {
 	tel     *telemetry.Recorder
 }
 
-// repairOne restores what h found missing of ca, under a span of its
-// own, and counts it.
-func (r *repairer) repairOne(ctx context.Context, checker repairwatch.Checker, ca checkedAttachment, h footprint.Health) ([]footprint.Missing, error) {
+// repairOne restores what h, found by read, says is missing of ca,
+// under a span of its own, and counts it.
+func (r *repairer) repairOne(ctx context.Context, read repairwatch.Checker, ca checkedAttachment, h footprint.Health) ([]footprint.Missing, error) {
 	ctx, span := r.tel.StartRepair(ctx, ca.live.ID, ca.live.Network, ca.live.IfName)
-	restored, err := checker.Repair(h, r.restorers(ctx, ca))
+	restored, err := read.Repair(h, r.restorers(ctx, ca))
 	r.tel.Repaired(ctx, ca.live.Network, len(h.Missing), len(restored), err)
 	span.End(err)
 	return restored, err
@@ -164,7 +164,7 @@ func (r *repairer) writeCachedResult(fa foundAttachment, live *footprint.Live) e
 	if err != nil {
 		return err
 	}
-	body, err := json.Marshal(cachedInfo{Kind: libcni.CNICacheV1, ContainerID: rt.ContainerID, Config: list.Bytes, IfName: rt.IfName,
+	body, err := json.Marshal(cachedInfo{Kind: libcni.CNICacheV1, ContainerID: rt.ContainerID, Conf: list.Bytes, IfName: rt.IfName,
 		NetworkName: list.Name, NetNS: rt.NetNS, CNIArgs: rt.Args, CapabilityArgs: rt.CapabilityArgs, Result: result})
 	if err != nil {
 		return err
@@ -183,7 +183,7 @@ func (r *repairer) writeCachedResult(fa foundAttachment, live *footprint.Live) e
 type cachedInfo struct {
 	Kind           string         `json:"kind"`
 	ContainerID    string         `json:"containerId"`
-	Config         []byte         `json:"config"`
+	Conf           []byte         `json:"config"`
 	IfName         string         `json:"ifName"`
 	NetworkName    string         `json:"networkName"`
 	NetNS          string         `json:"netns,omitempty"`

@@ -56,3 +56,9 @@ func (s *cleanerSeams) cleaner(ctx context.Context, n footprint.Network, proofs 
 	}
 	return footprint.NewCleaner(ctx, n, seams)
 }
+
+// IPTables is the seam through which cleanup reads and deletes iptables
+// rules (Config.IPTables opens one per IP family). go-iptables'
+// *iptables.IPTables satisfies it unchanged; package host documents it
+// and the optional extensions a faster implementation may add.
+type IPTables = host.IPTables
