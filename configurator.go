@@ -78,7 +78,7 @@ func New(cfg Config) (*Configurator, error) {
 		cacheDir: cfg.CacheDir,
 		ifs:      ifNaming{prefix: cfg.InterfacePrefix},
 		retry:    cfg.Retry.withDefaults(),
-		owners:   owners{owner: cfg.Owner},
+		owners:   owners{configured: cfg.Owner},
 		drivers:  &drivers{},
 	}
 	store, err := registry.Open(cfg.StateDir)
@@ -126,7 +126,7 @@ func New(cfg Config) (*Configurator, error) {
 		}
 	}
 	if cfg.RepairEvery > 0 {
-		c.repairer = newRepairWatcher(cfg, c.owners.owner, c.logger, c.checker)
+		c.repairer = newRepairWatcher(cfg, c.owners.configured, c.logger, c.checker)
 		c.repairer.Start()
 	}
 	return c, nil
@@ -172,7 +172,7 @@ func (c *Configurator) wire() {
 // any plugin runs, and so is (ErrRecordUnreadable) a network whose record
 // in the host registry this cninet cannot read (damaged, or a newer
 // cninet's): the file is kept byte for byte, and the error names it.
-func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (*NetworkStatus, error) {
+func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (_ *NetworkStatus, err error) {
 	return c.attacher.setup(ctx, alloc, netns)
 }
 
@@ -196,7 +196,7 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 //
 // What it detaches, in which order, and why it is safe: docs/design.md,
 // "Teardown".
-func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) error {
+func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) (err error) {
 	return c.detacher.teardown(ctx, alloc, netns)
 }
 
@@ -323,7 +323,7 @@ func (c *Configurator) Drifts(ctx context.Context, ids ...string) ([]Drift, erro
 // minute), the attachments libcni's cache holds in its networks that no
 // record of the host registry claims (Unrecorded): another tool's, or
 // from before the registry; GC leaves them while their namespace lives.
-func (c *Configurator) Status(ctx context.Context, networks ...string) error {
+func (c *Configurator) Status(ctx context.Context, networks ...string) (err error) {
 	if len(networks) > 0 {
 		return c.prober.statusOf(ctx, networks)
 	}

@@ -425,7 +425,7 @@ func WithOwner(ctx context.Context, owner string) context.Context {
 // owners says whose attachments an operation makes and collects:
 // Config.Owner, unless the caller names another (WithOwner).
 type owners struct {
-	owner string // Config.Owner
+	configured string // Config.Owner
 }
 
 // ownerOf is the owner an operation under ctx acts for.
@@ -433,7 +433,7 @@ func (o owners) ownerOf(ctx context.Context) string {
 	if owner, ok := ctx.Value(ownerKey{}).(string); ok {
 		return owner
 	}
-	return o.owner
+	return o.configured
 }
 
 // attachments is Configurator.Attachments.
