@@ -136,9 +136,10 @@ func New(cfg Config) (*Configurator, error) {
 // uses. New calls it once its parts are built; a test that replaces a
 // part (the logger, telemetry) calls it again.
 func (c *Configurator) wire() {
-	c.detacher = &detacher{requests: c.requests, owners: c.owners, find: c.find, registry: c.registry, seams: c.seams, drivers: c.drivers, tel: c.tel, logger: c.logger}
-	c.attacher = &attacher{requests: c.requests, owners: c.owners, find: c.find, registry: c.registry, plugins: c.plugins, drivers: c.drivers, tel: c.tel, logger: c.logger, retry: c.retry,
-		detacher: c.detacher}
+	c.detacher = &detacher{requests: c.requests, owners: c.owners, find: c.find, registry: c.registry, seams: c.seams, drivers: c.drivers,
+		tel: c.tel, logger: c.logger}
+	c.attacher = &attacher{requests: c.requests, owners: c.owners, find: c.find, registry: c.registry, plugins: c.plugins, drivers: c.drivers,
+		tel: c.tel, logger: c.logger, retry: c.retry, detacher: c.detacher}
 	c.connector = &connector{requests: c.requests, owners: c.owners, registry: c.registry, nets: c.nets, find: c.find, lib: c.lib,
 		cacheDir: c.cacheDir, ifs: c.ifs, tel: c.tel, logger: c.logger, attacher: c.attacher, detacher: c.detacher}
 	c.checker = &checker{requests: c.requests, owners: c.owners, registry: c.registry, nets: c.nets, plugins: c.plugins, find: c.find,
