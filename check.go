@@ -6,46 +6,32 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
+	"github.com/seed1280861d/cninet/internal/repairwatch"
 	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
-// Check tells whether a running workload's attachments are whole: every
-// network of the Allocation (and those Connect added), each checked
-// against what its plugins wrote — cninet's own knowledge of each
-// plugin's footprint, read from the host registry's record — then by the
-// plugins' own CHECK where that plugin release's CHECK is sound. One read
-// of the host serves every attachment.
-//
-//   - nil: whole.
-//   - ErrCheckFailed: something is missing (errors.As gives a *DriftError
-//     naming each piece, per attachment), or a plugin's CHECK failed, or
-//     the namespace is gone (wrapping ErrNoNetNS).
-//   - ErrCheckUnsupported: nothing is missing, but a plugin's CHECK could
-//     not run (disableCheck). It never hides what cninet's check sees.
-//
-// CheckOptions.Repair restores what is missing in place and returns nil
-// once the attachments are whole again; what cannot be restored in place
-// is an ErrNotRepairable error (re-create the workload). See
-// docs/drift.md. CheckOptions.Network and IfName narrow it to one
-// attachment, as a CNI runtime's CHECK names it. At most one
-// CheckOptions may be given (ErrInvalidArgument).
-func (c *Configurator) Check(ctx context.Context, alloc *Allocation, netns string, opts ...CheckOptions) error {
-	o, err := optionsOf("Check", opts)
-	if err != nil {
-		return err
-	}
-	switch {
-	case o.Network == "" && o.IfName == "":
-		return c.checkAll(ctx, alloc, netns, o.Repair)
-	case o.Network == "" || o.IfName == "":
-		return fmt.Errorf("%w: CheckOptions names network %q as interface %q: give both, or neither to check every network",
-			ErrInvalidArgument, o.Network, o.IfName)
-	}
-	return c.checkOne(ctx, alloc, o.Network, netns, o.IfName, o.Repair)
+// checker is Check and Drifts: the parts they use, with the builder of
+// live attachments and the repairer.
+type checker struct {
+	requests
+	owners
+	registry *hostRegistry
+	nets     *catalog.Networks
+	plugins  *catalog.Plugins
+	find     *attachmentFinder
+	seams    *cleanerSeams
+	drivers  *drivers
+	cacheDir string
+	tel      *telemetry.Recorder
+	logger   hclog.Logger
+	lives    *liveBuilder
+	repairer *repairer
 }
 
 // CheckOptions tune Check.
@@ -64,7 +50,7 @@ type CheckOptions struct {
 }
 
 // checkAll is Check of every network of the workload.
-func (c *Configurator) checkAll(ctx context.Context, alloc *Allocation, netns string, repair bool) (err error) {
+func (c *checker) checkAll(ctx context.Context, alloc *Allocation, netns string, repair bool) (err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpCheck, allocID(alloc), netns)
 	defer func() { op.End(err) }()
 	req, err := c.requestIn(alloc, netns, ErrCheckFailed) // a namespace that is gone is a verdict: rebuild it
@@ -89,7 +75,7 @@ func (c *Configurator) checkAll(ctx context.Context, alloc *Allocation, netns st
 // checkOne is Check of the attachment of ifName in network
 // (CheckOptions): the one the registry records, else the one libcni's
 // cache holds.
-func (c *Configurator) checkOne(ctx context.Context, alloc *Allocation, network, netns, ifName string, repair bool) (err error) {
+func (c *checker) checkOne(ctx context.Context, alloc *Allocation, network, netns, ifName string, repair bool) (err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpCheck, allocID(alloc), netns)
 	defer func() { op.End(err) }()
 	req, err := c.namedRequest(alloc, network, netns, ifName, ErrCheckFailed)
@@ -123,8 +109,8 @@ func (c *Configurator) checkOne(ctx context.Context, alloc *Allocation, network,
 // checkFound checks found: cninet's own check of every attachment in one
 // read of the host (with repair, restoring what is missing first), then
 // the plugins' CHECK of each that is whole.
-func (c *Configurator) checkFound(ctx context.Context, found []foundAttachment, netns string, repair bool) error {
-	atts := c.checkedOf(found, netns)
+func (c *checker) checkFound(ctx context.Context, found []foundAttachment, netns string, repair bool) error {
+	atts := c.lives.checkedOf(found, netns)
 	var drifts []Drift
 	var failed, unsupported, repairErrs []error
 	for i, r := range c.driftCheck(ctx, atts, repair) {
@@ -158,13 +144,13 @@ func (c *Configurator) checkFound(ctx context.Context, found []foundAttachment, 
 
 // checkNetwork runs the plugins' CHECK on one network of the attachment,
 // without the plugins whose CHECK is known to be unsound here.
-func (c *Configurator) checkNetwork(ctx context.Context, req request, att attachment, netns string) (err error) {
+func (c *checker) checkNetwork(ctx context.Context, req request, att attachment, netns string) (err error) {
 	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpCheckNetwork, att.name(), att.ifName, req.id, netns)
 	defer func() { op.End(err) }()
 	if att.conf.Info.DisableCheck {
 		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, att.name())
 	}
-	driver := c.driverFor(att)
+	driver := c.drivers.driverFor(att)
 	omit := unsoundChecks(ctx, c.plugins, driver, att)
 	if err := driver.check(ctx, req, att, netns, omit); err != nil {
 		if why := knownFalseFailure(ctx, c.plugins, driver, att, err); why != "" {
@@ -300,4 +286,101 @@ func asDriftError(err error) *DriftError {
 		return de
 	}
 	return nil
+}
+
+// driftCheck checks atts in one read of the host and, with repair,
+// restores what each repairable one lacks, then checks those again in one
+// more read. The caller holds their ids' locks.
+func (c *checker) driftCheck(ctx context.Context, atts []checkedAttachment, repair bool) []driftResult {
+	var lives []*footprint.Live
+	at := make([]int, len(atts)) // atts[i]'s place in lives, or -1
+	for i, ca := range atts {
+		at[i] = -1
+		if ca.known() {
+			at[i] = len(lives)
+			lives = append(lives, ca.live)
+		}
+	}
+	checker := footprint.NewChecker(ctx, c.seams.all())
+	checked := checker.Check(lives)
+	out := make([]driftResult, len(atts))
+	for i := range atts {
+		out[i].health = footprint.Health{Live: atts[i].live}
+		if at[i] >= 0 {
+			out[i].health = checked[at[i]]
+		}
+		c.tel.Checked(ctx, out[i].health)
+	}
+	if !repair {
+		return out
+	}
+	var again []int
+	restored := make([][]footprint.Missing, len(atts))
+	starts := make([]time.Time, len(atts))
+	for i := range out {
+		if len(out[i].health.Missing) == 0 || !atts[i].repairable() {
+			continue
+		}
+		starts[i] = time.Now()
+		restored[i], out[i].err = c.repairer.repairOne(ctx, checker, atts[i], out[i].health)
+		again = append(again, i)
+	}
+	if len(again) == 0 {
+		return out
+	}
+	recheck := make([]*footprint.Live, len(again))
+	for j, i := range again {
+		recheck[j] = atts[i].live
+	}
+	for j, h := range footprint.NewChecker(ctx, c.seams.all()).Check(recheck) {
+		i := again[j]
+		out[i].health = h
+		out[i].repaired = repairwatch.Restored(restored[i], h)
+		repairwatch.LogRepair(c.logger, atts[i].live, h, out[i].repaired, out[i].err, time.Since(starts[i]))
+	}
+	return out
+}
+
+// drifts is Configurator.Drifts.
+func (c *checker) drifts(ctx context.Context, ids []string) ([]Drift, error) {
+	var recs []registry.Record
+	var errs []error
+	if len(ids) == 0 {
+		all, err := c.registry.store.All()
+		recs = all.Records
+		errs = append(errs, err)
+		for _, d := range all.Damaged {
+			errs = append(errs, d)
+		}
+	} else {
+		for _, id := range ids {
+			if err := checkContainerID(id); err != nil {
+				return nil, err
+			}
+			of, damaged, err := c.registry.store.Of(id)
+			recs = append(recs, of...)
+			errs = append(errs, err)
+			for _, d := range damaged {
+				errs = append(errs, d)
+			}
+		}
+	}
+	var atts []checkedAttachment
+	for i := range recs {
+		if recs[i].State != registry.Attached {
+			continue
+		}
+		if ca, ok := c.lives.checkedOfRecord(&recs[i]); ok {
+			atts = append(atts, ca)
+		}
+	}
+	results := c.driftCheck(ctx, atts, false)
+	out := make([]Drift, len(results))
+	for i, r := range results {
+		out[i] = driftOf(r.health, nil)
+		if r.health.Err != nil {
+			out[i].Incomplete = r.health.Err.Error()
+		}
+	}
+	return out, listingError(slices.DeleteFunc(errs, func(err error) bool { return err == nil }))
 }

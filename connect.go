@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
@@ -15,39 +15,24 @@ import (
 	"github.com/seed1280861d/cninet/internal/workload"
 )
 
-// Connect attaches the live workload of alloc to one more network, as
-// Podman's `network connect` does, under the lowest interface name
-// <prefix>N that none of its networks uses, and returns the new
-// network's status (Interfaces holds it alone).
-//
-//   - Pass the Allocation given to Setup: its ports and args go to the
-//     new network by Setup's rules.
-//   - A network the workload is attached to already is an
-//     ErrAlreadyAttached error naming its interface.
-//   - The ADD is retried like Setup's; a Connect that fails leaves nothing
-//     of the new network behind and the other networks untouched.
-//   - Teardown, Check and GC cover the network from then on, whether or
-//     not alloc names it.
-//   - ConnectOptions.IfName picks the interface instead, for a runtime
-//     that names its workloads' interfaces (cninet daemon); the network's
-//     result may then hold no address. At most one ConnectOptions may be
-//     given (ErrInvalidArgument).
-//
-// How the name is picked and what IfName changes: docs/design.md,
-// "Connect and Disconnect".
-func (c *Configurator) Connect(ctx context.Context, alloc *Allocation, network, netns string, opts ...ConnectOptions) (*NetworkStatus, error) {
-	o, err := connectOptionsOf("Connect", opts)
-	if err != nil {
-		return nil, err
-	}
-	if o.IfName != "" {
-		return c.connectAs(ctx, alloc, network, netns, o)
-	}
-	return c.connectNext(ctx, alloc, network, netns)
+// connector is Connect and Disconnect: the parts they use.
+type connector struct {
+	requests
+	owners
+	registry *hostRegistry
+	nets     *catalog.Networks
+	find     *attachmentFinder
+	lib      *libcni.CNIConfig // libcni's cache, where a runtime's attachments show
+	cacheDir string
+	ifs      ifNaming
+	tel      *telemetry.Recorder
+	logger   hclog.Logger
+	attacher *attacher
+	detacher *detacher
 }
 
 // connectNext is Connect on the next free interface name.
-func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, network, netns string) (_ *NetworkStatus, err error) {
+func (c *connector) connectNext(ctx context.Context, alloc *Allocation, network, netns string) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpConnect, allocID(alloc), netns)
 	defer func() { op.End(err) }()
 	req, err := c.requestIn(alloc, netns, ErrInvalidArgument)
@@ -79,7 +64,7 @@ func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, netwo
 		}
 	}
 	att := attachment{conf: conf, ifName: c.ifs.free(used)}
-	a := c.attaching(owner, req, netns, len(used) > 0)
+	a := c.attacher.attaching(owner, req, netns, len(used) > 0)
 	if err := a.preflight(att); err != nil {
 		return nil, err
 	}
@@ -89,39 +74,9 @@ func (c *Configurator) connectNext(ctx context.Context, alloc *Allocation, netwo
 	return a.all(ctx, []attachment{att})
 }
 
-// Disconnect detaches the workload of alloc from one network, as Podman's
-// `network disconnect` does: DEL with the port mappings and args the
-// network was attached with, then Teardown's force cleanup. The other
-// networks are untouched.
-//
-//   - The network may be one alloc names or one Connect added; alloc may
-//     go on naming it afterwards.
-//   - It is idempotent: a network the workload is not attached to returns
-//     nil; one this Configurator does not know is ErrNetworkNotFound.
-//     netns may be empty or already deleted.
-//   - ConnectOptions.IfName detaches exactly that interface's attachment,
-//     with what the host registry recorded for it: the operation for a
-//     runtime's DEL. Another owner's attachment whose namespace still
-//     lives is left alone, and nil returned.
-//   - An attachment whose registry file cannot be read is left alone
-//     (ErrRecordUnreadable). At most one ConnectOptions may be given
-//     (ErrInvalidArgument).
-//
-// The rest: docs/design.md, "Connect and Disconnect".
-func (c *Configurator) Disconnect(ctx context.Context, alloc *Allocation, network, netns string, opts ...ConnectOptions) error {
-	o, err := connectOptionsOf("Disconnect", opts)
-	if err != nil {
-		return err
-	}
-	if o.IfName != "" {
-		return c.disconnectAs(ctx, alloc, network, netns, o)
-	}
-	return c.disconnectNetwork(ctx, alloc, network, netns)
-}
-
 // disconnectNetwork is Disconnect of whichever interface the workload
 // has in network.
-func (c *Configurator) disconnectNetwork(ctx context.Context, alloc *Allocation, network, netns string) (err error) {
+func (c *connector) disconnectNetwork(ctx context.Context, alloc *Allocation, network, netns string) (err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpDisconnect, allocID(alloc), netns)
 	defer func() { op.End(err) }()
 	req, err := newRequest(alloc, c.ignoreHostIP)
@@ -151,7 +106,7 @@ func (c *Configurator) disconnectNetwork(ctx context.Context, alloc *Allocation,
 		c.logger.Debug("disconnect: not attached", "alloc_id", req.id, "network", network)
 		return unreadableError(req.id, unreadable)
 	}
-	d := c.detaching(owner, netns, len(attached) > len(found) || len(unreadable) > 0)
+	d := c.detacher.detaching(owner, netns, len(attached) > len(found) || len(unreadable) > 0)
 	up, restore := keepLoopback(c.logger, req.id, netns, found)
 	defer restore()
 	d.settled, d.loUp = true, up
@@ -243,7 +198,7 @@ func (o ConnectOptions) runtimeIDOf(req request) string {
 }
 
 // connectAs is Connect as o.IfName, for o.RuntimeID.
-func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network, netns string, o ConnectOptions) (_ *NetworkStatus, err error) {
+func (c *connector) connectAs(ctx context.Context, alloc *Allocation, network, netns string, o ConnectOptions) (_ *NetworkStatus, err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpConnect, allocID(alloc), netns)
 	defer func() { op.End(err) }()
 	ifName := o.IfName
@@ -276,12 +231,12 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 	att := attachment{conf: conf, ifName: ifName}
 	// The runtime may attach the same container to networks this
 	// Configurator never sees: always as if others were there.
-	a := c.attaching(c.ownerOf(ctx), req, netns, true)
+	a := c.attacher.attaching(c.ownerOf(ctx), req, netns, true)
 	a.anyResult = true // the runtime reads the result itself: an L2-only network attaches too
 	if err := a.preflight(att); err != nil {
 		return nil, err
 	}
-	c.logFound(telemetry.OpConnect, req.id, 1, locked.Sub(start), time.Since(locked))
+	logFound(c.logger, telemetry.OpConnect, req.id, 1, locked.Sub(start), time.Since(locked))
 	up, restore := keepLoopback(c.logger, req.id, netns, []foundAttachment{{att: att}})
 	defer restore()
 	a.loUp = up
@@ -289,7 +244,7 @@ func (c *Configurator) connectAs(ctx context.Context, alloc *Allocation, network
 }
 
 // disconnectAs is Disconnect of o.IfName, for o.RuntimeID.
-func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, network, netns string, o ConnectOptions) (err error) {
+func (c *connector) disconnectAs(ctx context.Context, alloc *Allocation, network, netns string, o ConnectOptions) (err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpDisconnect, allocID(alloc), netns)
 	defer func() { op.End(err) }()
 	ifName := o.IfName
@@ -344,28 +299,10 @@ func (c *Configurator) disconnectAs(ctx context.Context, alloc *Allocation, netw
 		fa.att.conf, fa.req, fa.cached = conf, recordedRequest(fa.req, *rec), true
 		fa.settled = rec.State == registry.Attached
 	}
-	c.logFound(telemetry.OpDisconnect, req.id, 1, locked.Sub(start), time.Since(locked))
+	logFound(c.logger, telemetry.OpDisconnect, req.id, 1, locked.Sub(start), time.Since(locked))
 	up, restore := keepLoopback(c.logger, req.id, netns, []foundAttachment{fa})
 	defer restore()
-	d := c.detaching(owner, netns, true) // as in connectAs: others may be there unseen
+	d := c.detacher.detaching(owner, netns, true) // as in connectAs: others may be there unseen
 	d.exact, d.settled, d.loUp = true, true, up
 	return d.all(ctx, []foundAttachment{fa})
-}
-
-// CheckIfName reports whether name can be a workload's interface name
-// (Linux's rules, as the CNI spec's CNI_IFNAME): 1–15 bytes, no '/', ':'
-// or white space, not "." or "..". A violation is an ErrInvalidArgument
-// error naming it.
-func CheckIfName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: empty interface name, want e.g. eth0", ErrInvalidArgument)
-	case len(name) > 15:
-		return fmt.Errorf("%w: interface name %q has %d bytes, want at most 15", ErrInvalidArgument, name, len(name))
-	case name == "." || name == "..":
-		return fmt.Errorf("%w: interface name %q names a directory entry (. or ..), want another name", ErrInvalidArgument, name)
-	case strings.ContainsAny(name, "/: \t\n\v\f\r"):
-		return fmt.Errorf("%w: interface name %q contains '/', ':' or white space", ErrInvalidArgument, name)
-	}
-	return nil
 }

@@ -178,7 +178,8 @@ func TestDisconnectDetachesOneNetworkAndIsIdempotent(t *testing.T) {
 func TestConnectAndDisconnectAreTracedWithTheirNetworksDetach(t *testing.T) {
 	f := newMultiFixture(t, quickRetry)
 	rec := tracetest.NewSpanRecorder()
-	f.c.tel = newTelemetry(Config{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))}, f.c)
+	f.c.tel = newTelemetry(Config{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))}, f.c.logger, f.c.nets)
+	f.c.wire()
 	alloc := &Allocation{ID: "w", NetworkNames: []string{"a"}}
 	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
 		t.Fatal(err)

@@ -104,35 +104,41 @@ One noun per concept, in the documentation and in the code:
 
 # Files
 
-In reading order; each operation is a type of its own beside its
-entry points (attaching, detachment, gcRun), and what several
-operations share is a type in a file named after what it holds.
+In reading order, from the API down: each exported method of
+Configurator is a short call into its operation, a type of its own
+(attacher, detacher, connector, checker, prober, collector) holding
+only the parts it uses, built once by New (Configurator.wire); what
+several operations share is a type in a file named after what it
+holds. No file uses a name of a file above it.
 
 	doc.go                This overview.
-	configurator.go       Config (its seams are package host's), Configurator, New, Close; cleanerSeams: how a cleanup reaches the host.
-	allocation.go         Allocation, Port, NetworkPorts, PortMappings.
-	networks.go           Networks, NetworkName, ConfList: the known networks (internal/catalog's Networks).
-	conflist.go           Conflists: LoadConfList, BridgeConfig, DefaultBridgeConfig, BridgeConfList, WriteConfList, the Backend… names (internal/catalog does the work).
-	request.go            The request: built from an Allocation (and from libcni's cache or a record), its CNI args and capability arguments (ValidateCapabilities, the Capability… names); optionsOf.
-	attachments.go        attachmentFinder: an allocation's attachments, from the Allocation, the registry and libcni's cache; ifNaming; CachedResult.
-	setup.go              Setup; attaching: attach every network concurrently, all or nothing, and the rollback.
-	retry.go              RetryPolicy and the ADD retry loop (attaching.withRetry).
-	teardown.go           Teardown; detachment (a Setup's rollback too), in one pass: how the detach is made (footprint.Detach), portmap's DEL first for a whole workload, then per network prevention, DEL by the prevention's plugin filter, force cleanup and the record's removal; whileLockHeld: a cleanup step that missed a gap in a held xtables lock runs again until the deadline.
-	connect.go            Connect, Disconnect, ConnectOptions (the interface, the runtime's id), CheckIfName.
-	check.go              Check, CheckOptions, DriftError, Drift: cninet's own check of each attachment, then the plugins' CHECK where it is sound.
-	repair.go             Drifts; the drift check and repair of found attachments (driftCheck), a checked attachment from its record (checkedOfRecord), a live attachment from its record (liveOf), libcni's cache written again.
-	repairwatch.go        The repair watcher (Config.RepairEvery, internal/repairwatch) started with what it uses of the Configurator (watchedParts).
-	status.go             Status: whether each network (or each one named) can attach workloads.
-	gc.go                 GC; gcRun: the recorded, then the cached dead attachments detached, then the sweep of what no record or cache remembers; the registry's housekeeping.
-	gc_recorded.go        The dead recorded attachments (this owner's, any owner's of an earlier boot), each under its id's lock.
-	gc_cached.go          The stale attachments libcni's cache holds, each under its id's lock, unrecorded ones only once their namespace is gone; the CNI GC command under the host's GC lock.
+	configurator.go       Configurator, New (its parts, then wire: the operations), Close, and every exported method of Configurator, each a short call into its operation.
+	repairwatch.go        The repair watcher (Config.RepairEvery, internal/repairwatch) started with the checker's parts it uses (watchedParts).
+	reload.go             The ConfDir watcher (Config.Watch): Reload once a burst of changes settles.
+	gc.go                 collector.gc: the recorded, then the cached dead attachments detached, then the sweep of what no record or cache remembers, then the registry's housekeeping; GCOptions checked into a gcScope (scopeOf).
 	gc_sweep.go           The sweep, under the host's GC lock: what the registry and libcni's cache claim now is left.
-	gc_report.go          GCOptions, GCAttachment, GCReport, GCItem, GCKind: what GC is asked (checked into gcScope, which its run holds), what it removed, its progress.
-	records.go            hostRegistry: the host registry in every operation: records, owners, locks; Attachments.
-	unreadable.go         Registry files this cninet cannot read: kept, their attachments left alone; ErrRecordUnreadable.
-	reload.go             Reload and the ConfDir watcher.
-	driver.go             How one network's plugins run: through go-cni (Config.CNI) or libcni; a DEL runs the plugins its filter (footprint.PluginFilter) lets run, a part apart from the network's own DEL on no libcni cache.
-	result.go             NetworkStatus, InterfaceStatus, DNSConfig, StatusFromResult.
-	errors.go             The Err… sentinels every error wraps (those the internal packages wrap tied to their internal/errs kinds), and joinErrors.
+	gc_cached.go          The stale attachments libcni's cache holds, each under its id's lock, unrecorded ones only once their namespace is gone; the CNI GC command under the host's GC lock.
+	gc_recorded.go        The dead recorded attachments (this owner's, any owner's of an earlier boot), each under its id's lock.
+	gc_run.go             collector (GC's parts) and gcRun: one GC, what is live, which networks it collects, what it removed.
 	telemetry.go          What internal/telemetry (the spans and metrics) is given of this package: the providers, error.type by sentinel (errorType), the known networks, GC's items.
+	config.go             Config (its seams are package host's) and the defaults New applies.
+	gc_report.go          GCOptions, GCAttachment, GCReport, GCItem, GCKind: what GC is asked (gcScope, which its run holds), what it removed, its progress.
+	status.go             prober: Status (whether each network, or each one named, can attach workloads) and Unrecorded.
+	connect.go            connector: Connect and Disconnect (ConnectOptions: the interface, the runtime's id); keepLoopback.
+	check.go              checker: Check and Drifts, CheckOptions, DriftError, Drift: cninet's own check of each attachment in one read of the host (driftCheck, with its repair), then the plugins' CHECK where it is sound.
+	repair.go             liveBuilder: a checked attachment from its record (checkedOfRecord), a live attachment (liveOf); repairer: a repair of one through the plugins (repairOne), libcni's cache written again.
+	setup.go              attacher: Setup; attaching: attach every network concurrently, all or nothing, each ADD retried (withRetry), and the rollback.
+	retry.go              RetryPolicy: the ADD retries' attempts and back-off, and which errors no retry fixes.
+	teardown.go           detacher: Teardown; detachment (a Setup's rollback too), in one pass: how the detach is made (footprint.Detach), portmap's DEL first for a whole workload, then per network prevention, DEL by the prevention's plugin filter, force cleanup and the record's removal; whileLockHeld: a cleanup step that missed a gap in a held xtables lock runs again until the deadline; eachNetwork.
+	seams.go              cleanerSeams: how a cleanup reaches the host (the IPTables seam among them), and what it must know of each network.
+	driver.go             drivers: how one network's plugins run, through go-cni (Config.CNI) or libcni; a DEL runs the plugins its filter (footprint.PluginFilter) lets run, a part apart from the network's own DEL on no libcni cache.
+	finder.go             attachmentFinder: an allocation's attachments, from the Allocation, the registry and libcni's cache.
+	unreadable.go         Registry files this cninet cannot read: kept, their attachments left alone; ErrRecordUnreadable.
+	records.go            hostRegistry: the host registry in every operation: records, locks, the listing (AttachmentRecord); owners: whose an operation's attachments are (WithOwner).
+	attachment.go         attachment, foundAttachment; ifNaming: a workload's interface names.
+	request.go            The request: built from an Allocation (and from libcni's cache or a record), its CNI args and capability arguments (ValidateCapabilities, the Capability… names), CheckIfName; requests: a Configurator's; optionsOf.
+	allocation.go         Allocation, Port, NetworkPorts, PortMappings.
+	conflist.go           Conflists: LoadConfList, BridgeConfig, DefaultBridgeConfig, BridgeConfList, WriteConfList, the Backend… names (internal/catalog does the work).
+	result.go             NetworkStatus, InterfaceStatus, DNSConfig, StatusFromResult; the result an injected Config.CNI returned, rebuilt (rawResult).
+	errors.go             The Err… sentinels every error wraps (those the internal packages wrap tied to their internal/errs kinds), and joinErrors.
 */

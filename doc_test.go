@@ -214,3 +214,49 @@ func TestTheRootPackageReexportsNothingInternal(t *testing.T) {
 		}
 	}
 }
+
+// The root package's files use one another in one direction: no file
+// uses a type, function, variable or constant of a file that doc.go
+// lists above it (its list runs from the API down), so an operation
+// never reaches back into the Configurator, nor a shared part into an
+// operation.
+func TestNoRootFileUsesANameOfAFileAboveIt(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, list, _ := strings.Cut(string(doc), "# Files")
+	place := map[string]int{}
+	for _, line := range strings.Split(list, "\n") {
+		if name, _, ok := strings.Cut(strings.TrimPrefix(line, "\t"), " "); ok && strings.HasPrefix(line, "\t") && strings.HasSuffix(name, ".go") {
+			place[name] = len(place)
+		}
+	}
+	fset := token.NewFileSet()
+	files := map[string]*ast.File{}
+	declaredIn := map[string]string{} // a package-level name: its file
+	for _, name := range goFiles(t, ".") {
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = f
+		for _, obj := range f.Scope.Objects {
+			declaredIn[obj.Name] = name
+		}
+		if _, ok := place[name]; !ok {
+			t.Errorf("doc.go does not list %s in its file list", name)
+		}
+	}
+	for name, f := range files {
+		uses := map[string]bool{}
+		for _, id := range f.Unresolved { // names of other files, and the universe's
+			if in, ok := declaredIn[id.Name]; ok && !uses[id.Name] {
+				uses[id.Name] = true
+				if place[in] < place[name] {
+					t.Errorf("%s uses %s of %s, which doc.go lists above it", name, id.Name, in)
+				}
+			}
+		}
+	}
+}

@@ -44,18 +44,27 @@ type netDriver interface {
 	runsPlugins() bool
 }
 
+// drivers picks the driver of each attachment: Config.CNI (go-cni by
+// default) for the default network as the first interface, libcni for
+// any other (driver; tests replace it).
+type drivers struct {
+	cni         cni.CNI
+	findPlugins bool      // the default go-cni: it runs the plugins from the plugin dirs, which cninet can look for first
+	driver      netDriver // attaches what go-cni cannot: any network but the default as eth0
+}
+
 // driverFor returns the driver that attaches n.
-func (c *Configurator) driverFor(att attachment) netDriver {
+func (ds *drivers) driverFor(att attachment) netDriver {
 	if att.viaCNI {
-		return cniDriver{c}
+		return cniDriver{ds}
 	}
-	return c.driver
+	return ds.driver
 }
 
 // canOmit reports whether att's DEL can leave plugins out: an injected
 // Config.CNI runs whole chains only.
-func (c *Configurator) canOmit(att attachment) bool {
-	return !att.viaCNI || c.findPlugins
+func (ds *drivers) canOmit(att attachment) bool {
+	return !att.viaCNI || ds.findPlugins
 }
 
 // PluginAdder is what an injected Config.CNI may also offer: the ADD of
@@ -71,10 +80,10 @@ type PluginAdder interface {
 
 // cniDriver attaches the default network as the first interface through
 // Config.CNI (go-cni by default): the single-network path, as it always was.
-type cniDriver struct{ c *Configurator }
+type cniDriver struct{ drivers *drivers }
 
 func (d cniDriver) add(ctx context.Context, req request, _ attachment, netns string) (*cni.Result, *types100.Result, error) {
-	res, err := d.c.cni.Setup(ctx, req.id, netns, req.opts()...)
+	res, err := d.drivers.cni.Setup(ctx, req.id, netns, req.opts()...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -89,10 +98,10 @@ func (d cniDriver) add(ctx context.Context, req request, _ attachment, netns str
 // injected Config.CNI runs one plugin alone only if it says it can
 // (PluginAdder).
 func (d cniDriver) addPlugin(ctx context.Context, req request, att attachment, netns, typ string, prev types.Result) error {
-	if d.c.findPlugins {
-		return d.c.driver.addPlugin(ctx, req, att, netns, typ, prev)
+	if d.drivers.findPlugins {
+		return d.drivers.driver.addPlugin(ctx, req, att, netns, typ, prev)
 	}
-	if pa, ok := d.c.cni.(PluginAdder); ok {
+	if pa, ok := d.drivers.cni.(PluginAdder); ok {
 		return pa.AddPlugin(ctx, req.id, netns, typ, prev, req.opts()...)
 	}
 	return fmt.Errorf("%w: %s's ADD of network %q cannot run alone", errWholeChainsOnly, typ, att.name())
@@ -105,9 +114,9 @@ func (d cniDriver) addPlugin(ctx context.Context, req request, att attachment, n
 func (d cniDriver) del(ctx context.Context, req request, att attachment, netns string, run footprint.PluginFilter) error {
 	switch {
 	case run.Whole():
-		return d.c.cni.Remove(ctx, req.id, netns, req.opts()...)
-	case d.c.findPlugins:
-		return d.c.driver.del(ctx, req, att, netns, run)
+		return d.drivers.cni.Remove(ctx, req.id, netns, req.opts()...)
+	case d.drivers.findPlugins:
+		return d.drivers.driver.del(ctx, req, att, netns, run)
 	case run.Apart():
 		return errWholeChainsOnly
 	}
@@ -122,13 +131,13 @@ var errWholeChainsOnly = errors.New("the injected CNI runs whole DEL chains only
 // some plugins goes through libcni on the same plugin and cache
 // directories. An injected Config.CNI checks whole chains.
 func (d cniDriver) check(ctx context.Context, req request, att attachment, netns string, omit []string) error {
-	if len(omit) > 0 && d.c.findPlugins {
-		return d.c.driver.check(ctx, req, att, netns, omit)
+	if len(omit) > 0 && d.drivers.findPlugins {
+		return d.drivers.driver.check(ctx, req, att, netns, omit)
 	}
-	return d.c.cni.Check(ctx, req.id, netns, req.opts()...)
+	return d.drivers.cni.Check(ctx, req.id, netns, req.opts()...)
 }
 
-func (d cniDriver) runsPlugins() bool { return d.c.findPlugins }
+func (d cniDriver) runsPlugins() bool { return d.drivers.findPlugins }
 
 // libDriver attaches any network under any interface name through libcni
 // directly. go-cni cannot: it names a network's interface after the

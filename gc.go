@@ -4,52 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/seed1280861d/cninet/internal/catalog"
+	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/telemetry"
-	"github.com/seed1280861d/cninet/internal/workload"
 )
 
-// GC brings the host back to what the live allocations need: every
-// attachment of this Configurator's owner (Config.Owner), in every
-// network it knows, whose allocation ID is not in liveAllocIDs is
-// detached as Teardown detaches it; then a sweep removes, by the
-// ownership rule, what no record or cache remembers any more (after a
-// crash or a reboot).
-//
-//   - liveAllocIDs must not be nil; an empty slice means nothing is live.
-//     An attachment is live when its allocation is, whatever its
-//     interface, or when GCOptions.LiveAttachments names it.
-//   - Never collected: another owner's attachments (but those recorded in
-//     an earlier boot), allocations set up, checked or torn down while GC
-//     runs, state no record claims whose namespace still lives, and the
-//     ids of unreadable registry files (GCReport.Unreadable).
-//   - Setups of other allocations run meanwhile; no ADD runs while the
-//     plugins' GC command and the sweep do (the host's GC lock, waited
-//     for until ctx is done: ErrBusy).
-//   - GCOptions narrow it to some networks, name live attachments by
-//     interface, or make it a dry run; at most one may be given
-//     (ErrInvalidArgument). A network whose conflist sets disableGC is
-//     skipped. One network's failure does not stop the others; the error
-//     joins each.
-//
-// Its passes, its locks and what the sweep removes: docs/design.md, "GC".
-func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string, opts ...GCOptions) (*GCReport, error) {
-	o, err := optionsOf("GC", opts)
-	if err != nil {
-		return nil, err
-	}
-	scope, err := c.scopeOf(o)
-	if err != nil {
-		return nil, err
-	}
-	return c.gc(ctx, liveAllocIDs, scope)
-}
-
 // gc is GC of everything but liveAllocIDs, as scope narrows it.
-func (c *Configurator) gc(ctx context.Context, liveAllocIDs []string, scope gcScope) (_ *GCReport, err error) {
+func (c *collector) gc(ctx context.Context, liveAllocIDs []string, scope gcScope) (_ *GCReport, err error) {
 	ctx, op := c.tel.StartOp(ctx, telemetry.OpGC, "", "")
 	defer func() { op.End(err) }()
 	if liveAllocIDs == nil {
@@ -71,7 +34,7 @@ func (c *Configurator) gc(ctx context.Context, liveAllocIDs []string, scope gcSc
 	g.progress.step("recorded attachments collected", g.report.Len())
 	errs := []error{recErr, g.cached(ctx)}
 	g.progress.step("libcni GC done", g.report.Len())
-	errs = append(errs, c.tel.TraceSweep(ctx, names(g.nets), g.report.Len, func() error { return g.sweep(ctx) }))
+	errs = append(errs, c.tel.TraceSweep(ctx, confNames(g.nets), g.report.Len, func() error { return g.sweep(ctx) }))
 	if g.dry {
 		c.logger.Info("GC dry run: nothing changed", "networks", len(g.nets), "would_remove", g.report.Len(), "alloc_ids", g.report.IDs())
 		return g.report, errors.Join(errs...)
@@ -84,20 +47,7 @@ func (c *Configurator) gc(ctx context.Context, liveAllocIDs []string, scope gcSc
 	return g.report, errors.Join(errs...)
 }
 
-// housekeeping removes what killed processes left in the registry: the
-// temporary files of writes cut short, and the lock files of ids that
-// have no record (each under its lock).
-func (g *gcRun) housekeeping() {
-	store := g.c.registry.store
-	if n := store.RemoveStaleTemps(); n > 0 {
-		g.c.logger.Info("GC removed temporary files of registry writes cut short", "files", n, "state_dir", store.Dir())
-	}
-	if n := store.RemoveUnusedLocks(); n > 0 {
-		g.c.logger.Debug("GC removed lock files of ids without a record", "files", n, "state_dir", store.Dir())
-	}
-}
-
-func names(confs []catalog.Conf) []string {
+func confNames(confs []catalog.Conf) []string {
 	out := make([]string, len(confs))
 	for i, conf := range confs {
 		out[i] = conf.Info.Name
@@ -105,38 +55,9 @@ func names(confs []catalog.Conf) []string {
 	return out
 }
 
-// gcRun is one GC: what is live, which networks it collects, and what it
-// removed.
-type gcRun struct {
-	c       *Configurator
-	owner   string          // whose dead attachments it collects
-	live    map[string]bool // ids not to collect: the caller's live ones, then every id another owner's record names
-	gcScope                 // what GCOptions ask: the networks, the live interfaces, a dry run
-	// nets are the networks collected; skipped, by name, those left
-	// alone: spared by only, or their conflist sets disableGC.
-	nets     []catalog.Conf
-	skipped  map[string]bool
-	report   *GCReport
-	progress *gcProgress // from when the GC begins
-	// start is when the GC began: a record written since is another
-	// operation's, made or changed while this GC collected unlocked (a
-	// Setup of the same owner in another process, say), which the
-	// caller's live set, older, does not speak for.
-	start time.Time
-	ns    workload.Probe // whether the namespaces of unrecorded and other owners' state are gone
-}
-
-// covers reports whether this GC collects in network: one this
-// Configurator knows, not spared by GCOptions.Networks, not disableGC.
-// Another Configurator of the same owner may know networks this one does
-// not: what it recorded there is its to collect.
-func (g *gcRun) covers(network string) bool {
-	return slices.ContainsFunc(g.nets, func(conf catalog.Conf) bool { return conf.Info.Name == network })
-}
-
 // gcRun starts a GC of everything but liveAllocIDs, as scope narrows it,
 // for ctx's owner (WithOwner, else Config.Owner).
-func (c *Configurator) gcRun(ctx context.Context, liveAllocIDs []string, scope gcScope) *gcRun {
+func (c *collector) gcRun(ctx context.Context, liveAllocIDs []string, scope gcScope) *gcRun {
 	g := &gcRun{c: c, owner: c.ownerOf(ctx), live: map[string]bool{}, gcScope: scope,
 		skipped: map[string]bool{}, report: &GCReport{}, start: time.Now()}
 	for _, id := range liveAllocIDs {
@@ -157,29 +78,36 @@ func (c *Configurator) gcRun(ctx context.Context, liveAllocIDs []string, scope g
 	return g
 }
 
-// liveAt reports whether the attachment of id as ifName is live: its id
-// is, or GCOptions.LiveAttachments names it.
-func (g *gcRun) liveAt(id, ifName string) bool {
-	return g.live[id] || g.liveIfs[id][ifName]
-}
-
-// partlyLive reports whether GCOptions.LiveAttachments names some of
-// id's interfaces: the id keeps those.
-func (g *gcRun) partlyLive(id string) bool { return len(g.liveIfs[id]) > 0 }
-
-// siblingLive reports whether network holds, besides the attachment,
-// one of id's live interfaces, by the registry or libcni's cache: its
-// force cleanup, which acts on id in network, would reach that one.
-func (g *gcRun) siblingLive(id, network string, recs []foundAttachment) bool {
-	for ifName := range g.liveIfs[id] {
-		if g.c.find.cachedAt(id, network, ifName) != nil || g.c.registry.recorded(id, network, ifName) != nil {
-			return true
+// scopeOf checks o and returns the GC it asks for: every network it names
+// known, every live attachment a container ID and an interface name
+// (ErrInvalidArgument, ErrNetworkNotFound).
+func (c *collector) scopeOf(o GCOptions) (gcScope, error) {
+	s := gcScope{dry: o.DryRun}
+	for _, a := range o.LiveAttachments {
+		if !footprint.IsContainerID(a.ID) || CheckIfName(a.IfName) != nil {
+			return gcScope{}, fmt.Errorf("%w: GCOptions.LiveAttachments names allocation %q as interface %q, want a CNI container ID and an interface name",
+				ErrInvalidArgument, a.ID, a.IfName)
 		}
-	}
-	for _, fa := range recs {
-		if fa.att.name() == network && g.liveIfs[id][fa.att.ifName] {
-			return true
+		if s.liveIfs == nil {
+			s.liveIfs = map[string]map[string]bool{}
 		}
+		if s.liveIfs[a.ID] == nil {
+			s.liveIfs[a.ID] = map[string]bool{}
+		}
+		s.liveIfs[a.ID][a.IfName] = true
 	}
-	return false
+	if len(o.Networks) == 0 {
+		return s, nil
+	}
+	s.only = make(map[string]bool, len(o.Networks))
+	for _, name := range o.Networks {
+		if err := catalog.CheckName(name); err != nil {
+			return gcScope{}, err
+		}
+		if _, err := c.nets.Known(name, false); err != nil {
+			return gcScope{}, fmt.Errorf("%w (GC)", err)
+		}
+		s.only[name] = true
+	}
+	return s, nil
 }

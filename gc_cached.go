@@ -92,7 +92,7 @@ func (g *gcRun) collectCached(ctx context.Context, id string, atts []*libcni.Net
 			return !names[fa.att.name()] || g.liveAt(id, fa.att.ifName) || g.partlyLive(id) && g.siblingLive(id, fa.att.name(), all)
 		})
 		if !g.dry {
-			err = c.detaching(g.owner, "", spares || g.partlyLive(id)).all(ctx, found)
+			err = c.detacher.detaching(g.owner, "", spares || g.partlyLive(id)).all(ctx, found)
 		}
 	}
 	if err != nil {

@@ -113,7 +113,7 @@ func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) 
 	}
 	if !g.dry {
 		netns, alongside := c.registry.recordedNetNS(id, found), g.only != nil || elsewhere
-		d := c.detaching(g.owner, netns, alongside)
+		d := c.detacher.detaching(g.owner, netns, alongside)
 		if alongside && netns != "" {
 			// The workload stays on other networks: the loopback
 			// plugin's DEL must not leave its lo down.

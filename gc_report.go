@@ -2,14 +2,12 @@ package cninet
 
 import (
 	"encoding/json"
-	"fmt"
 	"iter"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -213,40 +211,6 @@ type gcScope struct {
 	// that are live (its others are not).
 	liveIfs map[string]map[string]bool
 	dry     bool // plan only (GCOptions.DryRun)
-}
-
-// scopeOf checks o and returns the GC it asks for: every network it names
-// known, every live attachment a container ID and an interface name
-// (ErrInvalidArgument, ErrNetworkNotFound).
-func (c *Configurator) scopeOf(o GCOptions) (gcScope, error) {
-	s := gcScope{dry: o.DryRun}
-	for _, a := range o.LiveAttachments {
-		if !footprint.IsContainerID(a.ID) || CheckIfName(a.IfName) != nil {
-			return gcScope{}, fmt.Errorf("%w: GCOptions.LiveAttachments names allocation %q as interface %q, want a CNI container ID and an interface name",
-				ErrInvalidArgument, a.ID, a.IfName)
-		}
-		if s.liveIfs == nil {
-			s.liveIfs = map[string]map[string]bool{}
-		}
-		if s.liveIfs[a.ID] == nil {
-			s.liveIfs[a.ID] = map[string]bool{}
-		}
-		s.liveIfs[a.ID][a.IfName] = true
-	}
-	if len(o.Networks) == 0 {
-		return s, nil
-	}
-	s.only = make(map[string]bool, len(o.Networks))
-	for _, name := range o.Networks {
-		if err := catalog.CheckName(name); err != nil {
-			return gcScope{}, err
-		}
-		if _, err := c.nets.Known(name, false); err != nil {
-			return gcScope{}, fmt.Errorf("%w (GC)", err)
-		}
-		s.only[name] = true
-	}
-	return s, nil
 }
 
 // spared reports whether a GC narrowed to only leaves network alone.

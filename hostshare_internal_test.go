@@ -368,6 +368,7 @@ func TestUnrecordedListsWhatNoRecordClaims(t *testing.T) {
 	f := newMultiFixture(t, quickRetry)
 	var log bytes.Buffer
 	f.c.logger = hclog.New(&hclog.LoggerOptions{Output: &log, Level: hclog.Info})
+	f.c.wire()
 	ns := newLiveNamespace(t)
 	if _, err := f.c.Connect(context.Background(), &Allocation{ID: "recorded-1"}, "b", ns.path, ConnectOptions{IfName: "eth0"}); err != nil {
 		t.Fatal(err)

@@ -74,7 +74,7 @@ func (f multiFixture) configurator(t *testing.T) *Configurator {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	c.driver = f.drv
+	c.drivers.driver = f.drv
 	return c
 }
 

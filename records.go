@@ -422,27 +422,26 @@ func WithOwner(ctx context.Context, owner string) context.Context {
 	return context.WithValue(ctx, ownerKey{}, owner)
 }
 
+// owners says whose attachments an operation makes and collects:
+// Config.Owner, unless the caller names another (WithOwner).
+type owners struct {
+	configured string // Config.Owner
+}
+
 // ownerOf is the owner an operation under ctx acts for.
-func (c *Configurator) ownerOf(ctx context.Context) string {
+func (o owners) ownerOf(ctx context.Context) string {
 	if owner, ok := ctx.Value(ownerKey{}).(string); ok {
 		return owner
 	}
-	return c.owner
+	return o.configured
 }
 
-// Attachments lists the host registry: every attachment any process on
-// the host made through cninet with this StateDir, whoever its owner,
-// sorted by id, network and interface. Given ids, it lists only those
-// containers' attachments and reads only their records, so it is cheap
-// enough for every request of a busy runtime. A file in the registry
-// that is no usable record (corrupt, or of a newer cninet) is listed too,
-// as an attachment in state "unreadable" (AttachmentRecord.Unreadable
-// says why), and named in the error, which wraps ErrIO.
-func (c *Configurator) Attachments(ids ...string) ([]AttachmentRecord, error) {
+// attachments is Configurator.Attachments.
+func (r *hostRegistry) attachments(ids []string) ([]AttachmentRecord, error) {
 	if len(ids) > 0 {
-		return c.attachmentsOf(ids)
+		return r.attachmentsOf(ids)
 	}
-	all, err := c.registry.store.Summaries() // what a listing shows: no record's conflist decoded
+	all, err := r.store.Summaries() // what a listing shows: no record's conflist decoded
 	out := make([]AttachmentRecord, 0, len(all.Summaries)+len(all.Damaged))
 	for _, rec := range all.Summaries {
 		out = append(out, attachmentRecord(rec))
@@ -464,7 +463,7 @@ func (c *Configurator) Attachments(ids ...string) ([]AttachmentRecord, error) {
 // attachmentsOf is Attachments of ids: each id's records, in the order
 // of ids (each id's sorted by network and interface), an id given twice
 // listed once.
-func (c *Configurator) attachmentsOf(ids []string) ([]AttachmentRecord, error) {
+func (r *hostRegistry) attachmentsOf(ids []string) ([]AttachmentRecord, error) {
 	for _, id := range ids {
 		if err := checkContainerID(id); err != nil {
 			return nil, err
@@ -478,7 +477,7 @@ func (c *Configurator) attachmentsOf(ids []string) ([]AttachmentRecord, error) {
 			continue
 		}
 		seen[id] = true
-		recs, damaged, err := c.registry.store.Of(id)
+		recs, damaged, err := r.store.Of(id)
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -9,18 +9,17 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"time"
 
-	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/repairwatch"
+	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
 // A drift check compares each live attachment with what its footprint
@@ -28,56 +27,6 @@ import (
 // for all the attachments checked together; a repair restores what is
 // missing in place (footprint.Checker.Repair), under the attachment's
 // lock, only while its record says it is attached.
-
-// Drifts checks, in one read of the host and changing nothing, every
-// attachment the host registry records as attached, whoever its owner
-// (ids narrow it to those containers'), and returns each one's Drift in
-// the registry's order: nothing Missing when it is whole. Incomplete
-// names what could not be read for it. Records that cannot be read are
-// named in the error, which wraps ErrIO, after the drifts of those that
-// could.
-func (c *Configurator) Drifts(ctx context.Context, ids ...string) ([]Drift, error) {
-	var recs []registry.Record
-	var errs []error
-	if len(ids) == 0 {
-		all, err := c.registry.store.All()
-		recs = all.Records
-		errs = append(errs, err)
-		for _, d := range all.Damaged {
-			errs = append(errs, d)
-		}
-	} else {
-		for _, id := range ids {
-			if err := checkContainerID(id); err != nil {
-				return nil, err
-			}
-			of, damaged, err := c.registry.store.Of(id)
-			recs = append(recs, of...)
-			errs = append(errs, err)
-			for _, d := range damaged {
-				errs = append(errs, d)
-			}
-		}
-	}
-	var atts []checkedAttachment
-	for i := range recs {
-		if recs[i].State != registry.Attached {
-			continue
-		}
-		if ca, ok := c.checkedOfRecord(&recs[i]); ok {
-			atts = append(atts, ca)
-		}
-	}
-	results := c.driftCheck(ctx, atts, false)
-	out := make([]Drift, len(results))
-	for i, r := range results {
-		out[i] = driftOf(r.health, nil)
-		if r.health.Err != nil {
-			out[i].Incomplete = r.health.Err.Error()
-		}
-	}
-	return out, listingError(slices.DeleteFunc(errs, func(err error) bool { return err == nil }))
-}
 
 // checkedAttachment is one found attachment as a drift check sees it.
 type checkedAttachment struct {
@@ -96,25 +45,35 @@ func (ca checkedAttachment) repairable() bool {
 	return ca.fa.settled
 }
 
+// liveBuilder builds live attachments (footprint.Live) from their
+// records, else libcni's cache.
+type liveBuilder struct {
+	registry    *hostRegistry
+	plugins     *catalog.Plugins
+	seams       *cleanerSeams
+	lib         *libcni.CNIConfig
+	findPlugins bool // the default go-cni: libcni's cache holds what it attached
+}
+
 // checkedOf reads the records of found and builds their live attachments.
-func (c *Configurator) checkedOf(found []foundAttachment, netns string) []checkedAttachment {
+func (b *liveBuilder) checkedOf(found []foundAttachment, netns string) []checkedAttachment {
 	out := make([]checkedAttachment, len(found))
 	for i, fa := range found {
-		rec := c.registry.recorded(fa.req.id, fa.att.name(), fa.att.ifName)
-		out[i] = checkedAttachment{fa: fa, rec: rec, live: c.liveOf(fa, rec, netns)}
+		rec := b.registry.recorded(fa.req.id, fa.att.name(), fa.att.ifName)
+		out[i] = checkedAttachment{fa: fa, rec: rec, live: b.liveOf(fa, rec, netns)}
 	}
 	return out
 }
 
 // checkedOfRecord is the live attachment rec records.
-func (c *Configurator) checkedOfRecord(rec *registry.Record) (checkedAttachment, bool) {
-	conf, err := c.registry.recordedConf(*rec)
+func (b *liveBuilder) checkedOfRecord(rec *registry.Record) (checkedAttachment, bool) {
+	conf, err := b.registry.recordedConf(*rec)
 	if err != nil {
 		return checkedAttachment{}, false
 	}
 	fa := foundAttachment{att: attachment{conf: conf, ifName: rec.IfName, viaCNI: rec.ViaCNI},
 		req: recordedRequest(request{id: rec.ID, runtimeID: rec.RuntimeID}, *rec), cached: true, settled: true}
-	return checkedAttachment{fa: fa, rec: rec, live: c.liveOf(fa, rec, "")}, true
+	return checkedAttachment{fa: fa, rec: rec, live: b.liveOf(fa, rec, "")}, true
 }
 
 // known reports whether cninet knows what ca's footprint must be: its
@@ -131,75 +90,30 @@ type driftResult struct {
 	err      error               // why the repair did not restore the rest
 }
 
-// driftCheck checks atts in one read of the host and, with repair,
-// restores what each repairable one lacks, then checks those again in one
-// more read. The caller holds their ids' locks.
-func (c *Configurator) driftCheck(ctx context.Context, atts []checkedAttachment, repair bool) []driftResult {
-	var lives []*footprint.Live
-	at := make([]int, len(atts)) // atts[i]'s place in lives, or -1
-	for i, ca := range atts {
-		at[i] = -1
-		if ca.known() {
-			at[i] = len(lives)
-			lives = append(lives, ca.live)
-		}
-	}
-	checker := footprint.NewChecker(ctx, c.seams.all())
-	checked := checker.Check(lives)
-	out := make([]driftResult, len(atts))
-	for i := range atts {
-		out[i].health = footprint.Health{Live: atts[i].live}
-		if at[i] >= 0 {
-			out[i].health = checked[at[i]]
-		}
-		c.tel.Checked(ctx, out[i].health)
-	}
-	if !repair {
-		return out
-	}
-	var again []int
-	restored := make([][]footprint.Missing, len(atts))
-	starts := make([]time.Time, len(atts))
-	for i := range out {
-		if len(out[i].health.Missing) == 0 || !atts[i].repairable() {
-			continue
-		}
-		starts[i] = time.Now()
-		restored[i], out[i].err = c.repairOne(ctx, checker, atts[i], out[i].health)
-		again = append(again, i)
-	}
-	if len(again) == 0 {
-		return out
-	}
-	recheck := make([]*footprint.Live, len(again))
-	for j, i := range again {
-		recheck[j] = atts[i].live
-	}
-	for j, h := range footprint.NewChecker(ctx, c.seams.all()).Check(recheck) {
-		i := again[j]
-		out[i].health = h
-		out[i].repaired = repairwatch.Restored(restored[i], h)
-		repairwatch.LogRepair(c.logger, atts[i].live, h, out[i].repaired, out[i].err, time.Since(starts[i]))
-	}
-	return out
+// repairer restores what a drift check found missing, through the
+// plugins' own ADD, and writes libcni's cache again.
+type repairer struct {
+	plugins *catalog.Plugins
+	drivers *drivers
+	tel     *telemetry.Recorder
 }
 
-// repairOne restores what h found missing of ca, under a span of its
-// own, and counts it.
-func (c *Configurator) repairOne(ctx context.Context, checker repairwatch.Checker, ca checkedAttachment, h footprint.Health) ([]footprint.Missing, error) {
-	ctx, span := c.tel.StartRepair(ctx, ca.live.ID, ca.live.Network, ca.live.IfName)
-	restored, err := checker.Repair(h, c.restorers(ctx, ca))
-	c.tel.Repaired(ctx, ca.live.Network, len(h.Missing), len(restored), err)
+// repairOne restores what h, found by read, says is missing of ca,
+// under a span of its own, and counts it.
+func (r *repairer) repairOne(ctx context.Context, read repairwatch.Checker, ca checkedAttachment, h footprint.Health) ([]footprint.Missing, error) {
+	ctx, span := r.tel.StartRepair(ctx, ca.live.ID, ca.live.Network, ca.live.IfName)
+	restored, err := read.Repair(h, r.restorers(ctx, ca))
+	r.tel.Repaired(ctx, ca.live.Network, len(h.Missing), len(restored), err)
 	span.End(err)
 	return restored, err
 }
 
 // restorers are how a repair of ca runs the plugins and writes libcni's
 // cache.
-func (c *Configurator) restorers(ctx context.Context, ca checkedAttachment) footprint.Restorers {
+func (r *repairer) restorers(ctx context.Context, ca checkedAttachment) footprint.Restorers {
 	fa, live := ca.fa, ca.live
 	mode := os.FileMode(0o644) // host-local before its 1.2 releases (CNI spec 1.0)
-	if c.plugins.Supports(ctx, "host-local", "1.1.0") {
+	if r.plugins.Supports(ctx, "host-local", "1.1.0") {
 		mode = 0o600
 	}
 	return footprint.Restorers{
@@ -209,9 +123,9 @@ func (c *Configurator) restorers(ctx context.Context, ca checkedAttachment) foot
 			if err != nil {
 				return err
 			}
-			return c.driverFor(fa.att).addPlugin(ctx, fa.req, fa.att, live.NetNS, typ, prev)
+			return r.drivers.driverFor(fa.att).addPlugin(ctx, fa.req, fa.att, live.NetNS, typ, prev)
 		},
-		WriteCache: func() error { return c.writeCachedResult(fa, live) },
+		WriteCache: func() error { return r.writeCachedResult(fa, live) },
 	}
 }
 
@@ -232,7 +146,7 @@ func liveResult(live *footprint.Live) (types.Result, error) {
 // writeCachedResult writes libcni's cache file of fa again, as libcni's
 // ADD writes it: the conflist, the runtime's args and capability
 // arguments, and the result in the conflist's CNI version.
-func (c *Configurator) writeCachedResult(fa foundAttachment, live *footprint.Live) error {
+func (r *repairer) writeCachedResult(fa foundAttachment, live *footprint.Live) error {
 	res, err := liveResult(live)
 	if err != nil {
 		return err
@@ -250,7 +164,7 @@ func (c *Configurator) writeCachedResult(fa foundAttachment, live *footprint.Liv
 	if err != nil {
 		return err
 	}
-	body, err := json.Marshal(cachedInfo{Kind: libcni.CNICacheV1, ContainerID: rt.ContainerID, Config: list.Bytes, IfName: rt.IfName,
+	body, err := json.Marshal(cachedInfo{Kind: libcni.CNICacheV1, ContainerID: rt.ContainerID, Conf: list.Bytes, IfName: rt.IfName,
 		NetworkName: list.Name, NetNS: rt.NetNS, CNIArgs: rt.Args, CapabilityArgs: rt.CapabilityArgs, Result: result})
 	if err != nil {
 		return err
@@ -269,7 +183,7 @@ func (c *Configurator) writeCachedResult(fa foundAttachment, live *footprint.Liv
 type cachedInfo struct {
 	Kind           string         `json:"kind"`
 	ContainerID    string         `json:"containerId"`
-	Config         []byte         `json:"config"`
+	Conf           []byte         `json:"config"`
 	IfName         string         `json:"ifName"`
 	NetworkName    string         `json:"networkName"`
 	NetNS          string         `json:"netns,omitempty"`
@@ -286,15 +200,15 @@ type cachedInfo struct {
 // liveOf returns fa's live attachment: what its record (rec, nil for one
 // the registry never saw) and libcni's cache say. netns is the namespace
 // the caller named ("" takes the record's).
-func (c *Configurator) liveOf(fa foundAttachment, rec *registry.Record, netns string) *footprint.Live {
+func (b *liveBuilder) liveOf(fa foundAttachment, rec *registry.Record, netns string) *footprint.Live {
 	att, req := fa.att, fa.req
 	l := &footprint.Live{
 		Attachment: footprint.Attachment{Network: att.name(), ID: req.id},
 		IfName:     att.ifName,
 		NetNS:      netns,
-		Net:        c.seams.network(att.conf, att.ifName, nil),
+		Net:        b.seams.network(att.conf, att.ifName, nil),
 		Backends:   map[string]string{},
-		Uncached:   att.viaCNI && !c.findPlugins,
+		Uncached:   att.viaCNI && !b.findPlugins,
 	}
 	for _, m := range req.mappings {
 		l.Mappings = append(l.Mappings, footprint.PortMapping{HostPort: int(m.HostPort), ContainerPort: int(m.ContainerPort),
@@ -315,17 +229,17 @@ func (c *Configurator) liveOf(fa foundAttachment, rec *registry.Record, netns st
 			l.Net.CacheDir = rec.CacheDir
 		}
 	} else {
-		for typ, backend := range c.plugins.Backends(att.conf) {
+		for typ, backend := range b.plugins.Backends(att.conf) {
 			l.Backends[typ] = backend
 		}
 	}
-	l.Result = c.resultOf(raw, att, req)
+	l.Result = b.resultOf(raw, att, req)
 	return l
 }
 
 // resultOf reads a recorded result, else libcni's cached one; nil when
 // there is neither.
-func (c *Configurator) resultOf(raw json.RawMessage, att attachment, req request) *footprint.Result {
+func (b *liveBuilder) resultOf(raw json.RawMessage, att attachment, req request) *footprint.Result {
 	var res types.Result
 	if len(raw) > 0 {
 		var head struct {
@@ -336,7 +250,7 @@ func (c *Configurator) resultOf(raw json.RawMessage, att attachment, req request
 		}
 	}
 	if res == nil {
-		res, _ = c.lib.GetNetworkListCachedResult(att.conf.List, &libcni.RuntimeConf{ContainerID: req.id, IfName: att.ifName})
+		res, _ = b.lib.GetNetworkListCachedResult(att.conf.List, &libcni.RuntimeConf{ContainerID: req.id, IfName: att.ifName})
 	}
 	if res == nil {
 		return nil
@@ -387,78 +301,4 @@ func prefixOf(n net.IPNet) (netip.Prefix, bool) {
 		ones -= 96
 	}
 	return netip.PrefixFrom(addr, ones), true
-}
-
-// rawResult is the result an injected Config.CNI returned, rebuilt from
-// go-cni's view of it (which keeps no prefix lengths: each address takes
-// the one of the network's IPAM subnet that holds it, else a host
-// prefix). rec names the network's conflist.
-func rawResult(res *cni.Result, rec *registry.Record) *types100.Result {
-	if res == nil {
-		return nil
-	}
-	subnets := ipamSubnets(rec.ConfList)
-	out := &types100.Result{CNIVersion: types100.ImplementedSpecVersion}
-	names := make([]string, 0, len(res.Interfaces))
-	for name := range res.Interfaces {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		cfg := res.Interfaces[name]
-		if cfg == nil {
-			continue
-		}
-		i := len(out.Interfaces)
-		out.Interfaces = append(out.Interfaces, &types100.Interface{Name: name, Mac: cfg.Mac, Sandbox: cfg.Sandbox})
-		for _, ipc := range cfg.IPConfigs {
-			addr, ok := netip.AddrFromSlice(ipc.IP)
-			if !ok {
-				continue
-			}
-			addr = addr.Unmap()
-			bits := addr.BitLen()
-			for _, s := range subnets {
-				if s.Contains(addr) {
-					bits = s.Bits()
-				}
-			}
-			out.IPs = append(out.IPs, &types100.IPConfig{Interface: &i, Address: net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(bits, addr.BitLen())},
-				Gateway: ipc.Gateway})
-		}
-	}
-	return out
-}
-
-// ipamSubnets are the subnets of the IPAM ranges a conflist names
-// ("subnet", and each "ranges" entry's).
-func ipamSubnets(confList []byte) []netip.Prefix {
-	var list struct {
-		Plugins []struct {
-			IPAM struct {
-				Subnet string `json:"subnet"`
-				Ranges [][]struct {
-					Subnet string `json:"subnet"`
-				} `json:"ranges"`
-			} `json:"ipam"`
-		} `json:"plugins"`
-	}
-	if json.Unmarshal(confList, &list) != nil {
-		return nil
-	}
-	var out []netip.Prefix
-	add := func(s string) {
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, p.Masked())
-		}
-	}
-	for _, p := range list.Plugins {
-		add(p.IPAM.Subnet)
-		for _, set := range p.IPAM.Ranges {
-			for _, r := range set {
-				add(r.Subnet)
-			}
-		}
-	}
-	return out
 }

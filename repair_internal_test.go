@@ -25,7 +25,7 @@ func TestACachedResultWrittenAgainReadsAsLibcnisOwn(t *testing.T) {
 	raw := `{"cniVersion":"1.0.0","interfaces":[{"name":"eth1","mac":"0a:58:c6:12:01:02","sandbox":"/x"}],` +
 		`"ips":[{"interface":0,"address":"198.18.1.2/24","gateway":"198.18.1.1"}]}`
 	live := &footprint.Live{NetNS: "/x", Net: footprint.Network{CacheDir: f.c.cacheDir}, Result: &footprint.Result{Raw: []byte(raw)}}
-	if err := f.c.writeCachedResult(fa, live); err != nil {
+	if err := f.c.checker.repairer.writeCachedResult(fa, live); err != nil {
 		t.Fatal(err)
 	}
 	rt := runtimeConfOf(req, fa.att, "/x")
@@ -47,7 +47,7 @@ func TestACachedResultWrittenAgainReadsAsLibcnisOwn(t *testing.T) {
 	}
 	path := f.c.cacheDir + "/results/b-w-eth1"
 	before, _ := os.ReadFile(path)
-	if err := f.c.writeCachedResult(fa, live); err != nil {
+	if err := f.c.checker.repairer.writeCachedResult(fa, live); err != nil {
 		t.Fatalf("writing over libcni's own: %v", err)
 	}
 	if after, _ := os.ReadFile(path); string(after) != string(before) {
@@ -72,7 +72,7 @@ func TestARecordSaysWhetherItsADDRanThroughConfigCNI(t *testing.T) {
 		if rec == nil || rec.ViaCNI != want {
 			t.Fatalf("record of %s: %+v, want viaCNI %v", network, rec, want)
 		}
-		ca, ok := f.c.checkedOfRecord(rec)
+		ca, ok := f.c.checker.lives.checkedOfRecord(rec)
 		if !ok || ca.fa.att.viaCNI != want || ca.live.Uncached != want {
 			t.Fatalf("the attachment %s's record gives: viaCNI %v, uncached %v; want both %v", network, ca.fa.att.viaCNI, ca.live.Uncached, want)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
@@ -34,10 +35,12 @@ type watchedParts struct {
 
 var _ repairwatch.Parts = watchedParts{}
 
-// newRepairWatcher is c's repair watcher, as cfg says, not started.
-func newRepairWatcher(c *Configurator, cfg Config) *repairwatch.Watcher {
-	return repairwatch.New(repairwatch.Config{Every: cfg.RepairEvery, Owner: c.owner, AnyOwner: cfg.RepairAnyOwner, Logger: c.logger},
-		watchedParts{registry: c.registry, nets: c.nets, seams: c.seams, tel: c.tel, checkedOf: c.checkedOfRecord, repair: c.repairOne})
+// newRepairWatcher is owner's repair watcher, as cfg says, not started:
+// it checks and repairs with ck's parts.
+func newRepairWatcher(cfg Config, owner string, logger hclog.Logger, ck *checker) *repairwatch.Watcher {
+	return repairwatch.New(repairwatch.Config{Every: cfg.RepairEvery, Owner: owner, AnyOwner: cfg.RepairAnyOwner, Logger: logger},
+		watchedParts{registry: ck.registry, nets: ck.nets, seams: ck.seams, tel: ck.tel, checkedOf: ck.lives.checkedOfRecord,
+			repair: ck.repairer.repairOne})
 }
 
 func (p watchedParts) Records() ([]registry.Record, error) {

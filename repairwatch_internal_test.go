@@ -470,7 +470,7 @@ func BenchmarkRepairWatcherPass1000(b *testing.B) {
 	for i := range 1000 {
 		f.setUp(b, fmt.Sprintf("web-%04d", i), 20000+i)
 	}
-	w := newRepairWatcher(f.c, Config{RepairEvery: time.Hour})
+	w := newRepairWatcher(Config{RepairEvery: time.Hour}, f.c.owners.configured, f.c.logger, f.c.checker)
 	b.ReportAllocs()
 	for b.Loop() {
 		w.Pass(context.Background())

@@ -48,13 +48,24 @@ func newRequest(alloc *Allocation, ignoreHostIP bool) (request, error) {
 	return request{id: alloc.ID, mappings: mappings, args: args, caps: alloc.Capabilities}, nil
 }
 
+// requests builds the requests of a Configurator's calls, by its Config
+// (IgnorePortMappingHostIP) and whether cninet runs the plugins itself.
+type requests struct {
+	ignoreHostIP bool
+	// findPlugins: cninet runs the default network's plugins itself
+	// (drivers.findPlugins); libRuns: it runs a named network's (the
+	// libcni driver's runsPlugins).
+	findPlugins bool
+	libRuns     func() bool
+}
+
 // requestIn validates alloc and the namespace path a call that runs
 // plugins in it needs: a path that is no network namespace is an error of
 // class noNetNS — ErrInvalidArgument to attach (Setup, Connect),
 // ErrCheckFailed to check (a namespace that is gone is a verdict on the
 // attachment: rebuild it).
-func (c *Configurator) requestIn(alloc *Allocation, netns string, noNetNS error) (request, error) {
-	return requestAt(alloc, netns, c.ignoreHostIP, noNetNS, c.findPlugins)
+func (r requests) requestIn(alloc *Allocation, netns string, noNetNS error) (request, error) {
+	return requestAt(alloc, netns, r.ignoreHostIP, noNetNS, r.findPlugins)
 }
 
 // requestAt validates alloc and netns. Where cninet runs the plugins
@@ -80,7 +91,7 @@ func requestAt(alloc *Allocation, netns string, ignoreHostIP bool, noNetNS error
 // namedRequest validates what the *With verbs are given; with a
 // noNetNS class (ErrInvalidArgument to attach, ErrCheckFailed to check)
 // netns must be a network namespace too, since plugins will run in it.
-func (c *Configurator) namedRequest(alloc *Allocation, network, netns, ifName string, noNetNS error) (request, error) {
+func (r requests) namedRequest(alloc *Allocation, network, netns, ifName string, noNetNS error) (request, error) {
 	if err := catalog.CheckName(network); err != nil {
 		return request{}, err
 	}
@@ -88,9 +99,9 @@ func (c *Configurator) namedRequest(alloc *Allocation, network, netns, ifName st
 		return request{}, fmt.Errorf("%w (allocation %s)", err, allocID(alloc))
 	}
 	if noNetNS == nil {
-		return newRequest(alloc, c.ignoreHostIP)
+		return newRequest(alloc, r.ignoreHostIP)
 	}
-	return requestAt(alloc, netns, c.ignoreHostIP, noNetNS, c.driver.runsPlugins())
+	return requestAt(alloc, netns, r.ignoreHostIP, noNetNS, r.libRuns())
 }
 
 // opts returns the go-cni namespace options for this request.
@@ -223,4 +234,22 @@ const (
 // error naming the capability. A nil or empty map is valid.
 func ValidateCapabilities(caps map[string]any) error {
 	return catalog.ValidateCapabilities(caps)
+}
+
+// CheckIfName reports whether name can be a workload's interface name
+// (Linux's rules, as the CNI spec's CNI_IFNAME): 1–15 bytes, no '/', ':'
+// or white space, not "." or "..". A violation is an ErrInvalidArgument
+// error naming it.
+func CheckIfName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty interface name, want e.g. eth0", ErrInvalidArgument)
+	case len(name) > 15:
+		return fmt.Errorf("%w: interface name %q has %d bytes, want at most 15", ErrInvalidArgument, name, len(name))
+	case name == "." || name == "..":
+		return fmt.Errorf("%w: interface name %q names a directory entry (. or ..), want another name", ErrInvalidArgument, name)
+	case strings.ContainsAny(name, "/: \t\n\v\f\r"):
+		return fmt.Errorf("%w: interface name %q contains '/', ':' or white space", ErrInvalidArgument, name)
+	}
+	return nil
 }

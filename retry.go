@@ -10,7 +10,6 @@ import (
 
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/pkg/types"
-	types100 "github.com/containernetworking/cni/pkg/types/100"
 )
 
 // RetryPolicy says how often and how patiently Setup retries a failed ADD.
@@ -97,48 +96,6 @@ func (p RetryPolicy) wait(ctx context.Context, n int) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
-	}
-}
-
-// withRetry runs att's ADD until it succeeds, fails permanently, runs
-// out of attempts, or ctx is done.
-func (a attaching) withRetry(ctx context.Context, att attachment, alongside bool) (*cni.Result, *types100.Result, error) {
-	c, req, netns := a.c, a.req, a.netns
-	driver := c.driverFor(att)
-	var first error
-	var waited time.Duration // before this attempt
-	for attempt := 1; ; attempt++ {
-		start := time.Now()
-		addCtx, try := c.tel.StartAttempt(ctx, att.name(), att.ifName, attempt, waited)
-		res, raw, err := driver.add(addCtx, req, att, netns)
-		try.End(err)
-		if err == nil {
-			c.logger.Debug("network attached", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "duration", time.Since(start))
-			return res, raw, nil
-		}
-		c.logger.Warn("failed to attach network", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "error", err, "duration", time.Since(start))
-		if first == nil {
-			first = err
-		}
-		if attempt >= c.retry.Attempts || isPermanent(err) || ctx.Err() != nil {
-			return nil, nil, setupError(req.id, att.name(), attempt, first, err, ctx.Err())
-		}
-		// Without this DEL the retry cannot succeed: host-local already
-		// reserved an address for this id and refuses a second ADD. The
-		// force cleanup matters too: a failed ADD is not cached, so the
-		// firewall plugin's DEL cannot know which address to clean.
-		undo, fa := a.undoing(), foundAttachment{att: att, req: req}
-		undo.others = alongside // the record stays for the next attempt: no forget
-		how := undo.detach([]foundAttachment{fa})
-		derr := undo.one(ctx, how, how.Leaving[0], fa)
-		if derr != nil {
-			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "error", derr)
-		}
-		waitStart := time.Now()
-		if werr := c.retry.wait(ctx, attempt); werr != nil {
-			return nil, nil, setupError(req.id, att.name(), attempt, first, err, werr)
-		}
-		waited = time.Since(waitStart)
 	}
 }
 

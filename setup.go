@@ -4,58 +4,57 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	cni "github.com/containerd/go-cni"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
-// Setup attaches the network namespace at netns to the networks the
-// allocation names (Allocation.NetworkNames, in order, as <prefix>0,
-// <prefix>1, …), or to the default network, and returns the workload's
-// addresses. The networks attach concurrently, each with its own retry
-// loop: a failed ADD is retried per the RetryPolicy with a DEL in between
-// (host-local refuses a second ADD for the same id). Interface names and
-// NetworkStatus.Networks follow the allocation's order whatever order the
-// plugins finish in. Setup is all or nothing: when a network fails for
-// good, or ctx is done, or a result has no usable address, the other
-// networks' ADDs are cancelled, Setup waits for every one of them, and
-// then detaches every network of the allocation (DEL and force cleanup,
-// also of a network whose ADD was cut short) before it returns; the error
-// joins one ErrSetupFailed error per network that failed, each naming its
-// network. The rollback runs on a deadline of its own (30s), so Setup
-// returns at most that long after ctx is done; what it could not remove
-// (behind a held xtables lock, say) is named in the error, wrapped
-// (ErrCleanupFailed, ErrXtablesLock), and a Teardown of the allocation
-// finishes it. An unknown network is an ErrNetworkNotFound error before
-// any plugin runs, and so is (ErrRecordUnreadable) a network whose record
-// in the host registry this cninet cannot read (damaged, or a newer
-// cninet's): the file is kept byte for byte, and the error names it.
-func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns string) (_ *NetworkStatus, err error) {
-	ctx, op := c.tel.StartOp(ctx, telemetry.OpSetup, allocID(alloc), netns)
+// attacher is Setup, and makes the attachings of Connect: the parts an attach uses, and the detacher
+// of its rollback.
+type attacher struct {
+	requests
+	owners
+	find     *attachmentFinder
+	registry *hostRegistry
+	plugins  *catalog.Plugins
+	drivers  *drivers
+	tel      *telemetry.Recorder
+	logger   hclog.Logger
+	retry    RetryPolicy // Config.Retry, its defaults applied
+	detacher *detacher
+}
+
+// setup is Setup: the allocation's networks resolved and checked under
+// its lock, then attached (all).
+func (at *attacher) setup(ctx context.Context, alloc *Allocation, netns string) (_ *NetworkStatus, err error) {
+	ctx, op := at.tel.StartOp(ctx, telemetry.OpSetup, allocID(alloc), netns)
 	defer func() { op.End(err) }()
-	req, err := c.requestIn(alloc, netns, ErrInvalidArgument)
+	req, err := at.requestIn(alloc, netns, ErrInvalidArgument)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	leave, err := c.registry.enter(ctx, req.id, true)
+	leave, err := at.registry.enter(ctx, req.id, true)
 	if err != nil {
 		return nil, err
 	}
 	defer leave()
 	locked := time.Now()
-	atts, err := c.find.named(alloc, false)
+	atts, err := at.find.named(alloc, false)
 	if err != nil {
 		return nil, err
 	}
-	a := c.attaching(c.ownerOf(ctx), req, netns, false)
+	a := at.attaching(at.ownerOf(ctx), req, netns, false)
 	for _, att := range atts {
 		if err := a.preflight(att); err != nil {
 			return nil, err
 		}
 	}
-	c.logFound(telemetry.OpSetup, req.id, len(atts), locked.Sub(start), time.Since(locked))
+	logFound(at.logger, telemetry.OpSetup, req.id, len(atts), locked.Sub(start), time.Since(locked))
 	return a.all(ctx, atts)
 }
 
@@ -63,7 +62,7 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 // attaches, each recorded before its ADD, retried, and all rolled back
 // when one fails.
 type attaching struct {
-	c      *Configurator
+	*attacher
 	owner  string // whose the records are
 	req    request
 	netns  string
@@ -78,14 +77,14 @@ type attaching struct {
 }
 
 // attaching starts an attachment of req's workload in netns for owner.
-func (c *Configurator) attaching(owner string, req request, netns string, others bool) attaching {
-	return attaching{c: c, owner: owner, req: req, netns: netns, others: others}
+func (at *attacher) attaching(owner string, req request, netns string, others bool) attaching {
+	return attaching{attacher: at, owner: owner, req: req, netns: netns, others: others}
 }
 
 // undoing is the detachment that undoes a's attachments: a rollback, the
 // DEL between attempts.
 func (a attaching) undoing() detachment {
-	d := a.c.detaching(a.owner, a.netns, a.others)
+	d := a.detacher.detaching(a.owner, a.netns, a.others)
 	d.rollback, d.loUp = true, a.loUp
 	return d
 }
@@ -94,13 +93,13 @@ func (a attaching) undoing() detachment {
 // that cninet would run is missing, or a registry file this cninet
 // cannot read stands where att's record belongs (ErrRecordUnreadable).
 func (a attaching) preflight(att attachment) error {
-	if err := a.c.registry.refuseUnreadable(a.req.id, att.name(), att.ifName); err != nil {
+	if err := a.registry.refuseUnreadable(a.req.id, att.name(), att.ifName); err != nil {
 		return err
 	}
-	if !a.c.driverFor(att).runsPlugins() {
+	if !a.drivers.driverFor(att).runsPlugins() {
 		return nil // an injected cni.CNI finds its plugins itself
 	}
-	return a.c.plugins.Check(att.conf)
+	return a.plugins.Check(att.conf)
 }
 
 // all attaches atts concurrently, all or nothing (see Setup), and
@@ -136,26 +135,6 @@ func (a attaching) all(ctx context.Context, atts []attachment) (*NetworkStatus, 
 	return status, nil
 }
 
-// eachNetwork runs fn(i) for i in [0, n) concurrently and returns when
-// all have returned; a single network runs without a goroutine. No DEL
-// cninet runs can reach another network's state (the prevention rule,
-// see detachment.one), so networks attach and detach in parallel.
-func eachNetwork(n int, fn func(i int)) {
-	if n == 1 {
-		fn(0)
-		return
-	}
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(i)
-		}()
-	}
-	wg.Wait()
-}
-
 // setupFailures joins the errors of the networks that failed, in the
 // allocation's order. A network whose ADD was only cancelled because
 // another one failed did not fail itself and is left out, unless the
@@ -179,7 +158,7 @@ func setupFailures(ctx context.Context, errs []error) error {
 
 // one adds one network, with retries, and reads its status.
 func (a attaching) one(ctx context.Context, att attachment, alongside bool) (_ *NetworkStatus, err error) {
-	c, req := a.c, a.req
+	c, req := a.attacher, a.req
 	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpAttach, att.name(), att.ifName, req.id, a.netns)
 	defer func() { op.End(err) }()
 	recordStart := time.Now()
@@ -220,13 +199,55 @@ func (a attaching) rollback(ctx context.Context, atts []attachment) error {
 	for i, att := range atts {
 		found[i] = foundAttachment{att: att, req: a.req}
 	}
-	ctx, span := a.c.tel.StartSpan(ctx, telemetry.SpanRollback)
+	ctx, span := a.tel.StartSpan(ctx, telemetry.SpanRollback)
 	err := a.undoing().all(ctx, found)
 	span.End(err)
 	if err != nil {
-		a.c.logger.Error("rollback of failed setup incomplete", "alloc_id", a.req.id, "error", err)
+		a.logger.Error("rollback of failed setup incomplete", "alloc_id", a.req.id, "error", err)
 	}
 	return err
 }
 
 var rollbackTimeout = 30 * time.Second // a variable only for tests: a rollback behind a held lock waits it out
+
+// withRetry runs att's ADD until it succeeds, fails permanently, runs
+// out of attempts, or ctx is done.
+func (a attaching) withRetry(ctx context.Context, att attachment, alongside bool) (*cni.Result, *types100.Result, error) {
+	c, req, netns := a.attacher, a.req, a.netns
+	driver := c.drivers.driverFor(att)
+	var first error
+	var waited time.Duration // before this attempt
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		addCtx, try := c.tel.StartAttempt(ctx, att.name(), att.ifName, attempt, waited)
+		res, raw, err := driver.add(addCtx, req, att, netns)
+		try.End(err)
+		if err == nil {
+			c.logger.Debug("network attached", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "duration", time.Since(start))
+			return res, raw, nil
+		}
+		c.logger.Warn("failed to attach network", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "error", err, "duration", time.Since(start))
+		if first == nil {
+			first = err
+		}
+		if attempt >= c.retry.Attempts || isPermanent(err) || ctx.Err() != nil {
+			return nil, nil, setupError(req.id, att.name(), attempt, first, err, ctx.Err())
+		}
+		// Without this DEL the retry cannot succeed: host-local already
+		// reserved an address for this id and refuses a second ADD. The
+		// force cleanup matters too: a failed ADD is not cached, so the
+		// firewall plugin's DEL cannot know which address to clean.
+		undo, fa := a.undoing(), foundAttachment{att: att, req: req}
+		undo.others = alongside // the record stays for the next attempt: no forget
+		how := undo.detach([]foundAttachment{fa})
+		derr := undo.one(ctx, how, how.Leaving[0], fa)
+		if derr != nil {
+			c.logger.Warn("cleanup between attempts incomplete", "alloc_id", req.id, "network", att.name(), "attempt", attempt, "error", derr)
+		}
+		waitStart := time.Now()
+		if werr := c.retry.wait(ctx, attempt); werr != nil {
+			return nil, nil, setupError(req.id, att.name(), attempt, first, err, werr)
+		}
+		waited = time.Since(waitStart)
+	}
+}

@@ -126,7 +126,7 @@ func TestRollbackWaitsForAnADDStillRunningAndDetachesEveryNetwork(t *testing.T) 
 				ev.add("ADD returned " + att.name())
 				return ctx.Err()
 			}
-			f.c.driver = recordingDels{f.drv, ev}
+			f.c.drivers.driver = recordingDels{f.drv, ev}
 			if tc.cancelCtx {
 				go func() { running.Wait(); <-bDone; cancel() }() // b has attached: only c and a are mid-ADD
 			} else {
@@ -219,7 +219,7 @@ func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t 
 		mu.Unlock()
 		return nil
 	}
-	f.c.driver = slowDels{f.drv, func(att attachment, omit []string) {
+	f.c.drivers.driver = slowDels{f.drv, func(att attachment, omit []string) {
 		mu.Lock()
 		defer mu.Unlock()
 		omitted[att.name()] = append(omitted[att.name()], strings.Join(omit, ","))

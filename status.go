@@ -7,8 +7,12 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	cni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/libcni"
+	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
@@ -16,41 +20,37 @@ import (
 	"github.com/seed1280861d/cninet/internal/workload"
 )
 
-// Status reports whether this Configurator can attach workloads now, in
-// every network it knows: the conflists are loaded, every plugin they name
-// is in the plugin dirs and supports the conflist's cniVersion, a plugin
-// asked for an nftables backend has one (ErrInvalidConfig naming the
-// plugin otherwise), and the CNI 1.1 STATUS command (for conflists of that
-// version) passes. The error (ErrNotReady, plus ErrPluginMissing when a
-// plugin is absent) names each network that is not ready and what is
-// wrong with it. Suitable for a node fingerprint.
-//
-// Given networks, Status checks only those: a network this Configurator
-// does not know is then an ErrNetworkNotFound error.
-//
-// Status of every network also reports, in the log (Info, at most once a
-// minute), the attachments libcni's cache holds in its networks that no
-// record of the host registry claims (Unrecorded): another tool's, or
-// from before the registry; GC leaves them while their namespace lives.
-func (c *Configurator) Status(ctx context.Context, networks ...string) (err error) {
-	if len(networks) > 0 {
-		return c.statusOf(ctx, networks)
-	}
-	ctx, op := c.tel.StartOp(ctx, telemetry.OpStatus, "", "")
+// prober is Status and Unrecorded: the parts they use, and when Status
+// last reported unrecorded attachments.
+type prober struct {
+	cni          cni.CNI
+	lib          *libcni.CNIConfig
+	cacheDir     string
+	nets         *catalog.Networks
+	plugins      *catalog.Plugins
+	registry     *hostRegistry
+	tel          *telemetry.Recorder
+	logger       hclog.Logger
+	unrecordedAt atomic.Int64 // UnixNano
+}
+
+// status is Status of every network.
+func (p *prober) status(ctx context.Context) (err error) {
+	ctx, op := p.tel.StartOp(ctx, telemetry.OpStatus, "", "")
 	defer func() { op.End(err) }()
-	def, err := c.nets.Current()
+	def, err := p.nets.Current()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
 	var errs []error
-	for _, conf := range c.nets.All(false) {
-		err := c.networkReady(ctx, conf, conf.Info.Name == def.Info.Name)
-		c.tel.NoteReady(conf.Info.Name, err)
+	for _, conf := range p.nets.All(false) {
+		err := p.networkReady(ctx, conf, conf.Info.Name == def.Info.Name)
+		p.tel.NoteReady(conf.Info.Name, err)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	c.logUnrecorded()
+	p.logUnrecorded()
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrNotReady, joinErrors(errs))
 	}
@@ -70,15 +70,13 @@ type UnrecordedAttachment struct {
 	NamespaceGone bool
 }
 
-// Unrecorded lists the attachments of this Configurator's networks that
-// no record claims, sorted by network, ID and interface. An unreadable
-// cache or registry is an ErrIO error.
-func (c *Configurator) Unrecorded() ([]UnrecordedAttachment, error) {
-	cached, err := c.lib.GetCachedAttachments("")
+// unrecorded is Configurator.Unrecorded.
+func (p *prober) unrecorded() ([]UnrecordedAttachment, error) {
+	cached, err := p.lib.GetCachedAttachments("")
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading libcni's cache in %s: %w", ErrIO, c.cacheDir, err)
+		return nil, fmt.Errorf("%w: reading libcni's cache in %s: %w", ErrIO, p.cacheDir, err)
 	}
-	all, err := c.registry.store.Summaries()
+	all, err := p.registry.store.Summaries()
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading the host registry: %w", ErrIO, err)
 	}
@@ -90,7 +88,7 @@ func (c *Configurator) Unrecorded() ([]UnrecordedAttachment, error) {
 	var out []UnrecordedAttachment
 	for _, a := range cached {
 		k := identity.Key{Network: a.Network, ID: a.ContainerID, IfName: a.IfName}
-		if _, err := c.nets.Known(a.Network, false); err != nil || claimed[k] ||
+		if _, err := p.nets.Known(a.Network, false); err != nil || claimed[k] ||
 			slices.ContainsFunc(all.Damaged, func(d registry.Damaged) bool { return d.Covers(k) }) {
 			continue
 		}
@@ -108,14 +106,14 @@ const unrecordedEvery = time.Minute
 
 // logUnrecorded reports Unrecorded in the log, per network, unless it
 // did less than unrecordedEvery ago.
-func (c *Configurator) logUnrecorded() {
+func (p *prober) logUnrecorded() {
 	now := time.Now()
-	if last := c.unrecordedAt.Load(); last != 0 && now.Sub(time.Unix(0, last)) < unrecordedEvery || !c.unrecordedAt.CompareAndSwap(last, now.UnixNano()) {
+	if last := p.unrecordedAt.Load(); last != 0 && now.Sub(time.Unix(0, last)) < unrecordedEvery || !p.unrecordedAt.CompareAndSwap(last, now.UnixNano()) {
 		return
 	}
-	unrecorded, err := c.Unrecorded()
+	unrecorded, err := p.unrecorded()
 	if err != nil {
-		c.logger.Debug("attachments no record claims not reported", "error", err)
+		p.logger.Debug("attachments no record claims not reported", "error", err)
 		return
 	}
 	byNetwork := map[string][]string{}
@@ -124,51 +122,51 @@ func (c *Configurator) logUnrecorded() {
 	}
 	for _, network := range slices.Sorted(maps.Keys(byNetwork)) {
 		ids := byNetwork[network]
-		c.logger.Info("attachments no record of the host registry claims (another tool's, or from before the registry): GC leaves each while its namespace lives",
+		p.logger.Info("attachments no record of the host registry claims (another tool's, or from before the registry): GC leaves each while its namespace lives",
 			"network", network, "attachments", len(ids), "alloc_ids", ids[:min(len(ids), 10)])
 	}
 }
 
 // networkReady is Status for one network. The default network's STATUS
 // goes through Config.CNI, like its other commands.
-func (c *Configurator) networkReady(ctx context.Context, conf catalog.Conf, isDefault bool) (err error) {
-	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpStatusNetwork, conf.Info.Name, "", "", "")
+func (p *prober) networkReady(ctx context.Context, conf catalog.Conf, isDefault bool) (err error) {
+	ctx, op := p.tel.StartNetwork(ctx, telemetry.OpStatusNetwork, conf.Info.Name, "", "", "")
 	defer func() { op.End(err) }()
-	if err := c.plugins.Missing(conf); err != nil {
+	if err := p.plugins.Missing(conf); err != nil {
 		return err
 	}
-	if err := c.plugins.CheckBackends(ctx, conf.List); err != nil {
+	if err := p.plugins.CheckBackends(ctx, conf.List); err != nil {
 		return err
 	}
-	if _, err := c.lib.ValidateNetworkList(ctx, conf.List); err != nil {
+	if _, err := p.lib.ValidateNetworkList(ctx, conf.List); err != nil {
 		return fmt.Errorf("network %q: %w", conf.Info.Name, err)
 	}
 	if isDefault {
-		if err := c.cni.Status(); err != nil {
+		if err := p.cni.Status(); err != nil {
 			return fmt.Errorf("network %q: CNI STATUS: %w", conf.Info.Name, err)
 		}
-	} else if err := c.lib.GetStatusNetworkList(ctx, conf.List); err != nil {
+	} else if err := p.lib.GetStatusNetworkList(ctx, conf.List); err != nil {
 		return fmt.Errorf("network %q: CNI STATUS: %w", conf.Info.Name, err)
 	}
 	return nil
 }
 
 // statusOf is Status of the given networks only.
-func (c *Configurator) statusOf(ctx context.Context, networks []string) (err error) {
-	ctx, op := c.tel.StartOp(ctx, telemetry.OpStatus, "", "")
+func (p *prober) statusOf(ctx context.Context, networks []string) (err error) {
+	ctx, op := p.tel.StartOp(ctx, telemetry.OpStatus, "", "")
 	defer func() { op.End(err) }()
-	def, err := c.nets.Current()
+	def, err := p.nets.Current()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
 	var errs []error
 	for _, network := range networks {
-		conf, err := c.nets.Known(network, false)
+		conf, err := p.nets.Known(network, false)
 		if err != nil {
 			return err
 		}
-		err = c.networkReady(ctx, conf, conf.Info.Name == def.Info.Name)
-		c.tel.NoteReady(network, err)
+		err = p.networkReady(ctx, conf, conf.Info.Name == def.Info.Name)
+		p.tel.NoteReady(network, err)
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -6,54 +6,51 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/iptables"
 	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
-// Teardown detaches the workload of alloc from every network it is
-// attached to and removes whatever the plugins left: per network, DEL
-// with the port mappings and args it was attached with, then, whatever
-// the DEL returned, a force cleanup of the attachment's rules, chains,
-// reservations and cached result, by the ownership rule.
-//
-//   - Pass the Allocation given to Setup. The networks Connect added, and
-//     the attachments the host registry records for this owner, are
-//     detached too (with their recorded conflist); another owner's are
-//     left alone.
-//   - It is idempotent: tearing down twice, or what was never set up,
-//     returns nil. netns may be empty or already deleted.
-//   - No DEL can take anything of another attachment, and a Teardown
-//     killed at any point is finished by the next one, in any process.
-//   - One network's failure does not stop the others; the error joins
-//     each. An attachment whose registry file cannot be read is left
-//     alone (ErrRecordUnreadable).
-//
-// What it detaches, in which order, and why it is safe: docs/design.md,
-// "Teardown".
-func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) (err error) {
-	ctx, op := c.tel.StartOp(ctx, telemetry.OpTeardown, allocID(alloc), netns)
+// detacher is Teardown, and makes the detachments of every other
+// detach: the parts a detach uses.
+type detacher struct {
+	requests
+	owners
+	find     *attachmentFinder
+	registry *hostRegistry
+	seams    *cleanerSeams
+	drivers  *drivers
+	tel      *telemetry.Recorder
+	logger   hclog.Logger
+}
+
+// teardown is Teardown: the allocation's attachments found under its
+// lock, then detached in one pass (all).
+func (dt *detacher) teardown(ctx context.Context, alloc *Allocation, netns string) (err error) {
+	ctx, op := dt.tel.StartOp(ctx, telemetry.OpTeardown, allocID(alloc), netns)
 	defer func() { op.End(err) }()
-	req, err := newRequest(alloc, c.ignoreHostIP)
+	req, err := newRequest(alloc, dt.ignoreHostIP)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	leave, err := c.registry.enter(ctx, req.id, false)
+	leave, err := dt.registry.enter(ctx, req.id, false)
 	if err != nil {
 		return err
 	}
 	defer leave()
 	locked := time.Now()
-	owner := c.ownerOf(ctx)
-	found, unreadable, err := c.find.of(alloc, req, owner, true)
+	owner := dt.ownerOf(ctx)
+	found, unreadable, err := dt.find.of(alloc, req, owner, true)
 	if err != nil {
 		return err
 	}
-	c.logFound(telemetry.OpTeardown, req.id, len(found), locked.Sub(start), time.Since(locked))
-	d := c.detaching(owner, netns, len(unreadable) > 0) // an unreadable record's attachment stays: the workload keeps it
+	logFound(dt.logger, telemetry.OpTeardown, req.id, len(found), locked.Sub(start), time.Since(locked))
+	d := dt.detaching(owner, netns, len(unreadable) > 0) // an unreadable record's attachment stays: the workload keeps it
 	d.settled = true
 	return joinErrors([]error{d.all(ctx, found), unreadableError(req.id, unreadable)})
 }
@@ -62,8 +59,8 @@ func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns st
 // waited for the allocation's locks and how long finding its attachments
 // took (for Setup: resolving and checking the networks): with the
 // per-network lines, every phase of the operation is timed.
-func (c *Configurator) logFound(op telemetry.Operation, id string, networks int, lock, find time.Duration) {
-	c.logger.Debug("attachments found", "alloc_id", id, "operation", op.String(), "networks", networks, "lock", lock, "find", find)
+func logFound(logger hclog.Logger, op telemetry.Operation, id string, networks int, lock, find time.Duration) {
+	logger.Debug("attachments found", "alloc_id", id, "operation", op.String(), "networks", networks, "lock", lock, "find", find)
 }
 
 // detachment is one detach of found attachments of a workload: per
@@ -72,7 +69,7 @@ func (c *Configurator) logFound(op telemetry.Operation, id string, networks int,
 // what that lets each DEL run, the footprint package decides
 // (footprint.Detach).
 type detachment struct {
-	c      *Configurator
+	*detacher
 	owner  string // whose proofs a detach records
 	netns  string
 	others bool // the workload keeps attachments besides those detached
@@ -103,8 +100,8 @@ type detachment struct {
 // detaching starts a detachment for owner in netns; others says the
 // workload keeps attachments besides those detached (Disconnect, a
 // Connect rolled back).
-func (c *Configurator) detaching(owner, netns string, others bool) detachment {
-	return detachment{c: c, owner: owner, netns: netns, others: others}
+func (dt *detacher) detaching(owner, netns string, others bool) detachment {
+	return detachment{detacher: dt, owner: owner, netns: netns, others: others}
 }
 
 // cleanupOp is the operation d's cleanups count under in
@@ -127,7 +124,7 @@ func (d detachment) all(ctx context.Context, found []foundAttachment) error {
 	errs := make([]error, len(found))
 	eachNetwork(len(found), func(i int) {
 		if errs[i] = d.one(ctx, how, how.Leaving[i], found[i]); errs[i] == nil {
-			errs[i] = d.c.registry.forget(found[i].req.id, found[i].att) // nothing left: the record goes
+			errs[i] = d.registry.forget(found[i].req.id, found[i].att) // nothing left: the record goes
 		}
 	})
 	var failed []error
@@ -145,10 +142,10 @@ func (d detachment) detach(found []foundAttachment) footprint.Detach {
 	how := footprint.Detach{Others: d.others, Exact: d.exact, LoopbackUp: d.loUp, Leaving: make([]footprint.Leaving, len(found))}
 	for i, fa := range found {
 		how.Leaving[i] = footprint.Leaving{
-			Network:      d.c.seams.network(fa.att.conf, fa.att.ifName, nil),
+			Network:      d.seams.network(fa.att.conf, fa.att.ifName, nil),
 			ID:           fa.req.id,
 			PortMappings: fa.att.conf.Info.PortMappings && len(fa.req.mappings) > 0,
-			WholeChain:   !d.c.canOmit(fa.att),
+			WholeChain:   !d.drivers.canOmit(fa.att),
 		}
 	}
 	return how
@@ -161,7 +158,7 @@ func (d detachment) detach(found []foundAttachment) footprint.Detach {
 // id, on every network. Whatever it does not remove, the force cleanup
 // removes by proof; its failure is only logged.
 func (d detachment) hostportsFirst(ctx context.Context, how footprint.Detach, found []foundAttachment) {
-	c := d.c
+	c := d.detacher
 	p := how.PreventWorkload(ctx, c.seams.all)
 	if p.Hostports.NotOwn() {
 		c.logger.Debug("portmap's nftables DEL left out: rules of the same container id are not the leaving attachments'",
@@ -176,7 +173,7 @@ func (d detachment) hostportsFirst(ctx context.Context, how footprint.Detach, fo
 	})
 	fa := found[i]
 	ctx, span := c.tel.StartSpan(ctx, telemetry.SpanDel)
-	err := c.driverFor(fa.att).del(ctx, fa.req, fa.att, d.netns, footprint.HostportsAlone)
+	err := c.drivers.driverFor(fa.att).del(ctx, fa.req, fa.att, d.netns, footprint.HostportsAlone)
 	span.End(err)
 	if err != nil {
 		c.logger.Warn("portmap's DEL of a leaving workload failed; the force cleanup removes its rules where it can prove them",
@@ -195,7 +192,7 @@ func (d detachment) hostportsFirst(ctx context.Context, how footprint.Detach, fo
 // logged when the cleanup then removed everything: what matters is that
 // nothing is left.
 func (d detachment) one(ctx context.Context, how footprint.Detach, l footprint.Leaving, fa foundAttachment) (err error) {
-	c, req, att := d.c, fa.req, fa.att
+	c, req, att := d.detacher, fa.req, fa.att
 	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpDetach, att.name(), att.ifName, req.id, d.netns)
 	defer func() { op.End(err) }()
 	start := time.Now()
@@ -214,7 +211,7 @@ func (d detachment) one(ctx context.Context, how footprint.Detach, l footprint.L
 	if preventErr == nil {
 		d.logPrevented(req.id, att.name(), prevention)
 		delCtx, delSpan := c.tel.StartSpan(ctx, telemetry.SpanDel)
-		removeErr = c.driverFor(att).del(delCtx, req, att, d.netns, prevention.Filter())
+		removeErr = c.drivers.driverFor(att).del(delCtx, req, att, d.netns, prevention.Filter())
 		delSpan.End(removeErr)
 	} else {
 		preventErr = fmt.Errorf("%w in network %q: DEL withheld, since it could not be kept from other attachments' state: %w",
@@ -249,7 +246,7 @@ func (d detachment) one(ctx context.Context, how footprint.Detach, l footprint.L
 // one's state, is not named).
 func (d detachment) logPrevented(id, network string, p footprint.Prevention) {
 	if p.Hostports.NotOwn() {
-		d.c.logger.Debug("portmap's nftables DEL left out: hostport rules of the same container id are not the attachment's",
+		d.logger.Debug("portmap's nftables DEL left out: hostport rules of the same container id are not the attachment's",
 			"alloc_id", id, "network", network, "error", p.Hostports.Err)
 	}
 	if len(p.Withheld) == 0 && len(p.Omit) == 0 {
@@ -261,7 +258,7 @@ func (d detachment) logPrevented(id, network string, p footprint.Prevention) {
 			withheld = append(withheld, a.String())
 		}
 	}
-	d.c.logger.Debug("DEL kept from other attachments' state: the force cleanup removes the rest by proof",
+	d.logger.Debug("DEL kept from other attachments' state: the force cleanup removes the rest by proof",
 		"alloc_id", id, "network", network, "withheld_addresses", withheld, "plugins_left_out", p.Omit)
 }
 
@@ -274,7 +271,7 @@ func (d detachment) logRemoved(id, network string, removed []footprint.Item, del
 	for i, it := range removed {
 		items[i] = it.Detail
 	}
-	d.c.logger.Warn("removed state the CNI plugins left behind", "alloc_id", id, "network", network, "del_error", delErr, "items", items)
+	d.logger.Warn("removed state the CNI plugins left behind", "alloc_id", id, "network", network, "del_error", delErr, "items", items)
 }
 
 // lockRetryPause is the pause before a cleanup step that met a held
@@ -312,4 +309,24 @@ func whileLockHeld[T any](ctx context.Context, step func() (T, error)) (T, error
 		case <-time.After(pause):
 		}
 	}
+}
+
+// eachNetwork runs fn(i) for i in [0, n) concurrently and returns when
+// all have returned; a single network runs without a goroutine. No DEL
+// cninet runs can reach another network's state (the prevention rule,
+// see detachment.one), so networks attach and detach in parallel.
+func eachNetwork(n int, fn func(i int)) {
+	if n == 1 {
+		fn(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(i)
+		}()
+	}
+	wg.Wait()
 }

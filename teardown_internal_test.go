@@ -56,6 +56,7 @@ func TestSetupAndTeardownLogTheirLockWaitAndFindingBeforeAnyPlugin(t *testing.T)
 	f := newMultiFixture(t, quickRetry)
 	var log strings.Builder
 	f.c.logger = hclog.New(&hclog.LoggerOptions{Output: &log, Level: hclog.Debug})
+	f.c.wire()
 	alloc := &Allocation{ID: "w", NetworkNames: []string{"a", "b"}}
 	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
 		t.Fatal(err)
@@ -76,6 +77,7 @@ func TestConnectAndDisconnectAsLogTheirLockWaitAndFindingBeforeAnyPlugin(t *test
 	f := newMultiFixture(t, quickRetry)
 	var log strings.Builder
 	f.c.logger = hclog.New(&hclog.LoggerOptions{Output: &log, Level: hclog.Debug})
+	f.c.wire()
 	alloc := &Allocation{ID: "w"}
 	if _, err := f.c.Connect(context.Background(), alloc, "a", "/x", ConnectOptions{IfName: "eth0"}); err != nil {
 		t.Fatal(err)

@@ -5,19 +5,21 @@ import (
 	"errors"
 	"iter"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
-// newTelemetry builds c's telemetry (internal/telemetry) from the
+// newTelemetry builds a Configurator's telemetry (internal/telemetry) from the
 // providers in cfg, with what it asks of cninet: the error.type of an
 // error, the number of known networks. It never fails New: instruments
 // the provider refuses are only warned about.
-func newTelemetry(cfg Config, c *Configurator) *telemetry.Recorder {
+func newTelemetry(cfg Config, logger hclog.Logger, nets *catalog.Networks) *telemetry.Recorder {
 	t, err := telemetry.New(telemetry.Options{TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider,
-		ErrorType: errorType, Networks: func() int { return len(c.Networks()) }})
+		ErrorType: errorType, Networks: func() int { return len(nets.All(false)) }})
 	if err != nil {
-		c.logger.Warn("OpenTelemetry instruments unavailable; those metrics are not recorded", "error", err)
+		logger.Warn("OpenTelemetry instruments unavailable; those metrics are not recorded", "error", err)
 	}
 	return t
 }

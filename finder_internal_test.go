@@ -119,7 +119,7 @@ func TestAFoundAttachmentIsSettledOnlyOnceItsADDReturned(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			owner := f.c.ownerOf(context.Background())
+			owner := f.c.owners.ownerOf(context.Background())
 			rec := f.c.registry.recorded("w", "a", "eth0")
 			if rec == nil {
 				t.Fatal("Setup left no record of w on a")

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
@@ -30,18 +29,6 @@ type attachmentFinder struct {
 	// through an injected Config.CNI, whose cache cninet may not see.
 	injectedCNI bool
 }
-
-// attachment is one allocation on one network, with its interface name
-// (at first its place in the allocation's list).
-type attachment struct {
-	conf   catalog.Conf
-	ifName string // ifPrefix + the network's index in the allocation's list
-	// viaCNI: the default network as the first interface, which go-cni (or
-	// Config.CNI) attaches — the single-network path, unchanged.
-	viaCNI bool
-}
-
-func (att attachment) name() string { return att.conf.Info.Name }
 
 // named resolves the networks alloc joins, in order: its
 // NetworkNames, or the default network. An unknown name fails before any
@@ -81,20 +68,6 @@ func (f *attachmentFinder) named(alloc *Allocation, forTeardown bool) ([]attachm
 		return nil, known.NotFound(alloc.ID, unknown)
 	}
 	return atts, nil
-}
-
-// foundAttachment is an attachment as found in the allocation and in
-// libcni's cache, with the request its plugins are told.
-type foundAttachment struct {
-	att    attachment
-	req    request
-	cached bool // libcni's cache knows the attachment
-	// settled: its ADD returned. The registry's record says attached, or
-	// (no record of it) libcni's cache, written once the ADD succeeded,
-	// holds it. An attachment recorded as adding or detaching, or known
-	// from an intent record, may still have a plugin (or a plugin's nft,
-	// orphaned by a killed process) writing.
-	settled bool
 }
 
 // of returns every attachment of alloc that an operation for owner acts
@@ -297,78 +270,4 @@ func (f *attachmentFinder) cachedAt(id, network, ifName string) *libcni.NetworkA
 		}
 	}
 	return nil
-}
-
-// CachedResult returns the CNI result libcni cached when allocation id was
-// attached to network as ifName (by Setup or Connect), in the
-// network's CNI version: every interface, address, route and DNS setting
-// the plugins reported. It is nil, with a nil error, when the cache holds
-// none. A network this Configurator does not know is ErrNetworkNotFound.
-func (c *Configurator) CachedResult(id, network, ifName string) (types.Result, error) {
-	conf, err := c.nets.Known(network, true)
-	if err != nil {
-		return nil, err
-	}
-	res, err := c.lib.GetNetworkListCachedResult(conf.List, &libcni.RuntimeConf{ContainerID: id, IfName: ifName})
-	if err != nil {
-		return nil, fmt.Errorf("%w: cached result of allocation %s in network %q as %s: %w", ErrIO, id, network, ifName, err)
-	}
-	return res, nil
-}
-
-// CachedInterfaces lists the interfaces libcni's cache (Config.CacheDir)
-// holds an attachment of container id under in network, sorted: what a
-// runtime may have attached before the host registry recorded it. An
-// unreadable cache is an ErrIO error; an id that is no CNI container id
-// is an ErrInvalidAllocation error.
-func (c *Configurator) CachedInterfaces(id, network string) ([]string, error) {
-	if err := checkContainerID(id); err != nil {
-		return nil, err
-	}
-	cached, err := c.lib.GetCachedAttachments(id)
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading libcni's cache in %s: %w", ErrIO, c.cacheDir, err)
-	}
-	var out []string
-	for _, a := range cached {
-		if a.Network == network {
-			out = append(out, a.IfName)
-		}
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
-// ifNaming names a workload's interfaces: <prefix>N, N the network's
-// place among the workload's networks.
-type ifNaming struct{ prefix string }
-
-// at is the name of the interface at place i.
-func (n ifNaming) at(i int) string { return n.prefix + strconv.Itoa(i) }
-
-// free returns <prefix>N for the lowest N no name in used has.
-func (n ifNaming) free(used []string) string {
-	for i := 0; ; i++ {
-		if name := n.at(i); !slices.Contains(used, name) {
-			return name
-		}
-	}
-}
-
-// index is N of <prefix>N, or a large number for any other name.
-func (n ifNaming) index(ifName string) int {
-	if i, err := strconv.Atoi(strings.TrimPrefix(ifName, n.prefix)); err == nil && strings.HasPrefix(ifName, n.prefix) && i >= 0 {
-		return i
-	}
-	return 1 << 30
-}
-
-// all are the interface names an attachment of any network may have:
-// a workload joining count networks has <prefix>0 … <prefix>(count-1).
-func (n ifNaming) all(count int) []string {
-	names := make([]string, max(count, 1))
-	for i := range names {
-		names[i] = n.at(i)
-	}
-	return names
 }
