@@ -21,7 +21,7 @@ import (
 // attachment is unhealthy, as a plugin would tell it. Then the delegate's
 // CHECK runs, on its cached result. A CHECK cninet cannot perform
 // (ErrCheckUnsupported) is no verdict on the attachment, so it passes.
-func check(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) error {
+func check(ctx context.Context, c Configurator, req *Request, conf *NetConf) error {
 	alloc, err := Allocation(req, conf)
 	if err != nil {
 		return err

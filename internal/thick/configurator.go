@@ -9,11 +9,33 @@ import (
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet"
 	"go.opentelemetry.io/otel/metric"
 )
+
+// Configurator is what thick mode calls of a cninet.Configurator, listed
+// in one place: a request's verb (Connect, Disconnect, Check, GC,
+// Status), what it reads to answer (the cached result and interfaces,
+// the host registry's records, the known networks), and the delegate
+// conf dir's life (Reload, Close). *cninet.Configurator implements it.
+type Configurator interface {
+	Connect(ctx context.Context, alloc *cninet.Allocation, network, netns string, opts ...cninet.ConnectOptions) (*cninet.NetworkStatus, error)
+	Disconnect(ctx context.Context, alloc *cninet.Allocation, network, netns string, opts ...cninet.ConnectOptions) error
+	Check(ctx context.Context, alloc *cninet.Allocation, netns string, opts ...cninet.CheckOptions) error
+	GC(ctx context.Context, liveAllocIDs []string, opts ...cninet.GCOptions) (*cninet.GCReport, error)
+	Status(ctx context.Context, networks ...string) error
+	CachedResult(id, network, ifName string) (types.Result, error)
+	CachedInterfaces(id, network string) ([]string, error)
+	Attachments(ids ...string) ([]cninet.AttachmentRecord, error)
+	Networks() []string
+	Reload() error
+	Close() error
+}
+
+var _ Configurator = (*cninet.Configurator)(nil)
 
 // NewConfigurator returns the Configurator thick mode serves requests
 // with: every network in info.ConfDir, the plugins in info.CNIPath, and

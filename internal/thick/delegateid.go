@@ -56,7 +56,7 @@ func delegateIDOf(id, ifName string) string {
 // When the id the interface needs is not free, the error wraps
 // ErrDelegateIDTaken: the interface has no attachment this daemon could
 // have made (its ADD is refused; its DEL has nothing to remove).
-func delegateID(c *cninet.Configurator, id, network, ifName string, adding bool) (string, error) {
+func delegateID(c Configurator, id, network, ifName string, adding bool) (string, error) {
 	alt := delegateIDOf(id, ifName)
 	recs, _ := c.Attachments(id, alt) // an unreadable record only hides an attachment: the cache is asked next
 	mine := func(r cninet.AttachmentRecord) bool {
@@ -110,7 +110,7 @@ var ErrDelegateIDTaken = fmt.Errorf("%w: the id is another container's", cninet.
 
 // cachedInterfaces lists the interfaces libcni's cache holds of id in
 // network; none when the cache cannot be read.
-func cachedInterfaces(c *cninet.Configurator, id, network string) []string {
+func cachedInterfaces(c Configurator, id, network string) []string {
 	names, _ := c.CachedInterfaces(id, network)
 	return names
 }
@@ -122,7 +122,7 @@ func cachedInterfaces(c *cninet.Configurator, id, network string) []string {
 // ids included. The ADDs of those containers must wait meanwhile
 // (containerLocks), or one finished between this read and the GC would
 // be collected.
-func liveDelegateIDs(c *cninet.Configurator, valid []types.GCAttachment) (ids []string, attachments []cninet.GCAttachment) {
+func liveDelegateIDs(c Configurator, valid []types.GCAttachment) (ids []string, attachments []cninet.GCAttachment) {
 	whole := map[string]bool{}
 	for _, a := range valid {
 		if a.IfName == "" {

@@ -84,7 +84,7 @@ func OpenDelegates(info Info, logger hclog.Logger, meters metric.MeterProvider, 
 // error wrapping ErrNoDelegates (and cninet.ErrNetworkNotFound) while the
 // conf dir has held none. A request that finds none makes it look again
 // first, as a request naming an unknown network does.
-func (d *Delegates) Configurator() (*cninet.Configurator, error) {
+func (d *Delegates) Configurator() (Configurator, error) {
 	d.mu.Lock()
 	c := d.c
 	d.mu.Unlock()

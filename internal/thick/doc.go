@@ -57,9 +57,10 @@
 //   - readiness.go: ReadinessCache, the /readyz verdict of the delegates'
 //     STATUS kept for an interval, one run shared by concurrent probes,
 //     dropped on a reload.
-//   - configurator.go: NewConfigurator, the Configurator thick mode
-//     serves with: the daemon's conf dir, plugins and libcni cache, and
-//     no go-cni.
+//   - configurator.go: Configurator, what thick mode calls of a
+//     cninet.Configurator (the package depends on that list, not on the
+//     concrete type); NewConfigurator, the one it serves with: the
+//     daemon's conf dir, plugins and libcni cache, and no go-cni.
 //   - errors.go: ErrorFor, the CNI error (code, message) the runtime sees
 //     for an error of Serve or DecodeRequest, and the daemon's own codes
 //     (CodeIncompatible for a shim of another protocol).

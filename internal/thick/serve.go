@@ -21,7 +21,7 @@ import (
 // interface name (GCOptions.LiveAttachments). The shim's network name
 // names the delegate network, which c must know; an unknown name makes c
 // read its conf dir again once, so that a conflist added since is found.
-func Serve(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) ([]byte, error) {
+func Serve(ctx context.Context, c Configurator, req *Request, conf *NetConf) ([]byte, error) {
 	return serve(ctx, c, req, conf, nil)
 }
 
@@ -41,7 +41,7 @@ func delegated(m *serveMarks) *time.Time { return &m.delegated }
 func operated(m *serveMarks) *time.Time  { return &m.operated }
 
 // serve is Serve, marking its steps in marks (nil: none).
-func serve(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf, marks *serveMarks) ([]byte, error) {
+func serve(ctx context.Context, c Configurator, req *Request, conf *NetConf, marks *serveMarks) ([]byte, error) {
 	ctx = cninet.WithOwner(ctx, OwnerOf(req, conf))
 	if err := knowNetwork(c, conf.Name); err != nil && req.Command != CmdDel {
 		return nil, err
@@ -67,7 +67,7 @@ func serve(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetC
 
 // knowNetwork makes sure c knows network, reading its conf dir again
 // when it does not.
-func knowNetwork(c *cninet.Configurator, network string) error {
+func knowNetwork(c Configurator, network string) error {
 	if slices.Contains(c.Networks(), network) {
 		return nil
 	}
@@ -83,7 +83,7 @@ func knowNetwork(c *cninet.Configurator, network string) error {
 // add is Connect of the attachment under its delegate id. The commands
 // of one container wait for each other here (containerLocks), so that
 // two interfaces added to one network at once get different ids.
-func add(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf, marks *serveMarks) ([]byte, error) {
+func add(ctx context.Context, c Configurator, req *Request, conf *NetConf, marks *serveMarks) ([]byte, error) {
 	unlock, err := containerLocks.Lock(ctx, req.ContainerID)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w: waiting for another command of container %s: %w", ErrBusy, errNotStarted, req.ContainerID, err)
@@ -124,12 +124,12 @@ var errNotStarted = errors.New("not started")
 // interface whose id is another container's in the network
 // (ErrDelegateIDTaken) has no attachment this daemon could have made:
 // nothing runs.
-func Del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf) error {
+func Del(ctx context.Context, c Configurator, req *Request, conf *NetConf) error {
 	return del(ctx, c, req, conf, nil)
 }
 
 // del is Del, marking its steps in marks (nil: none).
-func del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetConf, marks *serveMarks) error {
+func del(ctx context.Context, c Configurator, req *Request, conf *NetConf, marks *serveMarks) error {
 	unlock, err := containerLocks.Lock(ctx, req.ContainerID)
 	if err != nil {
 		return fmt.Errorf("%w: waiting for another command of container %s: %w", ErrBusy, req.ContainerID, err)
@@ -160,7 +160,7 @@ func del(ctx context.Context, c *cninet.Configurator, req *Request, conf *NetCon
 // The attachments are named as the delegate's plugins know them
 // (liveDelegateIDs), while the ADDs of containers listed without an
 // interface wait.
-func gc(ctx context.Context, c *cninet.Configurator, conf *NetConf) error {
+func gc(ctx context.Context, c Configurator, conf *NetConf) error {
 	var whole []string
 	for _, a := range conf.ValidAttachments {
 		if a.IfName == "" {
@@ -184,7 +184,7 @@ func gc(ctx context.Context, c *cninet.Configurator, conf *NetConf) error {
 // attachment's delegate id (delegateID): a copy when that is not the
 // container id, with the runtime's id for the registry's records
 // (ConnectOptions.RuntimeID); "" when it is.
-func asDelegateSees(c *cninet.Configurator, req *Request, conf *NetConf, adding bool) (*Request, string, error) {
+func asDelegateSees(c Configurator, req *Request, conf *NetConf, adding bool) (*Request, string, error) {
 	id, err := delegateID(c, req.ContainerID, conf.Name, req.IfName, adding)
 	if err != nil || id == req.ContainerID {
 		return req, "", err

@@ -28,7 +28,7 @@ import (
 // before.
 type Server struct {
 	// C runs the requests, when Delegates is nil.
-	C *cninet.Configurator
+	C Configurator
 	// Delegates, when set, runs the requests instead of C: the conf dir's
 	// networks once it holds a conflist. Until then STATUS answers not
 	// ready (code 50), ADD, CHECK and GC an unknown network (code 7), and
