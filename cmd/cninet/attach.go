@@ -17,7 +17,7 @@ func (c *cli) attachCommand(use, short string, needNetns bool,
 	fn func(ctx context.Context, cfg *cninet.Configurator, alloc *cninet.Allocation, netns string) error) *cobra.Command {
 	var a attachFlags
 	cmd := &cobra.Command{Use: use, Short: short, Long: short + ".\n\n" + sourcesHelp}
-	cmd.RunE = c.runE(func(*cobra.Command) error {
+	cmd.RunE = c.end.runE(func(*cobra.Command) error {
 		alloc, err := a.allocation(needNetns)
 		if err != nil {
 			return err
@@ -45,7 +45,7 @@ func (c *cli) setupCommand() *cobra.Command {
 				return err
 			}
 			out := statusJSON(st)
-			c.done(out, func(w io.Writer) { printStatus(w, alloc.ID, "", st) })
+			c.end.done(out, func(w io.Writer) { printStatus(w, alloc.ID, "", st) })
 			return nil
 		})
 }
@@ -103,7 +103,7 @@ func (c *cli) teardownCommand() *cobra.Command {
 			if err := cfg.Teardown(ctx, alloc, netns); err != nil {
 				return err
 			}
-			c.done(map[string]any{"id": alloc.ID}, func(w io.Writer) { fmt.Fprintf(w, "%s: detached\n", alloc.ID) })
+			c.end.done(map[string]any{"id": alloc.ID}, func(w io.Writer) { fmt.Fprintf(w, "%s: detached\n", alloc.ID) })
 			return nil
 		})
 }
@@ -116,16 +116,16 @@ func (c *cli) checkCommand() *cobra.Command {
 			err := cfg.Check(ctx, alloc, netns, cninet.CheckOptions{Repair: repair})
 			if errors.Is(err, cninet.ErrCheckUnsupported) && !errors.Is(err, cninet.ErrCheckFailed) {
 				fmt.Fprintf(c.stderr, "cninet check: warning: %v\n", err)
-				c.done(map[string]any{"id": alloc.ID, "checked": false, "warning": err.Error()}, func(w io.Writer) { fmt.Fprintln(w, "not checked") })
+				c.end.done(map[string]any{"id": alloc.ID, "checked": false, "warning": err.Error()}, func(w io.Writer) { fmt.Fprintln(w, "not checked") })
 				return nil
 			}
 			if de := driftOf(err); de != nil {
-				c.done(map[string]any{"id": alloc.ID, "checked": true, "drift": de.Drifts}, func(w io.Writer) { printDrifts(w, de.Drifts) })
+				c.end.done(map[string]any{"id": alloc.ID, "checked": true, "drift": de.Drifts}, func(w io.Writer) { printDrifts(w, de.Drifts) })
 			}
 			if err != nil {
 				return err
 			}
-			c.done(map[string]any{"id": alloc.ID, "checked": true}, func(w io.Writer) { fmt.Fprintln(w, "ok") })
+			c.end.done(map[string]any{"id": alloc.ID, "checked": true}, func(w io.Writer) { fmt.Fprintln(w, "ok") })
 			return nil
 		})
 	cmd.Long += `

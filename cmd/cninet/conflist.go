@@ -22,20 +22,20 @@ func (c *cli) conflistCommand() *cobra.Command {
 by the flags, or write it as <network>.conflist into a directory, for the other
 commands' --conf-dir.`,
 	}
-	cmd.RunE = c.runE(func(*cobra.Command) error {
+	cmd.RunE = c.end.runE(func(*cobra.Command) error {
 		conf, err := cninet.BridgeConfList(b.config())
 		if err != nil {
 			return usageErrorf("%v", err)
 		}
 		if write == "" {
-			c.done(map[string]any{"conflist": json.RawMessage(conf)}, func(w io.Writer) { w.Write(conf) })
+			c.end.done(map[string]any{"conflist": json.RawMessage(conf)}, func(w io.Writer) { w.Write(conf) })
 			return nil
 		}
 		path, err := cninet.WriteConfList(write, conf)
 		if err != nil {
 			return err
 		}
-		c.done(map[string]any{"path": path}, func(w io.Writer) { fmt.Fprintln(w, path) })
+		c.end.done(map[string]any{"path": path}, func(w io.Writer) { fmt.Fprintln(w, path) })
 		return nil
 	})
 	b.register(cmd.Flags())

@@ -16,7 +16,7 @@ func (c *cli) oneNetworkCommand(use, short string, needNetns bool,
 	fn func(ctx context.Context, cfg *cninet.Configurator, alloc *cninet.Allocation, network, netns string) error) *cobra.Command {
 	var a attachFlags
 	cmd := &cobra.Command{Use: use, Short: short}
-	cmd.RunE = c.runE(func(cmd *cobra.Command) error {
+	cmd.RunE = c.end.runE(func(cmd *cobra.Command) error {
 		if a.confDir == "" {
 			return usageErrorf("--conf-dir is required (the network to %s is one of its conflists)", cmd.Name())
 		}
@@ -53,7 +53,7 @@ func (c *cli) connectCommand() *cobra.Command {
 			}
 			out := statusJSON(st)
 			out["network"] = network
-			c.done(out, func(w io.Writer) { printStatus(w, alloc.ID, network, st) })
+			c.end.done(out, func(w io.Writer) { printStatus(w, alloc.ID, network, st) })
 			return nil
 		})
 }
@@ -65,7 +65,7 @@ func (c *cli) disconnectCommand() *cobra.Command {
 			if err := cfg.Disconnect(ctx, alloc, network, netns); err != nil {
 				return err
 			}
-			c.done(map[string]any{"id": alloc.ID, "network": network},
+			c.end.done(map[string]any{"id": alloc.ID, "network": network},
 				func(w io.Writer) { fmt.Fprintf(w, "%s: detached from network %q\n", alloc.ID, network) })
 			return nil
 		})

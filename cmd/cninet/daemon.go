@@ -73,7 +73,7 @@ is not ready until a conflist appears); changes to it are picked up by a
 watch, and at once on SIGHUP. Under systemd it accepts the socket of
 cninet.socket (socket activation) and notifies readiness (Type=notify).`,
 	}
-	cmd.RunE = c.runE(func(cmd *cobra.Command) error {
+	cmd.RunE = c.end.runE(func(cmd *cobra.Command) error {
 		if err := f.validate(); err != nil {
 			return err
 		}

@@ -41,7 +41,7 @@ port, detach it; attach another, delete its namespace first, detach it; then
 audit iptables, nftables, reservations, cache files and links for leaks.
 Nothing reaches the host's namespaces.`,
 	}
-	cmd.RunE = c.runE(func(*cobra.Command) error {
+	cmd.RunE = c.end.runE(func(*cobra.Command) error {
 		if backend != cninet.BackendIPTables && backend != cninet.BackendNFTables {
 			return usageErrorf("--backend %q: want iptables or nftables", backend)
 		}
@@ -59,7 +59,7 @@ Nothing reaches the host's namespaces.`,
 			return exited(code) // the child reported
 		}
 		if result != nil {
-			c.done(result, nil)
+			c.end.done(result, nil)
 		}
 		return demoErr
 	})
@@ -74,7 +74,7 @@ Nothing reaches the host's namespaces.`,
 // textOut is where a command that reports as it goes writes its text:
 // stdout, or nowhere with --output json (the envelope holds it).
 func (c *cli) textOut() io.Writer {
-	if c.output == outputJSON {
+	if c.end.output == outputJSON {
 		return io.Discard
 	}
 	return c.stdout

@@ -25,11 +25,11 @@
 //
 //   - main.go: run, which builds the command tree (root), runs one
 //     command line and turns its error into the exit code; cli, one run,
-//     and the helpers every command shares (runE, done, usageErrorf,
-//     signalContext).
+//     and the helpers every command shares (usageErrorf, signalContext).
 //   - output.go: the --output flag and the JSON envelope every command
 //     prints with --output json, documented with each command's result;
-//     finish, which reports how a command ended.
+//     outcome, how a run ends: runE notes the command ran, done keeps
+//     what it produced, finish reports it.
 //   - flags.go: the flags most commands share: networkFlags (where the
 //     conflists come from, networks, plugins, log level, --trace) and how
 //     they build a cninet.Configurator, bridgeFlags (the conflist

@@ -46,7 +46,7 @@ its allocation is collected.
 recorded and cached attachments gc would detach, then every rule, chain,
 file and device its sweep would remove.`,
 	}
-	cmd.RunE = c.runE(func(*cobra.Command) error {
+	cmd.RunE = c.end.runE(func(*cobra.Command) error {
 		if !f.explicit() {
 			return usageErrorf("name the networks to collect: --conf-dir DIR, --conflist FILE or --network NAME (gc never sweeps a default network)")
 		}
@@ -75,13 +75,13 @@ file and device its sweep would remove.`,
 			if items == nil {
 				items = []cninet.GCItem{}
 			}
-			c.done(map[string]any{"dry_run": true, "would_remove": items}, func(w io.Writer) {
+			c.end.done(map[string]any{"dry_run": true, "would_remove": items}, func(w io.Writer) {
 				printGCItems(w, "would remove", items)
 				fmt.Fprintln(w, "dry run: nothing changed")
 			})
 			return err
 		}
-		c.done(report, func(w io.Writer) {
+		c.end.done(report, func(w io.Writer) {
 			printGCItems(w, "removed", slices.Collect(report.All()))
 			for _, path := range report.Unreadable() {
 				fmt.Fprintf(w, "kept: registry file %s is no record this cninet can read; nothing of its allocation was collected\n", path)

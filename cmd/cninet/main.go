@@ -44,7 +44,7 @@ func main() {
 // run runs one command line and returns its exit code: 0 success, 1 the
 // operation failed, 2 a usage error (cobra's errors in parsing included).
 func run(args []string, stdout, stderr io.Writer) int {
-	return (&cli{stdout: stdout, stderr: stderr, output: outputText}).run(args)
+	return (&cli{stdout: stdout, stderr: stderr, end: outcome{output: outputText}}).run(args)
 }
 
 // run runs one command line with c's streams.
@@ -63,11 +63,11 @@ func (c *cli) run(args []string) int {
 	}
 	// The format of a usage error's report, before cobra reads the flags
 	// (an unknown flag stops it before --output).
-	c.output.scan(args)
+	c.end.output.scan(args)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteC()
 	if cmd != nil && cmd != root {
-		c.command = cmd.Name()
+		c.end.command = cmd.Name()
 	}
 	code := exitOK
 	var done exited
@@ -75,27 +75,23 @@ func (c *cli) run(args []string) int {
 	case errors.As(err, &done):
 		return int(done)
 	case err == nil:
-	case errors.Is(err, errUsage) || !c.ran:
+	case errors.Is(err, errUsage) || !c.end.ran:
 		// Before the command ran, every error is cobra's reading of the
 		// command line: an unknown command, flag or argument.
 		code = exitUsage
 	default:
 		code = exitFailure
 	}
-	c.finish(cmd, code, err)
+	c.end.finish(c.stdout, c.stderr, cmd, code, err)
 	return code
 }
 
-// cli is one run of the command line: where it writes, in which format,
-// and what the command that ran produced.
+// cli is one run of the command line: where it reads and writes, what
+// the Configurators it makes are given, and how the run ends (end).
 type cli struct {
 	stdin          io.Reader // nil: os.Stdin
 	stdout, stderr io.Writer
-	output         outputFormat
-	command        string // the command that ran, "" for cninet alone
-	ran            bool   // the command's own code started
-	result         any    // for the JSON envelope
-	text           func(io.Writer)
+	end            outcome
 	// tweaks change the Config of the Configurators that shim-del makes
 	// (tests inject fake iptables and nftables).
 	tweaks []func(*cninet.Config)
@@ -121,31 +117,12 @@ With --output json every command prints one JSON envelope on stdout:
 		SilenceUsage:  true,
 	}
 	root.SetVersionTemplate("cninet {{.Version}}\n")
-	root.PersistentFlags().VarP(&c.output, "output", "o", "output format: text (for people) or json (one envelope, for programs)")
+	root.PersistentFlags().VarP(&c.end.output, "output", "o", "output format: text (for people) or json (one envelope, for programs)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	root.AddCommand(c.conflistCommand(), c.setupCommand(), c.teardownCommand(), c.checkCommand(),
 		c.connectCommand(), c.disconnectCommand(), c.gcCommand(), c.statusCommand(),
 		c.demoCommand(), c.daemonCommand(), c.versionCommand(), c.manCommand(), c.shimDelCommand())
 	return root
-}
-
-// runE makes a command's RunE: it notes that the command ran (errors
-// after that are its own) and rejects arguments (every command takes
-// flags only).
-func (c *cli) runE(fn func(cmd *cobra.Command) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) > 0 {
-			return usageErrorf("unexpected argument %q", args[0])
-		}
-		c.ran = true
-		return fn(cmd)
-	}
-}
-
-// done records what the command produced: result for the JSON envelope,
-// text for people.
-func (c *cli) done(result any, text func(io.Writer)) {
-	c.result, c.text = result, text
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM.

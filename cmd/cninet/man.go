@@ -21,7 +21,7 @@ func (c *cli) manCommand() *cobra.Command {
 		Use:   "man --dir DIR",
 		Short: "Write the man pages, cninet(1) and one per command, into a directory",
 	}
-	cmd.RunE = c.runE(func(cmd *cobra.Command) error {
+	cmd.RunE = c.end.runE(func(cmd *cobra.Command) error {
 		if dir == "" {
 			return usageErrorf("--dir is required")
 		}
@@ -39,7 +39,7 @@ func (c *cli) manCommand() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		c.done(map[string]any{"written": written}, func(w io.Writer) {
+		c.end.done(map[string]any{"written": written}, func(w io.Writer) {
 			for _, p := range written {
 				fmt.Fprintln(w, p)
 			}

@@ -91,12 +91,41 @@ func (o *outputFormat) scan(args []string) {
 	}
 }
 
+// outcome is how one run of the command line ends: the format it
+// reports in, the command that ran, and what that command produced.
+type outcome struct {
+	output  outputFormat
+	command string          // the command that ran, "" for cninet alone
+	ran     bool            // the command's own code started
+	result  any             // for the JSON envelope
+	text    func(io.Writer) // for people
+}
+
+// runE makes a command's RunE: it notes that the command ran (errors
+// after that are its own) and rejects arguments (every command takes
+// flags only).
+func (o *outcome) runE(fn func(cmd *cobra.Command) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usageErrorf("unexpected argument %q", args[0])
+		}
+		o.ran = true
+		return fn(cmd)
+	}
+}
+
+// done records what the command produced: result for the JSON envelope,
+// text for people.
+func (o *outcome) done(result any, text func(io.Writer)) {
+	o.result, o.text = result, text
+}
+
 // finish reports how the command ended: the error on stderr (with a hint
-// to --help for a usage error), and the result, as text or as the
-// envelope. Help and --version, which print themselves and run no
+// to --help for a usage error), and the result on stdout, as text or as
+// the envelope. Help and --version, which print themselves and run no
 // command, report nothing.
-func (c *cli) finish(cmd *cobra.Command, code int, err error) {
-	if err == nil && !c.ran {
+func (o *outcome) finish(stdout, stderr io.Writer, cmd *cobra.Command, code int, err error) {
+	if err == nil && !o.ran {
 		return
 	}
 	if err != nil {
@@ -105,24 +134,24 @@ func (c *cli) finish(cmd *cobra.Command, code int, err error) {
 			name = cmd.CommandPath()
 		}
 		msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
-		fmt.Fprintf(c.stderr, "%s: %s\n", name, msg)
+		fmt.Fprintf(stderr, "%s: %s\n", name, msg)
 		if code == exitUsage {
-			fmt.Fprintf(c.stderr, "Run '%s --help' for usage.\n", name)
+			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", name)
 		}
 	}
-	if c.output == outputJSON {
-		env := envelope{Command: c.command, OK: code == exitOK, ExitCode: code, Result: c.result}
+	if o.output == outputJSON {
+		env := envelope{Command: o.command, OK: code == exitOK, ExitCode: code, Result: o.result}
 		if err != nil {
 			env.Error = strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
 		}
-		printJSON(c.stdout, env)
+		printJSON(stdout, env)
 		return
 	}
-	if c.text != nil {
+	if o.text != nil {
 		// Buffered: a table (status --attachments, gc) is written cell by
 		// cell, a write(2) each when unbuffered.
-		out := bufio.NewWriter(c.stdout)
-		c.text(out)
+		out := bufio.NewWriter(stdout)
+		o.text(out)
 		out.Flush()
 	}
 }

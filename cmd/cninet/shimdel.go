@@ -26,7 +26,7 @@ func (c *cli) shimDelCommand() *cobra.Command {
 		Use:    thickwire.ShimDelCommand,
 		Short:  "Run a DEL that the daemon gave no answer to, for cninet-shim (request on stdin)",
 		Hidden: true,
-		RunE: c.runE(func(cmd *cobra.Command) error {
+		RunE: c.end.runE(func(cmd *cobra.Command) error {
 			if !filepath.IsAbs(socket) || filepath.Clean(socket) != socket {
 				return usageErrorf("--socket %q, want the clean absolute path of the daemon's socket", socket)
 			}

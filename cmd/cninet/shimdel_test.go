@@ -88,7 +88,7 @@ func shimDelRequest(command string) string {
 // runShimDel runs `cninet shim-del` with stdin and the fake tables.
 func runShimDel(stdin string, args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
-	c := &cli{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut, output: outputText, tweaks: []func(*cninet.Config){useFakeTables}}
+	c := &cli{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut, end: outcome{output: outputText}, tweaks: []func(*cninet.Config){useFakeTables}}
 	code = c.run(append([]string{thickwire.ShimDelCommand}, args...))
 	return code, out.String(), errOut.String()
 }

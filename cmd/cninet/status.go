@@ -41,7 +41,7 @@ record claims (another tool's, or from before the registry) follow, owner
 
 ` + sourcesHelp,
 	}
-	cmd.RunE = c.runE(func(*cobra.Command) error {
+	cmd.RunE = c.end.runE(func(*cobra.Command) error {
 		cfg, err := n.configurator(c.stderr)
 		if err != nil {
 			return err
@@ -62,7 +62,7 @@ record claims (another tool's, or from before the registry) follow, owner
 		if len(names) == 0 {
 			names = cfg.Networks()
 		}
-		c.done(map[string]any{"ready": names}, func(w io.Writer) { printReady(w, names) })
+		c.end.done(map[string]any{"ready": names}, func(w io.Writer) { printReady(w, names) })
 		return nil
 	})
 	n.register(cmd.Flags(), "a network to report on (repeatable; default: every network of the conflists)")
@@ -95,7 +95,7 @@ func (c *cli) listAttachments(ctx context.Context, cfg *cninet.Configurator, net
 	if unrecorded == nil {
 		unrecorded = []cninet.UnrecordedAttachment{}
 	}
-	c.done(map[string]any{"attachments": out, "unrecorded": unrecorded}, func(w io.Writer) { printAttachments(w, out, unrecorded) })
+	c.end.done(map[string]any{"attachments": out, "unrecorded": unrecorded}, func(w io.Writer) { printAttachments(w, out, unrecorded) })
 	if err != nil { // Drifts names the same unreadable records again
 		derr = nil
 	}

@@ -14,9 +14,9 @@ func (c *cli) versionCommand() *cobra.Command {
 		Use:   "version",
 		Short: "Print cninet's version (as --version does)",
 	}
-	cmd.RunE = c.runE(func(*cobra.Command) error {
+	cmd.RunE = c.end.runE(func(*cobra.Command) error {
 		v := buildinfo.Version()
-		c.done(map[string]any{"version": v}, func(w io.Writer) { fmt.Fprintf(w, "cninet %s\n", v) })
+		c.end.done(map[string]any{"version": v}, func(w io.Writer) { fmt.Fprintf(w, "cninet %s\n", v) })
 		return nil
 	})
 	return cmd
