@@ -117,7 +117,7 @@ operations share is a type in a file named after what it holds.
 	attachments.go        attachmentFinder: an allocation's attachments, from the Allocation, the registry and libcni's cache; ifNaming; CachedResult.
 	setup.go              Setup; attaching: attach every network concurrently, all or nothing, and the rollback.
 	retry.go              RetryPolicy and the ADD retry loop (attaching.withRetry).
-	teardown.go           Teardown; detachment (a Setup's rollback too), in one pass: how the detach is made (footprint.Detach), portmap's DEL first for a whole workload, then per network prevention, DEL by the prevention's plugin filter, force cleanup and the record's removal; whileLockHeld: a cleanup step that missed a gap in a held xtables lock runs again until the deadline.
+	teardown.go           Teardown; detachment (a Setup's rollback too), in one pass: how the detach is made (footprint.Detach), portmap's DEL first for a whole workload, then per network prevention, DEL by the prevention's plugin filter, force cleanup and the record's removal, each phase's host work logged (logSpent); whileLockHeld: a cleanup step that missed a gap in a held xtables lock runs again until the deadline.
 	connect.go            Connect, Disconnect, ConnectOptions (the interface, the runtime's id), CheckIfName.
 	check.go              Check, CheckOptions, DriftError, Drift: cninet's own check of each attachment, then the plugins' CHECK where it is sound.
 	repair.go             Drifts; the drift check and repair of found attachments (driftCheck), a checked attachment from its record (checkedOfRecord), a live attachment from its record (liveOf), libcni's cache written again.

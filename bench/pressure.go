@@ -38,12 +38,15 @@ type pressureResult struct {
 	Registry, Prevention, Cleanup sample   // cninet's phases per cycle (successful cycles)
 	LockFind                      sample   // the allocation's locks and finding its networks, both halves
 	TeardownOwn                   sample   // of each Teardown, cninet's own: prevention (with the proof), cleanup, the record's removal, lock+find
-	Batches, BatchFailed          int
-	Batch                         sample // the writer's iptables-restore, each
-	Load                          [3]float64
-	Took                          time.Duration
-	Measured                      time.Time // when this set at this size was measured
-	Machine                       string    // where
+	// CleanupWork and PreventWork are, in the order of Cleanup and
+	// Prevention, where each cycle's phase spent its time on the host.
+	CleanupWork, PreventWork []hostWork
+	Batches, BatchFailed     int
+	Batch                    sample // the writer's iptables-restore, each
+	Load                     [3]float64
+	Took                     time.Duration
+	Measured                 time.Time // when this set at this size was measured
+	Machine                  string    // where
 }
 
 const (
@@ -384,6 +387,8 @@ func pressureRun(set pluginSet, size, n int) (pressureResult, error) {
 			res.Registry = append(res.Registry, ph.Registry.Setup+ph.Registry.teardown())
 			res.Prevention = append(res.Prevention, ph.Prevent-ph.Registry.Proof)
 			res.Cleanup = append(res.Cleanup, ph.Cleanup)
+			res.CleanupWork = append(res.CleanupWork, ph.CleanupWork)
+			res.PreventWork = append(res.PreventWork, ph.PreventWork)
 			res.LockFind = append(res.LockFind, ph.SetupLock+ph.SetupFind+ph.TeardownLock+ph.TeardownFind)
 			res.TeardownOwn = append(res.TeardownOwn, ph.Prevent+ph.Cleanup+ph.Registry.Removal+ph.TeardownLock+ph.TeardownFind)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -48,6 +49,7 @@ func (r *report) pressureSection(w writer) {
 			pcts(p.LockFind), pcts(p.TeardownOwn), share)
 	}
 	w("\n")
+	r.pressureWork(w, ps)
 	var failures []string
 	for _, p := range ps {
 		for _, f := range p.Failures {
@@ -152,4 +154,68 @@ func (r *report) pressureChart(b *strings.Builder, x0, y0 int) {
 			x0+width+20, y0+top+20+i*20, color, x0+width+36, y0+top+29+i*20, name)
 	}
 	fmt.Fprintf(b, `<text x="%d" y="%d" font-size="10">solid: cninet; dashed: go-cni</text>`+"\n", x0+width+20, y0+top+29+len(sets)*20)
+}
+
+// pressureWork writes where the prevention's and the cleanup's time went
+// in the cycles at their p50, p95 and p99: each step on the host by kind,
+// from cninet's "host work timed" lines, and the rest.
+func (r *report) pressureWork(w writer, ps []pressureResult) {
+	var rows []string
+	for _, p := range ps {
+		for _, phase := range []struct {
+			name string
+			took sample
+			work []hostWork
+		}{{"prevention", p.Prevention, p.PreventWork}, {"cleanup", p.Cleanup, p.CleanupWork}} {
+			if len(phase.work) != len(phase.took) || len(phase.took) == 0 {
+				continue
+			}
+			for _, q := range []int{50, 95, 99} {
+				i := atPercentile(phase.took, q)
+				rows = append(rows, fmt.Sprintf("| %s | %d | %s | p%d of %d | %s | %s |", p.Set.Name, p.Size, phase.name, q, len(phase.took),
+					ms(phase.took[i]), workCells(phase.work[i], phase.took[i])))
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	w("### Where the prevention's and the cleanup's time goes\n\n")
+	w("From cninet's \"host work timed\" debug lines: of the cycle whose phase took its p50, p95 and p99, every read and write on the host by kind, counted and timed as the run made it (nothing is read to measure). Probes are in-kernel looks over netlink (a chain probed, a chain's rules scanned, an nftables search or lookup by handle); listings are `iptables -S` of a chain, `iptables-save` or the plugins' nftables tables; files are the attachment's reservations, cached results and intent records; writes are deletions (by handle, `iptables-restore`, nftables, files); lock is host-local's directory lock; execs are the iptables commands run; tries above 1 say a step met a held xtables lock and ran again. The rest is what no step explains: cninet's own work and its waits to be scheduled (on a host whose load average is many times its cores, mostly the latter).\n\n")
+	w("| plugin set | host rules | phase | cycle | took | probes | listings (lines) | files | writes | lock | execs | tries | rest | longest step |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, row := range rows {
+		w("%s\n", row)
+	}
+	w("\n")
+}
+
+// atPercentile returns the index in s of its nearest-rank q-th percentile.
+func atPercentile(s sample, q int) int {
+	order := make([]int, len(s))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(s[a], s[b]) })
+	return order[max((len(s)*q+99)/100-1, 0)]
+}
+
+// workCells are a phase's host work as the breakdown's cells, from
+// probes to the longest step.
+func workCells(hw hostWork, took time.Duration) string {
+	tally := func(n int, d time.Duration) string {
+		if n == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%d, %s", n, ms(d))
+	}
+	lists := tally(hw.Lists, hw.ListTime)
+	if hw.Lists > 0 {
+		lists += fmt.Sprintf(" (%d)", hw.ListedLines)
+	}
+	longest := "–"
+	if hw.Longest != "" {
+		longest = fmt.Sprintf("%s, %s", strings.ReplaceAll(hw.Longest, "|", "/"), ms(hw.LongestTime))
+	}
+	return fmt.Sprintf("%s | %s | %s | %s | %s | %d | %d | %s | %s", tally(hw.Probes, hw.ProbeTime), lists, tally(hw.Files, hw.FileTime),
+		tally(hw.Writes, hw.WriteTime), tally(hw.LockWaits, hw.LockTime), hw.Execs, hw.Tries, ms(max(took-hw.steps(), 0)), longest)
 }

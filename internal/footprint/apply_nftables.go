@@ -38,14 +38,20 @@ func deleteNFT(s *nftView, t host.NFTable, changes []nftChange, rep *Report) {
 		}
 		return
 	}
-	if err := s.nft.DeleteRules(s.ctx, t, rulesOf(changes)); err == nil {
+	end := s.meter.begin(stepWrite, "nftables deletion in "+t.String(), false)
+	err := s.nft.DeleteRules(s.ctx, t, rulesOf(changes))
+	end(0, 0)
+	if err == nil {
 		for _, c := range changes {
 			rep.noteAt(c.att, nftEntry(c))
 		}
 		return
 	}
 	for _, c := range changes {
-		if err := s.nft.DeleteRules(s.ctx, t, []host.NFTRule{*c.rule}); err != nil {
+		end := s.meter.begin(stepWrite, "nftables deletion in "+t.String(), false)
+		err := s.nft.DeleteRules(s.ctx, t, []host.NFTRule{*c.rule})
+		end(0, 0)
+		if err != nil {
 			if !isNFTNotFound(err) {
 				s.errs.add(fmt.Errorf("nftables: deleting %s: %w", c.rule, err))
 			}
@@ -62,7 +68,9 @@ func deleteNFT(s *nftView, t host.NFTable, changes []nftChange, rep *Report) {
 const nftDeleteChunk = 16384
 
 func deleteNFTByHandle(s *nftView, hd host.NFTHandleDeleter, t host.NFTable, changes []nftChange, rep *Report) {
+	end := s.meter.begin(stepWrite, "nftables deletion by handle in "+t.String(), false)
 	out, err := hd.DeleteByHandle(s.ctx, t, rulesOf(changes))
+	end(0, 0)
 	for i, o := range out {
 		if o == host.Deleted {
 			rep.noteAt(changes[i].att, nftEntry(changes[i]))

@@ -114,6 +114,7 @@ type Cleaner struct {
 	whole bool   // a sweep: whole tables are listed, every file read
 
 	prior hostFiles // what Prevent read: the proof the DEL erases
+	meter *meter    // what its reads and writes took (TakeSpent)
 	swept *view     // DiscoverAll's whole view, reused by CleanAll
 	rep   Report
 
@@ -154,7 +155,7 @@ func NewSweep(ctx context.Context, h Seams) *Cleaner {
 	for _, n := range h.Networks {
 		nets[n.Name] = n
 	}
-	return &Cleaner{ctx: ctx, host: h, nets: nets, whole: true}
+	return &Cleaner{ctx: ctx, host: h, nets: nets, whole: true, meter: &meter{}}
 }
 
 // Discover scans the whole host for the network's attachments and returns
@@ -175,7 +176,7 @@ func (c *Cleaner) Discover() ([]string, error) {
 // whose jump is gone, tuning files. CleanAll then reuses the scan.
 func (c *Cleaner) DiscoverAll() ([]Attachment, error) {
 	errs := &errList{}
-	v := newView(c.ctx, c.host, c.nets, true, errs)
+	v := newView(c.ctx, c.host, c.nets, true, errs, c.meter)
 	v.prior = c.prior
 	v.nft.brief = c.WholeWorkload // no rule of a dead id's is judged by its expressions
 	found := attSet{}
@@ -224,7 +225,7 @@ func (c *Cleaner) CleanAll(atts []Attachment) error {
 		}
 		return v.errs.err()
 	}
-	v := newView(c.ctx, c.host, c.nets, false, &errList{})
+	v := newView(c.ctx, c.host, c.nets, false, &errList{}, c.meter)
 	v.prior, v.files = c.prior, c.prior.still(set)
 	if c.RecheckByHandle {
 		v.nft.seen = c.seen

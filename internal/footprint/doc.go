@@ -200,4 +200,6 @@
 //	apply_nftables.go     deletions by handle, then one nft transaction
 //	apply_files.go        files removed under host-local's lock; devices
 //	report.go             Report and Item: exactly what was removed
+//	spent.go              Spent: what each phase's reads and writes of
+//	                      the host took, by kind (Cleaner.TakeSpent)
 package footprint

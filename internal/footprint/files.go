@@ -53,6 +53,7 @@ func scanFilesOf(v *view, set attSet) hostFiles {
 	var f hostFiles
 	for _, a := range set.sorted() {
 		n := v.nets[a.Network]
+		end := v.meter.begin(stepFile, "files of "+a.ID, false)
 		if r, ok := readRecordOf(v, n, a.ID); ok {
 			f.records = append(f.records, r)
 		}
@@ -74,6 +75,7 @@ func scanFilesOf(v *view, set attSet) hostFiles {
 				stale = stale || (!reserved && len(n.IPAMDirs) > 0)
 			}
 		}
+		end(0, 0)
 		if stale || !slices.ContainsFunc(f.cached[first:], func(c cachedResult) bool { return len(c.addrs) > 0 }) {
 			f.reservations = f.reservations[:firstReservation] // read again, all of them
 			for _, r := range readAllReservations(v, n) {

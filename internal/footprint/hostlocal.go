@@ -130,6 +130,8 @@ func contested(v *view, set attSet, addrs addrSet) addrSet {
 
 // readAllReservations lists the reservation files of n.
 func readAllReservations(v *view, n Network) []reservation {
+	end := v.meter.begin(stepFile, "reservations of "+n.Name, false)
+	defer end(0, 0)
 	var all []reservation
 	for _, dir := range n.IPAMDirs {
 		rs, err := readReservations(n.Name, dir)

@@ -92,6 +92,8 @@ func cachePath(cacheDir, network, id, ifName string) string {
 
 // readAllCached reads every cache file that may be n's.
 func readAllCached(v *view, n Network) []cachedResult {
+	end := v.meter.begin(stepFile, "cached results of "+n.Name, false)
+	defer end(0, 0)
 	paths, err := filepath.Glob(filepath.Join(n.CacheDir, "results", globEscape(n.Name)+"-*"))
 	v.errs.add(err)
 	var out []cachedResult

@@ -90,7 +90,9 @@ func (s *nftView) seenGone(set attSet) (gone, ok bool) {
 	}
 	gone = true
 	for _, r := range s.seen.rules {
+		end := s.meter.begin(stepProbe, "nftables lookup by handle", false)
 		got, found, err := lookup.LookupRule(s.ctx, r.Table, r.Chain, r.Handle)
+		end(0, 0)
 		if err != nil {
 			return false, false
 		}

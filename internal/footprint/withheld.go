@@ -117,6 +117,8 @@ func readRecordOf(v *view, n Network, id string) (intentRecord, bool) {
 
 // readAllRecords reads every record of n.
 func readAllRecords(v *view, n Network) []intentRecord {
+	end := v.meter.begin(stepFile, "intent records of "+n.Name, false)
+	defer end(0, 0)
 	entries, err := os.ReadDir(recordDir(n.CacheDir, n.Name))
 	if !errors.Is(err, os.ErrNotExist) {
 		v.errs.add(err)

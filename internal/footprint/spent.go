@@ -1,0 +1,141 @@
+package footprint
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Spent is where a Cleaner's time on the host went: every read and write
+// it made, counted and timed by kind, as the run made it. Nothing is read
+// to measure it. What a run took beyond the sum of its steps is its own
+// work (planning, judging) and waiting to be scheduled.
+type Spent struct {
+	// Probes are in-kernel looks over netlink: a chain probed, a chain's
+	// or table's rules scanned or searched, a rule looked up by handle.
+	Probes Tally
+	// Lists are listings: iptables -S of a chain or a table,
+	// iptables-save, the plugins' nftables tables.
+	Lists Tally
+	// Files are the reservations, cached results and intent records read.
+	Files Tally
+	// Writes are deletions applied: by handle, iptables-restore,
+	// iptables -D/-F/-X, nftables, files and devices removed.
+	Writes Tally
+	// LockWaits are the waits for host-local's lock on a reservation
+	// directory before its files are removed.
+	LockWaits Tally
+	// Execs are the iptables, iptables-save and iptables-restore commands
+	// run (each a process with the default IPTables).
+	Execs int
+	// Lines and Bytes are what the listings returned.
+	Lines, Bytes int
+	// Longest is the longest step (what it was, Longest.Took how long).
+	Longest Step
+}
+
+// Tally is how many steps of a kind a run made and how long they took
+// together.
+type Tally struct {
+	N    int
+	Took time.Duration
+}
+
+// Step is one read or write of the host: what it was and how long it took.
+type Step struct {
+	What string
+	Took time.Duration
+}
+
+// Total is the time of every step together.
+func (s Spent) Total() time.Duration {
+	return s.Probes.Took + s.Lists.Took + s.Files.Took + s.Writes.Took + s.LockWaits.Took
+}
+
+// LogArgs are s as key-value pairs for a log line (hclog's), each key
+// prefixed.
+func (s Spent) LogArgs() []any {
+	return []any{
+		"probes", s.Probes.N, "probe_time", s.Probes.Took,
+		"lists", s.Lists.N, "list_time", s.Lists.Took, "listed_lines", s.Lines, "listed_bytes", s.Bytes,
+		"files", s.Files.N, "file_time", s.Files.Took,
+		"writes", s.Writes.N, "write_time", s.Writes.Took,
+		"lock_waits", s.LockWaits.N, "lock_time", s.LockWaits.Took,
+		"execs", s.Execs, "longest", s.Longest.What, "longest_time", s.Longest.Took,
+	}
+}
+
+// stepKind is which Tally of Spent a step counts in.
+type stepKind int
+
+const (
+	stepProbe stepKind = iota
+	stepList
+	stepFile
+	stepWrite
+	stepLockWait
+)
+
+// meter adds up a Cleaner's steps; every view of the Cleaner shares it,
+// and its methods may be called concurrently. A nil meter measures
+// nothing.
+type meter struct {
+	mu    sync.Mutex
+	spent Spent
+}
+
+// begin starts timing a step of kind; the returned func ends it. exec says
+// the step runs a command; lines and bytes are what a listing returned.
+func (m *meter) begin(kind stepKind, what string, exec bool) (end func(lines, bytes int)) {
+	if m == nil {
+		return func(int, int) {}
+	}
+	start := time.Now()
+	return func(lines, bytes int) {
+		took := time.Since(start)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		s := &m.spent
+		t := [...]*Tally{stepProbe: &s.Probes, stepList: &s.Lists, stepFile: &s.Files, stepWrite: &s.Writes, stepLockWait: &s.LockWaits}[kind]
+		t.N++
+		t.Took += took
+		if exec {
+			s.Execs++
+		}
+		s.Lines += lines
+		s.Bytes += bytes
+		if took > s.Longest.Took {
+			s.Longest = Step{What: what, Took: took}
+		}
+	}
+}
+
+// take returns what was spent since the last take.
+func (m *meter) take() Spent {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.spent
+	m.spent = Spent{}
+	return s
+}
+
+// linesSize is the bytes of a listing's lines, newlines included.
+func linesSize(lines []string) int {
+	n := 0
+	for _, l := range lines {
+		n += len(l) + 1
+	}
+	return n
+}
+
+// TakeSpent returns what the cleaner spent on the host since it was
+// made or TakeSpent was last called: call it after Prevent, and again
+// after Clean, for each phase's.
+func (c *Cleaner) TakeSpent() Spent { return c.meter.take() }
+
+// String is s in a few words, for errors and tests.
+func (s Spent) String() string {
+	return fmt.Sprintf("%d probes %s, %d lists %s (%d lines), %d files %s, %d writes %s, %d lock waits %s, %d execs; longest %q %s",
+		s.Probes.N, s.Probes.Took, s.Lists.N, s.Lists.Took, s.Lines, s.Files.N, s.Files.Took, s.Writes.N, s.Writes.Took,
+		s.LockWaits.N, s.LockWaits.Took, s.Execs, s.Longest.What, s.Longest.Took)
+}
