@@ -32,6 +32,7 @@
 //	                the prevention's and the cleanup's time goes at p50/p95/p99
 //	hostwork_log.go cninet's "host work timed" lines read: each phase's
 //	                reads and writes of the host by kind
+//	schedwait.go    the bench's threads' CPU time and run-queue wait
 //	drift.go        live attachments kept whole by the repair watcher:
 //	                whole-table flushes, Setup+Teardown with RepairEvery
 //	                on, a storm, Drifts of many, the idle watcher

@@ -44,6 +44,7 @@ type pressureResult struct {
 	Batches, BatchFailed     int
 	Batch                    sample // the writer's iptables-restore, each
 	Load                     [3]float64
+	Sched                    schedTimes // the bench's threads while the workers ran: on a CPU, and waiting for one
 	Took                     time.Duration
 	Measured                 time.Time // when this set at this size was measured
 	Machine                  string    // where
@@ -343,7 +344,7 @@ func pressureRun(set pluginSet, size, n int) (pressureResult, error) {
 	jobs := make(chan pressureJob)
 	outcomes := make(chan pressureOutcome, 2*n)
 	writer := startCompetingWriter()
-	start := time.Now()
+	start, sched := time.Now(), ownSchedTimes()
 	var wg sync.WaitGroup
 	for range pressureWorkers {
 		wg.Add(1)
@@ -362,6 +363,7 @@ func pressureRun(set pluginSet, size, n int) (pressureResult, error) {
 	close(outcomes)
 	res.Took = time.Since(start)
 	res.Load = loadAverage()
+	res.Sched = ownSchedTimes().since(sched)
 	var werr error
 	res.Batch, res.BatchFailed, werr = writer.stop()
 	res.Batches = len(res.Batch)

@@ -181,12 +181,22 @@ func (r *report) pressureWork(w writer, ps []pressureResult) {
 		return
 	}
 	w("### Where the prevention's and the cleanup's time goes\n\n")
-	w("From cninet's \"host work timed\" debug lines: of the cycle whose phase took its p50, p95 and p99, every read and write on the host by kind, counted and timed as the run made it (nothing is read to measure). Probes are in-kernel looks over netlink (a chain probed, a chain's rules scanned, an nftables search or lookup by handle); listings are `iptables -S` of a chain, `iptables-save` or the plugins' nftables tables; files are the attachment's reservations, cached results and intent records; writes are deletions (by handle, `iptables-restore`, nftables, files); lock is host-local's directory lock; execs are the iptables commands run; tries above 1 say a step met a held xtables lock and ran again. The rest is what no step explains: cninet's own work and its waits to be scheduled (on a host whose load average is many times its cores, mostly the latter).\n\n")
-	w("| plugin set | host rules | phase | cycle | took | probes | listings (lines) | files | writes | lock | execs | tries | rest | longest step |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("From cninet's \"host work timed\" debug lines: of the cycle whose phase took its p50, p95 and p99, every read and write on the host by kind, counted and timed as the run made it (nothing is read to measure). Probes are in-kernel looks over netlink (a chain probed, a chain's rules scanned, an nftables search or lookup by handle); listings are `iptables -S` of a chain, `iptables-save` or the plugins' nftables tables; files are the attachment's reservations, cached results and intent records; registry is the host registry asked who holds an address; writes are deletions (by handle, `iptables-restore`, nftables, files); lock is host-local's directory lock; execs are the iptables commands run; tries above 1 say a step met a held xtables lock and ran again. The rest is what no step explains: cninet's own work between the steps and its waits to be scheduled. \"Steps on a CPU\" is the CPU time the steps took as the kernel counts it for their thread (getrusage): what the steps took beyond it they waited, for the host's answer or in the run queue; \"preempted\" is how often a step's thread had its CPU taken for another runnable thread (a step that moved threads midway is in neither).\n\n")
+	w("| plugin set | host rules | phase | cycle | took | probes | listings (lines) | files | registry | writes | lock | execs | tries | rest | steps on a CPU | preempted | longest step |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, row := range rows {
 		w("%s\n", row)
 	}
 	w("\n")
+	var waits []string
+	for _, p := range ps {
+		if p.Sched.OnCPU > 0 {
+			waits = append(waits, fmt.Sprintf("%s at %d rules %.1f ms (%s on a CPU, %s waiting)", p.Set.Name, p.Size, p.Sched.waitPerCPU(),
+				p.Sched.OnCPU.Round(time.Second), p.Sched.Waited.Round(time.Second)))
+		}
+	}
+	if len(waits) > 0 {
+		w("While the workers ran, the bench's threads (cninet's, go-cni's, the workers') waited in the kernel's run queue, for each millisecond on a CPU: %s. A step that gives up its CPU (a netlink answer, a file read, a child's exit) waits about that long, per millisecond it then runs, before it goes on.\n\n", strings.Join(waits, "; "))
+	}
 }
 
 // atPercentile returns the index in s of its nearest-rank q-th percentile.
@@ -216,6 +226,7 @@ func workCells(hw hostWork, took time.Duration) string {
 	if hw.Longest != "" {
 		longest = fmt.Sprintf("%s, %s", strings.ReplaceAll(hw.Longest, "|", "/"), ms(hw.LongestTime))
 	}
-	return fmt.Sprintf("%s | %s | %s | %s | %s | %d | %d | %s | %s", tally(hw.Probes, hw.ProbeTime), lists, tally(hw.Files, hw.FileTime),
-		tally(hw.Writes, hw.WriteTime), tally(hw.LockWaits, hw.LockTime), hw.Execs, hw.Tries, ms(max(took-hw.steps(), 0)), longest)
+	return fmt.Sprintf("%s | %s | %s | %s | %s | %s | %d | %d | %s | %s | %d | %s", tally(hw.Probes, hw.ProbeTime), lists, tally(hw.Files, hw.FileTime),
+		tally(hw.RegistryReads, hw.RegistryTime), tally(hw.Writes, hw.WriteTime), tally(hw.LockWaits, hw.LockTime), hw.Execs, hw.Tries,
+		ms(max(took-hw.steps(), 0)), ms(hw.StepCPU), hw.Preempted, longest)
 }

@@ -202,4 +202,6 @@
 //	report.go             Report and Item: exactly what was removed
 //	spent.go              Spent: what each phase's reads and writes of
 //	                      the host took, by kind (Cleaner.TakeSpent)
+//	threadclock_linux.go  a step's thread's CPU time and preemptions
+//	threadclock_other.go  the same off Linux: unknown
 package footprint

@@ -25,6 +25,9 @@ type Spent struct {
 	// LockWaits are the waits for host-local's lock on a reservation
 	// directory before its files are removed.
 	LockWaits Tally
+	// Registry are the host registry's answers to who holds an address
+	// (Seams.Records).
+	Registry Tally
 	// Execs are the iptables, iptables-save and iptables-restore commands
 	// run (each a process with the default IPTables).
 	Execs int
@@ -32,6 +35,14 @@ type Spent struct {
 	Lines, Bytes int
 	// Longest is the longest step (what it was, Longest.Took how long).
 	Longest Step
+	// StepCPU is the CPU time the steps took, as the kernel counts it for
+	// the thread each ran on; the rest of their time they waited: for
+	// the host to answer, or in the run queue. Preempted is how often a
+	// step's thread had its CPU taken for another runnable thread.
+	// Hopped steps moved to another thread midway and are in neither.
+	StepCPU   time.Duration
+	Preempted int
+	Hopped    int
 }
 
 // Tally is how many steps of a kind a run made and how long they took
@@ -49,7 +60,7 @@ type Step struct {
 
 // Total is the time of every step together.
 func (s Spent) Total() time.Duration {
-	return s.Probes.Took + s.Lists.Took + s.Files.Took + s.Writes.Took + s.LockWaits.Took
+	return s.Probes.Took + s.Lists.Took + s.Files.Took + s.Writes.Took + s.LockWaits.Took + s.Registry.Took
 }
 
 // LogArgs are s as key-value pairs for a log line (hclog's), each key
@@ -61,7 +72,9 @@ func (s Spent) LogArgs() []any {
 		"files", s.Files.N, "file_time", s.Files.Took,
 		"writes", s.Writes.N, "write_time", s.Writes.Took,
 		"lock_waits", s.LockWaits.N, "lock_time", s.LockWaits.Took,
+		"registry_reads", s.Registry.N, "registry_time", s.Registry.Took,
 		"execs", s.Execs, "longest", s.Longest.What, "longest_time", s.Longest.Took,
+		"step_cpu", s.StepCPU, "preempted", s.Preempted, "hopped", s.Hopped,
 	}
 }
 
@@ -74,6 +87,7 @@ const (
 	stepFile
 	stepWrite
 	stepLockWait
+	stepRegistry
 )
 
 // meter adds up a Cleaner's steps; every view of the Cleaner shares it,
@@ -90,13 +104,21 @@ func (m *meter) begin(kind stepKind, what string, exec bool) (end func(lines, by
 	if m == nil {
 		return func(int, int) {}
 	}
-	start := time.Now()
+	start, clock := time.Now(), readThreadClock()
 	return func(lines, bytes int) {
-		took := time.Since(start)
+		took, now := time.Since(start), readThreadClock()
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		s := &m.spent
-		t := [...]*Tally{stepProbe: &s.Probes, stepList: &s.Lists, stepFile: &s.Files, stepWrite: &s.Writes, stepLockWait: &s.LockWaits}[kind]
+		switch {
+		case !clock.ok || !now.ok:
+		case now.tid != clock.tid:
+			s.Hopped++
+		default:
+			s.StepCPU += now.cpu - clock.cpu
+			s.Preempted += int(now.involuntary - clock.involuntary)
+		}
+		t := [...]*Tally{stepProbe: &s.Probes, stepList: &s.Lists, stepFile: &s.Files, stepWrite: &s.Writes, stepLockWait: &s.LockWaits, stepRegistry: &s.Registry}[kind]
 		t.N++
 		t.Took += took
 		if exec {
@@ -135,7 +157,7 @@ func (c *Cleaner) TakeSpent() Spent { return c.meter.take() }
 
 // String is s in a few words, for errors and tests.
 func (s Spent) String() string {
-	return fmt.Sprintf("%d probes %s, %d lists %s (%d lines), %d files %s, %d writes %s, %d lock waits %s, %d execs; longest %q %s",
+	return fmt.Sprintf("%d probes %s, %d lists %s (%d lines), %d files %s, %d writes %s, %d lock waits %s, %d registry reads %s, %d execs; longest %q %s; on a CPU %s, preempted %d",
 		s.Probes.N, s.Probes.Took, s.Lists.N, s.Lists.Took, s.Lines, s.Files.N, s.Files.Took, s.Writes.N, s.Writes.Took,
-		s.LockWaits.N, s.LockWaits.Took, s.Execs, s.Longest.What, s.Longest.Took)
+		s.LockWaits.N, s.LockWaits.Took, s.Registry.N, s.Registry.Took, s.Execs, s.Longest.What, s.Longest.Took, s.StepCPU, s.Preempted)
 }
