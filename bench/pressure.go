@@ -44,7 +44,8 @@ type pressureResult struct {
 	Batches, BatchFailed     int
 	Batch                    sample // the writer's iptables-restore, each
 	Load                     [3]float64
-	Sched                    schedTimes // the bench's threads while the workers ran: on a CPU, and waiting for one
+	Sched                    schedTimes    // the bench's threads while the workers ran: on a CPU, and waiting for one
+	GoWait50, GoWait99       time.Duration // the bench's goroutines' waits to run (Go's scheduler), p50 and p99, while the workers ran
 	Took                     time.Duration
 	Measured                 time.Time // when this set at this size was measured
 	Machine                  string    // where
@@ -344,7 +345,7 @@ func pressureRun(set pluginSet, size, n int) (pressureResult, error) {
 	jobs := make(chan pressureJob)
 	outcomes := make(chan pressureOutcome, 2*n)
 	writer := startCompetingWriter()
-	start, sched := time.Now(), ownSchedTimes()
+	start, sched, goSched := time.Now(), ownSchedTimes(), readGoSchedLatencies()
 	var wg sync.WaitGroup
 	for range pressureWorkers {
 		wg.Add(1)
@@ -364,6 +365,7 @@ func pressureRun(set pluginSet, size, n int) (pressureResult, error) {
 	res.Took = time.Since(start)
 	res.Load = loadAverage()
 	res.Sched = ownSchedTimes().since(sched)
+	res.GoWait50, res.GoWait99 = readGoSchedLatencies().percentileSince(goSched, 50), readGoSchedLatencies().percentileSince(goSched, 99)
 	var werr error
 	res.Batch, res.BatchFailed, werr = writer.stop()
 	res.Batches = len(res.Batch)

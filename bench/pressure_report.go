@@ -190,8 +190,8 @@ func (r *report) pressureWork(w writer, ps []pressureResult) {
 	var waits []string
 	for _, p := range ps {
 		if p.Sched.OnCPU > 0 {
-			waits = append(waits, fmt.Sprintf("%s at %d rules %.1f ms (%s on a CPU, %s waiting)", p.Set.Name, p.Size, p.Sched.waitPerCPU(),
-				p.Sched.OnCPU.Round(time.Second), p.Sched.Waited.Round(time.Second)))
+			waits = append(waits, fmt.Sprintf("%s at %d rules %.1f ms (%s on a CPU, %s waiting; a goroutine's wait for one of Go's Ps, p50 / p99: %s / %s)",
+				p.Set.Name, p.Size, p.Sched.waitPerCPU(), p.Sched.OnCPU.Round(time.Second), p.Sched.Waited.Round(time.Second), ms(p.GoWait50), ms(p.GoWait99)))
 		}
 	}
 	if len(waits) > 0 {

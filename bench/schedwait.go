@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
+	"slices"
 	"time"
 )
 
@@ -46,4 +49,53 @@ func (t schedTimes) waitPerCPU() float64 {
 		return 0
 	}
 	return float64(t.Waited) / float64(t.OnCPU)
+}
+
+// goSchedLatencies is the Go runtime's histogram of how long goroutines
+// waited runnable before they ran (/sched/latencies:seconds): the bench
+// runs cninet, go-cni and the 16 workers in one process, so a goroutine
+// cninet hands work to queues behind theirs for one of GOMAXPROCS Ps.
+type goSchedLatencies struct {
+	counts  []uint64
+	buckets []float64
+}
+
+func readGoSchedLatencies() goSchedLatencies {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return goSchedLatencies{}
+	}
+	h := s[0].Value.Float64Histogram()
+	return goSchedLatencies{counts: slices.Clone(h.Counts), buckets: h.Buckets}
+}
+
+// percentileSince is the q-th percentile (0 < q < 100) of the waits since
+// before, to the upper bound of its bucket; 0 when none was counted.
+func (l goSchedLatencies) percentileSince(before goSchedLatencies, q float64) time.Duration {
+	if len(l.counts) == 0 || len(before.counts) != len(l.counts) {
+		return 0
+	}
+	var total uint64
+	delta := make([]uint64, len(l.counts))
+	for i := range l.counts {
+		delta[i] = l.counts[i] - before.counts[i]
+		total += delta[i]
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(float64(total) * q / 100))
+	var seen uint64
+	for i, n := range delta {
+		seen += n
+		if seen >= rank {
+			upper := l.buckets[i+1]
+			if math.IsInf(upper, 1) {
+				upper = l.buckets[i]
+			}
+			return time.Duration(upper * float64(time.Second))
+		}
+	}
+	return 0
 }
