@@ -108,8 +108,8 @@ func BenchmarkHolders(b *testing.B) {
 	}
 }
 
-// A small registry is read on the caller's goroutine: on a busy process a
-// goroutine handed the reads first waits for a P, longer than they take.
+// A small registry is read on the caller's goroutine: on a busy host a
+// goroutine handed the reads first waits to run, longer than they take.
 func TestASmallRegistryIsReadOnTheCallersGoroutine(t *testing.T) {
 	g, err := Open(t.TempDir())
 	if err != nil {

@@ -247,9 +247,9 @@ func readAll[T any](g *Registry, decode decoder[T]) ([]T, []Damaged, error) {
 }
 
 // readAloneBelow is how many ids the caller reads alone: a few
-// directories and files take microseconds each, and on a busy process
-// the goroutines that would share them first wait for a P (each a wait
-// in Go's run queue, and the kernel's) longer than the reads take.
+// directories and files take microseconds each, and on a busy host the
+// goroutines that would share them first wait for a thread to run on (a
+// wait in the kernel's run queue) longer than the reads take.
 const readAloneBelow = 128
 
 // readID reads the records under one id's directory, sorted by network
