@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/hostwork"
 	"github.com/seed1280861d/cninet/internal/iptables"
 	"github.com/seed1280861d/cninet/internal/telemetry"
 )
@@ -256,7 +257,7 @@ func (d detachment) one(ctx context.Context, how footprint.Detach, l footprint.L
 // prevention, the cleanup) spent its time on the host: its reads and
 // writes by kind, counted and timed, and how often it ran (a step that
 // met a held xtables lock runs again: whileLockHeld).
-func (d detachment) logSpent(id, network, phase string, tries int, s footprint.Spent) {
+func (d detachment) logSpent(id, network, phase string, tries int, s hostwork.Spent) {
 	args := append([]any{"alloc_id", id, "network", network, "phase", phase, "tries", tries}, s.LogArgs()...)
 	d.c.logger.Debug("host work timed", args...)
 }

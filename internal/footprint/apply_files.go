@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/seed1280861d/cninet/internal/hostwork"
 )
 
 // applyFiles removes the planned files. Reservations go under
@@ -34,7 +36,7 @@ func applyFiles(v *view, changes []fileChange, rep *Report) {
 }
 
 func removeReservations(v *view, dir string, cs []fileChange, rep *Report) {
-	end := v.meter.begin(stepLockWait, "host-local's lock on "+dir, false)
+	end := v.meter.Begin(hostwork.LockWait, "host-local's lock on "+dir, false)
 	unlock, err := lockDir(v.ctx, dir)
 	end(0, 0)
 	if err != nil {
@@ -51,7 +53,7 @@ func removeReservations(v *view, dir string, cs []fileChange, rep *Report) {
 }
 
 func removeFile(v *view, c fileChange, rep *Report) {
-	end := v.meter.begin(stepWrite, "removing "+c.path, false)
+	end := v.meter.Begin(hostwork.Write, "removing "+c.path, false)
 	err := os.Remove(c.path)
 	end(0, 0)
 	if err != nil {
@@ -69,7 +71,7 @@ func applyLinks(v *view, changes []linkChange, rep *Report) {
 		if v.links == nil {
 			return
 		}
-		end := v.meter.begin(stepWrite, "deleting device "+c.name, false)
+		end := v.meter.Begin(hostwork.Write, "deleting device "+c.name, false)
 		removed, err := v.links.DeleteLink(c.name)
 		end(0, 0)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/hostwork"
 	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
@@ -75,7 +76,7 @@ func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *Report) (bo
 			lines = append(lines, "-F "+c.chain, "-X "+c.chain)
 		}
 	}
-	end := f.meter.begin(stepWrite, f.name()+"-restore "+table, true)
+	end := f.meter.Begin(hostwork.Write, f.name()+"-restore "+table, true)
 	err := restorer.RestoreNoFlush(table, lines)
 	end(0, 0)
 	if err != nil {
@@ -89,7 +90,7 @@ func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *Report) (bo
 
 func applyIPTOne(f *iptView, c iptChange, errs *errList, rep *Report) {
 	var err error
-	end := f.meter.begin(stepWrite, f.name()+" "+describeIPT(c), true)
+	end := f.meter.Begin(hostwork.Write, f.name()+" "+describeIPT(c), true)
 	if c.rule != nil {
 		err = f.ipt.Delete(c.tableName(), c.rule.Chain, c.rule.Args()...)
 	} else {
@@ -173,7 +174,7 @@ func applyByHandle(f *iptView, table string, changes []iptChange, rep *Report) (
 			listed, _ := f.rules(table, r.Chain)
 			rules[k] = host.ListedRule{Line: r.Line, Position: int(r.Pos) - removed[r.Chain], ChainLen: len(listed) - removed[r.Chain]}
 		}
-		end := f.meter.begin(stepWrite, f.name()+" rules by handle in "+table, false)
+		end := f.meter.Begin(hostwork.Write, f.name()+" rules by handle in "+table, false)
 		out, _, err := hd.DeleteByHandle(table, rules, nil)
 		end(0, 0)
 		for k, o := range out {
@@ -196,7 +197,7 @@ func applyByHandle(f *iptView, table string, changes []iptChange, rep *Report) (
 		for k, i := range chainItems {
 			chains[k] = items[i].chain
 		}
-		end := f.meter.begin(stepWrite, f.name()+" chains by handle in "+table, false)
+		end := f.meter.Begin(hostwork.Write, f.name()+" chains by handle in "+table, false)
 		_, out, err := hd.DeleteByHandle(table, nil, chains)
 		end(0, 0)
 		for k, o := range out {

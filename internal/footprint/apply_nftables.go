@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/hostwork"
 )
 
 // applyNFT applies the nftables changes: each table's deletions in one
@@ -38,7 +39,7 @@ func deleteNFT(s *nftView, t host.NFTable, changes []nftChange, rep *Report) {
 		}
 		return
 	}
-	end := s.meter.begin(stepWrite, "nftables deletion in "+t.String(), false)
+	end := s.meter.Begin(hostwork.Write, "nftables deletion in "+t.String(), false)
 	err := s.nft.DeleteRules(s.ctx, t, rulesOf(changes))
 	end(0, 0)
 	if err == nil {
@@ -48,7 +49,7 @@ func deleteNFT(s *nftView, t host.NFTable, changes []nftChange, rep *Report) {
 		return
 	}
 	for _, c := range changes {
-		end := s.meter.begin(stepWrite, "nftables deletion in "+t.String(), false)
+		end := s.meter.Begin(hostwork.Write, "nftables deletion in "+t.String(), false)
 		err := s.nft.DeleteRules(s.ctx, t, []host.NFTRule{*c.rule})
 		end(0, 0)
 		if err != nil {
@@ -68,7 +69,7 @@ func deleteNFT(s *nftView, t host.NFTable, changes []nftChange, rep *Report) {
 const nftDeleteChunk = 16384
 
 func deleteNFTByHandle(s *nftView, hd host.NFTHandleDeleter, t host.NFTable, changes []nftChange, rep *Report) {
-	end := s.meter.begin(stepWrite, "nftables deletion by handle in "+t.String(), false)
+	end := s.meter.Begin(hostwork.Write, "nftables deletion by handle in "+t.String(), false)
 	out, err := hd.DeleteByHandle(s.ctx, t, rulesOf(changes))
 	end(0, 0)
 	for i, o := range out {

@@ -154,6 +154,7 @@
 //	                      which footprints a network can leave
 //	cleaner.go            Network, Seams, ProofStore, Cleaner: NewCleaner for a Teardown,
 //	                      NewSweep for a GC; Discover, Clean, CleanAll;
+//	                      TakeSpent: each phase's host work (package hostwork);
 //	                      a GC's pass over every family at once
 //	pipeline.go           the footprint interface, claims and evidence;
 //	                      who holds an address now
@@ -200,8 +201,4 @@
 //	apply_nftables.go     deletions by handle, then one nft transaction
 //	apply_files.go        files removed under host-local's lock; devices
 //	report.go             Report and Item: exactly what was removed
-//	spent.go              Spent: what each phase's reads and writes of
-//	                      the host took, by kind (Cleaner.TakeSpent)
-//	threadclock_linux.go  a step's thread's CPU time and preemptions
-//	threadclock_other.go  the same off Linux: unknown
 package footprint

@@ -3,6 +3,8 @@ package footprint
 import (
 	"net/netip"
 	"slices"
+
+	"github.com/seed1280861d/cninet/internal/hostwork"
 )
 
 // hostFiles is what the files on the host say about attachments:
@@ -53,7 +55,7 @@ func scanFilesOf(v *view, set attSet) hostFiles {
 	var f hostFiles
 	for _, a := range set.sorted() {
 		n := v.nets[a.Network]
-		end := v.meter.begin(stepFile, "files of "+a.ID, false)
+		end := v.meter.Begin(hostwork.File, "files of "+a.ID, false)
 		if r, ok := readRecordOf(v, n, a.ID); ok {
 			f.records = append(f.records, r)
 		}

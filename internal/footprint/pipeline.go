@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/seed1280861d/cninet/internal/hostwork"
 	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
@@ -143,7 +144,7 @@ func askHoldersOf(v *view, set attSet, ev *evidence, asked addrSet) {
 	if v.host.Records == nil {
 		return
 	}
-	end := v.meter.begin(stepRegistry, "the host registry's holders", false)
+	end := v.meter.Begin(hostwork.Registry, "the host registry's holders", false)
 	holding := v.host.Records.Holding(asked.all())
 	end(0, 0)
 	for addr, holders := range holding { // a live attachment whose files a drift took

@@ -7,6 +7,7 @@ import (
 	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/hostwork"
 )
 
 // Each phase of a Teardown says where its time went on the host: the
@@ -75,7 +76,7 @@ func TestTakeSpentCountsEachPhasesReadsAndWritesOnce(t *testing.T) {
 			if clean.Longest.What == "" || clean.Longest.Took > clean.Total() {
 				t.Errorf("longest step %q %s of a total %s", clean.Longest.What, clean.Longest.Took, clean.Total())
 			}
-			if again := cl.TakeSpent(); again != (footprint.Spent{}) {
+			if again := cl.TakeSpent(); again != (hostwork.Spent{}) {
 				t.Errorf("taken twice: %s", again)
 			}
 		})

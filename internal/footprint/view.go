@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/hostwork"
 	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
@@ -21,7 +22,7 @@ type view struct {
 	nets  map[string]Network // every network whose state may be on the host
 	whole bool
 	errs  *errList
-	meter *meter // what the run's reads and writes take
+	meter *hostwork.Meter // what the run's reads and writes take
 
 	wholeWorkload bool // every attachment of the set's ids is being torn down (Cleaner.WholeWorkload)
 
@@ -36,7 +37,7 @@ type view struct {
 	cachedAll  []cachedResult // every known network's cached results (a Teardown reads them only if it must)
 }
 
-func newView(ctx context.Context, h Seams, nets map[string]Network, whole bool, errs *errList, m *meter) *view {
+func newView(ctx context.Context, h Seams, nets map[string]Network, whole bool, errs *errList, m *hostwork.Meter) *view {
 	v := &view{ctx: ctx, host: h, nets: nets, whole: whole, errs: errs, meter: m}
 	for i, v6 := range []bool{false, true} {
 		if h.IPTables == nil {

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package footprint
+package hostwork
 
 import "time"
 

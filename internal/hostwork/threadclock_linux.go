@@ -1,4 +1,4 @@
-package footprint
+package hostwork
 
 import (
 	"time"

@@ -1,4 +1,4 @@
-package footprint
+package hostwork
 
 import (
 	"fmt"
@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Spent is where a Cleaner's time on the host went: every read and write
-// it made, counted and timed by kind, as the run made it. Nothing is read
+// Spent is where a run's time on the host went: every read and write it
+// made, counted and timed by kind, as the run made it. Nothing is read
 // to measure it. What a run took beyond the sum of its steps is its own
 // work (planning, judging) and waiting to be scheduled.
 type Spent struct {
@@ -78,29 +78,29 @@ func (s Spent) LogArgs() []any {
 	}
 }
 
-// stepKind is which Tally of Spent a step counts in.
-type stepKind int
+// Kind is which Tally of Spent a step counts in.
+type Kind int
 
+// The kinds of steps, as Spent counts them.
 const (
-	stepProbe stepKind = iota
-	stepList
-	stepFile
-	stepWrite
-	stepLockWait
-	stepRegistry
+	Probe Kind = iota
+	List
+	File
+	Write
+	LockWait
+	Registry
 )
 
-// meter adds up a Cleaner's steps; every view of the Cleaner shares it,
-// and its methods may be called concurrently. A nil meter measures
-// nothing.
-type meter struct {
+// Meter adds up a run's steps; its methods may be called concurrently. A
+// nil Meter measures nothing.
+type Meter struct {
 	mu    sync.Mutex
 	spent Spent
 }
 
-// begin starts timing a step of kind; the returned func ends it. exec says
+// Begin starts timing a step of kind; the returned func ends it. exec says
 // the step runs a command; lines and bytes are what a listing returned.
-func (m *meter) begin(kind stepKind, what string, exec bool) (end func(lines, bytes int)) {
+func (m *Meter) Begin(kind Kind, what string, exec bool) (end func(lines, bytes int)) {
 	if m == nil {
 		return func(int, int) {}
 	}
@@ -118,7 +118,7 @@ func (m *meter) begin(kind stepKind, what string, exec bool) (end func(lines, by
 			s.StepCPU += now.cpu - clock.cpu
 			s.Preempted += int(now.involuntary - clock.involuntary)
 		}
-		t := [...]*Tally{stepProbe: &s.Probes, stepList: &s.Lists, stepFile: &s.Files, stepWrite: &s.Writes, stepLockWait: &s.LockWaits, stepRegistry: &s.Registry}[kind]
+		t := [...]*Tally{Probe: &s.Probes, List: &s.Lists, File: &s.Files, Write: &s.Writes, LockWait: &s.LockWaits, Registry: &s.Registry}[kind]
 		t.N++
 		t.Took += took
 		if exec {
@@ -132,8 +132,8 @@ func (m *meter) begin(kind stepKind, what string, exec bool) (end func(lines, by
 	}
 }
 
-// take returns what was spent since the last take.
-func (m *meter) take() Spent {
+// Take returns what was spent since the last Take.
+func (m *Meter) Take() Spent {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.spent
@@ -141,19 +141,14 @@ func (m *meter) take() Spent {
 	return s
 }
 
-// linesSize is the bytes of a listing's lines, newlines included.
-func linesSize(lines []string) int {
+// LinesSize is the bytes of a listing's lines, newlines included.
+func LinesSize(lines []string) int {
 	n := 0
 	for _, l := range lines {
 		n += len(l) + 1
 	}
 	return n
 }
-
-// TakeSpent returns what the cleaner spent on the host since it was
-// made or TakeSpent was last called: call it after Prevent, and again
-// after Clean, for each phase's.
-func (c *Cleaner) TakeSpent() Spent { return c.meter.take() }
 
 // String is s in a few words, for errors and tests.
 func (s Spent) String() string {
