@@ -317,6 +317,8 @@ func (p *recordProofs) Record(att footprint.Attachment, addrs []netip.Addr) erro
 
 // Holding implements footprint.RecordedHolders: the attachments recorded
 // as attached or being added that name one of addrs, whoever owns them.
+// Every Teardown asks it for its own addresses, so only the records whose
+// bytes may name one are decoded (registry.Naming).
 // A registry that cannot be read holds nothing it can name; the files
 // and rules are still asked.
 func (r *hostRegistry) Holding(addrs []netip.Addr) map[netip.Addr][]footprint.Attachment {
@@ -324,7 +326,7 @@ func (r *hostRegistry) Holding(addrs []netip.Addr) map[netip.Addr][]footprint.At
 	for _, a := range addrs {
 		want[a] = true
 	}
-	all, _ := r.store.Summaries()
+	all, _ := r.store.Naming(addrs) // only the records that may name one are decoded
 	out := map[netip.Addr][]footprint.Attachment{}
 	for _, s := range all.Summaries {
 		if s.State != registry.Attached && s.State != registry.Adding {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/hostwork"
 	"github.com/seed1280861d/cninet/internal/iptables"
 	"github.com/seed1280861d/cninet/internal/telemetry"
 )
@@ -201,9 +202,12 @@ func (d detachment) one(ctx context.Context, how footprint.Detach, l footprint.L
 	cl.RecheckByHandle = d.settled && fa.settled
 	cl.Detach = how
 	var removeErr error
+	var preventTries, cleanTries int
 	prevention, preventErr := whileLockHeld(ctx, func() (footprint.Prevention, error) {
+		preventTries++
 		return cl.Prevent([]string{req.id}) // also reads the proof the DEL erases
 	})
+	preventSpent := cl.TakeSpent()
 	if preventErr == nil {
 		preventErr = proofs.detaching()
 	}
@@ -219,13 +223,18 @@ func (d detachment) one(ctx context.Context, how footprint.Detach, l footprint.L
 	}
 	delDone := time.Now()
 	_, cleanSpan := c.tel.StartSpan(ctx, telemetry.SpanCleanup)
-	removed, cleanErr := whileLockHeld(ctx, func() ([]footprint.Item, error) { return cl.Clean([]string{req.id}) })
+	removed, cleanErr := whileLockHeld(ctx, func() ([]footprint.Item, error) {
+		cleanTries++
+		return cl.Clean([]string{req.id})
+	})
 	c.tel.Cleaned(ctx, cleanSpan, d.cleanupOp(), att.name(), removed, cleanErr)
 	d.logRemoved(req.id, att.name(), removed, removeErr)
 	// prevent includes record: the registry's share, writing the proof
 	// before the DEL.
 	c.logger.Debug("network detached", "alloc_id", req.id, "network", att.name(),
 		"prevent", prevented.Sub(start), "del", delDone.Sub(prevented), "cleanup", time.Since(delDone), "record", proofs.spent)
+	d.logSpent(req.id, att.name(), "prevent", preventTries, preventSpent)
+	d.logSpent(req.id, att.name(), "cleanup", cleanTries, cl.TakeSpent())
 	if cleanErr != nil {
 		cleanErr = fmt.Errorf("%w in network %q: %w", ErrCleanupFailed, att.name(), cleanErr)
 	}
@@ -239,6 +248,15 @@ func (d detachment) one(ctx context.Context, how footprint.Detach, l footprint.L
 		c.logger.Warn("CNI DEL failed; force cleanup removed what was left", "alloc_id", req.id, "network", att.name(), "error", removeErr)
 	}
 	return nil
+}
+
+// logSpent reports where one phase of a network's detach (the
+// prevention, the cleanup) spent its time on the host: its reads and
+// writes by kind, counted and timed, and how often it ran (a step that
+// met a held xtables lock runs again: whileLockHeld).
+func (d detachment) logSpent(id, network, phase string, tries int, s hostwork.Spent) {
+	args := append([]any{"alloc_id", id, "network", network, "phase", phase, "tries", tries}, s.LogArgs()...)
+	d.logger.Debug("host work timed", args...)
 }
 
 // logPrevented reports what a DEL was kept from: addresses withheld from

@@ -28,7 +28,11 @@
 //	cri.go          thick mode under containerd's CRI, driven by crictl
 //	registry.go     cninet status --attachments over a host registry of 10,000 records
 //	pressure.go     a busy host: kube-proxy's rules, a competing writer, 16 workers
-//	pressure_report.go  its section of BENCHMARKS.md and its plot
+//	pressure_report.go  its section of BENCHMARKS.md and its plot; where
+//	                the prevention's and the cleanup's time goes at p50/p95/p99
+//	hostwork_log.go cninet's "host work timed" lines read: each phase's
+//	                reads and writes of the host by kind
+//	schedwait.go    the bench's threads' CPU time and run-queue wait
 //	drift.go        live attachments kept whole by the repair watcher:
 //	                whole-table flushes, Setup+Teardown with RepairEvery
 //	                on, a storm, Drifts of many, the idle watcher

@@ -38,12 +38,18 @@ type pressureResult struct {
 	Registry, Prevention, Cleanup sample   // cninet's phases per cycle (successful cycles)
 	LockFind                      sample   // the allocation's locks and finding its networks, both halves
 	TeardownOwn                   sample   // of each Teardown, cninet's own: prevention (with the proof), cleanup, the record's removal, lock+find
-	Batches, BatchFailed          int
-	Batch                         sample // the writer's iptables-restore, each
-	Load                          [3]float64
-	Took                          time.Duration
-	Measured                      time.Time // when this set at this size was measured
-	Machine                       string    // where
+	// CleanupWork and PreventWork are, in the order of Cleanup and
+	// Prevention, where each cycle's phase spent its time on the host.
+	CleanupWork, PreventWork []hostWork
+	Batches, BatchFailed     int
+	Batch                    sample // the writer's iptables-restore, each
+	Load                     [3]float64
+	Sched                    schedTimes    // the bench's threads while the workers ran: on a CPU, and waiting for one
+	GoWait50, GoWait99       time.Duration // the bench's goroutines' waits to run (Go's scheduler), p50 and p99, while the workers ran
+	Listing                  sample        // an iptables -t nat -S POSTROUTING every 2 s while the workers ran: what a cleanup that must list pays
+	Took                     time.Duration
+	Measured                 time.Time // when this set at this size was measured
+	Machine                  string    // where
 }
 
 const (
@@ -263,6 +269,41 @@ func (w *competingWriter) stop() (sample, int, error) {
 	return w.batches, w.failed, err
 }
 
+// listingProbe times, every 2 s, one iptables listing of one chain, as a
+// cleanup runs it when the DEL left something of its attachment: on this
+// host its cost is what such a cleanup pays on top of its netlink probes.
+type listingProbe struct {
+	done, exited chan struct{}
+	took         sample
+}
+
+func startListingProbe() *listingProbe {
+	p := &listingProbe{done: make(chan struct{}), exited: make(chan struct{})}
+	go func() {
+		defer close(p.exited)
+		tick := time.NewTicker(2 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.done:
+				return
+			case <-tick.C:
+			}
+			start := time.Now()
+			if exec.Command("iptables", "-t", "nat", "-S", "POSTROUTING", "-w", "5").Run() == nil {
+				p.took = append(p.took, time.Since(start))
+			}
+		}
+	}()
+	return p
+}
+
+func (p *listingProbe) stop() sample {
+	close(p.done)
+	<-p.exited
+	return p.took
+}
+
 // pressureLog reads cninet's debug log per allocation: cycles run
 // concurrently here, so each line's phase goes to its alloc_id.
 type pressureLog struct {
@@ -340,7 +381,8 @@ func pressureRun(set pluginSet, size, n int) (pressureResult, error) {
 	jobs := make(chan pressureJob)
 	outcomes := make(chan pressureOutcome, 2*n)
 	writer := startCompetingWriter()
-	start := time.Now()
+	lister := startListingProbe()
+	start, sched, goSched := time.Now(), ownSchedTimes(), readGoSchedLatencies()
 	var wg sync.WaitGroup
 	for range pressureWorkers {
 		wg.Add(1)
@@ -359,8 +401,11 @@ func pressureRun(set pluginSet, size, n int) (pressureResult, error) {
 	close(outcomes)
 	res.Took = time.Since(start)
 	res.Load = loadAverage()
+	res.Sched = ownSchedTimes().since(sched)
+	res.GoWait50, res.GoWait99 = readGoSchedLatencies().percentileSince(goSched, 50), readGoSchedLatencies().percentileSince(goSched, 99)
 	var werr error
 	res.Batch, res.BatchFailed, werr = writer.stop()
+	res.Listing = lister.stop()
 	res.Batches = len(res.Batch)
 	if werr != nil {
 		return res, fmt.Errorf("removing the writer's chain: %w", werr)
@@ -384,6 +429,8 @@ func pressureRun(set pluginSet, size, n int) (pressureResult, error) {
 			res.Registry = append(res.Registry, ph.Registry.Setup+ph.Registry.teardown())
 			res.Prevention = append(res.Prevention, ph.Prevent-ph.Registry.Proof)
 			res.Cleanup = append(res.Cleanup, ph.Cleanup)
+			res.CleanupWork = append(res.CleanupWork, ph.CleanupWork)
+			res.PreventWork = append(res.PreventWork, ph.PreventWork)
 			res.LockFind = append(res.LockFind, ph.SetupLock+ph.SetupFind+ph.TeardownLock+ph.TeardownFind)
 			res.TeardownOwn = append(res.TeardownOwn, ph.Prevent+ph.Cleanup+ph.Registry.Removal+ph.TeardownLock+ph.TeardownFind)
 		}

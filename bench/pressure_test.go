@@ -84,3 +84,28 @@ func TestPressureFailuresAreKeptDistinctPerContenderWithTheirCount(t *testing.T)
 		t.Errorf("failures\n%s\nwant\n%s", strings.Join(p.Failures, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// The prevention's and the cleanup's host work are parsed from their
+// "host work timed" lines, each to its own phase, quoted values too.
+func TestPressureLogReadsEachPhasesHostWork(t *testing.T) {
+	l := &pressureLog{phases: map[string]*cyclePhases{}}
+	for _, line := range []string{
+		`2026-11-28T15:00:00.000Z [DEBUG] host work timed: alloc_id=pr-7000-0 network=bench2 phase=prevent tries=1 probes=2 probe_time="412µs" lists=0 list_time=0s listed_lines=0 listed_bytes=0 files=1 file_time="80µs" writes=0 write_time=0s lock_waits=0 lock_time=0s registry_reads=1 registry_time=3ms execs=0 longest="iptables probe nat/CNI-DN-0123" longest_time="300µs" step_cpu="250µs" preempted=2 hopped=1`,
+		`2026-11-28T15:00:00.000Z [DEBUG] host work timed: alloc_id=pr-7000-0 network=bench2 phase=cleanup tries=2 probes=3 probe_time=1.5ms lists=1 list_time=1.2s listed_lines=41 listed_bytes=3100 files=0 file_time=0s writes=1 write_time=20ms lock_waits=1 lock_time=2ms execs=2 longest="iptables nat/POSTROUTING" longest_time=1.2s`,
+	} {
+		l.Write([]byte(line))
+	}
+	got, _ := l.of("pr-7000-0")
+	wantPrevent := hostWork{Tries: 1, Probes: 2, ProbeTime: 412 * time.Microsecond, Files: 1, FileTime: 80 * time.Microsecond,
+		RegistryReads: 1, RegistryTime: 3 * time.Millisecond, StepCPU: 250 * time.Microsecond, Preempted: 2, Hopped: 1,
+		Longest: "iptables probe nat/CNI-DN-0123", LongestTime: 300 * time.Microsecond}
+	wantCleanup := hostWork{Tries: 2, Probes: 3, ProbeTime: 1500 * time.Microsecond, Lists: 1, ListTime: 1200 * time.Millisecond,
+		ListedLines: 41, ListedBytes: 3100, Writes: 1, WriteTime: 20 * time.Millisecond, LockWaits: 1, LockTime: 2 * time.Millisecond,
+		Execs: 2, Longest: "iptables nat/POSTROUTING", LongestTime: 1200 * time.Millisecond}
+	if got.PreventWork != wantPrevent {
+		t.Errorf("prevention's work\n%+v, want\n%+v", got.PreventWork, wantPrevent)
+	}
+	if got.CleanupWork != wantCleanup {
+		t.Errorf("cleanup's work\n%+v, want\n%+v", got.CleanupWork, wantCleanup)
+	}
+}

@@ -92,6 +92,9 @@ type cyclePhases struct {
 	// operations whose chain has the loopback plugin (Connect,
 	// Disconnect: "workload's lo checked").
 	Loopback time.Duration
+	// PreventWork and CleanupWork are where the prevention and the
+	// force cleanup spent their time on the host (host work timed).
+	PreventWork, CleanupWork hostWork
 }
 
 // setupOutside is what of a Setup that took wall its ADDs and the
@@ -161,6 +164,14 @@ func (ph *cyclePhases) addLine(p []byte) {
 		{loCheckField, &ph.Loopback}, {loRestoreField, &ph.Loopback}} {
 		if d, ok := logDuration(f.re, p); ok {
 			*f.to += d
+		}
+	}
+	if phase, w, ok := parseHostWork(p); ok {
+		switch phase {
+		case "prevent":
+			ph.PreventWork.add(w)
+		case "cleanup":
+			ph.CleanupWork.add(w)
 		}
 	}
 	if m := foundLine.FindSubmatch(p); m != nil {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/seed1280861d/cninet/internal/hostwork"
 )
 
 // applyFiles removes the planned files. Reservations go under
@@ -34,7 +36,9 @@ func applyFiles(v *view, changes []fileChange, rep *Report) {
 }
 
 func removeReservations(v *view, dir string, cs []fileChange, rep *Report) {
+	end := v.meter.Begin(hostwork.LockWait, "host-local's lock on "+dir, false)
 	unlock, err := lockDir(v.ctx, dir)
+	end(0, 0)
 	if err != nil {
 		v.errs.add(fmt.Errorf("locking IPAM directory %s: %w", dir, err))
 		return
@@ -49,7 +53,10 @@ func removeReservations(v *view, dir string, cs []fileChange, rep *Report) {
 }
 
 func removeFile(v *view, c fileChange, rep *Report) {
-	if err := os.Remove(c.path); err != nil {
+	end := v.meter.Begin(hostwork.Write, "removing "+c.path, false)
+	err := os.Remove(c.path)
+	end(0, 0)
+	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			v.errs.add(fmt.Errorf("removing %s: %w", c.kind, err))
 		}
@@ -64,7 +71,9 @@ func applyLinks(v *view, changes []linkChange, rep *Report) {
 		if v.links == nil {
 			return
 		}
+		end := v.meter.Begin(hostwork.Write, "deleting device "+c.name, false)
 		removed, err := v.links.DeleteLink(c.name)
+		end(0, 0)
 		if err != nil {
 			v.errs.add(fmt.Errorf("deleting network device %s: %w", c.name, err))
 			continue

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/hostwork"
 	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
@@ -75,7 +76,10 @@ func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *Report) (bo
 			lines = append(lines, "-F "+c.chain, "-X "+c.chain)
 		}
 	}
-	if err := restorer.RestoreNoFlush(table, lines); err != nil {
+	end := f.meter.Begin(hostwork.Write, f.name()+"-restore "+table, true)
+	err := restorer.RestoreNoFlush(table, lines)
+	end(0, 0)
+	if err != nil {
 		return false, err
 	}
 	for _, c := range batch {
@@ -86,11 +90,13 @@ func applyIPTBatch(f *iptView, table string, batch []iptChange, rep *Report) (bo
 
 func applyIPTOne(f *iptView, c iptChange, errs *errList, rep *Report) {
 	var err error
+	end := f.meter.Begin(hostwork.Write, f.name()+" "+describeIPT(c), true)
 	if c.rule != nil {
 		err = f.ipt.Delete(c.tableName(), c.rule.Chain, c.rule.Args()...)
 	} else {
 		err = f.ipt.ClearAndDeleteChain(c.tableName(), c.chain)
 	}
+	end(0, 0)
 	if err != nil {
 		if iptables.IsNotExist(err) {
 			return // gone meanwhile: not removed by this run
@@ -168,7 +174,9 @@ func applyByHandle(f *iptView, table string, changes []iptChange, rep *Report) (
 			listed, _ := f.rules(table, r.Chain)
 			rules[k] = host.ListedRule{Line: r.Line, Position: int(r.Pos) - removed[r.Chain], ChainLen: len(listed) - removed[r.Chain]}
 		}
+		end := f.meter.Begin(hostwork.Write, f.name()+" rules by handle in "+table, false)
 		out, _, err := hd.DeleteByHandle(table, rules, nil)
+		end(0, 0)
 		for k, o := range out {
 			note(chunk[k], o)
 			if o == host.Deleted || o == host.AlreadyGone {
@@ -189,7 +197,9 @@ func applyByHandle(f *iptView, table string, changes []iptChange, rep *Report) (
 		for k, i := range chainItems {
 			chains[k] = items[i].chain
 		}
+		end := f.meter.Begin(hostwork.Write, f.name()+" chains by handle in "+table, false)
 		_, out, err := hd.DeleteByHandle(table, nil, chains)
+		end(0, 0)
 		for k, o := range out {
 			note(chainItems[k], o)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/hostwork"
 )
 
 // applyNFT applies the nftables changes: each table's deletions in one
@@ -38,14 +39,20 @@ func deleteNFT(s *nftView, t host.NFTable, changes []nftChange, rep *Report) {
 		}
 		return
 	}
-	if err := s.nft.DeleteRules(s.ctx, t, rulesOf(changes)); err == nil {
+	end := s.meter.Begin(hostwork.Write, "nftables deletion in "+t.String(), false)
+	err := s.nft.DeleteRules(s.ctx, t, rulesOf(changes))
+	end(0, 0)
+	if err == nil {
 		for _, c := range changes {
 			rep.noteAt(c.att, nftEntry(c))
 		}
 		return
 	}
 	for _, c := range changes {
-		if err := s.nft.DeleteRules(s.ctx, t, []host.NFTRule{*c.rule}); err != nil {
+		end := s.meter.Begin(hostwork.Write, "nftables deletion in "+t.String(), false)
+		err := s.nft.DeleteRules(s.ctx, t, []host.NFTRule{*c.rule})
+		end(0, 0)
+		if err != nil {
 			if !isNFTNotFound(err) {
 				s.errs.add(fmt.Errorf("nftables: deleting %s: %w", c.rule, err))
 			}
@@ -62,7 +69,9 @@ func deleteNFT(s *nftView, t host.NFTable, changes []nftChange, rep *Report) {
 const nftDeleteChunk = 16384
 
 func deleteNFTByHandle(s *nftView, hd host.NFTHandleDeleter, t host.NFTable, changes []nftChange, rep *Report) {
+	end := s.meter.Begin(hostwork.Write, "nftables deletion by handle in "+t.String(), false)
 	out, err := hd.DeleteByHandle(s.ctx, t, rulesOf(changes))
+	end(0, 0)
 	for i, o := range out {
 		if o == host.Deleted {
 			rep.noteAt(changes[i].att, nftEntry(changes[i]))

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/hostwork"
 )
 
 // Network is what the cleaner must know about one CNI network: where its
@@ -113,8 +114,9 @@ type Cleaner struct {
 	net   string // NewCleaner's network
 	whole bool   // a sweep: whole tables are listed, every file read
 
-	prior hostFiles // what Prevent read: the proof the DEL erases
-	swept *view     // DiscoverAll's whole view, reused by CleanAll
+	prior hostFiles       // what Prevent read: the proof the DEL erases
+	meter *hostwork.Meter // what its reads and writes took (TakeSpent)
+	swept *view           // DiscoverAll's whole view, reused by CleanAll
 	rep   Report
 
 	// WholeWorkload says the ids are dead everywhere (a GC: they are not
@@ -154,7 +156,7 @@ func NewSweep(ctx context.Context, h Seams) *Cleaner {
 	for _, n := range h.Networks {
 		nets[n.Name] = n
 	}
-	return &Cleaner{ctx: ctx, host: h, nets: nets, whole: true}
+	return &Cleaner{ctx: ctx, host: h, nets: nets, whole: true, meter: &hostwork.Meter{}}
 }
 
 // Discover scans the whole host for the network's attachments and returns
@@ -175,7 +177,7 @@ func (c *Cleaner) Discover() ([]string, error) {
 // whose jump is gone, tuning files. CleanAll then reuses the scan.
 func (c *Cleaner) DiscoverAll() ([]Attachment, error) {
 	errs := &errList{}
-	v := newView(c.ctx, c.host, c.nets, true, errs)
+	v := newView(c.ctx, c.host, c.nets, true, errs, c.meter)
 	v.prior = c.prior
 	v.nft.brief = c.WholeWorkload // no rule of a dead id's is judged by its expressions
 	found := attSet{}
@@ -224,7 +226,7 @@ func (c *Cleaner) CleanAll(atts []Attachment) error {
 		}
 		return v.errs.err()
 	}
-	v := newView(c.ctx, c.host, c.nets, false, &errList{})
+	v := newView(c.ctx, c.host, c.nets, false, &errList{}, c.meter)
 	v.prior, v.files = c.prior, c.prior.still(set)
 	if c.RecheckByHandle {
 		v.nft.seen = c.seen
@@ -267,6 +269,11 @@ func (c *Cleaner) run(v *view, set attSet, ev *evidence, plans func(footprint) b
 		apply(v, &p, &c.rep)
 	}
 }
+
+// TakeSpent returns what the cleaner spent on the host since it was
+// made or TakeSpent was last called: call it after Prevent, and again
+// after Clean, for each phase's.
+func (c *Cleaner) TakeSpent() hostwork.Spent { return c.meter.Take() }
 
 // Report returns what was removed so far, compact: a sweep can remove
 // hundreds of thousands of pieces.

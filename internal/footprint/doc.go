@@ -154,6 +154,7 @@
 //	                      which footprints a network can leave
 //	cleaner.go            Network, Seams, ProofStore, Cleaner: NewCleaner for a Teardown,
 //	                      NewSweep for a GC; Discover, Clean, CleanAll;
+//	                      TakeSpent: each phase's host work (package hostwork);
 //	                      a GC's pass over every family at once
 //	pipeline.go           the footprint interface, claims and evidence;
 //	                      who holds an address now

@@ -3,6 +3,8 @@ package footprint
 import (
 	"net/netip"
 	"slices"
+
+	"github.com/seed1280861d/cninet/internal/hostwork"
 )
 
 // hostFiles is what the files on the host say about attachments:
@@ -53,6 +55,7 @@ func scanFilesOf(v *view, set attSet) hostFiles {
 	var f hostFiles
 	for _, a := range set.sorted() {
 		n := v.nets[a.Network]
+		end := v.meter.Begin(hostwork.File, "files of "+a.ID, false)
 		if r, ok := readRecordOf(v, n, a.ID); ok {
 			f.records = append(f.records, r)
 		}
@@ -74,6 +77,7 @@ func scanFilesOf(v *view, set attSet) hostFiles {
 				stale = stale || (!reserved && len(n.IPAMDirs) > 0)
 			}
 		}
+		end(0, 0)
 		if stale || !slices.ContainsFunc(f.cached[first:], func(c cachedResult) bool { return len(c.addrs) > 0 }) {
 			f.reservations = f.reservations[:firstReservation] // read again, all of them
 			for _, r := range readAllReservations(v, n) {

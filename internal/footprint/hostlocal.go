@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/seed1280861d/cninet/internal/hostwork"
 )
 
 // host-local keeps one file per reserved address in <dataDir>/<network>/,
@@ -130,6 +132,8 @@ func contested(v *view, set attSet, addrs addrSet) addrSet {
 
 // readAllReservations lists the reservation files of n.
 func readAllReservations(v *view, n Network) []reservation {
+	end := v.meter.Begin(hostwork.File, "reservations of "+n.Name, false)
+	defer end(0, 0)
 	var all []reservation
 	for _, dir := range n.IPAMDirs {
 		rs, err := readReservations(n.Name, dir)

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/hostwork"
 	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
@@ -20,6 +21,7 @@ type iptView struct {
 	v6    bool
 	whole bool
 	errs  *errList
+	meter *hostwork.Meter
 
 	mu       sync.Mutex
 	listings map[string]*iptables.Listing      // "table" (whole) or "table/chain"
@@ -84,7 +86,9 @@ func (f *iptView) read(key string, list func() ([]string, error), keep map[strin
 	if l, done := f.listings[key]; done {
 		return l
 	}
+	end := f.meter.Begin(hostwork.List, f.name()+" "+key, true)
 	lines, err := list()
+	end(len(lines), hostwork.LinesSize(lines))
 	if err != nil && !iptables.IsNotExist(err) {
 		f.errs.add(fmt.Errorf("%s: listing %s: %w", f.name(), key, err))
 		f.failed = true
@@ -192,7 +196,13 @@ func (f *iptView) saveAll(saver host.Saver) {
 		f.streamAll(streamer) // parsed as it is read: a sweep holds one copy
 		return
 	}
+	end := f.meter.Begin(hostwork.List, f.name()+"-save", true)
 	tables, err := saver.SaveAll()
+	lines, size := 0, 0
+	for _, t := range tables {
+		lines, size = lines+len(t), size+hostwork.LinesSize(t)
+	}
+	end(lines, size)
 	if err != nil {
 		f.errs.add(fmt.Errorf("%s: listing all tables: %w", f.name(), err))
 		f.failed = true
@@ -218,7 +228,9 @@ func (f *iptView) hasChain(table, chain string) bool {
 	if done {
 		return exists
 	}
+	end := f.meter.Begin(hostwork.Probe, f.name()+" probe "+key, false)
 	exists, err := prober.ProbeChain(table, chain)
+	end(0, 0)
 	if err != nil || exists {
 		exists = f.listed(table, chain)
 	}
@@ -254,11 +266,15 @@ func (f *iptView) mayMention(table, chain string, addrs []netip.Addr, except []s
 		return true
 	}
 	if scanner, ok := f.ipt.(host.OtherAddrScanner); ok && len(except) > 0 {
+		end := f.meter.Begin(hostwork.Probe, f.name()+" scan "+table+"/"+chain, false)
 		may, err := scanner.MayMentionOther(table, chain, addrs, except)
+		end(0, 0)
 		return may || err != nil
 	}
 	if scanner, ok := f.ipt.(host.AddrScanner); ok {
+		end := f.meter.Begin(hostwork.Probe, f.name()+" scan "+table+"/"+chain, false)
 		may, err := scanner.MayMention(table, chain, addrs)
+		end(0, 0)
 		return may || err != nil
 	}
 	return true
@@ -342,7 +358,13 @@ func (f *iptView) streamAll(s host.SaveStreamer) {
 	for _, t := range tables {
 		listings[t] = iptables.NewListing(sweptChains[t])
 	}
-	err := s.SaveEach(tables, func(table string, line []byte) { listings[table].Add(line) })
+	end := f.meter.Begin(hostwork.List, f.name()+"-save", true)
+	lines, size := 0, 0
+	err := s.SaveEach(tables, func(table string, line []byte) {
+		lines, size = lines+1, size+len(line)+1
+		listings[table].Add(line)
+	})
+	end(lines, size)
 	if err != nil {
 		f.errs.add(fmt.Errorf("%s: listing all tables: %w", f.name(), err))
 		f.failed = true

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/seed1280861d/cninet/internal/hostwork"
 )
 
 // libcni caches each attachment's result in <cacheDir>/results/N-ID-IF as
@@ -92,6 +94,8 @@ func cachePath(cacheDir, network, id, ifName string) string {
 
 // readAllCached reads every cache file that may be n's.
 func readAllCached(v *view, n Network) []cachedResult {
+	end := v.meter.Begin(hostwork.File, "cached results of "+n.Name, false)
+	defer end(0, 0)
 	paths, err := filepath.Glob(filepath.Join(n.CacheDir, "results", globEscape(n.Name)+"-*"))
 	v.errs.add(err)
 	var out []cachedResult

@@ -1,6 +1,9 @@
 package footprint
 
-import "github.com/seed1280861d/cninet/host"
+import (
+	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/hostwork"
+)
 
 // A Teardown reads the plugins' nftables tables twice: before the DEL,
 // to keep portmap's DEL off rules of its id that are not its own
@@ -90,7 +93,9 @@ func (s *nftView) seenGone(set attSet) (gone, ok bool) {
 	}
 	gone = true
 	for _, r := range s.seen.rules {
+		end := s.meter.Begin(hostwork.Probe, "nftables lookup by handle", false)
 		got, found, err := lookup.LookupRule(s.ctx, r.Table, r.Chain, r.Handle)
+		end(0, 0)
 		if err != nil {
 			return false, false
 		}

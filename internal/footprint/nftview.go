@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/hostwork"
 	"github.com/seed1280861d/cninet/internal/nfnetlink"
 	"github.com/seed1280861d/cninet/internal/nftables"
 )
@@ -100,6 +101,7 @@ type nftView struct {
 	errs   *errList
 	nft    host.NFTables // nil: the host has no nftables
 	broken bool          // nftables is there but could not be opened: nothing is judged on it
+	meter  *hostwork.Meter
 
 	once   sync.Once
 	rules  []host.NFTRule
@@ -132,7 +134,9 @@ func (s *nftView) list() []host.NFTRule {
 		if b, ok := s.nft.(host.NFTBriefLister); ok && s.brief {
 			list = b.ListRulesBrief
 		}
+		end := s.meter.Begin(hostwork.List, "nftables tables", false)
 		rules, err := list(s.ctx, nftTables)
+		end(len(rules), 0)
 		if err != nil {
 			s.errs.add(fmt.Errorf("nftables: listing %v: %w", nftTables, err))
 			return
@@ -151,7 +155,9 @@ func (s *nftView) any(match func(host.NFTRuleSketch) bool, fallback func(host.NF
 		return false, false
 	}
 	if matcher, ok := s.nft.(host.NFTRuleMatcher); ok {
+		end := s.meter.Begin(hostwork.Probe, "nftables scan of the plugins' tables", false)
 		found, err := matcher.AnyRule(s.ctx, nftTables, match)
+		end(0, 0)
 		if err == nil {
 			return found, true
 		}
@@ -174,7 +180,9 @@ func (s *nftView) find(chains []host.NFTChain, comments []string) (rules []host.
 	if !can {
 		return nil, false
 	}
+	end := s.meter.Begin(hostwork.Probe, "nftables search by comment", false)
 	rules, err := finder.FindRules(s.ctx, chains, comments)
+	end(0, 0)
 	return rules, err == nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/seed1280861d/cninet/internal/hostwork"
 	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
@@ -143,7 +144,10 @@ func askHoldersOf(v *view, set attSet, ev *evidence, asked addrSet) {
 	if v.host.Records == nil {
 		return
 	}
-	for addr, holders := range v.host.Records.Holding(asked.all()) { // a live attachment whose files a drift took
+	end := v.meter.Begin(hostwork.Registry, "the host registry's holders", false)
+	holding := v.host.Records.Holding(asked.all())
+	end(0, 0)
+	for addr, holders := range holding { // a live attachment whose files a drift took
 		for _, by := range holders {
 			if !set[by] && !slices.Contains(ev.held[addr], by) {
 				ev.held[addr] = append(ev.held[addr], by)

@@ -136,7 +136,9 @@ func (c *Cleaner) Prevent(ids []string) (Prevention, error) {
 func (c *Cleaner) hostportReach(first Network, atts []Attachment) (bool, error) {
 	h := c.host
 	h.Proofs = nil
-	return NewCleaner(c.ctx, first, h).hostportDELReachesOnly(atts)
+	sub := NewCleaner(c.ctx, first, h)
+	sub.meter = c.meter // its reads are the prevention's
+	return sub.hostportDELReachesOnly(atts)
 }
 
 // PreventAll is Prevent for attachments of any known network (a GC,
@@ -144,7 +146,7 @@ func (c *Cleaner) hostportReach(first Network, atts []Attachment) (bool, error) 
 func (c *Cleaner) PreventAll(atts []Attachment) (Prevention, error) {
 	errs := &errList{}
 	set := c.set(atts)
-	v := newView(c.ctx, c.host, c.nets, c.whole, errs)
+	v := newView(c.ctx, c.host, c.nets, c.whole, errs, c.meter)
 	if c.whole { // many attachments: reading everything once is cheapest
 		v.files = scanAllFiles(v)
 		v.prior = v.files.of(set)
@@ -241,7 +243,7 @@ func (c *Cleaner) withhold(w *withholding) error {
 func (c *Cleaner) hostportDELReachesOnly(atts []Attachment) (bool, error) {
 	errs := &errList{}
 	set := c.set(atts)
-	v := newView(c.ctx, c.host, c.nets, false, errs)
+	v := newView(c.ctx, c.host, c.nets, false, errs, c.meter)
 	v.prior = scanFilesOf(v, set)
 	foreign := foreignIDRules(v, set)
 	if err := errs.errExcept(host.ErrIPTablesMissing); err != nil {

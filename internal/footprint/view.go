@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/hostwork"
 	"github.com/seed1280861d/cninet/internal/iptables"
 )
 
@@ -21,6 +22,7 @@ type view struct {
 	nets  map[string]Network // every network whose state may be on the host
 	whole bool
 	errs  *errList
+	meter *hostwork.Meter // what the run's reads and writes take
 
 	wholeWorkload bool // every attachment of the set's ids is being torn down (Cleaner.WholeWorkload)
 
@@ -35,8 +37,8 @@ type view struct {
 	cachedAll  []cachedResult // every known network's cached results (a Teardown reads them only if it must)
 }
 
-func newView(ctx context.Context, h Seams, nets map[string]Network, whole bool, errs *errList) *view {
-	v := &view{ctx: ctx, host: h, nets: nets, whole: whole, errs: errs}
+func newView(ctx context.Context, h Seams, nets map[string]Network, whole bool, errs *errList, m *hostwork.Meter) *view {
+	v := &view{ctx: ctx, host: h, nets: nets, whole: whole, errs: errs, meter: m}
 	for i, v6 := range []bool{false, true} {
 		if h.IPTables == nil {
 			continue
@@ -46,10 +48,10 @@ func newView(ctx context.Context, h Seams, nets map[string]Network, whole bool, 
 			errs.add(fmt.Errorf("%s: %w: %w", familyName(v6), host.ErrIPTablesMissing, err))
 			continue
 		}
-		v.ipt[i] = &iptView{ipt: iptables.BindContext(ctx, ipt), v6: v6, whole: whole, errs: errs}
+		v.ipt[i] = &iptView{ipt: iptables.BindContext(ctx, ipt), v6: v6, whole: whole, errs: errs, meter: m}
 		v.allIPT[i] = v.ipt[i]
 	}
-	v.nft = &nftView{ctx: ctx, errs: errs}
+	v.nft = &nftView{ctx: ctx, errs: errs, meter: m}
 	if h.NFTables != nil {
 		nft, err := h.NFTables()
 		switch {

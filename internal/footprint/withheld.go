@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/seed1280861d/cninet/internal/hostwork"
 	"github.com/seed1280861d/cninet/internal/identity"
 )
 
@@ -117,6 +118,8 @@ func readRecordOf(v *view, n Network, id string) (intentRecord, bool) {
 
 // readAllRecords reads every record of n.
 func readAllRecords(v *view, n Network) []intentRecord {
+	end := v.meter.Begin(hostwork.File, "intent records of "+n.Name, false)
+	defer end(0, 0)
 	entries, err := os.ReadDir(recordDir(n.CacheDir, n.Name))
 	if !errors.Is(err, os.ErrNotExist) {
 		v.errs.add(err)

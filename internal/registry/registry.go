@@ -207,23 +207,30 @@ func readAll[T any](g *Registry, decode decoder[T]) ([]T, []Damaged, error) {
 	}
 	reads := make([]idRead[T], len(ids))
 	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(ids)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var buf []byte
-			for i := int(next.Add(1) - 1); i < len(ids); i = int(next.Add(1) - 1) {
-				e := ids[i]
-				if !e.IsDir() {
-					reads[i].damaged = []Damaged{{Path: filepath.Join(root, e.Name()), Key: identity.Key{ID: e.Name()}, Err: errors.New("not a directory")}}
-					continue
-				}
-				reads[i].recs, reads[i].damaged, reads[i].err = readID(filepath.Join(root, e.Name()), e.Name(), &buf, decode)
+	read := func() {
+		var buf []byte
+		for i := int(next.Add(1) - 1); i < len(ids); i = int(next.Add(1) - 1) {
+			e := ids[i]
+			if !e.IsDir() {
+				reads[i].damaged = []Damaged{{Path: filepath.Join(root, e.Name()), Key: identity.Key{ID: e.Name()}, Err: errors.New("not a directory")}}
+				continue
 			}
-		}()
+			reads[i].recs, reads[i].damaged, reads[i].err = readID(filepath.Join(root, e.Name()), e.Name(), &buf, decode)
+		}
 	}
-	wg.Wait()
+	if len(ids) < readAloneBelow {
+		read()
+	} else {
+		var wg sync.WaitGroup
+		for range min(runtime.GOMAXPROCS(0), len(ids)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				read()
+			}()
+		}
+		wg.Wait()
+	}
 	n := 0
 	for _, r := range reads {
 		n += len(r.recs)
@@ -238,6 +245,12 @@ func readAll[T any](g *Registry, decode decoder[T]) ([]T, []Damaged, error) {
 	}
 	return recs, damaged, errors.Join(errs...)
 }
+
+// readAloneBelow is how many ids the caller reads alone: a few
+// directories and files take microseconds each, and on a busy host the
+// goroutines that would share them first wait for a thread to run on (a
+// wait in the kernel's run queue) longer than the reads take.
+const readAloneBelow = 128
 
 // readID reads the records under one id's directory, sorted by network
 // then interface: the order os.ReadDir lists the directories and files
