@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
+	"github.com/seed1280861d/cninet/internal/errs"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/repairwatch"
@@ -20,13 +22,13 @@ import (
 // live attachments and the repairer.
 type checker struct {
 	requests
-	owners
-	registry *hostRegistry
+	attachments.Owners
+	registry *attachments.Registry
 	nets     *catalog.Networks
 	plugins  *catalog.Plugins
-	find     *attachmentFinder
-	seams    *cleanerSeams
-	drivers  *drivers
+	find     *attachments.Finder
+	seams    *attachments.Seams
+	drivers  *attachments.Drivers
 	cacheDir string
 	tel      *telemetry.Recorder
 	logger   hclog.Logger
@@ -57,18 +59,18 @@ func (c *checker) checkAll(ctx context.Context, alloc *Allocation, netns string,
 	if err != nil {
 		return err
 	}
-	leave, err := c.registry.enter(ctx, req.id, false)
+	leave, err := c.registry.Enter(ctx, req.ID, false)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	found, unreadable, err := c.find.of(alloc, req, c.ownerOf(ctx), false)
+	found, unreadable, err := c.find.Of(req, c.OwnerOf(ctx), false)
 	if err != nil {
 		return err
 	}
 	// An unreadable record's attachment is not checked, nor repaired: the
 	// error names its file.
-	return joinErrors(slices.DeleteFunc([]error{c.checkFound(ctx, c.find.attached(found), netns, repair), unreadableError(req.id, unreadable)},
+	return errs.Join(slices.DeleteFunc([]error{c.checkFound(ctx, c.find.Attached(found), netns, repair), attachments.UnreadableError(req.ID, unreadable)},
 		func(err error) bool { return err == nil }))
 }
 
@@ -82,34 +84,34 @@ func (c *checker) checkOne(ctx context.Context, alloc *Allocation, network, netn
 	if err != nil {
 		return err
 	}
-	leave, err := c.registry.enter(ctx, req.id, false)
+	leave, err := c.registry.Enter(ctx, req.ID, false)
 	if err != nil {
 		return err
 	}
 	defer leave()
 	conf, err := c.nets.Known(network, false)
 	if err != nil {
-		return fmt.Errorf("%w (checking allocation %s)", err, req.id)
+		return fmt.Errorf("%w (checking allocation %s)", err, req.ID)
 	}
-	fa := foundAttachment{att: attachment{conf: conf, ifName: ifName}, req: req}
-	if rec := c.registry.recorded(req.id, network, ifName); rec != nil && rec.State != registry.Adding {
-		if conf, err := c.registry.recordedConf(*rec); err == nil {
-			fa.att.conf = conf
+	fa := attachments.Found{Att: attachments.Attachment{Conf: conf, IfName: ifName}, Req: req}
+	if rec := c.registry.Recorded(req.ID, network, ifName); rec != nil && rec.State != registry.Adding {
+		if conf, err := c.registry.RecordedConf(*rec); err == nil {
+			fa.Att.Conf = conf
 		}
-		fa.req, fa.cached, fa.settled = recordedRequest(req, *rec), true, rec.State == registry.Attached
-	} else if a := c.find.cachedAt(req.id, network, ifName); a != nil {
-		fa.req, fa.cached, fa.settled = cachedCapabilities(cachedRequest(req, a), a), true, true
+		fa.Req, fa.Cached, fa.Settled = attachments.RecordedRequest(req, *rec), true, rec.State == registry.Attached
+	} else if a := c.find.CachedAt(req.ID, network, ifName); a != nil {
+		fa.Req, fa.Cached, fa.Settled = attachments.CachedCapabilities(attachments.CachedRequest(req, a), a), true, true
 	} else {
 		return fmt.Errorf("%w: allocation %s is not attached to network %q as %s (neither the host registry in %s nor libcni's cache in %s has it)",
-			ErrCheckFailed, req.id, network, ifName, c.registry.store.Dir(), c.cacheDir)
+			ErrCheckFailed, req.ID, network, ifName, c.registry.Store.Dir(), c.cacheDir)
 	}
-	return c.checkFound(ctx, []foundAttachment{fa}, netns, repair)
+	return c.checkFound(ctx, []attachments.Found{fa}, netns, repair)
 }
 
 // checkFound checks found: cninet's own check of every attachment in one
 // read of the host (with repair, restoring what is missing first), then
 // the plugins' CHECK of each that is whole.
-func (c *checker) checkFound(ctx context.Context, found []foundAttachment, netns string, repair bool) error {
+func (c *checker) checkFound(ctx context.Context, found []attachments.Found, netns string, repair bool) error {
 	atts := c.lives.checkedOf(found, netns)
 	var drifts []Drift
 	var failed, unsupported, repairErrs []error
@@ -118,15 +120,15 @@ func (c *checker) checkFound(ctx context.Context, found []foundAttachment, netns
 		if len(h.Missing) > 0 {
 			drifts = append(drifts, driftOf(h, r.repaired))
 			if r.err != nil && !errors.Is(r.err, footprint.ErrNotInPlace) { // ErrNotRepairable says that
-				repairErrs = append(repairErrs, fmt.Errorf("repairing allocation %s in network %q: %w", fa.req.id, fa.att.name(), r.err))
+				repairErrs = append(repairErrs, fmt.Errorf("repairing allocation %s in network %q: %w", fa.Req.ID, fa.Att.Name(), r.err))
 			}
 			continue
 		}
 		if h.Err != nil {
-			c.logger.Warn("drift check incomplete: what it could not read is left to the plugins' CHECK", "alloc_id", fa.req.id,
-				"network", fa.att.name(), "error", h.Err)
+			c.logger.Warn("drift check incomplete: what it could not read is left to the plugins' CHECK", "alloc_id", fa.Req.ID,
+				"network", fa.Att.Name(), "error", h.Err)
 		}
-		switch err := c.checkNetwork(ctx, fa.req, fa.att, netns); {
+		switch err := c.checkNetwork(ctx, fa.Req, fa.Att, netns); {
 		case errors.Is(err, ErrCheckFailed):
 			failed = append(failed, err)
 		case err != nil:
@@ -137,26 +139,26 @@ func (c *checker) checkFound(ctx context.Context, found []foundAttachment, netns
 		failed = append(append([]error{err}, repairErrs...), failed...) // a repair's cause keeps its sentinel (ErrPluginMissing, ctx's)
 	}
 	if len(failed) > 0 {
-		return joinErrors(failed)
+		return errs.Join(failed)
 	}
-	return joinErrors(unsupported)
+	return errs.Join(unsupported)
 }
 
 // checkNetwork runs the plugins' CHECK on one network of the attachment,
 // without the plugins whose CHECK is known to be unsound here.
-func (c *checker) checkNetwork(ctx context.Context, req request, att attachment, netns string) (err error) {
-	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpCheckNetwork, att.name(), att.ifName, req.id, netns)
+func (c *checker) checkNetwork(ctx context.Context, req attachments.Request, att attachments.Attachment, netns string) (err error) {
+	ctx, op := c.tel.StartNetwork(ctx, telemetry.OpCheckNetwork, att.Name(), att.IfName, req.ID, netns)
 	defer func() { op.End(err) }()
-	if att.conf.Info.DisableCheck {
-		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, att.name())
+	if att.Conf.Info.DisableCheck {
+		return fmt.Errorf("%w: network %q sets disableCheck", ErrCheckUnsupported, att.Name())
 	}
-	driver := c.drivers.driverFor(att)
+	driver := c.drivers.DriverFor(att)
 	omit := unsoundChecks(ctx, c.plugins, driver, att)
-	if err := driver.check(ctx, req, att, netns, omit); err != nil {
+	if err := driver.Check(ctx, req, att, netns, omit); err != nil {
 		if why := knownFalseFailure(ctx, c.plugins, driver, att, err); why != "" {
-			return fmt.Errorf("%w: allocation %s in network %q: %s: %w", ErrCheckUnsupported, req.id, att.name(), why, err)
+			return fmt.Errorf("%w: allocation %s in network %q: %s: %w", ErrCheckUnsupported, req.ID, att.Name(), why, err)
 		}
-		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrCheckFailed, req.id, att.name(), err)
+		return fmt.Errorf("%w: allocation %s in network %q: %w", ErrCheckFailed, req.ID, att.Name(), err)
 	}
 	return nil
 }
@@ -166,8 +168,8 @@ func (c *checker) checkNetwork(ctx context.Context, req request, att attachment,
 // for: portmap releases before CNI spec 1.1 (Debian's 1.1.1 among them)
 // check the DNAT chain of both IP families for every address. Where the
 // driver cannot leave a plugin out (an injected Config.CNI), none.
-func unsoundChecks(ctx context.Context, p *catalog.Plugins, driver netDriver, att attachment) []string {
-	if !driver.runsPlugins() || !slices.Contains(att.conf.Info.PluginTypes, "portmap") {
+func unsoundChecks(ctx context.Context, p *catalog.Plugins, driver attachments.NetDriver, att attachments.Attachment) []string {
+	if !driver.RunsPlugins() || !slices.Contains(att.Conf.Info.PluginTypes, "portmap") {
 		return nil
 	}
 	if p.Supports(ctx, "portmap", "1.1.0") {
@@ -183,12 +185,12 @@ func unsoundChecks(ctx context.Context, p *catalog.Plugins, driver netDriver, at
 // The bridge plugin's CHECK runs the IPAM plugin whether or not its
 // config names one, so on an L2-only network (no IPAM) it always fails
 // with "no plugin name provided".
-func knownFalseFailure(ctx context.Context, p *catalog.Plugins, driver netDriver, att attachment, err error) string {
+func knownFalseFailure(ctx context.Context, p *catalog.Plugins, driver attachments.NetDriver, att attachments.Attachment, err error) string {
 	msg := err.Error()
-	if att.conf.Info.NoIPAM && strings.Contains(msg, "no plugin name provided") {
+	if att.Conf.Info.NoIPAM && strings.Contains(msg, "no plugin name provided") {
 		return "the network names no IPAM plugin (L2 only), and a plugin's CHECK ran one all the same"
 	}
-	if !driver.runsPlugins() || !strings.Contains(msg, "could not check ipv") || !strings.Contains(msg, "dnat") {
+	if !driver.RunsPlugins() || !strings.Contains(msg, "could not check ipv") || !strings.Contains(msg, "dnat") {
 		return ""
 	}
 	if p.Supports(ctx, "portmap", "1.1.0") {
@@ -301,7 +303,7 @@ func (c *checker) driftCheck(ctx context.Context, atts []checkedAttachment, repa
 			lives = append(lives, ca.live)
 		}
 	}
-	checker := footprint.NewChecker(ctx, c.seams.all())
+	checker := footprint.NewChecker(ctx, c.seams.All())
 	checked := checker.Check(lives)
 	out := make([]driftResult, len(atts))
 	for i := range atts {
@@ -332,7 +334,7 @@ func (c *checker) driftCheck(ctx context.Context, atts []checkedAttachment, repa
 	for j, i := range again {
 		recheck[j] = atts[i].live
 	}
-	for j, h := range footprint.NewChecker(ctx, c.seams.all()).Check(recheck) {
+	for j, h := range footprint.NewChecker(ctx, c.seams.All()).Check(recheck) {
 		i := again[j]
 		out[i].health = h
 		out[i].repaired = repairwatch.Restored(restored[i], h)
@@ -346,7 +348,7 @@ func (c *checker) drifts(ctx context.Context, ids []string) ([]Drift, error) {
 	var recs []registry.Record
 	var errs []error
 	if len(ids) == 0 {
-		all, err := c.registry.store.All()
+		all, err := c.registry.Store.All()
 		recs = all.Records
 		errs = append(errs, err)
 		for _, d := range all.Damaged {
@@ -357,7 +359,7 @@ func (c *checker) drifts(ctx context.Context, ids []string) ([]Drift, error) {
 			if err := checkContainerID(id); err != nil {
 				return nil, err
 			}
-			of, damaged, err := c.registry.store.Of(id)
+			of, damaged, err := c.registry.Store.Of(id)
 			recs = append(recs, of...)
 			errs = append(errs, err)
 			for _, d := range damaged {

@@ -1,14 +1,17 @@
 package cninet
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"time"
 
 	cni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/links"
+	"github.com/seed1280861d/cninet/internal/registry"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -146,3 +149,33 @@ func applyDefaults(cfg Config) Config {
 	}
 	return cfg
 }
+
+// PluginAdder is what an injected Config.CNI may also offer: the ADD of
+// one plugin of the network's chain alone, for an attachment made
+// before, with its result as prevResult. Check's repair
+// (CheckOptions.Repair) restores a plugin's missing rules with it.
+// go-cni cannot (cninet then runs the plugin from PluginDirs itself);
+// cninettest's fake CNI can. Without it, a repair that needs a plugin's
+// ADD fails and says so.
+type PluginAdder interface {
+	AddPlugin(ctx context.Context, id, netns, pluginType string, prevResult types.Result, opts ...cni.NamespaceOpts) error
+}
+
+// defaultStateDir is the registry every process on a host shares.
+const defaultStateDir = registry.DefaultDir
+
+// defaultOwner names a Configurator's attachments when Config.Owner is
+// empty: the executable's base name.
+func defaultOwner() string {
+	exe, err := os.Executable()
+	if err != nil || filepath.Base(exe) == "" {
+		return "cninet"
+	}
+	return filepath.Base(exe)
+}
+
+// IPTables is the seam through which cleanup reads and deletes iptables
+// rules (Config.IPTables opens one per IP family). go-iptables'
+// *iptables.IPTables satisfies it unchanged; package host documents it
+// and the optional extensions a faster implementation may add.
+type IPTables = host.IPTables

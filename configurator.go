@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/iptables"
 	"github.com/seed1280861d/cninet/internal/nftables"
@@ -32,27 +33,27 @@ type Configurator struct {
 	logger   hclog.Logger
 	lib      *libcni.CNIConfig // VERSION, GC and validation, on the same dirs and cache as the verbs
 	cacheDir string
-	ifs      ifNaming
+	ifs      attachments.IfNaming
 	retry    RetryPolicy // Config.Retry, its defaults applied
 
 	// The parts the operations share.
-	nets     *catalog.Networks // every known network
-	plugins  *catalog.Plugins  // the plugin binaries and the backends they use here
-	registry *hostRegistry     // the host registry: records and the locks every process honours
-	find     *attachmentFinder // an allocation's attachments
-	seams    *cleanerSeams     // how a cleanup reaches the host
-	drivers  *drivers          // how each network's plugins run
-	requests requests          // Config.IgnorePortMappingHostIP's requests
-	owners   owners            // Config.Owner, or WithOwner's
+	nets     *catalog.Networks     // every known network
+	plugins  *catalog.Plugins      // the plugin binaries and the backends they use here
+	registry *attachments.Registry // the host registry: records and the locks every process honours
+	find     *attachments.Finder   // an allocation's attachments
+	seams    *attachments.Seams    // how a cleanup reaches the host
+	drivers  *attachments.Drivers  // how each network's plugins run
+	requests requests              // Config.IgnorePortMappingHostIP's requests
+	owners   attachments.Owners    // Config.Owner, or WithOwner's
 	tel      *telemetry.Recorder
 
 	// The operations, each holding only the parts it uses (wire).
-	attacher  *attacher  // Setup, and Connect's attach
-	detacher  *detacher  // Teardown, and every other detach
-	connector *connector // Connect, Disconnect
-	checker   *checker   // Check, Drifts
-	prober    *prober    // Status, Unrecorded
-	collector *collector // GC
+	attacher  *attacher             // Setup, and Connect's attach
+	detacher  *attachments.Detacher // Teardown, and every other detach
+	connector *connector            // Connect, Disconnect
+	checker   *checker              // Check, Drifts
+	prober    *prober               // Status, Unrecorded
+	collector *collector            // GC
 
 	watcher   *watcher
 	repairer  *repairwatch.Watcher // Config.RepairEvery's
@@ -76,10 +77,10 @@ func New(cfg Config) (*Configurator, error) {
 	c := &Configurator{
 		logger:   cfg.Logger,
 		cacheDir: cfg.CacheDir,
-		ifs:      ifNaming{prefix: cfg.InterfacePrefix},
+		ifs:      attachments.IfNaming{Prefix: cfg.InterfacePrefix},
 		retry:    cfg.Retry.withDefaults(),
-		owners:   owners{configured: cfg.Owner},
-		drivers:  &drivers{},
+		owners:   attachments.Owners{Configured: cfg.Owner},
+		drivers:  &attachments.Drivers{},
 	}
 	store, err := registry.Open(cfg.StateDir)
 	if err != nil {
@@ -89,16 +90,16 @@ func New(cfg Config) (*Configurator, error) {
 	// unsynchronised, which races when workloads attach concurrently.
 	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
 	c.lib = libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, c.cacheDir, exec)
-	c.drivers.driver = libDriver{lib: c.lib, noCache: libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, filepath.Join(c.cacheDir, "cninet", "no-cache"), exec),
-		exec: exec}
-	if c.drivers.cni = cfg.CNI; c.drivers.cni == nil {
-		c.drivers.findPlugins = true
-		if c.drivers.cni, err = cni.New(cni.WithPluginDir(cfg.PluginDirs), cni.WithInterfacePrefix(cfg.InterfacePrefix)); err != nil {
+	c.drivers.Driver = attachments.LibDriver{Lib: c.lib, NoCache: libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, filepath.Join(c.cacheDir, "cninet", "no-cache"), exec),
+		Exec: exec}
+	if c.drivers.CNI = cfg.CNI; c.drivers.CNI == nil {
+		c.drivers.FindPlugins = true
+		if c.drivers.CNI, err = cni.New(cni.WithPluginDir(cfg.PluginDirs), cni.WithInterfacePrefix(cfg.InterfacePrefix)); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
 	sources := catalog.Sources{ConfDir: cfg.ConfDir, NetworkName: cfg.NetworkName, ConfList: cfg.ConfList, ConfLists: cfg.ConfLists}
-	if c.nets, err = catalog.NewNetworks(sources, c.logger, c.drivers.cni); err != nil {
+	if c.nets, err = catalog.NewNetworks(sources, c.logger, c.drivers.CNI); err != nil {
 		return nil, err
 	}
 	if cfg.Watch && (len(cfg.ConfList) > 0 || cfg.ConfDir == "") {
@@ -106,13 +107,13 @@ func New(cfg Config) (*Configurator, error) {
 	}
 	ipt, nft := &iptables.Opener{Open: cfg.IPTables}, &nftables.Opener{Open: cfg.NFTables}
 	c.plugins = catalog.NewPlugins(cfg.PluginDirs, c.lib, ipt, nft)
-	c.registry = &hostRegistry{store: store, cacheDir: c.cacheDir, logger: c.logger, nets: c.nets, plugins: c.plugins}
-	c.find = &attachmentFinder{nets: c.nets, registry: c.registry, lib: c.lib, cacheDir: c.cacheDir, ifs: c.ifs, logger: c.logger,
-		injectedCNI: !c.drivers.findPlugins}
-	c.seams = &cleanerSeams{iptOpener: ipt, nftOpener: nft, openLinks: cfg.Links, cacheDir: c.cacheDir, ifs: c.ifs, nets: c.nets, plugins: c.plugins,
-		records: c.registry}
-	c.requests = requests{ignoreHostIP: cfg.IgnorePortMappingHostIP, findPlugins: c.drivers.findPlugins,
-		libRuns: func() bool { return c.drivers.driver.runsPlugins() }}
+	c.registry = &attachments.Registry{Store: store, CacheDir: c.cacheDir, Logger: c.logger, Nets: c.nets, Plugins: c.plugins}
+	c.find = &attachments.Finder{Nets: c.nets, Registry: c.registry, Lib: c.lib, CacheDir: c.cacheDir, Ifs: c.ifs, Logger: c.logger,
+		InjectedCNI: !c.drivers.FindPlugins}
+	c.seams = &attachments.Seams{IPTOpener: ipt, NFTOpener: nft, OpenLinks: cfg.Links, CacheDir: c.cacheDir, Ifs: c.ifs, Nets: c.nets, Plugins: c.plugins,
+		Records: c.registry}
+	c.requests = requests{ignoreHostIP: cfg.IgnorePortMappingHostIP, findPlugins: c.drivers.FindPlugins,
+		libRuns: func() bool { return c.drivers.Driver.RunsPlugins() }}
 	c.tel = newTelemetry(cfg, c.logger, c.nets)
 	c.wire()
 	if cfg.RepairEvery < 0 {
@@ -126,7 +127,7 @@ func New(cfg Config) (*Configurator, error) {
 		}
 	}
 	if cfg.RepairEvery > 0 {
-		c.repairer = newRepairWatcher(cfg, c.owners.configured, c.logger, c.checker)
+		c.repairer = newRepairWatcher(cfg, c.owners.Configured, c.logger, c.checker)
 		c.repairer.Start()
 	}
 	return c, nil
@@ -136,19 +137,19 @@ func New(cfg Config) (*Configurator, error) {
 // uses. New calls it once its parts are built; a test that replaces a
 // part (the logger, telemetry) calls it again.
 func (c *Configurator) wire() {
-	c.detacher = &detacher{requests: c.requests, owners: c.owners, find: c.find, registry: c.registry, seams: c.seams, drivers: c.drivers,
-		tel: c.tel, logger: c.logger}
-	c.attacher = &attacher{requests: c.requests, owners: c.owners, find: c.find, registry: c.registry, plugins: c.plugins, drivers: c.drivers,
+	c.detacher = &attachments.Detacher{Owners: c.owners, Find: c.find, Registry: c.registry, Seams: c.seams, Drivers: c.drivers,
+		Tel: c.tel, Logger: c.logger}
+	c.attacher = &attacher{requests: c.requests, Owners: c.owners, find: c.find, registry: c.registry, plugins: c.plugins, drivers: c.drivers,
 		tel: c.tel, logger: c.logger, retry: c.retry, detacher: c.detacher}
-	c.connector = &connector{requests: c.requests, owners: c.owners, registry: c.registry, nets: c.nets, find: c.find, lib: c.lib,
+	c.connector = &connector{requests: c.requests, Owners: c.owners, registry: c.registry, nets: c.nets, find: c.find, lib: c.lib,
 		cacheDir: c.cacheDir, ifs: c.ifs, tel: c.tel, logger: c.logger, attacher: c.attacher, detacher: c.detacher}
-	c.checker = &checker{requests: c.requests, owners: c.owners, registry: c.registry, nets: c.nets, plugins: c.plugins, find: c.find,
+	c.checker = &checker{requests: c.requests, Owners: c.owners, registry: c.registry, nets: c.nets, plugins: c.plugins, find: c.find,
 		seams: c.seams, drivers: c.drivers, cacheDir: c.cacheDir, tel: c.tel, logger: c.logger,
-		lives:    &liveBuilder{registry: c.registry, plugins: c.plugins, seams: c.seams, lib: c.lib, findPlugins: c.drivers.findPlugins},
+		lives:    &liveBuilder{registry: c.registry, plugins: c.plugins, seams: c.seams, lib: c.lib, findPlugins: c.drivers.FindPlugins},
 		repairer: &repairer{plugins: c.plugins, drivers: c.drivers, tel: c.tel}}
-	c.prober = &prober{cni: c.drivers.cni, lib: c.lib, cacheDir: c.cacheDir, nets: c.nets, plugins: c.plugins, registry: c.registry,
+	c.prober = &prober{cni: c.drivers.CNI, lib: c.lib, cacheDir: c.cacheDir, nets: c.nets, plugins: c.plugins, registry: c.registry,
 		tel: c.tel, logger: c.logger}
-	c.collector = &collector{owners: c.owners, registry: c.registry, nets: c.nets, find: c.find, seams: c.seams, lib: c.lib, ifs: c.ifs,
+	c.collector = &collector{Owners: c.owners, registry: c.registry, nets: c.nets, find: c.find, seams: c.seams, lib: c.lib, ifs: c.ifs,
 		tel: c.tel, logger: c.logger, detacher: c.detacher}
 }
 
@@ -198,7 +199,13 @@ func (c *Configurator) Setup(ctx context.Context, alloc *Allocation, netns strin
 // What it detaches, in which order, and why it is safe: docs/design.md,
 // "Teardown".
 func (c *Configurator) Teardown(ctx context.Context, alloc *Allocation, netns string) (err error) {
-	return c.detacher.teardown(ctx, alloc, netns)
+	ctx, op := c.tel.StartOp(ctx, telemetry.OpTeardown, allocID(alloc), netns)
+	defer func() { op.End(err) }()
+	req, err := newRequest(alloc, c.requests.ignoreHostIP)
+	if err != nil {
+		return err
+	}
+	return c.detacher.Teardown(ctx, req, netns)
 }
 
 // Connect attaches the live workload of alloc to one more network, as
@@ -400,7 +407,7 @@ func (c *Configurator) Reload() (err error) {
 // as an attachment in state "unreadable" (AttachmentRecord.Unreadable
 // says why), and named in the error, which wraps ErrIO.
 func (c *Configurator) Attachments(ids ...string) ([]AttachmentRecord, error) {
-	return c.registry.attachments(ids)
+	return listAttachments(c.registry, ids)
 }
 
 // CachedResult returns the CNI result libcni cached when allocation id was

@@ -8,7 +8,9 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
+	"github.com/seed1280861d/cninet/internal/errs"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/telemetry"
@@ -18,17 +20,17 @@ import (
 // connector is Connect and Disconnect: the parts they use.
 type connector struct {
 	requests
-	owners
-	registry *hostRegistry
+	attachments.Owners
+	registry *attachments.Registry
 	nets     *catalog.Networks
-	find     *attachmentFinder
+	find     *attachments.Finder
 	lib      *libcni.CNIConfig // libcni's cache, where a runtime's attachments show
 	cacheDir string
-	ifs      ifNaming
+	ifs      attachments.IfNaming
 	tel      *telemetry.Recorder
 	logger   hclog.Logger
 	attacher *attacher
-	detacher *detacher
+	detacher *attachments.Detacher
 }
 
 // connectNext is Connect on the next free interface name.
@@ -42,36 +44,36 @@ func (c *connector) connectNext(ctx context.Context, alloc *Allocation, network,
 	if err := catalog.CheckName(network); err != nil {
 		return nil, err
 	}
-	leave, err := c.registry.enter(ctx, req.id, true)
+	leave, err := c.registry.Enter(ctx, req.ID, true)
 	if err != nil {
 		return nil, err
 	}
 	defer leave()
 	conf, err := c.nets.Known(network, false)
 	if err != nil {
-		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
+		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.ID)
 	}
-	owner := c.ownerOf(ctx)
-	found, _, err := c.find.of(alloc, req, owner, false) // an unreadable record of the network connected fails its preflight
+	owner := c.OwnerOf(ctx)
+	found, _, err := c.find.Of(req, owner, false) // an unreadable record of the network connected fails its preflight
 	if err != nil {
 		return nil, err
 	}
 	var used []string
-	for _, fa := range c.find.attached(found) {
-		used = append(used, fa.att.ifName)
-		if fa.att.name() == network {
-			return nil, fmt.Errorf("%w: allocation %s is attached to network %q as %s", ErrAlreadyAttached, req.id, network, fa.att.ifName)
+	for _, fa := range c.find.Attached(found) {
+		used = append(used, fa.Att.IfName)
+		if fa.Att.Name() == network {
+			return nil, fmt.Errorf("%w: allocation %s is attached to network %q as %s", ErrAlreadyAttached, req.ID, network, fa.Att.IfName)
 		}
 	}
-	att := attachment{conf: conf, ifName: c.ifs.free(used)}
+	att := attachments.Attachment{Conf: conf, IfName: c.ifs.Free(used)}
 	a := c.attacher.attaching(owner, req, netns, len(used) > 0)
 	if err := a.preflight(att); err != nil {
 		return nil, err
 	}
-	up, restore := keepLoopback(c.logger, req.id, netns, []foundAttachment{{att: att}})
+	up, restore := keepLoopback(c.logger, req.ID, netns, []attachments.Found{{Att: att}})
 	defer restore()
 	a.loUp = up
-	return a.all(ctx, []attachment{att})
+	return a.all(ctx, []attachments.Attachment{att})
 }
 
 // disconnectNetwork is Disconnect of whichever interface the workload
@@ -86,43 +88,43 @@ func (c *connector) disconnectNetwork(ctx context.Context, alloc *Allocation, ne
 	if err := catalog.CheckName(network); err != nil {
 		return err
 	}
-	leave, err := c.registry.enter(ctx, req.id, false)
+	leave, err := c.registry.Enter(ctx, req.ID, false)
 	if err != nil {
 		return err
 	}
 	defer leave()
 	if _, err := c.nets.Known(network, true); err != nil {
-		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
+		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.ID)
 	}
-	owner := c.ownerOf(ctx)
-	found, unreadable, err := c.find.of(alloc, req, owner, true)
+	owner := c.OwnerOf(ctx)
+	found, unreadable, err := c.find.Of(req, owner, true)
 	if err != nil {
 		return err
 	}
 	unreadable = slices.DeleteFunc(unreadable, func(d registry.Damaged) bool { return d.Key.Network != "" && d.Key.Network != network })
-	attached := c.find.attached(found)
-	found = slices.DeleteFunc(slices.Clone(attached), func(fa foundAttachment) bool { return fa.att.name() != network })
+	attached := c.find.Attached(found)
+	found = slices.DeleteFunc(slices.Clone(attached), func(fa attachments.Found) bool { return fa.Att.Name() != network })
 	if len(found) == 0 {
-		c.logger.Debug("disconnect: not attached", "alloc_id", req.id, "network", network)
-		return unreadableError(req.id, unreadable)
+		c.logger.Debug("disconnect: not attached", "alloc_id", req.ID, "network", network)
+		return attachments.UnreadableError(req.ID, unreadable)
 	}
-	d := c.detacher.detaching(owner, netns, len(attached) > len(found) || len(unreadable) > 0)
-	up, restore := keepLoopback(c.logger, req.id, netns, found)
+	d := c.detacher.Detaching(owner, netns, len(attached) > len(found) || len(unreadable) > 0)
+	up, restore := keepLoopback(c.logger, req.ID, netns, found)
 	defer restore()
-	d.settled, d.loUp = true, up
-	return joinErrors([]error{d.all(ctx, found), unreadableError(req.id, unreadable)})
+	d.Settled, d.LoUp = true, up
+	return errs.Join([]error{d.All(ctx, found), attachments.UnreadableError(req.ID, unreadable)})
 }
 
 // keepLoopback, when found run the loopback plugin, notes whether the
 // workload's lo is up (up: the detachment then leaves the loopback
-// plugin out of its DELs, detachment.loUp) and returns a func that
+// plugin out of its DELs, attachments.Detachment.LoUp) and returns a func that
 // brings it up again if a DEL took it down meanwhile — one that could
 // not leave the plugin out (an injected Config.CNI). The loopback
 // plugin's DEL sets lo down, which is right when the workload goes,
 // wrong when it loses one network of several (a Disconnect, a Connect
 // rolled back).
-func keepLoopback(logger hclog.Logger, id, netns string, found []foundAttachment) (up bool, restore func()) {
-	if !slices.ContainsFunc(found, func(fa foundAttachment) bool { return runsLoopback(fa.att) }) {
+func keepLoopback(logger hclog.Logger, id, netns string, found []attachments.Found) (up bool, restore func()) {
+	if !slices.ContainsFunc(found, func(fa attachments.Found) bool { return runsLoopback(fa.Att) }) {
 		return false, func() {}
 	}
 	start := time.Now()
@@ -147,8 +149,8 @@ func keepLoopback(logger hclog.Logger, id, netns string, found []foundAttachment
 }
 
 // runsLoopback reports whether att's chain has the loopback plugin.
-func runsLoopback(att attachment) bool {
-	return slices.Contains(att.conf.Info.PluginTypes, "loopback")
+func runsLoopback(att attachments.Attachment) bool {
+	return slices.Contains(att.Conf.Info.PluginTypes, "loopback")
 }
 
 // ConnectOptions name the interface of the attachment that Connect makes
@@ -190,8 +192,8 @@ func connectOptionsOf(operation string, opts []ConnectOptions) (ConnectOptions, 
 
 // runtimeIDOf is o.RuntimeID as a record of req names it: "" when req's
 // id is the runtime's own.
-func (o ConnectOptions) runtimeIDOf(req request) string {
-	if o.RuntimeID == req.id {
+func (o ConnectOptions) runtimeIDOf(req attachments.Request) string {
+	if o.RuntimeID == req.ID {
 		return ""
 	}
 	return o.RuntimeID
@@ -206,9 +208,9 @@ func (c *connector) connectAs(ctx context.Context, alloc *Allocation, network, n
 	if err != nil {
 		return nil, err
 	}
-	req.runtimeID = o.runtimeIDOf(req)
+	req.RuntimeID = o.runtimeIDOf(req)
 	start := time.Now()
-	leave, err := c.registry.enter(ctx, req.id, true)
+	leave, err := c.registry.Enter(ctx, req.ID, true)
 	if err != nil {
 		return nil, err
 	}
@@ -216,31 +218,31 @@ func (c *connector) connectAs(ctx context.Context, alloc *Allocation, network, n
 	locked := time.Now()
 	conf, err := c.nets.Known(network, false)
 	if err != nil {
-		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.id)
+		return nil, fmt.Errorf("%w (connecting allocation %s)", err, req.ID)
 	}
-	cached, err := c.lib.GetCachedAttachments(req.id)
+	cached, err := c.lib.GetCachedAttachments(req.ID)
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading libcni's cache in %s: %w", ErrIO, c.cacheDir, err)
 	}
 	for _, a := range cached {
 		if a.Network == network || a.IfName == ifName {
 			return nil, fmt.Errorf("%w: allocation %s is attached to network %q as %s (asked: network %q as %s)",
-				ErrAlreadyAttached, req.id, a.Network, a.IfName, network, ifName)
+				ErrAlreadyAttached, req.ID, a.Network, a.IfName, network, ifName)
 		}
 	}
-	att := attachment{conf: conf, ifName: ifName}
+	att := attachments.Attachment{Conf: conf, IfName: ifName}
 	// The runtime may attach the same container to networks this
 	// Configurator never sees: always as if others were there.
-	a := c.attacher.attaching(c.ownerOf(ctx), req, netns, true)
+	a := c.attacher.attaching(c.OwnerOf(ctx), req, netns, true)
 	a.anyResult = true // the runtime reads the result itself: an L2-only network attaches too
 	if err := a.preflight(att); err != nil {
 		return nil, err
 	}
-	logFound(c.logger, telemetry.OpConnect, req.id, 1, locked.Sub(start), time.Since(locked))
-	up, restore := keepLoopback(c.logger, req.id, netns, []foundAttachment{{att: att}})
+	attachments.LogFound(c.logger, telemetry.OpConnect, req.ID, 1, locked.Sub(start), time.Since(locked))
+	up, restore := keepLoopback(c.logger, req.ID, netns, []attachments.Found{{Att: att}})
 	defer restore()
 	a.loUp = up
-	return a.all(ctx, []attachment{att})
+	return a.all(ctx, []attachments.Attachment{att})
 }
 
 // disconnectAs is Disconnect of o.IfName, for o.RuntimeID.
@@ -252,27 +254,27 @@ func (c *connector) disconnectAs(ctx context.Context, alloc *Allocation, network
 	if err != nil {
 		return err
 	}
-	req.runtimeID = o.runtimeIDOf(req)
+	req.RuntimeID = o.runtimeIDOf(req)
 	start := time.Now()
-	leave, err := c.registry.enter(ctx, req.id, false)
+	leave, err := c.registry.Enter(ctx, req.ID, false)
 	if err != nil {
 		return err
 	}
 	defer leave()
 	locked := time.Now()
-	owner := c.ownerOf(ctx)
-	rec := c.registry.recorded(req.id, network, ifName)
+	owner := c.OwnerOf(ctx)
+	rec := c.registry.Recorded(req.ID, network, ifName)
 	conf, err := c.nets.Known(network, true)
 	if err != nil && rec == nil {
-		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
+		return fmt.Errorf("%w (disconnecting allocation %s)", err, req.ID)
 	}
-	fa := foundAttachment{att: attachment{conf: conf, ifName: ifName}, req: req}
-	if a := c.find.cachedAt(req.id, network, ifName); a != nil {
-		fa.req, fa.cached, fa.settled = cachedCapabilities(cachedRequest(req, a), a), true, true
+	fa := attachments.Found{Att: attachments.Attachment{Conf: conf, IfName: ifName}, Req: req}
+	if a := c.find.CachedAt(req.ID, network, ifName); a != nil {
+		fa.Req, fa.Cached, fa.Settled = attachments.CachedCapabilities(attachments.CachedRequest(req, a), a), true, true
 	}
-	if d, err := c.registry.unreadableAt(req.id, network, ifName); err != nil || d != nil {
+	if d, err := c.registry.UnreadableAt(req.ID, network, ifName); err != nil || d != nil {
 		if err == nil {
-			err = unreadableError(req.id, []registry.Damaged{*d})
+			err = attachments.UnreadableError(req.ID, []registry.Damaged{*d})
 		}
 		return err
 	}
@@ -284,25 +286,25 @@ func (c *connector) disconnectAs(ctx context.Context, alloc *Allocation, network
 		// can be harmed, and the DEL cleans it.
 		if !(&workload.Probe{}).RecordGone(*rec) {
 			c.logger.Info("DEL of another owner's live attachment: nothing changed (its own owner, or the cninet CLI with --owner, detaches it)",
-				"alloc_id", req.id, "network", network, "if_name", ifName, "recorded_owner", rec.Owner, "owner", owner, "netns", rec.NetNS)
+				"alloc_id", req.ID, "network", network, "if_name", ifName, "recorded_owner", rec.Owner, "owner", owner, "netns", rec.NetNS)
 			c.tel.Kept(ctx, telemetry.KeptOtherOwners, network)
 			return nil
 		}
 		c.logger.Info("detaching another owner's attachment: its namespace is gone",
-			"alloc_id", req.id, "network", network, "if_name", ifName, "recorded_owner", rec.Owner, "owner", owner, "netns", rec.NetNS)
+			"alloc_id", req.ID, "network", network, "if_name", ifName, "recorded_owner", rec.Owner, "owner", owner, "netns", rec.NetNS)
 	}
 	if rec != nil { // the record knows best, even when the conflist changed or went
-		conf, err := c.registry.recordedConf(*rec)
+		conf, err := c.registry.RecordedConf(*rec)
 		if err != nil {
-			return fmt.Errorf("%w (disconnecting allocation %s)", err, req.id)
+			return fmt.Errorf("%w (disconnecting allocation %s)", err, req.ID)
 		}
-		fa.att.conf, fa.req, fa.cached = conf, recordedRequest(fa.req, *rec), true
-		fa.settled = rec.State == registry.Attached
+		fa.Att.Conf, fa.Req, fa.Cached = conf, attachments.RecordedRequest(fa.Req, *rec), true
+		fa.Settled = rec.State == registry.Attached
 	}
-	logFound(c.logger, telemetry.OpDisconnect, req.id, 1, locked.Sub(start), time.Since(locked))
-	up, restore := keepLoopback(c.logger, req.id, netns, []foundAttachment{fa})
+	attachments.LogFound(c.logger, telemetry.OpDisconnect, req.ID, 1, locked.Sub(start), time.Since(locked))
+	up, restore := keepLoopback(c.logger, req.ID, netns, []attachments.Found{fa})
 	defer restore()
-	d := c.detacher.detaching(owner, netns, true) // as in connectAs: others may be there unseen
-	d.exact, d.settled, d.loUp = true, true, up
-	return d.all(ctx, []foundAttachment{fa})
+	d := c.detacher.Detaching(owner, netns, true) // as in connectAs: others may be there unseen
+	d.Exact, d.Settled, d.LoUp = true, true, up
+	return d.All(ctx, []attachments.Found{fa})
 }

@@ -18,8 +18,8 @@ import (
 // context: a context value is read far from where it is set, and nothing
 // checks it (issue 40).
 var contextValuesAllowed = map[string][]string{
-	"records.go":               {"ownerKey"},
-	"internal/thick/server.go": {"acceptedKey", "peerKey", "connKey"},
+	"internal/attachments/records.go": {"ownerKey"},
+	"internal/thick/server.go":        {"acceptedKey", "peerKey", "connKey"},
 }
 
 // No non-test Go file of the repository calls context.WithValue but with

@@ -106,10 +106,13 @@ One noun per concept, in the documentation and in the code:
 
 In reading order, from the API down: each exported method of
 Configurator is a short call into its operation, a type of its own
-(attacher, detacher, connector, checker, prober, collector) holding
+(attacher, connector, checker, prober, collector; Teardown's is
+attachments.Detacher) holding
 only the parts it uses, built once by New (Configurator.wire); what
 several operations share is a type in a file named after what it
-holds. No file uses a name of a file above it.
+holds. What the operations share about an allocation's attachments,
+and the detach every one of them makes (Teardown's, a rollback's, GC's),
+is package internal/attachments. No file uses a name of a file above it.
 
 	doc.go                This overview.
 	configurator.go       Configurator, New (its parts, then wire: the operations), Close, and every exported method of Configurator, each a short call into its operation.
@@ -121,24 +124,18 @@ holds. No file uses a name of a file above it.
 	gc_recorded.go        The dead recorded attachments (this owner's, any owner's of an earlier boot), each under its id's lock.
 	gc_run.go             collector (GC's parts) and gcRun: one GC, what is live, which networks it collects, what it removed.
 	telemetry.go          What internal/telemetry (the spans and metrics) is given of this package: the providers, error.type by sentinel (errorType), the known networks, GC's items.
-	config.go             Config (its seams are package host's) and the defaults New applies.
+	config.go             Config (its seams are package host's: IPTables; an injected CNI's PluginAdder) and the defaults New applies.
 	gc_report.go          GCOptions, GCAttachment, GCReport, GCItem, GCKind: what GC is asked (gcScope, which its run holds), what it removed, its progress.
 	status.go             prober: Status (whether each network, or each one named, can attach workloads) and Unrecorded.
 	connect.go            connector: Connect and Disconnect (ConnectOptions: the interface, the runtime's id); keepLoopback.
 	check.go              checker: Check and Drifts, CheckOptions, DriftError, Drift: cninet's own check of each attachment in one read of the host (driftCheck, with its repair), then the plugins' CHECK where it is sound.
 	repair.go             liveBuilder: a checked attachment from its record (checkedOfRecord), a live attachment (liveOf); repairer: a repair of one through the plugins (repairOne), libcni's cache written again.
 	setup.go              attacher: Setup; attaching: attach every network concurrently, all or nothing, each ADD retried (withRetry), and the rollback.
+	records.go            AttachmentRecord: the host registry's listing (Configurator.Attachments); WithOwner.
 	retry.go              RetryPolicy: the ADD retries' attempts and back-off, and which errors no retry fixes.
-	teardown.go           detacher: Teardown; detachment (a Setup's rollback too), in one pass: how the detach is made (footprint.Detach), portmap's DEL first for a whole workload, then per network prevention, DEL by the prevention's plugin filter, force cleanup and the record's removal, each phase's host work logged (logSpent); whileLockHeld: a cleanup step that missed a gap in a held xtables lock runs again until the deadline; eachNetwork.
-	seams.go              cleanerSeams: how a cleanup reaches the host (the IPTables seam among them), and what it must know of each network.
-	driver.go             drivers: how one network's plugins run, through go-cni (Config.CNI) or libcni; a DEL runs the plugins its filter (footprint.PluginFilter) lets run, a part apart from the network's own DEL on no libcni cache.
-	finder.go             attachmentFinder: an allocation's attachments, from the Allocation, the registry and libcni's cache.
-	unreadable.go         Registry files this cninet cannot read: kept, their attachments left alone; ErrRecordUnreadable.
-	records.go            hostRegistry: the host registry in every operation: records, locks, the listing (AttachmentRecord); owners: whose an operation's attachments are (WithOwner).
-	attachment.go         attachment, foundAttachment; ifNaming: a workload's interface names.
-	request.go            The request: built from an Allocation (and from libcni's cache or a record), its CNI args and capability arguments (ValidateCapabilities, the Capability… names), CheckIfName; requests: a Configurator's; optionsOf.
+	request.go            Requests: an Allocation checked into the request its plugins are told (attachments.Request), its CNI args and capability arguments (ValidateCapabilities, the Capability… names), CheckIfName; optionsOf.
 	allocation.go         Allocation, Port, NetworkPorts, PortMappings.
 	conflist.go           Conflists: LoadConfList, BridgeConfig, DefaultBridgeConfig, BridgeConfList, WriteConfList, the Backend… names (internal/catalog does the work).
-	result.go             NetworkStatus, InterfaceStatus, DNSConfig, StatusFromResult; the result an injected Config.CNI returned, rebuilt (rawResult).
-	errors.go             The Err… sentinels every error wraps (those the internal packages wrap tied to their internal/errs kinds), and joinErrors.
+	result.go             NetworkStatus, InterfaceStatus, DNSConfig, StatusFromResult.
+	errors.go             The Err… sentinels every error wraps (those the internal packages wrap tied to their internal/errs kinds).
 */

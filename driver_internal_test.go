@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/seed1280861d/cninet/cninettest/fakes"
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -46,7 +47,7 @@ func TestResultFromCNIReadsAsGoCNIDoes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.res.DNS = types.DNS{Nameservers: []string{"198.18.1.1"}}
-			res, err := resultFromCNI(tc.res, "eth1")
+			res, err := attachments.ResultFromCNI(tc.res, "eth1")
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tc.wantErr)
@@ -79,11 +80,11 @@ func TestLibcniIsToldThePortMappingsOnlyWhereTheConflistDeclaresThemAndTheArgsEv
 			if err != nil {
 				t.Fatal(err)
 			}
-			att := attachment{conf: conf, ifName: "eth1"}
-			rt := libDriver{}.runtimeConf(req, att, "/x")
+			att := attachments.Attachment{Conf: conf, IfName: "eth1"}
+			rt := attachments.LibDriver{}.RuntimeConf(req, att, "/x")
 			_, has := rt.CapabilityArgs["portMappings"]
-			if has != tc.mappings || rt.IfName != "eth1" || rt.ContainerID != "w" || rt.NetNS != "/x" || !reflect.DeepEqual(rt.Args, req.args) {
-				t.Fatalf("runtime conf %+v: want port mappings %v and the args %v", rt, tc.mappings, req.args)
+			if has != tc.mappings || rt.IfName != "eth1" || rt.ContainerID != "w" || rt.NetNS != "/x" || !reflect.DeepEqual(rt.Args, req.Args) {
+				t.Fatalf("runtime conf %+v: want port mappings %v and the args %v", rt, tc.mappings, req.Args)
 			}
 		})
 	}
@@ -134,15 +135,15 @@ func TestTheDriversDELRunsThePluginsItsFilterLetsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	att := attachment{conf: conf, ifName: "eth1"}
-	if !slices.Contains(att.conf.Info.PluginTypes, "portmap") {
-		t.Fatalf("network b runs %q: want portmap in its chain", att.conf.Info.PluginTypes)
+	att := attachments.Attachment{Conf: conf, IfName: "eth1"}
+	if !slices.Contains(att.Conf.Info.PluginTypes, "portmap") {
+		t.Fatalf("network b runs %q: want portmap in its chain", att.Conf.Info.PluginTypes)
 	}
 	exec := &pluginRuns{}
 	cache, noCache := t.TempDir(), t.TempDir()
-	d := libDriver{lib: libcni.NewCNIConfigWithCacheDir([]string{"/plugins"}, cache, exec),
-		noCache: libcni.NewCNIConfigWithCacheDir([]string{"/plugins"}, noCache, exec)}
-	if _, _, err := d.add(context.Background(), req, att, "/x"); err != nil {
+	d := attachments.LibDriver{Lib: libcni.NewCNIConfigWithCacheDir([]string{"/plugins"}, cache, exec),
+		NoCache: libcni.NewCNIConfigWithCacheDir([]string{"/plugins"}, noCache, exec)}
+	if _, _, err := d.Add(context.Background(), req, att, "/x"); err != nil {
 		t.Fatal(err)
 	}
 	cached := func() int {
@@ -163,12 +164,12 @@ func TestTheDriversDELRunsThePluginsItsFilterLetsRun(t *testing.T) {
 			nil, false},
 	} {
 		exec.runs = nil
-		if err := d.del(context.Background(), req, att, "/x", step.run); err != nil {
+		if err := d.Del(context.Background(), req, att, "/x", step.run); err != nil {
 			t.Fatalf("%s: %v", step.name, err)
 		}
 		want := step.want
 		if want == nil {
-			for _, typ := range slices.Backward(att.conf.Info.PluginTypes) {
+			for _, typ := range slices.Backward(att.Conf.Info.PluginTypes) {
 				if typ != "portmap" {
 					want = append(want, "DEL "+typ)
 				}

@@ -2,7 +2,6 @@ package cninet
 
 import (
 	"errors"
-	"slices"
 
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/errs"
@@ -117,14 +116,8 @@ func init() {
 	errs.NotReady.Export(ErrNotReady)
 	errs.Closed.Export(ErrClosed)
 	errs.IO.Export(ErrIO)
-}
-
-// joinErrors is errors.Join that returns a lone error as it is (nils
-// are dropped).
-func joinErrors(errs []error) error {
-	errs = slices.DeleteFunc(slices.Clone(errs), func(err error) bool { return err == nil })
-	if len(errs) == 1 {
-		return errs[0]
-	}
-	return errors.Join(errs...)
+	errs.NoAddress.Export(ErrNoAddress)
+	errs.Busy.Export(ErrBusy)
+	errs.CleanupFailed.Export(ErrCleanupFailed)
+	errs.RecordUnreadable.Export(ErrRecordUnreadable)
 }

@@ -24,7 +24,8 @@ var sentinels = []error{
 	cninet.ErrInvalidAllocation, cninet.ErrInvalidArgument, cninet.ErrInvalidConfig, cninet.ErrNetworkNotFound,
 	cninet.ErrPluginMissing, cninet.ErrSetupFailed, cninet.ErrNoAddress, cninet.ErrCheckFailed,
 	cninet.ErrCheckUnsupported, cninet.ErrCleanupFailed, cninet.ErrIPTablesMissing, cninet.ErrNotReady,
-	cninet.ErrClosed, cninet.ErrIO, cninet.ErrXtablesLock, cninet.ErrRecordUnreadable,
+	cninet.ErrClosed, cninet.ErrIO, cninet.ErrXtablesLock, cninet.ErrRecordUnreadable, cninet.ErrBusy,
+	cninet.ErrAlreadyAttached, cninet.ErrNoNetNS, cninet.ErrNotRepairable,
 }
 
 // errPlugin stands for whatever a plugin or the host said.

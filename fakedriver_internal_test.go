@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -37,21 +38,21 @@ type fakeDriver struct {
 	cacheDir  string
 	// addHook, if set, runs inside ADD after it is recorded; a non-nil
 	// error it returns fails the ADD.
-	addHook func(ctx context.Context, att attachment) error
+	addHook func(ctx context.Context, att attachments.Attachment) error
 	// delHook, if set, runs inside DEL after it is recorded.
 	delHook func(ctx context.Context, id string)
 }
 
 // record notes a call and returns how many calls there are with it: an
 // ADD's address is told apart by it, whatever ADDs run at once.
-func (f *fakeDriver) record(verb string, req request, att attachment) int {
+func (f *fakeDriver) record(verb string, req attachments.Request, att attachments.Attachment) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, driverCall{verb, att.name(), att.ifName, req.id, req.mappings, req.args})
+	f.calls = append(f.calls, driverCall{verb, att.Name(), att.IfName, req.ID, req.Mappings, req.Args})
 	return len(f.calls)
 }
 
-func (f *fakeDriver) add(ctx context.Context, req request, att attachment, netns string) (*cni.Result, *types100.Result, error) {
+func (f *fakeDriver) Add(ctx context.Context, req attachments.Request, att attachments.Attachment, netns string) (*cni.Result, *types100.Result, error) {
 	n := f.record("ADD", req, att)
 	if f.addHook != nil {
 		if err := f.addHook(ctx, att); err != nil {
@@ -60,8 +61,8 @@ func (f *fakeDriver) add(ctx context.Context, req request, att attachment, netns
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if errs := f.addErrs[att.name()]; len(errs) > 0 {
-		f.addErrs[att.name()] = errs[1:]
+	if errs := f.addErrs[att.Name()]; len(errs) > 0 {
+		f.addErrs[att.Name()] = errs[1:]
 		if errs[0] != nil {
 			return nil, nil, errs[0]
 		}
@@ -70,21 +71,21 @@ func (f *fakeDriver) add(ctx context.Context, req request, att attachment, netns
 	if err := f.cache(req, att, netns, ip); err != nil {
 		return nil, nil, err
 	}
-	return &cni.Result{Interfaces: map[string]*cni.Config{att.ifName: {Sandbox: "/x", IPConfigs: []*cni.IPConfig{{IP: ip}}}}}, nil, nil
+	return &cni.Result{Interfaces: map[string]*cni.Config{att.IfName: {Sandbox: "/x", IPConfigs: []*cni.IPConfig{{IP: ip}}}}}, nil, nil
 }
 
-func (f *fakeDriver) addPlugin(_ context.Context, req request, att attachment, _, typ string, _ types.Result) error {
+func (f *fakeDriver) AddPlugin(_ context.Context, req attachments.Request, att attachments.Attachment, _, typ string, _ types.Result) error {
 	f.record("ADD "+typ, req, att)
 	return nil
 }
 
 // cache writes libcni's cache file of the attachment, as libcni's ADD does.
-func (f *fakeDriver) cache(req request, att attachment, netns string, ip net.IP) error {
+func (f *fakeDriver) cache(req attachments.Request, att attachments.Attachment, netns string, ip net.IP) error {
 	if f.cacheDir == "" {
 		return nil
 	}
-	body, err := json.Marshal(map[string]any{"kind": "cniCacheV1", "containerId": req.id, "ifName": att.ifName, "networkName": att.name(), "netns": netns,
-		"config": att.conf.Bytes, "cniArgs": req.args, "capabilityArgs": map[string]any{"portMappings": req.mappings},
+	body, err := json.Marshal(map[string]any{"kind": "cniCacheV1", "containerId": req.ID, "ifName": att.IfName, "networkName": att.Name(), "netns": netns,
+		"config": att.Conf.Bytes, "cniArgs": req.Args, "capabilityArgs": map[string]any{"portMappings": req.Mappings},
 		"result": map[string]any{"cniVersion": "1.0.0", "ips": []map[string]string{{"address": ip.String() + "/24"}}}})
 	if err != nil {
 		return err
@@ -95,8 +96,8 @@ func (f *fakeDriver) cache(req request, att attachment, netns string, ip net.IP)
 	return os.WriteFile(f.cachePath(req, att), body, 0o644)
 }
 
-func (f *fakeDriver) cachePath(req request, att attachment) string {
-	return filepath.Join(f.cacheDir, "results", att.name()+"-"+req.id+"-"+att.ifName)
+func (f *fakeDriver) cachePath(req attachments.Request, att attachments.Attachment) string {
+	return filepath.Join(f.cacheDir, "results", att.Name()+"-"+req.ID+"-"+att.IfName)
 }
 
 // byNetwork returns each network's calls, oldest first, as "VERB ifName".
@@ -125,14 +126,14 @@ func (f *fakeDriver) sortedLog() string {
 	return strings.Join(s, ", ")
 }
 
-func (f *fakeDriver) del(ctx context.Context, req request, att attachment, _ string, run footprint.PluginFilter) error {
+func (f *fakeDriver) Del(ctx context.Context, req attachments.Request, att attachments.Attachment, _ string, run footprint.PluginFilter) error {
 	if run.Apart() { // portmap's DEL alone, for a whole workload: on no libcni cache
 		f.record("DEL portmap", req, att)
 		return nil
 	}
 	f.record("DEL", req, att)
 	if f.delHook != nil {
-		f.delHook(ctx, req.id)
+		f.delHook(ctx, req.ID)
 	}
 	if f.cacheDir != "" {
 		if err := os.Remove(f.cachePath(req, att)); err != nil && !os.IsNotExist(err) {
@@ -142,14 +143,14 @@ func (f *fakeDriver) del(ctx context.Context, req request, att attachment, _ str
 	return nil
 }
 
-func (f *fakeDriver) check(_ context.Context, req request, att attachment, _ string, _ []string) error {
+func (f *fakeDriver) Check(_ context.Context, req attachments.Request, att attachments.Attachment, _ string, _ []string) error {
 	f.record("CHECK", req, att)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.checkErrs[att.name()]
+	return f.checkErrs[att.Name()]
 }
 
-func (f *fakeDriver) runsPlugins() bool { return false }
+func (f *fakeDriver) RunsPlugins() bool { return false }
 
 // find returns the first call of verb on network.
 func (f *fakeDriver) find(verb, network string) driverCall {

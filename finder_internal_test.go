@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
 
@@ -119,27 +120,27 @@ func TestAFoundAttachmentIsSettledOnlyOnceItsADDReturned(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			owner := f.c.owners.ownerOf(context.Background())
-			rec := f.c.registry.recorded("w", "a", "eth0")
+			owner := f.c.owners.OwnerOf(context.Background())
+			rec := f.c.registry.Recorded("w", "a", "eth0")
 			if rec == nil {
 				t.Fatal("Setup left no record of w on a")
 			}
 			if tc.state == "" {
-				err = f.c.registry.store.Remove(rec.Key)
+				err = f.c.registry.Store.Remove(rec.Key)
 			} else {
 				rec.State = tc.state
-				err = f.c.registry.store.Put(rec)
+				err = f.c.registry.Store.Put(rec)
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			found, _, err := f.c.find.of(alloc, req, owner, true)
+			found, _, err := f.c.find.Of(req, owner, true)
 			if err != nil {
 				t.Fatal(err)
 			}
-			at := slices.IndexFunc(found, func(fa foundAttachment) bool { return fa.att.name() == "a" })
-			if at < 0 || found[at].settled != tc.want {
-				t.Fatalf("found %d attachments, a at %d (settled %v); want a found with settled %v", len(found), at, at >= 0 && found[at].settled, tc.want)
+			at := slices.IndexFunc(found, func(fa attachments.Found) bool { return fa.Att.Name() == "a" })
+			if at < 0 || found[at].Settled != tc.want {
+				t.Fatalf("found %d attachments, a at %d (settled %v); want a found with settled %v", len(found), at, at >= 0 && found[at].Settled, tc.want)
 			}
 		})
 	}

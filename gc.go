@@ -27,8 +27,8 @@ func (c *collector) gc(ctx context.Context, liveAllocIDs []string, scope gcScope
 	}
 	// Allocations busy in this process when GC is called are protected,
 	// the ones whose ADD it then waits for included.
-	c.registry.adm.BeginGC()
-	defer c.registry.adm.EndGC()
+	c.registry.Admission.BeginGC()
+	defer c.registry.Admission.EndGC()
 	g.progress = newGCProgress(c.logger)
 	recErr := g.recorded(ctx)
 	g.progress.step("recorded attachments collected", g.report.Len())
@@ -58,7 +58,7 @@ func confNames(confs []catalog.Conf) []string {
 // gcRun starts a GC of everything but liveAllocIDs, as scope narrows it,
 // for ctx's owner (WithOwner, else Config.Owner).
 func (c *collector) gcRun(ctx context.Context, liveAllocIDs []string, scope gcScope) *gcRun {
-	g := &gcRun{c: c, owner: c.ownerOf(ctx), live: map[string]bool{}, gcScope: scope,
+	g := &gcRun{c: c, owner: c.OwnerOf(ctx), live: map[string]bool{}, gcScope: scope,
 		skipped: map[string]bool{}, report: &GCReport{}, start: time.Now()}
 	for _, id := range liveAllocIDs {
 		g.live[id] = true

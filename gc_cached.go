@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
@@ -32,7 +33,7 @@ func (g *gcRun) cached(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("%w: reading libcni's cache: %w (libcni's GC not run)", ErrCleanupFailed, err)
 	}
-	protected := c.registry.adm.Protected()
+	protected := c.registry.Admission.Protected()
 	names := map[string]bool{}
 	for _, conf := range g.nets {
 		names[conf.Info.Name] = true
@@ -76,23 +77,23 @@ func (g *gcRun) collectCached(ctx context.Context, id string, atts []*libcni.Net
 		g.live[id] = true // its state is not this GC's to judge, on any network
 		return
 	}
-	var found []foundAttachment
+	var found []attachments.Found
 	for _, a := range atts {
 		conf, err := c.nets.Known(a.Network, true)
 		if err != nil {
 			continue
 		}
-		req := cachedCapabilities(cachedRequest(request{id: id}, a), a)
-		found = append(found, foundAttachment{att: attachment{conf: conf, ifName: a.IfName}, req: req, cached: true})
+		req := attachments.CachedCapabilities(attachments.CachedRequest(attachments.Request{ID: id}, a), a)
+		found = append(found, attachments.Found{Att: attachments.Attachment{Conf: conf, IfName: a.IfName}, Req: req, Cached: true})
 	}
-	found, _, err := c.find.withRecords(g.collects, request{id: id}, found)
+	found, _, err := c.find.WithRecords(g.collects, attachments.Request{ID: id}, found)
 	if err == nil {
 		all := found
-		found = slices.DeleteFunc(slices.Clone(found), func(fa foundAttachment) bool {
-			return !names[fa.att.name()] || g.liveAt(id, fa.att.ifName) || g.partlyLive(id) && g.siblingLive(id, fa.att.name(), all)
+		found = slices.DeleteFunc(slices.Clone(found), func(fa attachments.Found) bool {
+			return !names[fa.Att.Name()] || g.liveAt(id, fa.Att.IfName) || g.partlyLive(id) && g.siblingLive(id, fa.Att.Name(), all)
 		})
 		if !g.dry {
-			err = c.detacher.detaching(g.owner, "", spares || g.partlyLive(id)).all(ctx, found)
+			err = c.detacher.Detaching(g.owner, "", spares || g.partlyLive(id)).All(ctx, found)
 		}
 	}
 	if err != nil {
@@ -100,7 +101,7 @@ func (g *gcRun) collectCached(ctx context.Context, id string, atts []*libcni.Net
 		return
 	}
 	for _, fa := range found {
-		g.report.addCached(GCItem{Kind: GCCachedAttachment, ID: id, Network: fa.att.name(), Detail: fa.att.ifName})
+		g.report.addCached(GCItem{Kind: GCCachedAttachment, ID: id, Network: fa.Att.Name(), Detail: fa.Att.IfName})
 	}
 }
 
@@ -113,7 +114,7 @@ func (g *gcRun) collectCached(ctx context.Context, id string, atts []*libcni.Net
 // records or cache cannot be read counts as holding one.
 func (g *gcRun) holdsLiveUnrecorded(ctx context.Context, id string) bool {
 	c := g.c
-	recs, damaged, err := c.registry.store.Of(id)
+	recs, damaged, err := c.registry.Store.Of(id)
 	if err != nil {
 		return true
 	}
@@ -156,18 +157,18 @@ func (g *gcRun) cniGC(ctx context.Context) error {
 	if g.dry || len(lists) == 0 {
 		return nil
 	}
-	unlockGC, err := c.registry.lockGC(ctx)
+	unlockGC, err := c.registry.LockGC(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlockGC()
-	defer c.registry.adm.LockGate()()
+	defer c.registry.Admission.LockGate()()
 	cached, err := c.lib.GetCachedAttachments("")
 	if err != nil {
 		return fmt.Errorf("%w: reading libcni's cache: %w (the plugins' GC not run)", ErrCleanupFailed, err)
 	}
-	protected := c.registry.adm.Protected()
-	ifNames := c.ifs.all(len(c.nets.All(false)))
+	protected := c.registry.Admission.Protected()
+	ifNames := c.ifs.All(len(c.nets.All(false)))
 	valid := []types.GCAttachment{}
 	for _, ids := range []map[string]bool{g.live, protected} {
 		for id := range ids {

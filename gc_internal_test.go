@@ -65,7 +65,7 @@ func TestGCNeverCollectsAnAllocationBeingSetUp(t *testing.T) {
 }
 
 func gcActive(c *Configurator) bool {
-	return c.registry.adm.GCRunning()
+	return c.registry.Admission.GCRunning()
 }
 
 // acceptAllPlugins writes plugins that answer VERSION and succeed at

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/telemetry"
 )
@@ -25,7 +26,7 @@ import (
 // naming the network finishes them): their ids count as live too.
 func (g *gcRun) recorded(ctx context.Context) error {
 	c := g.c
-	all, err := c.registry.store.All()
+	all, err := c.registry.Store.All()
 	if err != nil {
 		return fmt.Errorf("%w: reading the host registry: %w (its records were not collected)", ErrCleanupFailed, err)
 	}
@@ -63,7 +64,7 @@ func (g *gcRun) recorded(ctx context.Context) error {
 			dead[rec.ID] = true
 		}
 	}
-	protected := c.registry.adm.Protected()
+	protected := c.registry.Admission.Protected()
 	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(dead)) {
 		if protected[id] || others[id] {
@@ -92,7 +93,7 @@ func (g *gcRun) collects(rec registry.Record) bool {
 // GC collects in the networks it covers, unless another operation holds
 // the id; elsewhere says the id keeps attachments in others. Its DEL
 // enters the recorded namespace only while that is provably still the
-// attachment's (recordedNetNS).
+// attachment's (Registry.RecordedNetNS).
 func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) error {
 	c := g.c
 	unlock, ok := g.lockDead(id)
@@ -100,33 +101,33 @@ func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) 
 		return nil
 	}
 	defer unlock()
-	found, _, err := c.find.withRecords(g.collects, request{id: id}, nil)
+	found, _, err := c.find.WithRecords(g.collects, attachments.Request{ID: id}, nil)
 	if err != nil {
 		return err
 	}
 	all := found
-	found = slices.DeleteFunc(slices.Clone(found), func(fa foundAttachment) bool {
-		return !g.covers(fa.att.name()) || g.liveAt(id, fa.att.ifName) || g.partlyLive(id) && g.siblingLive(id, fa.att.name(), all)
+	found = slices.DeleteFunc(slices.Clone(found), func(fa attachments.Found) bool {
+		return !g.covers(fa.Att.Name()) || g.liveAt(id, fa.Att.IfName) || g.partlyLive(id) && g.siblingLive(id, fa.Att.Name(), all)
 	})
 	if len(found) == 0 {
 		return nil
 	}
 	if !g.dry {
-		netns, alongside := c.registry.recordedNetNS(id, found), g.only != nil || elsewhere
-		d := c.detacher.detaching(g.owner, netns, alongside)
+		netns, alongside := c.registry.RecordedNetNS(id, found), g.only != nil || elsewhere
+		d := c.detacher.Detaching(g.owner, netns, alongside)
 		if alongside && netns != "" {
 			// The workload stays on other networks: the loopback
 			// plugin's DEL must not leave its lo down.
 			up, restore := keepLoopback(c.logger, id, netns, found)
 			defer restore()
-			d.loUp = up
+			d.LoUp = up
 		}
-		if err := d.all(ctx, found); err != nil {
+		if err := d.All(ctx, found); err != nil {
 			return err
 		}
 	}
 	for _, fa := range found {
-		g.report.addCached(GCItem{Kind: GCRecordedAttachment, ID: id, Network: fa.att.name(), Detail: fa.att.ifName})
+		g.report.addCached(GCItem{Kind: GCRecordedAttachment, ID: id, Network: fa.Att.Name(), Detail: fa.Att.IfName})
 	}
 	return nil
 }
@@ -137,12 +138,12 @@ func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) 
 // process took the id while this GC ran (it is protected), or another
 // process holds it: the id is left for the next GC.
 func (g *gcRun) lockDead(id string) (unlock func(), ok bool) {
-	unlockAdm := g.c.registry.adm.LockAll([]string{id})
-	if g.c.registry.adm.Protected()[id] {
+	unlockAdm := g.c.registry.Admission.LockAll([]string{id})
+	if g.c.registry.Admission.Protected()[id] {
 		unlockAdm()
 		return nil, false
 	}
-	unlockID, err := g.c.registry.store.TryLockID(id)
+	unlockID, err := g.c.registry.Store.TryLockID(id)
 	if err != nil {
 		unlockAdm()
 		g.c.logger.Debug("GC left a busy allocation alone", "alloc_id", id, "error", err)
@@ -164,7 +165,7 @@ func (g *gcRun) lockDead(id string) (unlock func(), ok bool) {
 // this GC ran (or the id's records cannot be read): an operation made or
 // changed it meanwhile, and it is not this GC's to judge.
 func (g *gcRun) recordedSinceStart(id string) bool {
-	recs, _, err := g.c.registry.store.Of(id)
+	recs, _, err := g.c.registry.Store.Of(id)
 	if err != nil {
 		return true
 	}

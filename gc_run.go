@@ -6,6 +6,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/telemetry"
 	"github.com/seed1280861d/cninet/internal/workload"
@@ -13,16 +14,16 @@ import (
 
 // collector is GC: the parts its runs (gcRun) use.
 type collector struct {
-	owners
-	registry *hostRegistry
+	attachments.Owners
+	registry *attachments.Registry
 	nets     *catalog.Networks
-	find     *attachmentFinder
-	seams    *cleanerSeams
+	find     *attachments.Finder
+	seams    *attachments.Seams
 	lib      *libcni.CNIConfig // libcni's cache and the plugins' GC command
-	ifs      ifNaming
+	ifs      attachments.IfNaming
 	tel      *telemetry.Recorder
 	logger   hclog.Logger
-	detacher *detacher
+	detacher *attachments.Detacher
 }
 
 // gcRun is one GC: what is live, which networks it collects, and what it
@@ -67,14 +68,14 @@ func (g *gcRun) partlyLive(id string) bool { return len(g.liveIfs[id]) > 0 }
 // siblingLive reports whether network holds, besides the attachment,
 // one of id's live interfaces, by the registry or libcni's cache: its
 // force cleanup, which acts on id in network, would reach that one.
-func (g *gcRun) siblingLive(id, network string, recs []foundAttachment) bool {
+func (g *gcRun) siblingLive(id, network string, recs []attachments.Found) bool {
 	for ifName := range g.liveIfs[id] {
-		if g.c.find.cachedAt(id, network, ifName) != nil || g.c.registry.recorded(id, network, ifName) != nil {
+		if g.c.find.CachedAt(id, network, ifName) != nil || g.c.registry.Recorded(id, network, ifName) != nil {
 			return true
 		}
 	}
 	for _, fa := range recs {
-		if fa.att.name() == network && g.liveIfs[id][fa.att.ifName] {
+		if fa.Att.Name() == network && g.liveIfs[id][fa.Att.IfName] {
 			return true
 		}
 	}
@@ -85,7 +86,7 @@ func (g *gcRun) siblingLive(id, network string, recs []foundAttachment) bool {
 // temporary files of writes cut short, and the lock files of ids that
 // have no record (each under its lock).
 func (g *gcRun) housekeeping() {
-	store := g.c.registry.store
+	store := g.c.registry.Store
 	if n := store.RemoveStaleTemps(); n > 0 {
 		g.c.logger.Info("GC removed temporary files of registry writes cut short", "files", n, "state_dir", store.Dir())
 	}

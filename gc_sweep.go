@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/identity"
 )
@@ -13,9 +14,9 @@ import (
 // sweep removes the footprint of every dead attachment of the collected
 // networks it can attribute. A sweep that missed a gap in a held xtables
 // lock (a busy host's other writer) scans and cleans again while ctx's
-// deadline leaves time (whileLockHeld): both steps are safe to repeat.
+// deadline leaves time (attachments.WhileLockHeld): both steps are safe to repeat.
 func (g *gcRun) sweep(ctx context.Context) error {
-	_, err := whileLockHeld(ctx, func() (struct{}, error) { return struct{}{}, g.sweepOnce(ctx) })
+	_, err := attachments.WhileLockHeld(ctx, func() (struct{}, error) { return struct{}{}, g.sweepOnce(ctx) })
 	return err
 }
 
@@ -28,15 +29,15 @@ func (g *gcRun) sweep(ctx context.Context) error {
 // this GC collected unlocked is live.
 func (g *gcRun) sweepOnce(ctx context.Context) error {
 	c := g.c
-	adm := &c.registry.adm
+	adm := &c.registry.Admission
 	if !g.dry { // a plan changes nothing: no ADD need wait for it
-		unlockGC, err := c.registry.lockGC(ctx)
+		unlockGC, err := c.registry.LockGC(ctx)
 		if err != nil {
 			return err
 		}
 		defer unlockGC()
 	}
-	sweep := footprint.NewSweep(ctx, c.seams.all())
+	sweep := footprint.NewSweep(ctx, c.seams.All())
 	sweep.WholeWorkload = g.only == nil // a dead id is dead on every network, unless GCOptions.Networks spares some
 	sweep.DryRun = g.dry
 	found, scanErr := sweep.DiscoverAll()
@@ -59,7 +60,7 @@ func (g *gcRun) sweepOnce(ctx context.Context) error {
 	defer unlock()
 	protected = adm.Protected() // started after the scan: not ours to judge
 	dead = slices.DeleteFunc(dead, func(a footprint.Attachment) bool { return protected[a.ID] })
-	unlockIDs, busy := c.registry.tryLockIDs(dead) // another process works on them: not ours to judge either
+	unlockIDs, busy := c.registry.TryLockIDs(dead) // another process works on them: not ours to judge either
 	defer unlockIDs()
 	dead = slices.DeleteFunc(dead, func(a footprint.Attachment) bool { return busy[a.ID] })
 	err = sweep.CleanAll(dead) // with nothing dead, it still reports what the scan could not read
@@ -78,7 +79,7 @@ func (g *gcRun) sweepOnce(ctx context.Context) error {
 // still lives.
 func (g *gcRun) claimedNow() (map[string]bool, error) {
 	c := g.c
-	all, err := c.registry.store.All()
+	all, err := c.registry.Store.All()
 	if err != nil {
 		return nil, fmt.Errorf("reading the host registry: %w", err)
 	}

@@ -33,11 +33,11 @@ func TestAnAddressARecordHoldsKeepsItsRulesWhenADriftTookItsFiles(t *testing.T) 
 	if _, err := f.c.Setup(ctx, live, f.netns); err != nil {
 		t.Fatal(err)
 	}
-	rec := f.c.registry.recorded("live-1", "w", "eth0")
+	rec := f.c.registry.Recorded("live-1", "w", "eth0")
 	if err := os.WriteFile(cache, stale, 0o600); err != nil { // dead-1's stale cache: the same address
 		t.Fatal(err)
 	}
-	dir := f.c.seams.network(f.c.nets.Default(), "eth0", nil).IPAMDirs[0]
+	dir := f.c.seams.Network(f.c.nets.Default(), "eth0", nil).IPAMDirs[0]
 	for _, p := range []string{filepath.Join(dir, rec.Addresses[0].String()), filepath.Join(f.cni.CacheDir, "results", "w-live-1-eth0")} {
 		if err := os.Remove(p); err != nil {
 			t.Fatal(err)
@@ -67,8 +67,8 @@ func TestATeardownThatFailsLeavesNothingForARepairToBringBack(t *testing.T) {
 	if _, err := f.c.Setup(ctx, alloc, f.netns); err != nil {
 		t.Fatal(err)
 	}
-	rec := f.c.registry.recorded("web-1", "w", "eth0")
-	dir := f.c.seams.network(f.c.nets.Default(), "eth0", nil).IPAMDirs[0]
+	rec := f.c.registry.Recorded("web-1", "w", "eth0")
+	dir := f.c.seams.Network(f.c.nets.Default(), "eth0", nil).IPAMDirs[0]
 	for _, p := range []string{filepath.Join(dir, rec.Addresses[0].String()), filepath.Join(f.cni.CacheDir, "results", "w-web-1-eth0")} {
 		if err := os.Remove(p); err != nil { // nothing left to prove an address with
 			t.Fatal(err)
@@ -76,7 +76,7 @@ func TestATeardownThatFailsLeavesNothingForARepairToBringBack(t *testing.T) {
 	}
 	stateAtDEL := ""
 	f.cni.RemoveHook = func(context.Context, string) error {
-		stateAtDEL = string(f.c.registry.recorded("web-1", "w", "eth0").State)
+		stateAtDEL = string(f.c.registry.Recorded("web-1", "w", "eth0").State)
 		for _, r := range f.host.IPv4.Rules("nat", "CNI-HOSTPORT-DNAT") {
 			f.host.IPv4.Unload("nat", r) // portmap's DEL ran, the chain's next plugin failed
 		}

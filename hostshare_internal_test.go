@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/registry"
 )
@@ -106,7 +107,7 @@ func TestADELOfAnotherOwnersAttachmentChangesNothingWhileItsNamespaceLives(t *te
 			if _, err := f.c.Connect(WithOwner(ctx, "rt-b"), alloc, "b", ns.path, ConnectOptions{IfName: "eth0"}); err != nil {
 				t.Fatal(err)
 			}
-			cached := f.drv.cachePath(request{id: "w"}, attachment{conf: catalog.Conf{Info: catalog.Info{Name: "b"}}, ifName: "eth0"})
+			cached := f.drv.cachePath(attachments.Request{ID: "w"}, attachments.Attachment{Conf: catalog.Conf{Info: catalog.Info{Name: "b"}}, IfName: "eth0"})
 			if tc.before != nil {
 				tc.before(t, f, ns)
 			}

@@ -74,7 +74,7 @@ func (f multiFixture) configurator(t *testing.T) *Configurator {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	c.drivers.driver = f.drv
+	c.drivers.Driver = f.drv
 	return c
 }
 

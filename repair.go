@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
@@ -30,7 +31,7 @@ import (
 
 // checkedAttachment is one found attachment as a drift check sees it.
 type checkedAttachment struct {
-	fa   foundAttachment
+	fa   attachments.Found
 	rec  *registry.Record // nil: the registry never saw it
 	live *footprint.Live
 }
@@ -42,24 +43,24 @@ func (ca checkedAttachment) repairable() bool {
 	if ca.rec != nil {
 		return ca.rec.State == registry.Attached
 	}
-	return ca.fa.settled
+	return ca.fa.Settled
 }
 
 // liveBuilder builds live attachments (footprint.Live) from their
 // records, else libcni's cache.
 type liveBuilder struct {
-	registry    *hostRegistry
+	registry    *attachments.Registry
 	plugins     *catalog.Plugins
-	seams       *cleanerSeams
+	seams       *attachments.Seams
 	lib         *libcni.CNIConfig
 	findPlugins bool // the default go-cni: libcni's cache holds what it attached
 }
 
 // checkedOf reads the records of found and builds their live attachments.
-func (b *liveBuilder) checkedOf(found []foundAttachment, netns string) []checkedAttachment {
+func (b *liveBuilder) checkedOf(found []attachments.Found, netns string) []checkedAttachment {
 	out := make([]checkedAttachment, len(found))
 	for i, fa := range found {
-		rec := b.registry.recorded(fa.req.id, fa.att.name(), fa.att.ifName)
+		rec := b.registry.Recorded(fa.Req.ID, fa.Att.Name(), fa.Att.IfName)
 		out[i] = checkedAttachment{fa: fa, rec: rec, live: b.liveOf(fa, rec, netns)}
 	}
 	return out
@@ -67,12 +68,12 @@ func (b *liveBuilder) checkedOf(found []foundAttachment, netns string) []checked
 
 // checkedOfRecord is the live attachment rec records.
 func (b *liveBuilder) checkedOfRecord(rec *registry.Record) (checkedAttachment, bool) {
-	conf, err := b.registry.recordedConf(*rec)
+	conf, err := b.registry.RecordedConf(*rec)
 	if err != nil {
 		return checkedAttachment{}, false
 	}
-	fa := foundAttachment{att: attachment{conf: conf, ifName: rec.IfName, viaCNI: rec.ViaCNI},
-		req: recordedRequest(request{id: rec.ID, runtimeID: rec.RuntimeID}, *rec), cached: true, settled: true}
+	fa := attachments.Found{Att: attachments.Attachment{Conf: conf, IfName: rec.IfName, ViaCNI: rec.ViaCNI},
+		Req: attachments.RecordedRequest(attachments.Request{ID: rec.ID, RuntimeID: rec.RuntimeID}, *rec), Cached: true, Settled: true}
 	return checkedAttachment{fa: fa, rec: rec, live: b.liveOf(fa, rec, "")}, true
 }
 
@@ -94,7 +95,7 @@ type driftResult struct {
 // plugins' own ADD, and writes libcni's cache again.
 type repairer struct {
 	plugins *catalog.Plugins
-	drivers *drivers
+	drivers *attachments.Drivers
 	tel     *telemetry.Recorder
 }
 
@@ -123,7 +124,7 @@ func (r *repairer) restorers(ctx context.Context, ca checkedAttachment) footprin
 			if err != nil {
 				return err
 			}
-			return r.drivers.driverFor(fa.att).addPlugin(ctx, fa.req, fa.att, live.NetNS, typ, prev)
+			return r.drivers.DriverFor(fa.Att).AddPlugin(ctx, fa.Req, fa.Att, live.NetNS, typ, prev)
 		},
 		WriteCache: func() error { return r.writeCachedResult(fa, live) },
 	}
@@ -146,16 +147,16 @@ func liveResult(live *footprint.Live) (types.Result, error) {
 // writeCachedResult writes libcni's cache file of fa again, as libcni's
 // ADD writes it: the conflist, the runtime's args and capability
 // arguments, and the result in the conflist's CNI version.
-func (r *repairer) writeCachedResult(fa foundAttachment, live *footprint.Live) error {
+func (r *repairer) writeCachedResult(fa attachments.Found, live *footprint.Live) error {
 	res, err := liveResult(live)
 	if err != nil {
 		return err
 	}
-	list := fa.att.conf.List
+	list := fa.Att.Conf.List
 	if res, err = res.GetAsVersion(list.CNIVersion); err != nil {
 		return err
 	}
-	rt := runtimeConfOf(fa.req, fa.att, live.NetNS)
+	rt := attachments.RuntimeConfOf(fa.Req, fa.Att, live.NetNS)
 	var result map[string]any
 	b, err := json.Marshal(res)
 	if err == nil {
@@ -200,17 +201,17 @@ type cachedInfo struct {
 // liveOf returns fa's live attachment: what its record (rec, nil for one
 // the registry never saw) and libcni's cache say. netns is the namespace
 // the caller named ("" takes the record's).
-func (b *liveBuilder) liveOf(fa foundAttachment, rec *registry.Record, netns string) *footprint.Live {
-	att, req := fa.att, fa.req
+func (b *liveBuilder) liveOf(fa attachments.Found, rec *registry.Record, netns string) *footprint.Live {
+	att, req := fa.Att, fa.Req
 	l := &footprint.Live{
-		Attachment: footprint.Attachment{Network: att.name(), ID: req.id},
-		IfName:     att.ifName,
+		Attachment: footprint.Attachment{Network: att.Name(), ID: req.ID},
+		IfName:     att.IfName,
 		NetNS:      netns,
-		Net:        b.seams.network(att.conf, att.ifName, nil),
+		Net:        b.seams.Network(att.Conf, att.IfName, nil),
 		Backends:   map[string]string{},
-		Uncached:   att.viaCNI && !b.findPlugins,
+		Uncached:   att.ViaCNI && !b.findPlugins,
 	}
-	for _, m := range req.mappings {
+	for _, m := range req.Mappings {
 		l.Mappings = append(l.Mappings, footprint.PortMapping{HostPort: int(m.HostPort), ContainerPort: int(m.ContainerPort),
 			Protocol: m.Protocol, HostIP: m.HostIP})
 	}
@@ -229,7 +230,7 @@ func (b *liveBuilder) liveOf(fa foundAttachment, rec *registry.Record, netns str
 			l.Net.CacheDir = rec.CacheDir
 		}
 	} else {
-		for typ, backend := range b.plugins.Backends(att.conf) {
+		for typ, backend := range b.plugins.Backends(att.Conf) {
 			l.Backends[typ] = backend
 		}
 	}
@@ -239,7 +240,7 @@ func (b *liveBuilder) liveOf(fa foundAttachment, rec *registry.Record, netns str
 
 // resultOf reads a recorded result, else libcni's cached one; nil when
 // there is neither.
-func (b *liveBuilder) resultOf(raw json.RawMessage, att attachment, req request) *footprint.Result {
+func (b *liveBuilder) resultOf(raw json.RawMessage, att attachments.Attachment, req attachments.Request) *footprint.Result {
 	var res types.Result
 	if len(raw) > 0 {
 		var head struct {
@@ -250,7 +251,7 @@ func (b *liveBuilder) resultOf(raw json.RawMessage, att attachment, req request)
 		}
 	}
 	if res == nil {
-		res, _ = b.lib.GetNetworkListCachedResult(att.conf.List, &libcni.RuntimeConf{ContainerID: req.id, IfName: att.ifName})
+		res, _ = b.lib.GetNetworkListCachedResult(att.Conf.List, &libcni.RuntimeConf{ContainerID: req.ID, IfName: att.IfName})
 	}
 	if res == nil {
 		return nil

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	cni "github.com/containerd/go-cni"
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -19,16 +20,16 @@ func TestACachedResultWrittenAgainReadsAsLibcnisOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := request{id: "w", args: [][2]string{{"IgnoreUnknown", "1"}},
-		mappings: []cni.PortMapping{{HostPort: 8080, ContainerPort: 80, Protocol: "tcp"}}}
-	fa := foundAttachment{att: attachment{conf: conf, ifName: "eth1"}, req: req}
+	req := attachments.Request{ID: "w", Args: [][2]string{{"IgnoreUnknown", "1"}},
+		Mappings: []cni.PortMapping{{HostPort: 8080, ContainerPort: 80, Protocol: "tcp"}}}
+	fa := attachments.Found{Att: attachments.Attachment{Conf: conf, IfName: "eth1"}, Req: req}
 	raw := `{"cniVersion":"1.0.0","interfaces":[{"name":"eth1","mac":"0a:58:c6:12:01:02","sandbox":"/x"}],` +
 		`"ips":[{"interface":0,"address":"198.18.1.2/24","gateway":"198.18.1.1"}]}`
 	live := &footprint.Live{NetNS: "/x", Net: footprint.Network{CacheDir: f.c.cacheDir}, Result: &footprint.Result{Raw: []byte(raw)}}
 	if err := f.c.checker.repairer.writeCachedResult(fa, live); err != nil {
 		t.Fatal(err)
 	}
-	rt := runtimeConfOf(req, fa.att, "/x")
+	rt := attachments.RuntimeConfOf(req, fa.Att, "/x")
 	res, err := f.c.lib.GetNetworkListCachedResult(conf.List, rt)
 	if err != nil || res == nil {
 		t.Fatalf("libcni reads no result: %v, %v", res, err)
@@ -42,7 +43,7 @@ func TestACachedResultWrittenAgainReadsAsLibcnisOwn(t *testing.T) {
 		t.Fatalf("cached attachments %+v, %v", atts, err)
 	}
 	a := atts[0]
-	if a.Network != "b" || a.IfName != "eth1" || a.NetNS != "/x" || !reflect.DeepEqual(a.CniArgs, req.args) || a.CapabilityArgs["portMappings"] == nil {
+	if a.Network != "b" || a.IfName != "eth1" || a.NetNS != "/x" || !reflect.DeepEqual(a.CniArgs, req.Args) || a.CapabilityArgs["portMappings"] == nil {
 		t.Fatalf("cached attachment %+v, want b as eth1 in /x with the request's args and port mappings", a)
 	}
 	path := f.c.cacheDir + "/results/b-w-eth1"
@@ -68,13 +69,13 @@ func TestARecordSaysWhetherItsADDRanThroughConfigCNI(t *testing.T) {
 		t.Fatal(err)
 	}
 	for network, want := range map[string]bool{"a": true, "c": false} {
-		rec := f.c.registry.recorded("w", network, map[string]string{"a": "eth0", "c": "eth1"}[network])
+		rec := f.c.registry.Recorded("w", network, map[string]string{"a": "eth0", "c": "eth1"}[network])
 		if rec == nil || rec.ViaCNI != want {
 			t.Fatalf("record of %s: %+v, want viaCNI %v", network, rec, want)
 		}
 		ca, ok := f.c.checker.lives.checkedOfRecord(rec)
-		if !ok || ca.fa.att.viaCNI != want || ca.live.Uncached != want {
-			t.Fatalf("the attachment %s's record gives: viaCNI %v, uncached %v; want both %v", network, ca.fa.att.viaCNI, ca.live.Uncached, want)
+		if !ok || ca.fa.Att.ViaCNI != want || ca.live.Uncached != want {
+			t.Fatalf("the attachment %s's record gives: viaCNI %v, uncached %v; want both %v", network, ca.fa.Att.ViaCNI, ca.live.Uncached, want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/host"
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/identity"
@@ -23,9 +24,9 @@ import (
 // watchedParts is the parts of a Configurator the repair watcher uses
 // (repairwatch.Parts).
 type watchedParts struct {
-	registry *hostRegistry
+	registry *attachments.Registry
 	nets     *catalog.Networks
-	seams    *cleanerSeams
+	seams    *attachments.Seams
 	tel      *telemetry.Recorder
 	// checkedOf builds a live attachment from its record, and repair
 	// runs one repair of it through its plugins: the Configurator's.
@@ -44,12 +45,12 @@ func newRepairWatcher(cfg Config, owner string, logger hclog.Logger, ck *checker
 }
 
 func (p watchedParts) Records() ([]registry.Record, error) {
-	all, err := p.registry.store.All()
+	all, err := p.registry.Store.All()
 	return all.Records, err
 }
 
 func (p watchedParts) Recorded(key identity.Key) *registry.Record {
-	return p.registry.recorded(key.ID, key.Network, key.IfName)
+	return p.registry.Recorded(key.ID, key.Network, key.IfName)
 }
 
 func (p watchedParts) Knows(network string) bool {
@@ -68,13 +69,13 @@ func (p watchedParts) Attachment(rec *registry.Record) (repairwatch.Attachment, 
 		}}, true
 }
 
-func (p watchedParts) TryEnter(id string) (leave func(), busy bool) { return p.registry.tryEnter(id) }
+func (p watchedParts) TryEnter(id string) (leave func(), busy bool) { return p.registry.TryEnter(id) }
 
-func (p watchedParts) NFTables() (host.NFTables, error) { return p.seams.nftOpener.Get() }
+func (p watchedParts) NFTables() (host.NFTables, error) { return p.seams.NFTOpener.Get() }
 
 func (p watchedParts) IPTablesOnNFTables() bool {
 	for _, v6 := range []bool{false, true} {
-		ipt, err := p.seams.iptOpener.Get(v6)
+		ipt, err := p.seams.IPTOpener.Get(v6)
 		if err != nil {
 			return false
 		}
@@ -86,7 +87,7 @@ func (p watchedParts) IPTablesOnNFTables() bool {
 }
 
 func (p watchedParts) NewChecker(ctx context.Context, r repairwatch.Read) repairwatch.Checker {
-	checker := footprint.NewChecker(ctx, p.seams.all())
+	checker := footprint.NewChecker(ctx, p.seams.All())
 	checker.Shallow, checker.FirewallUnchanged = r.Shallow, r.FirewallUnchanged
 	return checker
 }

@@ -212,7 +212,7 @@ func TestTheRepairWatcherTriesAgainSoonARepairWhoseIDWasHeld(t *testing.T) {
 	f.setUp(t, "web-1", 8080)
 	want := len(f.lines("web-1"))
 	waitFor(t, "the pass at start", func() bool { return f.c.repairer.Passes() >= 1 })
-	leave, busy := f.c.registry.tryEnter("web-1")
+	leave, busy := f.c.registry.TryEnter("web-1")
 	if busy {
 		t.Fatal("web-1's id is held before the test holds it")
 	}
@@ -291,15 +291,15 @@ func TestARepairWritesNothingForAnAttachmentThatIsNotAttachedOrNotRepairableInPl
 		want  error
 	}{
 		{name: "its detach began (the record says detaching)", want: ErrCheckFailed, state: func(t *testing.T, f watchFixture) {
-			rec := f.c.registry.recorded("web-1", "w", "eth0")
+			rec := f.c.registry.Recorded("web-1", "w", "eth0")
 			rec.State = "detaching"
-			if err := f.c.registry.store.Put(rec); err != nil {
+			if err := f.c.registry.Store.Put(rec); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{name: "host-local gave its address to another workload", want: ErrNotRepairable, state: func(t *testing.T, f watchFixture) {
-			rec := f.c.registry.recorded("web-1", "w", "eth0")
-			dir := f.c.seams.network(f.c.nets.Default(), "eth0", nil).IPAMDirs[0]
+			rec := f.c.registry.Recorded("web-1", "w", "eth0")
+			dir := f.c.seams.Network(f.c.nets.Default(), "eth0", nil).IPAMDirs[0]
 			if err := os.WriteFile(filepath.Join(dir, rec.Addresses[0].String()), []byte("web-9\r\neth0"), 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -353,7 +353,7 @@ func TestATeardownWaitsForAHungRepairNoLongerThanItsDeadline(t *testing.T) {
 	f := newWatchFixture(t, 0)
 	hang := hangingAdder{CNI: f.cni, started: make(chan struct{}, 1), release: make(chan struct{})}
 	conf, _ := f.c.nets.Current()
-	c, err := New(Config{ConfList: conf.Bytes, CNI: hang, CacheDir: f.cni.CacheDir, StateDir: f.c.registry.store.Dir(), Owner: "runner",
+	c, err := New(Config{ConfList: conf.Bytes, CNI: hang, CacheDir: f.cni.CacheDir, StateDir: f.c.registry.Store.Dir(), Owner: "runner",
 		IPTables: f.host.IPTables, NFTables: f.host.NFTables, Links: f.host.Links, RepairEvery: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -403,7 +403,7 @@ func TestTheRepairWatcherBacksOffARepairThatDoesNotMakeTheAttachmentWhole(t *tes
 	f := newWatchFixture(t, 0)
 	var calls atomic.Int32
 	conf, _ := f.c.nets.Current()
-	c, err := New(Config{ConfList: conf.Bytes, CNI: noopAdder{CNI: f.cni, calls: &calls}, CacheDir: f.cni.CacheDir, StateDir: f.c.registry.store.Dir(),
+	c, err := New(Config{ConfList: conf.Bytes, CNI: noopAdder{CNI: f.cni, calls: &calls}, CacheDir: f.cni.CacheDir, StateDir: f.c.registry.Store.Dir(),
 		Owner: "runner", IPTables: f.host.IPTables, NFTables: f.host.NFTables, Links: f.host.Links, RepairEvery: 2 * time.Millisecond,
 		Logger: hclog.New(&hclog.LoggerOptions{Output: f.log, Level: hclog.Info})})
 	if err != nil {
@@ -470,7 +470,7 @@ func BenchmarkRepairWatcherPass1000(b *testing.B) {
 	for i := range 1000 {
 		f.setUp(b, fmt.Sprintf("web-%04d", i), 20000+i)
 	}
-	w := newRepairWatcher(Config{RepairEvery: time.Hour}, f.c.owners.configured, f.c.logger, f.c.checker)
+	w := newRepairWatcher(Config{RepairEvery: time.Hour}, f.c.owners.Configured, f.c.logger, f.c.checker)
 	b.ReportAllocs()
 	for b.Loop() {
 		w.Pass(context.Background())

@@ -1,51 +1,35 @@
 package cninet
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
 
-	cni "github.com/containerd/go-cni"
-	"github.com/containernetworking/cni/libcni"
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
-	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/workload"
 )
-
-// request is everything the plugins are told about one allocation. It is
-// computed once per call and identical for Setup, Check and Teardown, because
-// portmap's DEL removes nothing unless it sees the same portMappings.
-type request struct {
-	id       string
-	mappings []cni.PortMapping
-	args     [][2]string
-	caps     map[string]any // Allocation.Capabilities, validated
-	// runtimeID is the runtime's container id where id is not it
-	// (ConnectOptions.RuntimeID): the records name it.
-	runtimeID string
-}
 
 // ignoreUnknownArg tells plugins to accept args they do not know, so that
 // identity args meant for one plugin (or for none) do not fail the others.
 const ignoreUnknownArg = "IgnoreUnknown"
 
-func newRequest(alloc *Allocation, ignoreHostIP bool) (request, error) {
+func newRequest(alloc *Allocation, ignoreHostIP bool) (attachments.Request, error) {
 	if err := validateAllocation(alloc); err != nil {
-		return request{}, err
+		return attachments.Request{}, err
 	}
 	mappings, err := PortMappings(alloc, ignoreHostIP)
 	if err != nil {
-		return request{}, err
+		return attachments.Request{}, err
 	}
 	args, err := cniArgs(alloc)
 	if err != nil {
-		return request{}, err
+		return attachments.Request{}, err
 	}
 	if err := ValidateCapabilities(alloc.Capabilities); err != nil {
-		return request{}, fmt.Errorf("allocation %s: %w", alloc.ID, err)
+		return attachments.Request{}, fmt.Errorf("allocation %s: %w", alloc.ID, err)
 	}
-	return request{id: alloc.ID, mappings: mappings, args: args, caps: alloc.Capabilities}, nil
+	return attachments.Request{ID: alloc.ID, Mappings: mappings, Args: args, Caps: alloc.Capabilities, Networks: alloc.NetworkNames}, nil
 }
 
 // requests builds the requests of a Configurator's calls, by its Config
@@ -53,8 +37,8 @@ func newRequest(alloc *Allocation, ignoreHostIP bool) (request, error) {
 type requests struct {
 	ignoreHostIP bool
 	// findPlugins: cninet runs the default network's plugins itself
-	// (drivers.findPlugins); libRuns: it runs a named network's (the
-	// libcni driver's runsPlugins).
+	// (attachments.Drivers.FindPlugins); libRuns: it runs a named network's (the
+	// libcni driver's RunsPlugins).
 	findPlugins bool
 	libRuns     func() bool
 }
@@ -64,7 +48,7 @@ type requests struct {
 // class noNetNS — ErrInvalidArgument to attach (Setup, Connect),
 // ErrCheckFailed to check (a namespace that is gone is a verdict on the
 // attachment: rebuild it).
-func (r requests) requestIn(alloc *Allocation, netns string, noNetNS error) (request, error) {
+func (r requests) requestIn(alloc *Allocation, netns string, noNetNS error) (attachments.Request, error) {
 	return requestAt(alloc, netns, r.ignoreHostIP, noNetNS, r.findPlugins)
 }
 
@@ -72,17 +56,17 @@ func (r requests) requestIn(alloc *Allocation, netns string, noNetNS error) (req
 // itself (runs; an injected Config.CNI, a fake in tests, decides for
 // itself what a namespace path is), a netns that is no network namespace
 // is an ErrNoNetNS error of class noNetNS.
-func requestAt(alloc *Allocation, netns string, ignoreHostIP bool, noNetNS error, runs bool) (request, error) {
+func requestAt(alloc *Allocation, netns string, ignoreHostIP bool, noNetNS error, runs bool) (attachments.Request, error) {
 	req, err := newRequest(alloc, ignoreHostIP)
 	if err != nil {
 		return req, err
 	}
 	if netns == "" {
-		return req, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, req.id)
+		return req, fmt.Errorf("%w: empty network namespace path for allocation %s", ErrInvalidArgument, req.ID)
 	}
 	if runs {
 		if err := workload.CheckNetNS(netns); err != nil {
-			return req, fmt.Errorf("%w: allocation %s: %w: %w", noNetNS, req.id, ErrNoNetNS, err)
+			return req, fmt.Errorf("%w: allocation %s: %w: %w", noNetNS, req.ID, ErrNoNetNS, err)
 		}
 	}
 	return req, nil
@@ -91,30 +75,17 @@ func requestAt(alloc *Allocation, netns string, ignoreHostIP bool, noNetNS error
 // namedRequest validates what the *With verbs are given; with a
 // noNetNS class (ErrInvalidArgument to attach, ErrCheckFailed to check)
 // netns must be a network namespace too, since plugins will run in it.
-func (r requests) namedRequest(alloc *Allocation, network, netns, ifName string, noNetNS error) (request, error) {
+func (r requests) namedRequest(alloc *Allocation, network, netns, ifName string, noNetNS error) (attachments.Request, error) {
 	if err := catalog.CheckName(network); err != nil {
-		return request{}, err
+		return attachments.Request{}, err
 	}
 	if err := CheckIfName(ifName); err != nil {
-		return request{}, fmt.Errorf("%w (allocation %s)", err, allocID(alloc))
+		return attachments.Request{}, fmt.Errorf("%w (allocation %s)", err, allocID(alloc))
 	}
 	if noNetNS == nil {
 		return newRequest(alloc, r.ignoreHostIP)
 	}
 	return requestAt(alloc, netns, r.ignoreHostIP, noNetNS, r.libRuns())
-}
-
-// opts returns the go-cni namespace options for this request.
-func (a request) opts() []cni.NamespaceOpts {
-	opts := make([]cni.NamespaceOpts, 0, 1+len(a.args))
-	opts = append(opts, cni.WithCapabilityPortMap(a.mappings))
-	for name, value := range a.caps {
-		opts = append(opts, cni.WithCapability(name, value))
-	}
-	for _, kv := range a.args {
-		opts = append(opts, cni.WithArgs(kv[0], kv[1]))
-	}
-	return opts
 }
 
 // cniArgs returns the CNI args for an allocation: IgnoreUnknown=1 first
@@ -155,50 +126,6 @@ func validateArg(k, v string, exact bool) error {
 		return fmt.Errorf("%w: CNI arg %q has value %q containing ';', which CNI_ARGS cannot carry", ErrInvalidAllocation, k, v)
 	}
 	return nil
-}
-
-// cachedRequest is req with the args and port mappings that libcni
-// cached for a, where it cached them.
-func cachedRequest(req request, a *libcni.NetworkAttachment) request {
-	if len(a.CniArgs) > 0 {
-		req.args = a.CniArgs
-	}
-	if raw, ok := a.CapabilityArgs["portMappings"]; ok {
-		var mappings []cni.PortMapping
-		if b, err := json.Marshal(raw); err == nil && json.Unmarshal(b, &mappings) == nil {
-			req.mappings = mappings
-		}
-	}
-	return req
-}
-
-// cachedCapabilities is req with the capability arguments besides port
-// mappings that libcni cached for a, where it cached any: a DEL and a
-// CHECK must tell the plugins what the ADD told them.
-func cachedCapabilities(req request, a *libcni.NetworkAttachment) request {
-	caps := map[string]any{}
-	for name, value := range a.CapabilityArgs {
-		if name != catalog.CapabilityPortMappings {
-			caps[name] = value
-		}
-	}
-	if len(caps) > 0 {
-		req.caps = caps
-	}
-	return req
-}
-
-// recordedRequest is req with the args and capabilities rec says its
-// ADD was given.
-func recordedRequest(req request, rec registry.Record) request {
-	a := &libcni.NetworkAttachment{CniArgs: rec.Args, CapabilityArgs: map[string]any{}}
-	for name, raw := range rec.Capabilities {
-		var v any
-		if json.Unmarshal(raw, &v) == nil {
-			a.CapabilityArgs[name] = v
-		}
-	}
-	return cachedCapabilities(cachedRequest(req, a), a)
 }
 
 // optionsOf returns the one options value of an operation that takes

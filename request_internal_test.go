@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
 )
 
@@ -105,8 +106,8 @@ func TestRuntimeConfPassesOnlyDeclaredCapabilities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	att := attachment{conf: catalog.NewConf(list), ifName: "eth1"}
-	rt := libDriver{}.runtimeConf(req, att, "/proc/self/ns/net")
+	att := attachments.Attachment{Conf: catalog.NewConf(list), IfName: "eth1"}
+	rt := attachments.LibDriver{}.RuntimeConf(req, att, "/proc/self/ns/net")
 	if rt.IfName != "eth1" || len(rt.CapabilityArgs) != 2 || rt.CapabilityArgs["bandwidth"] == nil || rt.CapabilityArgs["portMappings"] == nil {
 		t.Fatalf("runtime conf %+v: want eth1 with portMappings and bandwidth only (mac undeclared, aliases declared false)", rt)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -36,7 +37,7 @@ func (e *events) index(s string) int {
 // allStarted returns a hook that holds every ADD until n of them are
 // running at once, then lets them finish in reverse allocation order; a
 // Setup that attached one network after another never gets there.
-func allStarted(t *testing.T, n int) func(context.Context, attachment) error {
+func allStarted(t *testing.T, n int) func(context.Context, attachments.Attachment) error {
 	var mu sync.Mutex
 	started := 0
 	all := make(chan struct{})
@@ -55,13 +56,13 @@ func allStarted(t *testing.T, n int) func(context.Context, attachment) error {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
-	return func(ctx context.Context, na attachment) error {
+	return func(ctx context.Context, na attachments.Attachment) error {
 		mu.Lock()
 		if started++; started == n {
 			close(all)
 		}
 		mu.Unlock()
-		i := int(na.ifName[len(na.ifName)-1] - '0')
+		i := int(na.IfName[len(na.IfName)-1] - '0')
 		select {
 		case <-order[i]:
 			return nil
@@ -109,8 +110,8 @@ func TestRollbackWaitsForAnADDStillRunningAndDetachesEveryNetwork(t *testing.T) 
 			var running sync.WaitGroup
 			running.Add(2)
 			bDone := make(chan struct{})
-			f.drv.addHook = func(ctx context.Context, att attachment) error {
-				switch att.name() {
+			f.drv.addHook = func(ctx context.Context, att attachments.Attachment) error {
+				switch att.Name() {
 				case "b":
 					close(bDone)
 					return nil
@@ -123,10 +124,10 @@ func TestRollbackWaitsForAnADDStillRunningAndDetachesEveryNetwork(t *testing.T) 
 				running.Done()
 				<-ctx.Done() // a plugin killed halfway
 				time.Sleep(20 * time.Millisecond)
-				ev.add("ADD returned " + att.name())
+				ev.add("ADD returned " + att.Name())
 				return ctx.Err()
 			}
-			f.c.drivers.driver = recordingDels{f.drv, ev}
+			f.c.drivers.Driver = recordingDels{f.drv, ev}
 			if tc.cancelCtx {
 				go func() { running.Wait(); <-bDone; cancel() }() // b has attached: only c and a are mid-ADD
 			} else {
@@ -165,12 +166,12 @@ type recordingDels struct {
 	ev *events
 }
 
-func (r recordingDels) del(ctx context.Context, req request, att attachment, netns string, run footprint.PluginFilter) error {
+func (r recordingDels) Del(ctx context.Context, req attachments.Request, att attachments.Attachment, netns string, run footprint.PluginFilter) error {
 	if run.Apart() {
-		return r.fakeDriver.del(ctx, req, att, netns, run)
+		return r.fakeDriver.Del(ctx, req, att, netns, run)
 	}
-	r.ev.add("DEL " + att.name())
-	return r.fakeDriver.del(ctx, req, att, netns, footprint.PluginFilter{})
+	r.ev.add("DEL " + att.Name())
+	return r.fakeDriver.Del(ctx, req, att, netns, footprint.PluginFilter{})
 }
 
 // Within a Setup, a retry's DEL of an nftables-portmap network would take
@@ -201,15 +202,15 @@ func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t 
 	adding := 0
 	var addsOverlapped bool
 	omitted := map[string][]string{} // the omit of each DEL, by network
-	f.drv.addHook = func(_ context.Context, att attachment) error {
-		if !att.conf.Info.Footprint.HostportNFT {
+	f.drv.addHook = func(_ context.Context, att attachments.Attachment) error {
+		if !att.Conf.Info.Footprint.HostportNFT {
 			return nil
 		}
 		mu.Lock()
 		adding++
 		addsOverlapped = addsOverlapped || adding > 1
 		mu.Unlock()
-		if att.name() == "a" {
+		if att.Name() == "a" {
 			time.Sleep(60 * time.Millisecond) // still adding when b's first attempt has failed
 		} else {
 			time.Sleep(5 * time.Millisecond)
@@ -219,10 +220,10 @@ func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t 
 		mu.Unlock()
 		return nil
 	}
-	f.c.drivers.driver = slowDels{f.drv, func(att attachment, omit []string) {
+	f.c.drivers.Driver = slowDels{f.drv, func(att attachments.Attachment, omit []string) {
 		mu.Lock()
 		defer mu.Unlock()
-		omitted[att.name()] = append(omitted[att.name()], strings.Join(omit, ","))
+		omitted[att.Name()] = append(omitted[att.Name()], strings.Join(omit, ","))
 	}}
 	if _, err := f.c.Setup(context.Background(), alloc, "/x"); err != nil {
 		t.Fatal(err)
@@ -249,16 +250,16 @@ func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t 
 // plugins it was told to leave out.
 type slowDels struct {
 	*fakeDriver
-	note func(att attachment, omit []string)
+	note func(att attachments.Attachment, omit []string)
 }
 
-func (s slowDels) del(ctx context.Context, req request, att attachment, netns string, run footprint.PluginFilter) error {
+func (s slowDels) Del(ctx context.Context, req attachments.Request, att attachments.Attachment, netns string, run footprint.PluginFilter) error {
 	if run.Apart() {
-		return s.fakeDriver.del(ctx, req, att, netns, run)
+		return s.fakeDriver.Del(ctx, req, att, netns, run)
 	}
 	s.note(att, run.LeftOut())
 	time.Sleep(10 * time.Millisecond)
-	return s.fakeDriver.del(ctx, req, att, netns, run)
+	return s.fakeDriver.Del(ctx, req, att, netns, run)
 }
 
 func TestSetupJoinsTheNamedNetworksInOrderOneInterfaceEach(t *testing.T) {

@@ -13,7 +13,9 @@ import (
 	cni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
+	"github.com/seed1280861d/cninet/internal/errs"
 	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/telemetry"
@@ -28,7 +30,7 @@ type prober struct {
 	cacheDir     string
 	nets         *catalog.Networks
 	plugins      *catalog.Plugins
-	registry     *hostRegistry
+	registry     *attachments.Registry
 	tel          *telemetry.Recorder
 	logger       hclog.Logger
 	unrecordedAt atomic.Int64 // UnixNano
@@ -42,17 +44,17 @@ func (p *prober) status(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
-	var errs []error
+	var problems []error
 	for _, conf := range p.nets.All(false) {
 		err := p.networkReady(ctx, conf, conf.Info.Name == def.Info.Name)
 		p.tel.NoteReady(conf.Info.Name, err)
 		if err != nil {
-			errs = append(errs, err)
+			problems = append(problems, err)
 		}
 	}
 	p.logUnrecorded()
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrNotReady, joinErrors(errs))
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %w", ErrNotReady, errs.Join(problems))
 	}
 	return nil
 }
@@ -76,7 +78,7 @@ func (p *prober) unrecorded() ([]UnrecordedAttachment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading libcni's cache in %s: %w", ErrIO, p.cacheDir, err)
 	}
-	all, err := p.registry.store.Summaries()
+	all, err := p.registry.Store.Summaries()
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading the host registry: %w", ErrIO, err)
 	}
@@ -159,7 +161,7 @@ func (p *prober) statusOf(ctx context.Context, networks []string) (err error) {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
-	var errs []error
+	var problems []error
 	for _, network := range networks {
 		conf, err := p.nets.Known(network, false)
 		if err != nil {
@@ -168,11 +170,11 @@ func (p *prober) statusOf(ctx context.Context, networks []string) (err error) {
 		err = p.networkReady(ctx, conf, conf.Info.Name == def.Info.Name)
 		p.tel.NoteReady(network, err)
 		if err != nil {
-			errs = append(errs, err)
+			problems = append(problems, err)
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrNotReady, joinErrors(errs))
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %w", ErrNotReady, errs.Join(problems))
 	}
 	return nil
 }

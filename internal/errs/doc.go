@@ -7,5 +7,5 @@
 // Files:
 //
 //	doc.go   This overview.
-//	errs.go  Kind and the kinds: InvalidConfig, NetworkNotFound, PluginMissing, Closed, ….
+//	errs.go  Kind and the kinds: InvalidConfig, NetworkNotFound, PluginMissing, Closed, …; Join.
 package errs

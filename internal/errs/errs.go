@@ -1,5 +1,10 @@
 package errs
 
+import (
+	"errors"
+	"slices"
+)
+
 // Kind is one of package cninet's sentinels as the packages below it
 // wrap it. cninet exports each kind as an Err… value of its own, so that
 // go doc shows its text, and ties the two at init (Export): errors.Is then
@@ -30,7 +35,22 @@ var (
 	NotReady          = &Kind{msg: "cni not ready"}
 	Closed            = &Kind{msg: "configurator closed"}
 	IO                = &Kind{msg: "host i/o failed"}
+	NoAddress         = &Kind{msg: "no address in cni result"}
+	Busy              = &Kind{msg: "allocation busy"}
+	CleanupFailed     = &Kind{msg: "cleanup incomplete"}
+	RecordUnreadable  = &Kind{msg: "host registry record unreadable"}
 )
 
 // All is every kind, for the test that each one is exported.
-var All = []*Kind{InvalidAllocation, InvalidArgument, InvalidConfig, NetworkNotFound, PluginMissing, NotReady, Closed, IO}
+var All = []*Kind{InvalidAllocation, InvalidArgument, InvalidConfig, NetworkNotFound, PluginMissing, NotReady, Closed, IO,
+	NoAddress, Busy, CleanupFailed, RecordUnreadable}
+
+// Join is errors.Join that returns a lone error as it is (nils are
+// dropped), so that a failure of one part reads as that part's error.
+func Join(errs []error) error {
+	errs = slices.DeleteFunc(slices.Clone(errs), func(err error) bool { return err == nil })
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}
