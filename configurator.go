@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
+	"github.com/seed1280861d/cninet/internal/gc"
 	"github.com/seed1280861d/cninet/internal/iptables"
 	"github.com/seed1280861d/cninet/internal/nftables"
 	"github.com/seed1280861d/cninet/internal/registry"
@@ -53,7 +54,7 @@ type Configurator struct {
 	connector *connector            // Connect, Disconnect
 	checker   *checker              // Check, Drifts
 	prober    *prober               // Status, Unrecorded
-	collector *collector            // GC
+	collector *gc.Collector         // GC
 
 	watcher   *watcher
 	repairer  *repairwatch.Watcher // Config.RepairEvery's
@@ -149,8 +150,8 @@ func (c *Configurator) wire() {
 		repairer: &repairer{plugins: c.plugins, drivers: c.drivers, tel: c.tel}}
 	c.prober = &prober{cni: c.drivers.CNI, lib: c.lib, cacheDir: c.cacheDir, nets: c.nets, plugins: c.plugins, registry: c.registry,
 		tel: c.tel, logger: c.logger}
-	c.collector = &collector{Owners: c.owners, registry: c.registry, nets: c.nets, find: c.find, seams: c.seams, lib: c.lib, ifs: c.ifs,
-		tel: c.tel, logger: c.logger, detacher: c.detacher}
+	c.collector = &gc.Collector{Owners: c.owners, Registry: c.registry, Nets: c.nets, Find: c.find, Seams: c.seams, Lib: c.lib, Ifs: c.ifs,
+		Tel: c.tel, Logger: c.logger, Detacher: c.detacher}
 }
 
 // Setup attaches the network namespace at netns to the networks the
@@ -374,11 +375,12 @@ func (c *Configurator) GC(ctx context.Context, liveAllocIDs []string, opts ...GC
 	if err != nil {
 		return nil, err
 	}
-	scope, err := c.collector.scopeOf(o)
+	scope, err := gcScopeOf(o, c.nets)
 	if err != nil {
 		return nil, err
 	}
-	return c.collector.gc(ctx, liveAllocIDs, scope)
+	report, err := c.collector.Collect(ctx, liveAllocIDs, scope)
+	return gcReportOf(report), err
 }
 
 // Reload re-reads every network from ConfDir (ConfList and ConfLists

@@ -70,7 +70,7 @@ func (c *connector) connectNext(ctx context.Context, alloc *Allocation, network,
 	if err := a.preflight(att); err != nil {
 		return nil, err
 	}
-	up, restore := keepLoopback(c.logger, req.ID, netns, []attachments.Found{{Att: att}})
+	up, restore := attachments.KeepLoopback(c.logger, req.ID, netns, []attachments.Found{{Att: att}})
 	defer restore()
 	a.loUp = up
 	return a.all(ctx, []attachments.Attachment{att})
@@ -109,48 +109,10 @@ func (c *connector) disconnectNetwork(ctx context.Context, alloc *Allocation, ne
 		return attachments.UnreadableError(req.ID, unreadable)
 	}
 	d := c.detacher.Detaching(owner, netns, len(attached) > len(found) || len(unreadable) > 0)
-	up, restore := keepLoopback(c.logger, req.ID, netns, found)
+	up, restore := attachments.KeepLoopback(c.logger, req.ID, netns, found)
 	defer restore()
 	d.Settled, d.LoUp = true, up
 	return errs.Join([]error{d.All(ctx, found), attachments.UnreadableError(req.ID, unreadable)})
-}
-
-// keepLoopback, when found run the loopback plugin, notes whether the
-// workload's lo is up (up: the detachment then leaves the loopback
-// plugin out of its DELs, attachments.Detachment.LoUp) and returns a func that
-// brings it up again if a DEL took it down meanwhile — one that could
-// not leave the plugin out (an injected Config.CNI). The loopback
-// plugin's DEL sets lo down, which is right when the workload goes,
-// wrong when it loses one network of several (a Disconnect, a Connect
-// rolled back).
-func keepLoopback(logger hclog.Logger, id, netns string, found []attachments.Found) (up bool, restore func()) {
-	if !slices.ContainsFunc(found, func(fa attachments.Found) bool { return runsLoopback(fa.Att) }) {
-		return false, func() {}
-	}
-	start := time.Now()
-	if !workload.LoopbackUp(netns) {
-		logger.Debug("workload's lo checked", "alloc_id", id, "check", time.Since(start))
-		return false, func() {}
-	}
-	check := time.Since(start)
-	return true, func() {
-		start := time.Now()
-		defer func() {
-			logger.Debug("workload's lo checked", "alloc_id", id, "check", check, "restore", time.Since(start))
-		}()
-		if workload.LoopbackUp(netns) {
-			return
-		}
-		if err := workload.SetLoopbackUp(netns); err != nil {
-			logger.Warn("could not bring the workload's loopback interface up again after a DEL of the loopback plugin",
-				"alloc_id", id, "netns", netns, "error", err)
-		}
-	}
-}
-
-// runsLoopback reports whether att's chain has the loopback plugin.
-func runsLoopback(att attachments.Attachment) bool {
-	return slices.Contains(att.Conf.Info.PluginTypes, "loopback")
 }
 
 // ConnectOptions name the interface of the attachment that Connect makes
@@ -239,7 +201,7 @@ func (c *connector) connectAs(ctx context.Context, alloc *Allocation, network, n
 		return nil, err
 	}
 	attachments.LogFound(c.logger, telemetry.OpConnect, req.ID, 1, locked.Sub(start), time.Since(locked))
-	up, restore := keepLoopback(c.logger, req.ID, netns, []attachments.Found{{Att: att}})
+	up, restore := attachments.KeepLoopback(c.logger, req.ID, netns, []attachments.Found{{Att: att}})
 	defer restore()
 	a.loUp = up
 	return a.all(ctx, []attachments.Attachment{att})
@@ -302,7 +264,7 @@ func (c *connector) disconnectAs(ctx context.Context, alloc *Allocation, network
 		fa.Settled = rec.State == registry.Attached
 	}
 	attachments.LogFound(c.logger, telemetry.OpDisconnect, req.ID, 1, locked.Sub(start), time.Since(locked))
-	up, restore := keepLoopback(c.logger, req.ID, netns, []attachments.Found{fa})
+	up, restore := attachments.KeepLoopback(c.logger, req.ID, netns, []attachments.Found{fa})
 	defer restore()
 	d := c.detacher.Detaching(owner, netns, true) // as in connectAs: others may be there unseen
 	d.Exact, d.Settled, d.LoUp = true, true, up

@@ -106,28 +106,23 @@ One noun per concept, in the documentation and in the code:
 
 In reading order, from the API down: each exported method of
 Configurator is a short call into its operation, a type of its own
-(attacher, connector, checker, prober, collector; Teardown's is
-attachments.Detacher) holding
+(attacher, connector, checker, prober; Teardown's is
+attachments.Detacher, GC's gc.Collector) holding
 only the parts it uses, built once by New (Configurator.wire); what
 several operations share is a type in a file named after what it
 holds. What the operations share about an allocation's attachments,
 and the detach every one of them makes (Teardown's, a rollback's, GC's),
-is package internal/attachments. No file uses a name of a file above it.
+is package internal/attachments; GC is package internal/gc. No file uses a name of a file above it.
 
 	doc.go                This overview.
 	configurator.go       Configurator, New (its parts, then wire: the operations), Close, and every exported method of Configurator, each a short call into its operation.
 	repairwatch.go        The repair watcher (Config.RepairEvery, internal/repairwatch) started with the checker's parts it uses (watchedParts).
 	reload.go             The ConfDir watcher (Config.Watch): Reload once a burst of changes settles.
-	gc.go                 collector.gc: the recorded, then the cached dead attachments detached, then the sweep of what no record or cache remembers, then the registry's housekeeping; GCOptions checked into a gcScope (scopeOf).
-	gc_sweep.go           The sweep, under the host's GC lock: what the registry and libcni's cache claim now is left.
-	gc_cached.go          The stale attachments libcni's cache holds, each under its id's lock, unrecorded ones only once their namespace is gone; the CNI GC command under the host's GC lock.
-	gc_recorded.go        The dead recorded attachments (this owner's, any owner's of an earlier boot), each under its id's lock.
-	gc_run.go             collector (GC's parts) and gcRun: one GC, what is live, which networks it collects, what it removed.
-	telemetry.go          What internal/telemetry (the spans and metrics) is given of this package: the providers, error.type by sentinel (errorType), the known networks, GC's items.
+	telemetry.go          What internal/telemetry (the spans and metrics) is given of this package: the providers, error.type by sentinel (errorType), the known networks.
 	config.go             Config (its seams are package host's: IPTables; an injected CNI's PluginAdder) and the defaults New applies.
-	gc_report.go          GCOptions, GCAttachment, GCReport, GCItem, GCKind: what GC is asked (gcScope, which its run holds), what it removed, its progress.
+	gc_report.go          GCOptions, GCAttachment, GCReport, GCItem, GCKind: what GC is asked, checked into internal/gc's Scope (gcScopeOf), and what it removed, from internal/gc's Report (gcReportOf).
 	status.go             prober: Status (whether each network, or each one named, can attach workloads) and Unrecorded.
-	connect.go            connector: Connect and Disconnect (ConnectOptions: the interface, the runtime's id); keepLoopback.
+	connect.go            connector: Connect and Disconnect (ConnectOptions: the interface, the runtime's id).
 	check.go              checker: Check and Drifts, CheckOptions, DriftError, Drift: cninet's own check of each attachment in one read of the host (driftCheck, with its repair), then the plugins' CHECK where it is sound.
 	repair.go             liveBuilder: a checked attachment from its record (checkedOfRecord), a live attachment (liveOf); repairer: a repair of one through the plugins (repairOne), libcni's cache written again.
 	setup.go              attacher: Setup; attaching: attach every network concurrently, all or nothing, each ADD retried (withRetry), and the rollback.

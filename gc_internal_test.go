@@ -14,6 +14,7 @@ import (
 	"github.com/seed1280861d/cninet/cninettest/fakes"
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/gc"
 )
 
 func TestGCNeverCollectsAnAllocationBeingSetUp(t *testing.T) {
@@ -162,6 +163,8 @@ func TestEveryCleanupKindIsAnExportedGCKind(t *testing.T) {
 		{footprint.KindNFTRule, GCNFTRule},
 		{footprint.KindLink, GCLink},
 		{footprint.KindTuningFile, GCTuningFile},
+		{gc.KindCachedAttachment, GCCachedAttachment},
+		{gc.KindRecordedAttachment, GCRecordedAttachment},
 	} {
 		if got := gcItem(footprint.Item{Kind: tc.cleanup}).Kind; got != tc.gc {
 			t.Errorf("cleanup kind %q reaches GC as %q, want %q", tc.cleanup, got, tc.gc)

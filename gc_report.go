@@ -2,13 +2,13 @@ package cninet
 
 import (
 	"encoding/json"
+	"fmt"
 	"iter"
 	"slices"
-	"sync"
-	"time"
 
-	"github.com/hashicorp/go-hclog"
+	"github.com/seed1280861d/cninet/internal/catalog"
 	"github.com/seed1280861d/cninet/internal/footprint"
+	"github.com/seed1280861d/cninet/internal/gc"
 )
 
 // GCKind says what kind of host state a GCItem was.
@@ -59,16 +59,13 @@ type GCItem struct {
 // marshals to JSON as {"removed": [GCItem...]} (and "unreadable": the
 // registry files it kept, when any).
 type GCReport struct {
-	mu         sync.Mutex
-	cached     []GCItem          // attachments libcni's GC detached
+	cached     []GCItem          // the attachments GC detached
 	swept      *footprint.Report // what the sweep removed
 	unreadable []string          // registry files kept: no record this cninet can read
 }
 
 // Len returns how many items were removed.
 func (r *GCReport) Len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	return len(r.cached) + r.swept.Len()
 }
 
@@ -78,15 +75,12 @@ func (r *GCReport) Len() int {
 // one item at a time.
 func (r *GCReport) All() iter.Seq[GCItem] {
 	return func(yield func(GCItem) bool) {
-		r.mu.Lock()
-		cached, swept := slices.Clip(r.cached), r.swept
-		r.mu.Unlock()
-		for _, it := range cached {
+		for _, it := range r.cached {
 			if !yield(it) {
 				return
 			}
 		}
-		swept.Each(func(it footprint.Item) bool { return yield(gcItem(it)) })
+		r.swept.Each(func(it footprint.Item) bool { return yield(gcItem(it)) })
 	}
 }
 
@@ -102,8 +96,6 @@ func (r *GCReport) Removed() []GCItem {
 
 // Count returns how many removed items are of kind.
 func (r *GCReport) Count(kind GCKind) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	n := r.swept.Count(footprint.Kind(kind))
 	for _, it := range r.cached {
 		if it.Kind == kind {
@@ -115,8 +107,6 @@ func (r *GCReport) Count(kind GCKind) int {
 
 // IDs returns the allocation IDs something was removed for, sorted.
 func (r *GCReport) IDs() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	ids := r.swept.IDs()
 	for _, it := range r.cached {
 		ids = append(ids, it.ID)
@@ -129,8 +119,6 @@ func (r *GCReport) IDs() []string {
 // cninet can read (damaged, or a newer cninet's), sorted: each was kept
 // byte for byte, and nothing of its allocation was collected.
 func (r *GCReport) Unreadable() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	return slices.Sorted(slices.Values(r.unreadable))
 }
 
@@ -141,24 +129,6 @@ func (r *GCReport) MarshalJSON() ([]byte, error) {
 		Removed    []GCItem `json:"removed"`
 		Unreadable []string `json:"unreadable,omitempty"`
 	}{r.Removed(), r.Unreadable()})
-}
-
-func (r *GCReport) addUnreadable(path string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.unreadable = append(r.unreadable, path)
-}
-
-func (r *GCReport) addCached(it GCItem) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.cached = append(r.cached, it)
-}
-
-func (r *GCReport) setSwept(rep *footprint.Report) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.swept = rep
 }
 
 func gcItem(it footprint.Item) GCItem {
@@ -203,36 +173,48 @@ type GCAttachment struct {
 	ID, IfName string
 }
 
-// gcScope is what GCOptions ask of one GC, checked: the value GC hands
-// down to its run (gcRun), never through the context.
-type gcScope struct {
-	only map[string]bool // GCOptions.Networks; nil: every network
-	// liveIfs are GCOptions.LiveAttachments: the interfaces of each id
-	// that are live (its others are not).
-	liveIfs map[string]map[string]bool
-	dry     bool // plan only (GCOptions.DryRun)
-}
-
-// spared reports whether a GC narrowed to only leaves network alone.
-func spared(only map[string]bool, network string) bool {
-	return only != nil && !only[network]
-}
-
-// gcProgress logs how far a GC is once it has run longer than
-// gcProgressAfter, so that an operator watching a big sweep sees it move.
-type gcProgress struct {
-	logger hclog.Logger
-	start  time.Time
-}
-
-const gcProgressAfter = 3 * time.Second
-
-func newGCProgress(logger hclog.Logger) *gcProgress {
-	return &gcProgress{logger: logger, start: time.Now()}
-}
-
-func (p *gcProgress) step(what string, n int) {
-	if elapsed := time.Since(p.start); elapsed >= gcProgressAfter {
-		p.logger.Info("GC progress: "+what, "items", n, "elapsed", elapsed.Round(time.Millisecond))
+// gcReportOf is the GCReport of what one GC removed (nil: none).
+func gcReportOf(r *gc.Report) *GCReport {
+	if r == nil {
+		return nil
 	}
+	out := &GCReport{swept: r.Swept(), unreadable: r.Unreadable()}
+	for _, it := range r.Detached() {
+		out.cached = append(out.cached, gcItem(it))
+	}
+	return out
+}
+
+// gcScopeOf checks o and returns the GC it asks for: every network it names
+// known, every live attachment a container ID and an interface name
+// (ErrInvalidArgument, ErrNetworkNotFound).
+func gcScopeOf(o GCOptions, nets *catalog.Networks) (gc.Scope, error) {
+	s := gc.Scope{Dry: o.DryRun}
+	for _, a := range o.LiveAttachments {
+		if !footprint.IsContainerID(a.ID) || CheckIfName(a.IfName) != nil {
+			return gc.Scope{}, fmt.Errorf("%w: GCOptions.LiveAttachments names allocation %q as interface %q, want a CNI container ID and an interface name",
+				ErrInvalidArgument, a.ID, a.IfName)
+		}
+		if s.LiveIfs == nil {
+			s.LiveIfs = map[string]map[string]bool{}
+		}
+		if s.LiveIfs[a.ID] == nil {
+			s.LiveIfs[a.ID] = map[string]bool{}
+		}
+		s.LiveIfs[a.ID][a.IfName] = true
+	}
+	if len(o.Networks) == 0 {
+		return s, nil
+	}
+	s.Only = make(map[string]bool, len(o.Networks))
+	for _, name := range o.Networks {
+		if err := catalog.CheckName(name); err != nil {
+			return gc.Scope{}, err
+		}
+		if _, err := nets.Known(name, false); err != nil {
+			return gc.Scope{}, fmt.Errorf("%w (GC)", err)
+		}
+		s.Only[name] = true
+	}
+	return s, nil
 }

@@ -73,7 +73,7 @@ type attaching struct {
 	// the caller, a CNI runtime, reads the result itself (Connect with
 	// ConnectOptions.IfName).
 	anyResult bool
-	// loUp: the workload's lo was up before (keepLoopback); a DEL that
+	// loUp: the workload's lo was up before (attachments.KeepLoopback); a DEL that
 	// undoes this attachment leaves the loopback plugin out.
 	loUp bool
 }

@@ -3,11 +3,9 @@ package cninet
 import (
 	"context"
 	"errors"
-	"iter"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/catalog"
-	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
@@ -59,21 +57,4 @@ var errorTypes = []struct {
 	{ErrNotReady, "not_ready"},
 	{ErrClosed, "closed"},
 	{ErrIO, "io"},
-}
-
-// gcItems yields what report lists as telemetry counts it
-// (telemetry.GCDone): an attachment GC detached went by CNI DEL, so its
-// backend is "cni".
-func gcItems(report *GCReport) iter.Seq[footprint.Item] {
-	return func(yield func(footprint.Item) bool) {
-		for it := range report.All() {
-			fi := footprint.Item{Kind: footprint.Kind(it.Kind), ID: it.ID, Network: it.Network, Backend: it.Backend, Detail: it.Detail}
-			if it.Kind == GCCachedAttachment || it.Kind == GCRecordedAttachment {
-				fi.Backend = "cni"
-			}
-			if !yield(fi) {
-				return
-			}
-		}
-	}
 }

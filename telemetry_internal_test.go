@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"testing"
-
-	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
 func TestErrorTypeNamesTheMostSpecificSentinel(t *testing.T) {
@@ -28,25 +25,5 @@ func TestErrorTypeNamesTheMostSpecificSentinel(t *testing.T) {
 				t.Errorf("errorType = %q, want %q", got, tc.want)
 			}
 		})
-	}
-}
-
-// What the sweep removed passes as it is (TestTelemetryOfGC counts it by
-// backend through GC).
-func TestGCItemsAreTheReportsItemsWithDetachedAttachmentsByCNI(t *testing.T) {
-	report := &GCReport{}
-	report.addCached(GCItem{Kind: GCCachedAttachment, ID: "dead-1", Network: "nomad", Detail: "eth0"})
-	report.addCached(GCItem{Kind: GCRecordedAttachment, ID: "dead-2", Network: "nomad", Detail: "eth0"})
-	want := []footprint.Item{
-		{Kind: footprint.Kind(GCCachedAttachment), ID: "dead-1", Network: "nomad", Backend: "cni", Detail: "eth0"},
-		{Kind: footprint.Kind(GCRecordedAttachment), ID: "dead-2", Network: "nomad", Backend: "cni", Detail: "eth0"},
-	}
-	if got := slices.Collect(gcItems(report)); !slices.Equal(got, want) {
-		t.Errorf("gcItems:\n got %+v\nwant %+v", got, want)
-	}
-	for it := range report.All() {
-		if it.Backend == "cni" {
-			t.Errorf("the report itself says backend cni for %+v: only telemetry counts it so", it)
-		}
 	}
 }

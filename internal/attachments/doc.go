@@ -22,6 +22,7 @@
 //
 //	doc.go         This overview.
 //	teardown.go    Detacher (Teardown), Detachment: one detach of found attachments; WhileLockHeld, EachNetwork, LogFound.
+//	loopback.go    KeepLoopback: the workload's lo kept up through the DELs of a detach that leaves it other networks.
 //	finder.go      Finder: an allocation's attachments, from its request, the registry and libcni's cache.
 //	seams.go       Seams: how a cleanup reaches the host, and what it must know of each network.
 //	driver.go      Drivers, NetDriver: go-cni's and libcni's; a DEL by plugin filter, one plugin's ADD for a repair.

@@ -1,4 +1,4 @@
-package cninet
+package gc
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/seed1280861d/cninet/internal/attachments"
+	"github.com/seed1280861d/cninet/internal/errs"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/identity"
 )
@@ -15,7 +16,7 @@ import (
 // networks it can attribute. A sweep that missed a gap in a held xtables
 // lock (a busy host's other writer) scans and cleans again while ctx's
 // deadline leaves time (attachments.WhileLockHeld): both steps are safe to repeat.
-func (g *gcRun) sweep(ctx context.Context) error {
+func (g *run) sweep(ctx context.Context) error {
 	_, err := attachments.WhileLockHeld(ctx, func() (struct{}, error) { return struct{}{}, g.sweepOnce(ctx) })
 	return err
 }
@@ -27,24 +28,24 @@ func (g *gcRun) sweep(ctx context.Context) error {
 // a dead one's). Under the lock it reads the registry and libcni's cache
 // again: what another owner recorded, or another tool attached, while
 // this GC collected unlocked is live.
-func (g *gcRun) sweepOnce(ctx context.Context) error {
+func (g *run) sweepOnce(ctx context.Context) error {
 	c := g.c
-	adm := &c.registry.Admission
-	if !g.dry { // a plan changes nothing: no ADD need wait for it
-		unlockGC, err := c.registry.LockGC(ctx)
+	adm := &c.Registry.Admission
+	if !g.Dry { // a plan changes nothing: no ADD need wait for it
+		unlockGC, err := c.Registry.LockGC(ctx)
 		if err != nil {
 			return err
 		}
 		defer unlockGC()
 	}
-	sweep := footprint.NewSweep(ctx, c.seams.All())
-	sweep.WholeWorkload = g.only == nil // a dead id is dead on every network, unless GCOptions.Networks spares some
-	sweep.DryRun = g.dry
+	sweep := footprint.NewSweep(ctx, c.Seams.All())
+	sweep.WholeWorkload = g.Only == nil // a dead id is dead on every network, unless GCOptions.Networks spares some
+	sweep.DryRun = g.Dry
 	found, scanErr := sweep.DiscoverAll()
 	g.progress.step("host scanned", len(found))
 	claimed, err := g.claimedNow()
 	if err != nil {
-		return fmt.Errorf("%w: GC sweep of %d network(s) not run: %w", ErrCleanupFailed, len(g.nets), err)
+		return fmt.Errorf("%w: GC sweep of %d network(s) not run: %w", errs.CleanupFailed, len(g.nets), err)
 	}
 	var dead []footprint.Attachment
 	var ids []string
@@ -60,14 +61,14 @@ func (g *gcRun) sweepOnce(ctx context.Context) error {
 	defer unlock()
 	protected = adm.Protected() // started after the scan: not ours to judge
 	dead = slices.DeleteFunc(dead, func(a footprint.Attachment) bool { return protected[a.ID] })
-	unlockIDs, busy := c.registry.TryLockIDs(dead) // another process works on them: not ours to judge either
+	unlockIDs, busy := c.Registry.TryLockIDs(dead) // another process works on them: not ours to judge either
 	defer unlockIDs()
 	dead = slices.DeleteFunc(dead, func(a footprint.Attachment) bool { return busy[a.ID] })
 	err = sweep.CleanAll(dead) // with nothing dead, it still reports what the scan could not read
 	g.report.setSwept(sweep.Report())
 	g.progress.step("sweep done", sweep.Report().Len())
 	if err = errors.Join(scanErr, err); err != nil {
-		return fmt.Errorf("%w: GC sweep of %d network(s): %w", ErrCleanupFailed, len(g.nets), err)
+		return fmt.Errorf("%w: GC sweep of %d network(s): %w", errs.CleanupFailed, len(g.nets), err)
 	}
 	return nil
 }
@@ -77,9 +78,9 @@ func (g *gcRun) sweepOnce(ctx context.Context) error {
 // boot, records written while this GC ran, registry files this cninet
 // cannot read, and cached attachments no record claims whose namespace
 // still lives.
-func (g *gcRun) claimedNow() (map[string]bool, error) {
+func (g *run) claimedNow() (map[string]bool, error) {
 	c := g.c
-	all, err := c.registry.Store.All()
+	all, err := c.Registry.Store.All()
 	if err != nil {
 		return nil, fmt.Errorf("reading the host registry: %w", err)
 	}
@@ -94,7 +95,7 @@ func (g *gcRun) claimedNow() (map[string]bool, error) {
 	for _, d := range all.Damaged {
 		claimed[d.ID] = true
 	}
-	cached, err := c.lib.GetCachedAttachments("")
+	cached, err := c.Lib.GetCachedAttachments("")
 	if err != nil {
 		return nil, fmt.Errorf("reading libcni's cache: %w", err)
 	}

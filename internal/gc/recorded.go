@@ -1,4 +1,4 @@
-package cninet
+package gc
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	"github.com/seed1280861d/cninet/internal/attachments"
+	"github.com/seed1280861d/cninet/internal/errs"
+	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/telemetry"
 )
@@ -24,16 +26,16 @@ import (
 // Nor are this owner's records of networks this Configurator does not
 // know (another Configurator of the same owner knows them, or a Teardown
 // naming the network finishes them): their ids count as live too.
-func (g *gcRun) recorded(ctx context.Context) error {
+func (g *run) recorded(ctx context.Context) error {
 	c := g.c
-	all, err := c.registry.Store.All()
+	all, err := c.Registry.Store.All()
 	if err != nil {
-		return fmt.Errorf("%w: reading the host registry: %w (its records were not collected)", ErrCleanupFailed, err)
+		return fmt.Errorf("%w: reading the host registry: %w (its records were not collected)", errs.CleanupFailed, err)
 	}
 	others := map[string]bool{} // no GC of this owner may judge them
 	for _, d := range all.Damaged {
-		c.logger.Warn("registry file is no usable record: kept, and its id is not collected", "path", d.Path, "error", d.Err)
-		c.tel.Kept(ctx, telemetry.KeptUnreadable, d.Key.Network)
+		c.Logger.Warn("registry file is no usable record: kept, and its id is not collected", "path", d.Path, "error", d.Err)
+		c.Tel.Kept(ctx, telemetry.KeptUnreadable, d.Key.Network)
 		g.report.addUnreadable(d.Path)
 		others[d.ID] = true
 	}
@@ -50,7 +52,7 @@ func (g *gcRun) recorded(ctx context.Context) error {
 				continue // dead, on a network this GC does not look at
 			}
 			elsewhere[rec.ID] = true
-			if _, err := c.nets.Known(rec.Network, false); err == nil && g.only != nil {
+			if _, err := c.Nets.Known(rec.Network, false); err == nil && g.Only != nil {
 				// Spared by GCOptions.Networks: the narrowed GC keeps
 				// away from that network by itself.
 				continue
@@ -64,7 +66,7 @@ func (g *gcRun) recorded(ctx context.Context) error {
 			dead[rec.ID] = true
 		}
 	}
-	protected := c.registry.Admission.Protected()
+	protected := c.Registry.Admission.Protected()
 	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(dead)) {
 		if protected[id] || others[id] {
@@ -85,7 +87,7 @@ func (g *gcRun) recorded(ctx context.Context) error {
 
 // collects says which records a GC collects: its own owner's, and any
 // owner's of an earlier boot.
-func (g *gcRun) collects(rec registry.Record) bool {
+func (g *run) collects(rec registry.Record) bool {
 	return rec.Owner == g.owner || rec.FromEarlierBoot()
 }
 
@@ -94,14 +96,14 @@ func (g *gcRun) collects(rec registry.Record) bool {
 // the id; elsewhere says the id keeps attachments in others. Its DEL
 // enters the recorded namespace only while that is provably still the
 // attachment's (Registry.RecordedNetNS).
-func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) error {
+func (g *run) collectRecorded(ctx context.Context, id string, elsewhere bool) error {
 	c := g.c
 	unlock, ok := g.lockDead(id)
 	if !ok {
 		return nil
 	}
 	defer unlock()
-	found, _, err := c.find.WithRecords(g.collects, attachments.Request{ID: id}, nil)
+	found, _, err := c.Find.WithRecords(g.collects, attachments.Request{ID: id}, nil)
 	if err != nil {
 		return err
 	}
@@ -112,13 +114,13 @@ func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) 
 	if len(found) == 0 {
 		return nil
 	}
-	if !g.dry {
-		netns, alongside := c.registry.RecordedNetNS(id, found), g.only != nil || elsewhere
-		d := c.detacher.Detaching(g.owner, netns, alongside)
+	if !g.Dry {
+		netns, alongside := c.Registry.RecordedNetNS(id, found), g.Only != nil || elsewhere
+		d := c.Detacher.Detaching(g.owner, netns, alongside)
 		if alongside && netns != "" {
 			// The workload stays on other networks: the loopback
 			// plugin's DEL must not leave its lo down.
-			up, restore := keepLoopback(c.logger, id, netns, found)
+			up, restore := attachments.KeepLoopback(c.Logger, id, netns, found)
 			defer restore()
 			d.LoUp = up
 		}
@@ -127,7 +129,7 @@ func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) 
 		}
 	}
 	for _, fa := range found {
-		g.report.addCached(GCItem{Kind: GCRecordedAttachment, ID: id, Network: fa.Att.Name(), Detail: fa.Att.IfName})
+		g.report.addDetached(footprint.Item{Kind: KindRecordedAttachment, ID: id, Network: fa.Att.Name(), Detail: fa.Att.IfName})
 	}
 	return nil
 }
@@ -137,16 +139,16 @@ func (g *gcRun) collectRecorded(ctx context.Context, id string, elsewhere bool) 
 // across the host without waiting. ok is false when an operation of this
 // process took the id while this GC ran (it is protected), or another
 // process holds it: the id is left for the next GC.
-func (g *gcRun) lockDead(id string) (unlock func(), ok bool) {
-	unlockAdm := g.c.registry.Admission.LockAll([]string{id})
-	if g.c.registry.Admission.Protected()[id] {
+func (g *run) lockDead(id string) (unlock func(), ok bool) {
+	unlockAdm := g.c.Registry.Admission.LockAll([]string{id})
+	if g.c.Registry.Admission.Protected()[id] {
 		unlockAdm()
 		return nil, false
 	}
-	unlockID, err := g.c.registry.Store.TryLockID(id)
+	unlockID, err := g.c.Registry.Store.TryLockID(id)
 	if err != nil {
 		unlockAdm()
-		g.c.logger.Debug("GC left a busy allocation alone", "alloc_id", id, "error", err)
+		g.c.Logger.Debug("GC left a busy allocation alone", "alloc_id", id, "error", err)
 		return nil, false
 	}
 	unlock = func() {
@@ -155,7 +157,7 @@ func (g *gcRun) lockDead(id string) (unlock func(), ok bool) {
 	}
 	if g.recordedSinceStart(id) {
 		unlock()
-		g.c.logger.Debug("GC left an allocation recorded while it ran alone", "alloc_id", id)
+		g.c.Logger.Debug("GC left an allocation recorded while it ran alone", "alloc_id", id)
 		return nil, false
 	}
 	return unlock, true
@@ -164,8 +166,8 @@ func (g *gcRun) lockDead(id string) (unlock func(), ok bool) {
 // recordedSinceStart reports whether a record of id was written while
 // this GC ran (or the id's records cannot be read): an operation made or
 // changed it meanwhile, and it is not this GC's to judge.
-func (g *gcRun) recordedSinceStart(id string) bool {
-	recs, _, err := g.c.registry.Store.Of(id)
+func (g *run) recordedSinceStart(id string) bool {
+	recs, _, err := g.c.Registry.Store.Of(id)
 	if err != nil {
 		return true
 	}

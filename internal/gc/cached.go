@@ -1,4 +1,4 @@
-package cninet
+package gc
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
+	"github.com/seed1280861d/cninet/internal/errs"
+	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
 	"github.com/seed1280861d/cninet/internal/telemetry"
@@ -25,15 +27,15 @@ import (
 // is collected only when its namespace is gone (another tool's live
 // workload, or a cninet's with another StateDir, is never taken).
 // Another owner's are not stale: recorded made their ids live.
-func (g *gcRun) cached(ctx context.Context) (err error) {
+func (g *run) cached(ctx context.Context) (err error) {
 	c := g.c
-	ctx, span := c.tel.StartSpan(ctx, telemetry.SpanGCCached)
+	ctx, span := c.Tel.StartSpan(ctx, telemetry.SpanGCCached)
 	defer func() { span.End(err) }()
-	before, err := c.lib.GetCachedAttachments("")
+	before, err := c.Lib.GetCachedAttachments("")
 	if err != nil {
-		return fmt.Errorf("%w: reading libcni's cache: %w (libcni's GC not run)", ErrCleanupFailed, err)
+		return fmt.Errorf("%w: reading libcni's cache: %w (libcni's GC not run)", errs.CleanupFailed, err)
 	}
-	protected := c.registry.Admission.Protected()
+	protected := c.Registry.Admission.Protected()
 	names := map[string]bool{}
 	for _, conf := range g.nets {
 		names[conf.Info.Name] = true
@@ -46,13 +48,13 @@ func (g *gcRun) cached(ctx context.Context) (err error) {
 		// A dead interface of a partly live id whose network also holds
 		// a live one is kept: its cleanup would reach the live one.
 		if g.partlyLive(a.ContainerID) && g.siblingLive(a.ContainerID, a.Network, nil) {
-			c.logger.Warn("GC kept an attachment the caller did not name live: the same network holds a live interface of its allocation, which its cleanup would reach",
+			c.Logger.Warn("GC kept an attachment the caller did not name live: the same network holds a live interface of its allocation, which its cleanup would reach",
 				"alloc_id", a.ContainerID, "network", a.Network, "if_name", a.IfName)
 			continue
 		}
 		byID[a.ContainerID] = append(byID[a.ContainerID], a)
 	}
-	spares := len(names) < len(c.nets.All(false)) // the id may be attached to a network this GC spares
+	spares := len(names) < len(c.Nets.All(false)) // the id may be attached to a network this GC spares
 	for _, id := range slices.Sorted(maps.Keys(byID)) {
 		g.collectCached(ctx, id, byID[id], names, spares)
 	}
@@ -66,7 +68,7 @@ func (g *gcRun) cached(ctx context.Context) (err error) {
 // (the prevention rule, its proof recorded in the registry first), never
 // by libcni's GC, whose DEL runs the whole chain: portmap's nftables DEL
 // would take the same id's rules on a network this GC spares.
-func (g *gcRun) collectCached(ctx context.Context, id string, atts []*libcni.NetworkAttachment, names map[string]bool, spares bool) {
+func (g *run) collectCached(ctx context.Context, id string, atts []*libcni.NetworkAttachment, names map[string]bool, spares bool) {
 	c := g.c
 	unlock, ok := g.lockDead(id)
 	if !ok {
@@ -79,29 +81,29 @@ func (g *gcRun) collectCached(ctx context.Context, id string, atts []*libcni.Net
 	}
 	var found []attachments.Found
 	for _, a := range atts {
-		conf, err := c.nets.Known(a.Network, true)
+		conf, err := c.Nets.Known(a.Network, true)
 		if err != nil {
 			continue
 		}
 		req := attachments.CachedCapabilities(attachments.CachedRequest(attachments.Request{ID: id}, a), a)
 		found = append(found, attachments.Found{Att: attachments.Attachment{Conf: conf, IfName: a.IfName}, Req: req, Cached: true})
 	}
-	found, _, err := c.find.WithRecords(g.collects, attachments.Request{ID: id}, found)
+	found, _, err := c.Find.WithRecords(g.collects, attachments.Request{ID: id}, found)
 	if err == nil {
 		all := found
 		found = slices.DeleteFunc(slices.Clone(found), func(fa attachments.Found) bool {
 			return !names[fa.Att.Name()] || g.liveAt(id, fa.Att.IfName) || g.partlyLive(id) && g.siblingLive(id, fa.Att.Name(), all)
 		})
-		if !g.dry {
-			err = c.detacher.Detaching(g.owner, "", spares || g.partlyLive(id)).All(ctx, found)
+		if !g.Dry {
+			err = c.Detacher.Detaching(g.owner, "", spares || g.partlyLive(id)).All(ctx, found)
 		}
 	}
 	if err != nil {
-		c.logger.Warn("GC could not detach a stale attachment; the next GC tries again", "alloc_id", id, "error", err)
+		c.Logger.Warn("GC could not detach a stale attachment; the next GC tries again", "alloc_id", id, "error", err)
 		return
 	}
 	for _, fa := range found {
-		g.report.addCached(GCItem{Kind: GCCachedAttachment, ID: id, Network: fa.Att.Name(), Detail: fa.Att.IfName})
+		g.report.addDetached(footprint.Item{Kind: KindCachedAttachment, ID: id, Network: fa.Att.Name(), Detail: fa.Att.IfName})
 	}
 }
 
@@ -112,13 +114,13 @@ func (g *gcRun) collectCached(ctx context.Context, id string, atts []*libcni.Net
 // one from before the registry. The caller's live set does not speak
 // for it, so nothing of the id is this GC's to judge. An id whose
 // records or cache cannot be read counts as holding one.
-func (g *gcRun) holdsLiveUnrecorded(ctx context.Context, id string) bool {
+func (g *run) holdsLiveUnrecorded(ctx context.Context, id string) bool {
 	c := g.c
-	recs, damaged, err := c.registry.Store.Of(id)
+	recs, damaged, err := c.Registry.Store.Of(id)
 	if err != nil {
 		return true
 	}
-	cached, err := c.lib.GetCachedAttachments(id)
+	cached, err := c.Lib.GetCachedAttachments(id)
 	if err != nil {
 		return true
 	}
@@ -129,9 +131,9 @@ func (g *gcRun) holdsLiveUnrecorded(ctx context.Context, id string) bool {
 			g.ns.Gone(a.NetNS, 0) {
 			continue
 		}
-		c.logger.Info("GC kept a cached attachment no record claims, and its allocation: its namespace lives (another tool's workload, or one from before the registry)",
+		c.Logger.Info("GC kept a cached attachment no record claims, and its allocation: its namespace lives (another tool's workload, or one from before the registry)",
 			"alloc_id", id, "network", a.Network, "if_name", a.IfName, "netns", a.NetNS)
-		c.tel.Kept(ctx, telemetry.KeptUnrecorded, a.Network)
+		c.Tel.Kept(ctx, telemetry.KeptUnrecorded, a.Network)
 		return true
 	}
 	return false
@@ -146,7 +148,7 @@ func (g *gcRun) holdsLiveUnrecorded(ctx context.Context, id string) bool {
 // a busy operation is there — and the live, protected and named ones
 // under every interface name they may have (a live workload's eth1 must
 // not look stale): libcni's GC itself then DELs nothing.
-func (g *gcRun) cniGC(ctx context.Context) error {
+func (g *run) cniGC(ctx context.Context) error {
 	c := g.c
 	var lists []catalog.Conf
 	for _, conf := range g.nets {
@@ -154,21 +156,21 @@ func (g *gcRun) cniGC(ctx context.Context) error {
 			lists = append(lists, conf)
 		}
 	}
-	if g.dry || len(lists) == 0 {
+	if g.Dry || len(lists) == 0 {
 		return nil
 	}
-	unlockGC, err := c.registry.LockGC(ctx)
+	unlockGC, err := c.Registry.LockGC(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlockGC()
-	defer c.registry.Admission.LockGate()()
-	cached, err := c.lib.GetCachedAttachments("")
+	defer c.Registry.Admission.LockGate()()
+	cached, err := c.Lib.GetCachedAttachments("")
 	if err != nil {
-		return fmt.Errorf("%w: reading libcni's cache: %w (the plugins' GC not run)", ErrCleanupFailed, err)
+		return fmt.Errorf("%w: reading libcni's cache: %w (the plugins' GC not run)", errs.CleanupFailed, err)
 	}
-	protected := c.registry.Admission.Protected()
-	ifNames := c.ifs.All(len(c.nets.All(false)))
+	protected := c.Registry.Admission.Protected()
+	ifNames := c.Ifs.All(len(c.Nets.All(false)))
 	valid := []types.GCAttachment{}
 	for _, ids := range []map[string]bool{g.live, protected} {
 		for id := range ids {
@@ -177,7 +179,7 @@ func (g *gcRun) cniGC(ctx context.Context) error {
 			}
 		}
 	}
-	for id, ifs := range g.liveIfs {
+	for id, ifs := range g.LiveIfs {
 		for ifName := range ifs {
 			valid = append(valid, types.GCAttachment{ContainerID: id, IfName: ifName})
 		}
@@ -185,11 +187,11 @@ func (g *gcRun) cniGC(ctx context.Context) error {
 	for _, a := range cached {
 		valid = append(valid, types.GCAttachment{ContainerID: a.ContainerID, IfName: a.IfName})
 	}
-	var errs []error
+	var failed []error
 	for _, conf := range lists {
-		if err := c.lib.GCNetworkList(ctx, conf.List, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
-			errs = append(errs, fmt.Errorf("%w: CNI GC of network %q: %w", ErrCleanupFailed, conf.Info.Name, err))
+		if err := c.Lib.GCNetworkList(ctx, conf.List, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
+			failed = append(failed, fmt.Errorf("%w: CNI GC of network %q: %w", errs.CleanupFailed, conf.Info.Name, err))
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(failed...)
 }
