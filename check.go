@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
+	"github.com/seed1280861d/cninet/internal/drift"
 	"github.com/seed1280861d/cninet/internal/errs"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/registry"
@@ -32,8 +33,8 @@ type checker struct {
 	cacheDir string
 	tel      *telemetry.Recorder
 	logger   hclog.Logger
-	lives    *liveBuilder
-	repairer *repairer
+	lives    *drift.LiveBuilder
+	repairer *drift.Repairer
 }
 
 // CheckOptions tune Check.
@@ -112,15 +113,15 @@ func (c *checker) checkOne(ctx context.Context, alloc *Allocation, network, netn
 // read of the host (with repair, restoring what is missing first), then
 // the plugins' CHECK of each that is whole.
 func (c *checker) checkFound(ctx context.Context, found []attachments.Found, netns string, repair bool) error {
-	atts := c.lives.checkedOf(found, netns)
+	atts := c.lives.CheckedOf(found, netns)
 	var drifts []Drift
 	var failed, unsupported, repairErrs []error
 	for i, r := range c.driftCheck(ctx, atts, repair) {
-		fa, h := atts[i].fa, r.health
+		fa, h := atts[i].Found, r.Health
 		if len(h.Missing) > 0 {
-			drifts = append(drifts, driftOf(h, r.repaired))
-			if r.err != nil && !errors.Is(r.err, footprint.ErrNotInPlace) { // ErrNotRepairable says that
-				repairErrs = append(repairErrs, fmt.Errorf("repairing allocation %s in network %q: %w", fa.Req.ID, fa.Att.Name(), r.err))
+			drifts = append(drifts, driftOf(h, r.Repaired))
+			if r.Err != nil && !errors.Is(r.Err, footprint.ErrNotInPlace) { // ErrNotRepairable says that
+				repairErrs = append(repairErrs, fmt.Errorf("repairing allocation %s in network %q: %w", fa.Req.ID, fa.Att.Name(), r.Err))
 			}
 			continue
 		}
@@ -293,25 +294,25 @@ func asDriftError(err error) *DriftError {
 // driftCheck checks atts in one read of the host and, with repair,
 // restores what each repairable one lacks, then checks those again in one
 // more read. The caller holds their ids' locks.
-func (c *checker) driftCheck(ctx context.Context, atts []checkedAttachment, repair bool) []driftResult {
+func (c *checker) driftCheck(ctx context.Context, atts []drift.Checked, repair bool) []drift.Result {
 	var lives []*footprint.Live
 	at := make([]int, len(atts)) // atts[i]'s place in lives, or -1
 	for i, ca := range atts {
 		at[i] = -1
-		if ca.known() {
+		if ca.Known() {
 			at[i] = len(lives)
-			lives = append(lives, ca.live)
+			lives = append(lives, ca.Live)
 		}
 	}
 	checker := footprint.NewChecker(ctx, c.seams.All())
 	checked := checker.Check(lives)
-	out := make([]driftResult, len(atts))
+	out := make([]drift.Result, len(atts))
 	for i := range atts {
-		out[i].health = footprint.Health{Live: atts[i].live}
+		out[i].Health = footprint.Health{Live: atts[i].Live}
 		if at[i] >= 0 {
-			out[i].health = checked[at[i]]
+			out[i].Health = checked[at[i]]
 		}
-		c.tel.Checked(ctx, out[i].health)
+		c.tel.Checked(ctx, out[i].Health)
 	}
 	if !repair {
 		return out
@@ -320,11 +321,11 @@ func (c *checker) driftCheck(ctx context.Context, atts []checkedAttachment, repa
 	restored := make([][]footprint.Missing, len(atts))
 	starts := make([]time.Time, len(atts))
 	for i := range out {
-		if len(out[i].health.Missing) == 0 || !atts[i].repairable() {
+		if len(out[i].Health.Missing) == 0 || !atts[i].Repairable() {
 			continue
 		}
 		starts[i] = time.Now()
-		restored[i], out[i].err = c.repairer.repairOne(ctx, checker, atts[i], out[i].health)
+		restored[i], out[i].Err = c.repairer.RepairOne(ctx, checker, atts[i], out[i].Health)
 		again = append(again, i)
 	}
 	if len(again) == 0 {
@@ -332,13 +333,13 @@ func (c *checker) driftCheck(ctx context.Context, atts []checkedAttachment, repa
 	}
 	recheck := make([]*footprint.Live, len(again))
 	for j, i := range again {
-		recheck[j] = atts[i].live
+		recheck[j] = atts[i].Live
 	}
 	for j, h := range footprint.NewChecker(ctx, c.seams.All()).Check(recheck) {
 		i := again[j]
-		out[i].health = h
-		out[i].repaired = repairwatch.Restored(restored[i], h)
-		repairwatch.LogRepair(c.logger, atts[i].live, h, out[i].repaired, out[i].err, time.Since(starts[i]))
+		out[i].Health = h
+		out[i].Repaired = repairwatch.Restored(restored[i], h)
+		repairwatch.LogRepair(c.logger, atts[i].Live, h, out[i].Repaired, out[i].Err, time.Since(starts[i]))
 	}
 	return out
 }
@@ -367,21 +368,21 @@ func (c *checker) drifts(ctx context.Context, ids []string) ([]Drift, error) {
 			}
 		}
 	}
-	var atts []checkedAttachment
+	var atts []drift.Checked
 	for i := range recs {
 		if recs[i].State != registry.Attached {
 			continue
 		}
-		if ca, ok := c.lives.checkedOfRecord(&recs[i]); ok {
+		if ca, ok := c.lives.CheckedOfRecord(&recs[i]); ok {
 			atts = append(atts, ca)
 		}
 	}
 	results := c.driftCheck(ctx, atts, false)
 	out := make([]Drift, len(results))
 	for i, r := range results {
-		out[i] = driftOf(r.health, nil)
-		if r.health.Err != nil {
-			out[i].Incomplete = r.health.Err.Error()
+		out[i] = driftOf(r.Health, nil)
+		if r.Health.Err != nil {
+			out[i].Incomplete = r.Health.Err.Error()
 		}
 	}
 	return out, listingError(slices.DeleteFunc(errs, func(err error) bool { return err == nil }))

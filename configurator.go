@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
+	"github.com/seed1280861d/cninet/internal/drift"
 	"github.com/seed1280861d/cninet/internal/gc"
 	"github.com/seed1280861d/cninet/internal/iptables"
 	"github.com/seed1280861d/cninet/internal/nftables"
@@ -146,8 +147,8 @@ func (c *Configurator) wire() {
 		cacheDir: c.cacheDir, ifs: c.ifs, tel: c.tel, logger: c.logger, attacher: c.attacher, detacher: c.detacher}
 	c.checker = &checker{requests: c.requests, Owners: c.owners, registry: c.registry, nets: c.nets, plugins: c.plugins, find: c.find,
 		seams: c.seams, drivers: c.drivers, cacheDir: c.cacheDir, tel: c.tel, logger: c.logger,
-		lives:    &liveBuilder{registry: c.registry, plugins: c.plugins, seams: c.seams, lib: c.lib, findPlugins: c.drivers.FindPlugins},
-		repairer: &repairer{plugins: c.plugins, drivers: c.drivers, tel: c.tel}}
+		lives:    &drift.LiveBuilder{Registry: c.registry, Plugins: c.plugins, Seams: c.seams, Lib: c.lib, FindPlugins: c.drivers.FindPlugins},
+		repairer: &drift.Repairer{Plugins: c.plugins, Drivers: c.drivers, Tel: c.tel}}
 	c.prober = &prober{cni: c.drivers.CNI, lib: c.lib, cacheDir: c.cacheDir, nets: c.nets, plugins: c.plugins, registry: c.registry,
 		tel: c.tel, logger: c.logger}
 	c.collector = &gc.Collector{Owners: c.owners, Registry: c.registry, Nets: c.nets, Find: c.find, Seams: c.seams, Lib: c.lib, Ifs: c.ifs,

@@ -112,7 +112,8 @@ only the parts it uses, built once by New (Configurator.wire); what
 several operations share is a type in a file named after what it
 holds. What the operations share about an allocation's attachments,
 and the detach every one of them makes (Teardown's, a rollback's, GC's),
-is package internal/attachments; GC is package internal/gc. No file uses a name of a file above it.
+is package internal/attachments; GC is package internal/gc; the drift check's live attachments and
+repairs, package internal/drift. No file uses a name of a file above it.
 
 	doc.go                This overview.
 	configurator.go       Configurator, New (its parts, then wire: the operations), Close, and every exported method of Configurator, each a short call into its operation.
@@ -124,7 +125,6 @@ is package internal/attachments; GC is package internal/gc. No file uses a name 
 	status.go             prober: Status (whether each network, or each one named, can attach workloads) and Unrecorded.
 	connect.go            connector: Connect and Disconnect (ConnectOptions: the interface, the runtime's id).
 	check.go              checker: Check and Drifts, CheckOptions, DriftError, Drift: cninet's own check of each attachment in one read of the host (driftCheck, with its repair), then the plugins' CHECK where it is sound.
-	repair.go             liveBuilder: a checked attachment from its record (checkedOfRecord), a live attachment (liveOf); repairer: a repair of one through the plugins (repairOne), libcni's cache written again.
 	setup.go              attacher: Setup; attaching: attach every network concurrently, all or nothing, each ADD retried (withRetry), and the rollback.
 	records.go            AttachmentRecord: the host registry's listing (Configurator.Attachments); WithOwner.
 	retry.go              RetryPolicy: the ADD retries' attempts and back-off, and which errors no retry fixes.

@@ -8,6 +8,7 @@ import (
 
 	cni "github.com/containerd/go-cni"
 	"github.com/seed1280861d/cninet/internal/attachments"
+	"github.com/seed1280861d/cninet/internal/drift"
 	"github.com/seed1280861d/cninet/internal/footprint"
 )
 
@@ -26,7 +27,7 @@ func TestACachedResultWrittenAgainReadsAsLibcnisOwn(t *testing.T) {
 	raw := `{"cniVersion":"1.0.0","interfaces":[{"name":"eth1","mac":"0a:58:c6:12:01:02","sandbox":"/x"}],` +
 		`"ips":[{"interface":0,"address":"198.18.1.2/24","gateway":"198.18.1.1"}]}`
 	live := &footprint.Live{NetNS: "/x", Net: footprint.Network{CacheDir: f.c.cacheDir}, Result: &footprint.Result{Raw: []byte(raw)}}
-	if err := f.c.checker.repairer.writeCachedResult(fa, live); err != nil {
+	if err := f.c.checker.repairer.WriteCachedResult(fa, live); err != nil {
 		t.Fatal(err)
 	}
 	rt := attachments.RuntimeConfOf(req, fa.Att, "/x")
@@ -34,7 +35,7 @@ func TestACachedResultWrittenAgainReadsAsLibcnisOwn(t *testing.T) {
 	if err != nil || res == nil {
 		t.Fatalf("libcni reads no result: %v, %v", res, err)
 	}
-	want, _ := liveResult(live)
+	want, _ := drift.LiveResult(live)
 	if got, _ := res.GetAsVersion("1.0.0"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("libcni reads %v, want %v", got, want)
 	}
@@ -48,7 +49,7 @@ func TestACachedResultWrittenAgainReadsAsLibcnisOwn(t *testing.T) {
 	}
 	path := f.c.cacheDir + "/results/b-w-eth1"
 	before, _ := os.ReadFile(path)
-	if err := f.c.checker.repairer.writeCachedResult(fa, live); err != nil {
+	if err := f.c.checker.repairer.WriteCachedResult(fa, live); err != nil {
 		t.Fatalf("writing over libcni's own: %v", err)
 	}
 	if after, _ := os.ReadFile(path); string(after) != string(before) {
@@ -73,9 +74,9 @@ func TestARecordSaysWhetherItsADDRanThroughConfigCNI(t *testing.T) {
 		if rec == nil || rec.ViaCNI != want {
 			t.Fatalf("record of %s: %+v, want viaCNI %v", network, rec, want)
 		}
-		ca, ok := f.c.checker.lives.checkedOfRecord(rec)
-		if !ok || ca.fa.Att.ViaCNI != want || ca.live.Uncached != want {
-			t.Fatalf("the attachment %s's record gives: viaCNI %v, uncached %v; want both %v", network, ca.fa.Att.ViaCNI, ca.live.Uncached, want)
+		ca, ok := f.c.checker.lives.CheckedOfRecord(rec)
+		if !ok || ca.Found.Att.ViaCNI != want || ca.Live.Uncached != want {
+			t.Fatalf("the attachment %s's record gives: viaCNI %v, uncached %v; want both %v", network, ca.Found.Att.ViaCNI, ca.Live.Uncached, want)
 		}
 	}
 }

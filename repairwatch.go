@@ -8,6 +8,7 @@ import (
 	"github.com/seed1280861d/cninet/host"
 	"github.com/seed1280861d/cninet/internal/attachments"
 	"github.com/seed1280861d/cninet/internal/catalog"
+	"github.com/seed1280861d/cninet/internal/drift"
 	"github.com/seed1280861d/cninet/internal/footprint"
 	"github.com/seed1280861d/cninet/internal/identity"
 	"github.com/seed1280861d/cninet/internal/registry"
@@ -30,8 +31,8 @@ type watchedParts struct {
 	tel      *telemetry.Recorder
 	// checkedOf builds a live attachment from its record, and repair
 	// runs one repair of it through its plugins: the Configurator's.
-	checkedOf func(*registry.Record) (checkedAttachment, bool)
-	repair    func(context.Context, repairwatch.Checker, checkedAttachment, footprint.Health) ([]footprint.Missing, error)
+	checkedOf func(*registry.Record) (drift.Checked, bool)
+	repair    func(context.Context, repairwatch.Checker, drift.Checked, footprint.Health) ([]footprint.Missing, error)
 }
 
 var _ repairwatch.Parts = watchedParts{}
@@ -40,8 +41,8 @@ var _ repairwatch.Parts = watchedParts{}
 // it checks and repairs with ck's parts.
 func newRepairWatcher(cfg Config, owner string, logger hclog.Logger, ck *checker) *repairwatch.Watcher {
 	return repairwatch.New(repairwatch.Config{Every: cfg.RepairEvery, Owner: owner, AnyOwner: cfg.RepairAnyOwner, Logger: logger},
-		watchedParts{registry: ck.registry, nets: ck.nets, seams: ck.seams, tel: ck.tel, checkedOf: ck.lives.checkedOfRecord,
-			repair: ck.repairer.repairOne})
+		watchedParts{registry: ck.registry, nets: ck.nets, seams: ck.seams, tel: ck.tel, checkedOf: ck.lives.CheckedOfRecord,
+			repair: ck.repairer.RepairOne})
 }
 
 func (p watchedParts) Records() ([]registry.Record, error) {
@@ -63,7 +64,7 @@ func (p watchedParts) Attachment(rec *registry.Record) (repairwatch.Attachment, 
 	if !ok {
 		return repairwatch.Attachment{}, false
 	}
-	return repairwatch.Attachment{Record: ca.rec, Live: ca.live,
+	return repairwatch.Attachment{Record: ca.Rec, Live: ca.Live,
 		Repair: func(ctx context.Context, checker repairwatch.Checker, h footprint.Health) ([]footprint.Missing, error) {
 			return p.repair(ctx, checker, ca, h)
 		}}, true

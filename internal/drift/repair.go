@@ -1,4 +1,4 @@
-package cninet
+package drift
 
 import (
 	"cmp"
@@ -23,115 +23,109 @@ import (
 	"github.com/seed1280861d/cninet/internal/telemetry"
 )
 
-// A drift check compares each live attachment with what its footprint
-// says must be there (internal/footprint: Checker), reading the host once
-// for all the attachments checked together; a repair restores what is
-// missing in place (footprint.Checker.Repair), under the attachment's
-// lock, only while its record says it is attached.
-
-// checkedAttachment is one found attachment as a drift check sees it.
-type checkedAttachment struct {
-	fa   attachments.Found
-	rec  *registry.Record // nil: the registry never saw it
-	live *footprint.Live
+// Checked is one found attachment as a drift check sees it.
+type Checked struct {
+	Found attachments.Found
+	Rec   *registry.Record // nil: the registry never saw it
+	Live  *footprint.Live
 }
 
-// repairable reports whether a repair may write anything for it: its ADD
+// Repairable reports whether a repair may write anything for it: its ADD
 // returned and nothing began to take it down (its record says attached,
 // or it has none and libcni's cache holds it).
-func (ca checkedAttachment) repairable() bool {
-	if ca.rec != nil {
-		return ca.rec.State == registry.Attached
+func (ca Checked) Repairable() bool {
+	if ca.Rec != nil {
+		return ca.Rec.State == registry.Attached
 	}
-	return ca.fa.Settled
+	return ca.Found.Settled
 }
 
-// liveBuilder builds live attachments (footprint.Live) from their
+// LiveBuilder builds live attachments (footprint.Live) from their
 // records, else libcni's cache.
-type liveBuilder struct {
-	registry    *attachments.Registry
-	plugins     *catalog.Plugins
-	seams       *attachments.Seams
-	lib         *libcni.CNIConfig
-	findPlugins bool // the default go-cni: libcni's cache holds what it attached
+type LiveBuilder struct {
+	Registry    *attachments.Registry
+	Plugins     *catalog.Plugins
+	Seams       *attachments.Seams
+	Lib         *libcni.CNIConfig
+	FindPlugins bool // the default go-cni: libcni's cache holds what it attached
 }
 
-// checkedOf reads the records of found and builds their live attachments.
-func (b *liveBuilder) checkedOf(found []attachments.Found, netns string) []checkedAttachment {
-	out := make([]checkedAttachment, len(found))
+// CheckedOf reads the records of found and builds their live attachments.
+func (b *LiveBuilder) CheckedOf(found []attachments.Found, netns string) []Checked {
+	out := make([]Checked, len(found))
 	for i, fa := range found {
-		rec := b.registry.Recorded(fa.Req.ID, fa.Att.Name(), fa.Att.IfName)
-		out[i] = checkedAttachment{fa: fa, rec: rec, live: b.liveOf(fa, rec, netns)}
+		rec := b.Registry.Recorded(fa.Req.ID, fa.Att.Name(), fa.Att.IfName)
+		out[i] = Checked{Found: fa, Rec: rec, Live: b.liveOf(fa, rec, netns)}
 	}
 	return out
 }
 
-// checkedOfRecord is the live attachment rec records.
-func (b *liveBuilder) checkedOfRecord(rec *registry.Record) (checkedAttachment, bool) {
-	conf, err := b.registry.RecordedConf(*rec)
+// CheckedOfRecord is the live attachment rec records.
+func (b *LiveBuilder) CheckedOfRecord(rec *registry.Record) (Checked, bool) {
+	conf, err := b.Registry.RecordedConf(*rec)
 	if err != nil {
-		return checkedAttachment{}, false
+		return Checked{}, false
 	}
 	fa := attachments.Found{Att: attachments.Attachment{Conf: conf, IfName: rec.IfName, ViaCNI: rec.ViaCNI},
 		Req: attachments.RecordedRequest(attachments.Request{ID: rec.ID, RuntimeID: rec.RuntimeID}, *rec), Cached: true, Settled: true}
-	return checkedAttachment{fa: fa, rec: rec, live: b.liveOf(fa, rec, "")}, true
+	return Checked{Found: fa, Rec: rec, Live: b.liveOf(fa, rec, "")}, true
 }
 
-// known reports whether cninet knows what ca's footprint must be: its
+// Known reports whether cninet knows what ca's footprint must be: its
 // record or libcni's cache holds the ADD's result. Of an attachment
 // neither knows (never attached, or through a CNI whose cache cninet
 // does not see) only the plugins' CHECK can tell.
-func (ca checkedAttachment) known() bool { return ca.live.Result != nil || ca.rec != nil }
+func (ca Checked) Known() bool { return ca.Live.Result != nil || ca.Rec != nil }
 
-// driftResult is what a drift check, and a repair, did of one
+// Result is what a drift check, and a repair, did of one
 // attachment.
-type driftResult struct {
-	health   footprint.Health    // what is missing, after the repair if any
-	repaired []footprint.Missing // what the repair restored: missing before, there after
-	err      error               // why the repair did not restore the rest
+type Result struct {
+	Health   footprint.Health    // what is missing, after the repair if any
+	Repaired []footprint.Missing // what the repair restored: missing before, there after
+	Err      error               // why the repair did not restore the rest
 }
 
-// repairer restores what a drift check found missing, through the
+// Repairer restores what a drift check found missing, through the
 // plugins' own ADD, and writes libcni's cache again.
-type repairer struct {
-	plugins *catalog.Plugins
-	drivers *attachments.Drivers
-	tel     *telemetry.Recorder
+type Repairer struct {
+	Plugins *catalog.Plugins
+	Drivers *attachments.Drivers
+	Tel     *telemetry.Recorder
 }
 
-// repairOne restores what h, found by read, says is missing of ca,
+// RepairOne restores what h, found by read, says is missing of ca,
 // under a span of its own, and counts it.
-func (r *repairer) repairOne(ctx context.Context, read repairwatch.Checker, ca checkedAttachment, h footprint.Health) ([]footprint.Missing, error) {
-	ctx, span := r.tel.StartRepair(ctx, ca.live.ID, ca.live.Network, ca.live.IfName)
+func (r *Repairer) RepairOne(ctx context.Context, read repairwatch.Checker, ca Checked, h footprint.Health) ([]footprint.Missing, error) {
+	ctx, span := r.Tel.StartRepair(ctx, ca.Live.ID, ca.Live.Network, ca.Live.IfName)
 	restored, err := read.Repair(h, r.restorers(ctx, ca))
-	r.tel.Repaired(ctx, ca.live.Network, len(h.Missing), len(restored), err)
+	r.Tel.Repaired(ctx, ca.Live.Network, len(h.Missing), len(restored), err)
 	span.End(err)
 	return restored, err
 }
 
 // restorers are how a repair of ca runs the plugins and writes libcni's
 // cache.
-func (r *repairer) restorers(ctx context.Context, ca checkedAttachment) footprint.Restorers {
-	fa, live := ca.fa, ca.live
+func (r *Repairer) restorers(ctx context.Context, ca Checked) footprint.Restorers {
+	fa, live := ca.Found, ca.Live
 	mode := os.FileMode(0o644) // host-local before its 1.2 releases (CNI spec 1.0)
-	if r.plugins.Supports(ctx, "host-local", "1.1.0") {
+	if r.Plugins.Supports(ctx, "host-local", "1.1.0") {
 		mode = 0o600
 	}
 	return footprint.Restorers{
 		ReservationMode: mode,
 		PluginADD: func(typ string) error {
-			prev, err := liveResult(live)
+			prev, err := LiveResult(live)
 			if err != nil {
 				return err
 			}
-			return r.drivers.DriverFor(fa.Att).AddPlugin(ctx, fa.Req, fa.Att, live.NetNS, typ, prev)
+			return r.Drivers.DriverFor(fa.Att).AddPlugin(ctx, fa.Req, fa.Att, live.NetNS, typ, prev)
 		},
-		WriteCache: func() error { return r.writeCachedResult(fa, live) },
+		WriteCache: func() error { return r.WriteCachedResult(fa, live) },
 	}
 }
 
-// liveResult is the attachment's result as the plugins take it.
-func liveResult(live *footprint.Live) (types.Result, error) {
+// LiveResult is the attachment's result as the plugins take it.
+func LiveResult(live *footprint.Live) (types.Result, error) {
 	if live.Result == nil || len(live.Result.Raw) == 0 {
 		return nil, errors.New("no result of the attachment is known (neither its record nor libcni's cache holds one)")
 	}
@@ -144,11 +138,11 @@ func liveResult(live *footprint.Live) (types.Result, error) {
 	return version.NewResult(head.CNIVersion, live.Result.Raw)
 }
 
-// writeCachedResult writes libcni's cache file of fa again, as libcni's
+// WriteCachedResult writes libcni's cache file of fa again, as libcni's
 // ADD writes it: the conflist, the runtime's args and capability
 // arguments, and the result in the conflist's CNI version.
-func (r *repairer) writeCachedResult(fa attachments.Found, live *footprint.Live) error {
-	res, err := liveResult(live)
+func (r *Repairer) WriteCachedResult(fa attachments.Found, live *footprint.Live) error {
+	res, err := LiveResult(live)
 	if err != nil {
 		return err
 	}
@@ -201,15 +195,15 @@ type cachedInfo struct {
 // liveOf returns fa's live attachment: what its record (rec, nil for one
 // the registry never saw) and libcni's cache say. netns is the namespace
 // the caller named ("" takes the record's).
-func (b *liveBuilder) liveOf(fa attachments.Found, rec *registry.Record, netns string) *footprint.Live {
+func (b *LiveBuilder) liveOf(fa attachments.Found, rec *registry.Record, netns string) *footprint.Live {
 	att, req := fa.Att, fa.Req
 	l := &footprint.Live{
 		Attachment: footprint.Attachment{Network: att.Name(), ID: req.ID},
 		IfName:     att.IfName,
 		NetNS:      netns,
-		Net:        b.seams.Network(att.Conf, att.IfName, nil),
+		Net:        b.Seams.Network(att.Conf, att.IfName, nil),
 		Backends:   map[string]string{},
-		Uncached:   att.ViaCNI && !b.findPlugins,
+		Uncached:   att.ViaCNI && !b.FindPlugins,
 	}
 	for _, m := range req.Mappings {
 		l.Mappings = append(l.Mappings, footprint.PortMapping{HostPort: int(m.HostPort), ContainerPort: int(m.ContainerPort),
@@ -230,7 +224,7 @@ func (b *liveBuilder) liveOf(fa attachments.Found, rec *registry.Record, netns s
 			l.Net.CacheDir = rec.CacheDir
 		}
 	} else {
-		for typ, backend := range b.plugins.Backends(att.Conf) {
+		for typ, backend := range b.Plugins.Backends(att.Conf) {
 			l.Backends[typ] = backend
 		}
 	}
@@ -240,7 +234,7 @@ func (b *liveBuilder) liveOf(fa attachments.Found, rec *registry.Record, netns s
 
 // resultOf reads a recorded result, else libcni's cached one; nil when
 // there is neither.
-func (b *liveBuilder) resultOf(raw json.RawMessage, att attachments.Attachment, req attachments.Request) *footprint.Result {
+func (b *LiveBuilder) resultOf(raw json.RawMessage, att attachments.Attachment, req attachments.Request) *footprint.Result {
 	var res types.Result
 	if len(raw) > 0 {
 		var head struct {
@@ -251,7 +245,7 @@ func (b *liveBuilder) resultOf(raw json.RawMessage, att attachments.Attachment, 
 		}
 	}
 	if res == nil {
-		res, _ = b.lib.GetNetworkListCachedResult(att.Conf.List, &libcni.RuntimeConf{ContainerID: req.ID, IfName: att.IfName})
+		res, _ = b.Lib.GetNetworkListCachedResult(att.Conf.List, &libcni.RuntimeConf{ContainerID: req.ID, IfName: att.IfName})
 	}
 	if res == nil {
 		return nil
