@@ -347,13 +347,13 @@ func (c *checker) driftCheck(ctx context.Context, atts []drift.Checked, repair b
 // drifts is Configurator.Drifts.
 func (c *checker) drifts(ctx context.Context, ids []string) ([]Drift, error) {
 	var recs []registry.Record
-	var errs []error
+	var unread []error
 	if len(ids) == 0 {
 		all, err := c.registry.Store.All()
 		recs = all.Records
-		errs = append(errs, err)
+		unread = append(unread, err)
 		for _, d := range all.Damaged {
-			errs = append(errs, d)
+			unread = append(unread, d)
 		}
 	} else {
 		for _, id := range ids {
@@ -362,9 +362,9 @@ func (c *checker) drifts(ctx context.Context, ids []string) ([]Drift, error) {
 			}
 			of, damaged, err := c.registry.Store.Of(id)
 			recs = append(recs, of...)
-			errs = append(errs, err)
+			unread = append(unread, err)
 			for _, d := range damaged {
-				errs = append(errs, d)
+				unread = append(unread, d)
 			}
 		}
 	}
@@ -385,5 +385,5 @@ func (c *checker) drifts(ctx context.Context, ids []string) ([]Drift, error) {
 			out[i].Incomplete = r.Health.Err.Error()
 		}
 	}
-	return out, listingError(slices.DeleteFunc(errs, func(err error) bool { return err == nil }))
+	return out, listingError(slices.DeleteFunc(unread, func(err error) bool { return err == nil }))
 }

@@ -92,7 +92,7 @@ func New(cfg Config) (*Configurator, error) {
 	// unsynchronised, which races when workloads attach concurrently.
 	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
 	c.lib = libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, c.cacheDir, exec)
-	c.drivers.Driver = attachments.LibDriver{Lib: c.lib, NoCache: libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, filepath.Join(c.cacheDir, "cninet", "no-cache"), exec),
+	c.drivers.Lib = attachments.LibDriver{Lib: c.lib, NoCache: libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, filepath.Join(c.cacheDir, "cninet", "no-cache"), exec),
 		Exec: exec}
 	if c.drivers.CNI = cfg.CNI; c.drivers.CNI == nil {
 		c.drivers.FindPlugins = true
@@ -115,7 +115,7 @@ func New(cfg Config) (*Configurator, error) {
 	c.seams = &attachments.Seams{IPTOpener: ipt, NFTOpener: nft, OpenLinks: cfg.Links, CacheDir: c.cacheDir, Ifs: c.ifs, Nets: c.nets, Plugins: c.plugins,
 		Records: c.registry}
 	c.requests = requests{ignoreHostIP: cfg.IgnorePortMappingHostIP, findPlugins: c.drivers.FindPlugins,
-		libRuns: func() bool { return c.drivers.Driver.RunsPlugins() }}
+		libRuns: func() bool { return c.drivers.Lib.RunsPlugins() }}
 	c.tel = newTelemetry(cfg, c.logger, c.nets)
 	c.wire()
 	if cfg.RepairEvery < 0 {

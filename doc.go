@@ -68,24 +68,24 @@ One noun per concept, in the documentation and in the code:
     Connect, Disconnect, Check, Status, GC).
   - command: one CNI command a plugin runs (ADD, DEL, CHECK, STATUS, GC).
   - request: what the plugins are told about one allocation — its ID,
-    port mappings, CNI args and capability arguments (type request,
-    named req). It is the same for every command of the allocation,
+    port mappings, CNI args and capability arguments
+    (attachments.Request, named req). It is the same for every command of the allocation,
     since portmap's DEL removes nothing unless it sees the same port
     mappings.
   - attachment: one allocation on one network, with its interface name
-    (type attachment, named att). InterfaceStatus is what Setup
+    (attachments.Attachment, named att). InterfaceStatus is what Setup
     learned about one.
   - found attachment: an attachment as found in the allocation and in
-    libcni's cache, with the request it was made with (type
-    foundAttachment, named fa): what Teardown, Disconnect and Check act
-    on, as attachmentFinder finds it.
+    libcni's cache, with the request it was made with
+    (attachments.Found, named fa): what Teardown, Disconnect and Check
+    act on, as attachments.Finder finds it.
   - footprint: what the plugins leave on the host for one attachment
     (rules, chains, reservations, cached results, devices), which the
     force cleanup and GC remove (internal/footprint).
   - registry: the host registry (Config.StateDir), shared by every
     process on the host that attaches workloads through cninet, and the
-    locks they all honour (internal/registry; hostRegistry is how the
-    operations use it).
+    locks they all honour (internal/registry; attachments.Registry is how
+    the operations use it).
   - record: the registry's durable account of one attachment — its
     owner, conflist, args, port mappings, backends and every address it
     provably held — written before its ADD and, before any DEL, holding

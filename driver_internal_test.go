@@ -27,6 +27,14 @@ import (
 // checked in fakes' seams.go).
 var _ PluginAdder = (*fakes.CNI)(nil)
 
+// The repair asserts an injected CNI against attachments.PluginAdder: it
+// must have cninet.PluginAdder's methods, no more and no fewer, or a CNI
+// that implements the documented one would silently not be used.
+var (
+	_ PluginAdder             = attachments.PluginAdder(nil)
+	_ attachments.PluginAdder = PluginAdder(nil)
+)
+
 func TestResultFromCNIReadsAsGoCNIDoes(t *testing.T) {
 	idx := func(i int) *int { return &i }
 	addr := func(s string) net.IPNet { ip, n, _ := net.ParseCIDR(s); n.IP = ip; return *n }

@@ -74,7 +74,7 @@ func (f multiFixture) configurator(t *testing.T) *Configurator {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	c.drivers.Driver = f.drv
+	c.drivers.Lib = f.drv
 	return c
 }
 

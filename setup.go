@@ -107,7 +107,7 @@ func (a attaching) preflight(att attachments.Attachment) error {
 // all attaches atts concurrently, all or nothing (see Setup), and
 // returns their statuses in the order of atts. With others, a rollback
 // takes only atts away, and no DEL may reach the others (see
-// detachment.one).
+// attachments.Detachment.One).
 func (a attaching) all(ctx context.Context, atts []attachments.Attachment) (*NetworkStatus, error) {
 	req := a.req
 	alongside := a.others || len(atts) > 1

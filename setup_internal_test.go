@@ -127,7 +127,7 @@ func TestRollbackWaitsForAnADDStillRunningAndDetachesEveryNetwork(t *testing.T) 
 				ev.add("ADD returned " + att.Name())
 				return ctx.Err()
 			}
-			f.c.drivers.Driver = recordingDels{f.drv, ev}
+			f.c.drivers.Lib = recordingDels{f.drv, ev}
 			if tc.cancelCtx {
 				go func() { running.Wait(); <-bDone; cancel() }() // b has attached: only c and a are mid-ADD
 			} else {
@@ -220,7 +220,7 @@ func TestNFTablesPortmapNetworksDetachWithoutPortmapWhileTheWorkloadHasOthers(t 
 		mu.Unlock()
 		return nil
 	}
-	f.c.drivers.Driver = slowDels{f.drv, func(att attachments.Attachment, omit []string) {
+	f.c.drivers.Lib = slowDels{f.drv, func(att attachments.Attachment, omit []string) {
 		mu.Lock()
 		defer mu.Unlock()
 		omitted[att.Name()] = append(omitted[att.Name()], strings.Join(omit, ","))

@@ -47,11 +47,11 @@ type NetDriver interface {
 
 // Drivers picks the driver of each attachment: Config.CNI (go-cni by
 // default) for the default network as the first interface, libcni for
-// any other (driver; tests replace it).
+// any other (Lib; tests replace it).
 type Drivers struct {
 	CNI         cni.CNI
 	FindPlugins bool      // the default go-cni: it runs the plugins from the plugin dirs, which cninet can look for first
-	Driver      NetDriver // attaches what go-cni cannot: any network but the default as eth0
+	Lib         NetDriver // attaches what go-cni cannot: any network but the default as eth0
 }
 
 // DriverFor returns the driver that attaches n.
@@ -59,7 +59,7 @@ func (ds *Drivers) DriverFor(att Attachment) NetDriver {
 	if att.ViaCNI {
 		return cniDriver{ds}
 	}
-	return ds.Driver
+	return ds.Lib
 }
 
 // canOmit reports whether att's DEL can leave plugins out: an injected
@@ -68,9 +68,9 @@ func (ds *Drivers) canOmit(att Attachment) bool {
 	return !att.ViaCNI || ds.FindPlugins
 }
 
-// pluginAdder is cninet.PluginAdder: an injected Config.CNI that can ADD
+// PluginAdder is cninet.PluginAdder: an injected Config.CNI that can ADD
 // one plugin of the network's chain alone.
-type pluginAdder interface {
+type PluginAdder interface {
 	AddPlugin(ctx context.Context, id, netns, pluginType string, prevResult types.Result, opts ...cni.NamespaceOpts) error
 }
 
@@ -92,12 +92,12 @@ func (d cniDriver) Add(ctx context.Context, req Request, _ Attachment, netns str
 
 // AddPlugin goes through libcni: go-cni runs whole chains only. An
 // injected Config.CNI runs one plugin alone only if it says it can
-// (pluginAdder).
+// (PluginAdder).
 func (d cniDriver) AddPlugin(ctx context.Context, req Request, att Attachment, netns, typ string, prev types.Result) error {
 	if d.drivers.FindPlugins {
-		return d.drivers.Driver.AddPlugin(ctx, req, att, netns, typ, prev)
+		return d.drivers.Lib.AddPlugin(ctx, req, att, netns, typ, prev)
 	}
-	if pa, ok := d.drivers.CNI.(pluginAdder); ok {
+	if pa, ok := d.drivers.CNI.(PluginAdder); ok {
 		return pa.AddPlugin(ctx, req.ID, netns, typ, prev, req.opts()...)
 	}
 	return fmt.Errorf("%w: %s's ADD of network %q cannot run alone", errWholeChainsOnly, typ, att.Name())
@@ -112,7 +112,7 @@ func (d cniDriver) Del(ctx context.Context, req Request, att Attachment, netns s
 	case run.Whole():
 		return d.drivers.CNI.Remove(ctx, req.ID, netns, req.opts()...)
 	case d.drivers.FindPlugins:
-		return d.drivers.Driver.Del(ctx, req, att, netns, run)
+		return d.drivers.Lib.Del(ctx, req, att, netns, run)
 	case run.Apart():
 		return errWholeChainsOnly
 	}
@@ -128,7 +128,7 @@ var errWholeChainsOnly = errors.New("the injected CNI runs whole DEL chains only
 // directories. An injected Config.CNI checks whole chains.
 func (d cniDriver) Check(ctx context.Context, req Request, att Attachment, netns string, omit []string) error {
 	if len(omit) > 0 && d.drivers.FindPlugins {
-		return d.drivers.Driver.Check(ctx, req, att, netns, omit)
+		return d.drivers.Lib.Check(ctx, req, att, netns, omit)
 	}
 	return d.drivers.CNI.Check(ctx, req.ID, netns, req.opts()...)
 }

@@ -31,8 +31,8 @@ type Finder struct {
 	InjectedCNI bool
 }
 
-// Named resolves the networks req's allocation joins, in order: its
-// NetworkNames, or the default network. An unknown name fails before any
+// Named resolves the networks req's allocation joins, in order: those
+// it names (Request.Networks), or the default network. An unknown name fails before any
 // plugin runs. Teardown (forTeardown) may still name a network that a
 // Reload dropped, and works after Close.
 func (f *Finder) Named(req Request, forTeardown bool) ([]Attachment, error) {
@@ -71,12 +71,12 @@ func (f *Finder) Named(req Request, forTeardown bool) ([]Attachment, error) {
 	return atts, nil
 }
 
-// Of returns every attachment Of req's allocation that an operation for owner acts
+// Of returns every attachment of req's allocation that an operation for owner acts
 // on: those libcni's cache and the Allocation know (cached), each told
 // what its record says, and every other attachment the registry records
 // for owner (WithRecords); another owner's records take theirs away,
-// and so do records Of networks this Configurator does not know that the
-// allocation does not name: another Configurator Of the same owner made
+// and so do records of networks this Configurator does not know that the
+// allocation does not name: another Configurator of the same owner made
 // them. unreadable are the id's registry files this cninet cannot read:
 // their attachments are left out.
 func (f *Finder) Of(req Request, owner string, forTeardown bool) (_ []Found, unreadable []registry.Damaged, _ error) {
@@ -154,11 +154,11 @@ func (f *Finder) cached(req Request, forTeardown bool) ([]Found, error) {
 }
 
 // Attached drops from an allocation's found attachments the networks the
-// allocation names that are not Attached any more: when libcni's cache
+// allocation names that are not attached any more: when libcni's cache
 // knows the workload, a network it does not know was disconnected, or its
 // Connect failed and was rolled back. (Teardown keeps them: a DEL of what
 // is gone is harmless there, and an ADD cut short is never cached.) A
-// network Attached through an injected Config.CNI, whose cache cninet may
+// network attached through an injected Config.CNI, whose cache cninet may
 // not see, is taken at its word.
 func (f *Finder) Attached(all []Found) []Found {
 	if !slices.ContainsFunc(all, func(fa Found) bool { return fa.Cached }) {

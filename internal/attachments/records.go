@@ -81,7 +81,7 @@ func (r *Registry) Enter(ctx context.Context, id string, adding bool) (leave fun
 	}, nil
 }
 
-// TryEnter is enter for a caller that would rather not wait (the repair
+// TryEnter is Enter for a caller that would rather not wait (the repair
 // watcher): busy when this process or another holds id.
 func (r *Registry) TryEnter(id string) (leave func(), busy bool) {
 	leaveAdm, ok := r.Admission.TryEnter(id)

@@ -17,10 +17,10 @@ type Request struct {
 	Mappings []cni.PortMapping
 	Args     [][2]string
 	Caps     map[string]any // Allocation.Capabilities, validated
-	// RuntimeID is the runtime's container id where id is not it
+	// RuntimeID is the runtime's container id where ID is not it
 	// (ConnectOptions.RuntimeID): the records name it.
 	RuntimeID string
-	// Networks are the Networks the allocation names, in its order
+	// Networks are the networks the allocation names, in its order
 	// (Allocation.NetworkNames; none: the default network).
 	Networks []string
 }

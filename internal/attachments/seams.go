@@ -23,7 +23,7 @@ type Seams struct {
 	Records   footprint.RecordedHolders // the host registry
 }
 
-// Network is what the cleaner must know about conf's Network: its
+// Network is what the cleaner must know about conf's network: its
 // attachments have interface ifName, or any of ifNames.
 func (s *Seams) Network(conf catalog.Conf, ifName string, ifNames []string) footprint.Network {
 	n := conf.Info.Footprint

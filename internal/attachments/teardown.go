@@ -30,7 +30,7 @@ type Detacher struct {
 }
 
 // Teardown is Teardown of req's allocation: its attachments found under
-// its lock, then detached in one pass (all).
+// its lock, then detached in one pass (All).
 func (dt *Detacher) Teardown(ctx context.Context, req Request, netns string) error {
 	start := time.Now()
 	leave, err := dt.Registry.Enter(ctx, req.ID, false)
@@ -81,11 +81,11 @@ type Detachment struct {
 	// (footprint.Cleaner.RecheckByHandle).
 	Settled bool
 	// Rollback: the detachment undoes what a failing Setup or Connect
-	// attached (its Rollback, the DEL between ADD attempts), so its
+	// attached (its rollback, the DEL between ADD attempts), so its
 	// cleanups count as Setup's (cleanupOp).
 	Rollback bool
 	// LoUp: the workload's lo was up before this detachment, which leaves
-	// the workload other networks (keepLoopback). The loopback plugin is
+	// the workload other networks (KeepLoopback). The loopback plugin is
 	// then left out of the DELs (footprint.Detach.LoopbackUp): its DEL
 	// only sets lo down, which would cut the workload's own localhost
 	// traffic until lo is up again.
@@ -108,7 +108,7 @@ func (d Detachment) cleanupOp() telemetry.Operation {
 	return telemetry.OpTeardown
 }
 
-// All detaches found, in one pass: how the detach is made (detach), the
+// All detaches found, in one pass: how the detach is made (Detach), the
 // whole workload's prevention and DEL first (hostportsFirst), then each
 // network concurrently (one: prevent, DEL, clean) and, once nothing of
 // it is left, its record forgotten. One network's failure does not stop
@@ -176,7 +176,7 @@ func (d Detachment) hostportsFirst(ctx context.Context, how footprint.Detach, fo
 	}
 }
 
-// One is One network's detach (fa, as it leaves: l), by the prevention
+// One is one network's detach (fa, as it leaves: l), by the prevention
 // rule: prevent (the cleaner makes sure the DEL cannot reach another
 // attachment's state, and decides which plugins it runs:
 // footprint.Cleaner.Prevent with how the detach is made), DEL, clean (the

@@ -32,19 +32,19 @@ func (c *Collector) Collect(ctx context.Context, liveAllocIDs []string, scope Sc
 	g.progress = newProgress(c.Logger)
 	recErr := g.recorded(ctx)
 	g.progress.step("recorded attachments collected", g.report.Len())
-	errs := []error{recErr, g.cached(ctx)}
+	failed := []error{recErr, g.cached(ctx)}
 	g.progress.step("libcni GC done", g.report.Len())
-	errs = append(errs, c.Tel.TraceSweep(ctx, confNames(g.nets), g.report.Len, func() error { return g.sweep(ctx) }))
+	failed = append(failed, c.Tel.TraceSweep(ctx, confNames(g.nets), g.report.Len, func() error { return g.sweep(ctx) }))
 	if g.Dry {
 		c.Logger.Info("GC dry run: nothing changed", "networks", len(g.nets), "would_remove", g.report.Len(), "alloc_ids", g.report.IDs())
-		return g.report, errors.Join(errs...)
+		return g.report, errors.Join(failed...)
 	}
 	g.housekeeping()
 	if n := g.report.Len(); n > 0 {
 		c.Logger.Info("GC removed stale attachments", "networks", len(g.nets), "items", n, "alloc_ids", g.report.IDs())
 	}
 	c.Tel.GCDone(ctx, g.report.items(), g.report.Len(), len(liveAllocIDs))
-	return g.report, errors.Join(errs...)
+	return g.report, errors.Join(failed...)
 }
 
 func confNames(confs []catalog.Conf) []string {

@@ -5,9 +5,11 @@
 // Collector.Collect runs one GC of everything but the live allocations,
 // as a Scope (package cninet's GCOptions, checked) narrows it, and
 // returns a Report of what it removed (package cninet renders it as a
-// GCReport). It reaches the host only through package attachments'
-// parts and the footprint package, and knows nothing of the
-// Configurator.
+// GCReport). It detaches through package attachments' Detacher and
+// sweeps through the footprint package; it reads libcni's cache and
+// sends the plugins' GC command through libcni, takes the host
+// registry's locks, and probes whether namespaces are gone (package
+// workload). It knows nothing of the Configurator.
 //
 // Files, from the entry point down:
 //

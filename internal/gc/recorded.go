@@ -67,13 +67,13 @@ func (g *run) recorded(ctx context.Context) error {
 		}
 	}
 	protected := c.Registry.Admission.Protected()
-	var errs []error
+	var failed []error
 	for _, id := range slices.Sorted(maps.Keys(dead)) {
 		if protected[id] || others[id] {
 			continue
 		}
 		if err := g.collectRecorded(ctx, id, elsewhere[id] || g.partlyLive(id)); err != nil {
-			errs = append(errs, err)
+			failed = append(failed, err)
 		}
 	}
 	for id := range others {
@@ -82,7 +82,7 @@ func (g *run) recorded(ctx context.Context) error {
 	for id := range unjudged {
 		g.live[id] = true // attached where this GC does not look: its other state is not this GC's to judge
 	}
-	return errors.Join(errs...)
+	return errors.Join(failed...)
 }
 
 // collects says which records a GC collects: its own owner's, and any

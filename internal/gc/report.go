@@ -54,7 +54,7 @@ const (
 // Report is what one GC removed, added to by its passes as they run.
 type Report struct {
 	mu         sync.Mutex
-	detached   []footprint.Item  // the attachments GC detached (kindCachedAttachment, kindRecordedAttachment)
+	detached   []footprint.Item  // the attachments GC detached (KindCachedAttachment, KindRecordedAttachment)
 	swept      *footprint.Report // what the sweep removed
 	unreadable []string          // registry files kept: no record this cninet can read
 }
