@@ -299,7 +299,7 @@ func (b *Batching) ListTable(table string) ([]string, error) {
 	return strings.Split(strings.TrimRight(b.Save(table), "\n"), "\n"), nil
 }
 
-// RestoreNoFlush implements host.Restorer: -A, -D, -F and -X lines,
+// RestoreNoFlush implements host.Restorer: -N, -A, -I (first), -D, -F and -X lines,
 // applied all or nothing. Its cost is linear in the table and the lines,
 // so that a benchmark of many deletions measures its caller, not the fake.
 func (b *Batching) RestoreNoFlush(table string, lines []string) error {
@@ -371,11 +371,28 @@ func (w *restoreWork) apply(line string) error {
 		return fmt.Errorf("short line")
 	}
 	chain := f[1]
+	if f[0] == "-N" {
+		if _, ok := w.chains[chain]; ok {
+			return &IPTablesError{Msg: "Chain already exists."}
+		}
+		w.chains[chain] = nil
+		return nil
+	}
 	rules, ok := w.chains[chain]
 	if !ok {
 		return &IPTablesError{Msg: "No chain/target/match by that name.", NotExist: true}
 	}
 	switch f[0] {
+	case "-I": // -I CHAIN 1 spec: first, as a restore of a repair writes it
+		words, err := restoreWords(line)
+		if err != nil || len(words) < 3 || words[2] != "1" {
+			return fmt.Errorf("unsupported insertion %q (only -I CHAIN 1)", line)
+		}
+		rule := "-A " + chain + " " + FormatRule(words[3:])
+		w.chains[chain] = slices.Insert(rules, 0, rule)
+		delete(w.index, chain)
+		w.refs[jumpTarget(rule)]++
+		return nil
 	case "-D": // the first rule that matches, as iptables deletes
 		want := "-A" + strings.TrimPrefix(line, "-D")
 		idx := w.indexOf(chain)
@@ -388,7 +405,12 @@ func (w *restoreWork) apply(line string) error {
 			delete(idx, want)
 		}
 		w.refs[jumpTarget(want)]--
-	case "-A":
+	case "-A": // stored as iptables -S prints it
+		words, err := restoreWords(line)
+		if err != nil {
+			return err
+		}
+		line = "-A " + chain + " " + FormatRule(words[2:])
 		if idx, ok := w.index[chain]; ok {
 			idx[line] = append(idx[line], len(rules))
 		}
@@ -412,6 +434,41 @@ func (w *restoreWork) apply(line string) error {
 		return fmt.Errorf("unsupported command %s", f[0])
 	}
 	return nil
+}
+
+// restoreWords splits a restore line into its words as iptables-restore
+// does: a double-quoted word may hold spaces, and a backslash in it
+// escapes the next character.
+func restoreWords(line string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord, quoted := false, false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case quoted && c == '\\' && i+1 < len(line):
+			i++
+			cur.WriteByte(line[i])
+		case c == '"':
+			quoted, inWord = !quoted, true
+		case !quoted && (c == ' ' || c == '\t'):
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteByte(c)
+			inWord = true
+		}
+	}
+	if quoted {
+		return nil, fmt.Errorf("unterminated quote in %q", line)
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
 }
 
 // result returns the chains without the deleted rules.

@@ -3,6 +3,7 @@ package fakes
 import (
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -78,6 +79,13 @@ func inPrintOrder(spec []string) []string {
 				target = cur
 			}
 		default:
+			if short, ok := multiportOptions[opt]; ok { // multiport's, wherever -p came
+				for g := range groups {
+					if slices.Equal(groups[g][:min(2, len(groups[g]))], []string{"-m", "multiport"}) {
+						cur, opt = g, short
+					}
+				}
+			}
 			if cur < 0 && proto != "" { // an option of the protocol's match
 				groups = append(groups, []string{"-m", proto})
 				cur = len(groups) - 1
@@ -106,6 +114,12 @@ func inPrintOrder(spec []string) []string {
 		out = append(out, groups[target]...)
 	}
 	return out
+}
+
+// multiportOptions are the multiport match's options, by the name
+// iptables prints.
+var multiportOptions = map[string]string{
+	"--dports": "--dports", "--destination-ports": "--dports", "--sports": "--sports", "--source-ports": "--sports", "--ports": "--ports",
 }
 
 func isBasic(opt string) bool {

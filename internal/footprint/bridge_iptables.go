@@ -218,8 +218,8 @@ func masqRules(a Attachment, addrs []netip.Prefix, v6 bool) []wantRule {
 	var out []wantRule
 	for _, p := range addrs {
 		out = append(out,
-			rule("nat", chain, "accept to "+p.Masked().String(), "-d", p.String(), "-j", "ACCEPT", "-m", "comment", "--comment", comment),
-			rule("nat", chain, "masquerade but to "+multicastNet(v6), "!", "-d", multicastNet(v6), "-j", "MASQUERADE", "-m", "comment", "--comment", comment),
+			rule("nat", chain, "accept to "+p.Masked().String(), "-d", p.String(), "-j", "ACCEPT", "-m", "comment", "--comment", comment).inOwnChain(),
+			rule("nat", chain, "masquerade but to "+multicastNet(v6), "!", "-d", multicastNet(v6), "-j", "MASQUERADE", "-m", "comment", "--comment", comment).inOwnChain(),
 			rule("nat", postrouting, "jump from "+p.Addr().String()+" to "+chain, "-s", p.Addr().String(), "-j", chain, "-m", "comment", "--comment", comment))
 	}
 	return out

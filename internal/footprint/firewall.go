@@ -182,8 +182,8 @@ func (firewallIPT) expect(v *liveView, a *Live, h *Health) {
 		}
 		expectChains(v, v6, "firewall", ByPlugin, h, "filter", firewallChain, admin)
 		want := []wantRule{
-			rule("filter", "FORWARD", "jump to "+firewallChain, "-m", "comment", "--comment", "CNI firewall plugin rules", "-j", firewallChain),
-			rule("filter", firewallChain, "jump to "+admin, "-m", "comment", "--comment", "CNI firewall plugin admin overrides", "-j", admin),
+			rule("filter", "FORWARD", "jump to "+firewallChain, "-m", "comment", "--comment", "CNI firewall plugin rules", "-j", firewallChain).atHead(),
+			rule("filter", firewallChain, "jump to "+admin, "-m", "comment", "--comment", "CNI firewall plugin admin overrides", "-j", admin).atHead(),
 		}
 		for _, p := range addrs {
 			ip := p.Addr().String()

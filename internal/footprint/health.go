@@ -74,6 +74,9 @@ type Health struct {
 	// it would have shown is not in Missing.
 	Err  error
 	errs []error
+	// writes are how a batched repair writes the missing iptables pieces
+	// it knows every word of (PlanRules), each naming its Missing.
+	writes []ruleWrite
 }
 
 // Whole reports whether nothing is missing and the check was complete.
@@ -93,6 +96,13 @@ func (h *Health) InPlace() bool {
 }
 
 func (h *Health) miss(m Missing) { h.Missing = append(h.Missing, m) }
+
+// missWritable adds m, which w writes again.
+func (h *Health) missWritable(m Missing, w ruleWrite) {
+	w.missing = len(h.Missing)
+	h.Missing = append(h.Missing, m)
+	h.writes = append(h.writes, w)
+}
 
 // Plugins returns the plugins whose own ADD a repair runs again, in the
 // order of the network's conflist.

@@ -346,7 +346,28 @@ type wantRule struct {
 	table, chain string
 	opts         [][2]string // option and value; "!-d" for a negated -d; value "" for a flag alone
 	name         string      // how a person knows it
+	// args are the words the plugin writes the rule with, in its order:
+	// a batched repair (PlanRules) writes them as they are. nil when
+	// cninet does not know every word (inexact).
+	args []string
+	// head: the plugin inserts the rule first in its chain (iptables -I
+	// CHAIN 1) unless it is there, rather than appending it.
+	head bool
+	// own: the rule's chain is the attachment's alone (its CNI-DN or
+	// masquerade chain), whose rules' order matters.
+	own bool
 }
+
+// atHead marks w as a rule its plugin inserts first in its chain.
+func (w wantRule) atHead() wantRule { w.head = true; return w }
+
+// inOwnChain marks w as a rule of the attachment's own chain.
+func (w wantRule) inOwnChain() wantRule { w.own = true; return w }
+
+// inexact marks w as a rule cninet looks for but does not know every
+// word of (a release's variant, the user's extra conditions): only the
+// plugin's own ADD writes it again.
+func (w wantRule) inexact() wantRule { w.args = nil; return w }
 
 // optionAliases are the long options iptables lists by their short
 // name (a rule written with --destination-ports is listed with --dports).
@@ -372,7 +393,7 @@ func canonical(opt string) string {
 // pairs ("-s", "10.0.0.2", "-j", "ACCEPT"); "!" before an option negates
 // it.
 func rule(table, chain, name string, opts ...string) wantRule {
-	w := wantRule{table: table, chain: chain, name: name}
+	w := wantRule{table: table, chain: chain, name: name, args: slices.Clone(opts)}
 	for i := 0; i < len(opts); i++ {
 		opt := opts[i]
 		if opt == "!" && i+1 < len(opts) {
@@ -557,7 +578,8 @@ func expectRules(v *liveView, v6 bool, plugin string, restore Restore, h *Health
 			continue
 		}
 		if !exists || !rules.has(w) {
-			h.miss(Missing{Plugin: plugin, Kind: KindRule, Backend: familyName(v6), Detail: w.table + " " + w.chain + ": " + w.name, Restore: restore})
+			h.missWritable(Missing{Plugin: plugin, Kind: KindRule, Backend: familyName(v6), Detail: w.table + " " + w.chain + ": " + w.name, Restore: restore},
+				ruleWrite{v6: v6, table: w.table, chain: w.chain, rule: &w})
 		}
 	}
 }
@@ -579,7 +601,8 @@ func expectChains(v *liveView, v6 bool, plugin string, restore Restore, h *Healt
 			continue
 		}
 		if !exists {
-			h.miss(Missing{Plugin: plugin, Kind: KindChain, Backend: familyName(v6), Detail: table + " " + ch, Restore: restore})
+			h.missWritable(Missing{Plugin: plugin, Kind: KindChain, Backend: familyName(v6), Detail: table + " " + ch, Restore: restore},
+				ruleWrite{v6: v6, table: table, chain: ch})
 		}
 	}
 }

@@ -137,6 +137,8 @@ type portmapConf struct {
 	MasqAll              bool            `json:"masqAll"`
 	MarkMasqBit          *int            `json:"markMasqBit"`
 	ExternalSetMarkChain *string         `json:"externalSetMarkChain"`
+	ConditionsV4         []string        `json:"conditionsV4"`
+	ConditionsV6         []string        `json:"conditionsV6"`
 	Capabilities         map[string]bool `json:"capabilities"`
 	RuntimeConfig        struct {
 		PortMappings []PortMapping `json:"portMappings"`
@@ -239,7 +241,7 @@ func portmapRules(a *Live, conf portmapConf, addr netip.Prefix) []wantRule {
 		out = append(out,
 			rule("nat", hostportSetMarkChain, "mark for masquerade", "-m", "comment", "--comment", "CNI portfwd masquerade mark", "-j", "MARK", "--set-xmark", conf.mark()),
 			rule("nat", hostportMasqChain, "masquerade the marked", "-m", "mark", "--mark", conf.mark(), "-j", "MASQUERADE"),
-			rule("nat", postrouting, "jump to "+hostportMasqChain, "-m", "comment", "--comment", "CNI portfwd requiring masquerade", "-j", hostportMasqChain))
+			rule("nat", postrouting, "jump to "+hostportMasqChain, "-m", "comment", "--comment", "CNI portfwd requiring masquerade", "-j", hostportMasqChain).atHead())
 	}
 	var protos []string
 	ports := map[string][]string{}
@@ -254,8 +256,12 @@ func portmapRules(a *Live, conf portmapConf, addr netip.Prefix) []wantRule {
 	for _, proto := range protos {
 		for group := range slices.Chunk(ports[proto], 15) {
 			spec := strings.Join(group, ",")
-			out = append(out, rule("nat", hostportDNATChain, fmt.Sprintf("jump of %s ports %s to %s", proto, spec, chain),
-				"-m", "comment", "--comment", comment, "-m", "multiport", "-p", proto, "--destination-ports", spec, "-j", chain))
+			jump := rule("nat", hostportDNATChain, fmt.Sprintf("jump of %s ports %s to %s", proto, spec, chain),
+				"-m", "comment", "--comment", comment, "-m", "multiport", "-p", proto, "--destination-ports", spec, "-j", chain)
+			if len(conf.ConditionsV4) > 0 && !v6 || len(conf.ConditionsV6) > 0 && v6 {
+				jump = jump.inexact() // the user's conditions come before -j, as they wrote them
+			}
+			out = append(out, jump)
 		}
 	}
 	for _, m := range conf.mappings(v6) {
@@ -270,17 +276,17 @@ func portmapRules(a *Live, conf portmapConf, addr netip.Prefix) []wantRule {
 			// (which iptables lists without -s) and add no localhost
 			// mark; older ones ignore it. Either way a mark rule of the
 			// mapping is there, from some source.
-			hairpin := append(slices.Clip(base), "-s", addr.String(), "-j", conf.setMarkChain())
+			hairpin := rule("nat", chain, "hairpin mark of "+what, append(slices.Clip(base), "-s", addr.String(), "-j", conf.setMarkChain())...)
 			if conf.MasqAll {
-				hairpin = append(slices.Clip(base), "-j", conf.setMarkChain())
+				hairpin = rule("nat", chain, "hairpin mark of "+what, append(slices.Clip(base), "-j", conf.setMarkChain())...).inexact()
 			}
-			out = append(out, rule("nat", chain, "hairpin mark of "+what, hairpin...))
+			out = append(out, hairpin.inOwnChain())
 			if !v6 && !conf.MasqAll {
-				out = append(out, rule("nat", chain, "localhost mark of "+what, append(slices.Clip(base), "-s", "127.0.0.1", "-j", conf.setMarkChain())...))
+				out = append(out, rule("nat", chain, "localhost mark of "+what, append(slices.Clip(base), "-s", "127.0.0.1", "-j", conf.setMarkChain())...).inOwnChain())
 			}
 		}
 		to := netip.AddrPortFrom(addr.Addr(), uint16(m.ContainerPort)).String()
-		out = append(out, rule("nat", chain, "DNAT of "+what+" to "+to, append(slices.Clip(base), "-j", "DNAT", "--to-destination", to)...))
+		out = append(out, rule("nat", chain, "DNAT of "+what+" to "+to, append(slices.Clip(base), "-j", "DNAT", "--to-destination", to)...).inOwnChain())
 	}
 	return out
 }

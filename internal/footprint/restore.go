@@ -316,3 +316,198 @@ func (c *Checker) dropOwnHostportRules(a *Live) error {
 	}
 	return errors.Join(errs...)
 }
+
+// A batched repair writes the iptables rules and chains many attachments
+// lack in one iptables-restore per family and table, rather than each
+// plugin's ADD per attachment (tens of iptables processes each, every one
+// reading the whole table): after a firewall reload, a hundred
+// attachments are whole again in one transaction per table. It writes a
+// rule only with the words its plugin writes it with, in the plugin's
+// order and place (appended, or first where the plugin inserts it first),
+// so the host holds what the plugins' ADD would have written again.
+// An attachment is in the batch only when every iptables piece it lacks
+// is such a rule or a chain, and a rule of its own chains only with the
+// chain itself (what is left of a chain would put the rules written
+// again after it, out of the plugin's order). Chains are created with
+// -N, which fails the table's whole transaction when one appeared
+// meanwhile: then nothing of it is written, and the plugins' ADD repairs
+// as before.
+
+// ruleWrite is one missing iptables piece a batch writes: a chain (rule
+// nil) or a rule of it, in family v6.
+type ruleWrite struct {
+	missing      int // its index in Health.Missing
+	v6           bool
+	table, chain string
+	rule         *wantRule
+}
+
+// line is the iptables-restore line that writes w.
+func (w ruleWrite) line() string {
+	if w.rule == nil {
+		return "-N " + w.chain
+	}
+	var b strings.Builder
+	if w.rule.head {
+		b.WriteString("-I " + w.chain + " 1")
+	} else {
+		b.WriteString("-A " + w.chain)
+	}
+	for _, arg := range w.rule.args {
+		b.WriteByte(' ')
+		b.WriteString(restoreQuote(arg))
+	}
+	return b.String()
+}
+
+// restoreQuote is arg as iptables-restore reads it back as one word:
+// quoted, with its quotes and backslashes escaped, where it holds a space
+// or either of them (iptables-save's own quoting of a comment).
+func restoreQuote(arg string) string {
+	if arg != "" && !strings.ContainsAny(arg, " \t\"\\'") {
+		return arg
+	}
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(arg) + `"`
+}
+
+// RulePlan is a batched repair's writing: per family and table, the
+// iptables-restore lines, the chains first; and which of the healths it
+// was planned from it writes every missing iptables piece of. String
+// prints it.
+type RulePlan struct {
+	// Members are the indices of the healths the plan restores the
+	// iptables rules and chains of.
+	Members []int
+	tables  []planTable
+}
+
+// planTable is one iptables-restore of a plan.
+type planTable struct {
+	v6    bool
+	table string
+	lines []string
+}
+
+// PlanRules plans the batched repair of hs (see the head of this part of
+// the file); an attachment whose check was incomplete, that cannot be
+// repaired in place, or that lacks an iptables piece cninet does not
+// know every word of is left out, for the plugins' ADD.
+func PlanRules(hs []Health) RulePlan {
+	type tableKey struct {
+		v6    bool
+		table string
+	}
+	var plan RulePlan
+	byTable := map[tableKey]*planTable{}
+	var chains, rules map[tableKey][]string = map[tableKey][]string{}, map[tableKey][]string{}
+	seen := map[string]bool{}
+	for i, h := range hs {
+		writes, ok := batchable(h)
+		if !ok {
+			continue
+		}
+		plan.Members = append(plan.Members, i)
+		for _, w := range writes {
+			k := tableKey{w.v6, w.table}
+			if byTable[k] == nil {
+				byTable[k] = &planTable{v6: w.v6, table: w.table}
+			}
+			line := w.line()
+			if seen[fmt.Sprint(w.v6, w.table, line)] { // a shared chain or rule every attachment lacks
+				continue
+			}
+			seen[fmt.Sprint(w.v6, w.table, line)] = true
+			if w.rule == nil {
+				chains[k] = append(chains[k], line)
+			} else {
+				rules[k] = append(rules[k], line)
+			}
+		}
+	}
+	for k, t := range byTable {
+		t.lines = append(chains[k], rules[k]...)
+		plan.tables = append(plan.tables, *t)
+	}
+	// IPv4 first, and nat before filter: the host ports answer again
+	// soonest.
+	slices.SortFunc(plan.tables, func(a, b planTable) int {
+		switch {
+		case a.v6 != b.v6:
+			if a.v6 {
+				return 1
+			}
+			return -1
+		case a.table != b.table:
+			return strings.Compare(b.table, a.table) // nat, then filter
+		}
+		return 0
+	})
+	return plan
+}
+
+// batchable returns the writes of h's missing iptables pieces, false
+// when a batch cannot write them all (see PlanRules) or h lacks none.
+func batchable(h Health) ([]ruleWrite, bool) {
+	if h.Err != nil || !h.InPlace() {
+		return nil, false
+	}
+	byMissing := make(map[int]ruleWrite, len(h.writes))
+	missingChain := map[string]bool{}
+	for _, w := range h.writes {
+		byMissing[w.missing] = w
+		if w.rule == nil {
+			missingChain[fmt.Sprint(w.v6, w.table, w.chain)] = true
+		}
+	}
+	var out []ruleWrite
+	for i, m := range h.Missing {
+		if m.Backend != "iptables" && m.Backend != "ip6tables" {
+			continue
+		}
+		w, ok := byMissing[i]
+		switch {
+		case !ok, w.rule != nil && w.rule.args == nil:
+			return nil, false
+		case w.rule != nil && w.rule.own && !missingChain[fmt.Sprint(w.v6, w.table, w.chain)]:
+			return nil, false // what is left of its own chain would come first
+		}
+		out = append(out, w)
+	}
+	return out, len(out) > 0
+}
+
+// String prints the plan: each iptables-restore's input, IPv4's as
+// iptables-restore's and IPv6's as ip6tables-restore's.
+func (p RulePlan) String() string {
+	var b strings.Builder
+	for _, t := range p.tables {
+		fmt.Fprintf(&b, "# %s-restore --noflush\n*%s\n%s\nCOMMIT\n", familyName(t.v6), t.table, strings.Join(t.lines, "\n"))
+	}
+	return b.String()
+}
+
+// RestoreRules writes the plan of hs (PlanRules), one iptables-restore
+// per family and table, and returns its members. A table whose
+// transaction fails (a chain it creates appeared meanwhile, the lock)
+// writes nothing; the tables before it stay written, and the error says
+// which failed: the caller checks the members again.
+func (c *Checker) RestoreRules(hs []Health) ([]int, error) {
+	plan := PlanRules(hs)
+	var errs []error
+	for _, t := range plan.tables {
+		ipt, err := c.host.IPTables(t.v6)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("restoring %s rules: %w", familyName(t.v6), err))
+			continue
+		}
+		r, ok := iptables.BindContext(c.ctx, ipt).(host.Restorer)
+		if !ok {
+			errs = append(errs, fmt.Errorf("restoring %s rules: it cannot restore a batch (no host.Restorer)", familyName(t.v6)))
+			continue
+		}
+		if err := r.RestoreNoFlush(t.table, t.lines); err != nil {
+			errs = append(errs, fmt.Errorf("restoring %s's %s rules of %d attachments in one batch: %w", familyName(t.v6), t.table, len(plan.Members), err))
+		}
+	}
+	return plan.Members, errors.Join(errs...)
+}

@@ -32,6 +32,17 @@ type fakeParts struct {
 	restore func(key identity.Key, h footprint.Health) []footprint.Missing
 	// afterRepair runs after each repair, as another program would.
 	afterRepair func(key identity.Key)
+	// batching makes RestoreRules write the iptables pieces of every
+	// attachment but those unbatchable names; batches are the keys each
+	// call wrote for, and unlocked those it was handed without their
+	// lock held.
+	batching    bool
+	unbatchable map[string]bool
+	batches     [][]identity.Key
+	unlocked    []string
+	entered     map[string]int // ids whose lock the watcher holds now
+	// afterCheck runs after each check, with how many ran.
+	afterCheck func(reads int)
 
 	nft ruleset
 }
@@ -179,7 +190,15 @@ func (f *fakeParts) TryEnter(id string) (func(), bool) {
 	if f.held[id] {
 		return nil, true
 	}
-	return func() {}, false
+	if f.entered == nil {
+		f.entered = map[string]int{}
+	}
+	f.entered[id]++
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.entered[id]--
+	}, false
 }
 
 func (f *fakeParts) hold(id string, held bool) {
@@ -207,11 +226,15 @@ type fakeChecker struct{ f *fakeParts }
 
 func (c fakeChecker) Check(lives []*footprint.Live) []footprint.Health {
 	c.f.mu.Lock()
-	defer c.f.mu.Unlock()
 	c.f.reads++
+	reads, after := c.f.reads, c.f.afterCheck
 	out := make([]footprint.Health, len(lives))
 	for i, l := range lives {
 		out[i] = footprint.Health{Live: l, Missing: slices.Clone(c.f.missing[identity.Key{Network: l.Network, ID: l.ID, IfName: l.IfName}])}
+	}
+	c.f.mu.Unlock()
+	if after != nil {
+		after(reads)
 	}
 	return out
 }
@@ -275,4 +298,32 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("waited 10s for %s", what)
+}
+
+// RestoreRules writes, when the fake is batching, the iptables pieces of
+// every attachment of hs that lacks only such pieces and is not
+// unbatchable.
+func (c fakeChecker) RestoreRules(hs []footprint.Health) ([]int, error) {
+	f := c.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.batching {
+		return nil, nil
+	}
+	var members []int
+	var keys []identity.Key
+	for i, h := range hs {
+		key := identity.Key{Network: h.Live.Network, ID: h.Live.ID, IfName: h.Live.IfName}
+		iptablesOnly := len(h.Missing) > 0 && !slices.ContainsFunc(h.Missing, func(m footprint.Missing) bool { return m.Backend != "iptables" })
+		if !iptablesOnly || f.unbatchable[key.ID] {
+			continue
+		}
+		if f.entered[key.ID] == 0 {
+			f.unlocked = append(f.unlocked, key.ID)
+		}
+		members, keys = append(members, i), append(keys, key)
+		f.missing[key] = nil
+	}
+	f.batches = append(f.batches, keys)
+	return members, nil
 }

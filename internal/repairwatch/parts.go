@@ -66,6 +66,10 @@ type Read struct {
 type Checker interface {
 	Check(lives []*footprint.Live) []footprint.Health
 	Repair(h footprint.Health, r footprint.Restorers) ([]footprint.Missing, error)
+	// RestoreRules writes the iptables rules and chains hs lack, of
+	// every attachment it can, in one iptables-restore per family and
+	// table (footprint.PlanRules), and returns which of hs it wrote for.
+	RestoreRules(hs []footprint.Health) ([]int, error)
 }
 
 // Telemetry is what the watcher counts besides its log lines (cninet's
