@@ -18,12 +18,13 @@ func (w *Watcher) Pass(ctx context.Context) { w.pass(ctx, time.Time{}) }
 
 // pass checks every live attachment the watcher keeps whole and repairs
 // those that lack something; changed is when the change that triggered
-// it was seen (zero for a periodic pass).
-func (w *Watcher) pass(ctx context.Context, changed time.Time) {
+// it was seen (zero for a periodic pass). It reports whether the check
+// found anything missing (or could not read everything).
+func (w *Watcher) pass(ctx context.Context, changed time.Time) (drifted bool) {
 	defer w.passes.Add(1)
 	atts := w.live()
 	if len(atts) == 0 {
-		return
+		return false
 	}
 	read := Read{Shallow: true, FirewallUnchanged: w.firewallKnown(atts)}
 	checker := w.parts.NewChecker(ctx, read)
@@ -41,13 +42,20 @@ func (w *Watcher) pass(ctx context.Context, changed time.Time) {
 	}
 	var drifting []Attachment
 	for i, h := range health {
-		if len(h.Missing) > 0 && w.mayRepair(atts[i], h) && !w.held(atts[i]) {
-			drifting = append(drifting, atts[i])
+		switch {
+		case h.Whole():
+		case len(h.Missing) > 0 && w.held(atts[i]): // another operation's work under way, maybe
+		default:
+			drifted = true
+			if len(h.Missing) > 0 && w.mayRepair(atts[i], h) {
+				drifting = append(drifting, atts[i])
+			}
 		}
 	}
 	if len(drifting) > 0 {
 		w.repairAll(ctx, drifting, changed)
 	}
+	return drifted
 }
 
 // held reports whether another operation (a Setup finishing, a

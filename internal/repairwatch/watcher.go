@@ -20,8 +20,12 @@ var (
 	settleQuiet = 50 * time.Millisecond
 	settleMax   = 250 * time.Millisecond
 	// minPassGap spaces the passes changes trigger: a host whose
-	// workloads come and go changes the ruleset all the time.
+	// workloads come and go changes the ruleset all the time (every
+	// Teardown deletes rules). While those passes find nothing missing
+	// the gap doubles, up to maxPassGap; one that finds drift brings it
+	// back (nextPassGap).
 	minPassGap = 500 * time.Millisecond
+	maxPassGap = 2 * time.Second
 	// fightWindow and maxRepairs say when a drift that keeps coming back
 	// is reported instead of repaired.
 	fightWindow = time.Minute
@@ -125,9 +129,13 @@ func (w *Watcher) run(ctx context.Context) {
 	var last time.Time
 	var again <-chan time.Time // a pass found an id held: run it again soon
 	var againChanged time.Time
+	passGap := minPassGap
 	pass := func(changed time.Time) {
-		w.pass(ctx, changed)
+		drifted := w.pass(ctx, changed)
 		last = time.Now()
+		if !changed.IsZero() {
+			passGap = nextPassGap(passGap, drifted)
+		}
 		if w.busy.Swap(false) {
 			again, againChanged = time.After(minPassGap), changed
 		}
@@ -158,7 +166,7 @@ func (w *Watcher) run(ctx context.Context) {
 			if !settle(ctx, changes, first) {
 				return
 			}
-			if gap := minPassGap - time.Since(last); gap > 0 {
+			if gap := passGap - time.Since(last); gap > 0 {
 				select {
 				case <-ctx.Done():
 					return
@@ -168,6 +176,15 @@ func (w *Watcher) run(ctx context.Context) {
 			pass(first)
 		}
 	}
+}
+
+// nextPassGap is the gap before the next pass a change triggers, after
+// one that found something missing (drifted) or not.
+func nextPassGap(gap time.Duration, drifted bool) time.Duration {
+	if drifted {
+		return minPassGap
+	}
+	return min(max(2*gap, minPassGap), maxPassGap)
 }
 
 // subscribe watches the nf_tables ruleset where the NFTables can; retry

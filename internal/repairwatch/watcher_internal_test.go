@@ -92,3 +92,27 @@ func TestTheWatcherChecksAtOnceWhenItWatchesTheRulesetAgain(t *testing.T) {
 		})
 	}
 }
+
+// The passes changes trigger space out while they find nothing missing
+// (a host whose workloads come and go), and come back to minPassGap as
+// soon as one finds drift.
+func TestThePassGapGrowsWhileChangesBringNoDrift(t *testing.T) {
+	cases := []struct {
+		name    string
+		gap     time.Duration
+		drifted bool
+		want    time.Duration
+	}{
+		{name: "a pass that found nothing doubles the gap", gap: minPassGap, want: 2 * minPassGap},
+		{name: "the gap grows no further than maxPassGap", gap: maxPassGap, want: maxPassGap},
+		{name: "a pass that found drift brings the gap back to minPassGap", gap: maxPassGap, drifted: true, want: minPassGap},
+		{name: "a gap below minPassGap starts from minPassGap", gap: 0, want: minPassGap},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nextPassGap(tc.gap, tc.drifted); got != tc.want {
+				t.Fatalf("nextPassGap(%s, %v) = %s, want %s", tc.gap, tc.drifted, got, tc.want)
+			}
+		})
+	}
+}
