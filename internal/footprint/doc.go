@@ -166,7 +166,9 @@
 //	                      write them, looked up in iptables' listings,
 //	                      each chain indexed once
 //	restore.go            Checker.Repair: what is missing restored in
-//	                      place, by the plugins' ADD or as they write it
+//	                      place, by the plugins' ADD or as they write it;
+//	                      PlanRules, RestoreRules: many attachments'
+//	                      iptables rules in one restore per table
 //	view.go               what one pass read of the host, read once
 //	iptview.go            iptables listings, probed or listed, per family;
 //	                      iptReader: the chains the footprints name

@@ -31,7 +31,8 @@ var maxBackoff = time.Hour
 
 // mayRepair reports whether the watcher repairs a, which h found
 // drifting: not when it cannot be repaired in place, nor when it was
-// repaired maxRepairs times within fightWindow (both reported once).
+// repaired maxRepairs times within fightWindow (both reported once; the
+// latter again once its window has passed: takeReopen).
 func (w *Watcher) mayRepair(a Attachment, h footprint.Health) bool {
 	key := a.Record.Key
 	now := time.Now()
@@ -59,6 +60,9 @@ func (w *Watcher) mayRepair(a Attachment, h footprint.Health) bool {
 		}
 		return false
 	case len(recent) >= maxRepairs:
+		if reopens := recent[0].Add(fightWindow); w.reopen.IsZero() || reopens.Before(w.reopen) {
+			w.reopen = reopens // a pass then, not only at the next interval
+		}
 		if at, done := w.reported[key]; !done || now.Sub(at) >= fightWindow {
 			w.reported[key] = now
 			msg := "repair watcher: drift keeps coming back: another program removes this attachment's rules; not repairing it for now"
@@ -73,6 +77,18 @@ func (w *Watcher) mayRepair(a Attachment, h footprint.Health) bool {
 	}
 	delete(w.reported, key)
 	return true
+}
+
+// takeReopen returns when the first attachment refused for its drift
+// coming back may be repaired again (zero: none was refused), and
+// forgets it: the watcher runs a pass then, rather than leaving it
+// drifting until the next interval (RepairEvery may be an hour).
+func (w *Watcher) takeReopen() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at := w.reopen
+	w.reopen = time.Time{}
+	return at
 }
 
 // account notes a repair the pass ran, after is the attachment's health

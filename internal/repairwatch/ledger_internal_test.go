@@ -128,3 +128,30 @@ func TestAPassLeavesAnAttachmentWhoseIDIsHeldToAPassSoon(t *testing.T) {
 		t.Fatal("a pass that met a held id asks for no pass soon")
 	}
 }
+
+// A drift refused for coming back too often is repaired by itself once
+// its window has passed, not left until the next interval (an hour
+// here) nor the next change.
+func TestARefusedDriftIsRepairedOnceItsWindowHasPassed(t *testing.T) {
+	setPacing(t, &fightWindow, 300*time.Millisecond)
+	setPacing(t, &minPassGap, time.Millisecond)
+	setPacing(t, &settleQuiet, time.Millisecond)
+	f := newFakeParts()
+	key := f.attach("web-1")
+	cfg, log := testConfig(t, time.Hour)
+	w := startTestWatcher(t, cfg, f)
+	waitFor(t, "the pass at start, watching the ruleset", func() bool { return w.Passes() >= 1 && f.nft.watching() })
+	for f.repairsOf(key) < maxRepairs {
+		f.drift(key, true)
+		f.nft.signal()
+		n := f.repairsOf(key)
+		waitFor(t, "a repair after the change", func() bool { return f.repairsOf(key) > n })
+	}
+	f.drift(key, true)
+	f.nft.signal()
+	waitFor(t, "the refusal", func() bool { return strings.Contains(log.String(), "drift keeps coming back") })
+	if n := f.repairsOf(key); n != maxRepairs {
+		t.Fatalf("%d repairs within the window, want %d", n, maxRepairs)
+	}
+	waitFor(t, "a repair once the window has passed", func() bool { return f.repairsOf(key) == maxRepairs+1 })
+}

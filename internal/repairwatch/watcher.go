@@ -70,6 +70,7 @@ type Watcher struct {
 	reported map[identity.Key]time.Time   // refused or not in place: reported once until then
 	lost     map[identity.Key]time.Time   // found not repairable in place, as of the record's Updated
 	backoff  map[identity.Key]backoff     // a repair left it missing pieces: not tried again before until
+	reopen   time.Time                    // when the first attachment refused for fighting may be repaired again
 	// busy says a repair of the last pass found its id held (a Check, a
 	// Teardown, another process): the watcher runs another pass soon
 	// rather than at the next change or interval.
@@ -129,12 +130,16 @@ func (w *Watcher) run(ctx context.Context) {
 	var last time.Time
 	var again <-chan time.Time // a pass found an id held: run it again soon
 	var againChanged time.Time
+	var reopen <-chan time.Time // a refused attachment's window has passed
 	passGap := minPassGap
 	pass := func(changed time.Time) {
 		drifted := w.pass(ctx, changed)
 		last = time.Now()
 		if !changed.IsZero() {
 			passGap = nextPassGap(passGap, drifted)
+		}
+		if at := w.takeReopen(); !at.IsZero() {
+			reopen = time.After(time.Until(at) + time.Millisecond)
 		}
 		if w.busy.Swap(false) {
 			again, againChanged = time.After(minPassGap), changed
@@ -150,6 +155,9 @@ func (w *Watcher) run(ctx context.Context) {
 		case <-again:
 			again = nil
 			pass(againChanged)
+		case <-reopen:
+			reopen = nil
+			pass(time.Time{})
 		case <-retry:
 			changes, retry = w.subscribe(ctx)
 			w.watching = changes != nil
