@@ -45,7 +45,7 @@ func TestAPassWritesTheDriftingAttachmentsRulesInOneBatchUnderTheirLocks(t *test
 			f.hold(tc.held, true)
 			if tc.tornDown != "" {
 				f.afterCheck = func(reads int) {
-					if reads == 2 { // the pass's whole check of the drifting, before the batch
+					if reads == 1 { // the pass's own check, before the batch's locks
 						f.forget(keys[tc.tornDown])
 					}
 				}
