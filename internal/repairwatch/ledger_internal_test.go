@@ -142,10 +142,12 @@ func TestARefusedDriftIsRepairedOnceItsWindowHasPassed(t *testing.T) {
 	w := startTestWatcher(t, cfg, f)
 	waitFor(t, "the pass at start, watching the ruleset", func() bool { return w.Passes() >= 1 && f.nft.watching() })
 	for f.repairsOf(key) < maxRepairs {
+		n, passes := f.repairsOf(key), w.Passes()
 		f.drift(key, true)
 		f.nft.signal()
-		n := f.repairsOf(key)
-		waitFor(t, "a repair after the change", func() bool { return f.repairsOf(key) > n })
+		// and the pass's end: a drift back before its check of the
+		// repaired would be a repair left incomplete
+		waitFor(t, "a repair after the change", func() bool { return f.repairsOf(key) > n && w.Passes() > passes })
 	}
 	f.drift(key, true)
 	f.nft.signal()
