@@ -52,6 +52,13 @@ func (l *repairLog) mark() int {
 	return len(l.lines)
 }
 
+// sortedLines is s's lines sorted: a multiset to compare.
+func sortedLines(s string) string {
+	lines := strings.Split(s, "\n")
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
 // countSince counts the lines logged since mark that hold s.
 func (l *repairLog) countSince(mark int, s string) int {
 	l.mu.Lock()
@@ -330,8 +337,47 @@ func TestAfterAFirewallReloadTheWatchersBatchLeavesTheTablesThePluginsWrote(t *t
 			t.Fatal("the watcher logged no batch: the plugins' ADD repaired every workload")
 		}
 		t.Logf("whole and answering %s after the reload; the tables equal the plugins'", took.Round(time.Millisecond))
+
+		// One workload's forward rules deleted: the batch writes them
+		// back while its neighbours keep every rule at every instant (a
+		// batch only adds), and the tables hold what the plugins wrote,
+		// as a multiset (the rules come back at the end of CNI-FORWARD,
+		// where the plugin appends them too).
+		neighbours := func() (int, error) {
+			a, err := countRulesOf(nw.cfg.NetworkName, ws[1].alloc.ID, ws[1].addrs)
+			b, errB := countRulesOf(nw.cfg.NetworkName, ws[2].alloc.ID, ws[2].addrs)
+			return a + b, errors.Join(err, errB)
+		}
+		want, err := neighbours()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sampler := watch(neighbours)
+		mark, from := log.mark(), time.Now()
+		driftsNamed(t, "its forward rules deleted")[0].do(t, driftScene{nw: nw, id: ws[0].alloc.ID, addrs: ws[0].addrs})
+		awaitRepaired(t, nw, log, mark, wholes, ws[0])
+		sampler.assertNeverBelow(t, "the neighbours' rules while the batch repaired the other", want, from, time.Now())
+		if after := savedTables(t); sortedLines(after) != sortedLines(written) {
+			t.Fatalf("after the repair of the forward rules the tables are:\n%s\nthe plugins wrote:\n%s", after, written)
+		}
+		if log.countSince(mark, "iptables rules restored in one batch") == 0 {
+			t.Fatal("the watcher logged no batch for the forward rules")
+		}
+		// The same sampler sees a neighbour's rules go (the watcher
+		// closed, nothing brings them back): it could have seen a drop
+		// above.
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		control := watch(neighbours)
+		driftsNamed(t, "its forward rules deleted")[0].do(t, driftScene{nw: nw, id: ws[1].alloc.ID, addrs: ws[1].addrs})
+		time.Sleep(300 * time.Millisecond)
+		if least, _ := control.finish(t, "the neighbours' rules, one of them drifting", from, time.Now()); least >= want {
+			t.Fatalf("the sampler never saw fewer than %d rules after a neighbour's forward rules were deleted: it cannot see a drop", want)
+		}
+		plain := newConfigurator(t, set, nw.conf)
 		for _, w := range ws {
-			w.tearDown(t, c)
+			w.tearDown(t, plain)
 		}
 		assertNoLeaks(t, base, nw.allowance())
 	})
