@@ -399,7 +399,7 @@ func PlanRules(hs []Health) RulePlan {
 	}
 	var plan RulePlan
 	byTable := map[tableKey]*planTable{}
-	var chains, rules map[tableKey][]string = map[tableKey][]string{}, map[tableKey][]string{}
+	chains, rules := map[tableKey][]string{}, map[tableKey][]string{}
 	seen := map[string]bool{}
 	for i, h := range hs {
 		writes, ok := batchable(h)
@@ -413,10 +413,11 @@ func PlanRules(hs []Health) RulePlan {
 				byTable[k] = &planTable{v6: w.v6, table: w.table}
 			}
 			line := w.line()
-			if seen[fmt.Sprint(w.v6, w.table, line)] { // a shared chain or rule every attachment lacks
-				continue
+			key := fmt.Sprint(w.v6, w.table, line)
+			if seen[key] {
+				continue // a shared chain or rule another attachment lacks too
 			}
-			seen[fmt.Sprint(w.v6, w.table, line)] = true
+			seen[key] = true
 			if w.rule == nil {
 				chains[k] = append(chains[k], line)
 			} else {
