@@ -26,9 +26,12 @@ import (
 // (repairwatch.Parts).
 type watchedParts struct {
 	registry *attachments.Registry
-	nets     *catalog.Networks
-	seams    *attachments.Seams
-	tel      *telemetry.Recorder
+	// records keeps what the last pass decoded of the registry: a quiet
+	// host's records are not decoded again every pass.
+	records *registry.RecordCache
+	nets    *catalog.Networks
+	seams   *attachments.Seams
+	tel     *telemetry.Recorder
 	// checkedOf builds a live attachment from its record, and repair
 	// runs one repair of it through its plugins: the Configurator's.
 	checkedOf func(*registry.Record) (drift.Checked, bool)
@@ -41,12 +44,12 @@ var _ repairwatch.Parts = watchedParts{}
 // it checks and repairs with ck's parts.
 func newRepairWatcher(cfg Config, owner string, logger hclog.Logger, ck *checker) *repairwatch.Watcher {
 	return repairwatch.New(repairwatch.Config{Every: cfg.RepairEvery, Owner: owner, AnyOwner: cfg.RepairAnyOwner, Logger: logger},
-		watchedParts{registry: ck.registry, nets: ck.nets, seams: ck.seams, tel: ck.tel, checkedOf: ck.lives.CheckedOfRecord,
+		watchedParts{registry: ck.registry, records: &registry.RecordCache{}, nets: ck.nets, seams: ck.seams, tel: ck.tel, checkedOf: ck.lives.CheckedOfRecord,
 			repair: ck.repairer.RepairOne})
 }
 
 func (p watchedParts) Records() ([]registry.Record, error) {
-	all, err := p.registry.Store.All()
+	all, err := p.registry.Store.AllCached(p.records)
 	return all.Records, err
 }
 

@@ -68,12 +68,15 @@ func (b bandwidthConf) egress() bool {
 // Its tc setup on the host's veth is gone with the device: not restored
 // in place.
 func (bandwidth) expect(v *liveView, a *Live, h *Health) {
+	if v.shallow {
+		return // its ifb is a device
+	}
 	type pluginConf struct {
 		bandwidthConf
 		Capabilities map[string]bool `json:"capabilities"`
 	}
 	confs := configs[pluginConf](a.Net, "bandwidth")
-	if len(confs) == 0 || v.shallow {
+	if len(confs) == 0 {
 		return
 	}
 	bw := confs[0].bandwidthConf

@@ -198,6 +198,9 @@ func multicastNet(v6 bool) string {
 // writes them (the bridge plugin hands it every address of its result).
 // cninet restores them itself, with the same commands (restore.go).
 func (bridgeIPT) expect(v *liveView, a *Live, h *Health) {
+	if v.firewallUnchanged {
+		return // nothing to compare: skip building what is wanted
+	}
 	typ, backend, ok := masqPlugin(a)
 	if !ok || backend != "iptables" {
 		return

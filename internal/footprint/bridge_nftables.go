@@ -189,11 +189,11 @@ func parseNFTMasqComment(comment string) (Attachment, string, bool) {
 // restores them itself, in one transaction of the same commands
 // (restore.go).
 func (bridgeNFT) expect(v *liveView, a *Live, h *Health) {
+	if v.firewallUnchanged {
+		return // nothing to compare: skip building what is wanted
+	}
 	typ, backend, ok := masqPlugin(a)
 	if !ok || backend != "nftables" || len(a.allAddrs()) == 0 {
-		return
-	}
-	if v.firewallUnchanged {
 		return
 	}
 	if _, err := v.nftRules(); err != nil {

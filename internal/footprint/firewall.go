@@ -170,6 +170,9 @@ type firewallConf struct {
 // own ADD restores them: it creates what is missing and adds a rule only
 // when it is not there (both releases).
 func (firewallIPT) expect(v *liveView, a *Live, h *Health) {
+	if v.firewallUnchanged {
+		return // nothing to compare: skip building what is wanted
+	}
 	confs := configs[firewallConf](a.Net, "firewall")
 	if len(confs) == 0 || (confs[0].Backend != "" && confs[0].Backend != "iptables") {
 		return // firewalld's backend keeps its state in firewalld

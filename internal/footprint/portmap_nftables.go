@@ -239,11 +239,11 @@ func foreignIDRules(v *view, set attSet) []host.NFTRule {
 // first deletes what is left of the attachment's own, then runs it
 // (Health.ownHostportRules).
 func (portmapNFT) expect(v *liveView, a *Live, h *Health) {
+	if v.firewallUnchanged {
+		return // nothing to compare: skip building what is wanted
+	}
 	conf, ok := portmapOf(a)
 	if !ok || len(conf.given) == 0 || a.backend("portmap") != "nftables" {
-		return
-	}
-	if v.firewallUnchanged {
 		return
 	}
 	if _, err := v.nftRules(); err != nil {

@@ -17,8 +17,9 @@
 //	boot.go          CurrentBoot: the boot a record was written in
 //	registry.go      Registry: Open, Put, Of, All, Remove, RemoveStaleTemps; the layout on disk, read by as many goroutines as CPUs (by the caller alone below 128 ids); a file that is not a record of this format and key never replaced or removed (ErrUnreadable)
 //	summary.go       Summaries: every record as a listing shows it, its conflist checked, not kept
+//	cache.go         RecordCache, AllCached: All decoding only the files written since the cache saw them (the repair watcher's pass)
 //	naming.go        Naming: Summaries of the records that may name one of some addresses, the others not decoded
-//	read_unix.go     Reading a record with no system call it does not need
+//	read_unix.go     Reading a record with no system call it does not need; a file's stamp (RecordCache)
 //	read_other.go    Reading a record off unix: os.ReadFile
 //	write.go         Durable writes: temporary file, fsync, rename, fsync of the directory; every new directory synced into its parent; the disk seam
 //	locks.go         The locking rule: LockID, TryLockID, LockGC; RemoveUnusedLocks

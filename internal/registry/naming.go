@@ -29,13 +29,13 @@ func (g *Registry) Naming(addrs []netip.Addr) (Summaries, error) {
 		s     Summary
 		named bool
 	}
-	read, damaged, err := readAll(g, func(raw []byte, path string, k identity.Key) (maybe, error) {
+	read, damaged, err := readAll(g, decoding(func(raw []byte, path string, k identity.Key) (maybe, error) {
 		if !mayName(raw, needles) {
 			return maybe{}, nil
 		}
 		s, err := decodeSummary(raw, path, k)
 		return maybe{s, true}, err
-	})
+	}))
 	var sums []Summary
 	for _, m := range read {
 		if m.named {

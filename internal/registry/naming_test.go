@@ -120,12 +120,12 @@ func TestASmallRegistryIsReadOnTheCallersGoroutine(t *testing.T) {
 	}
 	caller := goroutineOf()
 	var others []string
-	recs, _, err := readAll(g, func(raw []byte, path string, k identity.Key) (Summary, error) {
+	recs, _, err := readAll(g, decoding(func(raw []byte, path string, k identity.Key) (Summary, error) {
 		if id := goroutineOf(); id != caller {
 			others = append(others, id)
 		}
 		return decodeSummary(raw, path, k)
-	})
+	}))
 	if err != nil || len(recs) != 8 {
 		t.Fatalf("read %d records, err %v; want 8", len(recs), err)
 	}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // readFile reads the file at path into buf's array (grown when too
@@ -44,4 +46,21 @@ func openRetrying(path string) (int, error) {
 			return fd, err
 		}
 	}
+}
+
+// stampOf is the stamp of the file at path (ok); os.ErrNotExist when
+// there is none.
+func stampOf(path string) (stamp fileStamp, ok bool, err error) {
+	var st unix.Stat_t
+	for {
+		err = unix.Stat(path, &st)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return fileStamp{}, false, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return fileStamp{dev: uint64(st.Dev), ino: uint64(st.Ino), size: uint64(st.Size),
+		mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}, true, nil
 }

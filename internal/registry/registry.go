@@ -163,7 +163,7 @@ func (g *Registry) Of(id string) ([]Record, []Damaged, error) {
 		return nil, nil, fmt.Errorf("%w: container id %q", ErrInvalid, id)
 	}
 	var buf []byte
-	return readID(g.idDir(id), id, &buf, decodeRecord)
+	return readID(g.idDir(id), id, &buf, decoding(decodeRecord))
 }
 
 // Listing is every record of the registry and every file in it that is
@@ -177,13 +177,22 @@ type Listing struct {
 // that is no usable record is in Damaged; an error says a directory
 // could not be read.
 func (g *Registry) All() (Listing, error) {
-	recs, damaged, err := readAll(g, decodeRecord)
+	recs, damaged, err := readAll(g, decoding(decodeRecord))
 	return Listing{Records: recs, Damaged: damaged}, err
 }
 
 // decoder decodes the record at path, of key k, from its bytes raw,
 // which it must not keep.
 type decoder[T any] func(raw []byte, path string, k identity.Key) (T, error)
+
+// reader reads the record at path, of key k, buf its read buffer (reused
+// from record to record).
+type reader[T any] func(path string, k identity.Key, buf *[]byte) (T, error)
+
+// decoding is the reader that reads the file whole and decodes it.
+func decoding[T any](decode decoder[T]) reader[T] {
+	return func(path string, k identity.Key, buf *[]byte) (T, error) { return readDecoded(path, k, buf, decode) }
+}
 
 // idRead is what readAll read of one entry of attachments/.
 type idRead[T any] struct {
@@ -196,7 +205,7 @@ type idRead[T any] struct {
 // it read in id, network and interface order. The ids are shared out
 // among as many goroutines as the process runs at once: listing
 // thousands of records is mostly decoding, which the CPUs can share.
-func readAll[T any](g *Registry, decode decoder[T]) ([]T, []Damaged, error) {
+func readAll[T any](g *Registry, read reader[T]) ([]T, []Damaged, error) {
 	root := filepath.Join(g.dir, "attachments")
 	ids, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
@@ -207,7 +216,7 @@ func readAll[T any](g *Registry, decode decoder[T]) ([]T, []Damaged, error) {
 	}
 	reads := make([]idRead[T], len(ids))
 	var next atomic.Int64
-	read := func() {
+	readIDs := func() {
 		var buf []byte
 		for i := int(next.Add(1) - 1); i < len(ids); i = int(next.Add(1) - 1) {
 			e := ids[i]
@@ -215,18 +224,18 @@ func readAll[T any](g *Registry, decode decoder[T]) ([]T, []Damaged, error) {
 				reads[i].damaged = []Damaged{{Path: filepath.Join(root, e.Name()), Key: identity.Key{ID: e.Name()}, Err: errors.New("not a directory")}}
 				continue
 			}
-			reads[i].recs, reads[i].damaged, reads[i].err = readID(filepath.Join(root, e.Name()), e.Name(), &buf, decode)
+			reads[i].recs, reads[i].damaged, reads[i].err = readID(filepath.Join(root, e.Name()), e.Name(), &buf, read)
 		}
 	}
 	if len(ids) < readAloneBelow {
-		read()
+		readIDs()
 	} else {
 		var wg sync.WaitGroup
 		for range min(runtime.GOMAXPROCS(0), len(ids)) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				read()
+				readIDs()
 			}()
 		}
 		wg.Wait()
@@ -256,7 +265,7 @@ const readAloneBelow = 128
 // then interface: the order os.ReadDir lists the directories and files
 // that name them in. buf is the read buffer, reused from record to
 // record.
-func readID[T any](idDir, id string, buf *[]byte, decode decoder[T]) ([]T, []Damaged, error) {
+func readID[T any](idDir, id string, buf *[]byte, read reader[T]) ([]T, []Damaged, error) {
 	nets, err := os.ReadDir(idDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil, nil
@@ -284,7 +293,7 @@ func readID[T any](idDir, id string, buf *[]byte, decode decoder[T]) ([]T, []Dam
 		for _, f := range files {
 			path := filepath.Join(netDir, f.Name())
 			k := identity.Key{Network: n.Name(), ID: id, IfName: f.Name()}
-			r, err := readDecoded(path, k, buf, decode)
+			r, err := read(path, k, buf)
 			if errors.Is(err, os.ErrNotExist) {
 				continue // removed since its directory was read
 			}

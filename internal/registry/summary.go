@@ -52,7 +52,7 @@ type Summaries struct {
 // at less cost. A file that is no usable record is in Damaged; an error
 // says a directory could not be read.
 func (g *Registry) Summaries() (Summaries, error) {
-	sums, damaged, err := readAll(g, decodeSummary)
+	sums, damaged, err := readAll(g, decoding(decodeSummary))
 	return Summaries{Summaries: sums, Damaged: damaged}, err
 }
 
