@@ -40,7 +40,7 @@ func init() {
 
 // matrixRunner is what a runner child process is asked to do.
 type matrixRunner struct {
-	Op         string // Setup, Teardown, Connect, Disconnect, GC or Repair (Check with CheckOptions.Repair)
+	Op         string // Setup, Teardown, Connect, Disconnect, GC, Repair (Check with CheckOptions.Repair) or WatchPass (the repair watcher's pass at start)
 	ConfList   []byte
 	ConfLists  [][]byte
 	PluginDirs []string
@@ -49,11 +49,19 @@ type matrixRunner struct {
 	Netns      string
 	Network    string   // Connect, Disconnect
 	Live       []string // GC
+	// RepairEvery is the runner's Config.RepairEvery for WatchPass.
+	RepairEvery time.Duration
+
+	repairs *runnerRepairLog // WatchPass: the runner's log
 }
 
 func matrixConfig(r matrixRunner) cninet.Config {
-	return cninet.Config{ConfList: r.ConfList, ConfLists: r.ConfLists, PluginDirs: r.PluginDirs, Owner: r.Owner,
+	cfg := cninet.Config{ConfList: r.ConfList, ConfLists: r.ConfLists, PluginDirs: r.PluginDirs, Owner: r.Owner,
 		Retry: cninet.RetryPolicy{Attempts: 3, BaseDelay: 10 * time.Millisecond, MaxDelay: 100 * time.Millisecond}}
+	if r.Op == "WatchPass" {
+		cfg.RepairEvery = r.RepairEvery
+	}
+	return cfg
 }
 
 // crashMatrixPointEnv, set in a runner's environment as "<point>:<n>",
@@ -74,7 +82,12 @@ func runMatrixRunner(spec string) int {
 	if at := os.Getenv(crashMatrixPointEnv); at != "" {
 		armKillPoint(at, os.Getenv("KILLWRAP_AWAIT_SAMPLES"))
 	}
-	c, err := cninet.New(matrixConfig(r))
+	cfg := matrixConfig(r)
+	if r.Op == "WatchPass" {
+		r.repairs = newRunnerRepairLog(r.Alloc.ID)
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "cninet", Level: hclog.Info, JSONFormat: true, Output: r.repairs})
+	}
+	c, err := cninet.New(cfg)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -107,8 +120,58 @@ func (r matrixRunner) do(ctx context.Context, c *cninet.Configurator) error {
 		// its plugins, are its own rule writes: killwrap counts those.
 		os.Setenv("KILLWRAP_RUNNER", strconv.Itoa(os.Getpid()))
 		return c.Check(ctx, &r.Alloc, r.Netns, cninet.CheckOptions{Repair: true})
+	case "WatchPass":
+		return awaitRunnerRepair(ctx, c, r.repairs)
 	}
 	return fmt.Errorf("unknown operation %q", r.Op)
+}
+
+// runnerRepairLog is the runner's log, JSON lines, watched for the line of
+// the repair watcher's repair of one id.
+type runnerRepairLog struct {
+	id   string
+	mu   sync.Mutex
+	buf  []byte
+	line chan string // the first such line; buffered
+}
+
+func newRunnerRepairLog(id string) *runnerRepairLog {
+	return &runnerRepairLog{id: id, line: make(chan string, 1)}
+}
+
+func (l *runnerRepairLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := string(l.buf[:i])
+		l.buf = l.buf[i+1:]
+		if strings.Contains(line, `"alloc_id":"`+l.id+`"`) && strings.Contains(line, "attachment") {
+			select {
+			case l.line <- line:
+			default:
+			}
+		}
+	}
+}
+
+// awaitRunnerRepair waits for the line of the repair watcher's repair of
+// id: once logged, the pass has done every step of it (the plugins it
+// ran have exited), and Close waits for the rest of the pass.
+func awaitRunnerRepair(ctx context.Context, c *cninet.Configurator, log *runnerRepairLog) error {
+	select {
+	case line := <-log.line:
+		if !strings.Contains(line, `"attachment repaired"`) {
+			return fmt.Errorf("the repair watcher did not make %s whole: %s", log.id, line)
+		}
+		return c.Close()
+	case <-ctx.Done():
+		return fmt.Errorf("the repair watcher logged no repair of %s: %w", log.id, ctx.Err())
+	}
 }
 
 // crashMatrixOps are the operations of the matrix, in order.

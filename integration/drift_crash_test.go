@@ -30,20 +30,21 @@ import (
 type repairCrash struct {
 	nw         network
 	pluginDirs []string
-	commands   string // killwrap as iptables, ip6tables and nft
+	commands   string // killwrap as iptables, ip6tables, nft and their -restore
 	owner      string
 	neighbour  driftWorkload
 	wholeB     []string
 	base       netsandbox.Snapshot
 }
 
-// commandWrapDir is a directory holding killwrap as iptables, ip6tables
-// and nft, for the front of a runner's PATH.
+// commandWrapDir is a directory holding killwrap as iptables, ip6tables,
+// nft, iptables-restore and ip6tables-restore, for the front of a
+// runner's PATH.
 func commandWrapDir(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(netsandbox.BuildPlugin(t, "killwrap"), "killwrap")
 	dir := t.TempDir()
-	for _, name := range []string{"iptables", "ip6tables", "nft"} {
+	for _, name := range []string{"iptables", "ip6tables", "nft", "iptables-restore", "ip6tables-restore"} {
 		if err := os.Symlink(bin, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
@@ -82,13 +83,14 @@ func (m *repairCrash) neighbourRules() (int, error) {
 }
 
 // cell sets a workload up, flushes the ruleset, repairs the neighbour,
-// and has a runner child repair the workload, killed after its k-th step
-// (k = 0: never); then a restarted runner's repair makes it whole (its
+// and has a runner child repair the workload by op — "Repair" (Check
+// with Repair) or "WatchPass" (the repair watcher's pass at start) —
+// killed after its k-th step (k = 0: never); then a restarted runner's repair makes it whole (its
 // rules as the plugins wrote them, its port answering), and its Teardown
 // and a GC leave nothing. The neighbour's rules, sampled while the runner
 // runs and while the restarted one does, never drop. It returns killwrap's log of the
 // runner's steps.
-func (m *repairCrash) cell(t *testing.T, k int) []string {
+func (m *repairCrash) cell(t *testing.T, op string, k int) []string {
 	t.Helper()
 	c := m.configurator(t)
 	a := setUpDriftWorkload(t, c, m.nw, fmt.Sprintf("rc-%d", k), hostPort(m.nw.cfg.NetworkName, 1))
@@ -103,8 +105,8 @@ func (m *repairCrash) cell(t *testing.T, k int) []string {
 	want := len(m.wholeB)
 
 	wrapDir := t.TempDir()
-	spec, err := json.Marshal(matrixRunner{Op: "Repair", ConfList: m.nw.conf, PluginDirs: m.pluginDirs, Owner: m.owner,
-		Alloc: *a.alloc, Netns: a.w.Path})
+	spec, err := json.Marshal(matrixRunner{Op: op, ConfList: m.nw.conf, PluginDirs: m.pluginDirs, Owner: m.owner,
+		Alloc: *a.alloc, Netns: a.w.Path, RepairEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,13 +178,39 @@ func TestARepairKilledAfterAnyStepIsFinishedByTheNextAndNeverCostsTheNeighbourAR
 		start := time.Now()
 		m := newRepairCrash(t, set)
 		var steps []string
-		t.Run("k=0", func(t *testing.T) { steps = m.cell(t, 0) })
+		t.Run("k=0", func(t *testing.T) { steps = m.cell(t, "Repair", 0) })
 		if len(steps) == 0 {
 			t.Fatal("the uninterrupted repair took no step killwrap counts")
 		}
 		t.Logf("the uninterrupted repair's steps:\n%s", strings.Join(steps, "\n"))
 		for k := 1; k <= len(steps); k++ {
-			t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { m.cell(t, k) })
+			t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { m.cell(t, "Repair", k) })
+		}
+		t.Logf("%d steps, killed after each, in %s", len(steps), time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// The repair watcher's pass killed after any of its steps: as above, but
+// the runner child repairs the workload by its repair watcher's pass at
+// start, whose batch writes the iptables rules of every drifting
+// attachment through iptables-restore and ip6tables-restore (one
+// transaction per family and table; killwrap counts each), and whose
+// plugins' ADDs write the rest. A kill between two of the batch's
+// transactions leaves some tables written and others not: the restarted
+// runner's repair finishes it with nothing twice, and the neighbour,
+// whole throughout, never loses a rule.
+func TestAWatcherPassKilledAfterAnyStepIsFinishedByTheNextAndNeverCostsTheNeighbourARule(t *testing.T) {
+	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
+		start := time.Now()
+		m := newRepairCrash(t, set)
+		var steps []string
+		t.Run("k=0", func(t *testing.T) { steps = m.cell(t, "WatchPass", 0) })
+		if !slices.ContainsFunc(steps, func(s string) bool { return strings.Contains(s, "-restore restore") }) {
+			t.Fatalf("the uninterrupted pass wrote no batch through iptables-restore; its steps:\n%s", strings.Join(steps, "\n"))
+		}
+		t.Logf("the uninterrupted pass's steps:\n%s", strings.Join(steps, "\n"))
+		for k := 1; k <= len(steps); k++ {
+			t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { m.cell(t, "WatchPass", k) })
 		}
 		t.Logf("%d steps, killed after each, in %s", len(steps), time.Since(start).Round(time.Millisecond))
 	})

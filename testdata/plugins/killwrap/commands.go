@@ -13,15 +13,20 @@ import (
 )
 
 // The rule writes a runner makes itself (a repair's masquerade rules
-// through iptables and ip6tables, its nft scripts) are kill points too:
-// killwrap installed as iptables, ip6tables or nft wraps the command.
+// through iptables and ip6tables, its nft scripts, the repair watcher's
+// batch through iptables-restore and ip6tables-restore) are kill points
+// too: killwrap installed as one of those commands wraps it.
 // KILLWRAP_RUNNER names the runner (its pid), which sets it before it
 // runs anything: the same commands its plugins run (their children, not
 // the runner's) are not counted, and neither is a listing.
 
 // wrapsCommand reports whether killwrap runs as the command name.
 func wrapsCommand(name string) bool {
-	return name == "iptables" || name == "ip6tables" || name == "nft"
+	switch name {
+	case "iptables", "ip6tables", "nft", "iptables-restore", "ip6tables-restore":
+		return true
+	}
+	return false
 }
 
 // wrapCommand runs the real command name with this process's arguments,
@@ -74,8 +79,14 @@ func wrapCommand(name string) int {
 }
 
 // writeOf says, in one word, what a command line writes ("nat:-A:CHAIN",
-// "script"); "" for one that only reads.
+// "script", "restore"); "" for one that only reads.
 func writeOf(name string, args []string) string {
+	if strings.HasSuffix(name, "-restore") {
+		if slices.Contains(args, "--test") || slices.Contains(args, "-t") {
+			return ""
+		}
+		return "restore" // what it writes is on its input, which the real command reads
+	}
 	if name == "nft" {
 		if slices.Contains(args, "-f") {
 			return "script"
