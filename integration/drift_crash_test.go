@@ -175,19 +175,29 @@ func (m *repairCrash) cell(t *testing.T, op string, k int) []string {
 // rules, sampled throughout, never drop.
 func TestARepairKilledAfterAnyStepIsFinishedByTheNextAndNeverCostsTheNeighbourARule(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
-		start := time.Now()
-		m := newRepairCrash(t, set)
-		var steps []string
-		t.Run("k=0", func(t *testing.T) { steps = m.cell(t, "Repair", 0) })
-		if len(steps) == 0 {
-			t.Fatal("the uninterrupted repair took no step killwrap counts")
-		}
-		t.Logf("the uninterrupted repair's steps:\n%s", strings.Join(steps, "\n"))
-		for k := 1; k <= len(steps); k++ {
-			t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { m.cell(t, "Repair", k) })
-		}
-		t.Logf("%d steps, killed after each, in %s", len(steps), time.Since(start).Round(time.Millisecond))
+		killAfterEachStep(t, newRepairCrash(t, set), "Repair", func(steps []string) string {
+			if len(steps) == 0 {
+				return "the uninterrupted repair took no step killwrap counts"
+			}
+			return ""
+		})
 	})
+}
+
+// killAfterEachStep runs op uninterrupted, asks wrong what is wrong with
+// its steps ("" for nothing), then kills it after each of them.
+func killAfterEachStep(t *testing.T, m *repairCrash, op string, wrong func(steps []string) string) {
+	start := time.Now()
+	var steps []string
+	t.Run("k=0", func(t *testing.T) { steps = m.cell(t, op, 0) })
+	if why := wrong(steps); why != "" {
+		t.Fatalf("%s; its steps:\n%s", why, strings.Join(steps, "\n"))
+	}
+	t.Logf("the uninterrupted %s's steps:\n%s", op, strings.Join(steps, "\n"))
+	for k := 1; k <= len(steps); k++ {
+		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { m.cell(t, op, k) })
+	}
+	t.Logf("%d steps, killed after each, in %s", len(steps), time.Since(start).Round(time.Millisecond))
 }
 
 // The repair watcher's pass killed after any of its steps: as above, but
@@ -201,17 +211,11 @@ func TestARepairKilledAfterAnyStepIsFinishedByTheNextAndNeverCostsTheNeighbourAR
 // whole throughout, never loses a rule.
 func TestAWatcherPassKilledAfterAnyStepIsFinishedByTheNextAndNeverCostsTheNeighbourARule(t *testing.T) {
 	eachPluginSet(t, func(t *testing.T, set netsandbox.PluginSet) {
-		start := time.Now()
-		m := newRepairCrash(t, set)
-		var steps []string
-		t.Run("k=0", func(t *testing.T) { steps = m.cell(t, "WatchPass", 0) })
-		if !slices.ContainsFunc(steps, func(s string) bool { return strings.Contains(s, "-restore restore") }) {
-			t.Fatalf("the uninterrupted pass wrote no batch through iptables-restore; its steps:\n%s", strings.Join(steps, "\n"))
-		}
-		t.Logf("the uninterrupted pass's steps:\n%s", strings.Join(steps, "\n"))
-		for k := 1; k <= len(steps); k++ {
-			t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { m.cell(t, "WatchPass", k) })
-		}
-		t.Logf("%d steps, killed after each, in %s", len(steps), time.Since(start).Round(time.Millisecond))
+		killAfterEachStep(t, newRepairCrash(t, set), "WatchPass", func(steps []string) string {
+			if !slices.ContainsFunc(steps, func(s string) bool { return strings.Contains(s, "-restore restore") }) {
+				return "the uninterrupted pass wrote no batch through iptables-restore"
+			}
+			return ""
+		})
 	})
 }
