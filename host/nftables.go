@@ -129,7 +129,9 @@ type NFTChain struct {
 // does not exist holds none. Before portmap's DEL, which deletes by the
 // bare container id, a Teardown asks it for the hostport rules of its
 // ids (and its own masquerade rules) instead of scanning whole tables
-// with NFTRuleMatcher. The sketches' Raw is the caller's to keep.
+// with NFTRuleMatcher. The sketches' Raw is the caller's to keep. The
+// default answers it (and AnyRule) from a copy of the tables asked that
+// nf_tables' notifications keep current, exact as of the question.
 type NFTRuleFinder interface {
 	FindRules(ctx context.Context, chains []NFTChain, comments []string) ([]NFTRuleSketch, error)
 }

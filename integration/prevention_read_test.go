@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -92,9 +93,14 @@ func TestFindRulesOverNetlinkFindsWhatAScanOfTheTablesFinds(t *testing.T) {
 // (Cleaner.Prevent with RecheckByHandle, as a settled Teardown runs it) on
 // a host holding one attachment of portmap and bridge on nftables and 0,
 // 250 or 1,000 others (seven rules each, as the bench writes them), read
-// the old way (a scan of the three plugin tables: the NFTables without
-// NFTRuleFinder) and the new (a search by comment in the chains), side by
-// side. user-ns/op and sys-ns/op split the process's CPU: what the kernel
+// three ways side by side: a scan of the three plugin tables (the
+// NFTables without NFTRuleFinder), a search by comment in the chains
+// (nf_tables dumps each chain whole), and the copy of the rules that
+// nf_tables' notifications keep, which reads nothing of the kernel while
+// nothing changes; "with a change" adds and deletes an unrelated rule of
+// the plugins' tables before each prevention, outside the timing, so
+// that the copy has two notifications to read. copy-heap-B is the heap a
+// fresh copy holds once it has read the tables. user-ns/op and sys-ns/op split the process's CPU: what the kernel
 // spends encoding the rules it dumps is sys.
 //
 //	go test -run '^$' -bench BenchmarkPreventionNFTRead -benchtime 100x ./integration/
@@ -125,6 +131,7 @@ func BenchmarkPreventionNFTRead(b *testing.B) {
 	var script strings.Builder
 	script.WriteString(`add table inet cni_plugins_masquerade
 add chain inet cni_plugins_masquerade masq_checks
+add chain inet cni_plugins_masquerade benchchange
 add table ip cni_hostport
 add chain ip cni_hostport hostports
 add chain ip cni_hostport hostip_hostports
@@ -149,12 +156,27 @@ add chain ip6 cni_hostport masquerading { type nat hook postrouting priority src
 	if err != nil {
 		b.Fatal(err)
 	}
+	kernel, err := nftables.NewWithoutCopy()
+	if err != nil {
+		b.Fatal(err)
+	}
 	readers := []struct {
-		name string
-		nft  host.NFTables
+		name   string
+		nft    host.NFTables
+		change bool
 	}{
-		{"scan of the tables (before)", scanningNFT{nft}},
-		{"search by comment (after)", nft},
+		{"scan of the tables", scanningNFT{kernel}, false},
+		{"search by comment in the kernel (before)", kernel, false},
+		{"copy kept by notifications (after)", nft, false},
+		{"copy kept by notifications, with a change (after)", nft, true},
+	}
+	change := func() {
+		cmd := exec.Command("nft", "-f", "-")
+		cmd.Stdin = strings.NewReader("flush chain inet cni_plugins_masquerade benchchange\n" +
+			"add rule inet cni_plugins_masquerade benchchange ip saddr 198.18.250.1 counter\n")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("nft -f: %v: %s", err, out)
+		}
 	}
 	present := 0
 	for _, others := range []int{0, 250, 1000} {
@@ -170,14 +192,27 @@ add chain ip6 cni_hostport masquerading { type nat hook postrouting priority src
 			b.Fatalf("nft -f: %v: %s", err, out)
 		}
 		script.Reset()
+		copyHeap := heapOfACopy(b)
 		for _, r := range readers {
 			b.Run(fmt.Sprintf("%d others/%s", others, r.name), func(b *testing.B) {
+				if r.nft == nft {
+					b.ReportMetric(float64(copyHeap), "copy-heap-B")
+				}
 				seams := footprint.Seams{
 					IPTables: func(bool) (host.IPTables, error) { return fakes.NewIPTables(), nil },
 					NFTables: func() (host.NFTables, error) { return r.nft, nil },
 				}
 				u0, s0 := processCPU()
+				var uChange, sChange time.Duration
 				for b.Loop() {
+					if r.change {
+						b.StopTimer()
+						cu, cs := processCPU()
+						change()
+						cu1, cs1 := processCPU()
+						uChange, sChange = uChange+cu1-cu, sChange+cs1-cs
+						b.StartTimer()
+					}
 					cl := footprint.NewCleaner(context.Background(), net, seams)
 					cl.RecheckByHandle = true
 					p, err := cl.Prevent([]string{id})
@@ -186,11 +221,31 @@ add chain ip6 cni_hostport masquerading { type nat hook postrouting priority src
 					}
 				}
 				u1, s1 := processCPU()
-				b.ReportMetric(float64(u1-u0)/float64(b.N), "user-ns/op")
-				b.ReportMetric(float64(s1-s0)/float64(b.N), "sys-ns/op")
+				b.ReportMetric(float64(u1-u0-uChange)/float64(b.N), "user-ns/op")
+				b.ReportMetric(float64(s1-s0-sChange)/float64(b.N), "sys-ns/op")
 			})
 		}
 	}
+}
+
+// heapOfACopy returns the heap that a fresh copy of the plugins' tables
+// holds once it has answered a question.
+func heapOfACopy(b *testing.B) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	nft, err := nftables.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	tables := []host.NFTable{{Family: "inet", Name: "cni_plugins_masquerade"}, {Family: "ip", Name: "cni_hostport"}, {Family: "ip6", Name: "cni_hostport"}}
+	if _, err := nft.(host.NFTRuleMatcher).AnyRule(context.Background(), tables, func(host.NFTRuleSketch) bool { return false }); err != nil {
+		b.Fatal(err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(nft)
+	return after.HeapAlloc - min(before.HeapAlloc, after.HeapAlloc)
 }
 
 // scanningNFT is the default NFTables without its search by comment

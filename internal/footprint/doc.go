@@ -55,7 +55,10 @@
 // they cannot rule out is listed with iptables or nft and judged by the
 // ownership rule below, exactly as without them. Before portmap's DEL, the
 // rules of the id are searched by comment in the chains that DEL reads,
-// and nowhere else (foreignIDRules, host.NFTRuleFinder). A clean Teardown
+// and nowhere else (foreignIDRules, host.NFTRuleFinder); the default
+// NFTables answers that, and the scans, from a copy of the plugins'
+// tables that nf_tables' notifications keep current, so that nothing of
+// the kernel is read while nothing changed. A clean Teardown
 // starts no process. A GC lists whole tables once and shares them among all ids.
 //
 // Applying is batched per backend. Where the tables are nf_tables', the

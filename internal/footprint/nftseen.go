@@ -8,7 +8,8 @@ import (
 // A Teardown reads the plugins' nftables tables twice: before the DEL,
 // to keep portmap's DEL off rules of its id that are not its own
 // (foreignIDRules), and after it, to find what the DEL left
-// (ownMayBeThere). Each read is a dump of whole tables, whose cost grows
+// (ownMayBeThere). Where the NFTables keeps no copy of the tables (the
+// default keeps one), each read is a dump of them, whose cost grows
 // with every attachment on the host. When the first read finds nothing
 // foreign it has seen every rule of the set's own; with
 // Cleaner.RecheckByHandle, Prevent keeps their handles and Clean looks

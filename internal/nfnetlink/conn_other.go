@@ -38,3 +38,5 @@ func DeleteChains(family, table string, chains []string) ([]host.HandleOutcome, 
 func ListTables() (map[host.NFTable]bool, error) { return nil, errNoNFNetlink }
 
 func WatchChanges(ctx context.Context) (<-chan struct{}, error) { return nil, errNoNFNetlink }
+
+func OpenMirror() (*Mirror, error) { return nil, errNoNFNetlink }

@@ -6,7 +6,8 @@
 // for them (Rule.Addrs, Rule.Decode), lists
 // tables, deletes rules by handle and chains by name in acked batches at
 // the generation of the dump they were matched on, and signals each
-// removal from the ruleset (WatchChanges). Packages iptables (for iptables-nft), nftables and
+// removal from the ruleset (WatchChanges), and keeps a copy of a few
+// tables' rules current by the same notifications (Mirror). Packages iptables (for iptables-nft), nftables and
 // footprint (its address scans of rule sketches) use it; nothing here
 // knows the plugins.
 //
@@ -31,5 +32,10 @@
 //	               overrun), never waiting for the reader
 //	watch_linux.go WatchChanges: a socket in nf_tables' multicast group,
 //	               read through Go's poller, closed with its context
+//	mirror.go      Mirror: a copy of some tables' rules, read once by
+//	               dumps and kept current by the notifications, that
+//	               answers FindRules' and AnyRule's questions without
+//	               the kernel encoding a rule; why it is exact when asked
+//	mirror_linux.go OpenMirror: the subscription, read without waiting
 //	conn_other.go  the same calls off Linux: an error
 package nfnetlink

@@ -3,6 +3,7 @@ package nfnetlink
 import (
 	"encoding/binary"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"syscall"
@@ -53,6 +54,11 @@ func (k *fakeKernel) send(req []byte) error {
 		k.reply(nlMsg(nfnlSubsysNFTables<<8|nftMsgNewGen, 0, first.seq, append([]byte{0, 0, 0, 0}, gen...)), errorDatagram(first.seq, 0))
 	case first.typ == nfnlSubsysNFTables<<8|nftMsgGetRule:
 		k.dump(first)
+	case first.typ == nfnlSubsysNFTables<<8|nftMsgGetChain && first.flags&nlmFDump == nlmFDump:
+		for _, c := range slices.Sorted(maps.Keys(k.chains)) {
+			k.reply(nlMsg(nfnlSubsysNFTables<<8|nftMsgNewChain, 2, first.seq, fakeChainPayload(k.table, c, k.chainHandle(c))))
+		}
+		k.reply(doneDatagram(first.seq, 0, 0))
 	default:
 		k.reply(errorDatagram(first.seq, syscall.EOPNOTSUPP))
 	}
@@ -81,13 +87,20 @@ func (k *fakeKernel) dump(req nlMessage) {
 		k.interruptDumps--
 		flags = nlmFDumpIntr
 	}
-	rules, ok := k.chains[a[nftaRuleChain]]
-	if a[nftaRuleTable] != k.table || !ok {
+	chain, byChain := a[nftaRuleChain]
+	_, ok := k.chains[chain]
+	if a[nftaRuleTable] != k.table || byChain && !ok {
 		k.reply(errorDatagram(req.seq, syscall.ENOENT))
 		return
 	}
-	for _, r := range rules {
-		k.reply(fakeRuleMsg(req.seq, flags, k.table, a[nftaRuleChain], r))
+	chains := []string{chain}
+	if !byChain { // the whole table, chain by chain
+		chains = slices.Sorted(maps.Keys(k.chains))
+	}
+	for _, c := range chains {
+		for _, r := range k.chains[c] {
+			k.reply(fakeRuleMsg(req.seq, flags, k.table, c, r))
+		}
 	}
 	k.reply(doneDatagram(req.seq, flags, 0))
 	if k.afterDump != nil {
@@ -96,6 +109,12 @@ func (k *fakeKernel) dump(req nlMessage) {
 }
 
 func fakeRuleMsg(seq uint32, flags uint16, table, chain string, r fakeRule) []byte {
+	return nlMsg(nfnlSubsysNFTables<<8|nftMsgNewRule, 2|flags, seq, fakeRulePayload(table, chain, r))
+}
+
+// fakeRulePayload is a rule of family ip as a NEWRULE or DELRULE message
+// carries it.
+func fakeRulePayload(table, chain string, r fakeRule) []byte {
 	payload := append([]byte{2, 0, 0, 0}, attr(nftaRuleTable, strz(table))...)
 	payload = append(payload, attr(nftaRuleChain, strz(chain))...)
 	payload = append(payload, attr(nftaRuleHandle, binary.BigEndian.AppendUint64(nil, r.handle))...)
@@ -103,7 +122,7 @@ func fakeRuleMsg(seq uint32, flags uint16, table, chain string, r fakeRule) []by
 	if r.comment != "" {
 		payload = append(payload, attr(nftaRuleUserdata, append([]byte{nftUdataRuleComment, byte(len(r.comment) + 1)}, strz(r.comment)...))...)
 	}
-	return nlMsg(nfnlSubsysNFTables<<8|nftMsgNewRule, 2|flags, seq, payload)
+	return payload
 }
 
 // batch applies one batch as a transaction on a copy of the chains.
@@ -209,4 +228,16 @@ func (k *fakeKernel) handlesLeft(chain string) []uint64 {
 		hs = append(hs, r.handle)
 	}
 	return hs
+}
+
+// chainHandle is chain's handle: 1000 and up, by name.
+func (k *fakeKernel) chainHandle(chain string) uint64 {
+	return 1000 + uint64(slices.Index(slices.Sorted(maps.Keys(k.chains)), chain))
+}
+
+// fakeChainPayload is a chain of family ip as a NEWCHAIN or DELCHAIN
+// message carries it.
+func fakeChainPayload(table, chain string, handle uint64) []byte {
+	return cat([]byte{2, 0, 0, 0}, attr(nftaChainTable, strz(table)), attr(nftaChainHandle, binary.BigEndian.AppendUint64(nil, handle)),
+		attr(nftaChainName, strz(chain)))
 }

@@ -38,8 +38,6 @@ func notification(msgs ...uint16) received {
 	return received{datagram: b}
 }
 
-const nftMsgDestroyRule = 28
-
 func TestWatchChangesSignalsWhatMayRemoveSomethingWithoutWaitingForItsReader(t *testing.T) {
 	many := make(script, 100)
 	for i := range many {

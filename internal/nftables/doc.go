@@ -15,7 +15,10 @@
 //
 //	nftables.go   New and Opener (opened once per Configurator), listings
 //	              over netlink (nft -j as the fallback), AnyRule's
-//	              in-process scan, FindRules' search of chains by comment,
+//	              in-process scan and FindRules' search of chains by
+//	              comment (both from the copy of the rules nf_tables'
+//	              notifications keep, nfnetlink.Mirror, where it can
+//	              answer; NewWithoutCopy asks the kernel every time),
 //	              LookupRule's one rule by handle
 //	handles.go    DeleteByHandle: a listed rule deleted by handle only
 //	              while it is still the rule listed; DeleteRules

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +25,25 @@ import (
 // plugins' tables.
 type hostNFTables struct {
 	bin string
+
+	copyOnce sync.Once
+	copy     *nfnetlink.Mirror // nil: it could not be opened; the kernel is asked
+}
+
+// rulesCopy returns the copy of the plugins' rules kept by nf_tables'
+// notifications (nfnetlink.Mirror), opened at the first question in the
+// asking thread's network namespace, and closed when h is collected;
+// nil when it cannot be opened.
+func (h *hostNFTables) rulesCopy() *nfnetlink.Mirror {
+	h.copyOnce.Do(func() {
+		m, err := nfnetlink.OpenMirror()
+		if err != nil {
+			return
+		}
+		h.copy = m
+		runtime.AddCleanup(h, func(m *nfnetlink.Mirror) { m.Close() }, m)
+	})
+	return h.copy
 }
 
 // New opens the host's nftables; ErrNFTablesMissing when nft
@@ -34,6 +54,18 @@ func New() (host.NFTables, error) {
 		return nil, fmt.Errorf("%w: %w", host.ErrNFTablesMissing, err)
 	}
 	return &hostNFTables{bin: bin}, nil
+}
+
+// NewWithoutCopy is New whose questions all go to the kernel: it keeps
+// no copy of the rules (rulesCopy), and so joins no notifications.
+func NewWithoutCopy() (host.NFTables, error) {
+	nft, err := New()
+	if err != nil {
+		return nil, err
+	}
+	h := nft.(*hostNFTables)
+	h.copyOnce.Do(func() {})
+	return h, nil
 }
 
 // ListRules implements NFTables: the tables that exist from netlink (`nft
@@ -108,6 +140,19 @@ func (h *hostNFTables) AnyRule(ctx context.Context, tables []host.NFTable, match
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
+	if m := h.rulesCopy(); m != nil {
+		asked := make([]nfnetlink.Chain, len(tables))
+		for i, t := range tables {
+			asked[i] = nfnetlink.Chain{Family: t.Family, Table: t.Name}
+		}
+		found, err := m.Any(asked, func(r nfnetlink.Rule) bool {
+			return match(host.NFTRuleSketch{Table: host.NFTable{Family: r.Family, Name: r.Table}, Chain: r.Chain,
+				Handle: int(r.Handle), Comment: r.Comment, Raw: r.Expr})
+		})
+		if err == nil {
+			return found, nil
+		}
+	}
 	found := make([]bool, len(tables))
 	errs := make([]error, len(tables))
 	var wg sync.WaitGroup
@@ -127,8 +172,11 @@ func (h *hostNFTables) AnyRule(ctx context.Context, tables []host.NFTable, match
 	return slices.Contains(found, true), errors.Join(errs...)
 }
 
-// FindRules implements NFTRuleFinder over netlink: one dump of each chain,
-// the tables at once over a socket each, the chains of one table in turn.
+// FindRules implements NFTRuleFinder from the copy of the rules that
+// nf_tables' notifications keep (rulesCopy), which reads the kernel only
+// when it must; where the copy cannot answer, over netlink: one dump of
+// each chain, the tables at once over a socket each, the chains of one
+// table in turn.
 func (h *hostNFTables) FindRules(ctx context.Context, chains []host.NFTChain, comments []string) ([]host.NFTRuleSketch, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -136,6 +184,20 @@ func (h *hostNFTables) FindRules(ctx context.Context, chains []host.NFTChain, co
 	want := make(map[string]bool, len(comments))
 	for _, c := range comments {
 		want[c] = true
+	}
+	if m := h.rulesCopy(); m != nil {
+		asked := make([]nfnetlink.Chain, len(chains))
+		for i, c := range chains {
+			asked[i] = nfnetlink.Chain{Family: c.Table.Family, Table: c.Table.Name, Name: c.Name}
+		}
+		if found, err := m.Find(asked, want); err == nil {
+			out := make([]host.NFTRuleSketch, len(found))
+			for i, r := range found {
+				out[i] = host.NFTRuleSketch{Table: host.NFTable{Family: r.Family, Name: r.Table}, Chain: nftName(r.Chain),
+					Handle: int(r.Handle), Comment: r.Comment, Raw: r.Expr}
+			}
+			return out, nil
+		}
 	}
 	var tables []host.NFTable
 	byTable := map[host.NFTable][]string{}
