@@ -24,6 +24,8 @@ import (
 // the tables again), tables deleted and made again (their handles start
 // over), `nft flush ruleset`, changes to tables it does not follow, and
 // a burst larger than its queue, after which it reads the tables again.
+// Past the rules it may hold it refuses, and the default NFTables asks
+// the kernel.
 func TestTheRulesCopyAnswersWhatTheKernelHoldsAfterEveryChange(t *testing.T) {
 	netsandbox.Require(t)
 	tables := []string{"inet cninet_copy", "ip cninet_copy", "ip6 cninet_copy"}
@@ -175,16 +177,45 @@ func TestTheRulesCopyAnswersWhatTheKernelHoldsAfterEveryChange(t *testing.T) {
 		t.Errorf("the copy read the tables %d times more over table deletions and a flush, want none", got-reloads)
 	}
 
-	// A burst larger than the queue: 20,000 rules with long comments.
+	// A burst larger than the queue, in a table it does not follow:
+	// 20,000 rules with long comments.
 	var b strings.Builder
+	b.WriteString("add table ip cninet_other\nadd chain ip cninet_other hostports\n")
 	for i := range 20000 {
-		fmt.Fprintf(&b, "add rule ip cninet_copy hostports meta mark 0x%x counter comment %q\n", i, fmt.Sprintf("id-a-%0120d", i))
+		fmt.Fprintf(&b, "add rule ip cninet_other hostports meta mark 0x%x counter comment %q\n", i, fmt.Sprintf("id-a-%0120d", i))
 	}
 	nft(b.String())
 	addRules(5)
 	compare("after a burst larger than the queue")
 	if got := m.Reloads(); got != reloads+1 {
 		t.Errorf("the copy read the tables %d times more after an overrun, want 1", got-reloads)
+	}
+
+	// More rules than a copy may hold: it refuses, and the default
+	// NFTables asks the kernel instead.
+	b.Reset()
+	for i := range 16400 {
+		fmt.Fprintf(&b, "add rule ip cninet_copy hostports meta mark 0x%x counter comment \"id-b\"\n", i)
+	}
+	nft(b.String())
+	if _, err := m.Find(chains, comments); err == nil {
+		t.Error("the copy answered for tables of more rules than it may hold")
+	}
+	withCopy, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := []host.NFTChain{{Table: host.NFTable{Family: "ip", Name: "cninet_copy"}, Name: "hostports"}}
+	found, err := withCopy.(host.NFTRuleFinder).FindRules(context.Background(), asked, []string{"id-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := nfnetlink.FindRules("ip", "cninet_copy", []string{"hostports"}, map[string]bool{"id-b": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != len(want) || len(found) < 16400 {
+		t.Errorf("FindRules past the copy's bound found %d rules, the kernel %d; want the same, at least 16,400", len(found), len(want))
 	}
 }
 
