@@ -54,11 +54,14 @@ func (k *fakeKernel) send(req []byte) error {
 		k.reply(nlMsg(nfnlSubsysNFTables<<8|nftMsgNewGen, 0, first.seq, append([]byte{0, 0, 0, 0}, gen...)), errorDatagram(first.seq, 0))
 	case first.typ == nfnlSubsysNFTables<<8|nftMsgGetRule:
 		k.dump(first)
-	case first.typ == nfnlSubsysNFTables<<8|nftMsgGetChain && first.flags&nlmFDump == nlmFDump:
-		for _, c := range slices.Sorted(maps.Keys(k.chains)) {
-			k.reply(nlMsg(nfnlSubsysNFTables<<8|nftMsgNewChain, 2, first.seq, fakeChainPayload(k.table, c, k.chainHandle(c))))
+	case first.typ == nfnlSubsysNFTables<<8|nftMsgGetChain:
+		a := attrsOfMsg(first)
+		if _, ok := k.chains[a[nftaChainName]]; a[nftaChainTable] != k.table || !ok {
+			k.reply(errorDatagram(first.seq, syscall.ENOENT))
+			return nil
 		}
-		k.reply(doneDatagram(first.seq, 0, 0))
+		k.reply(nlMsg(nfnlSubsysNFTables<<8|nftMsgNewChain, 0, first.seq, fakeChainPayload(k.table, a[nftaChainName], k.chainHandle(a[nftaChainName]))),
+			errorDatagram(first.seq, 0))
 	default:
 		k.reply(errorDatagram(first.seq, syscall.EOPNOTSUPP))
 	}

@@ -32,8 +32,13 @@ import (
 //     what was queued since is applied over them. A table's or chain's
 //     deletion drops its rules.
 //   - A chain renamed moves its rules without a notification about
-//     them; the copy knows each chain's handle and name, and reads the
-//     tables again when a chain it knows comes with another name.
+//     them. The copy knows the handle of each chain it holds rules of
+//     (asked by name: the kernel dumps chains only family-wide, every
+//     iptables-nft chain of the host with them), and reads the tables
+//     again when a chain comes with another name, or with a handle it
+//     does not know (a new chain, or one renamed it did not know).
+//     portmap's ADD adds its chains again each time: same handle, same
+//     name, nothing to do.
 //   - When the kernel had no room for a notification (ENOBUFS), or one
 //     could not be read whole, the copy is read again by dumps.
 
@@ -106,10 +111,13 @@ type Mirror struct {
 	byComment map[string]map[mirrorKey]bool
 	chains    map[string]string // one copy of each chain name
 	// chainNames is each followed table's chains, by handle: a chain
-	// that comes back with another name was renamed.
-	chainNames map[mirrorTable]map[uint64]string
-	stale      bool // read the tables again before answering
-	reloads    int  // the copy was read by dumps this many times
+	// that comes back with another name was renamed. chainsAsked are
+	// the names whose handles a read of the tables asks: those of its
+	// rules, and every name a notification brought.
+	chainNames  map[mirrorTable]map[uint64]string
+	chainsAsked map[mirrorTable]map[string]bool
+	stale       bool // read the tables again before answering
+	reloads     int  // the copy was read by dumps this many times
 
 	maxRules int              // mirrorRules, but in tests
 	now      func() time.Time // time.Now, but in tests
@@ -297,10 +305,14 @@ func (m *Mirror) apply(msg nlMessage) error {
 		if err != nil || !m.tables[t] {
 			return err
 		}
-		if known, ok := m.chainNames[t][handle]; ok && known != name {
+		known, ok := m.chainNames[t][handle]
+		switch {
+		case !ok:
+			m.askChain(t, name)
+			return fmt.Errorf("netlink: chain %s of %s with a handle not known: %w", name, t.name, errRenamed)
+		case known != name:
 			return fmt.Errorf("netlink: chain %s of %s renamed %s: %w", known, t.name, name, errRenamed)
 		}
-		m.chainNames[t][handle] = name
 	case nftMsgDelChain, nftMsgDestroyChain:
 		t, handle, chain, err := chainOf(proto, msg)
 		if err == nil && m.tables[t] {
@@ -324,8 +336,20 @@ func (m *Mirror) apply(msg nlMessage) error {
 	return nil
 }
 
-// errRenamed says a chain the copy knows came with another name.
-var errRenamed = errors.New("its rules moved without a notification")
+// errRenamed says a chain came with another name, or one the copy did
+// not know: rules may have moved without a notification.
+var errRenamed = errors.New("rules may have moved without a notification")
+
+// askChain has the next read of the tables learn chain's handle.
+func (m *Mirror) askChain(t mirrorTable, chain string) {
+	if m.chainsAsked == nil {
+		m.chainsAsked = map[mirrorTable]map[string]bool{}
+	}
+	if m.chainsAsked[t] == nil {
+		m.chainsAsked[t] = map[string]bool{}
+	}
+	m.chainsAsked[t][chain] = true
+}
 
 // chainOf reads a chain message: its table, handle and name.
 func chainOf(proto uint8, msg nlMessage) (t mirrorTable, handle uint64, name string, err error) {
@@ -345,38 +369,30 @@ func chainOf(proto uint8, msg nlMessage) (t mirrorTable, handle uint64, name str
 	return t, handle, name, err
 }
 
-// dumpChains returns the chains of table t by handle, read over s.
-func dumpChains(s nlSocket, t mirrorTable) (map[uint64]string, error) {
-	for attempt := 1; ; attempt++ {
-		names := map[uint64]string{}
-		var parseErr error
-		seq := nlSeq.Add(1)
-		err := exchange(s, nftRequest(nftMsgGetChain, nlmFDump, seq, t.proto, nlAttr{nftaChainTable, strz(t.name)}), seq, func(m nlMessage) bool {
-			if m.typ != nfnlSubsysNFTables<<8|nftMsgNewChain || len(m.payload) < nfgenmsgLen {
-				parseErr = fmt.Errorf("netlink: message type %#x in a chain dump", m.typ)
-				return false
-			}
-			var ct mirrorTable
-			var handle uint64
-			var name string
-			ct, handle, name, parseErr = chainOf(m.payload[0], m)
-			if parseErr == nil && ct == t { // older kernels dump every table's chains
-				names[handle] = name
-			}
-			return parseErr == nil
-		})
-		switch {
-		case parseErr != nil:
-			return nil, parseErr
-		case errors.Is(err, syscall.ENOENT):
-			return names, nil
-		case errors.Is(err, errDumpInterrupted) && attempt < dumpAttempts:
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("netlink: reading the chains of %s %s: %w", familyOf(t.proto), t.name, err)
+// chainHandle asks nf_tables over s for the handle of chain in table t:
+// one lookup by name. found is false when there is no such chain.
+func chainHandle(s nlSocket, t mirrorTable, chain string) (handle uint64, found bool, err error) {
+	var parseErr error
+	seq := nlSeq.Add(1)
+	req := nftRequest(nftMsgGetChain, nlmFAck, seq, t.proto, nlAttr{nftaChainTable, strz(t.name)}, nlAttr{nftaChainName, strz(chain)})
+	err = exchange(s, req, seq, func(m nlMessage) bool {
+		if m.typ != nfnlSubsysNFTables<<8|nftMsgNewChain || len(m.payload) < nfgenmsgLen {
+			parseErr = fmt.Errorf("netlink: message type %#x in answer to a chain", m.typ)
+			return false
 		}
-		return names, nil
+		_, handle, _, parseErr = chainOf(t.proto, m)
+		found = parseErr == nil && handle != 0
+		return true
+	})
+	switch {
+	case parseErr != nil:
+		return 0, false, parseErr
+	case errors.Is(err, syscall.ENOENT):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("netlink: looking up chain %s in %s %s: %w", chain, familyOf(t.proto), t.name, err)
 	}
+	return handle, found, nil
 }
 
 // ruleOf reads a rule notification. Its table is read first: a rule of
@@ -450,13 +466,8 @@ func (m *Mirror) reload() error {
 		tables = append(tables, t)
 	}
 	for _, t := range tables {
-		names, err := dumpChains(m.dumps, t)
-		if err != nil {
-			return err // still stale: the next question reads them again
-		}
-		m.chainNames[t] = names
 		over := false
-		_, err = dumpRules(m.dumps, familyOf(t.proto), t.name, "", func() {
+		_, err := dumpRules(m.dumps, familyOf(t.proto), t.name, "", func() {
 			over = false
 			m.forgetWhere(func(k mirrorKey, _ *Rule) bool { return k.table == t })
 		}, func(r Rule) bool {
@@ -470,6 +481,9 @@ func (m *Mirror) reload() error {
 		if err == nil && over {
 			m.tooMany, err = m.now(), errTooMany
 		}
+		if err == nil {
+			m.chainNames[t], err = m.chainHandles(t)
+		}
 		if err != nil {
 			m.rules = map[mirrorKey]*Rule{}
 			m.byComment = map[string]map[mirrorKey]bool{}
@@ -478,6 +492,29 @@ func (m *Mirror) reload() error {
 	}
 	m.stale, m.tooMany = false, time.Time{}
 	return nil
+}
+
+// chainHandles asks the handle of each chain of t the copy holds rules
+// of, or was told of. A chain renamed after its rules were read is asked
+// by its old name and not found: its notification then comes with a
+// handle not known, and the tables are read again.
+func (m *Mirror) chainHandles(t mirrorTable) (map[uint64]string, error) {
+	for _, r := range m.rules {
+		if r.Table == t.name {
+			m.askChain(t, r.Chain)
+		}
+	}
+	handles := map[uint64]string{}
+	for name := range m.chainsAsked[t] {
+		h, found, err := chainHandle(m.dumps, t, name)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			handles[h] = name
+		}
+	}
+	return handles, nil
 }
 
 // familyOf is nfproto's inverse.

@@ -113,6 +113,11 @@ func TestAMirrorAnswersWhatTheKernelHoldsAfterEveryChange(t *testing.T) {
 			h.q.items = append(h.q.items, received{datagram: nlMsg(nfnlSubsysNFTables<<8|nftMsgNewChain, 0, 0,
 				fakeChainPayload("cni_hostport", "hostports", h.k.chainHandle("hostports")))})
 		}, 1},
+		{"a chain it did not know makes it read the table again: it may be one renamed", func(h *mirrorHost) {
+			h.k.chains["new"] = nil
+			h.q.items = append(h.q.items, received{datagram: nlMsg(nfnlSubsysNFTables<<8|nftMsgNewChain, 0, 0,
+				fakeChainPayload("cni_hostport", "new", 7777))})
+		}, 2},
 		{"a chain renamed makes it read the table again: its rules moved without a notification", func(h *mirrorHost) {
 			handle := h.k.chainHandle("masquerading")
 			h.k.chains["masquerading-renamed"] = h.k.chains["masquerading"]
