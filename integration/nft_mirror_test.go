@@ -23,7 +23,8 @@ import (
 // a chain renamed (its rules move without a notification: the copy reads
 // the tables again), tables deleted and made again (their handles start
 // over), `nft flush ruleset`, changes to tables it does not follow, and
-// a burst larger than its queue, after which it reads the tables again.
+// a burst larger than its queue (which overruns it unless its follower
+// keeps up, and then it reads the tables again).
 // Past the rules it may hold it refuses, and the default NFTables asks
 // the kernel.
 func TestTheRulesCopyAnswersWhatTheKernelHoldsAfterEveryChange(t *testing.T) {
@@ -198,8 +199,12 @@ func TestTheRulesCopyAnswersWhatTheKernelHoldsAfterEveryChange(t *testing.T) {
 	nft(b.String())
 	addRules(5)
 	compare("after a burst larger than the queue")
-	if got := m.Reloads(); got != reloads+1 {
-		t.Errorf("the copy read the tables %d times more after an overrun, want 1", got-reloads)
+	// Whether the queue overran depends on how fast the copy's follower
+	// read it; if it did, the tables were read once more.
+	if got := m.Reloads(); got > reloads+1 {
+		t.Errorf("the copy read the tables %d times more after a burst, want 1 at most", got-reloads)
+	} else {
+		t.Logf("the queue overran during the burst: %v", got == reloads+1)
 	}
 
 	// More rules than a copy may hold: it refuses, and the default

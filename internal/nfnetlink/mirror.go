@@ -144,10 +144,11 @@ func newMirror(events notifications, dumps nlSocket) *Mirror {
 // Close ends the subscription; every later question fails.
 func (m *Mirror) Close() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.closed {
-		m.closed = true
-		m.closeAll()
+	closed := m.closed
+	m.closed = true
+	m.mu.Unlock()
+	if !closed {
+		m.closeAll() // not under mu: closing the file waits for its follower, which takes mu
 	}
 }
 

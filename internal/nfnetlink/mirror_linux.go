@@ -5,7 +5,9 @@ package nfnetlink
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,18 +43,21 @@ func OpenMirror() (*Mirror, error) {
 		sub.close()
 		dumps.close()
 	}
+	go follow(m, sub)
 	return m, nil
 }
 
 // subscription is a socket in nf_tables' multicast group, read without
-// waiting.
+// waiting by questions, and through Go's poller by follow.
 type subscription struct {
-	fd  int
-	buf []byte
+	file *os.File
+	raw  syscall.RawConn
+	fd   int
+	buf  []byte
 }
 
 func openSubscription() (*subscription, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_NETFILTER)
 	if err != nil {
 		return nil, fmt.Errorf("netlink: opening a netfilter socket: %w", err)
 	}
@@ -69,9 +74,17 @@ func openSubscription() (*subscription, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("netlink: joining the nf_tables notifications: %w", err)
 	}
-	return &subscription{fd: fd, buf: make([]byte, nlBufferSize)}, nil
+	file := os.NewFile(uintptr(fd), "nf_tables notifications")
+	raw, err := file.SyscallConn()
+	if err != nil {
+		file.Close()
+		return nil, fmt.Errorf("netlink: following nf_tables: %w", err)
+	}
+	return &subscription{file: file, raw: raw, fd: fd, buf: make([]byte, nlBufferSize)}, nil
 }
 
+// next reads a datagram without waiting. The Mirror's lock keeps it
+// from racing with close.
 func (s *subscription) next() ([]byte, bool, error) {
 	n, _, flags, _, err := unix.Recvmsg(s.fd, s.buf, nil, unix.MSG_DONTWAIT)
 	if err != nil {
@@ -80,4 +93,20 @@ func (s *subscription) next() ([]byte, bool, error) {
 	return s.buf[:n], flags&unix.MSG_TRUNC != 0, nil
 }
 
-func (s *subscription) close() { unix.Close(s.fd) }
+func (s *subscription) close() { s.file.Close() }
+
+// follow applies the notifications as they come, until the copy is
+// closed, so that a question finds little queued: on a busy host (a
+// kube-proxy sync is thousands of notifications) reading them was most
+// of a question's time, and a Teardown waited for it.
+func follow(m *Mirror, sub *subscription) {
+	_ = sub.raw.Read(func(uintptr) bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.closed {
+			return true
+		}
+		_ = m.drain() // a failed read fails the next question, which asks the kernel
+		return false  // wait in the poller for the next
+	})
+}
