@@ -57,30 +57,21 @@ type subscription struct {
 }
 
 func openSubscription() (*subscription, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_NETFILTER)
+	file, err := openWatch(mirrorQueue)
 	if err != nil {
-		return nil, fmt.Errorf("netlink: opening a netfilter socket: %w", err)
+		return nil, err
 	}
-	// Forcing the queue past rmem_max needs CAP_NET_ADMIN, which
-	// changing nf_tables needs anyway.
-	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, mirrorQueue) != nil {
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, mirrorQueue)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("netlink: binding: %w", err)
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_ADD_MEMBERSHIP, nfnlGroupNFTables); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("netlink: joining the nf_tables notifications: %w", err)
-	}
-	file := os.NewFile(uintptr(fd), "nf_tables notifications")
 	raw, err := file.SyscallConn()
 	if err != nil {
 		file.Close()
 		return nil, fmt.Errorf("netlink: following nf_tables: %w", err)
 	}
-	return &subscription{file: file, raw: raw, fd: fd, buf: make([]byte, nlBufferSize)}, nil
+	sub := &subscription{file: file, raw: raw, buf: make([]byte, nlBufferSize)}
+	if err := raw.Control(func(fd uintptr) { sub.fd = int(fd) }); err != nil { // not file.Fd, which would make it blocking
+		file.Close()
+		return nil, fmt.Errorf("netlink: following nf_tables: %w", err)
+	}
+	return sub, nil
 }
 
 // next reads a datagram without waiting. The Mirror's lock keeps it

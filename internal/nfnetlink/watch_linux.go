@@ -21,7 +21,7 @@ const watchBuffer = 4 << 10
 // returned channel, which holds one pending signal at most. The channel
 // is closed, after the socket, when ctx ends or reading fails.
 func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
-	f, err := openWatch()
+	f, err := openWatch(0)
 	if err != nil {
 		return nil, err
 	}
@@ -67,11 +67,17 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 // openWatch opens a netfilter socket in the calling thread's network
 // namespace (a goroutine that moved to another namespace is locked to
 // its thread), joined to the nf_tables group, non-blocking so that Go's
-// poller waits for it and closing it wakes its reader.
-func openWatch() (*os.File, error) {
+// poller waits for it and closing it wakes its reader. queue, unless 0,
+// is its receive queue's size.
+func openWatch(queue int) (*os.File, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_NETFILTER)
 	if err != nil {
 		return nil, fmt.Errorf("netlink: opening a netfilter socket: %w", err)
+	}
+	// Forcing the queue past rmem_max needs CAP_NET_ADMIN, which
+	// changing nf_tables needs anyway.
+	if queue > 0 && unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, queue) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, queue)
 	}
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		unix.Close(fd)
