@@ -87,7 +87,7 @@ func (s *subscription) next() ([]byte, bool, error) {
 func (s *subscription) close() { s.file.Close() }
 
 // follow applies the notifications as they come, until the copy is
-// closed, so that a question finds little queued: on a busy host (a
+// closed or a read fails, so that a question finds little queued: on a busy host (a
 // kube-proxy sync is thousands of notifications) reading them was most
 // of a question's time, and a Teardown waited for it.
 func follow(m *Mirror, sub *subscription) {
@@ -97,7 +97,12 @@ func follow(m *Mirror, sub *subscription) {
 		if m.closed {
 			return true
 		}
-		_ = m.drain() // a failed read fails the next question, which asks the kernel
-		return false  // wait in the poller for the next
+		if err := m.drain(); err != nil {
+			// A socket that fails to read may stay readable: following it
+			// would spin. Questions read it themselves from now on, and
+			// ask the kernel while it fails.
+			return true
+		}
+		return false // wait in the poller for the next
 	})
 }
