@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sort"
+	"time"
 )
 
 // A ratio of medians close to its target may be on either side of it by
@@ -91,6 +93,9 @@ func (c ratioCall) told() bool {
 
 // verdict is met, missed, or not measurable at the margin.
 func (c ratioCall) verdict() string {
+	if math.IsInf(c.Margin, 1) {
+		return fmt.Sprintf("not measurable (%d cycles: too few to measure its noise)", c.N)
+	}
 	if !c.told() {
 		return fmt.Sprintf("not measurable at ±%.1f %% noise (%d cycles)", 100*c.Margin, c.N)
 	}
@@ -119,3 +124,74 @@ func moreCycles(q, target, spread float64, done, step, limit int) int {
 	need = (max(need, 1) + step - 1) / step * step
 	return min(need, limit-done)
 }
+
+// A ratio of p99s (the pressure scenario's target) has no control to
+// measure its noise by, and an extreme percentile of a few hundred
+// cycles moves far more between runs than a median does. Its noise is
+// measured by the bootstrap: both contenders' cycles are drawn again,
+// with replacement, as many times as bootstrapDraws, and the ratio of
+// the drawn samples' percentiles spreads as the run's would.
+
+// bootstrapDraws is how many resamples percentileCall takes: enough for
+// the 2.5th and 97.5th percentiles of their ratios to move by well under
+// a percent between two seeds.
+const bootstrapDraws = 2000
+
+// percentileCall judges the ratio of candidate's q-th percentile to
+// base's against target. Its margin is the larger half of the 95 %
+// bootstrap interval of that ratio, on the log scale; its N the smaller
+// sample. The draws are seeded by a constant: the same cycles get the
+// same call.
+//
+// A percentile that is a sample's slowest cycle (the p99 of fewer than
+// 100) has no measurable noise: the bootstrap never draws beyond it, so
+// its interval would be too narrow. Its margin is +Inf.
+func percentileCall(candidate, base sample, q int, target float64) ratioCall {
+	n := min(len(candidate), len(base))
+	c := ratioCall{Q: ratio(candidate.percentile(q), base.percentile(q)), Target: target, Margin: math.Inf(1), N: n}
+	if c.Q <= 0 || isSlowest(len(candidate), q) || isSlowest(len(base), q) {
+		return c
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	logs := make([]float64, 0, bootstrapDraws)
+	sc, sb := candidate.sorted(), base.sorted()
+	counts := make([]int, max(len(sc), len(sb)))
+	for range bootstrapDraws {
+		pa, pb := drawnPercentile(sc, counts, rng, q), drawnPercentile(sb, counts, rng, q)
+		if pa > 0 && pb > 0 {
+			logs = append(logs, math.Log(float64(pa)/float64(pb)))
+		}
+	}
+	if len(logs) < bootstrapDraws/2 {
+		return c
+	}
+	sort.Float64s(logs)
+	lo, hi := logs[len(logs)*25/1000], logs[len(logs)*975/1000-1]
+	mid := math.Log(c.Q)
+	c.Margin = math.Exp(max(mid-lo, hi-mid, 0)) - 1
+	return c
+}
+
+// drawnPercentile is the nearest-rank q-th percentile of len(sorted)
+// cycles drawn from sorted with replacement. It counts how often each
+// cycle is drawn rather than sorting the draw: the drawn percentile is
+// the cycle at which the counts, in sorted's order, pass its rank.
+// counts is scratch space of at least len(sorted) zeros, left zeroed.
+func drawnPercentile(sorted sample, counts []int, rng *rand.Rand, q int) time.Duration {
+	n := len(sorted)
+	for range n {
+		counts[rng.IntN(n)]++
+	}
+	rank, seen, at := (n*q+99)/100-1, 0, -1
+	for i := range n {
+		if seen += counts[i]; seen > rank && at < 0 {
+			at = i
+		}
+		counts[i] = 0
+	}
+	return sorted[at]
+}
+
+// isSlowest says whether the nearest-rank q-th percentile of n cycles is
+// their slowest.
+func isSlowest(n, q int) bool { return (n*q+99)/100 >= n }

@@ -3,6 +3,8 @@ package main
 import (
 	"math"
 	"math/rand"
+	randv2 "math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +79,71 @@ func TestMoreCyclesGoWhereTheNoiseHidesTheTarget(t *testing.T) {
 	n := 40 + moreCycles(1.02, 1.03, sd, 40, 6, 1000)
 	if c := (ratioCall{Q: 1.02, Target: 1.03, Margin: noiseMargin(sd, n), N: n}); !c.told() {
 		t.Fatalf("after %d cycles the ratio is still within ±%.2f %%", n, 100*c.Margin)
+	}
+}
+
+// A ratio of p99s is judged at the noise its own cycles show when drawn
+// again: two contenders that differ by nothing are not told apart from a
+// target 3 % away at a few hundred cycles, a real difference is, and the
+// margin narrows as the cycles grow.
+func TestAP99RatioIsJudgedAtItsBootstrapNoise(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	const mid, sd = 2 * time.Second, 0.2
+	cases := []struct {
+		name       string
+		candidate  sample
+		base       sample
+		want       string
+		marginOver float64 // the margin is at least this wide
+	}{
+		{"the same cycles, 200 of each: not measurable", cycles(rng, 200, mid, sd), cycles(rng, 200, mid, sd), "not measurable", 0.03},
+		{"a candidate 40 % slower: missed", cycles(rng, 200, 14*mid/10, sd), cycles(rng, 200, mid, sd), "**missed**", 0},
+		{"a candidate 30 % faster: met", cycles(rng, 200, 7*mid/10, sd), cycles(rng, 200, mid, sd), "met", 0},
+		{"one cycle each: not measurable", cycles(rng, 1, mid, sd), cycles(rng, 1, mid, sd), "not measurable (1 cycles", math.MaxFloat64},
+		{"99 cycles, whose p99 is the slowest, even 30 % faster: not measurable", cycles(rng, 99, 7*mid/10, sd), cycles(rng, 99, mid, sd), "not measurable (99 cycles: too few", math.MaxFloat64},
+		{"100 cycles, whose p99 is the second slowest, 30 % faster: met", cycles(rng, 100, 7*mid/10, sd), cycles(rng, 100, mid, sd), "met", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := percentileCall(tc.candidate, tc.base, 99, 1.03)
+			if got := c.verdict(); !strings.HasPrefix(got, tc.want) {
+				t.Fatalf("p99 ratio %.3f at ±%.1f %%: verdict %q, want %q", c.Q, 100*c.Margin, got, tc.want)
+			}
+			if c.Margin < tc.marginOver {
+				t.Fatalf("margin ±%.1f %%, want at least ±%.1f %%", 100*c.Margin, 100*tc.marginOver)
+			}
+			if again := percentileCall(tc.candidate, tc.base, 99, 1.03); again != c {
+				t.Fatalf("the same cycles called twice: %+v, then %+v", c, again)
+			}
+		})
+	}
+	small := percentileCall(cycles(rng, 200, mid, sd), cycles(rng, 200, mid, sd), 99, 1.03)
+	large := percentileCall(cycles(rng, 20000, mid, sd), cycles(rng, 20000, mid, sd), 99, 1.03)
+	if !(large.Margin < small.Margin/3) {
+		t.Fatalf("margin at 20,000 cycles ±%.2f %%, at 200 ±%.2f %%: want it at least three times narrower", 100*large.Margin, 100*small.Margin)
+	}
+}
+
+// Counting the draws finds the percentile sorting them would.
+func TestADrawnPercentileIsThePercentileOfTheDraw(t *testing.T) {
+	for _, n := range []int{1, 2, 7, 100, 201} {
+		for _, q := range []int{50, 95, 99, 100} {
+			sorted := cycles(rand.New(rand.NewSource(int64(n))), n, time.Second, 0.3).sorted()
+			counts := make([]int, n)
+			counted, drawn := randv2.New(randv2.NewPCG(uint64(n), uint64(q))), randv2.New(randv2.NewPCG(uint64(n), uint64(q)))
+			for range 50 {
+				got := drawnPercentile(sorted, counts, counted, q)
+				var draw sample
+				for range n {
+					draw = append(draw, sorted[drawn.IntN(n)])
+				}
+				if want := draw.percentile(q); got != want {
+					t.Fatalf("n=%d p%d: counted %v, the sorted draw's %v", n, q, got, want)
+				}
+			}
+			if slices.ContainsFunc(counts, func(c int) bool { return c != 0 }) {
+				t.Fatalf("n=%d p%d: counts left %v, want zeros", n, q, counts)
+			}
+		}
 	}
 }

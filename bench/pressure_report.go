@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -37,6 +38,7 @@ func (r *report) pressureSection(w writer) {
 				ms(p.Batch.percentile(50)), ms(p.Batch.percentile(95)), p.Measured.UTC().Format("2006-01-02 15:04 UTC"), p.Took.Round(time.Second), p.Load[0])
 		}
 	}
+	w("\n%s", pressureNoiseNote(ps))
 	w("\n### cninet's own share\n\n")
 	w("From cninet's debug log, per successful cycle (its alloc_id): the host registry (the record before each ADD and its completion, the proof before the DEL, the record's removal), the prevention before the DEL (without the proof), the force cleanup after it, and the waits for the allocation's locks with the finding of its networks (both halves). \"Own per Teardown\" is of each Teardown what is cninet's: the prevention with the proof, the cleanup, the record's removal, lock and find; its share is its median against the Teardown median.\n\n")
 	w("| plugin set | host rules | registry p50 / p95 / p99 | prevention p50 / p95 / p99 | cleanup p50 / p95 / p99 | lock + find p50 / p95 / p99 | own per Teardown p50 / p95 / p99 | share of the Teardown median |\n|---|---|---|---|---|---|---|---|\n")
@@ -77,12 +79,14 @@ func (r *report) pressureTargets(w writer) {
 		if len(p.LibTeardown) == 0 || len(p.DirectTeardown) == 0 {
 			continue
 		}
-		q := ratio(p.LibTeardown.percentile(99), p.DirectTeardown.percentile(99))
-		w("| under pressure, %s, %d host rules: cninet's p99 Teardown / go-cni's ≤ %.2f× | %.3f× | %s |\n", p.Set.Name, p.Size, overheadTarget, q, verdict(q <= overheadTarget))
+		c := percentileCall(p.LibTeardown, p.DirectTeardown, 99, overheadTarget)
+		w("| under pressure, %s, %d host rules: cninet's p99 Teardown / go-cni's ≤ %.2f× | %.3f× | %s |\n", p.Set.Name, p.Size, overheadTarget, c.Q, c.verdict())
 		w("| under pressure, %s, %d host rules: failed cycles, both contenders = 0 | %d | %s |\n", p.Set.Name, p.Size, p.LibFailed+p.DirectFailed, verdict(p.LibFailed+p.DirectFailed == 0))
 		if len(p.TeardownOwn) > 0 {
 			own, target := p.TeardownOwn.percentile(99), pressureOwnTarget(p.Size)
 			w("| under pressure, %s, %d host rules: cninet's own share per Teardown, p99 ≤ %s | %s | %s |\n", p.Set.Name, p.Size, ms(target), ms(own), verdict(own <= target))
+			added := ratio(own, p.DirectTeardown.percentile(99))
+			w("| under pressure, %s, %d host rules: cninet's own share per Teardown at p99, of go-cni's p99 Teardown ≤ %.0f %% | %.1f %% | %s |\n", p.Set.Name, p.Size, 100*(overheadTarget-1), 100*added, verdict(added <= overheadTarget-1))
 		}
 	}
 }
@@ -235,4 +239,28 @@ func workCells(hw hostWork, took time.Duration) string {
 	return fmt.Sprintf("%s | %s | %s | %s | %s | %s | %d | %d | %s | %s | %d | %s", tally(hw.Probes, hw.ProbeTime), lists, tally(hw.Files, hw.FileTime),
 		tally(hw.RegistryReads, hw.RegistryTime), tally(hw.Writes, hw.WriteTime), tally(hw.LockWaits, hw.LockTime), hw.Execs, hw.Tries,
 		ms(max(took-hw.steps(), 0)), ms(hw.StepCPU), hw.Preempted, longest)
+}
+
+// pressureNoiseNote says how far the p99 Teardowns' ratio can be told
+// from its target at the cycles measured, and what is measured instead.
+func pressureNoiseNote(ps []pressureResult) string {
+	var lo, hi float64
+	n := 0
+	for _, p := range ps {
+		c := percentileCall(p.LibTeardown, p.DirectTeardown, 99, overheadTarget)
+		if math.IsInf(c.Margin, 1) {
+			continue
+		}
+		if n == 0 || c.Margin < lo {
+			lo = c.Margin
+		}
+		hi = max(hi, c.Margin)
+		n = max(n, c.N)
+	}
+	if n == 0 {
+		return ""
+	}
+	need := float64(n) * math.Pow(hi/(overheadTarget-1), 2)
+	return fmt.Sprintf("The p99 of a few hundred Teardowns on a busy host is one of its few slowest, and it moves between runs by far more than the target's 3 %%: the 95 %% bootstrap intervals of cninet's p99 over go-cni's (targets table) are ±%.0f–%.0f %% wide here, so a ratio of p99s within them is reported as not measurable, and one of fewer than 100 cycles (whose p99 is the slowest) as well. Telling a 3 %% difference apart at the widest would take about %.0f cycles per contender. What is measured instead is the part of a Teardown that is cninet's own (below), per cycle, against go-cni's p99 Teardown: cninet's Teardown is the same plugin DELs as go-cni's plus that part.\n",
+		100*lo, 100*hi, math.Round(need/1000)*1000)
 }
