@@ -147,3 +147,40 @@ func TestADrawnPercentileIsThePercentileOfTheDraw(t *testing.T) {
 		}
 	}
 }
+
+// The control of an overhead run, a second go-cni, shows how far a ratio
+// of medians moves when nothing differs: a ratio no farther from its
+// target than the control is from 1 is not told apart, even where the
+// pairs' spread is narrow.
+func TestAnOverheadRatioIsNotToldApartWithinTheControlsOwnDeviation(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	const mid, sd = 300 * time.Millisecond, 0.02
+	scaled := func(s sample, f float64) sample {
+		out := make(sample, len(s))
+		for i, d := range s {
+			out[i] = time.Duration(float64(d) * f)
+		}
+		return out
+	}
+	direct := cycles(rng, 200, mid, sd)
+	cases := []struct {
+		name    string
+		lib     sample
+		control sample
+		want    string
+	}{
+		{"8 % over go-cni, the control 1 % off: missed", scaled(cycles(rng, 200, mid, sd), 1.08), scaled(cycles(rng, 200, mid, sd), 1.01), "**missed**"},
+		{"8 % over go-cni, the control 8 % off: not measurable", scaled(cycles(rng, 200, mid, sd), 1.08), scaled(cycles(rng, 200, mid, sd), 1.08), "not measurable at ±8."},
+		{"3 % under go-cni, the control 8 % under: not measurable", scaled(cycles(rng, 200, mid, sd), 0.97), scaled(cycles(rng, 200, mid, sd), 0.92), "not measurable"},
+		{"20 % under go-cni, the control 8 % off: met", scaled(cycles(rng, 200, mid, sd), 0.8), scaled(cycles(rng, 200, mid, sd), 1.08), "met"},
+		{"8 % over go-cni, no control: missed", scaled(cycles(rng, 200, mid, sd), 1.08), nil, "**missed**"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := overheadResult{Lib: tc.lib, Direct: direct, Control: tc.control}
+			if got := o.call().verdict(); !strings.HasPrefix(got, tc.want) {
+				t.Fatalf("ratio %.3f: verdict %q, want %q", o.call().Q, got, tc.want)
+			}
+		})
+	}
+}

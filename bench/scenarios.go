@@ -367,7 +367,8 @@ func (b *bench) run(who contender, id string) (ph phases, err error) {
 // measure runs one unmeasured warm-up cycle per contender, then n
 // measured ones each, interleaved with a rotating first, and more, up to
 // limit each, while cninet/go-cni is within the noise of overheadTarget
-// (moreCycles); then counts the processes of one more cycle of cninet and
+// (overheadResult.call; as many as moreCycles says, at least a rotation);
+// then counts the processes of one more cycle of cninet and
 // of go-cni.
 func (b *bench) measure(n, limit int, prefix string) (overheadResult, error) {
 	res := overheadResult{Set: b.set}
@@ -379,12 +380,15 @@ func (b *bench) measure(n, limit int, prefix string) (overheadResult, error) {
 	b.log.take()
 	for i := 0; ; i++ {
 		if i >= n {
-			more := moreCycles(ratio(res.Lib.median(), res.Direct.median()), overheadTarget, res.noise(), i, b.rotation(), limit)
-			if more == 0 {
+			c := res.call()
+			if c.told() || i >= limit {
 				break
 			}
+			// The control's own deviation can hold a ratio the pairs'
+			// spread tells apart: a rotation more, at least.
+			more := max(moreCycles(c.Q, overheadTarget, res.noise(), i, b.rotation(), limit), min(b.rotation(), limit-i))
 			fmt.Fprintf(os.Stderr, "bench:   %s: cninet/go-cni %.3f is within ±%.1f %% of its target after %d cycles: %d more\n",
-				prefix, ratio(res.Lib.median(), res.Direct.median()), 100*noiseMargin(res.noise(), i), i, more)
+				prefix, c.Q, 100*c.Margin, i, more)
 			n = i + more
 		}
 		for _, who := range b.order(i) {

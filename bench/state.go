@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"time"
@@ -138,9 +139,20 @@ func (o overheadResult) noise() float64 {
 	return spread(o.Direct, o.Lib)
 }
 
-// call judges cninet/go-cni against overheadTarget at that noise.
+// call judges cninet/go-cni against overheadTarget at that noise. Where
+// the run has a control, its margin is at least how far the control's
+// own ratio of medians came from 1: two go-cnis differ by nothing, so a
+// ratio that close to its target is not told apart from it, whatever
+// the pairs' spread says (it misses drifts that last longer than a
+// pair of cycles).
 func (o overheadResult) call() ratioCall {
-	return callRatio(o.Lib, o.Direct, o.noise(), overheadTarget)
+	c := callRatio(o.Lib, o.Direct, o.noise(), overheadTarget)
+	if len(o.Control) > 0 {
+		if q := ratio(o.Control.median(), o.Direct.median()); q > 0 {
+			c.Margin = max(c.Margin, math.Exp(math.Abs(math.Log(q)))-1)
+		}
+	}
+	return c
 }
 
 // cpuSamples is the CPU of one half of each cycle: in the bench process
