@@ -262,6 +262,19 @@ func ListRules(family, table string) ([]Rule, error) {
 	return rules, err
 }
 
+// EachRule calls visit with every rule of table of family, as eachRule
+// does (a rule's Expr is valid only during visit; begin before each
+// attempt of the dump), over a socket of its own.
+func EachRule(family, table string, begin func(), visit func(Rule) error) error {
+	c, err := acquire()
+	if err != nil {
+		return err
+	}
+	err = eachRule(c, family, table, begin, visit)
+	release(c, err == nil)
+	return err
+}
+
 // nfWrite serialises this process's batches: nf_tables has one generation
 // for all its tables, so a batch of ip6tables' would otherwise refuse one
 // of iptables' built at the generation before, and retry.

@@ -27,6 +27,10 @@ func FindRules(family, table string, chains []string, comments map[string]bool) 
 
 func ListRules(family, table string) ([]Rule, error) { return nil, errNoNFNetlink }
 
+func EachRule(family, table string, begin func(), visit func(Rule) error) error {
+	return errNoNFNetlink
+}
+
 func DeleteRules(family, table string, targets []Target) ([]host.HandleOutcome, error) {
 	return make([]host.HandleOutcome, len(targets)), errNoNFNetlink
 }

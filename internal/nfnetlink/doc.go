@@ -14,8 +14,8 @@
 // # Files, in reading order
 //
 //	nfnetlink.go   messages and dumps: Rule, ProbeChain's, LookupRule's,
-//	               AnyRule's, FindRules' and ListRules' requests, parsing
-//	               what the kernel answers
+//	               AnyRule's, FindRules', ListRules' and EachRule's
+//	               requests, parsing what the kernel answers
 //	decode.go      Rule.Decode and Rule.Addrs: the addresses, destination
 //	               port, DNAT port and verdict of a rule's expressions, as
 //	               nft lists them
@@ -26,7 +26,8 @@
 //	               the same network namespace (closing one waits for
 //	               nf_tables' commit mutex), and the exported calls
 //	               (ProbeChain, LookupRule, AnyRule, FindRules, ListRules,
-//	               DeleteRules, DeleteChains, ListTables) that take one each
+//	               EachRule, DeleteRules, DeleteChains, ListTables) that
+//	               take one each
 //	watch.go       the change notifications read: each that may remove
 //	               something a signal (a deletion, a cut datagram, an
 //	               overrun), never waiting for the reader

@@ -209,12 +209,31 @@ func anyRule(s nlSocket, family, table, chain string, match func(Rule) bool) (bo
 // interrupted is taken again from the start.
 func listRules(s nlSocket, family, table string) ([]Rule, error) {
 	var rules []Rule
-	_, err := dumpRules(s, family, table, "", func() { rules = rules[:0] }, func(r Rule) bool {
+	err := eachRule(s, family, table, func() { rules = rules[:0] }, func(r Rule) error {
 		r.Expr = bytes.Clone(r.Expr)
 		rules = append(rules, r)
-		return false
+		return nil
 	})
 	return rules, err
+}
+
+// eachRule calls visit with every rule of table of family, in the
+// kernel's order, without keeping any: a rule's Expr is valid only
+// during visit, so a caller that keeps what it reads of a rule (a sweep's
+// listing of tens of thousands) holds no copy of every rule's bytes
+// besides. begin is called before each attempt: a dump a change
+// interrupted is taken again from the start, and what visit was given
+// before is to be forgotten. A table that does not exist has no rules;
+// an error of visit ends the dump and is returned.
+func eachRule(s nlSocket, family, table string, begin func(), visit func(Rule) error) error {
+	_, err := dumpMessages(s, family, table, "", begin, func(m nlMessage) (bool, error) {
+		r, err := parseNLRule(family, m)
+		if err != nil || !r.in(table, "") {
+			return false, err
+		}
+		return false, visit(r)
+	})
+	return err
 }
 
 // dumpRules dumps the rules of table of family (of chain only, unless

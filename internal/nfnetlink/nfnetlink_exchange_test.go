@@ -417,3 +417,88 @@ func TestFindRulesReadsOneChainAndKeepsOnlyTheRulesOfItsComments(t *testing.T) {
 		}
 	})
 }
+
+// eachRule hands every rule of the table to its visitor as the dump
+// comes, keeping none; a dump a change interrupted begins again (and
+// says so), and a visitor's error ends it.
+func TestEachRuleVisitsEveryRuleOfTheTableAsTheDumpComes(t *testing.T) {
+	const table = "cni_hostport"
+	rule := func(seq uint32, flags uint16, chain, comment string, expr byte) []byte {
+		m := ruleDatagram(seq, flags, table, chain, comment)
+		payload := append(m[nlmsgHeaderLen:len(m):len(m)], attr(nftaRuleExpressions, []byte{expr, expr, expr, expr})...)
+		return nlMsg(nfnlSubsysNFTables<<8|nftMsgNewRule, 2|flags, seq, payload)
+	}
+	errVisit := errors.New("visitor refuses")
+	for _, tc := range []struct {
+		name     string
+		script   func(req nlMessage, n int) [][]byte
+		refuse   string   // the comment the visitor returns errVisit for
+		want     []string // chain/comment:expression byte of each rule visited since the last begin
+		begins   int
+		wantErr  error
+		requests int
+	}{
+		{
+			name: "every rule of every chain of the table, in the kernel's order",
+			script: func(req nlMessage, _ int) [][]byte {
+				return [][]byte{
+					joined(rule(req.seq, 0, "hostports", "web-1", 1), rule(req.seq, 0, "dnat", "web-1", 2)),
+					joined(rule(req.seq, 0, "dnat", "web-2", 3), doneDatagram(req.seq, 0, 0)),
+				}
+			},
+			want: []string{"hostports/web-1:1", "dnat/web-1:2", "dnat/web-2:3"}, begins: 1, requests: 1,
+		},
+		{
+			name: "rules of another table, from a kernel that does not filter, are not visited",
+			script: func(req nlMessage, _ int) [][]byte {
+				other := ruleDatagram(req.seq, 0, "nat", "dnat", "web-9")
+				return [][]byte{joined(other, rule(req.seq, 0, "dnat", "web-1", 1), doneDatagram(req.seq, 0, 0))}
+			},
+			want: []string{"dnat/web-1:1"}, begins: 1, requests: 1,
+		},
+		{
+			name: "a dump a change interrupted begins again",
+			script: func(req nlMessage, n int) [][]byte {
+				if n == 0 {
+					return [][]byte{joined(rule(req.seq, nlmFDumpIntr, "dnat", "web-1", 1), doneDatagram(req.seq, nlmFDumpIntr, 0))}
+				}
+				return [][]byte{joined(rule(req.seq, 0, "dnat", "web-1", 1), rule(req.seq, 0, "dnat", "web-2", 5), doneDatagram(req.seq, 0, 0))}
+			},
+			want: []string{"dnat/web-1:1", "dnat/web-2:5"}, begins: 2, requests: 2,
+		},
+		{
+			name: "the visitor's error ends the dump",
+			script: func(req nlMessage, _ int) [][]byte {
+				return [][]byte{joined(rule(req.seq, 0, "dnat", "web-1", 1), rule(req.seq, 0, "dnat", "web-2", 2), rule(req.seq, 0, "dnat", "web-3", 3), doneDatagram(req.seq, 0, 0))}
+			},
+			refuse: "web-2", want: []string{"dnat/web-1:1"}, begins: 1, wantErr: errVisit, requests: 1,
+		},
+		{
+			name:   "a table that does not exist has no rules",
+			script: func(req nlMessage, _ int) [][]byte { return [][]byte{errorDatagram(req.seq, syscall.ENOENT)} },
+			begins: 1, requests: 1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &replaySocket{script: tc.script}
+			var got []string
+			begins := 0
+			err := eachRule(s, "ip", table, func() { begins, got = begins+1, nil }, func(r Rule) error {
+				if r.Comment == tc.refuse {
+					return errVisit
+				}
+				got = append(got, fmt.Sprintf("%s/%s:%d", r.Chain, r.Comment, r.Expr[0]))
+				return nil
+			})
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("eachRule = %v, want %v", err, tc.wantErr)
+			}
+			if !slices.Equal(got, tc.want) || begins != tc.begins {
+				t.Errorf("visited %q after %d begins, want %q after %d", got, begins, tc.want, tc.begins)
+			}
+			if len(s.sent) != tc.requests {
+				t.Errorf("%d requests sent, want %d", len(s.sent), tc.requests)
+			}
+		})
+	}
+}

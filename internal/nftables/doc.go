@@ -24,7 +24,8 @@
 //	              while it is still the rule listed; DeleteRules
 //	listing.go    ParseListing: `nft -j` output read as a stream into
 //	              host.NFTRule values (addresses, ports, verdicts), names
-//	              and comments shared
+//	              and comments shared; ruleChunks, which holds a listing
+//	              without copying it as it grows
 //	script.go     RunScript: `nft -f -`, bounded by a context
 //	watch.go      WatchChanges: nf_tables' change notifications
 package nftables

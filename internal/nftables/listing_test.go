@@ -3,6 +3,7 @@ package nftables
 import (
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -107,4 +108,75 @@ func TestReadNFTListingReadsPortsAndVerdicts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A listing held in chunks gives back what a slice grown by append would
+// hold, through every table's dump that began again at any point.
+func TestRuleChunksHoldWhatAnAppendedSliceWould(t *testing.T) {
+	rule := func(i int) host.NFTRule { return host.NFTRule{Family: "ip", Table: "cni_hostport", Handle: i} }
+	type step struct {
+		add      int // rules added, numbered on from the last
+		truncate int // then kept: -1 keeps all
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"nothing listed holds nothing", nil},
+		{"fewer than a chunk", []step{{10, -1}}},
+		{"exactly one chunk", []step{{ruleChunk, -1}}},
+		{"a chunk and one", []step{{ruleChunk + 1, -1}}},
+		{"several chunks", []step{{3*ruleChunk + 7, -1}}},
+		{"a dump begun again at the start", []step{{ruleChunk + 5, 0}, {12, -1}}},
+		{"a dump begun again mid-chunk", []step{{100, -1}, {ruleChunk, 100}, {ruleChunk + 3, -1}}},
+		{"a dump begun again on a chunk's end", []step{{ruleChunk, -1}, {2*ruleChunk + 1, ruleChunk}, {1, -1}}},
+		{"a dump begun again one past a chunk's end", []step{{ruleChunk + 1, -1}, {ruleChunk, ruleChunk + 1}, {2, -1}}},
+		{"everything forgotten", []step{{2 * ruleChunk, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c ruleChunks
+			var want []host.NFTRule
+			next := 0
+			for _, s := range tc.steps {
+				for range s.add {
+					c.add(rule(next))
+					want = append(want, rule(next))
+					next++
+				}
+				if s.truncate >= 0 {
+					c.truncate(s.truncate)
+					want = want[:s.truncate]
+				}
+			}
+			got := c.all()
+			if !slices.Equal(handlesOf(got), handlesOf(want)) || c.n != len(want) {
+				t.Fatalf("held %d rules (n %d), want %d: first difference at %d", len(got), c.n, len(want), firstDifference(handlesOf(got), handlesOf(want)))
+			}
+			if cap(got) != len(got) {
+				t.Errorf("all returned %d rules in a slice of capacity %d, want exactly their number", len(got), cap(got))
+			}
+			for i, chunk := range c.chunks {
+				if i < len(c.chunks)-1 && len(chunk) != ruleChunk || cap(chunk) != ruleChunk {
+					t.Errorf("chunk %d of %d holds %d in %d, want full chunks but the last, each of %d", i, len(c.chunks), len(chunk), cap(chunk), ruleChunk)
+				}
+			}
+		})
+	}
+}
+
+func handlesOf(rules []host.NFTRule) []int {
+	var out []int
+	for _, r := range rules {
+		out = append(out, r.Handle)
+	}
+	return out
+}
+
+func firstDifference(a, b []int) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }

@@ -86,7 +86,7 @@ func (h *hostNFTables) listRules(ctx context.Context, tables []host.NFTable) ([]
 	if err != nil {
 		return nil, err
 	}
-	var rules []host.NFTRule
+	var rules ruleChunks
 	comments := map[string]string{}
 	for _, t := range tables {
 		if err := ctx.Err(); err != nil {
@@ -95,9 +95,16 @@ func (h *hostNFTables) listRules(ctx context.Context, tables []host.NFTable) ([]
 		if !existing[t] {
 			continue
 		}
-		more, err := listTableNetlink(t, rules, comments)
+		start := rules.n
+		err := listTableNetlink(t, &rules, comments)
 		if err != nil {
-			more, err = h.listTable(ctx, t, false, rules, comments)
+			rules.truncate(start)
+			var listed []host.NFTRule
+			if listed, err = h.listTable(ctx, t, false, nil, comments); err == nil {
+				for _, r := range listed {
+					rules.add(r)
+				}
+			}
 		}
 		if err != nil {
 			if strings.Contains(err.Error(), "No such file or directory") {
@@ -105,32 +112,28 @@ func (h *hostNFTables) listRules(ctx context.Context, tables []host.NFTable) ([]
 			}
 			return nil, err
 		}
-		rules = more
 	}
-	return rules, nil
+	return rules.all(), nil
 }
 
-// listTableNetlink lists one table over netlink, appending its rules to
+// listTableNetlink lists one table over netlink, adding its rules to
 // rules with the addresses, ports and verdicts nft would list for them.
-func listTableNetlink(t host.NFTable, rules []host.NFTRule, comments map[string]string) ([]host.NFTRule, error) {
-	listed, err := nfnetlink.ListRules(t.Family, t.Name)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range listed {
-		d, err := r.Decode()
+func listTableNetlink(t host.NFTable, rules *ruleChunks, comments map[string]string) error {
+	start := rules.n
+	return nfnetlink.EachRule(t.Family, t.Name, func() { rules.truncate(start) }, func(r nfnetlink.Rule) error {
+		d, err := r.Decode() // while the dump's bytes are there: none is copied
 		if err != nil {
-			return nil, err
+			return err
 		}
 		comment, ok := comments[r.Comment]
 		if !ok {
 			comment, comments[r.Comment] = r.Comment, r.Comment
 		}
-		rules = append(rules, host.NFTRule{Family: nftName(t.Family), Table: nftName(t.Name), Chain: nftName(r.Chain),
+		rules.add(host.NFTRule{Family: nftName(t.Family), Table: nftName(t.Name), Chain: nftName(r.Chain),
 			Handle: int(r.Handle), Comment: comment, Saddr: d.Saddr, Daddr: d.Daddr, DNAT: d.DNAT,
 			DPort: d.DPort, DNATPort: d.DNATPort, L4Proto: d.L4Proto, Verdict: d.Verdict, Target: nftName(d.Target)})
-	}
-	return rules, nil
+		return nil
+	})
 }
 
 // AnyRule implements NFTRuleMatcher over netlink: no process, no JSON,
