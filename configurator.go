@@ -486,6 +486,7 @@ func (c *Configurator) Close() error {
 			c.repairer.Stop()
 		}
 		c.nets.Close()
+		c.seams.NFTOpener.Close() // the default's copy of the rules: its subscription to every nf_tables change
 		c.tel.Close()
 		if c.watcher != nil {
 			if err := c.watcher.stop(); err != nil {

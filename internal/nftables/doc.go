@@ -13,7 +13,8 @@
 //
 // # Files, in reading order
 //
-//	nftables.go   New and Opener (opened once per Configurator), listings
+//	nftables.go   New and Opener (opened once per Configurator, closed with
+//	              it: the copy of the rules released), listings
 //	              over netlink (nft -j as the fallback), AnyRule's
 //	              in-process scan and FindRules' search of chains by
 //	              comment (both from the copy of the rules nf_tables'

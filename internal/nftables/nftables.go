@@ -46,6 +46,19 @@ func (h *hostNFTables) rulesCopy() *nfnetlink.Mirror {
 	return h.copy
 }
 
+// Close releases the copy of the rules, if one was opened: its
+// subscription to nf_tables' notifications (while it lasts, the kernel
+// builds a message for this process of every change any process makes,
+// and its goroutine reads each) and its socket. Questions asked after it
+// go to the kernel. It always returns nil.
+func (h *hostNFTables) Close() error {
+	h.copyOnce.Do(func() {}) // none is opened after it
+	if h.copy != nil {
+		h.copy.Close()
+	}
+	return nil
+}
+
 // New opens the host's nftables; ErrNFTablesMissing when nft
 // is not installed.
 func New() (host.NFTables, error) {
@@ -284,6 +297,19 @@ type Opener struct {
 	Open func() (host.NFTables, error)
 	mu   sync.Mutex
 	nft  host.NFTables
+}
+
+// Close closes the NFTables Get opened, when the Opener opened the
+// default (Open nil) and it holds something to release (its copy of the
+// rules); one that Open returned is its caller's to close. The
+// Configurator closes its Opener when it is closed.
+func (h *Opener) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c, ok := h.nft.(io.Closer); ok && h.Open == nil {
+		return c.Close()
+	}
+	return nil
 }
 
 // Get returns the NFTables.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed1280861d/cninet/host"
 )
 
 // fakeNft writes an executable standing in for nft: it copies its
@@ -85,3 +88,52 @@ func TestRunScriptHandsNftTheScriptOnStdin(t *testing.T) {
 		})
 	}
 }
+
+// A closed NFTables opens no copy of the rules: what it is asked after
+// goes to the kernel, and nothing of it keeps listening to nf_tables.
+func TestAClosedNFTablesOpensNoCopyOfTheRules(t *testing.T) {
+	h := &hostNFTables{bin: "nft"}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if m := h.rulesCopy(); m != nil {
+		m.Close()
+		t.Fatal("a closed NFTables opened a copy of the rules")
+	}
+}
+
+// An Opener closes the default NFTables it opened, never one its Open
+// returned: that one is its caller's.
+func TestAnOpenerClosesOnlyTheDefaultItOpened(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Fatalf("nft not on PATH (scripts/install-deps.sh installs it): %v", err)
+	}
+	var def Opener
+	got, err := def.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := def.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if m := got.(*hostNFTables).rulesCopy(); m != nil {
+		m.Close()
+		t.Fatal("the default NFTables opened a copy of the rules after its Opener closed it")
+	}
+
+	theirs := &closeCounter{}
+	given := Opener{Open: func() (host.NFTables, error) { return theirs, nil }}
+	if _, err := given.Get(); err != nil {
+		t.Fatal(err)
+	}
+	if err := given.Close(); err != nil || theirs.closed != 0 {
+		t.Fatalf("Close = %v after closing the given NFTables %d times; want it left open", err, theirs.closed)
+	}
+}
+
+type closeCounter struct {
+	host.NFTables
+	closed int
+}
+
+func (c *closeCounter) Close() error { c.closed++; return nil }
