@@ -76,7 +76,15 @@ type ratioCall struct {
 	// Margin is the noise's half-width at the cycles measured (0.012:
 	// ±1.2 %).
 	Margin float64
-	N      int
+	// Below and Above, where a bootstrap measured them, are how far the
+	// interval reaches under and over Q (0.1: 10 %), Margin the larger:
+	// a ratio under its target is told when the interval's top stays
+	// under it, one over it when the interval's bottom stays over it.
+	Below, Above float64
+	N            int
+	// Of, when set, is what Q and its target are multiples of (a fixed
+	// ceiling): the verdict then speaks in its unit.
+	Of time.Duration
 }
 
 // callRatio judges candidate / base against target at noise (a
@@ -88,13 +96,28 @@ func callRatio(candidate, base sample, noise, target float64) ratioCall {
 
 // told says whether the ratio is told apart from its target.
 func (c ratioCall) told() bool {
-	return math.Abs(math.Log(c.Q/c.Target)) > math.Log1p(c.Margin)
+	reach := c.Margin
+	if c.Below > 0 || c.Above > 0 {
+		reach = c.Above
+		if c.Q > c.Target {
+			reach = c.Below
+		}
+	}
+	return math.Abs(math.Log(c.Q/c.Target)) > math.Log1p(reach)
 }
 
 // verdict is met, missed, or not measurable at the margin.
 func (c ratioCall) verdict() string {
 	if math.IsInf(c.Margin, 1) {
 		return fmt.Sprintf("not measurable (%d cycles: too few to measure its noise)", c.N)
+	}
+	if !c.told() && (c.Below > 0 || c.Above > 0) {
+		lo, hi := c.Q/(1+c.Below), c.Q*(1+c.Above)
+		if c.Of > 0 {
+			at := func(f float64) time.Duration { return time.Duration(f * float64(c.Of)) }
+			return fmt.Sprintf("not measurable: its 95 %% interval, %s to %s, holds %s (%d cycles)", ms(at(lo)), ms(at(hi)), ms(at(c.Target)), c.N)
+		}
+		return fmt.Sprintf("not measurable: its 95 %% interval, %.3f× to %.3f×, holds %.2f× (%d cycles)", lo, hi, c.Target, c.N)
 	}
 	if !c.told() {
 		return fmt.Sprintf("not measurable at ±%.1f %% noise (%d cycles)", 100*c.Margin, c.N)
@@ -167,8 +190,36 @@ func percentileCall(candidate, base sample, q int, target float64) ratioCall {
 	}
 	sort.Float64s(logs)
 	lo, hi := logs[len(logs)*25/1000], logs[len(logs)*975/1000-1]
-	mid := math.Log(c.Q)
-	c.Margin = math.Exp(max(mid-lo, hi-mid, 0)) - 1
+	c.Below, c.Above = reaches(math.Log(c.Q), lo, hi)
+	c.Margin = max(c.Below, c.Above)
+	return c
+}
+
+// percentileAgainst judges s's q-th percentile against a fixed ceiling as
+// percentileCall judges a ratio: its Q is the percentile over ceiling,
+// its target 1, its margin the larger half of the 95 % bootstrap
+// interval of the percentile drawn from s alone.
+func percentileAgainst(s sample, q int, ceiling time.Duration) ratioCall {
+	c := ratioCall{Q: ratio(s.percentile(q), ceiling), Target: 1, Margin: math.Inf(1), N: len(s), Of: ceiling}
+	if c.Q <= 0 || isSlowest(len(s), q) {
+		return c
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	sorted := s.sorted()
+	counts := make([]int, len(sorted))
+	logs := make([]float64, 0, bootstrapDraws)
+	for range bootstrapDraws {
+		if p := drawnPercentile(sorted, counts, rng, q); p > 0 {
+			logs = append(logs, math.Log(float64(p)/float64(ceiling)))
+		}
+	}
+	if len(logs) < bootstrapDraws/2 {
+		return c
+	}
+	sort.Float64s(logs)
+	lo, hi := logs[len(logs)*25/1000], logs[len(logs)*975/1000-1]
+	c.Below, c.Above = reaches(math.Log(c.Q), lo, hi)
+	c.Margin = max(c.Below, c.Above)
 	return c
 }
 
@@ -195,3 +246,11 @@ func drawnPercentile(sorted sample, counts []int, rng *rand.Rand, q int) time.Du
 // isSlowest says whether the nearest-rank q-th percentile of n cycles is
 // their slowest.
 func isSlowest(n, q int) bool { return (n*q+99)/100 >= n }
+
+// reaches are how far, as factors, the interval [lo, hi] of log values
+// reaches under and over mid (a tiny reach where it does not: a
+// bootstrap that drew mid every time).
+func reaches(mid, lo, hi float64) (below, above float64) {
+	const least = 1e-9
+	return max(math.Exp(mid-lo)-1, least), max(math.Exp(hi-mid)-1, least)
+}

@@ -184,3 +184,33 @@ func TestAnOverheadRatioIsNotToldApartWithinTheControlsOwnDeviation(t *testing.T
 		})
 	}
 }
+
+// A p99 against a fixed ceiling is judged at the noise of its own
+// cycles: far under or over it is told, near it is not.
+func TestAP99AgainstACeilingIsJudgedAtItsBootstrapNoise(t *testing.T) {
+	rng := rand.New(rand.NewSource(11))
+	own := cycles(rng, 200, 5*time.Millisecond, 0.8) // p99 about 30 ms
+	p99 := own.percentile(99)
+	for _, tc := range []struct {
+		name    string
+		ceiling time.Duration
+		want    string
+	}{
+		{"a ceiling three times the p99: met", 3 * p99, "met"},
+		{"a ceiling a third of the p99: missed", p99 / 3, "**missed**"},
+		{"a ceiling at the p99: not measurable", p99, "not measurable: its 95 % interval"},
+		{"a ceiling 20 % over the p99, within the interval's reach up: not measurable", 6 * p99 / 5, "not measurable"},
+		{"a ceiling 20 % under the p99, beyond its reach down: missed", 4 * p99 / 5, "**missed**"},
+		{"too few cycles for a p99: not measurable", 0, "not measurable (50 cycles"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, ceiling := own, tc.ceiling
+			if ceiling == 0 {
+				s, ceiling = own[:50], 3*p99
+			}
+			if got := percentileAgainst(s, 99, ceiling).verdict(); !strings.HasPrefix(got, tc.want) {
+				t.Fatalf("p99 %v against %v: verdict %q, want %q", s.percentile(99), ceiling, got, tc.want)
+			}
+		})
+	}
+}

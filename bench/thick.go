@@ -730,6 +730,11 @@ func (r *report) thickTargets(w writer) {
 		q := ratio(shimAdd.median(), directAdd.median())
 		w("| thick mode: %d concurrent ADDs through the shim / on the delegate, median over %d rounds ≤ %.2f× | %.3f× | %s |\n", t.Burst, len(shimAdd), thickBurstTarget, q, verdict(q <= thickBurstTarget))
 	}
+	if added, ok := r.handoffTable(func(string, ...any) {}, t); ok {
+		rem := unexplained(t, added)
+		w("| thick mode: the shim's cycle over the delegate's (paired mean) less what the thick path's parts explain, ≤ %s | %s | %s |\n",
+			msFine(unexplainedTarget), rem, rem.verdict(unexplainedTarget))
+	}
 	if len(t.EmptyStart) > 0 {
 		d := t.ShimStart.median() - t.EmptyStart.median()
 		w("| thick mode: cninet-shim's start-up (VERSION, fork to exit) within %s of an empty Go program's | %s vs. %s: %+.2f ms | %s |\n",

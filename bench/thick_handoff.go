@@ -168,8 +168,9 @@ func daemonSteps(line []byte) (key string, m moments, ok bool) {
 
 // handoffTable reports the parts of the shim's cycles (ADD and DEL
 // summed, medians over the cycles), the run taken apart by cninet's
-// phases, and what of it the thick path adds.
-func (r *report) handoffTable(w writer, t *thickResult) {
+// phases, and what of it the thick path adds, which it returns (ok false
+// when no cycle was taken apart whole).
+func (r *report) handoffTable(w writer, t *thickResult) (added time.Duration, ok bool) {
 	var cycles []thickSplit
 	for _, c := range t.Split {
 		if c.AddHandoff.Complete && c.DelHandoff.Complete {
@@ -177,7 +178,7 @@ func (r *report) handoffTable(w writer, t *thickResult) {
 		}
 	}
 	if len(cycles) == 0 {
-		return
+		return 0, false
 	}
 	part := func(f func(thickSplit) time.Duration) time.Duration {
 		var s sample
@@ -227,8 +228,42 @@ func (r *report) handoffTable(w writer, t *thickResult) {
 	ack := part(func(c thickSplit) time.Duration { return c.AddHandoff.AckWay + c.DelHandoff.AckWay })
 	w("\nBeside these: the acknowledgement's way from the daemon to the shim, %s (the shim wakes up for it while the daemon works). The shim's own exec, start and exit, within the first and the last part, are its start-up below (%s a command%s).\n\n",
 		msFine(ack), msFine(t.ShimStart.median()), emptyBeside(t))
-	w("What the thick path adds, part by part (the parts marked above and the shim's start-up twice): **%s** a cycle; the cycle through the shim less cnitool's on the delegate directly is %s (paired mean %s), which also holds the plugins' own variation between the two.\n\n",
-		msFine(thickOnly+2*t.ShimStart.median()), ms(t.Shim.median()-t.Direct.median()), pairedString(t.Shim, t.Direct))
+	added = thickOnly + 2*t.ShimStart.median()
+	rem := unexplained(t, added)
+	w("What the thick path adds, part by part (the parts marked above and the shim's start-up twice): **%s** a cycle; the cycle through the shim less cnitool's on the delegate directly is %s (paired mean %s), which also holds the plugins' own variation between the two. Not explained by the parts: the paired mean less them, %s (two standard errors of the paired mean either side).\n\n",
+		msFine(added), ms(t.Shim.median()-t.Direct.median()), pairedString(t.Shim, t.Direct), rem)
+	return added, true
+}
+
+// unexplainedTarget is the most of the shim's cycle over the delegate's
+// that the thick path's parts may leave unexplained (issue 41).
+const unexplainedTarget = 500 * time.Microsecond
+
+// remainder is the paired mean of shim − direct less what the parts
+// explain, with the paired mean's standard error.
+type remainder struct {
+	Rem, SE time.Duration
+}
+
+func unexplained(t *thickResult, added time.Duration) remainder {
+	mean, se, _ := pairedDiff(t.Shim, t.Direct)
+	return remainder{Rem: mean - added, SE: se}
+}
+
+func (r remainder) String() string {
+	return fmt.Sprintf("%+.1f ms, from %+.1f to %+.1f ms", float64(r.Rem)/1e6, float64(r.Rem-2*r.SE)/1e6, float64(r.Rem+2*r.SE)/1e6)
+}
+
+// verdict is met when the remainder is at most target even two standard
+// errors up, missed when it is more even two down, else not measurable.
+func (r remainder) verdict(target time.Duration) string {
+	switch {
+	case r.Rem+2*r.SE <= target:
+		return "met"
+	case r.Rem-2*r.SE > target:
+		return verdict(false)
+	}
+	return fmt.Sprintf("not measurable at ±%.1f ms", 2*float64(r.SE)/1e6)
 }
 
 // emptyBeside is ", an empty Go program's X" where the run measured one.

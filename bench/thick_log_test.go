@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -105,5 +106,29 @@ func TestShimTimesAreReadByIDAndCommand(t *testing.T) {
 	got, _, err = shimTimes(file, offset)
 	if err != nil || len(got) != 1 || got["c1 DEL"] == nil {
 		t.Fatalf("read on %v, %v; want the DEL alone", got, err)
+	}
+}
+
+// What the thick path's parts leave of the shim's cycle over the
+// delegate's is judged with the paired mean's noise: within 0.5 ms even
+// two standard errors up is met, over it even two down missed, else not
+// measurable.
+func TestTheUnexplainedRemainderIsJudgedAtItsNoise(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * 1e6) }
+	for _, tc := range []struct {
+		name string
+		r    remainder
+		want string
+	}{
+		{"none left, told: met", remainder{Rem: ms(0.1), SE: ms(0.1)}, "met"},
+		{"3 ms left, told: missed", remainder{Rem: ms(3), SE: ms(0.5)}, "**missed**"},
+		{"2 ms left at ±3.8 ms: not measurable", remainder{Rem: ms(2), SE: ms(1.9)}, "not measurable at ±3.8 ms"},
+		{"none left at ±3.8 ms: not measurable", remainder{Rem: 0, SE: ms(1.9)}, "not measurable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.r.verdict(unexplainedTarget); !strings.HasPrefix(got, tc.want) {
+				t.Fatalf("%v: verdict %q, want %q", tc.r, got, tc.want)
+			}
+		})
 	}
 }
