@@ -175,24 +175,11 @@ func percentileCall(candidate, base sample, q int, target float64) ratioCall {
 	if c.Q <= 0 || isSlowest(len(candidate), q) || isSlowest(len(base), q) {
 		return c
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	logs := make([]float64, 0, bootstrapDraws)
 	sc, sb := candidate.sorted(), base.sorted()
 	counts := make([]int, max(len(sc), len(sb)))
-	for range bootstrapDraws {
-		pa, pb := drawnPercentile(sc, counts, rng, q), drawnPercentile(sb, counts, rng, q)
-		if pa > 0 && pb > 0 {
-			logs = append(logs, math.Log(float64(pa)/float64(pb)))
-		}
-	}
-	if len(logs) < bootstrapDraws/2 {
-		return c
-	}
-	sort.Float64s(logs)
-	lo, hi := logs[len(logs)*25/1000], logs[len(logs)*975/1000-1]
-	c.Below, c.Above = reaches(math.Log(c.Q), lo, hi)
-	c.Margin = max(c.Below, c.Above)
-	return c
+	return bootstrapped(c, func(rng *rand.Rand) float64 {
+		return ratio(drawnPercentile(sc, counts, rng, q), drawnPercentile(sb, counts, rng, q))
+	})
 }
 
 // percentileAgainst judges s's q-th percentile against a fixed ceiling as
@@ -204,13 +191,23 @@ func percentileAgainst(s sample, q int, ceiling time.Duration) ratioCall {
 	if c.Q <= 0 || isSlowest(len(s), q) {
 		return c
 	}
-	rng := rand.New(rand.NewPCG(3, 4))
 	sorted := s.sorted()
 	counts := make([]int, len(sorted))
+	return bootstrapped(c, func(rng *rand.Rand) float64 {
+		return ratio(drawnPercentile(sorted, counts, rng, q), ceiling)
+	})
+}
+
+// bootstrapped is c with the reaches of the 95 % interval of
+// bootstrapDraws values of draw (a draw of 0 or less counts as none),
+// seeded by a constant: the same cycles get the same call. With fewer
+// than half the draws giving a value, c is left as it is.
+func bootstrapped(c ratioCall, draw func(*rand.Rand) float64) ratioCall {
+	rng := rand.New(rand.NewPCG(1, 2))
 	logs := make([]float64, 0, bootstrapDraws)
 	for range bootstrapDraws {
-		if p := drawnPercentile(sorted, counts, rng, q); p > 0 {
-			logs = append(logs, math.Log(float64(p)/float64(ceiling)))
+		if v := draw(rng); v > 0 {
+			logs = append(logs, math.Log(v))
 		}
 	}
 	if len(logs) < bootstrapDraws/2 {
